@@ -1,0 +1,255 @@
+/*
+ * config.c: the table of settings and the three sources they are read from.
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum setting_type { SETTING_STR, SETTING_INT };
+
+struct setting {
+    const char *name; /* file key; the flag is --name with '_' as '-'; env is SBX_NAME */
+    enum setting_type type;
+    size_t offset;
+    size_t size;
+    const char *def; /* "" for derived or empty */
+    int64_t min, max;
+    const char *help;
+};
+
+#define STR(field, def, help)                                                                      \
+    {#field, SETTING_STR, offsetof(struct sbx_config, field),                                      \
+     sizeof(((struct sbx_config *)0)->field), def, 0, 0, help}
+#define INT(field, def, lo, hi, help)                                                              \
+    {#field, SETTING_INT, offsetof(struct sbx_config, field), sizeof(int64_t), def, lo, hi, help}
+
+static const struct setting settings[] = {
+    STR(data_dir, "./data", "directory of the database, Workspaces, jails and run files"),
+    STR(db_path, "", "SQLite database file (default <data_dir>/sbx.db)"),
+    STR(listen, "127.0.0.1:8080", "address and port the gateway listens on"),
+    STR(admin_token, "", "admin bearer token (generated and printed once when unset)"),
+    STR(driver, "process", "driver of new Apps: process, qemu or firecracker"),
+    INT(pool_size, "2", 0, 1000, "warm Sandboxes kept ready per shape"),
+    INT(workers, "1", 1, 64, "worker processes started by `tools/sbx up`"),
+    INT(body_limit, "1048576", 1024, 1073741824, "largest request body in bytes (413 above)"),
+    INT(max_wait, "60", 0, 3600, "cap of the ?wait= long poll in seconds"),
+    INT(http_threads, "8", 1, 1024, "gateway HTTP threads"),
+    INT(conn_limit, "10000", 1, 1000000, "simultaneous HTTP connections"),
+    INT(conn_timeout, "120", 1, 86400, "seconds an idle HTTP connection is kept"),
+    INT(busy_timeout_ms, "5000", 0, 600000, "SQLite busy timeout; 503 beyond it"),
+    STR(synchronous, "FULL", "SQLite synchronous mode: FULL (a 202 is on disk) or NORMAL"),
+    INT(lease_ms, "30000", 100, 3600000, "delivery lease; an expired lease is delivered again"),
+    INT(message_timeout, "30", 1, 3600, "seconds an agent has to answer one message"),
+    INT(reply_limit, "1048576", 1024, 1073741824, "largest agent reply line in bytes"),
+    STR(chroot_base, "", "base of the per-Sandbox jails (default <data_dir>/jail)"),
+    STR(cgroup_root, "", "cgroup v2 directory for Sandboxes (default: detected)"),
+    STR(rootfs, "", "read-only root filesystem of process Sandboxes (default: built)"),
+    INT(sandbox_uid, "65534", 1, 4294967294LL, "uid the agent runs as"),
+    INT(sandbox_gid, "65534", 1, 4294967294LL, "gid the agent runs as"),
+    STR(net_pool, "10.213.0.0/16", "addresses for Sandbox links (a /30 each)"),
+    STR(qemu_bin, "qemu-system-x86_64", "QEMU binary of the qemu driver"),
+    STR(qemu_accel, "tcg", "qemu accelerator: tcg, kvm or auto"),
+    STR(guest_dir, "", "guest kernel and initramfs (default <data_dir>/guest)"),
+    STR(firecracker_bin, "", "firecracker binary of the firecracker driver"),
+    STR(jailer_bin, "", "jailer binary of the firecracker driver"),
+    STR(log_level, "info", "debug, info, warn or error"),
+};
+#define N_SETTINGS (sizeof settings / sizeof settings[0])
+
+static const struct setting *setting_find(const char *name, size_t len)
+{
+    for (size_t i = 0; i < N_SETTINGS; i++)
+        if (strlen(settings[i].name) == len && strncmp(settings[i].name, name, len) == 0)
+            return &settings[i];
+    return NULL;
+}
+
+static int setting_set(struct sbx_config *cfg, const struct setting *s, const char *value,
+                       const char *source, char *err, size_t errlen)
+{
+    char *field = (char *)cfg + s->offset;
+    if (s->type == SETTING_STR) {
+        if (strlen(value) >= s->size) {
+            snprintf(err, errlen, "%s: %s is too long (at most %zu bytes)", source, s->name,
+                     s->size - 1);
+            return -1;
+        }
+        strcpy(field, value);
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    long long v = strtoll(value, &end, 10);
+    if (errno || end == value || *end != '\0' || v < s->min || v > s->max) {
+        snprintf(err, errlen, "%s: %s must be an integer from %lld to %lld, not \"%s\"", source,
+                 s->name, (long long)s->min, (long long)s->max, value);
+        return -1;
+    }
+    *(int64_t *)(void *)field = v;
+    return 0;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1]))
+        s[--n] = '\0';
+    return s;
+}
+
+static int config_read_file(struct sbx_config *cfg, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    char line[1024], source[600];
+    int lineno = 0, rc = 0;
+
+    if (!f) {
+        snprintf(err, errlen, "config file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    while (rc == 0 && fgets(line, sizeof line, f)) {
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = '\0';
+        char *s = trim(line);
+        if (*s == '\0')
+            continue;
+        char *eq = strchr(s, '=');
+        snprintf(source, sizeof source, "%s:%d", path, lineno);
+        if (!eq) {
+            snprintf(err, errlen, "%s: expected \"key = value\"", source);
+            rc = -1;
+            break;
+        }
+        *eq = '\0';
+        char *key = trim(s), *value = trim(eq + 1);
+        const struct setting *st = setting_find(key, strlen(key));
+        if (!st) {
+            snprintf(err, errlen, "%s: unknown setting \"%s\"", source, key);
+            rc = -1;
+            break;
+        }
+        rc = setting_set(cfg, st, value, source, err, errlen);
+    }
+    fclose(f);
+    return rc;
+}
+
+static void env_name(const struct setting *s, char *out, size_t outlen)
+{
+    size_t i = (size_t)snprintf(out, outlen, "SBX_");
+    for (const char *p = s->name; *p && i + 1 < outlen; p++)
+        out[i++] = (char)toupper((unsigned char)*p);
+    out[i] = '\0';
+}
+
+static void flag_name(const struct setting *s, char *out, size_t outlen)
+{
+    size_t i = (size_t)snprintf(out, outlen, "--");
+    for (const char *p = s->name; *p && i + 1 < outlen; p++)
+        out[i++] = *p == '_' ? '-' : *p;
+    out[i] = '\0';
+}
+
+int config_load(struct sbx_config *cfg, int argc, char **argv, char *err, size_t errlen)
+{
+    const char *file = getenv("SBX_CONFIG");
+    char name[64];
+
+    memset(cfg, 0, sizeof *cfg);
+    for (size_t i = 0; i < N_SETTINGS; i++)
+        if (setting_set(cfg, &settings[i], settings[i].def, "default", err, errlen) != 0 &&
+            settings[i].type == SETTING_STR)
+            return -1;
+
+    for (int i = 1; i < argc; i++) {
+        if (argv[i] && strncmp(argv[i], "--config", 8) == 0) {
+            if (argv[i][8] == '=')
+                file = argv[i] + 9;
+            else if (argv[i][8] == '\0' && i + 1 < argc)
+                file = argv[i + 1];
+        }
+    }
+    if (file && *file && config_read_file(cfg, file, err, errlen) != 0)
+        return -1;
+
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        env_name(&settings[i], name, sizeof name);
+        const char *v = getenv(name);
+        if (v && setting_set(cfg, &settings[i], v, name, err, errlen) != 0)
+            return -1;
+    }
+
+    for (int i = 1; i < argc; i++) {
+        if (!argv[i] || strncmp(argv[i], "--", 2) != 0)
+            continue;
+        const char *arg = argv[i] + 2, *eq = strchr(arg, '='), *value;
+        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        if (len == 6 && strncmp(arg, "config", 6) == 0) {
+            if (!eq && i + 1 < argc)
+                argv[i + 1] = NULL;
+            argv[i] = NULL;
+            continue;
+        }
+        char key[64];
+        if (len >= sizeof key)
+            continue;
+        for (size_t k = 0; k < len; k++)
+            key[k] = arg[k] == '-' ? '_' : arg[k];
+        key[len] = '\0';
+        const struct setting *st = setting_find(key, len);
+        if (!st)
+            continue; /* the caller's own flag, or an unknown one it reports */
+        if (eq) {
+            value = eq + 1;
+        } else if (i + 1 < argc && argv[i + 1]) {
+            value = argv[i + 1];
+            argv[i + 1] = NULL;
+        } else {
+            snprintf(err, errlen, "flag --%.*s needs a value", (int)len, arg);
+            return -1;
+        }
+        flag_name(st, name, sizeof name);
+        if (setting_set(cfg, st, value, name, err, errlen) != 0)
+            return -1;
+        argv[i] = NULL;
+    }
+
+    if (cfg->db_path[0] == '\0')
+        snprintf(cfg->db_path, sizeof cfg->db_path, "%.500s/sbx.db", cfg->data_dir);
+    if (cfg->chroot_base[0] == '\0')
+        snprintf(cfg->chroot_base, sizeof cfg->chroot_base, "%.500s/jail", cfg->data_dir);
+    if (cfg->guest_dir[0] == '\0')
+        snprintf(cfg->guest_dir, sizeof cfg->guest_dir, "%.500s/guest", cfg->data_dir);
+    if (strcmp(cfg->synchronous, "FULL") != 0 && strcmp(cfg->synchronous, "NORMAL") != 0) {
+        snprintf(err, errlen, "synchronous must be FULL or NORMAL, not \"%s\"", cfg->synchronous);
+        return -1;
+    }
+    if (strcmp(cfg->driver, "process") != 0 && strcmp(cfg->driver, "qemu") != 0 &&
+        strcmp(cfg->driver, "firecracker") != 0) {
+        snprintf(err, errlen, "driver must be process, qemu or firecracker, not \"%s\"",
+                 cfg->driver);
+        return -1;
+    }
+    return 0;
+}
+
+void config_print_reference(FILE *out)
+{
+    char env[64], flag[64];
+    fprintf(out, "%-18s %-22s %-20s %-16s %s\n", "setting", "environment", "flag", "default",
+            "meaning");
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        env_name(&settings[i], env, sizeof env);
+        flag_name(&settings[i], flag, sizeof flag);
+        fprintf(out, "%-18s %-22s %-20s %-16s %s\n", settings[i].name, env, flag,
+                *settings[i].def ? settings[i].def : "-", settings[i].help);
+    }
+}

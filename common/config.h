@@ -1,0 +1,56 @@
+/*
+ * config.h: every setting of sbx, from a config file, the environment and flags.
+ *
+ * Precedence: a flag overrides the environment, which overrides the file, which overrides the
+ * built-in default. The file is named by --config or SBX_CONFIG and holds "key = value" lines
+ * ('#' starts a comment); its keys are the setting names below (data_dir, listen, ...). The one
+ * table in config.c is the reference: `sbx-gateway --help` and the README print it.
+ */
+#ifndef SBX_CONFIG_H
+#define SBX_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+struct sbx_config {
+    char data_dir[512];       /* SBX_DATA_DIR: database, workspaces, jails, run/ */
+    char db_path[512];        /* SBX_DB: default <data_dir>/sbx.db */
+    char listen[128];         /* SBX_LISTEN: host:port of the gateway */
+    char admin_token[256];    /* SBX_ADMIN_TOKEN: generated on first start when empty */
+    char driver[16];          /* SBX_DRIVER: default driver of new Apps */
+    int64_t pool_size;        /* SBX_POOL_SIZE: warm Sandboxes per shape */
+    int64_t workers;          /* SBX_WORKERS: worker processes `sbx up` starts */
+    int64_t body_limit;       /* SBX_BODY_LIMIT: request body bytes */
+    int64_t max_wait;         /* SBX_MAX_WAIT: cap of ?wait= in seconds */
+    int64_t http_threads;     /* SBX_HTTP_THREADS: gateway thread pool */
+    int64_t conn_limit;       /* SBX_CONN_LIMIT: simultaneous HTTP connections */
+    int64_t conn_timeout;     /* SBX_CONN_TIMEOUT: idle seconds before a connection is closed */
+    int64_t busy_timeout_ms;  /* SBX_BUSY_TIMEOUT_MS: SQLite busy timeout */
+    char synchronous[16];     /* SBX_SYNCHRONOUS: FULL or NORMAL */
+    int64_t lease_ms;         /* SBX_LEASE_MS: delivery lease */
+    int64_t message_timeout;  /* SBX_MESSAGE_TIMEOUT: seconds an agent has to answer */
+    int64_t reply_limit;      /* SBX_REPLY_LIMIT: bytes of one agent reply line */
+    char chroot_base[512];    /* SBX_CHROOT_BASE: default <data_dir>/jail */
+    char cgroup_root[512];    /* SBX_CGROUP_ROOT: cgroup v2 directory for Sandboxes */
+    char rootfs[512];         /* SBX_ROOTFS: the process driver's read-only root filesystem */
+    int64_t sandbox_uid;      /* SBX_SANDBOX_UID */
+    int64_t sandbox_gid;      /* SBX_SANDBOX_GID */
+    char net_pool[64];        /* SBX_NET_POOL: addresses for Sandbox links */
+    char qemu_bin[256];       /* SBX_QEMU_BIN */
+    char qemu_accel[16];      /* SBX_QEMU_ACCEL: tcg, kvm or auto */
+    char guest_dir[512];      /* SBX_GUEST_DIR: guest kernel and initramfs */
+    char firecracker_bin[256]; /* SBX_FIRECRACKER_BIN */
+    char jailer_bin[256];     /* SBX_JAILER_BIN */
+    char log_level[16];       /* SBX_LOG_LEVEL */
+};
+
+/* Fills cfg from defaults, the file, the environment and argv (in that order of precedence,
+ * lowest first). Unknown flags or keys, and malformed values, are errors: returns -1 with a
+ * message in err. Flags not about settings are left for the caller: argv entries that were
+ * consumed are set to NULL. */
+int config_load(struct sbx_config *cfg, int argc, char **argv, char *err, size_t errlen);
+
+/* Prints the reference table: name, environment variable, flag, default, meaning. */
+void config_print_reference(FILE *out);
+
+#endif

@@ -1,0 +1,431 @@
+/*
+ * store.h: the one interface through which the gateway and the workers reach durable state.
+ *
+ * The gateway and the workers never talk to each other directly: they meet in the store (and are
+ * woken by notify.h). A backend is a table of function pointers, as in GNU Taler's database
+ * plugins, so that a second backend (PostgreSQL) can be added without touching either side.
+ * The SQLite backend is store_sqlite.c.
+ *
+ * Conventions:
+ * - Every function returns an enum store_status. Output parameters are written only on STORE_OK.
+ * - Every mutation writes its audit event(s) in the same transaction. The actor and request id of
+ *   those events come from the struct store_ctx argument.
+ * - Records with heap strings are released with their *_clear() function; fixed-size ids live
+ *   inline. A list is an array the caller releases with the matching *_list_free().
+ * - Times are int64 milliseconds since the epoch (UTC).
+ * - Every App-scoped lookup takes the caller's app id: an object of another App is STORE_NOT_FOUND,
+ *   exactly like one that does not exist. An empty app id ("") means "any App" (admin, workers).
+ * - The store is safe to call from several threads at once.
+ */
+#ifndef SBX_STORE_H
+#define SBX_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum store_status {
+    STORE_OK = 0,
+    STORE_NOT_FOUND, /* no such object (or it belongs to another App) */
+    STORE_CONFLICT,  /* uniqueness or state conflict (name taken, attached Workspace, ...) */
+    STORE_BUSY,      /* the database stayed locked beyond the busy timeout */
+    STORE_FULL,      /* the disk is full */
+    STORE_INVALID,   /* a value the schema refuses */
+    STORE_EMPTY,     /* nothing to claim (queue or pool) */
+    STORE_ERROR,     /* anything else; logged by the store */
+};
+
+const char *store_status_name(enum store_status st);
+
+#define STORE_ID_LEN 32   /* ids are "<prefix>_" + 20 base32 chars; room to spare */
+#define STORE_NAME_LEN 128
+#define STORE_SHAPE_LEN 64
+
+/* Who causes a change, for the audit trail. */
+struct store_ctx {
+    const char *actor;      /* "admin", "key:<keyId>", "gateway", "worker:<workerId>" */
+    const char *request_id; /* may be NULL */
+};
+
+struct store_app {
+    char id[STORE_ID_LEN];
+    char name[STORE_NAME_LEN];
+    int64_t keep_alive_seconds;
+    int64_t vcpu_count;
+    int64_t mem_size_mib;
+    char driver[16];
+    char image[STORE_NAME_LEN];
+    int64_t max_attempts;
+    char *command_json; /* JSON array of strings */
+    int64_t created_at;
+    int64_t updated_at;
+};
+void store_app_clear(struct store_app *a);
+void store_app_list_free(struct store_app *a, size_t n);
+
+/* Which fields of an App a PATCH changes. */
+struct store_app_patch {
+    const char *name;
+    const int64_t *keep_alive_seconds;
+    const int64_t *vcpu_count;
+    const int64_t *mem_size_mib;
+    const char *driver;
+    const char *image;
+    const int64_t *max_attempts;
+    const char *command_json;
+};
+
+struct store_key {
+    char id[STORE_ID_LEN];
+    char app_id[STORE_ID_LEN];
+    char name[STORE_NAME_LEN];
+    char prefix[16];
+    int64_t created_at;
+    int64_t revoked_at; /* 0: active */
+};
+
+struct store_workspace {
+    char id[STORE_ID_LEN];
+    char app_id[STORE_ID_LEN];
+    char name[STORE_NAME_LEN];
+    char path[512];
+    int64_t created_at;
+    int64_t attached_sessions; /* live Sessions that name it */
+};
+
+struct store_session {
+    char id[STORE_ID_LEN];
+    char app_id[STORE_ID_LEN];
+    char name[STORE_NAME_LEN]; /* "" when none */
+    char state[16];
+    char sandbox_id[STORE_ID_LEN];        /* "" when none */
+    int64_t keep_alive_seconds;           /* the override, 0 when the App's applies */
+    int64_t effective_keep_alive_seconds; /* override or the App's */
+    char workspace_id[STORE_ID_LEN];      /* "" when none */
+    char *metadata_json;                  /* JSON object */
+    int64_t activation_count;
+    int64_t cpu_usec;
+    int64_t mem_peak_bytes; /* -1 when never measured */
+    char worker_id[STORE_ID_LEN];
+    int64_t expires_at;
+    int64_t stop_requested_at;
+    int64_t created_at;
+    int64_t updated_at;
+    int64_t last_activity_at; /* 0: never */
+};
+void store_session_clear(struct store_session *s);
+void store_session_list_free(struct store_session *s, size_t n);
+
+struct store_session_patch {
+    const char *metadata_json;          /* replaces the metadata object */
+    const int64_t *keep_alive_seconds;  /* 0 clears the override */
+};
+
+struct store_message {
+    char id[STORE_ID_LEN];
+    char session_id[STORE_ID_LEN];
+    char app_id[STORE_ID_LEN];
+    int64_t seq;
+    char state[16];
+    char *body_json;
+    char *reply_json; /* NULL until completed */
+    char *error;      /* NULL unless an attempt failed */
+    int64_t attempts;
+    int64_t max_attempts;
+    char idempotency_key[256];
+    char request_id[64];
+    char sandbox_id[STORE_ID_LEN];
+    char lease_owner[STORE_ID_LEN];
+    int64_t lease_expires_at;
+    int64_t not_before;
+    int64_t created_at;
+    int64_t updated_at;
+    int64_t completed_at;
+};
+void store_message_clear(struct store_message *m);
+void store_message_list_free(struct store_message *m, size_t n);
+
+/* What a new message is: the enqueue request. */
+struct store_enqueue {
+    const char *app_id;
+    const char *session_id;
+    const char *body_json;
+    const char *idempotency_key; /* may be NULL */
+    const char *request_hash;    /* hex SHA-256 of the request, with an idempotency key */
+};
+
+/* A Sandbox's shape: what the warm pool keeps per kind. */
+struct store_shape {
+    char driver[16];
+    char image[STORE_NAME_LEN];
+    int64_t vcpu_count;
+    int64_t mem_size_mib;
+};
+
+struct store_sandbox {
+    char id[STORE_ID_LEN];
+    char state[16];
+    struct store_shape shape;
+    char image_hash[80];
+    char worker_id[STORE_ID_LEN];
+    char app_id[STORE_ID_LEN];     /* "" while warm */
+    char session_id[STORE_ID_LEN]; /* "" while warm */
+    int64_t pid;
+    char jail_dir[512];
+    char cgroup_path[512];
+    char net_address[64];
+    bool cold;
+    int64_t boot_ms;
+    int64_t cpu_usec;       /* -1 when not measured */
+    int64_t mem_peak_bytes; /* -1 when not measured */
+    char termination_reason[128];
+    int64_t stop_requested_at;
+    int64_t created_at;
+    int64_t ready_at;
+    int64_t claimed_at;
+    int64_t terminated_at;
+};
+
+struct store_pool_stat {
+    struct store_shape shape;
+    int64_t warm;
+    int64_t booting;
+    int64_t claimed; /* claimed or running */
+    int64_t cold_activations;
+    int64_t boot_failures;
+};
+
+struct store_event {
+    int64_t id;
+    int64_t at;
+    char actor[64];
+    char kind[64];
+    char object_type[16];
+    char object_id[STORE_ID_LEN];
+    char app_id[STORE_ID_LEN];
+    char session_id[STORE_ID_LEN];
+    char request_id[64];
+    char *data_json; /* NULL or a JSON object */
+};
+void store_event_list_free(struct store_event *e, size_t n);
+
+/* Counts for /metrics. */
+struct store_counts {
+    int64_t sessions_by_state[4]; /* idle, activating, active, deleted */
+    int64_t messages_by_state[4]; /* queued, delivering, completed, failed */
+    int64_t sandboxes_by_state[7];
+    int64_t oldest_queued_at; /* 0 when the queue is empty */
+};
+extern const char *const store_session_states[4];
+extern const char *const store_message_states[4];
+extern const char *const store_sandbox_states[7];
+
+/* Cursor pagination: list functions return up to limit rows after `after` (an opaque cursor, ""
+ * for the start) and write the cursor of the next page to next_cursor ("" at the end). */
+#define STORE_CURSOR_LEN 32
+
+/* What a worker claims: the next message to deliver, with its Session and App. */
+struct store_delivery {
+    struct store_message message;
+    struct store_session session;
+    struct store_app app;
+};
+void store_delivery_clear(struct store_delivery *d);
+
+/* Usage measured at a Sandbox's end. */
+struct store_usage {
+    int64_t cpu_usec;       /* -1: not measured */
+    int64_t mem_peak_bytes; /* -1: not measured */
+};
+
+struct store {
+    void *cls; /* the backend's own state */
+
+    void (*close)(struct store *st);
+
+    /* ---- settings ---- */
+    enum store_status (*setting_get)(struct store *st, const char *key, char *out, size_t outlen);
+    enum store_status (*setting_put)(struct store *st, const char *key, const char *value);
+
+    /* ---- apps (admin) ---- */
+    enum store_status (*app_create)(struct store *st, const struct store_ctx *ctx,
+                                    struct store_app *app /* in: fields; out: id, times */);
+    enum store_status (*app_get)(struct store *st, const char *app_id, struct store_app *out);
+    enum store_status (*app_list)(struct store *st, const char *after, size_t limit,
+                                  struct store_app **out, size_t *n, char *next_cursor);
+    enum store_status (*app_update)(struct store *st, const struct store_ctx *ctx,
+                                    const char *app_id, const struct store_app_patch *patch,
+                                    struct store_app *out);
+    /* Refused with STORE_CONFLICT while the App has live Sessions or Workspaces. Revokes its keys. */
+    enum store_status (*app_delete)(struct store *st, const struct store_ctx *ctx,
+                                    const char *app_id);
+
+    /* ---- api keys (admin) ---- */
+    enum store_status (*key_create)(struct store *st, const struct store_ctx *ctx,
+                                    const char *app_id, const char *name, const char *prefix,
+                                    const uint8_t hash[32], struct store_key *out);
+    enum store_status (*key_list)(struct store *st, const char *app_id, struct store_key **out,
+                                  size_t *n);
+    enum store_status (*key_revoke)(struct store *st, const struct store_ctx *ctx,
+                                    const char *app_id, const char *key_id);
+    /* Finds an active (not revoked) key by the SHA-256 of the presented token. */
+    enum store_status (*key_lookup)(struct store *st, const uint8_t hash[32], struct store_key *out);
+
+    /* ---- workspaces ---- */
+    enum store_status (*workspace_create)(struct store *st, const struct store_ctx *ctx,
+                                          const char *app_id, const char *name,
+                                          const char *data_dir, struct store_workspace *out);
+    enum store_status (*workspace_get)(struct store *st, const char *app_id, const char *ws_id,
+                                       struct store_workspace *out);
+    enum store_status (*workspace_list)(struct store *st, const char *app_id, const char *after,
+                                        size_t limit, struct store_workspace **out, size_t *n,
+                                        char *next_cursor);
+    /* STORE_CONFLICT while a live Session names it. The caller removes the directory after OK. */
+    enum store_status (*workspace_delete)(struct store *st, const struct store_ctx *ctx,
+                                          const char *app_id, const char *ws_id,
+                                          struct store_workspace *out);
+
+    /* ---- sessions ---- */
+    /* With a name that already exists in the App: writes the existing Session and *created=false. */
+    enum store_status (*session_create)(struct store *st, const struct store_ctx *ctx,
+                                        const char *app_id, const char *name,
+                                        int64_t keep_alive_seconds /* 0: App's */,
+                                        const char *workspace_id /* NULL: none */,
+                                        const char *metadata_json /* NULL: {} */,
+                                        struct store_session *out, bool *created);
+    enum store_status (*session_get)(struct store *st, const char *app_id, const char *session_id,
+                                     struct store_session *out);
+    enum store_status (*session_list)(struct store *st, const char *app_id, const char *after,
+                                      size_t limit, struct store_session **out, size_t *n,
+                                      char *next_cursor);
+    enum store_status (*session_update)(struct store *st, const struct store_ctx *ctx,
+                                        const char *app_id, const char *session_id,
+                                        const struct store_session_patch *patch,
+                                        struct store_session *out);
+    /* Marks the Session deleted, fails its unfinished messages and asks the owning worker (through
+     * stop_requested_at) to terminate its Sandbox. */
+    enum store_status (*session_delete)(struct store *st, const struct store_ctx *ctx,
+                                        const char *app_id, const char *session_id);
+
+    /* ---- messages (gateway side) ---- */
+    /* Commits the message durably before returning (group commit: concurrent callers share one
+     * transaction). With an idempotency key already used in this Session: the original message and
+     * *replayed=true when request_hash matches, STORE_CONFLICT when it does not. STORE_NOT_FOUND
+     * when the Session does not exist in this App or is deleted. */
+    enum store_status (*message_enqueue)(struct store *st, const struct store_ctx *ctx,
+                                         const struct store_enqueue *req,
+                                         struct store_message *out, bool *replayed);
+    enum store_status (*message_get)(struct store *st, const char *app_id, const char *session_id,
+                                     const char *message_id, struct store_message *out);
+    enum store_status (*message_list)(struct store *st, const char *app_id, const char *session_id,
+                                      const char *after, size_t limit, struct store_message **out,
+                                      size_t *n, char *next_cursor);
+
+    /* ---- sandboxes and pool (gateway side) ---- */
+    enum store_status (*sandbox_get)(struct store *st, const char *app_id, const char *sandbox_id,
+                                     struct store_sandbox *out);
+    /* app_id "" lists all (admin); an App sees only the Sandboxes that served it. */
+    enum store_status (*sandbox_list)(struct store *st, const char *app_id, const char *after,
+                                      size_t limit, struct store_sandbox **out, size_t *n,
+                                      char *next_cursor);
+    /* Asks the owning worker to terminate the Sandbox now (sets stop_requested_at). */
+    enum store_status (*sandbox_request_stop)(struct store *st, const struct store_ctx *ctx,
+                                              const char *app_id, const char *sandbox_id,
+                                              struct store_sandbox *out);
+    enum store_status (*pool_stats)(struct store *st, struct store_pool_stat **out, size_t *n);
+
+    /* ---- audit and metrics ---- */
+    /* session_id NULL: all of the App's events (app_id "": everything). after: last event id. */
+    enum store_status (*event_list)(struct store *st, const char *app_id, const char *session_id,
+                                    int64_t after, size_t limit, struct store_event **out,
+                                    size_t *n);
+    enum store_status (*counts)(struct store *st, struct store_counts *out);
+
+    /* ---- workers ---- */
+    enum store_status (*worker_register)(struct store *st, const char *worker_id, const char *host,
+                                         int64_t pid);
+    enum store_status (*worker_heartbeat)(struct store *st, const char *worker_id);
+    enum store_status (*worker_stop)(struct store *st, const char *worker_id);
+    /* Workers whose heartbeat is older than stale_ms (and not this one): their ids. */
+    enum store_status (*worker_list_dead)(struct store *st, int64_t stale_ms,
+                                          char (**ids)[STORE_ID_LEN], size_t *n);
+
+    /* ---- queue (worker side) ---- */
+    /* Claims the next deliverable message: queued, not_before <= now, the lowest unfinished seq of
+     * its Session, and its Session either idle or owned by this worker. Marks it delivering with a
+     * lease until now + lease_ms, counts the attempt, and on an idle Session marks the Session
+     * activating and owned by this worker. STORE_EMPTY when nothing is deliverable. */
+    enum store_status (*queue_claim)(struct store *st, const struct store_ctx *ctx,
+                                     const char *worker_id, int64_t lease_ms,
+                                     struct store_delivery *out);
+    enum store_status (*queue_extend_lease)(struct store *st, const char *message_id,
+                                            const char *worker_id, int64_t lease_ms);
+    /* Records the reply; the message becomes completed (only if still leased by worker_id,
+     * otherwise STORE_CONFLICT: another delivery owns it now). */
+    enum store_status (*queue_complete)(struct store *st, const struct store_ctx *ctx,
+                                        const char *message_id, const char *worker_id,
+                                        const char *sandbox_id, const char *reply_json);
+    /* A failed attempt: back to queued with not_before = now + backoff_ms, or failed with the reason
+     * when attempts reached max_attempts (*final=true). */
+    enum store_status (*queue_fail)(struct store *st, const struct store_ctx *ctx,
+                                    const char *message_id, const char *worker_id,
+                                    const char *sandbox_id, const char *reason, int64_t backoff_ms,
+                                    bool *final);
+    /* Leases that expired (their worker died or hung) go back to queued. *n: how many. */
+    enum store_status (*queue_requeue_expired)(struct store *st, const struct store_ctx *ctx,
+                                               size_t *n);
+    /* Earliest time a queued message becomes deliverable (0: none queued), for the retry timer. */
+    enum store_status (*queue_next_due)(struct store *st, int64_t *at);
+
+    /* ---- sandbox lifecycle (worker side) ---- */
+    enum store_status (*sandbox_insert)(struct store *st, const struct store_ctx *ctx,
+                                        const char *worker_id, const struct store_shape *shape,
+                                        bool cold, struct store_sandbox *out /* out: id */);
+    /* Records what the driver made (pid, jail, cgroup, address, image hash) while booting. */
+    enum store_status (*sandbox_set_runtime)(struct store *st, const struct store_sandbox *sb);
+    /* booting -> warm, recording boot_ms. */
+    enum store_status (*sandbox_mark_warm)(struct store *st, const struct store_ctx *ctx,
+                                           const char *sandbox_id, int64_t boot_ms);
+    /* warm -> claimed for this Session, in one transaction with the Session's activating ->
+     * sandbox assignment: one of this worker's warm Sandboxes of the shape. STORE_EMPTY if none. */
+    enum store_status (*sandbox_claim_warm)(struct store *st, const struct store_ctx *ctx,
+                                            const char *worker_id, const struct store_shape *shape,
+                                            const char *app_id, const char *session_id,
+                                            struct store_sandbox *out);
+    /* A cold Sandbox (booted for this Session): booting -> claimed for the Session. */
+    enum store_status (*sandbox_assign)(struct store *st, const struct store_ctx *ctx,
+                                        const char *sandbox_id, const char *app_id,
+                                        const char *session_id);
+    /* claimed -> running; the Session becomes active, activation_count + 1. */
+    enum store_status (*sandbox_mark_running)(struct store *st, const struct store_ctx *ctx,
+                                              const char *sandbox_id, const char *session_id);
+    /* Keep-alive deadline of the Session's current Sandbox; last_activity_at = now. */
+    enum store_status (*session_touch)(struct store *st, const char *session_id, int64_t expires_at);
+    enum store_status (*sandbox_mark_stopping)(struct store *st, const struct store_ctx *ctx,
+                                               const char *sandbox_id, const char *reason);
+    /* -> terminated (or failed when failed=true) with reason and usage; if it served a Session
+     * that still points at it, that Session goes back to idle (not if deleted) and accumulates
+     * the usage, and its worker ownership is released. */
+    enum store_status (*sandbox_finish)(struct store *st, const struct store_ctx *ctx,
+                                        const char *sandbox_id, bool failed, const char *reason,
+                                        const struct store_usage *usage);
+    /* Non-terminal Sandboxes owned by worker_id ("" for all). */
+    enum store_status (*sandbox_list_live)(struct store *st, const char *worker_id,
+                                           struct store_sandbox **out, size_t *n);
+    /* Live Sandboxes of this worker with stop_requested_at set, or serving a deleted Session. */
+    enum store_status (*sandbox_list_stop_requested)(struct store *st, const char *worker_id,
+                                                     struct store_sandbox **out, size_t *n);
+    /* Moves the Sandboxes and Sessions of a dead worker to new_owner (for reconciliation). */
+    enum store_status (*worker_adopt)(struct store *st, const struct store_ctx *ctx,
+                                      const char *dead_worker_id, const char *new_owner);
+};
+
+/* Opens the SQLite backend on path (creating it and applying migrations). On failure writes a
+ * human-readable reason to err and returns NULL. A database newer than this binary is refused. */
+struct store *store_sqlite_open(const char *path, int busy_timeout_ms, const char *synchronous,
+                                char *err, size_t errlen);
+
+/* The schema version this binary's migrations reach. */
+int store_schema_version(void);
+
+#endif

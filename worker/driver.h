@@ -1,0 +1,66 @@
+/*
+ * driver.h: the interface every Sandbox driver implements (process, qemu, firecracker).
+ *
+ * A driver turns "a Sandbox of this shape" into running isolated compute with an agent channel,
+ * and back. Its functions block (a boot can take seconds): the worker calls them from its helper
+ * threads, never from the event loop. They return 0, or -1 with a human-readable reason in err.
+ *
+ * The agent channel is a byte stream of JSON lines between the worker and the agent side of the
+ * Sandbox (sbx-agent in a VM, the sandbox init for the process driver):
+ *   agent -> host  {"type":"ready","kernel":"<uname -r>"}        once, when booted (boot() waits)
+ *   host -> agent  {"type":"start","argv":[...],"workspace":"/workspace" or null}
+ *   agent -> host  {"type":"started"} | {"type":"error","error":"..."}
+ *   host -> agent  {"id":"msg_...","seq":N,"body":...}           one per message (agent protocol)
+ *   agent -> host  {"id":"msg_...","reply":...} | {"id":"msg_...","error":"..."}
+ *   agent -> host  {"type":"log","line":"..."}                   the command's stderr
+ *   agent -> host  {"type":"exit","status":N}                    the command ended
+ * Lines with "type" are control lines; lines with "id" are the App's agent protocol, relayed as is.
+ */
+#ifndef SBX_DRIVER_H
+#define SBX_DRIVER_H
+
+#include "config.h"
+#include "store.h"
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+/* What a driver made for one Sandbox. Owned by the worker; released by terminate(). */
+struct sandbox_runtime {
+    char sandbox_id[STORE_ID_LEN];
+    struct store_shape shape;
+    pid_t pid;               /* the process whose exit means the Sandbox is gone (VMM or init) */
+    int channel_fd;          /* host end of the agent channel, non-blocking, close-on-exec */
+    char jail_dir[512];      /* <chroot_base>/<driver>/<sandboxId> */
+    char cgroup_path[512];   /* "" when no cgroup could be made */
+    char net_address[64];    /* the Sandbox's address, "" without a network */
+    char image_hash[80];     /* content hash of the rootfs or guest image */
+    char kernel[128];        /* what the agent reported as its kernel release */
+    void *driver_state;      /* the driver's own */
+};
+
+struct driver {
+    const char *name;
+    /* Checks the host once at worker start; says on the log what cannot be measured here. */
+    int (*init)(const struct sbx_config *cfg, char *err, size_t errlen);
+    /* Boots a fresh Sandbox of rt->shape for rt->sandbox_id and waits until its agent is ready. */
+    int (*boot)(const struct sbx_config *cfg, struct sandbox_runtime *rt, char *err, size_t errlen);
+    /* Makes the Workspace directory (host path, NULL for none) available to the Sandbox before
+     * the App's command starts; the agent then sees it at /workspace. */
+    int (*attach_workspace)(const struct sbx_config *cfg, struct sandbox_runtime *rt,
+                            const char *host_dir, char *err, size_t errlen);
+    /* Stops everything (gracefully, then by force), measures usage, removes the jail, cgroup and
+     * network state; detaches the Workspace without touching its data. Idempotent. */
+    int (*terminate)(const struct sbx_config *cfg, struct sandbox_runtime *rt,
+                     struct store_usage *usage, char *err, size_t errlen);
+    /* Reconciliation: removes what a Sandbox recorded in the store left on the host (its process if
+     * still alive, jail, cgroup, network) when no runtime exists any more (the worker restarted). */
+    int (*reap)(const struct sbx_config *cfg, const struct store_sandbox *sb, char *err,
+                size_t errlen);
+};
+
+/* The drivers; driver_find() returns NULL for an unknown name. */
+extern const struct driver driver_process;
+const struct driver *driver_find(const char *name);
+
+#endif
