@@ -165,8 +165,7 @@ int config_load(struct sbx_config *cfg, int argc, char **argv, char *err, size_t
 
     memset(cfg, 0, sizeof *cfg);
     for (size_t i = 0; i < N_SETTINGS; i++)
-        if (setting_set(cfg, &settings[i], settings[i].def, "default", err, errlen) != 0 &&
-            settings[i].type == SETTING_STR)
+        if (setting_set(cfg, &settings[i], settings[i].def, "default", err, errlen) != 0)
             return -1;
 
     for (int i = 1; i < argc; i++) {
