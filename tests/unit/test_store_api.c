@@ -339,6 +339,68 @@ static void test_group_commit_concurrent(void **state)
     store_session_clear(&s);
 }
 
+/* Commits recorded in the WAL file: frames whose header says "database size after commit". */
+static int count_wal_commits(const char *db_path)
+{
+    char wal[300];
+    unsigned char hdr[32], fh[24];
+    snprintf(wal, sizeof wal, "%s-wal", db_path);
+    FILE *f = fopen(wal, "rb");
+    int commits = 0;
+    if (!f)
+        return 0;
+    if (fread(hdr, 1, 32, f) == 32) {
+        uint32_t page = (uint32_t)hdr[8] << 24 | hdr[9] << 16 | hdr[10] << 8 | hdr[11];
+        while (fread(fh, 1, 24, f) == 24) {
+            if (fh[4] | fh[5] | fh[6] | fh[7])
+                commits++;
+            if (fseek(f, (long)page, SEEK_CUR) != 0)
+                break;
+        }
+    }
+    fclose(f);
+    return commits;
+}
+
+/* Enqueues that pile up while the database is locked go out in one transaction, not one each. */
+static void test_group_commit_batches(void **state)
+{
+    struct fixture *f = *state;
+    struct store *st = f->st;
+    struct store_app a;
+    struct store_session s;
+    enum { THREADS = 16 };
+    struct enqueue_thread t[THREADS];
+    pthread_t th[THREADS];
+    sqlite3 *blocker;
+    make_app(st, "batch", &a);
+    make_session(st, a.id, &s);
+
+    assert_int_equal(sqlite3_open(f->path, &blocker), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(blocker, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL),
+                     SQLITE_OK);
+    assert_int_equal(count_wal_commits(f->path), 0);
+    /* Hold the write lock so that every request queues up behind the committer. */
+    assert_int_equal(sqlite3_exec(blocker, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    for (int i = 0; i < THREADS; i++) {
+        t[i] = (struct enqueue_thread){st, a.id, s.id, 1, {0}, STORE_ERROR};
+        assert_int_equal(pthread_create(&th[i], NULL, enqueue_worker, &t[i]), 0);
+    }
+    usleep(300 * 1000);
+    assert_int_equal(sqlite3_exec(blocker, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(t[i].status, STORE_OK);
+    }
+    sqlite3_close(blocker);
+    int commits = count_wal_commits(f->path);
+    /* One transaction for the request the committer held while blocked, one for the rest. */
+    assert_true(commits >= 1);
+    assert_true(commits <= 3);
+    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM messages"), THREADS);
+    store_session_clear(&s);
+}
+
 static void test_batch_failure_is_isolated(void **state)
 {
     struct fixture *f = *state;
@@ -540,6 +602,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_keys_revoke, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_order_and_idempotency, setup, teardown),
         cmocka_unit_test_setup_teardown(test_group_commit_concurrent, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_group_commit_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_failure_is_isolated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cross_app_scoping, setup, teardown),
         cmocka_unit_test_setup_teardown(test_session_names_and_workspaces, setup, teardown),
