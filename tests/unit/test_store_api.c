@@ -407,18 +407,43 @@ static void test_batch_failure_is_isolated(void **state)
     struct store *st = f->st;
     struct store_app a;
     struct store_session s;
-    struct store_message m;
-    bool replayed;
+    enum { GOOD = 6 };
+    struct enqueue_thread good[GOOD], bad = {0};
+    pthread_t th[GOOD], bad_th;
+    sqlite3 *blocker;
     make_app(st, "iso", &a);
     make_session(st, a.id, &s);
-    /* A row the schema refuses (body NULL is impossible through the API; a missing session is
-     * the realistic failure) fails alone, and the next enqueue still works. */
-    struct store_enqueue bad = {a.id, "ses_missing", "1", NULL, NULL};
-    assert_int_equal(st->message_enqueue(st, &admin, &bad, &m, &replayed), STORE_NOT_FOUND);
-    struct store_enqueue good = {a.id, s.id, "1", NULL, NULL};
-    assert_int_equal(st->message_enqueue(st, &admin, &good, &m, &replayed), STORE_OK);
-    assert_int_equal(m.seq, 1);
-    store_message_clear(&m);
+
+    /* Hold the lock so that the good requests and a failing one (unknown Session) share a
+     * batch: the failing row is rolled back to its savepoint, the others commit. */
+    assert_int_equal(sqlite3_open(f->path, &blocker), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(blocker, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    for (int i = 0; i < GOOD / 2; i++) {
+        good[i] = (struct enqueue_thread){st, a.id, s.id, 1, {0}, STORE_ERROR};
+        assert_int_equal(pthread_create(&th[i], NULL, enqueue_worker, &good[i]), 0);
+    }
+    usleep(100 * 1000);
+    bad = (struct enqueue_thread){st, a.id, "ses_missing", 1, {0}, STORE_ERROR};
+    assert_int_equal(pthread_create(&bad_th, NULL, enqueue_worker, &bad), 0);
+    usleep(50 * 1000);
+    for (int i = GOOD / 2; i < GOOD; i++) {
+        good[i] = (struct enqueue_thread){st, a.id, s.id, 1, {0}, STORE_ERROR};
+        assert_int_equal(pthread_create(&th[i], NULL, enqueue_worker, &good[i]), 0);
+    }
+    usleep(100 * 1000);
+    assert_int_equal(sqlite3_exec(blocker, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(blocker);
+    pthread_join(bad_th, NULL);
+    assert_int_equal(bad.status, STORE_NOT_FOUND);
+    for (int i = 0; i < GOOD; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(good[i].status, STORE_OK);
+    }
+    /* Seqs 1..GOOD, no gap left by the failed row. */
+    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM messages"), GOOD);
+    assert_int_equal(count_sql(f->path, "SELECT max(seq) FROM messages"), GOOD);
+    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM events WHERE kind='message.queued'"),
+                     GOOD);
     store_session_clear(&s);
 }
 
