@@ -107,6 +107,10 @@ test('hostile bodies and headers get problems and do not disturb the gateway', a
     const path = `/v1/sessions/${s.id}/messages`;
     assertProblem(assert, await req(gw, 'POST', path, { token: gw.key, body: '{"body":' + '['.repeat(100000) + ']'.repeat(100000) + '}' }), 400, 'malformed-json');
     assertProblem(assert, await req(gw, 'POST', path, { token: gw.key, body: '{"body":"\u0000"' }), 400, 'malformed-json');
+    // Bytes that are not UTF-8 in the path or a field name still get a well-formed problem.
+    assertProblem(assert, await req(gw, 'GET', '/v1/%ff%fe'), 404, 'not-found');
+    assertProblem(assert, await req(gw, 'GET', `/v1/sessions/%ff`, { token: gw.key }), 404, 'not-found');
+    assertProblem(assert, await req(gw, 'POST', '/v1/sessions', { token: gw.key, body: { ['é'.repeat(70)]: 1 } }), 400, 'unknown-field');
     const huge = await fetch(gw.url + '/healthz', { headers: { 'X-Filler': 'z'.repeat(100000) } }).then((r) => r.status, () => 0);
     assert.ok(huge === 0 || huge === 413 || huge === 431, `huge header answered ${huge}`);
     assert.equal((await req(gw, 'GET', '/healthz')).status, 200);
