@@ -262,11 +262,14 @@ static void child_drop_privileges(const struct child_plan *p)
         for (int cap = 0; cap <= 63; cap++)
             if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
                 child_fail(p, "drop capabilities");
-        if (setgroups(1, &p->gid) != 0)
+        /* Raw system calls: glibc's wrappers broadcast credential changes to every thread it
+         * believes the process has, and this child of a raw clone() inherited the worker's list
+         * of threads without the threads, so the wrappers would wait for them forever. */
+        if (syscall(SYS_setgroups, 1, &p->gid) != 0)
             child_fail(p, "setgroups");
-        if (setresgid(p->gid, p->gid, p->gid) != 0)
+        if (syscall(SYS_setresgid, p->gid, p->gid, p->gid) != 0)
             child_fail(p, "setresgid");
-        if (setresuid(p->uid, p->uid, p->uid) != 0)
+        if (syscall(SYS_setresuid, p->uid, p->uid, p->uid) != 0)
             child_fail(p, "setresuid");
     }
     /* A uid change already cleared them as root; in a user namespace we stay its uid 0, so clear
