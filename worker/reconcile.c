@@ -31,7 +31,8 @@ static bool pid_is_live_worker(int64_t pid)
     if (!close || !open || close[1] != ' ' || close[2] == 'Z' || close[2] == 'X')
         return false;
     *close = '\0';
-    return strcmp(open + 1, "sbx-worker") == 0;
+    /* sbx-worker, or a test build of it (sbx-worker-fork). */
+    return strncmp(open + 1, "sbx-worker", 10) == 0;
 }
 
 static void reap_adopted(struct worker *w)
