@@ -21,3 +21,15 @@ if(NODE_EXECUTABLE)
       TIMEOUT 180)
   endforeach()
 endif()
+
+# End to end on the real process driver and echo agent (once the process driver's area is built).
+if(NODE_EXECUTABLE AND TARGET sbx-echo-agent AND TARGET sbx-worker)
+  foreach(it e2e faults scale)
+    add_test(NAME it.worker.process_${it}
+             COMMAND ${NODE_EXECUTABLE} --test --test-concurrency=1
+                     ${CMAKE_CURRENT_SOURCE_DIR}/integration/worker/process_${it}.test.mjs)
+    set_tests_properties(it.worker.process_${it} PROPERTIES
+      ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>"
+      TIMEOUT 240)
+  endforeach()
+endif()
