@@ -5,6 +5,10 @@ target_link_libraries(test_store_queue PRIVATE sbxcommon PkgConfig::CMOCKA PkgCo
                                                Threads::Threads)
 add_test(NAME unit.worker.store_queue COMMAND test_store_queue)
 
+add_executable(test_backoff ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_backoff.c)
+target_link_libraries(test_backoff PRIVATE sbxworker PkgConfig::CMOCKA)
+add_test(NAME unit.worker.backoff COMMAND test_backoff)
+
 # sbx-worker-fork: the worker with a fork() test-double driver (no isolation), to test the
 # lifecycle logic on its own.
 add_executable(sbx-worker-fork ${CMAKE_CURRENT_SOURCE_DIR}/integration/worker/fork_worker.c)
