@@ -402,6 +402,28 @@ static int wait_for_exec(int error_fd, int64_t deadline, char *err, size_t errle
     return -1;
 }
 
+/* Says why the Sandbox's init ended before it was ready, reaping it when it has. */
+static void describe_early_exit(struct sandbox_runtime *rt, char *err, size_t errlen)
+{
+    pid_t pid = rt->pid;
+    int status = 0;
+    pid_t r = 0;
+    for (int i = 0; i < 20 && (r = waitpid(pid, &status, WNOHANG)) == 0; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (r == pid && WIFEXITED(status))
+        snprintf(err, errlen, "the agent exited with status %d before it was ready",
+                 WEXITSTATUS(status));
+    else if (r == pid && WIFSIGNALED(status))
+        snprintf(err, errlen, "the agent was killed by signal %d before it was ready",
+                 WTERMSIG(status));
+    else
+        snprintf(err, errlen, "the agent closed its channel before it was ready");
+    if (r == pid)
+        rt->pid = 0; /* reaped: nothing left to kill */
+}
+
 /* Reads the agent's ready line byte by byte, so no later line is consumed here. */
 static int wait_for_ready(struct sandbox_runtime *rt, int64_t deadline, char *err, size_t errlen)
 {
@@ -419,7 +441,7 @@ static int wait_for_ready(struct sandbox_runtime *rt, int64_t deadline, char *er
         if (n < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
         if (n <= 0) {
-            snprintf(err, errlen, "the agent closed its channel before it was ready");
+            describe_early_exit(rt, err, errlen);
             return -1;
         }
         if (c == '\n')

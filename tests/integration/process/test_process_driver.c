@@ -8,7 +8,9 @@
 #include "id.h"
 #include "log.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <poll.h>
@@ -549,15 +551,37 @@ static int setup(void **state)
     return 0;
 }
 
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st, (void)type, (void)ftw;
+    return remove(path) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+/* Reaps whatever a failed test left (so a failure leaves no jails or cgroups behind), then removes
+ * the data directory without crossing into any mount (FTW_MOUNT). */
 static int teardown(void **state)
 {
     (void)state;
-    char jail[600];
-    snprintf(jail, sizeof jail, "%s/jail/process", data_dir);
-    rmdir(jail);
-    snprintf(jail, sizeof jail, "%s/jail", data_dir);
-    if (rmdir(jail) != 0 && errno != ENOENT)
-        fprintf(stderr, "leftover jails under %s\n", jail);
+    char jails[600], err[512];
+    snprintf(jails, sizeof jails, "%s/jail/process", data_dir);
+    DIR *d = opendir(jails);
+    int leftovers = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (e->d_name[0] == '.')
+            continue;
+        struct store_sandbox rec = {0};
+        snprintf(rec.id, sizeof rec.id, "%.31s", e->d_name);
+        snprintf(rec.jail_dir, sizeof rec.jail_dir, "%.440s/%s", jails, rec.id);
+        if (driver_process.reap(&cfg, &rec, err, sizeof err) != 0)
+            fprintf(stderr, "teardown: reap %s: %s\n", rec.id, err);
+        leftovers++;
+    }
+    if (d)
+        closedir(d);
+    if (leftovers)
+        fprintf(stderr, "teardown: reaped %d Sandbox(es) left by failed tests\n", leftovers);
+    if (nftw(data_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0)
+        fprintf(stderr, "teardown: could not remove %s\n", data_dir);
     return 0;
 }
 
