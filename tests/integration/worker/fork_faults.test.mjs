@@ -91,3 +91,36 @@ test('kill -9 of a worker mid-flight, restart: every message completed exactly o
     sbx.cleanup();
   }
 });
+
+test('kill -9 of one of three workers: the others adopt its work at once', async () => {
+  const sbx = await startSbx({ workers: 3 });
+  try {
+    const { key } = await sbx.app('peers', { keepAliveSeconds: 30 });
+    const sessions = [];
+    for (let i = 0; i < 9; i++) sessions.push(await sbx.session(key));
+    const posted = [];
+    for (let round = 0; round < 3; round++)
+      for (const s of sessions) posted.push([s.id, (await sbx.post(key, s.id, { round, sleepMs: 200 })).id]);
+    // Kill a worker that holds leases.
+    const owner = await sbx.until(() => sbx.sql(`SELECT w.pid FROM messages m JOIN workers w ON w.id = m.lease_owner WHERE m.state = 'delivering' LIMIT 1`), 10000, 'a lease');
+    const victim = sbx.workers.find((p) => p.pid === Number(owner));
+    assert.ok(victim, `no test worker has pid ${owner}`);
+    victim.kill('SIGKILL');
+    await victim.exited;
+    for (const [sid, mid] of posted) {
+      const m = await sbx.wait(key, sid, mid, 60);
+      assert.equal(m.state, 'completed', `${mid}: ${m.error}`);
+    }
+    assert.equal(sbx.sql(`SELECT COUNT(*) FROM events WHERE kind = 'worker.adopted'`), '1');
+    assert.equal(Number(sbx.sql(`SELECT COUNT(*) FROM events WHERE kind = 'message.completed'`)), posted.length);
+    // Its Sandboxes were reaped by the adopter (recorded "worker restart"), nothing left behind.
+    await sbx.until(() => Number(sbx.sql(`SELECT COUNT(*) FROM sandboxes WHERE termination_reason = 'worker restart'`)) >= 1, 10000, 'the dead worker\'s Sandboxes to be reaped');
+    const results = await sbx.stop();
+    assert.equal(results.filter((r) => r.code === 0).length, 2);
+    assert.equal(sbx.sql(`SELECT COUNT(*) FROM sandboxes WHERE state NOT IN ('terminated','failed')`), '0');
+    assert.deepEqual(readdirSync(sbx.jailRoot('fork')), []);
+  } finally {
+    await sbx.stop();
+    sbx.cleanup();
+  }
+});
