@@ -54,11 +54,11 @@
 #endif
 
 #define QEMU_AGENT_PORT "sbx.agent"
-#define QEMU_BOOT_TIMEOUT_MS 60000      /* TCG on a busy 2-core host: boots take 1.5 s to ~20 s */
-#define QEMU_CONNECT_TIMEOUT_MS 10000   /* QEMU start-up to its connecting the chardev sockets */
-#define QEMU_POWERDOWN_TIMEOUT_MS 3000  /* guest init handles the power button and powers off */
+#define QEMU_BOOT_TIMEOUT_MS 60000     /* TCG on a busy 2-core host: boots take 1.5 s to ~20 s */
+#define QEMU_CONNECT_TIMEOUT_MS 10000  /* QEMU start-up to its connecting the chardev sockets */
+#define QEMU_POWERDOWN_TIMEOUT_MS 3000 /* guest init handles the power button and powers off */
 #define QEMU_QUIT_TIMEOUT_MS 2000
-#define QEMU_TAP_FD 3                   /* where the tap fd sits in QEMU's fd table */
+#define QEMU_TAP_FD 3 /* where the tap fd sits in QEMU's fd table */
 
 struct qemu_state {
     int qmp_fd;
@@ -309,10 +309,10 @@ static int listen_unix(const char *path, uid_t uid, gid_t gid, char *err, size_t
 /* ---------------------------------------------------------------- the jailed QEMU process */
 
 struct qemu_launch {
-    const char *jail_root;   /* <jail>/root */
-    const char *usr_target;  /* <jail>/root/usr */
-    const char *dev_null;    /* <jail>/root/dev/null */
-    const char *qemu_log;    /* <jail>/qemu.log: QEMU's own stderr */
+    const char *jail_root;  /* <jail>/root */
+    const char *usr_target; /* <jail>/root/usr */
+    const char *dev_null;   /* <jail>/root/dev/null */
+    const char *qemu_log;   /* <jail>/qemu.log: QEMU's own stderr */
     uid_t uid;
     gid_t gid;
     char *const *argv;
@@ -461,11 +461,12 @@ static bool wait_exit(pid_t pid, int timeout_ms)
     return true;
 }
 
-/* Appends the last line of QEMU's own log to err, which usually says why it stopped. */
-static void append_qemu_log(const char *jail, char *err, size_t errlen)
+/* Appends the last line of a log in the jail to err (QEMU's own log usually says why it stopped,
+ * the guest console why the agent never came up). */
+static void append_log_tail(const char *jail, const char *name, char *err, size_t errlen)
 {
     char path[PATH_MAX], buf[512];
-    snprintf(path, sizeof path, "%s/qemu.log", jail);
+    snprintf(path, sizeof path, "%.3000s/%s", jail, name);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return;
@@ -480,7 +481,7 @@ static void append_qemu_log(const char *jail, char *err, size_t errlen)
         buf[--n] = '\0';
     char *last = strrchr(buf, '\n');
     size_t used = strlen(err);
-    snprintf(err + used, errlen - used, " (qemu: %s)", last ? last + 1 : buf);
+    snprintf(err + used, errlen - used, " (%s: %s)", name, last ? last + 1 : buf);
 }
 
 /* Accepts the one connection QEMU makes to a listening socket, watching that QEMU is still up. */
@@ -586,7 +587,7 @@ static int qmp_execute(int fd, const char *command, int timeout_ms, char *err, s
         if (read_line(fd, -1, timeout_ms, line, sizeof line, err, errlen) != 0)
             return -1;
         json_t *reply = json_loads(line, 0, NULL);
-        int done = reply && json_object_get(reply, "return") ? 1
+        int done = reply && json_object_get(reply, "return")  ? 1
                    : reply && json_object_get(reply, "error") ? -1
                                                               : 0;
         json_decref(reply);
@@ -618,7 +619,7 @@ static void cgroup_attach(const struct sbx_config *cfg, struct sandbox_runtime *
     if (cfg->cgroup_root[0] == '\0')
         return;
     char path[512], procs[600], pid[32];
-    snprintf(path, sizeof path, "%s/qemu-%s", cfg->cgroup_root, rt->sandbox_id);
+    snprintf(path, sizeof path, "%.440s/qemu-%.60s", cfg->cgroup_root, rt->sandbox_id);
     if (mkdir(path, 0755) != 0 && errno != EEXIST) {
         log_warn("qemu driver: cgroup %s: %s (usage will not be measured)", path, strerror(errno));
         return;
@@ -627,8 +628,7 @@ static void cgroup_attach(const struct sbx_config *cfg, struct sandbox_runtime *
     int fd = open(procs, O_WRONLY | O_CLOEXEC);
     int n = snprintf(pid, sizeof pid, "%d\n", (int)rt->pid);
     if (fd < 0 || write(fd, pid, (size_t)n) != n) {
-        log_warn("qemu driver: joining %s: %s (usage will not be measured)", path,
-                 strerror(errno));
+        log_warn("qemu driver: joining %s: %s (usage will not be measured)", path, strerror(errno));
         if (fd >= 0)
             close(fd);
         rmdir(path);
@@ -683,6 +683,29 @@ static int wait_ready(struct sandbox_runtime *rt, char *err, size_t errlen)
     return rc;
 }
 
+/* The host's TSC rate in kHz from /proc/cpuinfo (constant_tsc hosts report it as "cpu MHz"), or
+ * 0 when unknown. */
+static long long host_tsc_khz(void)
+{
+    FILE *f = fopen("/proc/cpuinfo", "re");
+    if (f == NULL)
+        return 0;
+    char line[256];
+    double mhz = 0;
+    bool constant_tsc = false;
+    while (fgets(line, sizeof line, f) != NULL) {
+        if (mhz == 0)
+            sscanf(line, "cpu MHz : %lf", &mhz);
+        if (strncmp(line, "flags", 5) == 0) {
+            constant_tsc = strstr(line, " constant_tsc") != NULL;
+            if (mhz > 0)
+                break;
+        }
+    }
+    fclose(f);
+    return constant_tsc ? (long long)(mhz * 1000.0) : 0;
+}
+
 /* Builds QEMU's argv into args (pointers into strs, which the caller keeps alive). */
 struct qemu_args {
     char strs[12][256];
@@ -700,6 +723,8 @@ static void build_argv(struct qemu_args *a, const char *bin, const char *accel,
     ARG("microvm");
     ARG("-accel");
     FMT("%s", accel);
+    ARG("-cpu");
+    ARG(strcmp(accel, "kvm") == 0 ? "host" : "max");
     ARG("-nodefaults");
     ARG("-no-user-config");
     ARG("-nographic");
@@ -713,7 +738,17 @@ static void build_argv(struct qemu_args *a, const char *bin, const char *accel,
     ARG("-initrd");
     ARG("/initramfs.cpio.gz");
     ARG("-append");
-    ARG("console=ttyS0 quiet panic=-1 rdinit=/init sbx.channel=virtio:" QEMU_AGENT_PORT);
+    /* microvm has no HPET or PM timer, and under TCG on a loaded host the guest's calibration of
+     * its TSC against the PIT fails (the TSC is the host's, read with jitter), after which the
+     * kernel hangs setting up its timers. TCG's guest TSC runs at the host's TSC rate, so the
+     * kernel is told that rate and to trust it. */
+    long long tsc_khz = strcmp(accel, "tcg") == 0 ? host_tsc_khz() : 0;
+    if (tsc_khz > 0)
+        FMT("console=ttyS0 quiet panic=-1 rdinit=/init sbx.channel=virtio:%s tsc=reliable "
+            "tsc_early_khz=%lld",
+            QEMU_AGENT_PORT, tsc_khz);
+    else
+        FMT("console=ttyS0 quiet panic=-1 rdinit=/init sbx.channel=virtio:%s", QEMU_AGENT_PORT);
     ARG("-serial");
     ARG("file:/console.log");
     ARG("-chardev");
@@ -794,16 +829,21 @@ static int qemu_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, c
     if (read_image_hash(guest_dir, rt->image_hash, sizeof rt->image_hash, err, errlen) != 0)
         return -1;
 
-    snprintf(rt->jail_dir, sizeof rt->jail_dir, "%s/qemu/%s", cfg->chroot_base, rt->sandbox_id);
+    if (strlen(cfg->chroot_base) > 400) {
+        snprintf(err, errlen, "chroot_base is too long for unix socket paths in the jail");
+        return -1;
+    }
+    snprintf(rt->jail_dir, sizeof rt->jail_dir, "%.400s/qemu/%.60s", cfg->chroot_base,
+             rt->sandbox_id);
     char root[PATH_MAX], usr[PATH_MAX], devnull[PATH_MAX], qlog[PATH_MAX], agent_sock[PATH_MAX],
         qmp_sock[PATH_MAX], console[PATH_MAX];
     snprintf(root, sizeof root, "%s/root", rt->jail_dir);
-    snprintf(usr, sizeof usr, "%s/usr", root);
-    snprintf(devnull, sizeof devnull, "%s/dev/null", root);
+    snprintf(usr, sizeof usr, "%.500s/usr", root);
+    snprintf(devnull, sizeof devnull, "%.500s/dev/null", root);
     snprintf(qlog, sizeof qlog, "%s/qemu.log", rt->jail_dir);
-    snprintf(agent_sock, sizeof agent_sock, "%s/agent.sock", root);
-    snprintf(qmp_sock, sizeof qmp_sock, "%s/qmp.sock", root);
-    snprintf(console, sizeof console, "%s/console.log", root);
+    snprintf(agent_sock, sizeof agent_sock, "%.500s/agent.sock", root);
+    snprintf(qmp_sock, sizeof qmp_sock, "%.500s/qmp.sock", root);
+    snprintf(console, sizeof console, "%.500s/console.log", root);
 
     uid_t uid = (uid_t)cfg->sandbox_uid;
     gid_t gid = (gid_t)cfg->sandbox_gid;
@@ -866,7 +906,8 @@ static int qemu_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, c
     return 0;
 
 fail_log:
-    append_qemu_log(rt->jail_dir, err, errlen);
+    append_log_tail(rt->jail_dir, "qemu.log", err, errlen);
+    append_log_tail(rt->jail_dir, "root/console.log", err, errlen);
 fail:
     if (agent_lfd >= 0)
         close(agent_lfd);

@@ -18,6 +18,8 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,21 +31,28 @@
 extern const struct driver driver_qemu;
 
 static int failures;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+/* Both evaluate cond exactly once (it may boot a VM). */
+#define CHECK(cond, ...) check_that((cond), #cond, __FILE__, __LINE__, __VA_ARGS__)
 #define REQUIRE(cond, ...)                                                                         \
     do {                                                                                           \
-        CHECK(cond, __VA_ARGS__);                                                                  \
-        if (!(cond))                                                                               \
+        if (!CHECK(cond, __VA_ARGS__))                                                             \
             goto out;                                                                              \
     } while (0)
+
+__attribute__((format(printf, 5, 6))) static bool
+check_that(bool ok, const char *what, const char *file, int line, const char *fmt, ...)
+{
+    if (ok)
+        return true;
+    fprintf(stderr, "FAIL %s:%d: %s: ", file, line, what);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    failures++;
+    return false;
+}
 
 static int64_t now_ms(void)
 {
@@ -156,7 +165,7 @@ int main(int argc, char **argv)
         return 2;
     }
     snprintf(cfg.guest_dir, sizeof cfg.guest_dir, "%s", argv[1]);
-    snprintf(cfg.cgroup_root, sizeof cfg.cgroup_root, "%s", cgroot);
+    snprintf(cfg.cgroup_root, sizeof cfg.cgroup_root, "%.400s", cgroot);
     snprintf(cfg.qemu_accel, sizeof cfg.qemu_accel, "tcg");
 
     struct sandbox_runtime rt = {.channel_fd = -1};
@@ -242,8 +251,7 @@ out:
         snprintf(cg, sizeof cg, "%s", rt.cgroup_path);
         struct store_usage usage;
         int64_t t1 = now_ms();
-        CHECK(driver_qemu.terminate(&cfg, &rt, &usage, err, sizeof err) == 0, "terminate: %s",
-              err);
+        CHECK(driver_qemu.terminate(&cfg, &rt, &usage, err, sizeof err) == 0, "terminate: %s", err);
         fprintf(stderr, "terminated in %lld ms, cpu %lld usec\n", (long long)(now_ms() - t1),
                 (long long)usage.cpu_usec);
         CHECK(kill(pid, 0) != 0 && errno == ESRCH, "qemu pid %d still exists", (int)pid);
