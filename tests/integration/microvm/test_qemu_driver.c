@@ -28,7 +28,6 @@
 #include <time.h>
 #include <unistd.h>
 
-extern const struct driver driver_qemu;
 
 static int failures;
 /* Both evaluate cond exactly once (it may boot a VM). */
