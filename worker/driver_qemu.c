@@ -318,12 +318,24 @@ struct qemu_launch {
     char *const *argv;
 };
 
-/* In the child: reports which step failed (and errno) to the parent through errfd, then exits. */
+/* In the child: reports which step failed and errno ("<step>:<errno>") to the parent through
+ * errfd, then exits. No stdio or strerror here: after fork in a multi-threaded worker only
+ * async-signal-safe calls are safe. */
 static void child_fail(int errfd, const char *step)
 {
-    char msg[256];
-    int n = snprintf(msg, sizeof msg, "%s: %s", step, strerror(errno));
-    if (write(errfd, msg, (size_t)n) < 0) {
+    char msg[128], digits[16];
+    size_t len = 0, nd = 0;
+    for (const char *p = step; *p && len < sizeof msg - 20; p++)
+        msg[len++] = *p;
+    msg[len++] = ':';
+    unsigned e = (unsigned)errno;
+    do {
+        digits[nd++] = (char)('0' + e % 10);
+        e /= 10;
+    } while (e != 0 && nd < sizeof digits);
+    while (nd > 0)
+        msg[len++] = digits[--nd];
+    if (write(errfd, msg, len) < 0) {
         /* nothing left to tell anybody */
     }
     _exit(127);
@@ -430,7 +442,11 @@ static pid_t spawn_qemu(const struct qemu_launch *l, char *err, size_t errlen)
     close(pipefd[0]);
     if (n > 0) {
         msg[n] = '\0';
-        snprintf(err, errlen, "starting jailed qemu: %s", msg);
+        char *colon = strrchr(msg, ':');
+        int child_errno = colon ? atoi(colon + 1) : 0;
+        if (colon)
+            *colon = '\0';
+        snprintf(err, errlen, "starting jailed qemu: %s: %s", msg, strerror(child_errno));
         waitpid(pid, NULL, 0);
         return -1;
     }
