@@ -11,3 +11,14 @@ if(TARGET guest-image)
            COMMAND test_qemu_driver ${CMAKE_BINARY_DIR}/guest)
   set_tests_properties(it.microvm.qemu_driver PROPERTIES FIXTURES_REQUIRED guest_image TIMEOUT 180)
 endif()
+
+# End to end (issue 4): gateway + sbx-worker + the qemu driver, through the worker tests' harness.
+find_program(NODE_EXECUTABLE node)
+if(TARGET guest-image AND NODE_EXECUTABLE AND TARGET sbx-worker AND TARGET sbx-gateway)
+  add_test(NAME it.microvm.qemu_e2e
+           COMMAND ${NODE_EXECUTABLE} --test --test-concurrency=1
+                   ${CMAKE_CURRENT_LIST_DIR}/integration/microvm/qemu_e2e.test.mjs)
+  set_tests_properties(it.microvm.qemu_e2e PROPERTIES
+    ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>"
+    FIXTURES_REQUIRED guest_image TIMEOUT 300)
+endif()
