@@ -37,7 +37,7 @@ test('a qemu App answers from its own microVM, warm claims, keep-alive expiry, n
     const { key } = await sbx.app('vm', { driver: 'qemu', keepAliveSeconds: 2, memSizeMib: 256, vcpuCount: 1, maxAttempts: 1 });
     const session = await sbx.session(key);
 
-    await sbx.until(() => qemuIn(sbx, 'warm') >= 1, 120000, 'a warm qemu Sandbox');
+    await sbx.until(() => qemuIn(sbx, 'warm') >= 1, Number(process.env.SBX_WARM_WAIT_MS || 120000), 'a warm qemu Sandbox');
     const m1 = await sbx.roundTrip(key, session.id, { hello: 'guest' }, 90);
     assert.equal(m1.state, 'completed', m1.error);
     assert.equal(m1.reply.echo.hello, 'guest');
