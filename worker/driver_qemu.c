@@ -14,13 +14,15 @@
  *    can never be caught by the jail's removal;
  *  - the network namespace holds a tap device (tap0) whose fd is handed to QEMU (-netdev tap,fd=)
  *    as the guest's virtio-net link; addresses and the firewall are the network module's part;
- *  - a cgroup per Sandbox under cgroup_root/qemu-<sandboxId> for CPU accounting.
+ *  - a cgroup per Sandbox (worker/cgroup.h: <v2 root>/sbx/<sandboxId>) for CPU and memory
+ *    accounting of the QEMU process (the whole guest).
  * The driver, not QEMU, listens on the two unix sockets and QEMU connects to them at start-up
  * (chardev client mode), so the channel exists before the guest runs and nothing can race it.
  *
  * Termination: QMP system_powerdown (the guest init powers off on the ACPI power button), then
  * QMP quit, then SIGKILL, each after a timeout; then the jail and cgroup are removed.
  */
+#include "cgroup.h"
 #include "driver.h"
 #include "log.h"
 
@@ -34,6 +36,7 @@
 #include <linux/if.h>
 #include <linux/if_tun.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -70,6 +73,8 @@ static int64_t now_ms(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
+
+static const struct cgroup_host *host_cgroups(const struct sbx_config *cfg);
 
 /* ---------------------------------------------------------------- guest image and settings */
 
@@ -174,6 +179,7 @@ static int qemu_init(const struct sbx_config *cfg, char *err, size_t errlen)
         return -1;
     log_info("qemu driver: %s, accel %s, guest image %s (%s)", bin, choose_accel(cfg), guest_dir,
              hash);
+    host_cgroups(cfg);
     return 0;
 }
 
@@ -627,52 +633,41 @@ static int qmp_handshake(int fd, char *err, size_t errlen)
 
 /* ---------------------------------------------------------------- cgroup */
 
-/* Makes cgroup_root/qemu-<id> and moves pid into it. Accounting only (no limits): a failure is
- * logged and the Sandbox runs unmeasured. */
+/* The host's cgroup hierarchies (worker/cgroup.h), detected once: a Sandbox's QEMU goes into
+ * <v2 root>/sbx/<sandboxId> for CPU time, and v1 memory where the v2 controller is missing. */
+static struct cgroup_host qemu_cgroups;
+static bool qemu_cgroups_detected;
+static pthread_mutex_t qemu_cgroups_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static const struct cgroup_host *host_cgroups(const struct sbx_config *cfg)
+{
+    pthread_mutex_lock(&qemu_cgroups_lock);
+    if (!qemu_cgroups_detected) {
+        char report[1024];
+        cgroup_detect(cfg, &qemu_cgroups, report, sizeof report);
+        log_info("qemu driver: %s", report);
+        qemu_cgroups_detected = true;
+    }
+    pthread_mutex_unlock(&qemu_cgroups_lock);
+    return &qemu_cgroups;
+}
+
+/* Accounting only: a failure is logged and the Sandbox runs unmeasured. */
 static void cgroup_attach(const struct sbx_config *cfg, struct sandbox_runtime *rt)
 {
-    rt->cgroup_path[0] = '\0';
-    if (cfg->cgroup_root[0] == '\0')
-        return;
-    char path[512], procs[600], pid[32];
-    snprintf(path, sizeof path, "%.440s/qemu-%.60s", cfg->cgroup_root, rt->sandbox_id);
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
-        log_warn("qemu driver: cgroup %s: %s (usage will not be measured)", path, strerror(errno));
-        return;
-    }
-    snprintf(procs, sizeof procs, "%s/cgroup.procs", path);
-    int fd = open(procs, O_WRONLY | O_CLOEXEC);
-    int n = snprintf(pid, sizeof pid, "%d\n", (int)rt->pid);
-    if (fd < 0 || write(fd, pid, (size_t)n) != n) {
-        log_warn("qemu driver: joining %s: %s (usage will not be measured)", path, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        rmdir(path);
-        return;
-    }
-    close(fd);
-    snprintf(rt->cgroup_path, sizeof rt->cgroup_path, "%s", path);
+    const struct cgroup_host *h = host_cgroups(cfg);
+    char why[512];
+    if (cgroup_create(h, rt->sandbox_id, rt->cgroup_path, sizeof rt->cgroup_path, why,
+                      sizeof why) != 0 ||
+        cgroup_add_pid(h, rt->cgroup_path, rt->sandbox_id, rt->pid, why, sizeof why) != 0)
+        log_warn("qemu driver: %s: cgroup: %s (usage will not be measured)", rt->sandbox_id, why);
 }
 
-static int64_t cgroup_cpu_usec(const char *path)
+static void cgroup_detach(const struct sbx_config *cfg, const char *path, const char *sandbox_id)
 {
-    char file[600], line[128];
-    snprintf(file, sizeof file, "%s/cpu.stat", path);
-    FILE *f = fopen(file, "re");
-    if (f == NULL)
-        return -1;
-    long long usec = -1;
-    while (fgets(line, sizeof line, f) != NULL)
-        if (sscanf(line, "usage_usec %lld", &usec) == 1)
-            break;
-    fclose(f);
-    return usec;
-}
-
-static void cgroup_remove(const char *path)
-{
-    if (path[0] != '\0' && rmdir(path) != 0 && errno != ENOENT)
-        log_warn("qemu driver: cannot remove cgroup %s: %s", path, strerror(errno));
+    char why[512];
+    if (cgroup_remove(host_cgroups(cfg), path, sandbox_id, 5000, why, sizeof why) != 0)
+        log_warn("qemu driver: %s: %s", sandbox_id, why);
 }
 
 /* ---------------------------------------------------------------- driver functions */
@@ -954,18 +949,19 @@ static int qemu_attach_workspace(const struct sbx_config *cfg, struct sandbox_ru
 static int qemu_terminate(const struct sbx_config *cfg, struct sandbox_runtime *rt,
                           struct store_usage *usage, char *err, size_t errlen)
 {
-    (void)cfg;
     int rc = 0;
     usage->cpu_usec = -1;
-    usage->mem_peak_bytes = -1; /* guest memory is bounded by -m; host peak needs cgroup v1 */
+    usage->mem_peak_bytes = -1;
     if (stop_qemu(rt) != 0) {
         snprintf(err, errlen, "qemu pid %d did not exit after SIGKILL", (int)rt->pid);
         rc = -1;
     }
     release_runtime(rt);
-    if (rt->cgroup_path[0] != '\0') {
-        usage->cpu_usec = cgroup_cpu_usec(rt->cgroup_path);
-        cgroup_remove(rt->cgroup_path);
+    if (rc == 0) {
+        const struct cgroup_host *h = host_cgroups(cfg);
+        if (rt->cgroup_path[0] != '\0' || h->v1_memory_root[0] != '\0')
+            cgroup_read_usage(h, rt->cgroup_path, rt->sandbox_id, usage);
+        cgroup_detach(cfg, rt->cgroup_path, rt->sandbox_id);
         rt->cgroup_path[0] = '\0';
     }
     if (rc == 0 && rt->jail_dir[0] != '\0' && remove_tree(rt->jail_dir) != 0) {
@@ -999,8 +995,7 @@ static int qemu_reap(const struct sbx_config *cfg, const struct store_sandbox *s
             return -1;
         }
     }
-    if (sb->cgroup_path[0] != '\0')
-        cgroup_remove(sb->cgroup_path);
+    cgroup_detach(cfg, sb->cgroup_path, sb->id);
     /* Only ever remove what lies in this driver's part of chroot_base. */
     char expected[600];
     snprintf(expected, sizeof expected, "%s/qemu/%s", cfg->chroot_base, sb->id);

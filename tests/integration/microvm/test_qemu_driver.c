@@ -28,7 +28,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
 static int failures;
 /* Both evaluate cond exactly once (it may boot a VM). */
 #define CHECK(cond, ...) check_that((cond), #cond, __FILE__, __LINE__, __VA_ARGS__)
@@ -251,16 +250,25 @@ out:
         struct store_usage usage;
         int64_t t1 = now_ms();
         CHECK(driver_qemu.terminate(&cfg, &rt, &usage, err, sizeof err) == 0, "terminate: %s", err);
-        fprintf(stderr, "terminated in %lld ms, cpu %lld usec\n", (long long)(now_ms() - t1),
-                (long long)usage.cpu_usec);
+        fprintf(stderr, "terminated in %lld ms, cpu %lld usec, peak memory %lld bytes\n",
+                (long long)(now_ms() - t1), (long long)usage.cpu_usec,
+                (long long)usage.mem_peak_bytes);
         CHECK(kill(pid, 0) != 0 && errno == ESRCH, "qemu pid %d still exists", (int)pid);
         CHECK(access(jail, F_OK) != 0, "jail %s still exists", jail);
         CHECK(cg[0] == '\0' || access(cg, F_OK) != 0, "cgroup %s still exists", cg);
         if (cgroot[0] != '\0')
             CHECK(usage.cpu_usec > 0, "cpu usage not measured: %lld", (long long)usage.cpu_usec);
+        /* Hosts like this one account memory only in cgroup v1 (worker/cgroup.h uses it). */
+        if (access("/sys/fs/cgroup/memory/memory.max_usage_in_bytes", F_OK) == 0)
+            CHECK(usage.mem_peak_bytes > 0, "peak memory not measured: %lld",
+                  (long long)usage.mem_peak_bytes);
     }
-    if (cgroot[0] != '\0')
+    if (cgroot[0] != '\0') {
+        char sbx_dir[PATH_MAX + 8];
+        snprintf(sbx_dir, sizeof sbx_dir, "%s/sbx", cgroot);
+        rmdir(sbx_dir); /* made by cgroup_detect */
         rmdir(cgroot);
+    }
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", data);
     if (system(cmd) != 0)
