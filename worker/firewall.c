@@ -53,9 +53,9 @@ static const struct {
     const char *net;
     int len;
 } special_ranges[] = {
-    {"0.0.0.0", 8},       {"100.64.0.0", 10},   {"127.0.0.0", 8},    {"192.0.0.0", 24},
-    {"192.0.2.0", 24},    {"198.18.0.0", 15},   {"198.51.100.0", 24}, {"203.0.113.0", 24},
-    {"224.0.0.0", 4},     {"240.0.0.0", 4},     {"255.255.255.255", 32},
+    {"0.0.0.0", 8},    {"100.64.0.0", 10}, {"127.0.0.0", 8},        {"192.0.0.0", 24},
+    {"192.0.2.0", 24}, {"198.18.0.0", 15}, {"198.51.100.0", 24},    {"203.0.113.0", 24},
+    {"224.0.0.0", 4},  {"240.0.0.0", 4},   {"255.255.255.255", 32},
 };
 static const struct {
     const char *net;
@@ -69,7 +69,8 @@ struct fw {
     uint32_t seq;
 };
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
@@ -321,7 +322,7 @@ static void x_payload(struct nftnl_rule *r, uint32_t base, uint32_t offset, uint
     nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, dreg);
 }
 
-static void x_bitwise(struct nftnl_rule *r, uint32_t reg, const void *mask, const void *xor,
+static void x_bitwise(struct nftnl_rule *r, uint32_t reg, const void *mask, const void * xor,
                       uint32_t len)
 {
     struct nftnl_expr *e = expr_new(r, "bitwise");
@@ -715,7 +716,8 @@ static void udata_comment(const void *data, uint32_t len, char *out, size_t outl
     out[0] = '\0';
     if (!data || nftnl_udata_parse(data, len, udata_comment_cb, tb) < 0 || !tb[0])
         return;
-    snprintf(out, outlen, "%.*s", (int)nftnl_udata_len(tb[0]), (const char *)nftnl_udata_get(tb[0]));
+    snprintf(out, outlen, "%.*s", (int)nftnl_udata_len(tb[0]),
+             (const char *)nftnl_udata_get(tb[0]));
 }
 
 static int table_cb(const struct nlmsghdr *nlh, void *data)
@@ -816,8 +818,8 @@ static int fw_read_set(struct fw *fw, const char *set_name, struct elems_acc *ac
                        size_t errlen)
 {
     char buf[MNL_SOCKET_BUFFER_SIZE];
-    struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSETELEM, NFPROTO_INET,
-                                                 NLM_F_DUMP, fw_next_seq(fw));
+    struct nlmsghdr *nlh =
+        nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSETELEM, NFPROTO_INET, NLM_F_DUMP, fw_next_seq(fw));
     struct nftnl_set *s = must(nftnl_set_alloc());
     nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
     nftnl_set_set_str(s, NFTNL_SET_NAME, set_name);
@@ -982,8 +984,7 @@ static void fill_add(struct fw_batch *b, const void *arg)
 static void fill_nfs_on(struct fw_batch *b, const void *arg)
 {
     const struct fw_sandbox *sb = arg;
-    batch_elem(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, SET_NFS, sb->ifname, sb->addr,
-               sb->sandbox_id);
+    batch_elem(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, SET_NFS, sb->ifname, sb->addr, sb->sandbox_id);
 }
 
 static void fill_nfs_off(struct fw_batch *b, const void *arg)
@@ -1115,8 +1116,8 @@ int fw_counters(struct fw *fw, struct fw_counter out[FW_DROP_COUNT], char *err, 
     memset(out, 0, sizeof(*out) * FW_DROP_COUNT);
     char buf[MNL_SOCKET_BUFFER_SIZE];
     pthread_mutex_lock(&fw->lock);
-    struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETOBJ, NFPROTO_INET,
-                                                 NLM_F_DUMP, fw_next_seq(fw));
+    struct nlmsghdr *nlh =
+        nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETOBJ, NFPROTO_INET, NLM_F_DUMP, fw_next_seq(fw));
     struct nftnl_obj *o = must(nftnl_obj_alloc());
     nftnl_obj_set_str(o, NFTNL_OBJ_TABLE, FW_TABLE);
     nftnl_obj_set_u32(o, NFTNL_OBJ_TYPE, NFT_OBJECT_COUNTER);

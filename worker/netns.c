@@ -26,7 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
@@ -202,7 +203,8 @@ static void link_parse(const struct nlmsghdr *nlh, struct link_info *out)
     if (tb[IFLA_LINKINFO]) {
         const struct nlattr *info[IFLA_INFO_MAX + 1] = {0};
         mnl_attr_parse_nested(tb[IFLA_LINKINFO], linkinfo_attr_cb, info);
-        out->tap = info[IFLA_INFO_KIND] && strcmp(mnl_attr_get_str(info[IFLA_INFO_KIND]), "tun") == 0;
+        out->tap =
+            info[IFLA_INFO_KIND] && strcmp(mnl_attr_get_str(info[IFLA_INFO_KIND]), "tun") == 0;
     }
 }
 
@@ -378,13 +380,14 @@ static int configure_inside(pid_t pid, const struct net_link *link, char *err, s
         rc = route_add_default(&r, eth0.ifindex, link->host_addr);
     }
     rtnl_close(&r);
-    return rc == 0 ? 0 : fail(err, errlen, "in the Sandbox of pid %d: %s: %s", (int)pid, step,
-                              strerror(-rc));
+    return rc == 0 ? 0
+                   : fail(err, errlen, "in the Sandbox of pid %d: %s: %s", (int)pid, step,
+                          strerror(-rc));
 }
 
 /* Alias, host-side address, up. */
-static int configure_host_side(struct rtnl *r, const struct net_link *link, int *ifindex,
-                               char *err, size_t errlen)
+static int configure_host_side(struct rtnl *r, const struct net_link *link, int *ifindex, char *err,
+                               size_t errlen)
 {
     struct link_info li;
     int rc = link_get(r, link->ifname, &li);
@@ -621,7 +624,8 @@ static int attach_firewall(struct net_link *link, char *err, size_t errlen)
 int net_sandbox_attach_process(const char *sandbox_id, pid_t pid, struct net_link *out, char *err,
                                size_t errlen)
 {
-    if (need_init(err, errlen) < 0 || net_veth_create(&net.pool, sandbox_id, pid, out, err, errlen) < 0)
+    if (need_init(err, errlen) < 0 ||
+        net_veth_create(&net.pool, sandbox_id, pid, out, err, errlen) < 0)
         return -1;
     return attach_firewall(out, err, errlen);
 }
@@ -672,8 +676,7 @@ static int release_by_owner(const char *sandbox_id, char *err, size_t errlen)
     return net_reconcile(owner_is_not, (void *)sandbox_id, NULL, err, errlen);
 }
 
-int net_sandbox_release(const char *sandbox_id, const char *net_address, char *err,
-                        size_t errlen)
+int net_sandbox_release(const char *sandbox_id, const char *net_address, char *err, size_t errlen)
 {
     if (need_init(err, errlen) < 0 || check_owner(sandbox_id, err, errlen) < 0)
         return -1;

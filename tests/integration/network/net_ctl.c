@@ -5,13 +5,11 @@
  * as it does for the worker.
  *
  *   net_ctl [-p POOL] init
- *   net_ctl [-p POOL] attach SANDBOX_ID PID       prints "<ifname> <sandbox address> <host address>"
- *   net_ctl [-p POOL] tap SANDBOX_ID              same for a tap device
- *   net_ctl [-p POOL] nfs SANDBOX_ID ADDRESS on|off
- *   net_ctl [-p POOL] release SANDBOX_ID [ADDRESS]
- *   net_ctl [-p POOL] reconcile [LIVE_ID...]      prints "links N elements M"
- *   net_ctl [-p POOL] counters                    prints "drop_<reason> <packets> <bytes>" lines
- *   net_ctl [-p POOL] list                        fw_list
+ *   net_ctl [-p POOL] attach SANDBOX_ID PID       prints "<ifname> <sandbox address> <host
+ * address>" net_ctl [-p POOL] tap SANDBOX_ID              same for a tap device net_ctl [-p POOL]
+ * nfs SANDBOX_ID ADDRESS on|off net_ctl [-p POOL] release SANDBOX_ID [ADDRESS] net_ctl [-p POOL]
+ * reconcile [LIVE_ID...]      prints "links N elements M" net_ctl [-p POOL] counters prints
+ * "drop_<reason> <packets> <bytes>" lines net_ctl [-p POOL] list                        fw_list
  *   net_ctl [-p POOL] destroy                     fw_destroy
  */
 #include "firewall.h"
