@@ -15,3 +15,12 @@ add_test(NAME it.network.packets
          COMMAND unshare --net --mount -- bash ${net_it_dir}/it_packets.sh
                  $<TARGET_FILE:net_ctl> $<TARGET_FILE:net_probe>)
 set_tests_properties(it.network.packets PROPERTIES TIMEOUT 120 RUN_SERIAL ON)
+
+# tools/bench/firewall: time per Sandbox firewall change at 10, 100 and 1,000 live Sandboxes.
+add_executable(sbx-bench-firewall ${CMAKE_SOURCE_DIR}/tools/bench/firewall.c)
+target_link_libraries(sbx-bench-firewall PRIVATE sbxworker)
+set_target_properties(sbx-bench-firewall PROPERTIES RUNTIME_OUTPUT_DIRECTORY
+                                                    ${CMAKE_BINARY_DIR}/tools/bench)
+# A short run, so that the benchmark keeps working; it asserts nothing about speed.
+add_test(NAME it.network.bench_firewall_runs
+         COMMAND sbx-bench-firewall --samples 20 --max 100)
