@@ -671,8 +671,8 @@ static int fw_send_batch(struct fw *fw, struct fw_batch *b, char *err, size_t er
 }
 
 /* One request (a get or a dump); cb sees every answer. */
-static int fw_request(struct fw *fw, struct nlmsghdr *nlh, mnl_cb_t cb, void *data, char *err,
-                      size_t errlen)
+static int fw_request(struct fw *fw, const char *what, struct nlmsghdr *nlh, mnl_cb_t cb,
+                      void *data, char *err, size_t errlen)
 {
     uint32_t seq = nlh->nlmsg_seq;
     if (mnl_socket_sendto(fw->nl, nlh, nlh->nlmsg_len) < 0)
@@ -685,7 +685,7 @@ static int fw_request(struct fw *fw, struct nlmsghdr *nlh, mnl_cb_t cb, void *da
         int ret = mnl_cb_run(buf, (size_t)n, seq, fw->portid, cb, data);
         if (ret < 0) {
             int e = errno; /* the kernel's answer; fw_get_table tells ENOENT apart */
-            fail(err, errlen, "nftables: %s", strerror(e));
+            fail(err, errlen, "nftables: %s: %s", what, strerror(e));
             errno = e;
             return -1;
         }
@@ -747,7 +747,7 @@ static int fw_get_table(struct fw *fw, char comment[160], char *err, size_t errl
     nftnl_table_free(t);
     comment[0] = '\0';
     char why[200];
-    if (fw_request(fw, nlh, table_cb, comment, why, sizeof(why)) < 0) {
+    if (fw_request(fw, "table inet " FW_TABLE, nlh, table_cb, comment, why, sizeof(why)) < 0) {
         if (errno == ENOENT)
             return 0;
         return fail(err, errlen, "%s", why);
@@ -826,7 +826,7 @@ static int fw_read_set(struct fw *fw, const char *set_name, struct elems_acc *ac
     nftnl_set_elems_nlmsg_build_payload(nlh, s);
     nftnl_set_free(s);
     acc->nfs = strcmp(set_name, SET_NFS) == 0;
-    return fw_request(fw, nlh, elems_cb, acc, err, errlen);
+    return fw_request(fw, "table inet " FW_TABLE, nlh, elems_cb, acc, err, errlen);
 }
 
 /* Both sets, merged per interface and address (an element only in `nfs` still shows). */
@@ -947,6 +947,11 @@ static int fw_ensure_structure(struct fw *fw, const char *net_pool, char *err, s
             return -1;
     }
     return fail(err, errlen, "nftables: table inet %s keeps changing under us", FW_TABLE);
+}
+
+struct fw *fw_open(char *err, size_t errlen)
+{
+    return fw_open_socket(err, errlen);
 }
 
 struct fw *fw_init(const char *net_pool, char *err, size_t errlen)
@@ -1095,9 +1100,15 @@ int fw_reconcile(struct fw *fw, bool (*is_live)(const char *sandbox_id, void *ar
     return fw_remove_where(fw, keep_live, &q, removed, err, errlen);
 }
 
+struct counters_acc {
+    struct fw_counter *out;
+    int found;
+};
+
 static int counter_cb(const struct nlmsghdr *nlh, void *data)
 {
-    struct fw_counter *out = data;
+    struct counters_acc *acc = data;
+    struct fw_counter *out = acc->out;
     struct nftnl_obj *o = must(nftnl_obj_alloc());
     if (nftnl_obj_nlmsg_parse(nlh, o) == 0 && nftnl_obj_is_set(o, NFTNL_OBJ_NAME)) {
         const char *name = nftnl_obj_get_str(o, NFTNL_OBJ_NAME);
@@ -1105,6 +1116,7 @@ static int counter_cb(const struct nlmsghdr *nlh, void *data)
             if (strncmp(name, "drop_", 5) == 0 && strcmp(name + 5, fw_drop_reason_names[i]) == 0) {
                 out[i].packets = nftnl_obj_get_u64(o, NFTNL_OBJ_CTR_PKTS);
                 out[i].bytes = nftnl_obj_get_u64(o, NFTNL_OBJ_CTR_BYTES);
+                acc->found++;
             }
     }
     nftnl_obj_free(o);
@@ -1123,8 +1135,12 @@ int fw_counters(struct fw *fw, struct fw_counter out[FW_DROP_COUNT], char *err, 
     nftnl_obj_set_u32(o, NFTNL_OBJ_TYPE, NFT_OBJECT_COUNTER);
     nftnl_obj_nlmsg_build_payload(nlh, o);
     nftnl_obj_free(o);
-    int rc = fw_request(fw, nlh, counter_cb, out, err, errlen);
+    struct counters_acc acc = {out, 0};
+    int rc = fw_request(fw, "table inet " FW_TABLE " counters", nlh, counter_cb, &acc, err, errlen);
     pthread_mutex_unlock(&fw->lock);
+    if (rc == 0 && acc.found != FW_DROP_COUNT)
+        return fail(err, errlen, "table inet %s: %d of %d drop counters (no worker set it up?)",
+                    FW_TABLE, acc.found, FW_DROP_COUNT);
     return rc;
 }
 

@@ -85,6 +85,10 @@ struct fw;
  * as it is (other worker processes may be using it); one of another version or pool is replaced in
  * one batch that carries its Sandbox elements over. NULL on failure. */
 struct fw *fw_init(const char *net_pool, char *err, size_t errlen);
+/* Read-only access for inspection (sbxctl firewall, the gateway's /metrics): opens the netlink
+ * socket without creating or changing anything. fw_elements, fw_counters and fw_list then fail
+ * with "table inet sbx: No such file or directory" until a worker has called fw_init. */
+struct fw *fw_open(char *err, size_t errlen);
 void fw_close(struct fw *fw);
 
 /* Adds the Sandbox's element (replacing a stale one with the same interface and address). */

@@ -99,7 +99,15 @@ EOF
 FOREIGN_BEFORE=$(nft list table ip foreign)
 
 # ---- the firewall and the first Sandbox ----
+out=$("$CTL" ro-counters 2>&1) && bad "read-only counters without a table: $out" ||
+    ok "read-only access before any worker fails clearly ($out)"
+nft list table inet sbx >/dev/null 2>&1 && bad "read-only access created the table" ||
+    ok "read-only access created nothing"
 ctl init || { bad "init"; exit 1; }
+"$CTL" ro-counters | grep -q "^drop_host 0 0$" && ok "read-only counters after init" ||
+    bad "read-only counters after init"
+ctl init && ok "a second init keeps the table" || bad "second init"
+
 [ "$(sysctl -n net.ipv4.ip_forward)" = 1 ] && ok "forwarding enabled" || bad "forwarding not enabled"
 start_sandbox_process || bad "Sandbox 1 process"
 SB1_PID=$NEW_PID
@@ -187,6 +195,15 @@ echo "$LIST" | grep -q 'iifname "sbx\*" jump sandbox_to_host' && ok "list prints
     bad "list output: $LIST"
 nft list table inet sbx | grep -q "\"$IF2\" . $ADDR2 comment \"sbx_test2\"" &&
     ok "nft sees Sandbox 2's element with its owner" || bad "nft: $(nft list set inet sbx sandboxes)"
+
+echo "# a worker with another pool replaces the table in one batch, carrying the elements over"
+"$CTL" -p 10.213.0.0/23 init && nft list chain inet sbx postrouting | grep -q "10.213.0.0/23" &&
+    ok "pool change rebuilt the table" || bad "pool change"
+nft list set inet sbx sandboxes | grep -q "comment \"sbx_test2\"" && ok "elements carried over" ||
+    bad "elements lost: $(nft list set inet sbx sandboxes)"
+ctl init && nft list chain inet sbx postrouting | grep -q "10.213.0.0/24" && ok "and back" ||
+    bad "pool back"
+expect answered "Sandbox 2 still reaches the public address" tcp 11.11.11.11 80
 
 echo "# termination and reconciliation"
 ctl release sbx_test1 "$ADDR1" || bad "release 1"

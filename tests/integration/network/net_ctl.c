@@ -11,6 +11,7 @@
  * reconcile [LIVE_ID...]      prints "links N elements M" net_ctl [-p POOL] counters prints
  * "drop_<reason> <packets> <bytes>" lines net_ctl [-p POOL] list                        fw_list
  *   net_ctl [-p POOL] destroy                     fw_destroy
+ *   net_ctl ro-counters | ro-list                 the same through fw_open (read-only, no init)
  */
 #include "firewall.h"
 #include "netns.h"
@@ -48,6 +49,36 @@ static void print_link(const struct net_link *link)
     printf("%s %s %s\n", link->ifname, sa, ha);
 }
 
+static int print_counters(struct fw *fw)
+{
+    char err[512];
+    struct fw_counter c[FW_DROP_COUNT];
+    if (fw_counters(fw, c, err, sizeof(err)) < 0)
+        return die("counters", err);
+    for (int i = 0; i < FW_DROP_COUNT; i++)
+        printf("drop_%s %llu %llu\n", fw_drop_reason_names[i], (unsigned long long)c[i].packets,
+               (unsigned long long)c[i].bytes);
+    return 0;
+}
+
+/* What sbxctl and the gateway do: look, never create. */
+static int read_only(const char *cmd)
+{
+    char err[512];
+    struct fw *fw = fw_open(err, sizeof(err));
+    if (!fw)
+        return die("open", err);
+    int rc;
+    if (strcmp(cmd, "counters") == 0)
+        rc = print_counters(fw);
+    else if (fw_list(fw, stdout, err, sizeof(err)) < 0)
+        rc = die("list", err);
+    else
+        rc = 0;
+    fw_close(fw);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     const char *pool = "10.213.0.0/16";
@@ -60,6 +91,8 @@ int main(int argc, char **argv)
         return die("usage", "see the comment at the top of net_ctl.c");
     const char *cmd = argv[a++];
     char err[512];
+    if (strncmp(cmd, "ro-", 3) == 0)
+        return read_only(cmd + 3);
     if (net_init(pool, err, sizeof(err)) < 0)
         return die("init", err);
     int rc = 0;
@@ -87,11 +120,9 @@ int main(int argc, char **argv)
         if (rc == 0)
             printf("links %zu elements %zu\n", rep.links_removed, rep.elements_removed);
     } else if (strcmp(cmd, "counters") == 0) {
-        struct fw_counter c[FW_DROP_COUNT];
-        rc = fw_counters(net_firewall(), c, err, sizeof(err));
-        for (int i = 0; rc == 0 && i < FW_DROP_COUNT; i++)
-            printf("drop_%s %llu %llu\n", fw_drop_reason_names[i], (unsigned long long)c[i].packets,
-                   (unsigned long long)c[i].bytes);
+        int r = print_counters(net_firewall());
+        net_shutdown();
+        return r;
     } else if (strcmp(cmd, "list") == 0) {
         rc = fw_list(net_firewall(), stdout, err, sizeof(err));
     } else if (strcmp(cmd, "destroy") == 0) {
