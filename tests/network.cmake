@@ -24,3 +24,7 @@ set_target_properties(sbx-bench-firewall PROPERTIES RUNTIME_OUTPUT_DIRECTORY
 # A short run, so that the benchmark keeps working; it asserts nothing about speed.
 add_test(NAME it.network.bench_firewall_runs
          COMMAND sbx-bench-firewall --samples 20 --max 100)
+
+add_test(NAME it.network.slots
+         COMMAND unshare --net -- bash ${net_it_dir}/it_slots.sh $<TARGET_FILE:net_ctl>)
+set_tests_properties(it.network.slots PROPERTIES TIMEOUT 60)

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -413,10 +414,25 @@ static int check_owner(const char *sandbox_id, char *err, size_t errlen)
     return 0;
 }
 
+/* The peer must land in a namespace of the Sandbox's own: with a pid still in the host's, "eth0"
+ * would be created (or found) on the host itself. */
+static int check_own_namespace(pid_t pid, char *err, size_t errlen)
+{
+    char path[64];
+    struct stat self, child;
+    snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)pid);
+    if (stat("/proc/thread-self/ns/net", &self) < 0 || stat(path, &child) < 0)
+        return fail(err, errlen, "%s: %s", path, strerror(errno));
+    if (self.st_ino == child.st_ino && self.st_dev == child.st_dev)
+        return fail(err, errlen, "pid %d is in the host's network namespace (no CLONE_NEWNET?)",
+                    (int)pid);
+    return 0;
+}
+
 int net_veth_create(const struct net_pool *pool, const char *sandbox_id, pid_t pid,
                     struct net_link *out, char *err, size_t errlen)
 {
-    if (check_owner(sandbox_id, err, errlen) < 0)
+    if (check_owner(sandbox_id, err, errlen) < 0 || check_own_namespace(pid, err, errlen) < 0)
         return -1;
     struct rtnl r;
     if (rtnl_open(&r, err, errlen) < 0)
