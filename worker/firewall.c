@@ -149,16 +149,21 @@ static void batch_begin(struct fw_batch *b, uint32_t seq)
     batch_commit(b, nftnl_batch_begin(batch_tail(b), b->seq++));
 }
 
+/* Only the last message asks for an ack: the kernel reports every failing message anyway (and
+ * applies nothing then), so one ack and no error mean the whole batch was applied. An ack per
+ * message would overflow the socket's receive queue for large batches (each ack is an skb). */
 static void batch_end(struct fw_batch *b)
 {
+    if (b->messages)
+        ((struct nlmsghdr *)(b->buf + b->last))->nlmsg_flags |= NLM_F_ACK;
     batch_commit(b, nftnl_batch_end(batch_tail(b), b->seq++));
 }
 
-/* Every message asks for an ack, so that fw_talk can tell success from silence. */
 static struct nlmsghdr *batch_msg(struct fw_batch *b, uint16_t type, uint16_t flags)
 {
     b->messages++;
-    return nftnl_nlmsg_build_hdr(batch_tail(b), type, NFPROTO_INET, flags | NLM_F_ACK, b->seq++);
+    b->last = b->len;
+    return nftnl_nlmsg_build_hdr(batch_tail(b), type, NFPROTO_INET, flags, b->seq++);
 }
 
 static void batch_table(struct fw_batch *b, uint16_t type, uint16_t flags, const char *comment)
@@ -665,8 +670,8 @@ static int fw_send_batch(struct fw *fw, struct fw_batch *b, char *err, size_t er
         return fail(err, errlen, "nftables: batch refused at message %u of %zu: %s",
                     error_seq - first_seq, b->messages, strerror(first_error));
     }
-    if (acks < b->messages)
-        return fail(err, errlen, "nftables: %zu of %zu messages acknowledged", acks, b->messages);
+    if (b->messages && acks != 1)
+        return fail(err, errlen, "nftables: batch of %zu messages not acknowledged", b->messages);
     return 0;
 }
 
@@ -862,6 +867,12 @@ static struct fw *fw_open_socket(char *err, size_t errlen)
     /* Acks carry only the header of each request, not its payload. */
     int one = 1;
     mnl_socket_setsockopt(fw->nl, NETLINK_CAP_ACK, &one, sizeof(one));
+    /* A batch goes in one sendmsg(): a table replaced with 16,384 Sandboxes' elements is ~5 MB,
+     * beyond the default socket buffer; a batch that fails may answer with as many errors.
+     * Forcing the sizes needs CAP_NET_ADMIN, which nftables needs anyway. */
+    int bufsize = 8 << 20;
+    setsockopt(mnl_socket_get_fd(fw->nl), SOL_SOCKET, SO_SNDBUFFORCE, &bufsize, sizeof(bufsize));
+    setsockopt(mnl_socket_get_fd(fw->nl), SOL_SOCKET, SO_RCVBUFFORCE, &bufsize, sizeof(bufsize));
     fw->portid = mnl_socket_get_portid(fw->nl);
     fw->seq = (uint32_t)time(NULL);
     pthread_mutex_init(&fw->lock, NULL);

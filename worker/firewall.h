@@ -128,6 +128,7 @@ struct fw_batch {
     size_t cap;
     uint32_t seq;
     size_t messages; /* between BATCH_BEGIN and BATCH_END */
+    size_t last;     /* offset of the last of them: the one that asks for an ack */
 };
 void fw_batch_free(struct fw_batch *b);
 /* The structure batch of fw_init() on an empty host (pool as in fw_init). */

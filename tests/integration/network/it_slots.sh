@@ -66,10 +66,23 @@ kill "${PIDS[11]}"
 unshare --net -- sleep 600 </dev/null >/dev/null 2>&1 &
 PIDS+=("$!")
 until [ "$(readlink /proc/$!/ns/net)" != "$(readlink /proc/self/ns/net)" ]; do sleep 0.01; done
-"$CTL" -p $POOL attach sbx_again "$!" >/dev/null && ok "the pool serves again after release" ||
-    bad "attach after release"
+read -r _ again_addr _ < <("$CTL" -p $POOL attach sbx_again "$!") &&
+    ok "the pool serves again after release" || bad "attach after release"
+"$CTL" -p $POOL release sbx_again "$again_addr" || bad "release again"
 "$CTL" -p $POOL attach sbx_host $$ 2>&1 | grep -q "host's network namespace" &&
     ok "a pid in the host's namespace is refused" || bad "host namespace not refused"
+# A batch the kernel refuses is reported, and the attach leaves nothing behind: a table with the
+# right comment but none of its sets (as if someone had emptied it by hand).
 "$CTL" -p $POOL destroy
+nft add table inet sbx "{ comment \"sbx firewall v1 pool $POOL: managed by sbx, do not edit\"; }"
+unshare --net -- sleep 600 </dev/null >/dev/null 2>&1 &
+PIDS+=("$!")
+until [ "$(readlink /proc/$!/ns/net)" != "$(readlink /proc/self/ns/net)" ]; do sleep 0.01; done
+out=$("$CTL" -p $POOL attach sbx_refused "$!" 2>&1)
+echo "$out" | grep -q "batch refused at message 1 of 5: No such file or directory" &&
+    ok "a refused batch is reported ($out)" || bad "refused batch: $out"
+[ -z "$(ip -o link show | grep -E ': sbx[0-9]+@')" ] && ok "a failed attach leaves no link" ||
+    bad "a failed attach left a link"
+nft delete table inet sbx
 echo "# $FAILS failure(s)"
 [ "$FAILS" -eq 0 ]
