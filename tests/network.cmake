@@ -7,6 +7,10 @@ add_executable(test_firewall_batch ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_firewal
 target_link_libraries(test_firewall_batch PRIVATE sbxworker PkgConfig::CMOCKA)
 add_test(NAME unit.network.firewall_batch COMMAND test_firewall_batch)
 
+add_executable(test_firewall_netns ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_firewall_netns.c)
+target_link_libraries(test_firewall_netns PRIVATE sbxworker PkgConfig::CMOCKA)
+add_test(NAME unit.network.addresses COMMAND test_firewall_netns)
+
 add_executable(net_probe ${net_it_dir}/net_probe.c)
 add_executable(net_ctl ${net_it_dir}/net_ctl.c)
 target_link_libraries(net_ctl PRIVATE sbxworker)

@@ -5,6 +5,7 @@
  */
 #include "netns.h"
 
+#include "log.h"
 #include "store.h"
 
 #include <arpa/inet.h>
@@ -608,7 +609,11 @@ int net_init(const char *net_pool, char *err, size_t errlen)
         net_enable_forwarding(err, errlen) < 0)
         return -1;
     net.fw = fw_init(net_pool, err, errlen);
-    return net.fw ? 0 : -1;
+    if (!net.fw)
+        return -1;
+    log_info("network: table inet %s ready, Sandbox links from %s (%u slots)", FW_TABLE, net_pool,
+             net.pool.slots);
+    return 0;
 }
 
 void net_shutdown(void)
