@@ -32,3 +32,15 @@ add_test(NAME it.network.bench_firewall_runs
 add_test(NAME it.network.slots
          COMMAND unshare --net -- bash ${net_it_dir}/it_slots.sh $<TARGET_FILE:net_ctl>)
 set_tests_properties(it.network.slots PROPERTIES TIMEOUT 60)
+
+# The workers' own path: a Sandbox booted by the process driver gets exactly these rules.
+if(TARGET rootfs)
+  add_executable(net_driver_check ${net_it_dir}/net_driver_check.c)
+  target_link_libraries(net_driver_check PRIVATE sbxworker)
+  add_dependencies(net_driver_check rootfs)
+  add_test(NAME it.network.process_driver
+           COMMAND unshare --net --mount -- bash ${net_it_dir}/it_driver.sh
+                   $<TARGET_FILE:net_driver_check> $<TARGET_FILE:net_probe>
+                   ${CMAKE_BINARY_DIR}/rootfs)
+  set_tests_properties(it.network.process_driver PROPERTIES TIMEOUT 90)
+endif()
