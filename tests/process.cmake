@@ -9,6 +9,9 @@ set_tests_properties(it.process.driver PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 7
 
 add_executable(test_agent_json ${CMAKE_CURRENT_LIST_DIR}/integration/process/test_agent_json.c)
 target_link_libraries(test_agent_json PRIVATE sbxrelay PkgConfig::CMOCKA)
+target_compile_definitions(test_agent_json PRIVATE SBX_AGENT_BIN="$<TARGET_FILE:sbx-agent>"
+                                                   SBX_ECHO_AGENT_BIN="$<TARGET_FILE:sbx-echo-agent>")
+add_dependencies(test_agent_json sbx-agent sbx-echo-agent)
 add_test(NAME unit.process.agent_json COMMAND test_agent_json)
 
 add_executable(test_jail ${CMAKE_CURRENT_LIST_DIR}/unit/test_jail.c)

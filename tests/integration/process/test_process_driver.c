@@ -202,6 +202,13 @@ static void test_echo_agent_answers(void **state)
     assert_false(path_exists(cgroup));
     assert_true(kill(pid, 0) != 0);
     assert_true(usage.cpu_usec > 0); /* boot and exec of two programs cost CPU time */
+    struct cgroup_host host;
+    char report[512];
+    cgroup_detect(&cfg, &host, report, sizeof report);
+    if (host.v2_memory || host.v1_memory_root[0])
+        assert_true(usage.mem_peak_bytes > 0);
+    else
+        assert_int_equal(usage.mem_peak_bytes, -1);
     free(sb);
 }
 
