@@ -3,7 +3,8 @@
  *
  * It does what a guest needs before the agent can run: mounts /proc, /sys, /dev, /dev/pts, /tmp and
  * /run; loads the kernel modules listed in /etc/modules.order (written in dependency order by
- * tools/build-guest-image) with finit_module; sets the hostname and brings up lo. Then it starts
+ * tools/build-guest-image) with finit_module; sets the hostname, brings up lo and configures eth0
+ * from sbx.net=<addr>/<prefix>,<gateway> when the host gave the guest a link. Then it starts
  * /usr/bin/sbx-agent on the channel the kernel command line names:
  *     sbx.channel=virtio:<port name>   (qemu: virtio-serial, the default virtio:sbx.agent)
  *     sbx.channel=vsock:<port>         (firecracker: vsock, host-initiated)
@@ -16,7 +17,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/input.h>
+#include <arpa/inet.h>
 #include <net/if.h>
+#include <net/route.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -135,8 +139,53 @@ static void bring_up_loopback(void)
     close(s);
 }
 
-/* Reads sbx.channel= from the kernel command line into the agent's channel option and value.
- * Returns 0, or -1 if the value is malformed. */
+/* Configures eth0 from "sbx.net=<addr>/<prefix>,<gateway>" (the host's tap link, see
+ * worker/netns.h): address, netmask, up, default route. The kernel's own ip= cannot do this:
+ * virtio_net is a module, loaded after the kernel's IP autoconfiguration ran. */
+static void configure_network(const char *spec)
+{
+    char addr[32], gw[32];
+    int prefix;
+    if (sscanf(spec, "%31[0-9.]/%d,%31[0-9.]", addr, &prefix, gw) != 3 || prefix < 1 ||
+        prefix > 32) {
+        say("malformed sbx.net=%s (want <addr>/<prefix>,<gateway>)", spec);
+        return;
+    }
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return;
+    struct ifreq ifr = {0};
+    strcpy(ifr.ifr_name, "eth0");
+    struct sockaddr_in *sin = (struct sockaddr_in *)&ifr.ifr_addr;
+    sin->sin_family = AF_INET;
+    inet_pton(AF_INET, addr, &sin->sin_addr);
+    int rc = ioctl(s, SIOCSIFADDR, &ifr);
+    sin->sin_addr.s_addr = htonl(prefix == 32 ? 0xffffffffu : ~(0xffffffffu >> prefix));
+    if (rc == 0)
+        rc = ioctl(s, SIOCSIFNETMASK, &ifr);
+    if (rc == 0)
+        rc = ioctl(s, SIOCGIFFLAGS, &ifr);
+    ifr.ifr_flags |= IFF_UP;
+    if (rc == 0)
+        rc = ioctl(s, SIOCSIFFLAGS, &ifr);
+    struct rtentry route = {0};
+    struct sockaddr_in *dst = (struct sockaddr_in *)&route.rt_dst;
+    struct sockaddr_in *mask = (struct sockaddr_in *)&route.rt_genmask;
+    struct sockaddr_in *via = (struct sockaddr_in *)&route.rt_gateway;
+    dst->sin_family = mask->sin_family = via->sin_family = AF_INET;
+    inet_pton(AF_INET, gw, &via->sin_addr);
+    route.rt_flags = RTF_UP | RTF_GATEWAY;
+    if (rc == 0)
+        rc = ioctl(s, SIOCADDRT, &route);
+    if (rc != 0)
+        say("eth0 %s/%d via %s: %s", addr, prefix, gw, strerror(errno));
+    else
+        say("eth0 %s/%d via %s", addr, prefix, gw);
+    close(s);
+}
+
+/* Reads the kernel command line: sbx.net= configures eth0 on the spot; sbx.channel= gives the
+ * agent's channel option and value. Returns 0, or -1 if the channel is malformed. */
 static int channel_from_cmdline(char *option, size_t optlen, char *value, size_t valuelen)
 {
     snprintf(option, optlen, "--virtio-port");
@@ -149,6 +198,10 @@ static int channel_from_cmdline(char *option, size_t optlen, char *value, size_t
         close(fd);
     }
     for (char *tok = strtok(cmdline, " \n"); tok != NULL; tok = strtok(NULL, " \n")) {
+        if (strncmp(tok, "sbx.net=", 8) == 0) {
+            configure_network(tok + 8);
+            continue;
+        }
         if (strncmp(tok, "sbx.channel=", 12) != 0)
             continue;
         const char *spec = tok + 12;

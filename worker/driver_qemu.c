@@ -24,6 +24,7 @@
  */
 #include "cgroup.h"
 #include "driver.h"
+#include "netns.h"
 #include "log.h"
 
 #include <dirent.h>
@@ -31,6 +32,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <grp.h>
+#include <arpa/inet.h>
 #include <jansson.h>
 #include <limits.h>
 #include <linux/if.h>
@@ -180,7 +182,12 @@ static int qemu_init(const struct sbx_config *cfg, char *err, size_t errlen)
     log_info("qemu driver: %s, accel %s, guest image %s (%s)", bin, choose_accel(cfg), guest_dir,
              hash);
     host_cgroups(cfg);
-    return 0;
+    if (geteuid() != 0) {
+        log_warn("qemu driver: not root: guests get a network device without a link");
+        return 0;
+    }
+    /* As root every guest gets its tap link and firewall (shared with the process driver). */
+    return net_init(cfg->net_pool, err, errlen);
 }
 
 /* ---------------------------------------------------------------- jail */
@@ -321,6 +328,7 @@ struct qemu_launch {
     const char *qemu_log;   /* <jail>/qemu.log: QEMU's own stderr */
     uid_t uid;
     gid_t gid;
+    int tap_fd; /* the host's tap for this Sandbox (netns.h), -1: a private one */
     char *const *argv;
 };
 
@@ -347,9 +355,9 @@ static void child_fail(int errfd, const char *step)
     _exit(127);
 }
 
-/* Creates tap0 in the (new) network namespace and puts its fd at QEMU_TAP_FD.
- * Hook for the network module: once worker/netns.h offers a named namespace with a tap device,
- * the child joins that namespace (setns) instead of unsharing a fresh one, and passes its tap. */
+/* Without the worker's network (not root, or no net_init): creates tap0 inside QEMU's own empty
+ * network namespace and puts its fd at QEMU_TAP_FD, so the guest still has its virtio-net device
+ * but no way out. */
 static int create_tap(void)
 {
     int fd = open("/dev/net/tun", O_RDWR);
@@ -386,8 +394,12 @@ static void run_jailed_qemu(const struct qemu_launch *l, int errfd)
         child_fail(errfd, "unshare");
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
         child_fail(errfd, "make mounts private");
-    if (create_tap() != 0)
+    if (l->tap_fd >= 0) {
+        if (dup2(l->tap_fd, QEMU_TAP_FD) < 0)
+            child_fail(errfd, "tap fd");
+    } else if (create_tap() != 0) {
         child_fail(errfd, "tap device");
+    }
     if (mount("/usr", l->usr_target, NULL, MS_BIND | MS_REC, NULL) != 0 ||
         mount(NULL, l->usr_target, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
               NULL) != 0)
@@ -670,6 +682,50 @@ static void cgroup_detach(const struct sbx_config *cfg, const char *path, const 
         log_warn("qemu driver: %s: %s", sandbox_id, why);
 }
 
+/* ---------------------------------------------------------------- network (worker/netns.h) */
+
+/* With the worker's network (net_init done, as root): a persistent tap "sbx<slot>" in the host's
+ * namespace with the Sandbox's firewall elements; opened here, by name, and handed to QEMU as an
+ * fd, so QEMU itself stays in an empty network namespace. Sets rt->net_address and the guest's
+ * sbx.net value ("<addr>/<prefix>,<gateway>"). Without it: no tap fd, *tap_fd = -1. */
+static int network_up(const struct sbx_config *cfg, struct sandbox_runtime *rt, int *tap_fd,
+                      char *guest_net, size_t guest_netlen, char *err, size_t errlen)
+{
+    *tap_fd = -1;
+    rt->net_address[0] = guest_net[0] = '\0';
+    if (net_firewall() == NULL)
+        return 0;
+    struct net_link link;
+    if (net_sandbox_attach_tap(rt->sandbox_id, (uid_t)cfg->sandbox_uid, (gid_t)cfg->sandbox_gid,
+                               &link, err, errlen) != 0)
+        return -1;
+    net_link_sandbox_address(&link, rt->net_address, sizeof rt->net_address);
+    char gw[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &link.host_addr, gw, sizeof gw);
+    snprintf(guest_net, guest_netlen, "%s/%d,%s", rt->net_address, link.prefix_len, gw);
+
+    int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+    struct ifreq ifr = {0};
+    ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
+    snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", link.ifname);
+    if (fd < 0 || ioctl(fd, TUNSETIFF, &ifr) != 0) {
+        snprintf(err, errlen, "open tap %s: %s", link.ifname, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1; /* terminate() releases the tap and its elements */
+    }
+    *tap_fd = fd;
+    return 0;
+}
+
+static void network_down(const char *sandbox_id, const char *net_address)
+{
+    char why[256];
+    if (net_firewall() != NULL &&
+        net_sandbox_release(sandbox_id, net_address, why, sizeof why) != 0)
+        log_warn("qemu driver: network state of %s: %s", sandbox_id, why);
+}
+
 /* ---------------------------------------------------------------- driver functions */
 
 static int wait_ready(struct sandbox_runtime *rt, char *err, size_t errlen)
@@ -724,7 +780,7 @@ struct qemu_args {
 };
 
 static void build_argv(struct qemu_args *a, const char *bin, const char *accel,
-                       const struct store_shape *shape)
+                       const struct store_shape *shape, const char *guest_net)
 {
     int n = 0, s = 0;
 #define ARG(x) (a->argv[n++] = (char *)(x))
@@ -754,12 +810,14 @@ static void build_argv(struct qemu_args *a, const char *bin, const char *accel,
      * kernel hangs setting up its timers. TCG's guest TSC runs at the host's TSC rate, so the
      * kernel is told that rate and to trust it. */
     long long tsc_khz = strcmp(accel, "tcg") == 0 ? host_tsc_khz() : 0;
+    char tsc[64] = "", net[80] = "";
     if (tsc_khz > 0)
-        FMT("console=ttyS0 quiet panic=-1 rdinit=/init sbx.channel=virtio:%s tsc=reliable "
-            "tsc_early_khz=%lld",
-            QEMU_AGENT_PORT, tsc_khz);
-    else
-        FMT("console=ttyS0 quiet panic=-1 rdinit=/init sbx.channel=virtio:%s", QEMU_AGENT_PORT);
+        snprintf(tsc, sizeof tsc, " tsc=reliable tsc_early_khz=%lld", tsc_khz);
+    /* The guest init configures eth0 from sbx.net (see agent/guest_init.c). */
+    if (guest_net[0] != '\0')
+        snprintf(net, sizeof net, " sbx.net=%s", guest_net);
+    FMT("console=ttyS0 quiet panic=-1 rdinit=/init sbx.channel=virtio:%s%s%s", QEMU_AGENT_PORT, tsc,
+        net);
     ARG("-serial");
     ARG("file:/console.log");
     ARG("-chardev");
@@ -883,15 +941,22 @@ static int qemu_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, c
         goto fail;
 
     struct qemu_args args;
-    build_argv(&args, bin, choose_accel(cfg), &rt->shape);
+    char guest_net[80] = "";
+    int tap_fd = -1;
+    if (network_up(cfg, rt, &tap_fd, guest_net, sizeof guest_net, err, errlen) != 0)
+        goto fail;
+    build_argv(&args, bin, choose_accel(cfg), &rt->shape, guest_net);
     struct qemu_launch launch = {.jail_root = root,
                                  .usr_target = usr,
                                  .dev_null = devnull,
                                  .qemu_log = qlog,
                                  .uid = uid,
                                  .gid = gid,
+                                 .tap_fd = tap_fd,
                                  .argv = args.argv};
     rt->pid = spawn_qemu(&launch, err, errlen);
+    if (tap_fd >= 0)
+        close(tap_fd); /* QEMU holds its own copy */
     if (rt->pid < 0)
         goto fail;
     cgroup_attach(cfg, rt);
@@ -964,6 +1029,8 @@ static int qemu_terminate(const struct sbx_config *cfg, struct sandbox_runtime *
         cgroup_detach(cfg, rt->cgroup_path, rt->sandbox_id);
         rt->cgroup_path[0] = '\0';
     }
+    if (rc == 0)
+        network_down(rt->sandbox_id, rt->net_address);
     if (rc == 0 && rt->jail_dir[0] != '\0' && remove_tree(rt->jail_dir) != 0) {
         snprintf(err, errlen, "cannot remove jail %s", rt->jail_dir);
         rc = -1;
@@ -996,6 +1063,7 @@ static int qemu_reap(const struct sbx_config *cfg, const struct store_sandbox *s
         }
     }
     cgroup_detach(cfg, sb->cgroup_path, sb->id);
+    network_down(sb->id, sb->net_address);
     /* Only ever remove what lies in this driver's part of chroot_base. */
     char expected[600];
     snprintf(expected, sizeof expected, "%s/qemu/%s", cfg->chroot_base, sb->id);

@@ -203,16 +203,22 @@ int main(int argc, char **argv)
           "qemu uid line: %s", field);
     snprintf(path, sizeof path, "/proc/%d/ns/net", (int)rt.pid);
     CHECK(!same_link(path, "/proc/self/ns/net"), "qemu shares the host's network namespace");
+    /* As root the guest's link is a host tap with the Sandbox's firewall (worker/netns.h) and
+     * QEMU's own namespace stays empty; otherwise the tap is private to QEMU's namespace. */
     snprintf(path, sizeof path, "/proc/%d/net/dev", (int)rt.pid);
     FILE *f = fopen(path, "re");
-    bool has_tap = false;
+    bool has_private_tap = false;
     char line[256];
     while (f != NULL && fgets(line, sizeof line, f) != NULL)
         if (strstr(line, "tap0:") != NULL)
-            has_tap = true;
+            has_private_tap = true;
     if (f != NULL)
         fclose(f);
-    CHECK(has_tap, "no tap0 in qemu's network namespace");
+    if (geteuid() == 0)
+        CHECK(rt.net_address[0] != '\0' && !has_private_tap, "no host tap link (address '%s')",
+              rt.net_address);
+    else
+        CHECK(has_private_tap, "no tap0 in qemu's network namespace");
     snprintf(path, sizeof path, "%s/root/vmlinuz", rt.jail_dir);
     struct stat st;
     CHECK(stat(path, &st) == 0 && st.st_uid == 0 && !(st.st_mode & 0022), "kernel in the jail");
@@ -240,6 +246,21 @@ int main(int argc, char **argv)
           "the reply came from kernel %s (guest %s, host %s)", kernel ? kernel : "(none)",
           rt.kernel, host.release);
     json_decref(reply);
+
+    /* The guest configured its end of the link from the kernel command line. */
+    if (rt.net_address[0] != '\0') {
+        REQUIRE(send_line(rt.channel_fd, "{\"id\":\"msg_2\",\"seq\":2,\"body\":{\"run\":"
+                                         "[\"/bin/ip\",\"-4\",\"addr\",\"show\",\"eth0\"]}}") == 0,
+                "send message");
+        json_t *ip = read_until(rt.channel_fd, "id", 30000);
+        const char *output = json_string_value(
+            json_object_get(json_object_get(json_object_get(ip, "reply"), "run"), "output"));
+        char want[96];
+        snprintf(want, sizeof want, "inet %s/", rt.net_address);
+        CHECK(output != NULL && strstr(output, want) != NULL, "guest eth0: %s",
+              output ? output : "(no output)");
+        json_decref(ip);
+    }
 
 out:
     if (booted) {
