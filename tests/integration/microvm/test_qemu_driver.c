@@ -16,7 +16,10 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -260,6 +263,36 @@ int main(int argc, char **argv)
         CHECK(output != NULL && strstr(output, want) != NULL, "guest eth0: %s",
               output ? output : "(no output)");
         json_decref(ip);
+
+        /* And the link carries traffic: the guest connects to the host side of its link on TCP
+         * 443, the one host port the firewall lets Sandboxes reach (gateway callbacks). */
+        char gw[INET_ADDRSTRLEN];
+        struct in_addr guest_addr;
+        inet_pton(AF_INET, rt.net_address, &guest_addr);
+        guest_addr.s_addr = htonl(ntohl(guest_addr.s_addr) - 1); /* .1 of the /30: netns.h */
+        inet_ntop(AF_INET, &guest_addr, gw, sizeof gw);
+        int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        struct sockaddr_in sin = {
+            .sin_family = AF_INET, .sin_port = htons(443), .sin_addr = guest_addr};
+        int one = 1;
+        setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        REQUIRE(lfd >= 0 && bind(lfd, (struct sockaddr *)&sin, sizeof sin) == 0 &&
+                    listen(lfd, 1) == 0,
+                "listen on %s:443: %s", gw, strerror(errno));
+        char run[256];
+        snprintf(run, sizeof run,
+                 "{\"id\":\"msg_3\",\"seq\":3,\"body\":{\"run\":[\"/bin/nc\",\"-w\",\"5\",\"%s\","
+                 "\"443\"]}}",
+                 gw);
+        REQUIRE(send_line(rt.channel_fd, run) == 0, "send message");
+        struct pollfd p = {.fd = lfd, .events = POLLIN};
+        bool connected = poll(&p, 1, 20000) == 1;
+        int cfd = connected ? accept4(lfd, NULL, NULL, SOCK_CLOEXEC) : -1;
+        CHECK(cfd >= 0, "the guest did not reach %s:443 over its tap link", gw);
+        if (cfd >= 0)
+            close(cfd);
+        json_decref(read_until(rt.channel_fd, "id", 30000));
+        close(lfd);
     }
 
 out:
