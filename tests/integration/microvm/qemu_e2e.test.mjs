@@ -23,6 +23,17 @@ function alive(pid) {
   }
 }
 
+// Waits for fn like sbx.until, but fails at once, with the worker's last log lines, if the worker
+// died (e.g. built without the qemu driver).
+async function untilWorkerUp(sbx, fn, timeoutMs, what) {
+  return sbx.until(() => {
+    const w = sbx.workers[0];
+    if (w.exitCode !== null || w.signalCode !== null)
+      throw new Error(`the worker exited (${w.exitCode ?? w.signalCode}) while waiting for ${what}:\n${w.log.split('\n').slice(-5).join('\n')}`);
+    return fn();
+  }, timeoutMs, what);
+}
+
 // Sandboxes of the qemu driver in one state.
 const qemuIn = (sbx, state) =>
   Number(sbx.sql(`SELECT COUNT(*) FROM sandboxes WHERE driver = 'qemu' AND state = '${state}'`));
@@ -37,7 +48,7 @@ test('a qemu App answers from its own microVM, warm claims, keep-alive expiry, n
     const { key } = await sbx.app('vm', { driver: 'qemu', keepAliveSeconds: 2, memSizeMib: 256, vcpuCount: 1, maxAttempts: 1 });
     const session = await sbx.session(key);
 
-    await sbx.until(() => qemuIn(sbx, 'warm') >= 1, Number(process.env.SBX_WARM_WAIT_MS || 120000), 'a warm qemu Sandbox');
+    await untilWorkerUp(sbx, () => qemuIn(sbx, 'warm') >= 1, Number(process.env.SBX_WARM_WAIT_MS || 120000), 'a warm qemu Sandbox');
     const m1 = await sbx.roundTrip(key, session.id, { hello: 'guest' }, 90);
     assert.equal(m1.state, 'completed', m1.error);
     assert.equal(m1.reply.echo.hello, 'guest');
@@ -65,7 +76,7 @@ test('a qemu App answers from its own microVM, warm claims, keep-alive expiry, n
     assert.ok(!existsSync(jail1), `jail ${jail1} left behind`);
 
     // The pool has replaced the claimed guest; the next message must not boot one.
-    await sbx.until(() => qemuIn(sbx, 'warm') >= 1, 120000, 'a replacement warm qemu Sandbox');
+    await untilWorkerUp(sbx, () => qemuIn(sbx, 'warm') >= 1, 120000, 'a replacement warm qemu Sandbox');
     const bootedBefore = Number(sbx.sql(`SELECT COUNT(*) FROM sandboxes WHERE driver = 'qemu'`));
     const m2 = await sbx.roundTrip(key, session.id, { hello: 'again' }, 90);
     assert.equal(m2.state, 'completed', m2.error);
