@@ -10,6 +10,9 @@ if(TARGET guest-image)
   add_test(NAME it.microvm.qemu_driver
            COMMAND test_qemu_driver ${CMAKE_BINARY_DIR}/guest)
   set_tests_properties(it.microvm.qemu_driver PROPERTIES FIXTURES_REQUIRED guest_image TIMEOUT 180)
+  add_test(NAME it.microvm.qemu_reap
+           COMMAND test_qemu_driver ${CMAKE_BINARY_DIR}/guest reap)
+  set_tests_properties(it.microvm.qemu_reap PROPERTIES FIXTURES_REQUIRED guest_image TIMEOUT 180)
 endif()
 
 # End to end (issue 4): gateway + sbx-worker + the qemu driver, through the worker tests' harness.

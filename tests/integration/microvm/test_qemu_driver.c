@@ -6,7 +6,10 @@
  * answered from the guest kernel, then terminate and check that QEMU, the jail and the cgroup are
  * gone.
  *
- * Usage: test_qemu_driver GUEST_DIR   (the guest-image fixture's output)
+ * With "reap" (it.microvm.qemu_reap) it instead drops the runtime as a crashed worker would and
+ * checks that reap() alone, from the store's record, removes the VM, jail, cgroup and tap.
+ *
+ * Usage: test_qemu_driver GUEST_DIR [reap]   (GUEST_DIR: the guest-image fixture's output)
  */
 #include "config.h"
 #include "driver.h"
@@ -143,10 +146,11 @@ static bool same_link(const char *a, const char *b)
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s GUEST_DIR\n", argv[0]);
+    if (argc != 2 && !(argc == 3 && strcmp(argv[2], "reap") == 0)) {
+        fprintf(stderr, "usage: %s GUEST_DIR [reap]\n", argv[0]);
         return 2;
     }
+    bool reap_mode = argc == 3;
     log_init("test", "info");
     char tmpl[] = "/tmp/sbx-it-qemu-XXXXXX";
     char *data = mkdtemp(tmpl);
@@ -227,6 +231,41 @@ int main(int argc, char **argv)
     CHECK(stat(path, &st) == 0 && st.st_uid == 0 && !(st.st_mode & 0022), "kernel in the jail");
     if (cgroot[0] != '\0')
         CHECK(rt.cgroup_path[0] != '\0', "qemu got no cgroup under %s", cgroot);
+
+    if (reap_mode) {
+        /* The worker crashed: nothing but the store's record is left. reap() must remove the VM,
+         * the jail, the cgroup and the network link from that record alone. */
+        struct store_sandbox sb = {0};
+        snprintf(sb.id, sizeof sb.id, "%s", rt.sandbox_id);
+        sb.shape = rt.shape;
+        sb.pid = rt.pid;
+        snprintf(sb.jail_dir, sizeof sb.jail_dir, "%s", rt.jail_dir);
+        snprintf(sb.cgroup_path, sizeof sb.cgroup_path, "%s", rt.cgroup_path);
+        snprintf(sb.net_address, sizeof sb.net_address, "%s", rt.net_address);
+        CHECK(driver_qemu.reap(&cfg, &sb, err, sizeof err) == 0, "reap: %s", err);
+        CHECK(kill(rt.pid, 0) != 0 && errno == ESRCH, "qemu pid %d survived reap", (int)rt.pid);
+        CHECK(access(rt.jail_dir, F_OK) != 0, "jail %s survived reap", rt.jail_dir);
+        CHECK(rt.cgroup_path[0] == '\0' || access(rt.cgroup_path, F_OK) != 0,
+              "cgroup %s survived reap", rt.cgroup_path);
+        if (rt.net_address[0] != '\0') {
+            /* The host side of the link, sbx<slot>, must be gone: no interface has its alias. */
+            FILE *ip = popen("ip -o link show", "r");
+            char l[512];
+            bool found = false;
+            while (ip != NULL && fgets(l, sizeof l, ip) != NULL)
+                if (strstr(l, rt.sandbox_id) != NULL)
+                    found = true;
+            if (ip != NULL)
+                pclose(ip);
+            CHECK(!found, "the tap of %s survived reap", rt.sandbox_id);
+        }
+        /* Terminate on what is left is a no-op that releases the lost runtime's descriptors. */
+        struct store_usage usage;
+        CHECK(driver_qemu.terminate(&cfg, &rt, &usage, err, sizeof err) == 0,
+              "terminate after reap: %s", err);
+        booted = false;
+        goto out;
+    }
 
     /* Start the echo agent in the guest and have it answer one message. */
     REQUIRE(send_line(rt.channel_fd, "{\"type\":\"start\",\"argv\":[\"/usr/bin/sbx-echo-agent\"],"
