@@ -796,6 +796,10 @@ static void build_argv(struct qemu_args *a, const char *bin, const char *accel,
     ARG("-no-user-config");
     ARG("-nographic");
     ARG("-no-reboot");
+    /* QEMU's seccomp filter, as Firecracker filters its VMM: no exec, no privilege changes, no
+     * obsolete or resource-control system calls once the guest runs. */
+    ARG("-sandbox");
+    ARG("on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny");
     ARG("-smp");
     FMT("%lld", (long long)(shape->vcpu_count > 0 ? shape->vcpu_count : 1));
     ARG("-m");

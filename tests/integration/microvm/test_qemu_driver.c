@@ -208,6 +208,10 @@ int main(int argc, char **argv)
     CHECK(proc_status_field(rt.pid, "Uid", field, sizeof field) == 0 &&
               atoll(field) == cfg.sandbox_uid,
           "qemu uid line: %s", field);
+    CHECK(proc_status_field(rt.pid, "Seccomp", field, sizeof field) == 0 && atoi(field) == 2,
+          "qemu runs without its seccomp filter (Seccomp:%s)", field);
+    CHECK(proc_status_field(rt.pid, "NoNewPrivs", field, sizeof field) == 0 && atoi(field) == 1,
+          "qemu may gain privileges (NoNewPrivs:%s)", field);
     snprintf(path, sizeof path, "/proc/%d/ns/net", (int)rt.pid);
     CHECK(!same_link(path, "/proc/self/ns/net"), "qemu shares the host's network namespace");
     /* As root the guest's link is a host tap with the Sandbox's firewall (worker/netns.h) and
