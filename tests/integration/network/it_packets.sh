@@ -213,6 +213,10 @@ ctl release sbx_test1 "$ADDR1" && ok "release is idempotent" || bad "second rele
 start_sandbox_process || bad "Sandbox 3 process"
 SB3_PID=$NEW_PID
 read -r IF3 ADDR3 GW3 < <(ctl attach sbx_test3 "$SB3_PID") || bad "attach 3"
+read -r IF5 _ < <(ctl tap sbx_test5) || bad "tap 5"
+ctl release sbx_test5 || bad "release without an address"
+ip link show "$IF5" >/dev/null 2>&1 && bad "$IF5 left" || ok "release by owner alone removed $IF5"
+ctl list | grep -q "sbx_test5" && bad "element of sbx_test5 left" || ok "and its element"
 TAP_OUT=$(ctl tap sbx_test4) && ok "tap: $TAP_OUT" || bad "tap"
 read -r IF4 _ <<<"$TAP_OUT"
 rep=$(ctl reconcile sbx_test2 sbx_test3 sbx_test4)

@@ -14,6 +14,7 @@
  *   net_ctl ro-counters | ro-list                 the same through fw_open (read-only, no init)
  */
 #include "firewall.h"
+#include "log.h"
 #include "netns.h"
 
 #include <arpa/inet.h>
@@ -81,6 +82,7 @@ static int read_only(const char *cmd)
 
 int main(int argc, char **argv)
 {
+    log_init("net_ctl", "warn");
     const char *pool = "10.213.0.0/16";
     int a = 1;
     if (argc > 2 && strcmp(argv[1], "-p") == 0) {
