@@ -1155,6 +1155,31 @@ int fw_counters(struct fw *fw, struct fw_counter out[FW_DROP_COUNT], char *err, 
     return rc;
 }
 
+int fw_metrics_text(struct fw *fw, char *out, size_t outlen, char *err, size_t errlen)
+{
+    struct fw_counter c[FW_DROP_COUNT];
+    if (fw_counters(fw, c, err, errlen) < 0)
+        return -1;
+    static const char *const what[2] = {"packets", "bytes"};
+    size_t n = 0;
+    for (int k = 0; k < 2; k++) {
+        int w = snprintf(out + n, outlen - n,
+                         "# HELP sbx_firewall_dropped_%s_total %s from or to Sandboxes dropped by "
+                         "the firewall, by reason.\n# TYPE sbx_firewall_dropped_%s_total counter\n",
+                         what[k], k ? "Bytes" : "Packets", what[k]);
+        for (int i = 0; w >= 0 && (size_t)w < outlen - n && i < FW_DROP_COUNT; i++) {
+            n += (size_t)w;
+            w = snprintf(out + n, outlen - n, "sbx_firewall_dropped_%s_total{reason=\"%s\"} %llu\n",
+                         what[k], fw_drop_reason_names[i],
+                         (unsigned long long)(k ? c[i].bytes : c[i].packets));
+        }
+        if (w < 0 || (size_t)w >= outlen - n)
+            return fail(err, errlen, "metrics: %zu bytes are not enough", outlen);
+        n += (size_t)w;
+    }
+    return 0;
+}
+
 int fw_destroy(struct fw *fw, char *err, size_t errlen)
 {
     struct fw_batch b = {0};

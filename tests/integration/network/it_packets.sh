@@ -187,6 +187,9 @@ expect blocked "Sandbox 2 with a source address not its own" tcp 11.11.11.11 80 
 expect_count spoofed "$c"
 expect answered "Sandbox 2 with its own address" tcp 11.11.11.11 80
 
+"$CTL" ro-metrics | grep -q '^sbx_firewall_dropped_packets_total{reason="spoofed"} [1-9]' &&
+    ok "drops exported for /metrics" || bad "metrics: $("$CTL" ro-metrics)"
+
 echo "# the table as sbxctl shows it"
 LIST=$(ctl list) || bad "list"
 echo "$LIST" | grep -q "$IF1 . $ADDR1 -> sbx_test1" && ok "owner of Sandbox 1's element listed" ||
