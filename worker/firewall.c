@@ -667,8 +667,10 @@ static int fw_send_batch(struct fw *fw, struct fw_batch *b, char *err, size_t er
     }
     if (first_error) {
         uint32_t first_seq = b->seq - (uint32_t)b->messages - 2; /* BATCH_BEGIN's */
-        return fail(err, errlen, "nftables: batch refused at message %u of %zu: %s",
-                    error_seq - first_seq, b->messages, strerror(first_error));
+        fail(err, errlen, "nftables: batch refused at message %u of %zu: %s", error_seq - first_seq,
+             b->messages, strerror(first_error));
+        errno = first_error; /* for callers that handle one answer (EEXIST) themselves */
+        return -1;
     }
     if (b->messages && acks != 1)
         return fail(err, errlen, "nftables: batch of %zu messages not acknowledged", b->messages);
@@ -950,11 +952,13 @@ static int fw_ensure_structure(struct fw *fw, const char *net_pool, char *err, s
         if (fw_build_structure(net_pool, &b, err, errlen) < 0)
             return -1;
         int rc = fw_send_built(fw, &b, err, errlen);
+        int e = errno;
         fw_batch_free(&b);
         if (rc == 0)
             return 0;
+        errno = e;
         /* EEXIST: another worker created the table between our get and our batch; look again. */
-        if (!strstr(err, strerror(EEXIST)))
+        if (errno != EEXIST)
             return -1;
     }
     return fail(err, errlen, "nftables: table inet %s keeps changing under us", FW_TABLE);
