@@ -667,8 +667,10 @@ static int fw_send_batch(struct fw *fw, struct fw_batch *b, char *err, size_t er
     }
     if (first_error) {
         uint32_t first_seq = b->seq - (uint32_t)b->messages - 2; /* BATCH_BEGIN's */
-        return fail(err, errlen, "nftables: batch refused at message %u of %zu: %s",
-                    error_seq - first_seq, b->messages, strerror(first_error));
+        fail(err, errlen, "nftables: batch refused at message %u of %zu: %s", error_seq - first_seq,
+             b->messages, strerror(first_error));
+        errno = first_error; /* for callers that handle one answer (EEXIST) themselves */
+        return -1;
     }
     if (b->messages && acks != 1)
         return fail(err, errlen, "nftables: batch of %zu messages not acknowledged", b->messages);
@@ -950,11 +952,13 @@ static int fw_ensure_structure(struct fw *fw, const char *net_pool, char *err, s
         if (fw_build_structure(net_pool, &b, err, errlen) < 0)
             return -1;
         int rc = fw_send_built(fw, &b, err, errlen);
+        int e = errno;
         fw_batch_free(&b);
         if (rc == 0)
             return 0;
+        errno = e;
         /* EEXIST: another worker created the table between our get and our batch; look again. */
-        if (!strstr(err, strerror(EEXIST)))
+        if (errno != EEXIST)
             return -1;
     }
     return fail(err, errlen, "nftables: table inet %s keeps changing under us", FW_TABLE);
@@ -1153,6 +1157,31 @@ int fw_counters(struct fw *fw, struct fw_counter out[FW_DROP_COUNT], char *err, 
         return fail(err, errlen, "table inet %s: %d of %d drop counters (no worker set it up?)",
                     FW_TABLE, acc.found, FW_DROP_COUNT);
     return rc;
+}
+
+int fw_metrics_text(struct fw *fw, char *out, size_t outlen, char *err, size_t errlen)
+{
+    struct fw_counter c[FW_DROP_COUNT];
+    if (fw_counters(fw, c, err, errlen) < 0)
+        return -1;
+    static const char *const what[2] = {"packets", "bytes"};
+    size_t n = 0;
+    for (int k = 0; k < 2; k++) {
+        int w = snprintf(out + n, outlen - n,
+                         "# HELP sbx_firewall_dropped_%s_total %s from or to Sandboxes dropped by "
+                         "the firewall, by reason.\n# TYPE sbx_firewall_dropped_%s_total counter\n",
+                         what[k], k ? "Bytes" : "Packets", what[k]);
+        for (int i = 0; w >= 0 && (size_t)w < outlen - n && i < FW_DROP_COUNT; i++) {
+            n += (size_t)w;
+            w = snprintf(out + n, outlen - n, "sbx_firewall_dropped_%s_total{reason=\"%s\"} %llu\n",
+                         what[k], fw_drop_reason_names[i],
+                         (unsigned long long)(k ? c[i].bytes : c[i].packets));
+        }
+        if (w < 0 || (size_t)w >= outlen - n)
+            return fail(err, errlen, "metrics: %zu bytes are not enough", outlen);
+        n += (size_t)w;
+    }
+    return 0;
 }
 
 int fw_destroy(struct fw *fw, char *err, size_t errlen)

@@ -113,6 +113,11 @@ int fw_reconcile(struct fw *fw, bool (*is_live)(const char *sandbox_id, void *ar
 /* The drop counters, indexed by enum fw_drop_reason. */
 int fw_counters(struct fw *fw, struct fw_counter out[FW_DROP_COUNT], char *err, size_t errlen);
 
+/* The counters in Prometheus text format, for GET /metrics:
+ *   sbx_firewall_dropped_packets_total{reason="host"} 3   (and _bytes_total), one per reason.
+ * Writes at most outlen bytes (NUL included); -1 when they do not fit or cannot be read. */
+int fw_metrics_text(struct fw *fw, char *out, size_t outlen, char *err, size_t errlen);
+
 /* For `sbxctl firewall`: prints the live table as `nft list table inet sbx` prints it (through
  * libnftables, loaded at run time), then one line per element: which Sandbox owns it. */
 int fw_list(struct fw *fw, FILE *out, char *err, size_t errlen);

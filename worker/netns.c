@@ -686,15 +686,21 @@ const struct net_pool *net_worker_pool(void)
     return net.fw ? &net.pool : NULL;
 }
 
-static bool owner_is_not(const char *sandbox_id, void *arg)
-{
-    return strcmp(sandbox_id, (const char *)arg) != 0;
-}
-
 /* Without an address: every element and interface whose owner is sandbox_id. */
 static int release_by_owner(const char *sandbox_id, char *err, size_t errlen)
 {
-    return net_reconcile(owner_is_not, (void *)sandbox_id, NULL, err, errlen);
+    if (fw_sandbox_remove_owner(net.fw, sandbox_id, err, errlen) < 0)
+        return -1;
+    struct net_link *links;
+    size_t n;
+    if (net_links(&net.pool, &links, &n, err, errlen) < 0)
+        return -1;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        if (strcmp(links[i].sandbox_id, sandbox_id) == 0)
+            rc = net_link_delete(links[i].ifname, sandbox_id, err, errlen);
+    free(links);
+    return rc;
 }
 
 int net_sandbox_release(const char *sandbox_id, const char *net_address, char *err, size_t errlen)

@@ -252,7 +252,6 @@ static void test_structure_batch(void **state)
     check_framing(&b, &n);
 
     size_t tables = 0, counters = 0, sets = 0, chains = 0, rules = 0;
-    const char *counter_names[FW_DROP_COUNT];
     const struct nlmsghdr *nlh = (const struct nlmsghdr *)b.buf;
     int len = (int)b.len;
     for (; mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
@@ -283,7 +282,6 @@ static void test_structure_batch(void **state)
             char want[32];
             snprintf(want, sizeof(want), "drop_%s", fw_drop_reason_names[counters]);
             assert_string_equal(nftnl_obj_get_str(o, NFTNL_OBJ_NAME), want);
-            counter_names[counters] = fw_drop_reason_names[counters];
             nftnl_obj_free(o);
             counters++;
             break;
@@ -356,7 +354,6 @@ static void test_structure_batch(void **state)
     assert_int_equal(sets, 2);
     assert_int_equal(chains, 7);
     assert_int_equal(rules, NRULES);
-    (void)counter_names;
     fw_batch_free(&b);
 }
 

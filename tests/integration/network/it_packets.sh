@@ -187,6 +187,9 @@ expect blocked "Sandbox 2 with a source address not its own" tcp 11.11.11.11 80 
 expect_count spoofed "$c"
 expect answered "Sandbox 2 with its own address" tcp 11.11.11.11 80
 
+"$CTL" ro-metrics | grep -q '^sbx_firewall_dropped_packets_total{reason="spoofed"} [1-9]' &&
+    ok "drops exported for /metrics" || bad "metrics: $("$CTL" ro-metrics)"
+
 echo "# the table as sbxctl shows it"
 LIST=$(ctl list) || bad "list"
 echo "$LIST" | grep -q "$IF1 . $ADDR1 -> sbx_test1" && ok "owner of Sandbox 1's element listed" ||
@@ -213,6 +216,10 @@ ctl release sbx_test1 "$ADDR1" && ok "release is idempotent" || bad "second rele
 start_sandbox_process || bad "Sandbox 3 process"
 SB3_PID=$NEW_PID
 read -r IF3 ADDR3 GW3 < <(ctl attach sbx_test3 "$SB3_PID") || bad "attach 3"
+read -r IF5 _ < <(ctl tap sbx_test5) || bad "tap 5"
+ctl release sbx_test5 || bad "release without an address"
+ip link show "$IF5" >/dev/null 2>&1 && bad "$IF5 left" || ok "release by owner alone removed $IF5"
+ctl list | grep -q "sbx_test5" && bad "element of sbx_test5 left" || ok "and its element"
 TAP_OUT=$(ctl tap sbx_test4) && ok "tap: $TAP_OUT" || bad "tap"
 read -r IF4 _ <<<"$TAP_OUT"
 rep=$(ctl reconcile sbx_test2 sbx_test3 sbx_test4)

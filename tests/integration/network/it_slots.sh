@@ -21,7 +21,17 @@ ok() { echo "ok - $*"; }
 bad() { echo "FAIL - $*"; FAILS=$((FAILS + 1)); }
 
 ip link set lo up
-"$CTL" -p $POOL init || { bad "init"; exit 1; }
+# Workers starting together: one creates the table, the others find it (or lose the race on
+# NLM_F_EXCL and look again); all of them succeed.
+INITS=()
+for i in $(seq 1 6); do
+    "$CTL" -p $POOL init 2>"$TMP/init$i" &
+    INITS+=("$!")
+done
+init_failures=0
+for p in "${INITS[@]}"; do wait "$p" || init_failures=$((init_failures + 1)); done
+[ "$init_failures" -eq 0 ] && ok "6 concurrent inits succeed" || bad "$init_failures inits failed: $(cat "$TMP"/init*)"
+[ "$(nft list tables | grep -c 'table inet sbx')" -eq 1 ] && ok "one table" || bad "tables: $(nft list tables)"
 for i in $(seq 1 12); do
     unshare --net -- sleep 600 </dev/null >/dev/null 2>&1 &
     PIDS+=("$!")

@@ -11,9 +11,10 @@
  * reconcile [LIVE_ID...]      prints "links N elements M" net_ctl [-p POOL] counters prints
  * "drop_<reason> <packets> <bytes>" lines net_ctl [-p POOL] list                        fw_list
  *   net_ctl [-p POOL] destroy                     fw_destroy
- *   net_ctl ro-counters | ro-list                 the same through fw_open (read-only, no init)
+ *   net_ctl ro-counters | ro-list | ro-metrics    through fw_open (read-only, no init)
  */
 #include "firewall.h"
+#include "log.h"
 #include "netns.h"
 
 #include <arpa/inet.h>
@@ -69,8 +70,12 @@ static int read_only(const char *cmd)
     if (!fw)
         return die("open", err);
     int rc;
+    char text[4096];
     if (strcmp(cmd, "counters") == 0)
         rc = print_counters(fw);
+    else if (strcmp(cmd, "metrics") == 0)
+        rc = fw_metrics_text(fw, text, sizeof text, err, sizeof err) < 0 ? die("metrics", err)
+                                                                         : (fputs(text, stdout), 0);
     else if (fw_list(fw, stdout, err, sizeof(err)) < 0)
         rc = die("list", err);
     else
@@ -81,6 +86,7 @@ static int read_only(const char *cmd)
 
 int main(int argc, char **argv)
 {
+    log_init("net_ctl", "warn");
     const char *pool = "10.213.0.0/16";
     int a = 1;
     if (argc > 2 && strcmp(argv[1], "-p") == 0) {
