@@ -28,6 +28,7 @@
 #include "driver.h"
 #include "jail.h"
 #include "log.h"
+#include "netns.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -114,22 +115,34 @@ static void read_image_hash(const char *rootfs, char *out, size_t len)
     fclose(f);
 }
 
-/* ---- network: the network helper fills these in (veth + nftables in the Sandbox's netns) ---- */
+/* ---- network (worker/netns.h): veth pair, address pair, nftables elements ---- */
 
 /* Called after the child exists, before it may run: the Sandbox's network namespace is that of
- * pid. Sets rt->net_address. Without it the Sandbox has only its loopback interface. */
+ * pid. Sets rt->net_address. Without a network (a worker that is not root: the Sandbox's namespace
+ * then belongs to a user namespace the host cannot configure) it has only its loopback. */
 static int process_network_up(const struct sbx_config *cfg, struct sandbox_runtime *rt, pid_t pid,
                               char *err, size_t errlen)
 {
-    (void)cfg, (void)pid, (void)err, (void)errlen;
+    (void)cfg;
     rt->net_address[0] = '\0';
+    if (!net_firewall())
+        return 0;
+    struct net_link link;
+    if (net_sandbox_attach_process(rt->sandbox_id, pid, &link, err, errlen) != 0)
+        return -1;
+    net_link_sandbox_address(&link, rt->net_address, sizeof rt->net_address);
     return 0;
 }
 
-/* Removes the Sandbox's host-side network state (veth, rules); idempotent; also used by reap. */
-static void process_network_down(const struct sbx_config *cfg, const char *sandbox_id)
+/* Removes the Sandbox's host-side network state (veth, firewall elements); idempotent; also used
+ * by reap. net_address: what was recorded ("" when unknown: found by owner). */
+static void process_network_down(const struct sbx_config *cfg, const char *sandbox_id,
+                                 const char *net_address)
 {
-    (void)cfg, (void)sandbox_id;
+    (void)cfg;
+    char err[256];
+    if (net_firewall() && net_sandbox_release(sandbox_id, net_address, err, sizeof err) != 0)
+        log_warn("process driver: network state of %s: %s", sandbox_id, err);
 }
 
 /* ---- the child ---- */
@@ -470,11 +483,11 @@ static void kill_and_wait(pid_t pid, const char *cgroup_path, int grace_ms);
 
 /* Removes what a failed or finished Sandbox left: the jail, the cgroup, the network state. */
 static int cleanup_host_state(const struct sbx_config *cfg, const char *sandbox_id,
-                              const char *jail_dir, const char *cgroup_path, char *err,
-                              size_t errlen)
+                              const char *net_address, const char *jail_dir,
+                              const char *cgroup_path, char *err, size_t errlen)
 {
     int rc = 0;
-    process_network_down(cfg, sandbox_id);
+    process_network_down(cfg, sandbox_id, net_address);
     if (jail_dir[0] && jail_remove(jail_dir, err, errlen) != 0)
         rc = -1;
     char cg_err[256];
@@ -622,8 +635,8 @@ fail:
         kill_and_wait(rt->pid, rt->cgroup_path, 0);
     rt->pid = 0;
     char cleanup_err[256];
-    if (cleanup_host_state(cfg, rt->sandbox_id, rt->jail_dir, rt->cgroup_path, cleanup_err,
-                           sizeof cleanup_err) != 0)
+    if (cleanup_host_state(cfg, rt->sandbox_id, rt->net_address, rt->jail_dir, rt->cgroup_path,
+                           cleanup_err, sizeof cleanup_err) != 0)
         log_warn("process driver: cleanup after a failed boot of %s: %s", rt->sandbox_id,
                  cleanup_err);
     free(plan);
@@ -716,7 +729,8 @@ static int process_terminate(const struct sbx_config *cfg, struct sandbox_runtim
     rt->pid = 0;
     if (rt->cgroup_path[0] || cgroups.v1_memory_root[0])
         cgroup_read_usage(&cgroups, rt->cgroup_path, rt->sandbox_id, usage);
-    int rc = cleanup_host_state(cfg, rt->sandbox_id, rt->jail_dir, rt->cgroup_path, err, errlen);
+    int rc = cleanup_host_state(cfg, rt->sandbox_id, rt->net_address, rt->jail_dir, rt->cgroup_path,
+                                err, errlen);
     if (rc == 0) {
         rt->jail_dir[0] = '\0';
         rt->cgroup_path[0] = '\0';
@@ -801,7 +815,7 @@ static int process_reap(const struct sbx_config *cfg, const struct store_sandbox
     }
     if (ours && !wait_gone(pid, 5000))
         log_error("process driver: %s's init %d survived SIGKILL", sb->id, (int)pid);
-    return cleanup_host_state(cfg, sb->id, jail_dir, cgroup_path, err, errlen);
+    return cleanup_host_state(cfg, sb->id, sb->net_address, jail_dir, cgroup_path, err, errlen);
 }
 
 /* ---- init ---- */
@@ -828,10 +842,14 @@ static int process_init(const struct sbx_config *cfg, char *err, size_t errlen)
         log_warn("process driver: CPU time cannot be measured on this host");
     if (!cgroups.v2_memory && !cgroups.v1_memory_root[0])
         log_warn("process driver: peak memory cannot be measured on this host");
-    if (geteuid() != 0)
+    if (geteuid() != 0) {
         log_warn("process driver: not root: Sandboxes run in a user namespace as the worker's "
                  "own uid (sandbox_uid is not applied) and Workspaces cannot be attached");
-    return 0;
+        log_warn("process driver: not root: Sandboxes get no network (loopback only)");
+        return 0;
+    }
+    /* As root every Sandbox gets its link and firewall; without a firewall, no Sandbox boots. */
+    return net_init(cfg->net_pool, err, errlen);
 }
 
 const struct driver driver_process = {
