@@ -83,7 +83,9 @@ int guest_nfs_mount(const char *source, const char *dir, char *err, size_t errle
         struct timespec ts = {0, 500 * 1000000L};
         nanosleep(&ts, NULL);
     }
+    /* The server hides an export from addresses it does not admit: ENOENT, like EACCES, means
+     * "not for this Sandbox". */
     snprintf(err, errlen, "mount NFS Workspace %.200s on %.100s: %s%s", source, dir, strerror(e),
-             e == EACCES || e == EPERM ? " (the export does not admit this Sandbox)" : "");
+             e == EACCES || e == EPERM || e == ENOENT ? " (not exported to this Sandbox)" : "");
     return -1;
 }
