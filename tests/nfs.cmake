@@ -1,0 +1,10 @@
+# NFS Workspaces for microVM Sandboxes (issue 6): sbx's own nfs-ganesha export, the firewall's
+# TCP 2049 element and the guest agent's mount, with real TCG guests (two VMs: about 30 s here).
+if(TARGET guest-image)
+  add_executable(test_nfs_driver ${CMAKE_CURRENT_LIST_DIR}/integration/nfs/test_nfs_driver.c)
+  target_link_libraries(test_nfs_driver PRIVATE sbxworker)
+  add_test(NAME it.nfs.qemu_workspace COMMAND test_nfs_driver ${CMAKE_BINARY_DIR}/guest)
+  # Exit 77 (no root) is a skip. RUN_SERIAL: ganesha takes the host's TCP 2049.
+  set_tests_properties(it.nfs.qemu_workspace PROPERTIES FIXTURES_REQUIRED guest_image
+                       TIMEOUT 300 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+endif()
