@@ -8,3 +8,14 @@ if(TARGET guest-image)
   set_tests_properties(it.nfs.qemu_workspace PROPERTIES FIXTURES_REQUIRED guest_image
                        TIMEOUT 300 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
 endif()
+
+# End to end: gateway + sbx-worker + qemu driver + NFS (two VMs), through the worker tests' harness.
+find_program(NODE_EXECUTABLE node)
+if(TARGET guest-image AND NODE_EXECUTABLE AND TARGET sbx-worker AND TARGET sbx-gateway)
+  add_test(NAME it.nfs.qemu_e2e
+           COMMAND ${NODE_EXECUTABLE} --test --test-concurrency=1
+                   ${CMAKE_CURRENT_LIST_DIR}/integration/nfs/nfs_e2e.test.mjs)
+  set_tests_properties(it.nfs.qemu_e2e PROPERTIES
+    ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>"
+    FIXTURES_REQUIRED guest_image TIMEOUT 300 RUN_SERIAL TRUE)
+endif()
