@@ -40,6 +40,10 @@ test('a Workspace file survives Sandbox replacement through the NFS export; anot
     assert.equal(ws.status, 201, ws.text);
     const session = await sbx.session(key, { workspaceId: ws.json.id });
 
+    // Attached to a live Session: deleting it is refused.
+    const del = await req(sbx.gw, 'DELETE', `/v1/workspaces/${ws.json.id}`, { token: key });
+    assert.equal(del.status, 409, `deleting an attached Workspace: ${del.status} ${del.text}`);
+
     // Another App: the Workspace does not exist for it.
     const other = await sbx.app('other', { driver: 'qemu' });
     const denied = await req(sbx.gw, 'POST', '/v1/sessions', { token: other.key, body: { workspaceId: ws.json.id } });
