@@ -19,6 +19,7 @@
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -208,11 +209,21 @@ static int start_server(const struct nfs_paths *p, char *err, size_t errlen)
         return -1;
     }
     if (pid == 0) {
+        /* The server outlives this worker: it must not inherit the worker's descriptors (taps,
+         * netlink, the store), signal mask (job threads block signals) or dispositions. */
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        for (int s = 1; s < NSIG; s++)
+            signal(s, SIG_DFL);
+        syscall(SYS_close_range, 3U, ~0U, 0U);
         int null = open("/dev/null", O_RDWR);
         if (null >= 0) {
             dup2(null, 0);
             dup2(null, 1);
             dup2(null, 2);
+            if (null > 2)
+                close(null);
         }
         if (chdir(p->dir) != 0)
             _exit(126);
