@@ -19,3 +19,10 @@ if(TARGET guest-image AND NODE_EXECUTABLE AND TARGET sbx-worker AND TARGET sbx-g
     ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>"
     FIXTURES_REQUIRED guest_image TIMEOUT 300 RUN_SERIAL TRUE)
 endif()
+
+# nfs_export alone against a real ganesha (no VMs): exports in the config, reconciliation.
+add_executable(test_nfs_export ${CMAKE_CURRENT_LIST_DIR}/integration/nfs/test_nfs_export.c)
+target_link_libraries(test_nfs_export PRIVATE sbxworker)
+add_test(NAME it.nfs.export_reconcile COMMAND test_nfs_export)
+set_tests_properties(it.nfs.export_reconcile PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77
+                     RUN_SERIAL TRUE)

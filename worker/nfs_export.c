@@ -130,8 +130,22 @@ static pid_t running_pid(const struct nfs_paths *p)
     if (fgets(comm, sizeof comm, f) == NULL)
         comm[0] = '\0';
     fclose(f);
-    /* A recycled pid of something else is not our server. */
-    return strncmp(comm, "ganesha.nfsd", 12) == 0 ? (pid_t)pid : 0;
+    /* A recycled pid of something else is not our server, nor is an exited one awaiting its
+     * reaper (state Z in /proc/<pid>/stat, after the ")" of the command name). */
+    if (strncmp(comm, "ganesha.nfsd", 12) != 0)
+        return 0;
+    char stat_line[512] = "";
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    f = fopen(path, "re");
+    if (f == NULL)
+        return 0;
+    if (fgets(stat_line, sizeof stat_line, f) == NULL)
+        stat_line[0] = '\0';
+    fclose(f);
+    const char *close_paren = strrchr(stat_line, ')');
+    if (close_paren == NULL || close_paren[1] != ' ' || close_paren[2] == 'Z')
+        return 0;
+    return (pid_t)pid;
 }
 
 static bool port_listening(void)
