@@ -1020,6 +1020,11 @@ static int qemu_attach_workspace(const struct sbx_config *cfg, struct sandbox_ru
                  host_dir);
         return -1;
     }
+    if (link.slot >= UINT16_MAX) { /* export ids are 16-bit; 0 is ganesha's pseudo root */
+        snprintf(err, errlen, "network slot %u has no NFS export id (net_pool too large)",
+                 (unsigned)link.slot);
+        return -1;
+    }
     char pseudo[128];
     if (nfs_export_add(cfg, rt->sandbox_id, rt->net_address, host_dir, (uint16_t)(link.slot + 1),
                        pseudo, sizeof pseudo, err, errlen) != 0)
