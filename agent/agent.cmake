@@ -18,8 +18,10 @@ function(sbx_static_agent target)
   target_link_options(${target} PRIVATE -static)
 endfunction()
 
-sbx_static_agent(sbx-agent ${SBX_AGENT_DIR}/sbx-agent.c ${SBX_AGENT_DIR}/relay.c)
-sbx_static_agent(sbx-echo-agent ${SBX_AGENT_DIR}/echo-agent.c ${SBX_AGENT_DIR}/relay.c)
+sbx_static_agent(sbx-agent ${SBX_AGENT_DIR}/sbx-agent.c ${SBX_AGENT_DIR}/relay.c
+                 ${SBX_AGENT_DIR}/guest_nfs.c)
+sbx_static_agent(sbx-echo-agent ${SBX_AGENT_DIR}/echo-agent.c ${SBX_AGENT_DIR}/relay.c
+                 ${SBX_AGENT_DIR}/guest_nfs.c)
 
-add_library(sbxrelay STATIC ${SBX_AGENT_DIR}/relay.c)
+add_library(sbxrelay STATIC ${SBX_AGENT_DIR}/relay.c ${SBX_AGENT_DIR}/guest_nfs.c)
 target_include_directories(sbxrelay PUBLIC ${SBX_AGENT_DIR})

@@ -8,6 +8,7 @@
  * of buffering without bound.
  */
 #include "relay.h"
+#include "guest_nfs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -760,6 +761,7 @@ struct start_request {
     char *argv[RELAY_MAX_ARGS + 1];
     size_t argc;
     char workspace[PATH_MAX];
+    char workspace_nfs[256]; /* "<host addr>:/<export>" to mount at workspace first, or "" */
 };
 
 static void start_request_free(struct start_request *req)
@@ -796,10 +798,23 @@ static int parse_start(struct json_span msg, struct start_request *req, const ch
         *why = "argv is empty";
         return -1;
     }
-    if (json_object_get(msg, "workspace", &ws) == 1 && !json_is_null(ws) &&
-        json_string_decode(ws, req->workspace, sizeof req->workspace) != 0) {
+    req->workspace_nfs[0] = '\0';
+    if (json_object_get(msg, "workspace", &ws) != 1 || json_is_null(ws))
+        return 0;
+    /* A path (already there: the process driver's bind mount), or {"path":...,"nfs":...}: a
+     * microVM's Workspace, which the agent mounts itself. */
+    struct json_span path, nfs;
+    bool ok;
+    if (json_is_object(ws))
+        ok = json_object_get(ws, "path", &path) == 1 &&
+             json_string_decode(path, req->workspace, sizeof req->workspace) == 0 &&
+             (json_object_get(ws, "nfs", &nfs) != 1 ||
+              json_string_decode(nfs, req->workspace_nfs, sizeof req->workspace_nfs) == 0);
+    else
+        ok = json_string_decode(ws, req->workspace, sizeof req->workspace) == 0;
+    if (!ok || (req->workspace_nfs[0] && req->workspace[0] != '/')) {
         start_request_free(req);
-        *why = "workspace must be a path or null";
+        *why = "workspace must be a path, {\"path\":...,\"nfs\":\"addr:/export\"} or null";
         return -1;
     }
     return 0;
@@ -909,7 +924,10 @@ static void handle_start(struct relay *r, struct json_span msg)
     }
     char why[512];
     struct stat st;
-    if (req.workspace[0] && (stat(req.workspace, &st) != 0 || !S_ISDIR(st.st_mode))) {
+    if (req.workspace_nfs[0] &&
+        guest_nfs_mount(req.workspace_nfs, req.workspace, why, sizeof why) != 0) {
+        send_control(r, "error", "error", why);
+    } else if (req.workspace[0] && (stat(req.workspace, &st) != 0 || !S_ISDIR(st.st_mode))) {
         snprintf(why, sizeof why, "workspace %.400s is not a directory in the Sandbox",
                  req.workspace);
         send_control(r, "error", "error", why);

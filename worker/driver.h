@@ -9,6 +9,9 @@
  * Sandbox (sbx-agent in a VM, the sandbox init for the process driver):
  *   agent -> host  {"type":"ready","kernel":"<uname -r>"}        once, when booted (boot() waits)
  *   host -> agent  {"type":"start","argv":[...],"workspace":"/workspace" or null}
+ *                  or, for a Workspace over NFS (microVMs, docs/workspaces.md):
+ *                  {"type":"start","argv":[...],"workspace":{"path":"/workspace",
+ *                                                         "nfs":"<host addr>:/sbx/<sandboxId>"}}
  *   agent -> host  {"type":"started"} | {"type":"error","error":"..."}
  *   host -> agent  {"id":"msg_...","seq":N,"body":...}           one per message (agent protocol)
  *   agent -> host  {"id":"msg_...","reply":...} | {"id":"msg_...","error":"..."}
@@ -37,6 +40,9 @@ struct sandbox_runtime {
     char image_hash[80];   /* content hash of the rootfs or guest image */
     char kernel[128];      /* what the agent reported as its kernel release */
     void *driver_state;    /* the driver's own */
+    /* Set by attach_workspace when the agent must mount the Workspace over NFS
+     * ("<host addr>:/<export>"), "" otherwise. */
+    char workspace_nfs[160];
 };
 
 struct driver {

@@ -25,6 +25,7 @@
 #include "cgroup.h"
 #include "driver.h"
 #include "netns.h"
+#include "nfs_export.h"
 #include "log.h"
 
 #include <dirent.h>
@@ -1001,18 +1002,57 @@ fail:
     return -1;
 }
 
+/* A warm guest is booted before its Workspace is known and -M microvm has no hotplug, so the
+ * Workspace reaches the guest over its tap link: sbx's NFS server exports the directory to this
+ * Sandbox's address alone, the firewall opens TCP 2049 for it, and the agent mounts
+ * rt->workspace_nfs at /workspace before the command starts (docs/workspaces.md). */
 static int qemu_attach_workspace(const struct sbx_config *cfg, struct sandbox_runtime *rt,
                                  const char *host_dir, char *err, size_t errlen)
 {
-    (void)cfg;
-    (void)rt;
+    rt->workspace_nfs[0] = '\0';
     if (host_dir == NULL)
         return 0;
-    /* A warm guest is booted before its Workspace is known and -M microvm has no hotplug, so the
-     * Workspace must reach the guest over the network (NFS, the network module's tap link). */
-    snprintf(err, errlen, "the qemu driver cannot attach Workspace %s yet: it needs the NFS export",
-             host_dir);
-    return -1;
+    struct net_link link;
+    if (net_firewall() == NULL || rt->net_address[0] == '\0' ||
+        net_link_of_address(net_worker_pool(), rt->sandbox_id, rt->net_address, &link) != 0) {
+        snprintf(err, errlen,
+                 "Workspace %s needs the worker's network (root): a microVM mounts it over NFS",
+                 host_dir);
+        return -1;
+    }
+    if (link.slot >= UINT16_MAX) { /* export ids are 16-bit; 0 is ganesha's pseudo root */
+        snprintf(err, errlen, "network slot %u has no NFS export id (net_pool too large)",
+                 (unsigned)link.slot);
+        return -1;
+    }
+    char pseudo[128];
+    if (nfs_export_add(cfg, rt->sandbox_id, rt->net_address, host_dir, (uint16_t)(link.slot + 1),
+                       pseudo, sizeof pseudo, err, errlen) != 0)
+        return -1;
+    if (net_sandbox_set_nfs(&link, true, err, errlen) != 0) {
+        char why[256];
+        if (nfs_export_remove(cfg, rt->sandbox_id, why, sizeof why) != 0)
+            log_warn("qemu driver: NFS export of %s: %s", rt->sandbox_id, why);
+        return -1;
+    }
+    char host[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &link.host_addr, host, sizeof host);
+    snprintf(rt->workspace_nfs, sizeof rt->workspace_nfs, "%s:%s", host, pseudo);
+    return 0;
+}
+
+/* Terminate and reap: the export and the 2049 element go; the Workspace's data stays. */
+static void workspace_detach(const struct sbx_config *cfg, const char *sandbox_id,
+                             const char *net_address)
+{
+    char why[512];
+    struct net_link link;
+    if (nfs_export_remove(cfg, sandbox_id, why, sizeof why) != 0)
+        log_warn("qemu driver: NFS export of %s: %s", sandbox_id, why);
+    if (net_firewall() != NULL && net_address && net_address[0] &&
+        net_link_of_address(net_worker_pool(), sandbox_id, net_address, &link) == 0 &&
+        net_sandbox_set_nfs(&link, false, why, sizeof why) != 0)
+        log_warn("qemu driver: NFS firewall element of %s: %s", sandbox_id, why);
 }
 
 static int qemu_terminate(const struct sbx_config *cfg, struct sandbox_runtime *rt,
@@ -1033,8 +1073,11 @@ static int qemu_terminate(const struct sbx_config *cfg, struct sandbox_runtime *
         cgroup_detach(cfg, rt->cgroup_path, rt->sandbox_id);
         rt->cgroup_path[0] = '\0';
     }
-    if (rc == 0)
+    if (rc == 0) {
+        workspace_detach(cfg, rt->sandbox_id, rt->net_address);
+        rt->workspace_nfs[0] = '\0';
         network_down(rt->sandbox_id, rt->net_address);
+    }
     if (rc == 0 && rt->jail_dir[0] != '\0' && remove_tree(rt->jail_dir) != 0) {
         snprintf(err, errlen, "cannot remove jail %s", rt->jail_dir);
         rc = -1;
@@ -1067,6 +1110,7 @@ static int qemu_reap(const struct sbx_config *cfg, const struct store_sandbox *s
         }
     }
     cgroup_detach(cfg, sb->cgroup_path, sb->id);
+    workspace_detach(cfg, sb->id, sb->net_address);
     network_down(sb->id, sb->net_address);
     /* Only ever remove what lies in this driver's part of chroot_base. */
     char expected[600];

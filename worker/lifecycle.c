@@ -458,8 +458,17 @@ static void attach_done(void *arg)
     json_error_t jerr;
     json_t *argv = json_loads(
         sb->delivery->app.command_json ? sb->delivery->app.command_json : "[]", 0, &jerr);
-    json_t *start = json_pack("{s:s,s:o,s:s?}", "type", "start", "argv", argv ? argv : json_array(),
-                              "workspace", sb->workspace_dir[0] ? "/workspace" : NULL);
+    /* A driver serving the Workspace over NFS (qemu) names the source for the agent to mount. */
+    json_t *ws = json_null();
+    if (sb->workspace_dir[0] && sb->rt.workspace_nfs[0]) {
+        json_decref(ws);
+        ws = json_pack("{s:s,s:s}", "path", "/workspace", "nfs", sb->rt.workspace_nfs);
+    } else if (sb->workspace_dir[0]) {
+        json_decref(ws);
+        ws = json_string("/workspace");
+    }
+    json_t *start = json_pack("{s:s,s:o,s:o}", "type", "start", "argv", argv ? argv : json_array(),
+                              "workspace", ws ? ws : json_null());
     char *line = start ? json_dumps(start, JSON_COMPACT) : NULL;
     json_decref(start);
     int rc = line ? agent_channel_send(sb->chan, line, strlen(line)) : -1;

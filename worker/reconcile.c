@@ -5,6 +5,7 @@
 #include "reconcile.h"
 #include "lifecycle.h"
 #include "log.h"
+#include "nfs_export.h"
 #include "timefmt.h"
 
 #include <errno.h>
@@ -47,8 +48,54 @@ static void reap_adopted(struct worker *w)
     free(list);
 }
 
+/* The store's live Sandboxes (of every worker), read at the first question: after the exports
+ * were listed, so a Sandbox that exported since is live by then (it is recorded before it
+ * boots). Unknown (a store error) counts as live. */
+struct live_list {
+    struct store *st;
+    bool loaded;
+    enum store_status status;
+    struct store_sandbox *v;
+    size_t n;
+};
+
+static bool listed_live(const char *sandbox_id, void *arg)
+{
+    struct live_list *l = arg;
+    if (!l->loaded) {
+        l->loaded = true;
+        l->status = l->st->sandbox_list_live(l->st, "", &l->v, &l->n);
+    }
+    if (l->status != STORE_OK)
+        return true;
+    for (size_t i = 0; i < l->n; i++)
+        if (strcmp(l->v[i].id, sandbox_id) == 0)
+            return true;
+    return false;
+}
+
+/* Once per worker process, at its first pass: NFS exports of Sandboxes that no longer run (a
+ * worker died between a VM's end and its export's removal) are withdrawn. Reaping adopted
+ * Sandboxes removes theirs one by one; this catches what no store record leads to. */
+static void reconcile_nfs_exports(struct worker *w)
+{
+    static bool done;
+    struct live_list l = {.st = w->st};
+    char err[512];
+    size_t removed = 0;
+    if (done || !w->st->sandbox_list_live)
+        return;
+    done = true;
+    if (nfs_export_reconcile(&w->cfg, listed_live, &l, &removed, err, sizeof err) != 0)
+        log_warn("worker: NFS exports: %s", err);
+    else if (removed > 0)
+        log_info("worker: withdrew %zu NFS exports of Sandboxes no longer running", removed);
+    free(l.v);
+}
+
 void reconcile_run(struct worker *w)
 {
+    reconcile_nfs_exports(w);
     struct store_worker *workers = NULL;
     size_t n = 0, requeued = 0;
     bool adopted = false;
