@@ -40,6 +40,8 @@ static const struct setting settings[] = {
     INT(http_threads, "8", 1, 1024, "gateway HTTP threads"),
     INT(conn_limit, "10000", 1, 1000000, "simultaneous HTTP connections"),
     INT(conn_timeout, "120", 1, 86400, "seconds an idle HTTP connection is kept"),
+    INT(auth_fail_limit, "100", 1, 1000000, "failed auths from one address per window (429 beyond)"),
+    INT(auth_fail_window, "60", 1, 86400, "seconds of the failed-auth window"),
     INT(busy_timeout_ms, "5000", 0, 600000, "SQLite busy timeout; 503 beyond it"),
     STR(synchronous, "FULL", "SQLite synchronous mode: FULL (a 202 is on disk) or NORMAL"),
     INT(lease_ms, "30000", 100, 3600000, "delivery lease; an expired lease is delivered again"),
@@ -165,8 +167,7 @@ int config_load(struct sbx_config *cfg, int argc, char **argv, char *err, size_t
 
     memset(cfg, 0, sizeof *cfg);
     for (size_t i = 0; i < N_SETTINGS; i++)
-        if (setting_set(cfg, &settings[i], settings[i].def, "default", err, errlen) != 0 &&
-            settings[i].type == SETTING_STR)
+        if (setting_set(cfg, &settings[i], settings[i].def, "default", err, errlen) != 0)
             return -1;
 
     for (int i = 1; i < argc; i++) {

@@ -25,6 +25,8 @@ struct sbx_config {
     int64_t http_threads;     /* SBX_HTTP_THREADS: gateway thread pool */
     int64_t conn_limit;       /* SBX_CONN_LIMIT: simultaneous HTTP connections */
     int64_t conn_timeout;     /* SBX_CONN_TIMEOUT: idle seconds before a connection is closed */
+    int64_t auth_fail_limit;  /* SBX_AUTH_FAIL_LIMIT: failed auths per address per window */
+    int64_t auth_fail_window; /* SBX_AUTH_FAIL_WINDOW: seconds of that window (429 beyond) */
     int64_t busy_timeout_ms;  /* SBX_BUSY_TIMEOUT_MS: SQLite busy timeout */
     char synchronous[16];     /* SBX_SYNCHRONOUS: FULL or NORMAL */
     int64_t lease_ms;         /* SBX_LEASE_MS: delivery lease */
