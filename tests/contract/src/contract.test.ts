@@ -314,6 +314,7 @@ test("sessions: create, get by name again, list, patch, scoping", async () => {
   const named = await asA.POST("/v1/sessions", { body: { name: "ticket-1", keepAliveSeconds: 30, metadata: { customer: "acme" } } });
   assert.equal(named.response.status, 201);
   sessionA = named.data!;
+  assert.equal(named.response.headers.get("location"), `/v1/sessions/${sessionA.id}`);
   assert.equal(sessionA.keepAliveSeconds, 30);
   assert.equal(sessionA.keepAliveOverride, 30);
   assert.deepEqual(sessionA.metadata, { customer: "acme" });
@@ -378,6 +379,7 @@ test("messages: durable enqueue, idempotency, listing, long poll", async () => {
   assert.equal(m1.data?.maxAttempts, appA.maxAttempts);
   assert.equal(m1.data?.requestId, "contract.m1");
   assert.equal(m1.data?.completedAt, null);
+  assert.equal(m1.response.headers.get("location"), `/v1/sessions/${sessionId}/messages/${m1.data?.id}`);
 
   const params = { path: { sessionId }, header: { "Idempotency-Key": "contract-key-1" } };
   const m2 = await asA.POST("/v1/sessions/{sessionId}/messages", { params, body: { body: "second" } });
@@ -435,10 +437,11 @@ test("workspaces: create, attach, refuse deletion while attached", async () => {
   const created = await asA.POST("/v1/workspaces", { body: { name: "repo" } });
   assert.equal(created.response.status, 201);
   workspaceA = created.data!;
+  assert.equal(created.response.headers.get("location"), `/v1/workspaces/${workspaceA.id}`);
   assert.equal(workspaceA.appId, appA.id);
   assert.equal(workspaceA.attachedSessions, 0);
   assert.ok(existsSync(join(gw.dataDir, "workspaces", appA.id, workspaceA.id)), "the workspace directory exists");
-  const unnamed = await asA.POST("/v1/workspaces");
+  const unnamed = await asA.POST("/v1/workspaces", { body: { name: null } });
   assert.equal(unnamed.response.status, 201);
   assert.equal(unnamed.data?.name, null);
 
