@@ -8,7 +8,7 @@
 // default ../../openapi.yaml next to this package).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { join, dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -598,6 +598,32 @@ test("rate limit: repeated failed auths from one address get 429 with Retry-Afte
     assert.match(last.response.headers.get("retry-after") ?? "", /^[0-9]+$/);
   } finally {
     await limited.stop();
+  }
+});
+
+test("store busy: a write blocked beyond the busy timeout answers 503 store-busy with Retry-After", async () => {
+  const busy = await startGateway(gatewayBin, { SBX_BUSY_TIMEOUT_MS: "200" });
+  // Another process holds the database's write lock (WAL: reads go on, writes wait and time out).
+  const locker = spawn("sqlite3", [join(busy.dataDir, "sbx.db")], { stdio: ["pipe", "ignore", "inherit"] });
+  try {
+    const asAdmin = client(busy.baseUrl, busy.adminToken);
+    locker.stdin.write(".timeout 5000\nBEGIN EXCLUSIVE;\nSELECT 1;\n");
+    let result = await asAdmin.POST("/v1/apps", { body: { name: "busy-probe" } });
+    // The lock is taken asynchronously: retry briefly until the write is refused.
+    for (let i = 0; i < 50 && result.response.status === 201; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      result = await asAdmin.POST("/v1/apps", { body: { name: `busy-probe-${i}` } });
+    }
+    expectProblem(result, 503, "store-busy");
+    assert.equal(result.response.headers.get("retry-after"), "1");
+    locker.stdin.write("COMMIT;\n.quit\n");
+    locker.stdin.end();
+    await new Promise((r) => locker.once("exit", r));
+    const after = await asAdmin.POST("/v1/apps", { body: { name: "busy-after" } });
+    assert.equal(after.response.status, 201, "writes work again once the lock is gone");
+  } finally {
+    if (locker.exitCode === null) locker.kill("SIGKILL");
+    await busy.stop();
   }
 });
 
