@@ -42,6 +42,9 @@ if(TARGET sbx-gateway)
   add_test(NAME it.contract.api
            COMMAND ${CMAKE_COMMAND} -E env SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>
                    SBX_OPENAPI=${CMAKE_SOURCE_DIR}/openapi.yaml
+                   # The worker with its fork test driver (tests/worker.cmake, when present)
+                   # lets the test see replies, failures and Sandboxes a real worker writes.
+                   "SBX_WORKER_BIN=$<$<TARGET_EXISTS:sbx-worker-fork>:$<TARGET_FILE:sbx-worker-fork>>"
                    sh -c "'${SBX_NODE}' node_modules/typescript/bin/tsc -p tsconfig.json && '${SBX_NODE}' --test dist/src/contract.test.js"
            WORKING_DIRECTORY ${contract_dir})
   set_tests_properties(it.contract.api PROPERTIES FIXTURES_REQUIRED "contract_node_modules;contract_types"

@@ -627,6 +627,93 @@ test("store busy: a write blocked beyond the busy timeout answers 503 store-busy
   }
 });
 
+test("with a worker: replies, failures, Sandboxes and the pool as a real worker writes them", async (t) => {
+  const workerBin = process.env["SBX_WORKER_BIN"] ?? "";
+  if (!workerBin || !existsSync(workerBin)) {
+    t.skip("SBX_WORKER_BIN is not set: no worker binary in this build");
+    return;
+  }
+  // Short timers so that the whole lifecycle fits in a few seconds.
+  const fast = {
+    SBX_POOL_SIZE: "1",
+    SBX_POLL_MS: "200",
+    SBX_HEARTBEAT_MS: "200",
+    SBX_RETRY_BASE_MS: "50",
+    SBX_RETRY_MAX_MS: "400",
+    SBX_MESSAGE_TIMEOUT: "5",
+    SBX_MAX_WAIT: "20",
+  };
+  const live = await startGateway(gatewayBin, fast);
+  const worker = spawn(workerBin, [], { env: { ...process.env, ...fast, SBX_DATA_DIR: live.dataDir }, stdio: ["ignore", "ignore", "pipe"] });
+  let workerLog = "";
+  worker.stderr?.on("data", (d: Buffer) => (workerLog += d.toString()));
+  try {
+    const asAdmin = client(live.baseUrl, live.adminToken);
+    const app = await asAdmin.POST("/v1/apps", { body: { name: "contract-live", maxAttempts: 1, keepAliveSeconds: 30 } });
+    assert.equal(app.response.status, 201);
+    const key = await asAdmin.POST("/v1/apps/{appId}/keys", { params: { path: { appId: app.data!.id } } });
+    const asApp = client(live.baseUrl, key.data!.key);
+    const session = await asApp.POST("/v1/sessions", { body: { name: "live" } });
+    const sessionId = session.data!.id;
+
+    const sent = await asApp.POST("/v1/sessions/{sessionId}/messages", { params: { path: { sessionId } }, body: { body: { hello: "world" } } });
+    assert.equal(sent.response.status, 202);
+    const messageId = sent.data!.id;
+    let done = await asApp.GET("/v1/sessions/{sessionId}/messages/{messageId}", { params: { path: { sessionId, messageId }, query: { wait: 20 } } });
+    for (let i = 0; i < 3 && done.data?.state !== "completed" && done.data?.state !== "failed"; i++) {
+      done = await asApp.GET("/v1/sessions/{sessionId}/messages/{messageId}", { params: { path: { sessionId, messageId }, query: { wait: 20 } } });
+    }
+    assert.equal(done.data?.state, "completed", `message: ${JSON.stringify(done.data)}\n--- worker log ---\n${workerLog.slice(-3000)}`);
+    assert.notEqual(done.data?.reply, null);
+    assert.notEqual(done.data?.completedAt, null);
+    assert.notEqual(done.data?.sandboxId, null);
+    assert.equal(done.data?.attempts, 1);
+
+    const active = await asApp.GET("/v1/sessions/{sessionId}", { params: { path: { sessionId } } });
+    assert.ok((active.data?.activationCount ?? 0) >= 1);
+    assert.notEqual(active.data?.lastActivityAt, null);
+
+    const crash = await asApp.POST("/v1/sessions/{sessionId}/messages", { params: { path: { sessionId } }, body: { body: { crash: true } } });
+    const failed = await asApp.GET("/v1/sessions/{sessionId}/messages/{messageId}", { params: { path: { sessionId, messageId: crash.data!.id }, query: { wait: 20 } } });
+    assert.equal(failed.data?.state, "failed", `message: ${JSON.stringify(failed.data)}`);
+    assert.equal(typeof failed.data?.error, "string");
+
+    const sandboxes = await asApp.GET("/v1/sandboxes");
+    assert.ok(sandboxes.data!.items.some((sb) => sb.id === done.data!.sandboxId));
+    const sandbox = await asApp.GET("/v1/sandboxes/{sandboxId}", { params: { path: { sandboxId: done.data!.sandboxId! } } });
+    assert.equal(sandbox.data?.appId, app.data!.id);
+    assert.equal((await asAdmin.GET("/v1/sandboxes", { params: { query: { limit: 200 } } })).response.status, 200);
+    assert.equal((await asAdmin.GET("/v1/pool")).response.status, 200);
+    const events = await asApp.GET("/v1/events", { params: { query: { sessionId, limit: 200 } } });
+    assert.ok(events.data!.items.some((e) => e.objectId === messageId), "the message's events are in the trail");
+
+    // Terminate whatever Sandbox serves the Session now, then wait for the worker to finish it.
+    const current = (await asApp.GET("/v1/sandboxes", { params: { query: { limit: 200 } } })).data!.items.find(
+      (sb) => sb.state !== "terminated" && sb.state !== "failed",
+    );
+    if (current) {
+      const term = await asApp.DELETE("/v1/sandboxes/{sandboxId}", { params: { path: { sandboxId: current.id } } });
+      assert.equal(term.response.status, 202);
+      let state = term.data!.state;
+      for (let i = 0; i < 100 && state !== "terminated" && state !== "failed"; i++) {
+        await new Promise((r) => setTimeout(r, 100));
+        state = (await asApp.GET("/v1/sandboxes/{sandboxId}", { params: { path: { sandboxId: current.id } } })).data!.state;
+      }
+      assert.ok(state === "terminated" || state === "failed", `Sandbox still ${state}`);
+      expectProblem(await asApp.DELETE("/v1/sandboxes/{sandboxId}", { params: { path: { sandboxId: current.id } } }), 409, "conflict");
+    }
+    assert.equal((await asApp.DELETE("/v1/sessions/{sessionId}", { params: { path: { sessionId } } })).response.status, 204);
+  } finally {
+    if (worker.exitCode === null) {
+      worker.kill("SIGTERM");
+      const timer = setTimeout(() => worker.kill("SIGKILL"), 10000);
+      await new Promise((r) => worker.once("exit", r));
+      clearTimeout(timer);
+    }
+    await live.stop();
+  }
+});
+
 test("coverage: every operation of the spec answered with a success status", () => {
   const missing: string[] = [];
   for (const { method, template } of contract.operations()) {
