@@ -627,6 +627,39 @@ test("store busy: a write blocked beyond the busy timeout answers 503 store-busy
   }
 });
 
+test("storage full: a write on a full disk answers 507 storage-full and nothing half-written", async (t) => {
+  if (process.getuid?.() !== 0 || !existsSync("/usr/bin/unshare")) {
+    t.skip("needs root and unshare(1) to give the gateway a tiny private tmpfs");
+    return;
+  }
+  // The gateway runs in its own mount namespace with a 1 MiB tmpfs over its data dir; the mount
+  // goes away with the process.
+  const wrapper = ["unshare", "--mount", "--propagation", "private", "sh", "-c", 'mount -t tmpfs -o size=1m sbx-contract "$SBX_DATA_DIR" && exec "$0"'];
+  const full = await startGateway(gatewayBin, { SBX_BODY_LIMIT: "200000" }, wrapper);
+  try {
+    const asAdmin = client(full.baseUrl, full.adminToken);
+    const app = await asAdmin.POST("/v1/apps", { body: { name: "contract-full" } });
+    const key = await asAdmin.POST("/v1/apps/{appId}/keys", { params: { path: { appId: app.data!.id } } });
+    const asApp = client(full.baseUrl, key.data!.key);
+    const session = await asApp.POST("/v1/sessions");
+    const sessionId = session.data!.id;
+    const filler = randomBytes(90000).toString("base64");
+    let last = await asApp.POST("/v1/sessions/{sessionId}/messages", { params: { path: { sessionId } }, body: { body: filler } });
+    let accepted = 0;
+    for (let i = 0; i < 40 && last.response.status === 202; i++) {
+      accepted++;
+      last = await asApp.POST("/v1/sessions/{sessionId}/messages", { params: { path: { sessionId } }, body: { body: filler } });
+    }
+    expectProblem(last, 507, "storage-full");
+    // Every message the gateway acknowledged is there, in order; the refused one is not.
+    const page = await asApp.GET("/v1/sessions/{sessionId}/messages", { params: { path: { sessionId }, query: { limit: 200 } } });
+    assert.deepEqual(page.data!.items.map((m) => m.seq), Array.from({ length: accepted }, (_, i) => i + 1));
+    assert.equal((await asApp.GET("/healthz")).response.status, 200, "reads still work on a full disk");
+  } finally {
+    await full.stop();
+  }
+});
+
 test("with a worker: replies, failures, Sandboxes and the pool as a real worker writes them", async (t) => {
   const workerBin = process.env["SBX_WORKER_BIN"] ?? "";
   if (!workerBin || !existsSync(workerBin)) {

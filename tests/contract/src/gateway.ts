@@ -52,17 +52,24 @@ async function waitHealthy(baseUrl: string, child: ChildProcess, timeoutMs: numb
 }
 
 /**
- * Starts the gateway binary with extra environment settings (SBX_*). The data dir is removed by
- * stop(). Retries on another port when the chosen one was taken in between.
+ * Starts the gateway binary with extra environment settings (SBX_*), optionally through a
+ * wrapper command. The data dir is removed by stop(). Retries on another port when the chosen
+ * one was taken in between.
  */
-export async function startGateway(binary: string, env: Record<string, string> = {}): Promise<RunningGateway> {
+export async function startGateway(
+  binary: string,
+  env: Record<string, string> = {},
+  wrapper: string[] = [],
+): Promise<RunningGateway> {
   const adminToken = `sbx_admin_${randomBytes(32).toString("base64url")}`;
   for (let attempt = 0; ; attempt++) {
     const dataDir = mkdtempSync(join(tmpdir(), "sbx-contract-"));
     const port = await freePort();
     const baseUrl = `http://127.0.0.1:${port}`;
     let output = "";
-    const child = spawn(binary, [], {
+    // A wrapper (e.g. unshare + mount) runs first and is handed the gateway binary last.
+    const [command, ...args] = wrapper.length > 0 ? [...wrapper, binary] : [binary];
+    const child = spawn(command!, args, {
       env: {
         ...process.env,
         SBX_DATA_DIR: dataDir,
