@@ -23,7 +23,9 @@ add_test(NAME it.contract.lint
          COMMAND ${SBX_NODE} node_modules/@redocly/cli/bin/cli.js lint --config redocly.yaml
                  ${CMAKE_SOURCE_DIR}/openapi.yaml
          WORKING_DIRECTORY ${contract_dir})
-set_tests_properties(it.contract.lint PROPERTIES FIXTURES_REQUIRED contract_node_modules TIMEOUT 120)
+# No telemetry and no update check: tests make no network requests.
+set_tests_properties(it.contract.lint PROPERTIES FIXTURES_REQUIRED contract_node_modules TIMEOUT 120
+                     ENVIRONMENT "REDOCLY_TELEMETRY=off;REDOCLY_SUPPRESS_UPDATE_NOTICE=true")
 
 add_test(NAME it.contract.generate
          COMMAND ${SBX_NODE} node_modules/openapi-typescript/bin/cli.js ${CMAKE_SOURCE_DIR}/openapi.yaml
