@@ -79,7 +79,9 @@ struct request {
     /* The body, collected up to body_limit. */
     char *body;
     size_t body_len, body_cap;
-    bool body_present; /* the client announced or sent a body */
+    bool body_present;    /* the client announced or sent a body */
+    bool body_too_large;  /* a body without Content-Length went over the limit */
+    size_t body_received; /* bytes received, including dropped ones */
 
     bool replied;     /* a response is queued */
     unsigned status;  /* the status replied, for metrics */

@@ -60,6 +60,8 @@ static enum MHD_Result queue(struct request *r, unsigned status, struct MHD_Resp
     MHD_add_response_header(resp, "X-Request-Id", r->request_id);
     MHD_add_response_header(resp, "Cache-Control", "no-store");
     ret = MHD_queue_response(r->conn, status, resp);
+    if (ret != MHD_YES)
+        log_emit(LOG_LEVEL_ERROR, r->request_id, "libmicrohttpd refused the %u response", status);
     MHD_destroy_response(resp);
     r->replied = true;
     r->status = status;

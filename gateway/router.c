@@ -18,6 +18,9 @@
 #include <string.h>
 #include <strings.h>
 
+/* Bytes of an over-limit chunked body read and dropped before the 413 (see below). */
+#define BODY_DISCARD_MAX (4u << 20)
+
 const struct route gateway_routes[] = {
     {"GET", "/healthz", AUTH_NONE, BODY_NONE, http_healthz},
     {"GET", "/metrics", AUTH_NONE, BODY_NONE, http_metrics},
@@ -206,21 +209,29 @@ enum MHD_Result gateway_access_handler(void *cls, struct MHD_Connection *conn, c
         return MHD_YES;
     }
     if (r->replied) {
-        /* A problem was queued early (e.g. 413 mid-body): drop the rest of the body. */
+        /* A problem was queued on the headers (e.g. 413 by Content-Length): drop the body. */
         *upload_data_size = 0;
         return MHD_YES;
     }
     if (*upload_data_size > 0) {
-        if (!body_append(r, upload_data, *upload_data_size)) {
-            *upload_data_size = 0;
-            return reply_problem(r, "body-too-large", NULL,
-                                 "the body is over the limit of %lld bytes",
-                                 (long long)gw->cfg.body_limit);
-        }
         r->body_present = true;
+        r->body_received += *upload_data_size;
+        if (!r->body_too_large && !body_append(r, upload_data, *upload_data_size))
+            r->body_too_large = true;
         *upload_data_size = 0;
+        /* A body without Content-Length that runs over the limit is read and dropped to its end,
+         * so that the client gets its 413 (libmicrohttpd accepts no response in the middle of an
+         * upload). Past a generous cap the connection is simply closed. */
+        if (r->body_too_large && r->body_received > (size_t)gw->cfg.body_limit + BODY_DISCARD_MAX) {
+            log_emit(LOG_LEVEL_INFO, r->request_id, "closing: body over %zu bytes",
+                     r->body_received);
+            return MHD_NO;
+        }
         return MHD_YES;
     }
+    if (r->body_too_large)
+        return reply_problem(r, "body-too-large", NULL, "the body is over the limit of %lld bytes",
+                             (long long)gw->cfg.body_limit);
     /* The whole request is in (or a parked long poll was resumed). */
     if (r->parked) {
         r->parked = false;

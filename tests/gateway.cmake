@@ -3,6 +3,12 @@ add_executable(test_store_api ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_store_api.c)
 target_link_libraries(test_store_api PRIVATE sbxcommon PkgConfig::CMOCKA PkgConfig::SQLITE)
 add_test(NAME unit.gateway.store_api COMMAND test_store_api)
 
+foreach(t auth json_input)
+  add_executable(test_${t} ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_${t}.c)
+  target_link_libraries(test_${t} PRIVATE sbxgateway PkgConfig::CMOCKA)
+  add_test(NAME unit.gateway.${t} COMMAND test_${t})
+endforeach()
+
 # Live integration tests: the real sbx-gateway on a loopback port with a temporary data dir,
 # driven by Node's built-in test runner.
 find_program(NODE_EXECUTABLE node)
