@@ -9,6 +9,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
+import { request as httpRequest } from "node:http";
 import { existsSync } from "node:fs";
 import { join, dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -98,6 +99,35 @@ async function bare(baseUrl: string, method: string, path: string, token: string
   assert.deepEqual(errors, [], errors.join("\n"));
   problemCodesSeen.add(code);
   return response;
+}
+
+/**
+ * Sends a request fetch() cannot (a body on GET or DELETE) and checks the answer against the
+ * spec's operation METHOD template.
+ */
+async function rawWithBody(baseUrl: string, method: string, path: string, template: string, token: string | null, body: string): Promise<number> {
+  const url = new URL(path, baseUrl);
+  const headers: Record<string, string> = { "Content-Type": "application/json", "Content-Length": String(Buffer.byteLength(body)) };
+  if (token) headers["Authorization"] = `Bearer ${token}`;
+  const { status, responseHeaders, text } = await new Promise<{ status: number; responseHeaders: Headers; text: string }>((resolvePromise, reject) => {
+    const req = httpRequest(url, { method, headers }, (res) => {
+      let data = "";
+      res.setEncoding("utf8");
+      res.on("data", (chunk: string) => (data += chunk));
+      res.on("end", () => {
+        const h = new Headers();
+        for (const [k, v] of Object.entries(res.headers)) if (typeof v === "string") h.set(k, v);
+        resolvePromise({ status: res.statusCode ?? 0, responseHeaders: h, text: data });
+      });
+    });
+    // The gateway may answer 413 before it has read everything: that is not an error here.
+    req.on("error", reject);
+    req.end(body);
+  });
+  const errors = contract.check({ method, template, status, headers: responseHeaders, bodyText: text });
+  assert.deepEqual(errors, [], errors.join("\n"));
+  if (status >= 400) problemCodesSeen.add((JSON.parse(text) as Problem).code);
+  return status;
 }
 
 function idOf(prefix: string): string {
@@ -570,6 +600,15 @@ test("routing: unknown route 404, wrong method 405 with Allow, request ids", asy
   assert.match(replaced.response.headers.get("x-request-id") ?? "", /^req_/);
   const tooLong = await asA.GET("/v1/sessions", { headers: { "X-Request-Id": "a".repeat(65) } });
   assert.match(tooLong.response.headers.get("x-request-id") ?? "", /^req_/);
+});
+
+test("limits: a body over body_limit answers 413 on every route, also those without a body", async () => {
+  const big = JSON.stringify({ pad: "x".repeat(70000) });
+  assert.equal(await rawWithBody(gw.baseUrl, "GET", "/healthz", "/healthz", null, big), 413);
+  assert.equal(await rawWithBody(gw.baseUrl, "GET", "/v1/apps", "/v1/apps", gw.adminToken, big), 413);
+  assert.equal(await rawWithBody(gw.baseUrl, "DELETE", `/v1/sessions/${sessionA.id}`, "/v1/sessions/{sessionId}", keyA, big), 413);
+  // A small body on a route that takes none is ignored.
+  assert.equal(await rawWithBody(gw.baseUrl, "GET", "/v1/apps", "/v1/apps", gw.adminToken, "{}"), 200);
 });
 
 test("apps: delete refused while in use, then deletes and revokes its keys", async () => {
