@@ -1,0 +1,22 @@
+# Reliability and security proofs (tests/integration/reliability/): the auth matrix walked from
+# openapi.yaml, faults under load (kill -9 of gateway and workers), disk full, hostile agents.
+# The libFuzzer targets are in tests/fuzz.cmake.
+find_program(NODE_EXECUTABLE node)
+if(NOT NODE_EXECUTABLE)
+  add_test(NAME it.reliability.skipped
+           COMMAND sh -c "echo 'reliability tests skipped: node is required'; exit 77")
+  set_tests_properties(it.reliability.skipped PROPERTIES SKIP_RETURN_CODE 77)
+  return()
+endif()
+
+set(rel_dir ${CMAKE_CURRENT_SOURCE_DIR}/integration/reliability)
+set(rel_env
+    "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>"
+    "SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>"
+    "SBX_OPENAPI=${CMAKE_SOURCE_DIR}/openapi.yaml"
+    "SBX_SOURCE_DIR=${CMAKE_SOURCE_DIR}"
+    "SBX_BUILD_DIR=${CMAKE_BINARY_DIR}")
+
+add_test(NAME it.reliability.auth_matrix
+         COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/auth_matrix.test.mjs)
+set_tests_properties(it.reliability.auth_matrix PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 120)
