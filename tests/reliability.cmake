@@ -1,6 +1,12 @@
 # Reliability and security proofs (tests/integration/reliability/): the auth matrix walked from
 # openapi.yaml, faults under load (kill -9 of gateway and workers), disk full, hostile agents.
 # The libFuzzer targets are in tests/fuzz.cmake.
+# The route table against the spec, both ways, with each route's auth kind.
+add_executable(test_routes_vs_spec ${CMAKE_CURRENT_SOURCE_DIR}/integration/reliability/routes_vs_spec.c)
+target_link_libraries(test_routes_vs_spec PRIVATE sbxgateway)
+add_test(NAME it.reliability.routes_vs_spec
+         COMMAND test_routes_vs_spec ${CMAKE_SOURCE_DIR}/openapi.yaml)
+
 find_program(NODE_EXECUTABLE node)
 if(NOT NODE_EXECUTABLE)
   add_test(NAME it.reliability.skipped
