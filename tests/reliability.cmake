@@ -26,3 +26,14 @@ set(rel_env
 add_test(NAME it.reliability.auth_matrix
          COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/auth_matrix.test.mjs)
 set_tests_properties(it.reliability.auth_matrix PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 120)
+
+# Faults under load on the real process driver (needs root for the Sandboxes).
+add_test(NAME it.reliability.faults_under_load
+         COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/faults_under_load.test.mjs)
+set_tests_properties(it.reliability.faults_under_load PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 200)
+
+# Disk full on a small tmpfs (needs root to mount; exits 77 otherwise). Run with plain node so the
+# file can report a skip.
+add_test(NAME it.reliability.disk_full COMMAND ${NODE_EXECUTABLE} ${rel_dir}/disk_full.test.mjs)
+set_tests_properties(it.reliability.disk_full PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 150
+                                                        SKIP_RETURN_CODE 77)
