@@ -58,10 +58,13 @@ test('kill -9 of the gateway and the workers under load: acknowledged but lost =
         posted++;
         try {
           const r = await req(gw, 'POST', `/v1/sessions/${sid}/messages`, {
-            token: key, body: { body: { n, sleepMs: rand(0, 30) } }, headers: { 'Idempotency-Key': `load-${n}` },
+            token: key, body: { body: { n, sleepMs: rand(0, 20) } }, headers: { 'Idempotency-Key': `load-${n}` },
           });
           if (r.status === 202) acked.set(r.json.id, sid);
           else refused++;
+          // Paced (~10 posts/s in all): the Sandboxes of a loaded 2-core machine must be able to
+          // drain the queue within the test's time; the faults, not the backlog, are under test.
+          await sleep(rand(200, 600));
         } catch {
           refused++;
           await sleep(50);
@@ -103,6 +106,8 @@ test('kill -9 of the gateway and the workers under load: acknowledged but lost =
       if (done === ids.length) break;
       await sleep(500);
     }
+    done = Number(sql(gw, `SELECT COUNT(*) FROM messages WHERE id IN (${inList}) AND state = 'completed'`));
+    const states = sql(gw, `SELECT state || ':' || COUNT(*) FROM messages WHERE id IN (${inList}) GROUP BY state`).replace(/\n/g, ' ');
     const present = Number(sql(gw, `SELECT COUNT(*) FROM messages WHERE id IN (${inList})`));
     const notCompleted = sql(gw, `SELECT id || ' ' || state || ' ' || COALESCE(error, '') FROM messages WHERE id IN (${inList}) AND state <> 'completed'`);
     const lost = ids.length - done;
@@ -111,7 +116,7 @@ test('kill -9 of the gateway and the workers under load: acknowledged but lost =
     const integrity = sql(gw, 'PRAGMA integrity_check');
     console.log(`posted ${posted}, acknowledged ${ids.length}, not acknowledged ${refused}; ` +
       `gateway kills ${gatewayKills}, worker kills ${workerKills}`);
-    console.log(`acknowledged but lost: ${lost} (missing rows: ${ids.length - present})`);
+    console.log(`acknowledged but lost: ${lost} (missing rows: ${ids.length - present}; states: ${states})`);
     assert.equal(present, ids.length, 'acknowledged messages missing from the database');
     if (lost) {
       for (const l of [...workerLogs, ...workers.map((w) => w.log)]) console.log(`worker log:\n${l.slice(-3000)}`);
