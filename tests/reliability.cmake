@@ -7,6 +7,13 @@ target_link_libraries(test_routes_vs_spec PRIVATE sbxgateway)
 add_test(NAME it.reliability.routes_vs_spec
          COMMAND test_routes_vs_spec ${CMAKE_SOURCE_DIR}/openapi.yaml)
 
+# A misbehaving App command for the hostile-agent test: static and without sanitizers, because
+# it runs inside a Sandbox (copied into the Session's Workspace).
+if(COMMAND sbx_static_agent)
+  sbx_static_agent(sbx-test-hostile-agent
+                   ${CMAKE_CURRENT_SOURCE_DIR}/integration/reliability/hostile_agent.c)
+endif()
+
 find_program(NODE_EXECUTABLE node)
 if(NOT NODE_EXECUTABLE)
   add_test(NAME it.reliability.skipped
@@ -21,7 +28,8 @@ set(rel_env
     "SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>"
     "SBX_OPENAPI=${CMAKE_SOURCE_DIR}/openapi.yaml"
     "SBX_SOURCE_DIR=${CMAKE_SOURCE_DIR}"
-    "SBX_BUILD_DIR=${CMAKE_BINARY_DIR}")
+    "SBX_BUILD_DIR=${CMAKE_BINARY_DIR}"
+    "SBX_HOSTILE_AGENT_BIN=$<TARGET_FILE:sbx-test-hostile-agent>")
 
 add_test(NAME it.reliability.auth_matrix
          COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/auth_matrix.test.mjs)
@@ -37,3 +45,18 @@ set_tests_properties(it.reliability.faults_under_load PROPERTIES ENVIRONMENT "${
 add_test(NAME it.reliability.disk_full COMMAND ${NODE_EXECUTABLE} ${rel_dir}/disk_full.test.mjs)
 set_tests_properties(it.reliability.disk_full PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 150
                                                         SKIP_RETURN_CODE 77)
+
+# Hostile agents on the process driver (root: Sandboxes and Workspaces).
+add_test(NAME it.reliability.hostile_agents
+         COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/hostile_agents.test.mjs)
+set_tests_properties(it.reliability.hostile_agents PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 300)
+
+# Known bug, disabled until the process driver gives each Sandbox its own process budget (see
+# docs/reliability.md, "Known bugs"): during one Session's fork storm, no other Session can get a
+# new Sandbox ("agent failed to start: fork: Resource temporarily unavailable"), because
+# RLIMIT_NPROC counts every process of the shared sandbox uid and no pids cgroup is available.
+add_test(NAME it.reliability.fork_storm_isolation
+         COMMAND ${NODE_EXECUTABLE} --test --test-name-pattern=fork
+                 ${rel_dir}/hostile_agents.test.mjs)
+set_tests_properties(it.reliability.fork_storm_isolation PROPERTIES
+  ENVIRONMENT "${rel_env};SBX_CHECK_NEW_SANDBOX_DURING_FORKS=1" TIMEOUT 300 DISABLED TRUE)
