@@ -60,3 +60,9 @@ add_test(NAME it.reliability.fork_storm_isolation
                  ${rel_dir}/hostile_agents.test.mjs)
 set_tests_properties(it.reliability.fork_storm_isolation PROPERTIES
   ENVIRONMENT "${rel_env};SBX_CHECK_NEW_SANDBOX_DURING_FORKS=1" TIMEOUT 300 DISABLED TRUE)
+
+# HTTP abuse beyond it.gateway.limits: idle and byte-at-a-time clients vs a normal client's
+# latency; malformed chunked encoding and smuggling shapes.
+add_test(NAME it.reliability.http_abuse
+         COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/http_abuse.test.mjs)
+set_tests_properties(it.reliability.http_abuse PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 120)
