@@ -66,3 +66,8 @@ set_tests_properties(it.reliability.fork_storm_isolation PROPERTIES
 add_test(NAME it.reliability.http_abuse
          COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/http_abuse.test.mjs)
 set_tests_properties(it.reliability.http_abuse PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 120)
+
+# SQLITE_BUSY and forced checkpoints under write load: no 500, no lost 202.
+add_test(NAME it.reliability.busy_checkpoint
+         COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/busy_checkpoint.test.mjs)
+set_tests_properties(it.reliability.busy_checkpoint PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 120)
