@@ -49,7 +49,11 @@ before(async () => {
 after(async () => {
   if (bystander) { bystander.stop = true; await bystander.done; }
   rmSync(hostSecret, { force: true });
-  if (sbx) { await sbx.stop(); sbx.cleanup(); }
+  if (!sbx) return;
+  const results = await sbx.stop();
+  sbx.cleanup();
+  // Exit 0 after all that: under ASan this also means no leak was reported.
+  assert.deepEqual(results[0], { code: 0, signal: null }, sbx.workers[0].log.slice(-2000));
 });
 
 // A Session of the hostile App with its own Workspace holding the hostile agent binary.
