@@ -67,7 +67,7 @@ else()
   set(relay_fuzz_bin ${CMAKE_BINARY_DIR}/fuzz-tree/tests/fuzz_agent_relay)
 endif()
 add_test(NAME it.fuzz.agent_relay_host_agreement
-         COMMAND ${relay_fuzz_bin} ${SBX_FUZZ_DIR}/regressions/relay_lone_surrogate
+         COMMAND ${relay_fuzz_bin} -error_exitcode=1 ${SBX_FUZZ_DIR}/regressions/relay_lone_surrogate
                  ${SBX_FUZZ_DIR}/regressions/relay_duplicate_key
                  ${SBX_FUZZ_DIR}/regressions/relay_nul_escape)
 set_tests_properties(it.fuzz.agent_relay_host_agreement PROPERTIES
