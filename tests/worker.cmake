@@ -22,7 +22,7 @@ if(NODE_EXECUTABLE)
                      ${CMAKE_CURRENT_SOURCE_DIR}/integration/worker/fork_${it}.test.mjs)
     set_tests_properties(it.worker.fork_${it} PROPERTIES
       ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker-fork>"
-      TIMEOUT 180)
+      TIMEOUT 300)
   endforeach()
 endif()
 
@@ -34,6 +34,6 @@ if(NODE_EXECUTABLE AND TARGET sbx-echo-agent AND TARGET sbx-worker)
                      ${CMAKE_CURRENT_SOURCE_DIR}/integration/worker/process_${it}.test.mjs)
     set_tests_properties(it.worker.process_${it} PROPERTIES
       ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>"
-      TIMEOUT 240)
+      TIMEOUT 300)
   endforeach()
 endif()

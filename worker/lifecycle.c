@@ -203,9 +203,6 @@ void lifecycle_deliver(struct sandbox *sb, struct store_delivery *d)
     sb->phase = SB_BUSY;
     event_del(sb->keepalive_ev);
     sb->keep_alive_ms = d->session.effective_keep_alive_seconds * 1000;
-    /* The lease must outlive the agent's time to answer. */
-    w->st->queue_extend_lease(w->st, d->message.id, w->id,
-                              w->cfg.lease_ms + w->cfg.message_timeout * 1000);
     /* The body is canonical JSON from the store and the id is [a-z0-9_]: no re-encoding needed. */
     int hlen = snprintf(head, sizeof head, "{\"id\":\"%s\",\"seq\":%lld,\"body\":", d->message.id,
                         (long long)d->message.seq);
@@ -666,8 +663,7 @@ void lifecycle_renew_leases(struct worker *w)
     for (struct sandbox *sb = w->sandboxes; sb; sb = sb->next) {
         if (!sb->delivery)
             continue;
-        int64_t lease =
-            w->cfg.lease_ms + (sb->phase == SB_BUSY ? w->cfg.message_timeout * 1000 : 0);
+        int64_t lease = w->cfg.lease_ms + w->cfg.message_timeout * 1000;
         enum store_status rc =
             w->st->queue_extend_lease(w->st, sb->delivery->message.id, w->id, lease);
         if (rc == STORE_CONFLICT)

@@ -5,6 +5,7 @@
  * terminate every Sandbox, exit 0).
  */
 #include "worker.h"
+#include "agent_channel.h"
 #include "id.h"
 #include "jobs.h"
 #include "lifecycle.h"
@@ -230,19 +231,22 @@ int worker_run(struct worker *w)
 
 void worker_fini(struct worker *w)
 {
-    /* Sandboxes left only when the loop ended abnormally: their rows stay for reconciliation. */
+    /* Jobs still running use their Sandbox: let them end before freeing anything. */
+    jobs_free(w->jobs);
+    /* Sandboxes left only when the loop ended abnormally (adopted by another worker, which reaps
+     * them): their rows stay for reconciliation. */
     while (w->sandboxes) {
         struct sandbox *sb = w->sandboxes;
         w->sandboxes = sb->next;
         event_free(sb->keepalive_ev);
         event_free(sb->timeout_ev);
+        agent_channel_free(sb->chan);
         if (sb->delivery) {
             store_delivery_clear(sb->delivery);
             free(sb->delivery);
         }
         free(sb);
     }
-    jobs_free(w->jobs);
     struct event *evs[] = {w->notify_ev, w->poll_ev,  w->heartbeat_ev, w->kick_ev,
                            w->due_ev,    w->grace_ev, w->sigterm_ev,   w->sigint_ev};
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)

@@ -73,9 +73,12 @@ void consumer_run(struct worker *w)
             break;
         /* At the Sandbox limit only Sessions that already have a Sandbox here can be served. */
         bool owned_only = w->n_serving >= (size_t)w->cfg.max_sandboxes;
-        enum store_status rc =
-            owned_only ? w->st->queue_claim_owned(w->st, &w->ctx, w->id, w->cfg.lease_ms, d)
-                       : w->st->queue_claim(w->st, &w->ctx, w->id, w->cfg.lease_ms, d);
+        /* The lease covers the agent's time to answer from the start, so delivery needs no extra
+         * write; the heartbeat renews it for as long as this worker lives. */
+        int64_t lease = w->cfg.lease_ms + w->cfg.message_timeout * 1000;
+        enum store_status rc = owned_only
+                                   ? w->st->queue_claim_owned(w->st, &w->ctx, w->id, lease, d)
+                                   : w->st->queue_claim(w->st, &w->ctx, w->id, lease, d);
         if (rc != STORE_OK) {
             free(d);
             if (rc != STORE_EMPTY)

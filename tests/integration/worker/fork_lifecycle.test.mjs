@@ -125,3 +125,50 @@ test('DELETE of a Sandbox terminates it promptly and the Session moves on', asyn
     sbx.cleanup();
   }
 });
+
+test('DELETE of a Session terminates its Sandbox', async () => {
+  const sbx = await startSbx({ workers: 1 });
+  try {
+    const { key } = await sbx.app('delses', { keepAliveSeconds: 60 });
+    const s = await sbx.session(key);
+    const m = await sbx.roundTrip(key, s.id, { x: 1 });
+    const r = await (await import('./harness.mjs')).req(sbx.gw, 'DELETE', `/v1/sessions/${s.id}`, { token: key });
+    assert.equal(r.status, 204);
+    const sb = await sbx.until(async () => {
+      const x = await sbx.getSandbox(key, m.sandboxId);
+      return x.state === 'terminated' ? x : null;
+    }, 3000, 'the deleted Session\'s Sandbox to end');
+    assert.equal(sb.terminationReason, 'session deleted');
+    assert.ok(!existsSync(`${sbx.jailRoot('fork')}/${m.sandboxId}`));
+  } finally {
+    await sbx.stop();
+    sbx.cleanup();
+  }
+});
+
+test('SIGTERM lets a delivery in flight finish, then exits 0 with nothing left', async () => {
+  const sbx = await startSbx({ workers: 1 });
+  try {
+    const { key } = await sbx.app('graceful', { keepAliveSeconds: 60 });
+    const s = await sbx.session(key);
+    const q = await sbx.session(key);
+    const m = await sbx.post(key, s.id, { slow: true, sleepMs: 1500 });
+    await sbx.until(() => sbx.sql(`SELECT state FROM messages WHERE id = '${m.id}'`) === 'delivering' &&
+      sbx.sql(`SELECT COUNT(*) FROM sandboxes WHERE session_id = '${s.id}' AND state = 'running'`) === '1', 10000, 'delivery under way');
+    const w = sbx.workers[0];
+    w.kill('SIGTERM');
+    // Accepted while stopping: stays queued for the next worker, never lost.
+    const later = await sbx.post(key, q.id, { after: 'sigterm' });
+    assert.deepEqual(await w.exited, { code: 0, signal: null });
+    assert.equal(sbx.sql(`SELECT state FROM messages WHERE id = '${m.id}'`), 'completed');
+    assert.equal(sbx.sql(`SELECT state FROM messages WHERE id = '${later.id}'`), 'queued');
+    assert.equal(sbx.sql(`SELECT COUNT(*) FROM sandboxes WHERE state NOT IN ('terminated','failed')`), '0');
+    assert.deepEqual(readdirSync(sbx.jailRoot('fork')), []);
+    sbx.startWorker();
+    const done = await sbx.wait(key, q.id, later.id);
+    assert.equal(done.state, 'completed');
+  } finally {
+    await sbx.stop();
+    sbx.cleanup();
+  }
+});

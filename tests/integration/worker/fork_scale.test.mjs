@@ -23,7 +23,7 @@ test('4 workers, 2,000 messages across 200 Sessions: none lost, none out of orde
     }
     const total = SESSIONS * PER_SESSION;
     assert.equal(Number(sbx.sql(`SELECT COUNT(*) FROM messages m JOIN sessions s ON s.id = m.session_id WHERE s.app_id = (SELECT id FROM apps WHERE name = 'scale')`)), total);
-    await sbx.until(() => Number(sbx.sql(`SELECT COUNT(*) FROM messages WHERE state IN ('completed','failed')`)) >= total, 150000, 'all messages to end');
+    await sbx.until(() => Number(sbx.sql(`SELECT COUNT(*) FROM messages WHERE state IN ('completed','failed')`)) >= total, 240000, 'all messages to end');
 
     assert.equal(sbx.sql(`SELECT COUNT(*) FROM messages WHERE state = 'completed'`), String(total), 'some message failed');
     // Exactly once.

@@ -244,8 +244,8 @@ int main(int argc, char **argv)
         return 2;
     }
     log_init("worker", cfg.log_level);
-    /* Children are reaped by terminate(); a dead agent must not linger as a zombie meanwhile
-     * only until then, so SIGCHLD keeps its default. */
+    /* SIGCHLD keeps its default: each fake agent is waited for by terminate(), like the real
+     * drivers wait for their own pids (never waitpid(-1)). */
     if (worker_init(&w, &cfg, find_fork_driver, err, sizeof err) != 0) {
         log_error("worker: %s", err);
         worker_fini(&w);

@@ -2,6 +2,7 @@
 // harness) plus N worker processes (SBX_WORKER_BIN: sbx-worker, or sbx-worker-fork for the
 // lifecycle tests on the fork test driver) sharing one temporary data directory.
 import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { startGateway, req, sql, removeDataDir } from '../gateway/harness.mjs';
 
@@ -27,7 +28,11 @@ export const FAST = {
 };
 
 export async function startSbx({ workers = 1, env = {} } = {}) {
-  const gw = await startGateway({ env: { ...FAST, ...env } });
+  // The admin token is set rather than read from the gateway's first-start output, which may
+  // still sit in its stdout buffer when the gateway starts listening.
+  const admin = 'sbx_admin_worker_it_' + randomBytes(12).toString('hex');
+  const gw = await startGateway({ env: { ...FAST, ...env, SBX_ADMIN_TOKEN: admin } });
+  gw.admin = admin;
   const sbx = {
     gw,
     dataDir: gw.dataDir,

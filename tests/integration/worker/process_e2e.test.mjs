@@ -59,7 +59,12 @@ test('echo reply, Sandbox per Session, keep-alive expiry cleans up, /workspace v
     assert.ok(late >= -50 && late < 1000, `expired ${late} ms after its deadline`);
     assert.ok(!existsSync(jail1), `jail ${jail1} left behind`);
     if (cg1) assert.ok(!existsSync(cg1), `cgroup ${cg1} left behind`);
-    assert.equal((await sbx.getSession(key, s1.id)).state, 'idle');
+    const idle = await sbx.getSession(key, s1.id);
+    assert.equal(idle.state, 'idle');
+    // Usage: this host has cgroup v2 cpu.stat, so CPU time is measured and added to the Session.
+    assert.equal(typeof ended.usage.cpuUsec, 'number', JSON.stringify(ended.usage));
+    assert.ok(ended.usage.cpuUsec > 0);
+    assert.ok(idle.usage.cpuUsec >= ended.usage.cpuUsec);
 
     // The next message: a new Sandbox; /workspace kept its file, /tmp did not.
     const m3 = await sbx.roundTrip(key, s1.id, { readFile: { path: '/workspace/kept.txt' } });
