@@ -7,7 +7,8 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { startGateway, removeDataDir, req, sql, newApp } from '../gateway/harness.mjs';
+import { removeDataDir, req, sql, newApp } from '../gateway/harness.mjs';
+import { startGateway } from './rel_harness.mjs';
 import { openapiOperations } from './openapi_ops.mjs';
 
 const SPEC = process.env.SBX_OPENAPI ?? join(import.meta.dirname ?? new URL('.', import.meta.url).pathname, '../../../openapi.yaml');

@@ -7,7 +7,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
-import { startGateway, removeDataDir, req, sql, newApp } from '../gateway/harness.mjs';
+import { removeDataDir, req, sql, newApp } from '../gateway/harness.mjs';
+import { startGateway } from './rel_harness.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 

@@ -11,7 +11,8 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, openSync, writeSync, closeSync, unlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startGateway, req, sql } from '../gateway/harness.mjs';
+import { req, sql } from '../gateway/harness.mjs';
+import { startGateway } from './rel_harness.mjs';
 
 const mnt = mkdtempSync(join(tmpdir(), 'sbx-it-diskfull-'));
 try {

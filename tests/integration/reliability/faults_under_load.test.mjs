@@ -9,7 +9,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { startGateway, req, sql, removeDataDir, tempDataDir } from '../gateway/harness.mjs';
+import { req, sql, removeDataDir, tempDataDir } from '../gateway/harness.mjs';
+import { startGateway } from './rel_harness.mjs';
 
 const GATEWAY_ENV = {
   SBX_POOL_SIZE: '1', SBX_POLL_MS: '200', SBX_HEARTBEAT_MS: '200', SBX_WORKER_STALE_MS: '1500',
@@ -79,7 +80,7 @@ test('kill -9 of the gateway and the workers under load: acknowledged but lost =
           await gw.kill9();
           gatewayKills++;
           await sleep(rand(100, 800));
-          gw = await startGateway({ dataDir, env: GATEWAY_ENV });
+          gw = await startGateway({ dataDir, env: GATEWAY_ENV, firstStart: false });
         } else {
           const i = rand(0, workers.length);
           workers[i].kill('SIGKILL');

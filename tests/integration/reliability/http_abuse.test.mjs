@@ -5,7 +5,8 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
-import { startGateway, removeDataDir, req } from '../gateway/harness.mjs';
+import { removeDataDir, req } from '../gateway/harness.mjs';
+import { startGateway } from './rel_harness.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 let gw;
