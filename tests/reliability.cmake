@@ -1,0 +1,73 @@
+# Reliability and security proofs (tests/integration/reliability/): the auth matrix walked from
+# openapi.yaml, faults under load (kill -9 of gateway and workers), disk full, hostile agents.
+# The libFuzzer targets are in tests/fuzz.cmake.
+# The route table against the spec, both ways, with each route's auth kind.
+add_executable(test_routes_vs_spec ${CMAKE_CURRENT_SOURCE_DIR}/integration/reliability/routes_vs_spec.c)
+target_link_libraries(test_routes_vs_spec PRIVATE sbxgateway)
+add_test(NAME it.reliability.routes_vs_spec
+         COMMAND test_routes_vs_spec ${CMAKE_SOURCE_DIR}/openapi.yaml)
+
+# A misbehaving App command for the hostile-agent test: static and without sanitizers, because
+# it runs inside a Sandbox (copied into the Session's Workspace).
+if(COMMAND sbx_static_agent)
+  sbx_static_agent(sbx-test-hostile-agent
+                   ${CMAKE_CURRENT_SOURCE_DIR}/integration/reliability/hostile_agent.c)
+endif()
+
+find_program(NODE_EXECUTABLE node)
+if(NOT NODE_EXECUTABLE)
+  add_test(NAME it.reliability.skipped
+           COMMAND sh -c "echo 'reliability tests skipped: node is required'; exit 77")
+  set_tests_properties(it.reliability.skipped PROPERTIES SKIP_RETURN_CODE 77)
+  return()
+endif()
+
+set(rel_dir ${CMAKE_CURRENT_SOURCE_DIR}/integration/reliability)
+set(rel_env
+    "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>"
+    "SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>"
+    "SBX_OPENAPI=${CMAKE_SOURCE_DIR}/openapi.yaml"
+    "SBX_SOURCE_DIR=${CMAKE_SOURCE_DIR}"
+    "SBX_BUILD_DIR=${CMAKE_BINARY_DIR}"
+    "SBX_HOSTILE_AGENT_BIN=$<TARGET_FILE:sbx-test-hostile-agent>")
+
+add_test(NAME it.reliability.auth_matrix
+         COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/auth_matrix.test.mjs)
+set_tests_properties(it.reliability.auth_matrix PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 120)
+
+# Faults under load on the real process driver (needs root for the Sandboxes).
+add_test(NAME it.reliability.faults_under_load
+         COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/faults_under_load.test.mjs)
+set_tests_properties(it.reliability.faults_under_load PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 200)
+
+# Disk full on a small tmpfs (needs root to mount; exits 77 otherwise). Run with plain node so the
+# file can report a skip.
+add_test(NAME it.reliability.disk_full COMMAND ${NODE_EXECUTABLE} ${rel_dir}/disk_full.test.mjs)
+set_tests_properties(it.reliability.disk_full PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 150
+                                                        SKIP_RETURN_CODE 77)
+
+# Hostile agents on the process driver (root: Sandboxes and Workspaces).
+add_test(NAME it.reliability.hostile_agents
+         COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/hostile_agents.test.mjs)
+set_tests_properties(it.reliability.hostile_agents PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 300)
+
+# Known bug, disabled until the process driver gives each Sandbox its own process budget (see
+# docs/reliability.md, "Known bugs"): during one Session's fork storm, no other Session can get a
+# new Sandbox ("agent failed to start: fork: Resource temporarily unavailable"), because
+# RLIMIT_NPROC counts every process of the shared sandbox uid and no pids cgroup is available.
+add_test(NAME it.reliability.fork_storm_isolation
+         COMMAND ${NODE_EXECUTABLE} --test --test-name-pattern=fork
+                 ${rel_dir}/hostile_agents.test.mjs)
+set_tests_properties(it.reliability.fork_storm_isolation PROPERTIES
+  ENVIRONMENT "${rel_env};SBX_CHECK_NEW_SANDBOX_DURING_FORKS=1" TIMEOUT 300 DISABLED TRUE)
+
+# HTTP abuse beyond it.gateway.limits: idle and byte-at-a-time clients vs a normal client's
+# latency; malformed chunked encoding and smuggling shapes.
+add_test(NAME it.reliability.http_abuse
+         COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/http_abuse.test.mjs)
+set_tests_properties(it.reliability.http_abuse PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 120)
+
+# SQLITE_BUSY and forced checkpoints under write load: no 500, no lost 202.
+add_test(NAME it.reliability.busy_checkpoint
+         COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/busy_checkpoint.test.mjs)
+set_tests_properties(it.reliability.busy_checkpoint PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 120)
