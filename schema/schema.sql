@@ -177,9 +177,9 @@ END;
 
 -- Everything that happened to each Session, one row per fact, in time order when sorted by
 -- (session_id, at, ord): its audit events, its messages and the Sandboxes that served it.
--- source: 'event' (a row of events), 'message' (a message as it stands now) or 'sandbox' (a
--- Sandbox's claim and its end). Events about a Sandbox that served the Session are included even
--- when the event itself names no Session.
+-- source: 'event' (a row of events), 'message' (a message's arrival, and its end once it has
+-- one) or 'sandbox' (a Sandbox's claim, and its end once it has one). Events about a Sandbox
+-- that served the Session are included even when the event itself names no Session.
 CREATE VIEW session_timeline AS
 SELECT e.session_id AS session_id,
        e.at AS at,
@@ -204,14 +204,21 @@ JOIN sandboxes b ON b.id = e.object_id
 WHERE e.object_type = 'sandbox' AND e.session_id IS NULL AND b.session_id IS NOT NULL
 UNION ALL
 SELECT m.session_id, m.created_at, strftime('%Y-%m-%dT%H:%M:%fZ', m.created_at / 1000.0, 'unixepoch'),
-       'message', 'message ' || m.state, 'message', m.id, m.sandbox_id, NULL, m.request_id,
-       'seq ' || m.seq || ', ' || m.attempts || '/' || m.max_attempts || ' attempts'
-           || CASE WHEN m.completed_at IS NOT NULL
-                   THEN ', ended ' || strftime('%Y-%m-%dT%H:%M:%fZ', m.completed_at / 1000.0,
-                                               'unixepoch') ELSE '' END
-           || CASE WHEN m.error IS NOT NULL THEN ', error: ' || m.error ELSE '' END,
+       'message', 'message received', 'message', m.id, NULL, NULL, m.request_id,
+       'seq ' || m.seq || CASE WHEN m.idempotency_key IS NOT NULL
+                               THEN ', idempotency key ' || m.idempotency_key ELSE '' END,
        0
 FROM messages m
+UNION ALL
+SELECT m.session_id, m.completed_at,
+       strftime('%Y-%m-%dT%H:%M:%fZ', m.completed_at / 1000.0, 'unixepoch'),
+       'message', 'message ' || m.state, 'message', m.id, m.sandbox_id, NULL, m.request_id,
+       'seq ' || m.seq || ', ' || m.attempts || '/' || m.max_attempts || ' attempts'
+           || coalesce(', sandbox ' || m.sandbox_id, '')
+           || coalesce(', error: ' || m.error, ''),
+       0
+FROM messages m
+WHERE m.completed_at IS NOT NULL
 UNION ALL
 SELECT b.session_id, b.claimed_at,
        strftime('%Y-%m-%dT%H:%M:%fZ', b.claimed_at / 1000.0, 'unixepoch'), 'sandbox',

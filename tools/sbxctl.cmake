@@ -1,0 +1,7 @@
+# sbxctl: the operators' and auditors' command line tool (build/tools/sbxctl). It reads the store
+# read-only with SQLite directly and links libsbxcommon only for config and the schema version.
+file(GLOB sbxctl_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/sbxctl*.c)
+add_executable(sbxctl ${sbxctl_sources})
+target_include_directories(sbxctl PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(sbxctl PRIVATE sbxcommon PkgConfig::SQLITE PkgConfig::JANSSON)
+install(TARGETS sbxctl RUNTIME DESTINATION bin)
