@@ -59,6 +59,14 @@ static const struct setting settings[] = {
     STR(firecracker_bin, "", "firecracker binary of the firecracker driver"),
     STR(jailer_bin, "", "jailer binary of the firecracker driver"),
     STR(log_level, "info", "debug, info, warn or error"),
+    INT(max_sandboxes, "64", 1, 100000, "Sandboxes serving Sessions at once, per worker"),
+    INT(job_threads, "4", 1, 256, "worker threads for blocking driver calls (boot, terminate)"),
+    INT(poll_ms, "1000", 50, 600000, "fallback poll of the queue and stop requests (ms)"),
+    INT(heartbeat_ms, "1000", 50, 600000, "worker heartbeat and lease renewal interval (ms)"),
+    INT(worker_stale_ms, "5000", 200, 3600000, "heartbeat age after which a worker is dead (ms)"),
+    INT(retry_base_ms, "1000", 0, 3600000, "backoff before the first retry (doubles, jittered)"),
+    INT(retry_max_ms, "60000", 0, 86400000, "largest retry backoff (ms)"),
+    INT(shutdown_grace, "10", 0, 3600, "seconds SIGTERM waits for deliveries in flight"),
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 
