@@ -349,8 +349,11 @@ WHERE session_id IS NOT NULL AND json_valid(data) AND json_extract(data, '$.sand
 --   claimed-after-termination  claimed_at later than terminated_at
 --   alive-after-termination    terminated_at set but the state is not terminated/failed
 --   back-in-pool-after-use     warm or booting although it has served a Session
---   used-after-termination     an event about it after its terminated/failed event, or a message
---                              it finished after it ended
+--   used-after-termination     after its sandbox.terminated/sandbox.failed event, an event that
+--                              means use (sandbox.warm, .claimed, .running, message.delivering or
+--                              .completed naming it), or a message it completed after it ended;
+--                              bookkeeping that may follow an end (session.idle, message.failed,
+--                              message.retry naming it) is not use
 CREATE VIEW sandbox_reuse_violations AS
 SELECT l.sandbox_id AS sandbox_id,
        'served-two-sessions' AS violation,
@@ -394,7 +397,8 @@ JOIN events t ON t.id = tid.id
 JOIN events e ON e.id > t.id
     AND ((e.object_type = 'sandbox' AND e.object_id = b.id)
          OR (json_valid(e.data) AND json_extract(e.data, '$.sandboxId') = b.id))
-WHERE e.kind NOT IN ('sandbox.terminated', 'sandbox.failed')
+WHERE e.kind IN ('sandbox.warm', 'sandbox.claimed', 'sandbox.running', 'message.delivering',
+                 'message.completed')
 UNION ALL
 SELECT b.id, 'used-after-termination', m.session_id, m.completed_at,
        strftime('%Y-%m-%dT%H:%M:%fZ', m.completed_at / 1000.0, 'unixepoch'),
