@@ -8,6 +8,10 @@
  * nftables), and compares its owners with the store: an element of an ended or unknown Sandbox is
  * a leftover rule, a live Sandbox with an address but no element is unprotected. Either makes the
  * exit code 1.
+ *
+ * Why not fw_list() from worker/firewall.h: it needs a struct fw from fw_init(), which creates the
+ * table when it is missing and replaces it when its net_pool differs from ours. A read-only tool
+ * must not change the firewall it inspects, so this reads the kernel's dump instead.
  */
 #include "sbxctl.h"
 

@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "firewall.h"
 #include "store.h"
 #include "timefmt.h"
 
@@ -29,6 +30,7 @@
 #include <jansson.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -1151,6 +1153,91 @@ static void test_reads_when_sbx_is_down(void **state)
     assert_int_equal(before.st_mtim.tv_nsec, after.st_mtim.tv_nsec);
 }
 
+/* `sbxctl firewall` against the real table: the network area's own fw_init()/fw_sandbox_add()
+ * program `table inet sbx` in a fresh network namespace (the host's ruleset is never touched),
+ * with one element for a live Sandbox, one left over from an ended one, and a live Sandbox with
+ * an address but no element. sbxctl must name the owner of each and flag the two problems. */
+static void test_firewall(void **state)
+{
+    struct fixture *f = *state;
+    if (geteuid() != 0 || access("/usr/sbin/nft", X_OK) != 0) {
+        fprintf(stderr, "skipped: needs root and nft\n");
+        skip();
+    }
+    char path[400], outp[] = "/tmp/sbxctl-fw-XXXXXX";
+    snprintf(path, sizeof path, "%s/fw.db", f->dir);
+    struct run r = ctl_run(f, "db", "backup", path, NULL);
+    assert_int_equal(r.exit_code, 0);
+    run_free(&r);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    sql(db,
+        "UPDATE sandboxes SET net_address = '10.213.0.2' WHERE id = %Q;"
+        "INSERT INTO sandboxes (id, state, driver, image, vcpu_count, mem_size_mib, worker_id, "
+        "app_id, session_id, net_address, created_at, updated_at) VALUES "
+        "('sbx_eeeeeeeeeeeeeeeeeeee', 'running', 'process', 'default', 1, 256, 'wrk_test', "
+        "%Q, %Q, '10.213.0.6', 1, 1)",
+        f->sbD, f->app, f->alice);
+    sqlite3_close(db);
+
+    int out = mkstemp(outp);
+    assert_true(out >= 0);
+    unlink(outp);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char err[256];
+        if (unshare(CLONE_NEWNET) != 0)
+            _exit(100);
+        struct fw *fw = fw_init("10.213.0.0/16", err, sizeof err);
+        if (!fw) {
+            fprintf(stderr, "fw_init: %s\n", err);
+            _exit(101);
+        }
+        struct fw_sandbox live = {f->sbD, "sbx1", {0}}, stale = {f->sbA, "sbx2", {0}};
+        inet_pton(AF_INET, "10.213.0.2", &live.addr);
+        inet_pton(AF_INET, "10.213.0.10", &stale.addr);
+        if (fw_sandbox_add(fw, &live, err, sizeof err) != 0 ||
+            fw_sandbox_add(fw, &stale, err, sizeof err) != 0) {
+            fprintf(stderr, "fw_sandbox_add: %s\n", err);
+            _exit(102);
+        }
+        fw_close(fw);
+        dup2(out, 1);
+        execl(SBXCTL_BIN, SBXCTL_BIN, "--db", path, "firewall", "--json", NULL);
+        _exit(127);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    char *text = slurp_fd(out);
+    close(out);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) != 1)
+        fprintf(stderr, "exit %d\n%s\n", WEXITSTATUS(status), text);
+    assert_int_equal(WEXITSTATUS(status), 1);
+    json_t *v = json_loads(text, 0, NULL);
+    free(text);
+    assert_non_null(v);
+    assert_true(json_is_true(json_object_get(v, "table_present")));
+    json_t *els = json_object_get(v, "elements");
+    assert_int_equal(json_array_size(els), 2);
+    json_t *d = find_row(els, "owner", f->sbD);
+    assert_non_null(d);
+    assert_string_equal(str(d, "address"), "10.213.0.2");
+    assert_string_equal(str(d, "ifname"), "sbx1");
+    assert_string_equal(str(d, "state"), "warm");
+    assert_string_equal(str(find_row(els, "owner", f->sbA), "state"), "terminated");
+    json_t *problems = json_object_get(v, "problems");
+    assert_int_equal(json_array_size(problems), 2);
+    assert_string_equal(str(find_row(problems, "sandbox_id", f->sbA), "problem"),
+                        "leftover-element");
+    assert_string_equal(
+        str(find_row(problems, "sandbox_id", "sbx_eeeeeeeeeeeeeeeeeeee"), "problem"),
+        "missing-element");
+    assert_non_null(find_row(json_object_get(v, "counters"), "name", "drop_host"));
+    json_decref(v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1168,6 +1255,7 @@ int main(void)
         cmocka_unit_test(test_backup_while_writing),
         cmocka_unit_test(test_terminate_via_gateway),
         cmocka_unit_test(test_reads_when_sbx_is_down),
+        cmocka_unit_test(test_firewall),
         cmocka_unit_test(test_events_follow),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
