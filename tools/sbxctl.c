@@ -53,7 +53,8 @@ static const struct ctl_command commands[] = {
      cmd_keys},
     {"db", "sbxctl db check [--stale-after SECONDS] | sbxctl db backup PATH [--force]",
      "check: integrity_check, foreign keys, migration level against this binary, the append-only "
-     "triggers, the integrity views (sandbox_reuse_violations, orphan_rows), dead workers and "
+     "triggers, the integrity views (sandbox_reuse_violations, orphan_rows), workers silent for "
+     "longer than --stale-after (default: the worker_stale_ms setting), and "
      "leftover jails/cgroups of ended Sandboxes; exits 1 when anything is wrong. backup: a "
      "consistent copy through SQLite's online backup API, safe while sbx writes; the copy is "
      "checked before it is moved to PATH.",

@@ -153,13 +153,13 @@ static void check_workers(struct ctl *ctl, struct checks *c, int64_t stale_ms)
     }
     char detail[256];
     if (n == 0)
-        snprintf(detail, sizeof detail, "every running worker heartbeated in the last %lld s",
-                 (long long)(stale_ms / 1000));
+        snprintf(detail, sizeof detail, "every running worker heartbeated in the last %lld ms",
+                 (long long)stale_ms);
     else
         snprintf(detail, sizeof detail,
-                 "%zu workers silent for over %lld s, %zu of them own live Sandboxes or leases "
+                 "%zu workers silent for over %lld ms, %zu of them own live Sandboxes or leases "
                  "(orphaned until a worker adopts them)",
-                 n, (long long)(stale_ms / 1000), owning);
+                 n, (long long)stale_ms, owning);
     add_check(c, "workers", owning ? "fail" : (n ? "warn" : "ok"), detail, rows);
 }
 
@@ -236,14 +236,18 @@ static int db_check(struct ctl *ctl, int argc, char **argv)
 {
     const struct ctl_command *cmd = ctl_find_command("db");
     const char *stale_text = NULL;
-    int64_t stale_s = 60;
+    /* By default a worker is dead when sbx itself would say so (worker_stale_ms). */
+    int64_t stale_ms = ctl->cfg.worker_stale_ms, stale_s;
     const struct ctl_opt opts[] = {{"--stale-after", &stale_text, NULL}, {0}};
     const char *pos[1];
     int npos, rc;
     if (ctl_parse(cmd, argc, argv, opts, pos, 0, &npos, &rc) != 0)
         return rc;
-    if (stale_text && ctl_parse_count(stale_text, &stale_s) != 0)
-        return ctl_usage_error(cmd, "--stale-after must be seconds, not \"%s\"", stale_text);
+    if (stale_text) {
+        if (ctl_parse_count(stale_text, &stale_s) != 0)
+            return ctl_usage_error(cmd, "--stale-after must be seconds, not \"%s\"", stale_text);
+        stale_ms = stale_s * 1000;
+    }
     if ((rc = ctl_open(ctl)) != CTL_OK)
         return rc;
 
@@ -259,7 +263,7 @@ static int db_check(struct ctl *ctl, int argc, char **argv)
                "violations of one-Session-per-Sandbox / no-reuse (sandbox_reuse_violations)");
     check_rows(ctl, &c, "orphans", "SELECT * FROM orphan_rows ORDER BY problem, row_id",
                "no row points at something missing or dead", "orphaned rows (orphan_rows)");
-    check_workers(ctl, &c, stale_s * 1000);
+    check_workers(ctl, &c, stale_ms);
     check_host_leftovers(ctl, &c);
 
     if (ctl->json) {

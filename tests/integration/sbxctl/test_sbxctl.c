@@ -876,6 +876,19 @@ static void test_db_check_clean(void **state)
     assert_non_null(strstr(r.out, "integrity"));
     assert_non_null(strstr(r.out, "OK"));
     run_free(&r);
+
+    /* A worker silent for longer than allowed that still owns a live Sandbox (sbD): its Sandbox
+     * is orphaned until another worker adopts it. */
+    usleep(2000);
+    r = ctl_run(f, "db", "check", "--json", "--stale-after", "0", NULL);
+    v = run_json(&r, 1);
+    json_t *w = find_row(json_object_get(v, "checks"), "name", "workers");
+    assert_string_equal(str(w, "status"), "fail");
+    assert_string_equal(str(json_array_get(json_object_get(w, "rows"), 0), "worker_id"),
+                        "wrk_test");
+    assert_int_equal(num(json_array_get(json_object_get(w, "rows"), 0), "live_sandboxes"), 1);
+    json_decref(v);
+    run_free(&r);
 }
 
 /* Breaches written by hand are flagged by the views and by `sbxctl db check` (exit 1). Runs on a
