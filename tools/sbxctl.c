@@ -39,7 +39,8 @@ static const struct ctl_command commands[] = {
      "[--after-id N] [--limit N] [--follow]",
      "List audit events oldest first: without --since, the last --limit (default 100); with it, "
      "the first --limit after T (--limit 0: all). T is an ISO 8601 UTC time "
-     "(2026-11-29T08:00:00Z, 2026-11-29), a duration ago (90s, 15m, 2h, 7d), today, yesterday or "
+     "(2026-11-29T08:00:00Z, 2026-11-29), a duration ago (90s, 15m, 2h, 7d), today or yesterday "
+     "(midnight UTC) or "
      "ms since the epoch. --follow keeps printing new events until interrupted (with --json: one "
      "JSON object per line).",
      cmd_events},
@@ -59,10 +60,11 @@ static const struct ctl_command commands[] = {
      "consistent copy through SQLite's online backup API, safe while sbx writes; the copy is "
      "checked before it is moved to PATH.",
      cmd_db},
-    {"firewall", "sbxctl firewall",
+    {"firewall", "sbxctl firewall [--raw]",
      "The nftables table `inet sbx`: which Sandbox owns which element, with the store's view of "
      "each Sandbox, and the drop counters; flags elements of ended or unknown Sandboxes and live "
-     "Sandboxes without an element (exit 1).",
+     "Sandboxes without an element (exit 1). --raw adds `nft list table inet sbx`. Needs root "
+     "(CAP_NET_ADMIN) to read the table.",
      cmd_firewall},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
@@ -94,9 +96,33 @@ static void print_usage(FILE *out)
             "gateway unreachable).\n");
 }
 
+/* Prints text word-wrapped at width columns. */
+static void print_wrapped(FILE *out, const char *text, size_t width)
+{
+    size_t col = 0;
+    while (*text) {
+        size_t word = strcspn(text, " ");
+        if (col > 0 && col + 1 + word > width) {
+            fputc('\n', out);
+            col = 0;
+        } else if (col > 0) {
+            fputc(' ', out);
+            col++;
+        }
+        fwrite(text, 1, word, out);
+        col += word;
+        text += word;
+        while (*text == ' ')
+            text++;
+    }
+    fputc('\n', out);
+}
+
 void ctl_command_help(const struct ctl_command *cmd, FILE *out)
 {
-    fprintf(out, "usage: %s [--json] [--wide] [--db PATH]\n\n%s\n", cmd->usage, cmd->help);
+    fprintf(out, "usage: %s\n       (global: --json --wide --db PATH --config FILE)\n\n",
+            cmd->usage);
+    print_wrapped(out, cmd->help, 78);
 }
 
 int ctl_usage_error(const struct ctl_command *cmd, const char *fmt, ...)
