@@ -194,35 +194,70 @@ int ctl_parse_count(const char *text, int64_t *out)
     return 0;
 }
 
+/* Opens path read-only (immutable: without locks or the -shm file) and checks it is readable. */
+static int open_readonly(struct ctl *ctl, bool immutable, int *rc_out, char *msg, size_t msglen)
+{
+    char uri[1200];
+    char *err = NULL;
+    int rc;
+    if (immutable) {
+        /* A URI path must escape '%', '?' and '#'; sbx's paths have none, refuse those that do. */
+        if (strpbrk(ctl->db_path, "%?#")) {
+            snprintf(msg, msglen, "path has characters a URI would need to escape");
+            *rc_out = SQLITE_CANTOPEN;
+            return -1;
+        }
+        snprintf(uri, sizeof uri, "file:%s?mode=ro&immutable=1", ctl->db_path);
+        rc = sqlite3_open_v2(uri, &ctl->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
+    } else {
+        rc = sqlite3_open_v2(ctl->db_path, &ctl->db, SQLITE_OPEN_READONLY, NULL);
+    }
+    if (rc == SQLITE_OK) {
+        sqlite3_extended_result_codes(ctl->db, 1);
+        /* sbx may hold the write lock for a moment; a WAL reader rarely waits, but the first read
+         * after a checkpoint can. */
+        sqlite3_busy_timeout(ctl->db, (int)ctl->cfg.busy_timeout_ms);
+        /* Is it a database at all? Fail here, with a clear message, if not. */
+        rc = sqlite3_exec(ctl->db, "SELECT count(*) FROM sqlite_master", NULL, NULL, &err);
+    }
+    if (rc != SQLITE_OK) {
+        snprintf(msg, msglen, "%s",
+                 err ? err : (ctl->db ? sqlite3_errmsg(ctl->db) : sqlite3_errstr(rc)));
+        sqlite3_free(err);
+        sqlite3_close(ctl->db);
+        ctl->db = NULL;
+        *rc_out = rc;
+        return -1;
+    }
+    return 0;
+}
+
 int ctl_open(struct ctl *ctl)
 {
+    char msg[512], wal[600];
+    int rc;
     /* READONLY: sbxctl never writes, so it cannot disturb sbx nor change what it audits. */
-    int rc = sqlite3_open_v2(ctl->db_path, &ctl->db, SQLITE_OPEN_READONLY, NULL);
-    if (rc != SQLITE_OK) {
-        fprintf(stderr, "sbxctl: cannot open the database %s: %s\n", ctl->db_path,
-                ctl->db ? sqlite3_errmsg(ctl->db) : sqlite3_errstr(rc));
-        if (access(ctl->db_path, F_OK) != 0)
-            fprintf(stderr, "sbxctl: (no such file: pass --db PATH, or set SBX_DATA_DIR or "
-                            "SBX_DB to where sbx keeps its data)\n");
-        sqlite3_close(ctl->db);
-        ctl->db = NULL;
-        return CTL_ERROR;
+    if (open_readonly(ctl, false, &rc, msg, sizeof msg) == 0)
+        return CTL_OK;
+    /* A WAL database needs its -shm file, which a reader creates when sbx is down. A reader who
+     * may not write the directory (an auditor with read access only) cannot; with sbx down there
+     * is no -wal file, the database file is complete, and nobody writes it, so it can be read as
+     * immutable. */
+    snprintf(wal, sizeof wal, "%s-wal", ctl->db_path);
+    if (((rc & 0xff) == SQLITE_READONLY || (rc & 0xff) == SQLITE_CANTOPEN) &&
+        access(ctl->db_path, R_OK) == 0 && access(wal, F_OK) != 0 &&
+        open_readonly(ctl, true, &rc, msg, sizeof msg) == 0) {
+        fprintf(stderr,
+                "sbxctl: note: %s is not being written (no -wal file) and its directory "
+                "is not writable for you; reading it without locks\n",
+                ctl->db_path);
+        return CTL_OK;
     }
-    /* sbx may hold the write lock for a moment; a reader in WAL mode rarely waits, but the first
-     * read after a checkpoint can. */
-    sqlite3_busy_timeout(ctl->db, (int)ctl->cfg.busy_timeout_ms);
-    /* Make sure it is a database at all, and fail here with a clear message if it is not. */
-    char *msg = NULL;
-    rc = sqlite3_exec(ctl->db, "SELECT count(*) FROM sqlite_master", NULL, NULL, &msg);
-    if (rc != SQLITE_OK) {
-        fprintf(stderr, "sbxctl: cannot read %s: %s\n", ctl->db_path,
-                msg ? msg : sqlite3_errstr(rc));
-        sqlite3_free(msg);
-        sqlite3_close(ctl->db);
-        ctl->db = NULL;
-        return CTL_ERROR;
-    }
-    return CTL_OK;
+    fprintf(stderr, "sbxctl: cannot open the database %s: %s\n", ctl->db_path, msg);
+    if (access(ctl->db_path, F_OK) != 0)
+        fprintf(stderr, "sbxctl: (no such file: pass --db PATH, or set SBX_DATA_DIR or SBX_DB to "
+                        "where sbx keeps its data)\n");
+    return CTL_ERROR;
 }
 
 /* Takes the global options out of argv (compacting it) and returns the new argc, or -1. */
