@@ -175,6 +175,9 @@ END;
 -- The *_utc columns are the millisecond columns as ISO 8601 UTC text. The integrity views
 -- (sandbox_reuse_violations, orphan_rows) are empty when all is well.
 
+-- Which messages a Sandbox served: for sandbox_lifetimes.messages_served and `sbxctl sandbox`.
+CREATE INDEX messages_sandbox ON messages (sandbox_id) WHERE sandbox_id IS NOT NULL;
+
 -- Everything that happened to each Session, one row per fact, in time order when sorted by
 -- (session_id, at, ord): its audit events, its messages and the Sandboxes that served it.
 -- source: 'event' (a row of events), 'message' (a message's arrival, and its end once it has
@@ -199,8 +202,10 @@ WHERE e.session_id IS NOT NULL
 UNION ALL
 SELECT b.session_id, e.at, strftime('%Y-%m-%dT%H:%M:%fZ', e.at / 1000.0, 'unixepoch'), 'event',
        e.kind, e.object_type, e.object_id, e.object_id, e.actor, e.request_id, e.data, e.id
-FROM events e
-JOIN sandboxes b ON b.id = e.object_id
+-- CROSS JOIN keeps sandboxes as the outer loop: from the Session's few Sandboxes to their events
+-- (events_object), rather than from every event that names no Session.
+FROM sandboxes b
+CROSS JOIN events e ON e.object_id = b.id
 WHERE e.object_type = 'sandbox' AND e.session_id IS NULL AND b.session_id IS NOT NULL
 UNION ALL
 SELECT m.session_id, m.created_at, strftime('%Y-%m-%dT%H:%M:%fZ', m.created_at / 1000.0, 'unixepoch'),
@@ -323,22 +328,23 @@ FROM api_keys k
 LEFT JOIN apps a ON a.id = k.app_id
 WHERE k.revoked_at IS NOT NULL;
 
--- Every trace of a Sandbox serving a Session: the Sandbox's own record, the messages it
--- delivered, the Sessions that point at it and the audit events that name both. The rules say one
+-- Every trace of a Sandbox serving a Session, one row per trace: the Sandbox's own record, the
+-- messages it delivered, the Sessions that point at it and the audit events that name both.
+-- (UNION ALL, not UNION: it lets a filter on session_id or sandbox_id reach each branch's index.) The rules say one
 -- Sandbox serves at most one Session; sandbox_reuse_violations checks that against this.
 CREATE VIEW sandbox_session_links AS
 SELECT id AS sandbox_id, session_id, 'sandboxes.session_id' AS evidence, created_at AS at
 FROM sandboxes WHERE session_id IS NOT NULL
-UNION
+UNION ALL
 SELECT sandbox_id, session_id, 'messages.sandbox_id', updated_at
 FROM messages WHERE sandbox_id IS NOT NULL
-UNION
+UNION ALL
 SELECT sandbox_id, id, 'sessions.sandbox_id', updated_at
 FROM sessions WHERE sandbox_id IS NOT NULL
-UNION
+UNION ALL
 SELECT object_id, session_id, 'events:' || kind, at
 FROM events WHERE object_type = 'sandbox' AND session_id IS NOT NULL
-UNION
+UNION ALL
 SELECT json_extract(data, '$.sandboxId'), session_id, 'events:' || kind, at
 FROM events
 WHERE session_id IS NOT NULL AND json_valid(data) AND json_extract(data, '$.sandboxId') IS NOT NULL;
