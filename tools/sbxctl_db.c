@@ -21,6 +21,7 @@
 struct checks {
     json_t *list; /* [{name, status, detail, rows}] */
     bool failed;
+    int64_t schema_version; /* the database's migration level */
 };
 
 /* Records one check. status: "ok", "warn" or "fail". Takes rows (may be NULL). */
@@ -76,6 +77,7 @@ static void check_schema_version(struct ctl *ctl, struct checks *c)
     int64_t have = row ? json_integer_value(json_object_get(row, "user_version")) : -1;
     int want = store_schema_version();
     json_decref(row);
+    c->schema_version = have;
     if (have == want)
         snprintf(detail, sizeof detail, "migration level %lld, as this build expects",
                  (long long)have);
@@ -251,7 +253,7 @@ static int db_check(struct ctl *ctl, int argc, char **argv)
     if ((rc = ctl_open(ctl)) != CTL_OK)
         return rc;
 
-    struct checks c = {json_array(), false};
+    struct checks c = {json_array(), false, -1};
     check_integrity(ctl, &c);
     check_rows(ctl, &c, "foreign-keys", "PRAGMA foreign_key_check", "every reference resolves",
                "rows reference a missing parent");
@@ -268,7 +270,9 @@ static int db_check(struct ctl *ctl, int argc, char **argv)
 
     if (ctl->json) {
         json_t *out =
-            json_pack("{sbsssO}", "ok", !c.failed, "database", ctl->db_path, "checks", c.list);
+            json_pack("{sbsssIsisO}", "ok", !c.failed, "database", ctl->db_path, "schema_version",
+                      (json_int_t)c.schema_version, "expected_schema_version",
+                      store_schema_version(), "checks", c.list);
         ctl_print_json(out, false);
         json_decref(out);
     } else {

@@ -878,6 +878,8 @@ static void test_db_check_clean(void **state)
     struct run r = ctl_run(f, "db", "check", "--json", "--stale-after", "3600", NULL);
     json_t *v = run_json(&r, 0);
     assert_true(json_is_true(json_object_get(v, "ok")));
+    assert_int_equal(num(v, "schema_version"), store_schema_version());
+    assert_int_equal(num(v, "expected_schema_version"), store_schema_version());
     size_t i;
     json_t *c;
     json_array_foreach(json_object_get(v, "checks"), i, c)
@@ -1304,6 +1306,39 @@ static void test_firewall(void **state)
     json_decref(v);
 }
 
+/* A database at another migration level than this build, missing an auditor view: db check
+ * says which, and the commands that need the view say why they cannot answer. */
+static void test_schema_mismatch(void **state)
+{
+    struct fixture *f = *state;
+    struct fixture old = *f;
+    snprintf(old.db, sizeof old.db, "%s/old.db", f->dir);
+    struct run r = ctl_run(f, "db", "backup", old.db, NULL);
+    assert_int_equal(r.exit_code, 0);
+    run_free(&r);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(old.db, &db), SQLITE_OK);
+    sql(db, "DROP VIEW session_timeline; PRAGMA user_version = %d", store_schema_version() - 1);
+    sqlite3_close(db);
+
+    r = ctl_run(&old, "db", "check", "--json", "--stale-after", "3600", NULL);
+    json_t *v = run_json(&r, 1);
+    json_t *checks = json_object_get(v, "checks");
+    assert_string_equal(str(find_row(checks, "name", "schema-version"), "status"), "fail");
+    json_t *audit = find_row(checks, "name", "audit-objects");
+    assert_string_equal(str(audit, "status"), "fail");
+    assert_non_null(find_row(json_object_get(audit, "rows"), "name", "session_timeline"));
+    assert_string_equal(str(find_row(checks, "name", "integrity"), "status"), "ok");
+    json_decref(v);
+    run_free(&r);
+
+    r = ctl_run(&old, "session", f->alice, NULL);
+    assert_int_equal(r.exit_code, 3);
+    assert_non_null(strstr(r.err, "session_timeline"));
+    assert_non_null(strstr(r.err, "db check"));
+    run_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1321,6 +1356,7 @@ int main(void)
         cmocka_unit_test(test_backup_while_writing),
         cmocka_unit_test(test_terminate_via_gateway),
         cmocka_unit_test(test_reads_when_sbx_is_down),
+        cmocka_unit_test(test_schema_mismatch),
         cmocka_unit_test(test_firewall),
         cmocka_unit_test(test_events_follow),
     };
