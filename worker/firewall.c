@@ -53,9 +53,9 @@ static const struct {
     const char *net;
     int len;
 } special_ranges[] = {
-    {"0.0.0.0", 8},       {"100.64.0.0", 10},   {"127.0.0.0", 8},    {"192.0.0.0", 24},
-    {"192.0.2.0", 24},    {"198.18.0.0", 15},   {"198.51.100.0", 24}, {"203.0.113.0", 24},
-    {"224.0.0.0", 4},     {"240.0.0.0", 4},     {"255.255.255.255", 32},
+    {"0.0.0.0", 8},    {"100.64.0.0", 10}, {"127.0.0.0", 8},        {"192.0.0.0", 24},
+    {"192.0.2.0", 24}, {"198.18.0.0", 15}, {"198.51.100.0", 24},    {"203.0.113.0", 24},
+    {"224.0.0.0", 4},  {"240.0.0.0", 4},   {"255.255.255.255", 32},
 };
 static const struct {
     const char *net;
@@ -69,7 +69,8 @@ struct fw {
     uint32_t seq;
 };
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
@@ -148,16 +149,21 @@ static void batch_begin(struct fw_batch *b, uint32_t seq)
     batch_commit(b, nftnl_batch_begin(batch_tail(b), b->seq++));
 }
 
+/* Only the last message asks for an ack: the kernel reports every failing message anyway (and
+ * applies nothing then), so one ack and no error mean the whole batch was applied. An ack per
+ * message would overflow the socket's receive queue for large batches (each ack is an skb). */
 static void batch_end(struct fw_batch *b)
 {
+    if (b->messages)
+        ((struct nlmsghdr *)(b->buf + b->last))->nlmsg_flags |= NLM_F_ACK;
     batch_commit(b, nftnl_batch_end(batch_tail(b), b->seq++));
 }
 
-/* Every message asks for an ack, so that fw_talk can tell success from silence. */
 static struct nlmsghdr *batch_msg(struct fw_batch *b, uint16_t type, uint16_t flags)
 {
     b->messages++;
-    return nftnl_nlmsg_build_hdr(batch_tail(b), type, NFPROTO_INET, flags | NLM_F_ACK, b->seq++);
+    b->last = b->len;
+    return nftnl_nlmsg_build_hdr(batch_tail(b), type, NFPROTO_INET, flags, b->seq++);
 }
 
 static void batch_table(struct fw_batch *b, uint16_t type, uint16_t flags, const char *comment)
@@ -321,7 +327,7 @@ static void x_payload(struct nftnl_rule *r, uint32_t base, uint32_t offset, uint
     nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, dreg);
 }
 
-static void x_bitwise(struct nftnl_rule *r, uint32_t reg, const void *mask, const void *xor,
+static void x_bitwise(struct nftnl_rule *r, uint32_t reg, const void *mask, const void * xor,
                       uint32_t len)
 {
     struct nftnl_expr *e = expr_new(r, "bitwise");
@@ -661,17 +667,19 @@ static int fw_send_batch(struct fw *fw, struct fw_batch *b, char *err, size_t er
     }
     if (first_error) {
         uint32_t first_seq = b->seq - (uint32_t)b->messages - 2; /* BATCH_BEGIN's */
-        return fail(err, errlen, "nftables: batch refused at message %u of %zu: %s",
-                    error_seq - first_seq, b->messages, strerror(first_error));
+        fail(err, errlen, "nftables: batch refused at message %u of %zu: %s", error_seq - first_seq,
+             b->messages, strerror(first_error));
+        errno = first_error; /* for callers that handle one answer (EEXIST) themselves */
+        return -1;
     }
-    if (acks < b->messages)
-        return fail(err, errlen, "nftables: %zu of %zu messages acknowledged", acks, b->messages);
+    if (b->messages && acks != 1)
+        return fail(err, errlen, "nftables: batch of %zu messages not acknowledged", b->messages);
     return 0;
 }
 
 /* One request (a get or a dump); cb sees every answer. */
-static int fw_request(struct fw *fw, struct nlmsghdr *nlh, mnl_cb_t cb, void *data, char *err,
-                      size_t errlen)
+static int fw_request(struct fw *fw, const char *what, struct nlmsghdr *nlh, mnl_cb_t cb,
+                      void *data, char *err, size_t errlen)
 {
     uint32_t seq = nlh->nlmsg_seq;
     if (mnl_socket_sendto(fw->nl, nlh, nlh->nlmsg_len) < 0)
@@ -684,7 +692,7 @@ static int fw_request(struct fw *fw, struct nlmsghdr *nlh, mnl_cb_t cb, void *da
         int ret = mnl_cb_run(buf, (size_t)n, seq, fw->portid, cb, data);
         if (ret < 0) {
             int e = errno; /* the kernel's answer; fw_get_table tells ENOENT apart */
-            fail(err, errlen, "nftables: %s", strerror(e));
+            fail(err, errlen, "nftables: %s: %s", what, strerror(e));
             errno = e;
             return -1;
         }
@@ -715,7 +723,8 @@ static void udata_comment(const void *data, uint32_t len, char *out, size_t outl
     out[0] = '\0';
     if (!data || nftnl_udata_parse(data, len, udata_comment_cb, tb) < 0 || !tb[0])
         return;
-    snprintf(out, outlen, "%.*s", (int)nftnl_udata_len(tb[0]), (const char *)nftnl_udata_get(tb[0]));
+    snprintf(out, outlen, "%.*s", (int)nftnl_udata_len(tb[0]),
+             (const char *)nftnl_udata_get(tb[0]));
 }
 
 static int table_cb(const struct nlmsghdr *nlh, void *data)
@@ -745,7 +754,7 @@ static int fw_get_table(struct fw *fw, char comment[160], char *err, size_t errl
     nftnl_table_free(t);
     comment[0] = '\0';
     char why[200];
-    if (fw_request(fw, nlh, table_cb, comment, why, sizeof(why)) < 0) {
+    if (fw_request(fw, "table inet " FW_TABLE, nlh, table_cb, comment, why, sizeof(why)) < 0) {
         if (errno == ENOENT)
             return 0;
         return fail(err, errlen, "%s", why);
@@ -816,15 +825,15 @@ static int fw_read_set(struct fw *fw, const char *set_name, struct elems_acc *ac
                        size_t errlen)
 {
     char buf[MNL_SOCKET_BUFFER_SIZE];
-    struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSETELEM, NFPROTO_INET,
-                                                 NLM_F_DUMP, fw_next_seq(fw));
+    struct nlmsghdr *nlh =
+        nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSETELEM, NFPROTO_INET, NLM_F_DUMP, fw_next_seq(fw));
     struct nftnl_set *s = must(nftnl_set_alloc());
     nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
     nftnl_set_set_str(s, NFTNL_SET_NAME, set_name);
     nftnl_set_elems_nlmsg_build_payload(nlh, s);
     nftnl_set_free(s);
     acc->nfs = strcmp(set_name, SET_NFS) == 0;
-    return fw_request(fw, nlh, elems_cb, acc, err, errlen);
+    return fw_request(fw, "table inet " FW_TABLE, nlh, elems_cb, acc, err, errlen);
 }
 
 /* Both sets, merged per interface and address (an element only in `nfs` still shows). */
@@ -860,6 +869,12 @@ static struct fw *fw_open_socket(char *err, size_t errlen)
     /* Acks carry only the header of each request, not its payload. */
     int one = 1;
     mnl_socket_setsockopt(fw->nl, NETLINK_CAP_ACK, &one, sizeof(one));
+    /* A batch goes in one sendmsg(): a table replaced with 16,384 Sandboxes' elements is ~5 MB,
+     * beyond the default socket buffer; a batch that fails may answer with as many errors.
+     * Forcing the sizes needs CAP_NET_ADMIN, which nftables needs anyway. */
+    int bufsize = 8 << 20;
+    setsockopt(mnl_socket_get_fd(fw->nl), SOL_SOCKET, SO_SNDBUFFORCE, &bufsize, sizeof(bufsize));
+    setsockopt(mnl_socket_get_fd(fw->nl), SOL_SOCKET, SO_RCVBUFFORCE, &bufsize, sizeof(bufsize));
     fw->portid = mnl_socket_get_portid(fw->nl);
     fw->seq = (uint32_t)time(NULL);
     pthread_mutex_init(&fw->lock, NULL);
@@ -937,14 +952,21 @@ static int fw_ensure_structure(struct fw *fw, const char *net_pool, char *err, s
         if (fw_build_structure(net_pool, &b, err, errlen) < 0)
             return -1;
         int rc = fw_send_built(fw, &b, err, errlen);
+        int e = errno;
         fw_batch_free(&b);
         if (rc == 0)
             return 0;
+        errno = e;
         /* EEXIST: another worker created the table between our get and our batch; look again. */
-        if (!strstr(err, strerror(EEXIST)))
+        if (errno != EEXIST)
             return -1;
     }
     return fail(err, errlen, "nftables: table inet %s keeps changing under us", FW_TABLE);
+}
+
+struct fw *fw_open(char *err, size_t errlen)
+{
+    return fw_open_socket(err, errlen);
 }
 
 struct fw *fw_init(const char *net_pool, char *err, size_t errlen)
@@ -982,8 +1004,7 @@ static void fill_add(struct fw_batch *b, const void *arg)
 static void fill_nfs_on(struct fw_batch *b, const void *arg)
 {
     const struct fw_sandbox *sb = arg;
-    batch_elem(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, SET_NFS, sb->ifname, sb->addr,
-               sb->sandbox_id);
+    batch_elem(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, SET_NFS, sb->ifname, sb->addr, sb->sandbox_id);
 }
 
 static void fill_nfs_off(struct fw_batch *b, const void *arg)
@@ -1094,9 +1115,15 @@ int fw_reconcile(struct fw *fw, bool (*is_live)(const char *sandbox_id, void *ar
     return fw_remove_where(fw, keep_live, &q, removed, err, errlen);
 }
 
+struct counters_acc {
+    struct fw_counter *out;
+    int found;
+};
+
 static int counter_cb(const struct nlmsghdr *nlh, void *data)
 {
-    struct fw_counter *out = data;
+    struct counters_acc *acc = data;
+    struct fw_counter *out = acc->out;
     struct nftnl_obj *o = must(nftnl_obj_alloc());
     if (nftnl_obj_nlmsg_parse(nlh, o) == 0 && nftnl_obj_is_set(o, NFTNL_OBJ_NAME)) {
         const char *name = nftnl_obj_get_str(o, NFTNL_OBJ_NAME);
@@ -1104,6 +1131,7 @@ static int counter_cb(const struct nlmsghdr *nlh, void *data)
             if (strncmp(name, "drop_", 5) == 0 && strcmp(name + 5, fw_drop_reason_names[i]) == 0) {
                 out[i].packets = nftnl_obj_get_u64(o, NFTNL_OBJ_CTR_PKTS);
                 out[i].bytes = nftnl_obj_get_u64(o, NFTNL_OBJ_CTR_BYTES);
+                acc->found++;
             }
     }
     nftnl_obj_free(o);
@@ -1115,16 +1143,45 @@ int fw_counters(struct fw *fw, struct fw_counter out[FW_DROP_COUNT], char *err, 
     memset(out, 0, sizeof(*out) * FW_DROP_COUNT);
     char buf[MNL_SOCKET_BUFFER_SIZE];
     pthread_mutex_lock(&fw->lock);
-    struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETOBJ, NFPROTO_INET,
-                                                 NLM_F_DUMP, fw_next_seq(fw));
+    struct nlmsghdr *nlh =
+        nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETOBJ, NFPROTO_INET, NLM_F_DUMP, fw_next_seq(fw));
     struct nftnl_obj *o = must(nftnl_obj_alloc());
     nftnl_obj_set_str(o, NFTNL_OBJ_TABLE, FW_TABLE);
     nftnl_obj_set_u32(o, NFTNL_OBJ_TYPE, NFT_OBJECT_COUNTER);
     nftnl_obj_nlmsg_build_payload(nlh, o);
     nftnl_obj_free(o);
-    int rc = fw_request(fw, nlh, counter_cb, out, err, errlen);
+    struct counters_acc acc = {out, 0};
+    int rc = fw_request(fw, "table inet " FW_TABLE " counters", nlh, counter_cb, &acc, err, errlen);
     pthread_mutex_unlock(&fw->lock);
+    if (rc == 0 && acc.found != FW_DROP_COUNT)
+        return fail(err, errlen, "table inet %s: %d of %d drop counters (no worker set it up?)",
+                    FW_TABLE, acc.found, FW_DROP_COUNT);
     return rc;
+}
+
+int fw_metrics_text(struct fw *fw, char *out, size_t outlen, char *err, size_t errlen)
+{
+    struct fw_counter c[FW_DROP_COUNT];
+    if (fw_counters(fw, c, err, errlen) < 0)
+        return -1;
+    static const char *const what[2] = {"packets", "bytes"};
+    size_t n = 0;
+    for (int k = 0; k < 2; k++) {
+        int w = snprintf(out + n, outlen - n,
+                         "# HELP sbx_firewall_dropped_%s_total %s from or to Sandboxes dropped by "
+                         "the firewall, by reason.\n# TYPE sbx_firewall_dropped_%s_total counter\n",
+                         what[k], k ? "Bytes" : "Packets", what[k]);
+        for (int i = 0; w >= 0 && (size_t)w < outlen - n && i < FW_DROP_COUNT; i++) {
+            n += (size_t)w;
+            w = snprintf(out + n, outlen - n, "sbx_firewall_dropped_%s_total{reason=\"%s\"} %llu\n",
+                         what[k], fw_drop_reason_names[i],
+                         (unsigned long long)(k ? c[i].bytes : c[i].packets));
+        }
+        if (w < 0 || (size_t)w >= outlen - n)
+            return fail(err, errlen, "metrics: %zu bytes are not enough", outlen);
+        n += (size_t)w;
+    }
+    return 0;
 }
 
 int fw_destroy(struct fw *fw, char *err, size_t errlen)

@@ -85,6 +85,10 @@ struct fw;
  * as it is (other worker processes may be using it); one of another version or pool is replaced in
  * one batch that carries its Sandbox elements over. NULL on failure. */
 struct fw *fw_init(const char *net_pool, char *err, size_t errlen);
+/* Read-only access for inspection (sbxctl firewall, the gateway's /metrics): opens the netlink
+ * socket without creating or changing anything. fw_elements, fw_counters and fw_list then fail
+ * with "table inet sbx: No such file or directory" until a worker has called fw_init. */
+struct fw *fw_open(char *err, size_t errlen);
 void fw_close(struct fw *fw);
 
 /* Adds the Sandbox's element (replacing a stale one with the same interface and address). */
@@ -109,6 +113,11 @@ int fw_reconcile(struct fw *fw, bool (*is_live)(const char *sandbox_id, void *ar
 /* The drop counters, indexed by enum fw_drop_reason. */
 int fw_counters(struct fw *fw, struct fw_counter out[FW_DROP_COUNT], char *err, size_t errlen);
 
+/* The counters in Prometheus text format, for GET /metrics:
+ *   sbx_firewall_dropped_packets_total{reason="host"} 3   (and _bytes_total), one per reason.
+ * Writes at most outlen bytes (NUL included); -1 when they do not fit or cannot be read. */
+int fw_metrics_text(struct fw *fw, char *out, size_t outlen, char *err, size_t errlen);
+
 /* For `sbxctl firewall`: prints the live table as `nft list table inet sbx` prints it (through
  * libnftables, loaded at run time), then one line per element: which Sandbox owns it. */
 int fw_list(struct fw *fw, FILE *out, char *err, size_t errlen);
@@ -124,6 +133,7 @@ struct fw_batch {
     size_t cap;
     uint32_t seq;
     size_t messages; /* between BATCH_BEGIN and BATCH_END */
+    size_t last;     /* offset of the last of them: the one that asks for an ack */
 };
 void fw_batch_free(struct fw_batch *b);
 /* The structure batch of fw_init() on an empty host (pool as in fw_init). */

@@ -5,6 +5,7 @@
  */
 #include "netns.h"
 
+#include "log.h"
 #include "store.h"
 
 #include <arpa/inet.h>
@@ -23,10 +24,12 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
@@ -202,7 +205,8 @@ static void link_parse(const struct nlmsghdr *nlh, struct link_info *out)
     if (tb[IFLA_LINKINFO]) {
         const struct nlattr *info[IFLA_INFO_MAX + 1] = {0};
         mnl_attr_parse_nested(tb[IFLA_LINKINFO], linkinfo_attr_cb, info);
-        out->tap = info[IFLA_INFO_KIND] && strcmp(mnl_attr_get_str(info[IFLA_INFO_KIND]), "tun") == 0;
+        out->tap =
+            info[IFLA_INFO_KIND] && strcmp(mnl_attr_get_str(info[IFLA_INFO_KIND]), "tun") == 0;
     }
 }
 
@@ -378,13 +382,14 @@ static int configure_inside(pid_t pid, const struct net_link *link, char *err, s
         rc = route_add_default(&r, eth0.ifindex, link->host_addr);
     }
     rtnl_close(&r);
-    return rc == 0 ? 0 : fail(err, errlen, "in the Sandbox of pid %d: %s: %s", (int)pid, step,
-                              strerror(-rc));
+    return rc == 0 ? 0
+                   : fail(err, errlen, "in the Sandbox of pid %d: %s: %s", (int)pid, step,
+                          strerror(-rc));
 }
 
 /* Alias, host-side address, up. */
-static int configure_host_side(struct rtnl *r, const struct net_link *link, int *ifindex,
-                               char *err, size_t errlen)
+static int configure_host_side(struct rtnl *r, const struct net_link *link, int *ifindex, char *err,
+                               size_t errlen)
 {
     struct link_info li;
     int rc = link_get(r, link->ifname, &li);
@@ -410,10 +415,25 @@ static int check_owner(const char *sandbox_id, char *err, size_t errlen)
     return 0;
 }
 
+/* The peer must land in a namespace of the Sandbox's own: with a pid still in the host's, "eth0"
+ * would be created (or found) on the host itself. */
+static int check_own_namespace(pid_t pid, char *err, size_t errlen)
+{
+    char path[64];
+    struct stat self, child;
+    snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)pid);
+    if (stat("/proc/thread-self/ns/net", &self) < 0 || stat(path, &child) < 0)
+        return fail(err, errlen, "%s: %s", path, strerror(errno));
+    if (self.st_ino == child.st_ino && self.st_dev == child.st_dev)
+        return fail(err, errlen, "pid %d is in the host's network namespace (no CLONE_NEWNET?)",
+                    (int)pid);
+    return 0;
+}
+
 int net_veth_create(const struct net_pool *pool, const char *sandbox_id, pid_t pid,
                     struct net_link *out, char *err, size_t errlen)
 {
-    if (check_owner(sandbox_id, err, errlen) < 0)
+    if (check_owner(sandbox_id, err, errlen) < 0 || check_own_namespace(pid, err, errlen) < 0)
         return -1;
     struct rtnl r;
     if (rtnl_open(&r, err, errlen) < 0)
@@ -589,7 +609,11 @@ int net_init(const char *net_pool, char *err, size_t errlen)
         net_enable_forwarding(err, errlen) < 0)
         return -1;
     net.fw = fw_init(net_pool, err, errlen);
-    return net.fw ? 0 : -1;
+    if (!net.fw)
+        return -1;
+    log_info("network: table inet %s ready, Sandbox links from %s (%u slots)", FW_TABLE, net_pool,
+             net.pool.slots);
+    return 0;
 }
 
 void net_shutdown(void)
@@ -621,7 +645,8 @@ static int attach_firewall(struct net_link *link, char *err, size_t errlen)
 int net_sandbox_attach_process(const char *sandbox_id, pid_t pid, struct net_link *out, char *err,
                                size_t errlen)
 {
-    if (need_init(err, errlen) < 0 || net_veth_create(&net.pool, sandbox_id, pid, out, err, errlen) < 0)
+    if (need_init(err, errlen) < 0 ||
+        net_veth_create(&net.pool, sandbox_id, pid, out, err, errlen) < 0)
         return -1;
     return attach_firewall(out, err, errlen);
 }
@@ -661,19 +686,24 @@ const struct net_pool *net_worker_pool(void)
     return net.fw ? &net.pool : NULL;
 }
 
-static bool owner_is_not(const char *sandbox_id, void *arg)
-{
-    return strcmp(sandbox_id, (const char *)arg) != 0;
-}
-
 /* Without an address: every element and interface whose owner is sandbox_id. */
 static int release_by_owner(const char *sandbox_id, char *err, size_t errlen)
 {
-    return net_reconcile(owner_is_not, (void *)sandbox_id, NULL, err, errlen);
+    if (fw_sandbox_remove_owner(net.fw, sandbox_id, err, errlen) < 0)
+        return -1;
+    struct net_link *links;
+    size_t n;
+    if (net_links(&net.pool, &links, &n, err, errlen) < 0)
+        return -1;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        if (strcmp(links[i].sandbox_id, sandbox_id) == 0)
+            rc = net_link_delete(links[i].ifname, sandbox_id, err, errlen);
+    free(links);
+    return rc;
 }
 
-int net_sandbox_release(const char *sandbox_id, const char *net_address, char *err,
-                        size_t errlen)
+int net_sandbox_release(const char *sandbox_id, const char *net_address, char *err, size_t errlen)
 {
     if (need_init(err, errlen) < 0 || check_owner(sandbox_id, err, errlen) < 0)
         return -1;

@@ -102,8 +102,7 @@ int net_sandbox_set_nfs(const struct net_link *link, bool attached, char *err, s
 /* Terminate and reap: removes the Sandbox's firewall elements and its interface. net_address is
  * what the store recorded (the Sandbox side address, "" or NULL if unknown: then the owner is
  * looked up in the whole table). Idempotent; never touches another Sandbox's slot. */
-int net_sandbox_release(const char *sandbox_id, const char *net_address, char *err,
-                        size_t errlen);
+int net_sandbox_release(const char *sandbox_id, const char *net_address, char *err, size_t errlen);
 
 struct net_reconcile_report {
     size_t links_removed;

@@ -99,7 +99,15 @@ EOF
 FOREIGN_BEFORE=$(nft list table ip foreign)
 
 # ---- the firewall and the first Sandbox ----
+out=$("$CTL" ro-counters 2>&1) && bad "read-only counters without a table: $out" ||
+    ok "read-only access before any worker fails clearly ($out)"
+nft list table inet sbx >/dev/null 2>&1 && bad "read-only access created the table" ||
+    ok "read-only access created nothing"
 ctl init || { bad "init"; exit 1; }
+"$CTL" ro-counters | grep -q "^drop_host 0 0$" && ok "read-only counters after init" ||
+    bad "read-only counters after init"
+ctl init && ok "a second init keeps the table" || bad "second init"
+
 [ "$(sysctl -n net.ipv4.ip_forward)" = 1 ] && ok "forwarding enabled" || bad "forwarding not enabled"
 start_sandbox_process || bad "Sandbox 1 process"
 SB1_PID=$NEW_PID
@@ -179,6 +187,9 @@ expect blocked "Sandbox 2 with a source address not its own" tcp 11.11.11.11 80 
 expect_count spoofed "$c"
 expect answered "Sandbox 2 with its own address" tcp 11.11.11.11 80
 
+"$CTL" ro-metrics | grep -q '^sbx_firewall_dropped_packets_total{reason="spoofed"} [1-9]' &&
+    ok "drops exported for /metrics" || bad "metrics: $("$CTL" ro-metrics)"
+
 echo "# the table as sbxctl shows it"
 LIST=$(ctl list) || bad "list"
 echo "$LIST" | grep -q "$IF1 . $ADDR1 -> sbx_test1" && ok "owner of Sandbox 1's element listed" ||
@@ -188,6 +199,15 @@ echo "$LIST" | grep -q 'iifname "sbx\*" jump sandbox_to_host' && ok "list prints
 nft list table inet sbx | grep -q "\"$IF2\" . $ADDR2 comment \"sbx_test2\"" &&
     ok "nft sees Sandbox 2's element with its owner" || bad "nft: $(nft list set inet sbx sandboxes)"
 
+echo "# a worker with another pool replaces the table in one batch, carrying the elements over"
+"$CTL" -p 10.213.0.0/23 init && nft list chain inet sbx postrouting | grep -q "10.213.0.0/23" &&
+    ok "pool change rebuilt the table" || bad "pool change"
+nft list set inet sbx sandboxes | grep -q "comment \"sbx_test2\"" && ok "elements carried over" ||
+    bad "elements lost: $(nft list set inet sbx sandboxes)"
+ctl init && nft list chain inet sbx postrouting | grep -q "10.213.0.0/24" && ok "and back" ||
+    bad "pool back"
+expect answered "Sandbox 2 still reaches the public address" tcp 11.11.11.11 80
+
 echo "# termination and reconciliation"
 ctl release sbx_test1 "$ADDR1" || bad "release 1"
 ip link show "$IF1" >/dev/null 2>&1 && bad "$IF1 still exists" || ok "release removed $IF1"
@@ -196,6 +216,10 @@ ctl release sbx_test1 "$ADDR1" && ok "release is idempotent" || bad "second rele
 start_sandbox_process || bad "Sandbox 3 process"
 SB3_PID=$NEW_PID
 read -r IF3 ADDR3 GW3 < <(ctl attach sbx_test3 "$SB3_PID") || bad "attach 3"
+read -r IF5 _ < <(ctl tap sbx_test5) || bad "tap 5"
+ctl release sbx_test5 || bad "release without an address"
+ip link show "$IF5" >/dev/null 2>&1 && bad "$IF5 left" || ok "release by owner alone removed $IF5"
+ctl list | grep -q "sbx_test5" && bad "element of sbx_test5 left" || ok "and its element"
 TAP_OUT=$(ctl tap sbx_test4) && ok "tap: $TAP_OUT" || bad "tap"
 read -r IF4 _ <<<"$TAP_OUT"
 rep=$(ctl reconcile sbx_test2 sbx_test3 sbx_test4)

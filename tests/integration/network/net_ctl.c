@@ -5,16 +5,16 @@
  * as it does for the worker.
  *
  *   net_ctl [-p POOL] init
- *   net_ctl [-p POOL] attach SANDBOX_ID PID       prints "<ifname> <sandbox address> <host address>"
- *   net_ctl [-p POOL] tap SANDBOX_ID              same for a tap device
- *   net_ctl [-p POOL] nfs SANDBOX_ID ADDRESS on|off
- *   net_ctl [-p POOL] release SANDBOX_ID [ADDRESS]
- *   net_ctl [-p POOL] reconcile [LIVE_ID...]      prints "links N elements M"
- *   net_ctl [-p POOL] counters                    prints "drop_<reason> <packets> <bytes>" lines
- *   net_ctl [-p POOL] list                        fw_list
+ *   net_ctl [-p POOL] attach SANDBOX_ID PID       prints "<ifname> <sandbox address> <host
+ * address>" net_ctl [-p POOL] tap SANDBOX_ID              same for a tap device net_ctl [-p POOL]
+ * nfs SANDBOX_ID ADDRESS on|off net_ctl [-p POOL] release SANDBOX_ID [ADDRESS] net_ctl [-p POOL]
+ * reconcile [LIVE_ID...]      prints "links N elements M" net_ctl [-p POOL] counters prints
+ * "drop_<reason> <packets> <bytes>" lines net_ctl [-p POOL] list                        fw_list
  *   net_ctl [-p POOL] destroy                     fw_destroy
+ *   net_ctl ro-counters | ro-list | ro-metrics    through fw_open (read-only, no init)
  */
 #include "firewall.h"
+#include "log.h"
 #include "netns.h"
 
 #include <arpa/inet.h>
@@ -50,8 +50,43 @@ static void print_link(const struct net_link *link)
     printf("%s %s %s\n", link->ifname, sa, ha);
 }
 
+static int print_counters(struct fw *fw)
+{
+    char err[512];
+    struct fw_counter c[FW_DROP_COUNT];
+    if (fw_counters(fw, c, err, sizeof(err)) < 0)
+        return die("counters", err);
+    for (int i = 0; i < FW_DROP_COUNT; i++)
+        printf("drop_%s %llu %llu\n", fw_drop_reason_names[i], (unsigned long long)c[i].packets,
+               (unsigned long long)c[i].bytes);
+    return 0;
+}
+
+/* What sbxctl and the gateway do: look, never create. */
+static int read_only(const char *cmd)
+{
+    char err[512];
+    struct fw *fw = fw_open(err, sizeof(err));
+    if (!fw)
+        return die("open", err);
+    int rc;
+    char text[4096];
+    if (strcmp(cmd, "counters") == 0)
+        rc = print_counters(fw);
+    else if (strcmp(cmd, "metrics") == 0)
+        rc = fw_metrics_text(fw, text, sizeof text, err, sizeof err) < 0 ? die("metrics", err)
+                                                                         : (fputs(text, stdout), 0);
+    else if (fw_list(fw, stdout, err, sizeof(err)) < 0)
+        rc = die("list", err);
+    else
+        rc = 0;
+    fw_close(fw);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
+    log_init("net_ctl", "warn");
     const char *pool = "10.213.0.0/16";
     int a = 1;
     if (argc > 2 && strcmp(argv[1], "-p") == 0) {
@@ -62,6 +97,8 @@ int main(int argc, char **argv)
         return die("usage", "see the comment at the top of net_ctl.c");
     const char *cmd = argv[a++];
     char err[512];
+    if (strncmp(cmd, "ro-", 3) == 0)
+        return read_only(cmd + 3);
     if (net_init(pool, err, sizeof(err)) < 0)
         return die("init", err);
     int rc = 0;
@@ -89,11 +126,9 @@ int main(int argc, char **argv)
         if (rc == 0)
             printf("links %zu elements %zu\n", rep.links_removed, rep.elements_removed);
     } else if (strcmp(cmd, "counters") == 0) {
-        struct fw_counter c[FW_DROP_COUNT];
-        rc = fw_counters(net_firewall(), c, err, sizeof(err));
-        for (int i = 0; rc == 0 && i < FW_DROP_COUNT; i++)
-            printf("drop_%s %llu %llu\n", fw_drop_reason_names[i], (unsigned long long)c[i].packets,
-                   (unsigned long long)c[i].bytes);
+        int r = print_counters(net_firewall());
+        net_shutdown();
+        return r;
     } else if (strcmp(cmd, "list") == 0) {
         rc = fw_list(net_firewall(), stdout, err, sizeof(err));
     } else if (strcmp(cmd, "destroy") == 0) {

@@ -52,8 +52,9 @@ static int resolve(const char *host, int port, int type, struct sockaddr_storage
 
 static void addr_str(const struct sockaddr *sa, char *out, size_t outlen)
 {
-    const void *a = sa->sa_family == AF_INET ? (const void *)&((const struct sockaddr_in *)sa)->sin_addr
-                                             : (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
+    const void *a = sa->sa_family == AF_INET
+                        ? (const void *)&((const struct sockaddr_in *)sa)->sin_addr
+                        : (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
     inet_ntop(sa->sa_family, a, out, (socklen_t)outlen);
     /* IPv4 clients of a dual-stack socket appear as ::ffff:a.b.c.d */
     if (strncmp(out, "::ffff:", 7) == 0 && strchr(out, '.'))
@@ -231,11 +232,12 @@ static int listen_on(int port, int type)
     int one = 1, zero = 0;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port),
-                             .sin6_addr = in6addr_any};
+    struct sockaddr_in6 a = {
+        .sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port), .sin6_addr = in6addr_any};
     if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
         (type == SOCK_STREAM && listen(fd, 64) < 0) ||
-        (type == SOCK_DGRAM && setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof(one)) < 0)) {
+        (type == SOCK_DGRAM &&
+         setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof(one)) < 0)) {
         fprintf(stderr, "net_probe serve: port %d: %s\n", port, strerror(errno));
         exit(OTHER);
     }
@@ -250,8 +252,12 @@ static void udp_echo(int fd)
     struct sockaddr_in6 peer;
     char cbuf[CMSG_SPACE(sizeof(struct in6_pktinfo))];
     struct iovec iov = {buf, sizeof(buf)};
-    struct msghdr mh = {.msg_name = &peer, .msg_namelen = sizeof(peer), .msg_iov = &iov,
-                        .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+    struct msghdr mh = {.msg_name = &peer,
+                        .msg_namelen = sizeof(peer),
+                        .msg_iov = &iov,
+                        .msg_iovlen = 1,
+                        .msg_control = cbuf,
+                        .msg_controllen = sizeof(cbuf)};
     if (recvmsg(fd, &mh, 0) < 0)
         return;
     struct in6_pktinfo info = {0};
