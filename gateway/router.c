@@ -18,6 +18,9 @@
 #include <string.h>
 #include <strings.h>
 
+/* Bytes of an over-limit chunked body read and dropped before the 413 (see below). */
+#define BODY_DISCARD_MAX (4u << 20)
+
 const struct route gateway_routes[] = {
     {"GET", "/healthz", AUTH_NONE, BODY_NONE, http_healthz},
     {"GET", "/metrics", AUTH_NONE, BODY_NONE, http_metrics},
@@ -74,21 +77,27 @@ static bool path_matches(const char *tmpl, const char *path, char params[][STORE
     return *tmpl == '\0' && *path == '\0';
 }
 
-/* Finds the route; on a path that exists with other methods writes them to allow. */
-static int route_find(struct request *r, char *allow, size_t allowlen)
+int gateway_route_match(const char *method, const char *path,
+                        char params[ROUTE_MAX_PARAMS][STORE_ID_LEN], char *allow, size_t allowlen,
+                        int *path_route)
 {
-    char params[ROUTE_MAX_PARAMS][STORE_ID_LEN];
+    char found[ROUTE_MAX_PARAMS][STORE_ID_LEN];
     size_t n = 0;
     allow[0] = '\0';
+    *path_route = -1;
     for (int i = 0; i < gateway_route_count; i++) {
         const struct route *rt = &gateway_routes[i];
-        if (!path_matches(rt->path, r->path, params))
+        if (!path_matches(rt->path, path, found))
             continue;
-        if (strcmp(rt->method, r->method) == 0) {
-            memcpy(r->params, params, sizeof params);
+        if (strcmp(rt->method, method) == 0) {
+            memcpy(params, found, sizeof found);
             return i;
         }
-        n += (size_t)snprintf(allow + n, allowlen - n, "%s%s", n ? ", " : "", rt->method);
+        if (*path_route < 0)
+            *path_route = i;
+        int w = snprintf(allow + n, allowlen - n, "%s%s", n ? ", " : "", rt->method);
+        if (w > 0)
+            n = n + (size_t)w < allowlen ? n + (size_t)w : allowlen - 1;
     }
     return -1;
 }
@@ -122,8 +131,12 @@ static bool request_admit(struct request *r, enum MHD_Result *ret)
     char allow[128];
     const struct gateway *gw = r->gw;
 
-    r->route_index = route_find(r, allow, sizeof allow);
+    int path_route;
+    r->route_index =
+        gateway_route_match(r->method, r->path, r->params, allow, sizeof allow, &path_route);
     if (r->route_index < 0) {
+        /* A 405 is counted under the template of the path it hit (r->route stays NULL). */
+        r->route_index = path_route;
         if (allow[0])
             *ret = reply_problem_header(r, "method-not-allowed", NULL, "Allow", allow,
                                         "%s is not allowed on %s (allowed: %s)", r->method, r->path,
@@ -206,21 +219,29 @@ enum MHD_Result gateway_access_handler(void *cls, struct MHD_Connection *conn, c
         return MHD_YES;
     }
     if (r->replied) {
-        /* A problem was queued early (e.g. 413 mid-body): drop the rest of the body. */
+        /* A problem was queued on the headers (e.g. 413 by Content-Length): drop the body. */
         *upload_data_size = 0;
         return MHD_YES;
     }
     if (*upload_data_size > 0) {
-        if (!body_append(r, upload_data, *upload_data_size)) {
-            *upload_data_size = 0;
-            return reply_problem(r, "body-too-large", NULL,
-                                 "the body is over the limit of %lld bytes",
-                                 (long long)gw->cfg.body_limit);
-        }
         r->body_present = true;
+        r->body_received += *upload_data_size;
+        if (!r->body_too_large && !body_append(r, upload_data, *upload_data_size))
+            r->body_too_large = true;
         *upload_data_size = 0;
+        /* A body without Content-Length that runs over the limit is read and dropped to its end,
+         * so that the client gets its 413 (libmicrohttpd accepts no response in the middle of an
+         * upload). Past a generous cap the connection is simply closed. */
+        if (r->body_too_large && r->body_received > (size_t)gw->cfg.body_limit + BODY_DISCARD_MAX) {
+            log_emit(LOG_LEVEL_INFO, r->request_id, "closing: body over %zu bytes",
+                     r->body_received);
+            return MHD_NO;
+        }
         return MHD_YES;
     }
+    if (r->body_too_large)
+        return reply_problem(r, "body-too-large", NULL, "the body is over the limit of %lld bytes",
+                             (long long)gw->cfg.body_limit);
     /* The whole request is in (or a parked long poll was resumed). */
     if (r->parked) {
         r->parked = false;
