@@ -61,10 +61,11 @@ static const struct ctl_command commands[] = {
      "checked before it is moved to PATH.",
      cmd_db},
     {"firewall", "sbxctl firewall [--raw]",
-     "The nftables table `inet sbx`: which Sandbox owns which element, with the store's view of "
-     "each Sandbox, and the drop counters; flags elements of ended or unknown Sandboxes and live "
-     "Sandboxes without an element (exit 1). --raw adds `nft list table inet sbx`. Needs root "
-     "(CAP_NET_ADMIN) to read the table.",
+     "The nftables table `inet sbx`, read through the firewall's read-only fw_open(): which "
+     "Sandbox owns which element, with the store's view of each Sandbox, and the drop counters; "
+     "flags elements of ended or unknown Sandboxes and live Sandboxes with an address but no "
+     "element (exit 1). --raw adds the whole table as `nft list table inet sbx` prints it. Needs "
+     "root (CAP_NET_ADMIN); exit 3 when the table cannot be read.",
      cmd_firewall},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])

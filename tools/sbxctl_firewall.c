@@ -4,106 +4,45 @@
  * The worker's firewall (worker/firewall.h) keeps one table, `inet sbx`, in the host's network
  * namespace; a Sandbox is an element "<ifname> . <address>" of the set `sandboxes` whose comment
  * is the Sandbox id, and drops are counted in named counters drop_<reason>. This reads the table
- * with `nft -j list table inet sbx` (read-only, needs CAP_NET_ADMIN like any netlink dump of
- * nftables), and compares its owners with the store: an element of an ended or unknown Sandbox is
- * a leftover rule, a live Sandbox with an address but no element is unprotected. Either makes the
- * exit code 1.
- *
- * Why not fw_list() from worker/firewall.h: it needs a struct fw from fw_init(), which creates the
- * table when it is missing and replaces it when its net_pool differs from ours. A read-only tool
- * must not change the firewall it inspects, so this reads the kernel's dump instead.
+ * through the firewall's own read-only entry point, fw_open() (which never creates or changes
+ * anything; netlink needs CAP_NET_ADMIN), and compares its owners with the store: an element of
+ * an ended or unknown Sandbox is a leftover rule, a live Sandbox with an address but no element is
+ * unprotected. Either makes the exit code 1.
  */
 #include "sbxctl.h"
+#include "firewall.h"
 
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
-/* Runs cmd and returns its stdout (caller frees), or NULL; *exit_status gets its status. */
-static char *run_capture(const char *cmd, int *exit_status)
+/* Reads the table: its elements as {owner, ifname, address, nfs} and its drop counters. */
+static int read_table(struct fw *fw, json_t *elements, json_t *counters, char *err, size_t errlen)
 {
-    FILE *p = popen(cmd, "r");
-    if (!p)
-        return NULL;
-    size_t cap = 65536, n = 0;
-    char *buf = malloc(cap);
-    size_t r;
-    while (buf && (r = fread(buf + n, 1, cap - n - 1, p)) > 0) {
-        n += r;
-        if (n + 1 >= cap) {
-            char *bigger = realloc(buf, cap * 2);
-            if (!bigger) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = bigger;
-            cap *= 2;
-        }
-    }
-    int st = pclose(p);
-    *exit_status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    if (buf)
-        buf[n] = '\0';
-    return buf;
-}
+    struct fw_element *els = NULL;
+    struct fw_counter cnt[FW_DROP_COUNT];
+    size_t n = 0;
+    char addr[INET_ADDRSTRLEN], name[64];
 
-/* The elements of one set of the nft JSON dump as {ifname, address, owner} objects. */
-static void collect_set(json_t *set, json_t *out)
-{
-    size_t i;
-    json_t *e;
-    json_array_foreach(json_object_get(set, "elem"), i, e)
-    {
-        json_t *inner = json_object_get(e, "elem");
-        json_t *val = inner ? json_object_get(inner, "val") : e;
-        const char *comment = inner ? json_string_value(json_object_get(inner, "comment")) : NULL;
-        json_t *concat = json_object_get(val, "concat");
-        const char *ifname = json_string_value(json_array_get(concat, 0));
-        const char *addr = json_string_value(json_array_get(concat, 1));
-        json_array_append_new(out, json_pack("{s:s?,s:s?,s:s?}", "owner", comment, "ifname", ifname,
-                                             "address", addr));
-    }
-}
-
-/* Reads the table: the `sandboxes` and `nfs` elements and the named counters. */
-static int read_table(json_t *elements, json_t *nfs, json_t *counters, char *err, size_t errlen)
-{
-    int status = 0;
-    char *out = run_capture("nft -j list table inet sbx 2>/dev/null", &status);
-    if (!out || status != 0) {
-        snprintf(err, errlen, "%s",
-                 !out ? "cannot run nft"
-                      : "no table `inet sbx` (no worker "
-                        "has set up its firewall, or nft "
-                        "is missing or not permitted)");
-        free(out);
+    if (fw_elements(fw, &els, &n, err, errlen) != 0)
         return -1;
+    for (size_t i = 0; i < n; i++) {
+        inet_ntop(AF_INET, &els[i].addr, addr, sizeof addr);
+        json_array_append_new(elements,
+                              json_pack("{s:s?,s:s,s:s,s:b}", "owner",
+                                        els[i].owner[0] ? els[i].owner : NULL, "ifname",
+                                        els[i].ifname, "address", addr, "nfs", els[i].nfs));
     }
-    json_t *doc = json_loads(out, 0, NULL);
-    free(out);
-    if (!doc) {
-        snprintf(err, errlen, "cannot read nft's JSON output");
+    free(els);
+    if (fw_counters(fw, cnt, err, errlen) != 0)
         return -1;
+    for (int r = 0; r < FW_DROP_COUNT; r++) {
+        snprintf(name, sizeof name, "drop_%s", fw_drop_reason_names[r]);
+        json_array_append_new(counters, json_pack("{sssIsI}", "name", name, "packets",
+                                                  (json_int_t)cnt[r].packets, "bytes",
+                                                  (json_int_t)cnt[r].bytes));
     }
-    size_t i;
-    json_t *item;
-    json_array_foreach(json_object_get(doc, "nftables"), i, item)
-    {
-        json_t *set = json_object_get(item, "set");
-        json_t *counter = json_object_get(item, "counter");
-        const char *name = json_string_value(json_object_get(set ? set : counter, "name"));
-        if (set && name && strcmp(name, "sandboxes") == 0)
-            collect_set(set, elements);
-        else if (set && name && strcmp(name, "nfs") == 0)
-            collect_set(set, nfs);
-        else if (counter && name)
-            json_array_append_new(counters, json_pack("{sssOsO}", "name", name, "packets",
-                                                      json_object_get(counter, "packets"), "bytes",
-                                                      json_object_get(counter, "bytes")));
-    }
-    json_decref(doc);
     return 0;
 }
 
@@ -127,13 +66,24 @@ int cmd_firewall(struct ctl *ctl, int argc, char **argv)
     const struct ctl_command *cmd = ctl_find_command("firewall");
     const char *pos[1];
     int npos, rc;
-    char err[256];
+    char err[512] = "";
     if (ctl_parse(cmd, argc, argv, opts, pos, 0, &npos, &rc) != 0)
         return rc;
     if ((rc = ctl_open(ctl)) != CTL_OK)
         return rc;
-    json_t *elements = json_array(), *nfs = json_array(), *counters = json_array();
-    bool have_table = read_table(elements, nfs, counters, err, sizeof err) == 0;
+    json_t *elements = json_array(), *counters = json_array();
+    struct fw *fw = fw_open(err, sizeof err);
+    bool have_table = fw && read_table(fw, elements, counters, err, sizeof err) == 0;
+    /* No table yet is an answer (no worker has set up its firewall); not being able to read it
+     * (no CAP_NET_ADMIN, no nf_tables) is not, and must not pass for "no Sandbox is protected". */
+    if (!have_table && !strstr(err, "No such file or directory")) {
+        fprintf(stderr, "sbxctl: cannot read the firewall: %s (run as root)\n", err);
+        if (fw)
+            fw_close(fw);
+        json_decref(elements);
+        json_decref(counters);
+        return CTL_ERROR;
+    }
 
     /* Each element with the store's view of its owner. */
     size_t i;
@@ -152,11 +102,6 @@ int cmd_firewall(struct ctl *ctl, int argc, char **argv)
                         json_is_object(sb) ? json_object_get(sb, "state") : json_null());
         json_object_set(e, "session_id",
                         json_is_object(sb) ? json_object_get(sb, "session_id") : json_null());
-        json_object_set_new(
-            e, "nfs",
-            json_boolean(
-                in_list(nfs, "owner", owner) ||
-                in_list(nfs, "address", json_string_value(json_object_get(e, "address")))));
         if (!live)
             json_array_append_new(problems,
                                   json_pack("{s:s,s:s?,s:s}", "problem", "leftover-element",
@@ -198,7 +143,7 @@ int cmd_firewall(struct ctl *ctl, int argc, char **argv)
         static const struct ctl_col problem_cols[] = {
             {"problem", "PROBLEM"}, {"sandbox_id", "SANDBOX"}, {"detail", "DETAIL"}, {0}};
         if (!have_table)
-            printf("table inet sbx: %s\n", err);
+            printf("firewall: %s\n", err);
         printf("Sandboxes in the firewall (%zu)\n", json_array_size(elements));
         ctl_print_table(ctl, elements, el_cols);
         printf("\nDrop counters\n");
@@ -206,16 +151,17 @@ int cmd_firewall(struct ctl *ctl, int argc, char **argv)
         printf("\nProblems (%zu)\n", json_array_size(problems));
         ctl_print_table(ctl, problems, problem_cols);
         if (raw && have_table) {
-            int st;
-            char *text = run_capture("nft list table inet sbx 2>&1", &st);
-            printf("\n%s", text ? text : "");
-            free(text);
+            printf("\n");
+            fflush(stdout);
+            if (fw_list(fw, stdout, err, sizeof err) != 0)
+                fprintf(stderr, "sbxctl: cannot list the table: %s\n", err);
         }
     }
     rc = !live ? CTL_ERROR : json_array_size(problems) ? CTL_FAIL : CTL_OK;
     json_decref(live);
+    if (fw)
+        fw_close(fw);
     json_decref(elements);
-    json_decref(nfs);
     json_decref(counters);
     json_decref(problems);
     return rc;
