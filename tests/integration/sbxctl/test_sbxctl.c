@@ -1339,6 +1339,48 @@ static void test_schema_mismatch(void **state)
     run_free(&r);
 }
 
+/* The human forms of the commands not covered above, and `apps`. */
+static void test_apps_and_human_tables(void **state)
+{
+    struct fixture *f = *state;
+    struct run r = ctl_run(f, "apps", "--json", NULL);
+    json_t *rows = run_json(&r, 0);
+    json_t *a = find_row(rows, "id", f->app);
+    assert_non_null(a);
+    assert_string_equal(str(a, "name"), "audit-app");
+    assert_int_equal(num(a, "sessions"), 1);    /* bob is deleted */
+    assert_int_equal(num(a, "active_keys"), 1); /* laptop is revoked */
+    assert_string_equal(json_string_value(json_array_get(json_object_get(a, "command"), 0)),
+                        "/usr/bin/sbx-echo-agent");
+    json_decref(rows);
+    run_free(&r);
+
+    r = ctl_run(f, "apps", NULL);
+    assert_int_equal(r.exit_code, 0);
+    assert_non_null(strstr(r.out, "KEEP-ALIVE-S"));
+    assert_non_null(strstr(r.out, "audit-app"));
+    run_free(&r);
+
+    r = ctl_run(f, "pool", NULL);
+    assert_int_equal(r.exit_code, 0);
+    assert_non_null(strstr(r.out, "WARM"));
+    assert_non_null(strstr(r.out, "process  default"));
+    run_free(&r);
+
+    r = ctl_run(f, "events", "--session", f->bob, NULL);
+    assert_int_equal(r.exit_code, 0);
+    assert_true(strncmp(r.out, "ID ", 3) == 0);
+    assert_non_null(strstr(r.out, "session.deleted"));
+    assert_non_null(strstr(r.out, "req_del_bob"));
+    assert_null(strstr(r.out, f->alice));
+    run_free(&r);
+
+    r = ctl_run(f, "events", "--since", "2999-01-01", NULL);
+    assert_int_equal(r.exit_code, 0);
+    assert_non_null(strstr(r.out, "(none)"));
+    run_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1350,6 +1392,7 @@ int main(void)
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_keys),
         cmocka_unit_test(test_help_and_usage),
+        cmocka_unit_test(test_apps_and_human_tables),
         cmocka_unit_test(test_views),
         cmocka_unit_test(test_db_check_clean),
         cmocka_unit_test(test_violations_are_flagged),
