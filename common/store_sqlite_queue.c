@@ -254,7 +254,9 @@ static enum store_status q_worker_register(struct store *st, const char *worker_
 
 static enum store_status q_worker_heartbeat(struct store *st, const char *worker_id)
 {
-    sqlite3_stmt *s = sq_stmt(st, "UPDATE workers SET heartbeat_at = ?2 WHERE id = ?1");
+    /* A worker that was taken for dead and adopted must not carry on: its heartbeat fails. */
+    sqlite3_stmt *s = sq_stmt(st, "UPDATE workers SET heartbeat_at = ?2 WHERE id = ?1 AND "
+                                  "stopped_at IS NULL");
     enum store_status rc;
     if (!s)
         return STORE_ERROR;
@@ -262,7 +264,7 @@ static enum store_status q_worker_heartbeat(struct store *st, const char *worker
     sqlite3_bind_int64(s, 2, now_ms());
     rc = q_step_done(st, s);
     if (rc == STORE_OK && sqlite3_changes(sq_db(st)) == 0)
-        return STORE_NOT_FOUND;
+        return STORE_CONFLICT;
     return rc;
 }
 
