@@ -978,7 +978,9 @@ static int fc_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, cha
     pid_t vmm = 0;
     /* The root and its run/ exist before the jailer (which keeps existing directories), so the
      * guest artefacts are in place when Firecracker starts. */
-    int rc = make_dirs(lay->jail_dir, 0750, err, errlen);
+    /* 0711 like (and stricter than) the 0755 the jailer itself uses: the sandbox uid may pass
+     * through to its root but list nothing. */
+    int rc = make_dirs(lay->jail_dir, 0711, err, errlen);
     if (rc == 0)
         rc = make_dir(lay->root_dir, 0750, uid, gid, err, errlen);
     if (rc == 0) {
