@@ -679,12 +679,12 @@ static int configure_vm(const struct fc_layout *lay, const struct fc_guest *g,
     char kernel[80], root[80], boot_args[512], mac[24];
     snprintf(kernel, sizeof kernel, "/%s", g->kernel_name);
     snprintf(root, sizeof root, "/%s", g->root_name);
-    /* reboot=k: a guest reboot (Ctrl-Alt-Del at terminate) ends the VMM. sbx.channel tells the
-     * guest's sbx-agent to serve the agent channel on vsock. */
+    /* reboot=k: a guest reboot (Ctrl-Alt-Del at terminate) ends the VMM. sbx.channel=vsock:<port>
+     * tells the guest init (agent/guest_init.c) to run sbx-agent listening on that vsock port. */
     snprintf(boot_args, sizeof boot_args,
              "console=ttyS0 reboot=k panic=1 pci=off i8042.noaux i8042.nomux i8042.dumbkbd "
-             "quiet%s sbx.channel=vsock sbx.vsock_port=%d",
-             g->rootfs[0] ? " root=/dev/vda ro" : "", FC_AGENT_VSOCK_PORT);
+             "quiet %s sbx.channel=vsock:%d",
+             g->rootfs[0] ? "root=/dev/vda ro" : "rdinit=/init", FC_AGENT_VSOCK_PORT);
     guest_mac_for(lay->jailer_id, mac, sizeof mac);
 
     json_t *boot = json_pack("{s:s, s:s}", "kernel_image_path", kernel, "boot_args", boot_args);

@@ -280,8 +280,8 @@ static int group_teardown(void **state)
 
 static const char *const drive_sequence[] = {
     "PUT /boot-source {\"boot_args\":\"console=ttyS0 reboot=k panic=1 pci=off i8042.noaux "
-    "i8042.nomux i8042.dumbkbd quiet root=/dev/vda ro sbx.channel=vsock "
-    "sbx.vsock_port=1024\",\"kernel_image_path\":\"/vmlinux\"}",
+    "i8042.nomux i8042.dumbkbd quiet root=/dev/vda ro "
+    "sbx.channel=vsock:1024\",\"kernel_image_path\":\"/vmlinux\"}",
     "PUT /drives/rootfs {\"drive_id\":\"rootfs\",\"is_read_only\":true,\"is_root_device\":true,"
     "\"path_on_host\":\"/rootfs.ext4\"}",
     "PUT /machine-config {\"mem_size_mib\":256,\"vcpu_count\":2}",
@@ -473,7 +473,7 @@ static void test_initramfs_guest_boots_without_drive(void **state)
         fail_msg("boot: %s", err);
     static const char *const sequence[] = {
         "PUT /boot-source {\"boot_args\":\"console=ttyS0 reboot=k panic=1 pci=off i8042.noaux "
-        "i8042.nomux i8042.dumbkbd quiet sbx.channel=vsock sbx.vsock_port=1024\","
+        "i8042.nomux i8042.dumbkbd quiet rdinit=/init sbx.channel=vsock:1024\","
         "\"initrd_path\":\"/initramfs.cpio.gz\",\"kernel_image_path\":\"/vmlinux\"}",
         "PUT /machine-config {\"mem_size_mib\":128,\"vcpu_count\":1}",
         "PUT /network-interfaces/eth0 {\"guest_mac\":\"%MAC%\",\"host_dev_name\":\"tap0\","
