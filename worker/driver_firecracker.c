@@ -366,7 +366,8 @@ static int place_in_jail(const char *src, const char *dst, uid_t uid, gid_t gid,
  * net_create()/net_destroy() by netns_create()/netns_destroy() then. */
 
 /* Runs in a forked child: new network namespace, pinned by a bind mount, with the tap in it. */
-static int net_child(const char *netns_path, uid_t uid, gid_t gid)
+/* Only system calls after fork(): the worker is multi-threaded. */
+static int net_child(const char *netns_path, struct ifreq *ifr, uid_t uid, gid_t gid)
 {
     if (unshare(CLONE_NEWNET) != 0)
         return 10;
@@ -375,10 +376,7 @@ static int net_child(const char *netns_path, uid_t uid, gid_t gid)
     int tun = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
     if (tun < 0)
         return 12;
-    struct ifreq ifr = {0};
-    ifr.ifr_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
-    snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", FC_TAP_NAME);
-    if (ioctl(tun, TUNSETIFF, &ifr) != 0 || ioctl(tun, TUNSETOWNER, (unsigned long)uid) != 0 ||
+    if (ioctl(tun, TUNSETIFF, ifr) != 0 || ioctl(tun, TUNSETOWNER, (unsigned long)uid) != 0 ||
         ioctl(tun, TUNSETGROUP, (unsigned long)gid) != 0 || ioctl(tun, TUNSETPERSIST, 1) != 0)
         return 13;
     close(tun);
@@ -405,6 +403,9 @@ static int net_create(const struct sbx_config *cfg, const struct fc_layout *lay,
         return -1;
     }
     close(fd);
+    struct ifreq ifr = {0};
+    ifr.ifr_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
+    snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", FC_TAP_NAME);
     /* unshare() in a child: the worker's own threads must stay in the host namespace. */
     pid_t pid = fork();
     if (pid < 0) {
@@ -413,7 +414,7 @@ static int net_create(const struct sbx_config *cfg, const struct fc_layout *lay,
         return -1;
     }
     if (pid == 0)
-        _exit(net_child(lay->netns_path, (uid_t)cfg->sandbox_uid, (gid_t)cfg->sandbox_gid));
+        _exit(net_child(lay->netns_path, &ifr, (uid_t)cfg->sandbox_uid, (gid_t)cfg->sandbox_gid));
     int status;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
@@ -448,10 +449,14 @@ static bool vmm_is_ours(pid_t pid, const char *jailer_id)
         return false;
     char want[FC_JAILER_ID_MAX + 8];
     snprintf(want, sizeof want, "--id=%s", jailer_id);
-    for (ssize_t i = 0; i < n;) { /* NUL-separated arguments */
-        if (strcmp(cmdline + i, want) == 0)
+    cmdline[n] = '\0';
+    bool previous_was_id = false;
+    for (ssize_t i = 0; i < n;) { /* NUL-separated arguments: "--id=<id>" or "--id" "<id>" */
+        const char *arg = cmdline + i;
+        if (strcmp(arg, want) == 0 || (previous_was_id && strcmp(arg, jailer_id) == 0))
             return true;
-        i += (ssize_t)strnlen(cmdline + i, (size_t)(n - i)) + 1;
+        previous_was_id = strcmp(arg, "--id") == 0;
+        i += (ssize_t)strlen(arg) + 1;
     }
     return false;
 }
@@ -587,7 +592,13 @@ static pid_t await_vmm_pid(const struct fc_layout *lay, pid_t jailer, char *err,
         pid_t r = waitpid(jailer, &status, WNOHANG);
         if (r == jailer)
             break;
-        if (r < 0 && errno != EINTR) {
+        if (r < 0 && errno == ECHILD) {
+            /* Someone else reaped it (a worker-wide SIGCHLD reaper): its pid file tells. */
+            if (access(lay->pid_file, R_OK) == 0) {
+                status = 0;
+                break;
+            }
+        } else if (r < 0 && errno != EINTR) {
             snprintf(err, errlen, "waitpid jailer: %s", strerror(errno));
             return -1;
         }
