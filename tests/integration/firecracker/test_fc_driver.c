@@ -433,6 +433,12 @@ static void test_boot_follows_contract_and_terminate_removes_jail(void **state)
     assert_requests(all, expected_ptrs, 6);
     json_decref(all);
 
+    /* No Workspace: nothing to do. A Workspace: refused clearly (Firecracker shares no host
+     * directories), never silently ignored. */
+    assert_int_equal(driver_firecracker.attach_workspace(&cfg, &rt, NULL, err, sizeof err), 0);
+    assert_int_equal(driver_firecracker.attach_workspace(&cfg, &rt, tmp_dir, err, sizeof err), -1);
+    assert_non_null(strstr(err, "cannot attach the Workspace"));
+
     assert_agent_answers(rt.channel_fd);
 
     /* Termination: graceful stop through the API, then nothing left. */
