@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -622,6 +623,53 @@ static void test_standin_rejects_what_the_spec_rejects(void **state)
     waitpid(pid, NULL, 0);
 }
 
+struct boot_job {
+    struct sbx_config *cfg;
+    struct sandbox_runtime rt;
+    char err[1024];
+    int rc;
+};
+
+static void *boot_thread(void *arg)
+{
+    struct boot_job *job = arg;
+    job->rc = driver_firecracker.boot(job->cfg, &job->rt, job->err, sizeof job->err);
+    return NULL;
+}
+
+/* The worker boots its warm pool from several helper threads at once: Sandboxes booted
+ * concurrently get their own jail, VMM and channel. */
+static void test_concurrent_boots_are_independent(void **state)
+{
+    (void)state;
+    struct sbx_config cfg;
+    fill_config(&cfg, "guest-drive");
+    reset_records();
+    struct boot_job jobs[2];
+    pthread_t threads[2];
+    for (int i = 0; i < 2; i++) {
+        memset(&jobs[i], 0, sizeof jobs[i]);
+        jobs[i].cfg = &cfg;
+        new_runtime(&jobs[i].rt, 1, 128);
+        assert_int_equal(pthread_create(&threads[i], NULL, boot_thread, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 2; i++) {
+        pthread_join(threads[i], NULL);
+        if (jobs[i].rc != 0)
+            fail_msg("boot %d: %s", i, jobs[i].err);
+    }
+    assert_int_not_equal(jobs[0].rt.pid, jobs[1].rt.pid);
+    assert_string_not_equal(jobs[0].rt.jail_dir, jobs[1].rt.jail_dir);
+    for (int i = 0; i < 2; i++)
+        assert_agent_answers(jobs[i].rt.channel_fd);
+    for (int i = 0; i < 2; i++) {
+        char jail[600], err[1024];
+        snprintf(jail, sizeof jail, "%s", jobs[i].rt.jail_dir);
+        assert_int_equal(driver_firecracker.terminate(&cfg, &jobs[i].rt, NULL, err, sizeof err), 0);
+        assert_false(exists(jail));
+    }
+}
+
 /* ---- a real microVM, when the binaries are there ---- */
 
 static int real_vm(void)
@@ -688,6 +736,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_initramfs_guest_boots_without_drive),
         cmocka_unit_test(test_refused_request_fails_boot_and_cleans_up),
         cmocka_unit_test(test_reap_removes_what_a_lost_runtime_left),
+        cmocka_unit_test(test_concurrent_boots_are_independent),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
