@@ -670,6 +670,13 @@ static void test_concurrent_boots_are_independent(void **state)
     }
 }
 
+static void test_driver_find_knows_firecracker(void **state)
+{
+    (void)state;
+    assert_ptr_equal(driver_find("firecracker"), &driver_firecracker);
+    assert_string_equal(driver_firecracker.name, "firecracker");
+}
+
 /* ---- a real microVM, when the binaries are there ---- */
 
 static int real_vm(void)
@@ -731,6 +738,7 @@ int main(int argc, char **argv)
         return 77;
     }
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_driver_find_knows_firecracker),
         cmocka_unit_test(test_standin_rejects_what_the_spec_rejects),
         cmocka_unit_test(test_boot_follows_contract_and_terminate_removes_jail),
         cmocka_unit_test(test_initramfs_guest_boots_without_drive),
