@@ -8,11 +8,13 @@
  *       run/firecracker.socket                           Firecracker's API socket
  *       run/vsock.sock                                   the vsock device's host side
  *       firecracker.pid                                  written by the jailer (--new-pid-ns)
- * Boot: jailer (its own cgroup, network namespace and PID namespace, non-root uid/gid), then the
- * API calls boot-source, drives, machine-config, network-interfaces, vsock, InstanceStart, then a
- * host-initiated vsock connection ("CONNECT 1024") to the guest's sbx-agent, whose ready line ends
- * the boot. That connection is the agent channel (protocol in driver.h).
+ * Boot: jailer (its own cgroup <v2 root>/sbx/<jailer id> from cgroup.h, network namespace and
+ * PID namespace, non-root uid/gid), then the API calls boot-source, drives, machine-config,
+ * network-interfaces, vsock, InstanceStart, then a host-initiated vsock connection ("CONNECT 1024")
+ * to the guest's sbx-agent, whose ready line ends the boot. That connection is the agent channel
+ * (protocol in driver.h).
  */
+#include "cgroup.h"
 #include "driver.h"
 #include "fc_api.h"
 #include "log.h"
@@ -27,6 +29,7 @@
 #include <linux/if.h>
 #include <linux/if_tun.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
@@ -72,7 +75,7 @@ struct fc_layout {
     char netns_name[80];  /* name under /var/run/netns */
     char netns_path[128];
     char cgroup_parent[256]; /* --parent-cgroup, relative to the cgroup2 mount */
-    char cgroup_dir[512];    /* <cgroup2 mount>/<parent>/<jailer id>, "" when unknown */
+    char cgroup_dir[512];    /* <cgroup v2 root>/sbx/<jailer id>, "" when not measurable */
 };
 
 /* The guest kernel and root filesystem chosen from the guest directory. */
@@ -159,23 +162,45 @@ static int cgroup2_mount(char *out, size_t outlen)
     return rc;
 }
 
-/* --parent-cgroup is relative to the cgroup2 mount: cgroup_root when it lies below the mount,
- * "sbx" otherwise. The cgroup directory itself is made by the jailer. */
+/* The host's cgroup hierarchies as worker/cgroup.c finds them (cgroup_root, else detected),
+ * shared with the process driver: VM cgroups are <v2 root>/sbx/<jailer id>, plus
+ * <v1 memory root>/<jailer id> for the memory peak on hosts without the v2 memory controller. */
+static struct cgroup_host fc_cgroups;
+
+static const struct cgroup_host *host_cgroups(const struct sbx_config *cfg)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static bool detected;
+    pthread_mutex_lock(&lock);
+    if (!detected) {
+        char report[1024];
+        cgroup_detect(cfg, &fc_cgroups, report, sizeof report);
+        log_info("firecracker: %s", report);
+        detected = true;
+    }
+    pthread_mutex_unlock(&lock);
+    return &fc_cgroups;
+}
+
+/* --parent-cgroup is relative to the cgroup2 mount (the jailer finds the mount itself and makes
+ * <mount>/<parent>/<id>): the v2 root's path below the mount, then "sbx". */
 static void cgroup_layout(const struct sbx_config *cfg, struct fc_layout *lay)
 {
+    const struct cgroup_host *h = host_cgroups(cfg);
     char mount_point[512];
     lay->cgroup_dir[0] = '\0';
     snprintf(lay->cgroup_parent, sizeof lay->cgroup_parent, "sbx");
-    if (cgroup2_mount(mount_point, sizeof mount_point) != 0)
+    if (!h->v2_root[0] || cgroup2_mount(mount_point, sizeof mount_point) != 0)
         return;
     size_t mlen = strlen(mount_point);
-    const char *root = cfg->cgroup_root;
-    if (root[0] && strncmp(root, mount_point, mlen) == 0 && root[mlen] == '/' && root[mlen + 1])
-        snprintf(lay->cgroup_parent, sizeof lay->cgroup_parent, "%s", root + mlen + 1);
-    int n = snprintf(lay->cgroup_dir, sizeof lay->cgroup_dir, "%s/%s/%s", mount_point,
-                     lay->cgroup_parent, lay->jailer_id);
+    const char *root = h->v2_root;
+    if (strncmp(root, mount_point, mlen) != 0 || (root[mlen] != '/' && root[mlen] != '\0'))
+        return; /* not below the mount the jailer will use: not measurable */
+    if (root[mlen] == '/' && root[mlen + 1])
+        snprintf(lay->cgroup_parent, sizeof lay->cgroup_parent, "%.200s/sbx", root + mlen + 1);
+    int n = snprintf(lay->cgroup_dir, sizeof lay->cgroup_dir, "%s/sbx/%s", root, lay->jailer_id);
     if (n < 0 || (size_t)n >= sizeof lay->cgroup_dir)
-        lay->cgroup_dir[0] = '\0'; /* unusable: usage is then not measured */
+        lay->cgroup_dir[0] = '\0';
 }
 
 static int layout_for(const struct sbx_config *cfg, const char *sandbox_id, struct fc_layout *lay,
@@ -871,66 +896,20 @@ static void remove_tree(const char *path)
     nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
 }
 
-static int64_t read_stat_value(const char *path, const char *key)
-{
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return -1;
-    char name[64];
-    long long value;
-    int64_t found = -1;
-    if (!key) {
-        if (fscanf(f, "%lld", &value) == 1)
-            found = value;
-    } else {
-        while (fscanf(f, "%63s %lld", name, &value) == 2)
-            if (strcmp(name, key) == 0) {
-                found = value;
-                break;
-            }
-    }
-    fclose(f);
-    return found;
-}
-
-/* CPU time from cgroup v2's cpu.stat; the memory peak only where memory.peak exists (this
- * needs the memory controller, which hosts without it cannot measure: -1). */
-static void measure_usage(const char *cgroup_dir, struct store_usage *usage)
-{
-    usage->cpu_usec = -1;
-    usage->mem_peak_bytes = -1;
-    if (!cgroup_dir[0])
-        return;
-    char path[700];
-    snprintf(path, sizeof path, "%s/cpu.stat", cgroup_dir);
-    usage->cpu_usec = read_stat_value(path, "usage_usec");
-    snprintf(path, sizeof path, "%s/memory.peak", cgroup_dir);
-    usage->mem_peak_bytes = read_stat_value(path, NULL);
-}
-
-static void remove_cgroup(const char *cgroup_dir)
-{
-    if (!cgroup_dir[0])
-        return;
-    /* The kernel frees a cgroup a moment after its last task exits: retry briefly. */
-    for (int i = 0; i < 50; i++) {
-        if (rmdir(cgroup_dir) == 0 || errno == ENOENT)
-            return;
-        if (errno != EBUSY)
-            break;
-        sleep_ms(20);
-    }
-    log_warn("firecracker: rmdir %s: %s", cgroup_dir, strerror(errno));
-}
-
 /* Everything a Sandbox may have left: VMM, jail, cgroup, network namespace. Idempotent. */
-static void clean_up(const struct fc_layout *lay, pid_t vmm, bool graceful,
-                     struct store_usage *usage)
+static void clean_up(const struct sbx_config *cfg, const struct fc_layout *lay, pid_t vmm,
+                     bool graceful, struct store_usage *usage)
 {
+    const struct cgroup_host *h = host_cgroups(cfg);
     stop_vmm(vmm, lay->jailer_id, lay->api_sock, graceful);
+    /* Whatever the VMM left in its cgroup (nothing, normally) goes too. */
+    if (lay->cgroup_dir[0] && cgroup_populated(lay->cgroup_dir))
+        cgroup_kill_all(lay->cgroup_dir);
     if (usage)
-        measure_usage(lay->cgroup_dir, usage);
-    remove_cgroup(lay->cgroup_dir);
+        cgroup_read_usage(h, lay->cgroup_dir, lay->jailer_id, usage);
+    char cg_err[256];
+    if (cgroup_remove(h, lay->cgroup_dir, lay->jailer_id, 2000, cg_err, sizeof cg_err) != 0)
+        log_warn("firecracker %s: %s", lay->jailer_id, cg_err);
     net_destroy(lay);
     remove_tree(lay->jail_dir);
 }
@@ -957,9 +936,7 @@ static int fc_init(const struct sbx_config *cfg, char *err, size_t errlen)
         return -1;
     if (access("/dev/kvm", R_OK | W_OK) != 0)
         log_warn("firecracker: /dev/kvm is not usable (%s): VMs will not boot", strerror(errno));
-    char mount_point[512];
-    if (cgroup2_mount(mount_point, sizeof mount_point) != 0)
-        log_warn("firecracker: no cgroup2 mount; CPU usage will not be measured");
+    host_cgroups(cfg); /* logs what can be measured here */
     if (strcmp(guest.kernel_name, "vmlinuz") == 0)
         log_warn("firecracker: guest kernel is %s (compressed); Firecracker on x86_64 boots an "
                  "uncompressed ELF vmlinux",
@@ -1009,18 +986,27 @@ static int fc_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, cha
     }
     if (rc == 0)
         rc = net_create(cfg, lay, err, errlen);
+    /* The jailer joins an existing cgroup; making it first also makes the v1 memory twin. */
+    if (rc == 0 && lay->cgroup_dir[0]) {
+        char path_out[512];
+        rc = cgroup_create(host_cgroups(cfg), lay->jailer_id, path_out, sizeof path_out, err,
+                           errlen);
+    }
     if (rc == 0) {
         pid_t jailer = spawn_jailer(cfg, lay, err, errlen);
         vmm = jailer > 0 ? await_vmm_pid(lay, jailer, err, errlen) : -1;
         rc = vmm > 0 ? 0 : -1;
     }
+    /* Before InstanceStart, so that guest memory is charged where it is measured. */
+    if (rc == 0 && lay->cgroup_dir[0])
+        rc = cgroup_add_pid(host_cgroups(cfg), lay->cgroup_dir, lay->jailer_id, vmm, err, errlen);
     if (rc == 0)
         rc = await_api(lay, vmm, err, errlen);
     if (rc == 0)
         rc = configure_vm(lay, &guest, &rt->shape, err, errlen);
     int channel = rc == 0 ? open_agent_channel(lay, vmm, rt, err, errlen) : -1;
     if (channel < 0) {
-        clean_up(lay, vmm > 0 ? vmm : 0, false, NULL);
+        clean_up(cfg, lay, vmm > 0 ? vmm : 0, false, NULL);
         free(lay);
         return -1;
     }
@@ -1067,7 +1053,7 @@ static int fc_terminate(const struct sbx_config *cfg, struct sandbox_runtime *rt
         rt->channel_fd = -1;
     }
     struct store_usage measured;
-    clean_up(lay, rt->pid, true, &measured);
+    clean_up(cfg, lay, rt->pid, true, &measured);
     if (usage)
         *usage = measured;
     if (lay != &computed)
@@ -1094,7 +1080,7 @@ static int fc_reap(const struct sbx_config *cfg, const struct store_sandbox *sb,
     if (sb->cgroup_path[0])
         snprintf(lay.cgroup_dir, sizeof lay.cgroup_dir, "%s", sb->cgroup_path);
     snprintf(lay.api_sock, sizeof lay.api_sock, "%s/root%s", lay.jail_dir, FC_API_SOCK_IN_JAIL);
-    clean_up(&lay, (pid_t)sb->pid, false, NULL);
+    clean_up(cfg, &lay, (pid_t)sb->pid, false, NULL);
     struct stat st;
     if (stat(lay.jail_dir, &st) == 0) {
         snprintf(err, errlen, "the jail %s could not be removed completely", lay.jail_dir);
