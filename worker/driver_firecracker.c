@@ -384,14 +384,15 @@ static int place_in_jail(const char *src, const char *dst, uid_t uid, gid_t gid,
 }
 
 /* ---- network namespace and tap device ----
- * HOOK(network): the network helper's worker/netns.h will own Sandbox namespaces, addresses and
- * the firewall. Until it lands, the driver makes the bare minimum the jailer needs: a named
- * network namespace (as `ip netns add` does: a bind mount of the namespace on
- * /var/run/netns/<name>) holding a persistent tap device owned by the sandbox uid. Replace
- * net_create()/net_destroy() by netns_create()/netns_destroy() then. */
+ * HOOK(network): worker/netns.h owns Sandbox links, addresses and the firewall, but gives VMs a
+ * tap in the host's namespace (net_sandbox_attach_tap), which Firecracker jailed with --netns
+ * cannot open. Until the two are joined (e.g. net_sandbox_attach_process's veth into the VMM's
+ * namespace, bridged there with tap0, net_sandbox_release at the end), the driver makes the bare
+ * minimum the jailer needs: a named network namespace (as `ip netns add` does: the namespace
+ * bind-mounted on /var/run/netns/<name>) holding a persistent tap owned by the sandbox uid. */
 
-/* Runs in a forked child: new network namespace, pinned by a bind mount, with the tap in it. */
-/* Only system calls after fork(): the worker is multi-threaded. */
+/* Runs in a forked child: new network namespace, pinned by a bind mount, with the tap in it.
+ * Only system calls after fork(): the worker is multi-threaded. */
 static int net_child(const char *netns_path, struct ifreq *ifr, uid_t uid, gid_t gid)
 {
     if (unshare(CLONE_NEWNET) != 0)
