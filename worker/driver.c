@@ -9,6 +9,7 @@
 static const struct driver *const drivers[] = {
     &driver_process,
     &driver_qemu,
+    &driver_firecracker,
 };
 
 const struct driver *driver_find(const char *name)
