@@ -41,7 +41,11 @@ expect() {
     local want=$1 what=$2
     shift 2
     local out rc
-    out=$(nsenter -t "$SB_PID" -n "$PROBE" "$@" 2>&1)
+    if [ -n "${SB_NETNS:-}" ]; then
+        out=$(ip netns exec "$SB_NETNS" "$PROBE" "$@" 2>&1)
+    else
+        out=$(nsenter -t "$SB_PID" -n "$PROBE" "$@" 2>&1)
+    fi
     rc=$?
     LAST_OUT=$out
     case "$want" in
@@ -230,6 +234,36 @@ rep=$(ctl reconcile sbx_test3)
 ip link show "$IF4" >/dev/null 2>&1 && bad "tap $IF4 left" || ok "tap removed"
 ctl list | grep -q "sbx_test2" && bad "Sandbox 2's element left" || ok "Sandbox 2's element removed"
 ctl list | grep -q "sbx_test3" && ok "Sandbox 3 kept" || bad "Sandbox 3 lost"
+
+echo "# a VMM in a namespace of its own (Firecracker's jailer --netns): tap bridged to the veth"
+V=sbxv$$
+G=sbxg$$
+ip netns add "$V"
+ip netns add "$G"
+read -r IF6 ADDR6 GW6 < <(ctl bridged sbx_test6 "/run/netns/$V" tap0) || bad "bridged"
+ip -n "$V" -o link show tap0 | grep -q "master br0" && ip -n "$V" -o link show eth0 | grep -q "master br0" &&
+    ok "tap0 and eth0 bridged on br0 in the VMM's namespace" || bad "bridge: $(ip -n "$V" -o link)"
+[ "$(ip netns exec "$V" cat /sys/class/net/tap0/owner)" = 4242 ] && ok "tap0 owned by the VMM's uid" ||
+    bad "tap0 owner"
+[ -z "$(ip -n "$V" -4 -o addr show | grep -v ' lo ')" ] && ok "no address in the VMM's namespace" ||
+    bad "addresses in the VMM namespace"
+# The guest: a namespace plugged into the bridge as the tap would be, with the Sandbox address.
+ip link add gport netns "$V" type veth peer name geth0 netns "$G"
+ip -n "$V" link set gport master br0 up
+ip -n "$G" addr add "$ADDR6/30" dev geth0
+ip -n "$G" link set geth0 up
+ip -n "$G" route add default via "$GW6"
+SB_NETNS=$G
+expect answered "guest: TCP 443 to the host" tcp "$GW6" 443
+expect blocked "guest: TCP 8080 to the host" tcp "$GW6" 8080
+expect blocked "guest: TCP to private 10.99.0.10" tcp 10.99.0.10 80
+expect answered "guest: TCP to public 11.11.11.11" tcp 11.11.11.11 80
+unset SB_NETNS
+ctl release sbx_test6 "$ADDR6" || bad "release 6"
+ip link show "$IF6" >/dev/null 2>&1 && bad "$IF6 left" || ok "release removed $IF6"
+ip -n "$V" link show eth0 >/dev/null 2>&1 && bad "eth0 left in the VMM namespace" || ok "and its eth0"
+ip netns del "$G"
+ip netns del "$V"
 
 echo "# stopping: only sbx's table goes; control probes without it"
 ctl destroy || bad "destroy"

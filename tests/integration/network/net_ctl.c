@@ -113,6 +113,11 @@ int main(int argc, char **argv)
         rc = net_sandbox_attach_tap(argv[a], (uid_t)-1, (gid_t)-1, &link, err, sizeof(err));
         if (rc == 0)
             print_link(&link);
+    } else if (strcmp(cmd, "bridged") == 0 && a + 3 == argc) {
+        rc = net_sandbox_attach_netns_tap(argv[a], argv[a + 1], argv[a + 2], 4242, 4343, &link, err,
+                                          sizeof(err));
+        if (rc == 0)
+            print_link(&link);
     } else if (strcmp(cmd, "nfs") == 0 && a + 3 == argc) {
         if (net_link_of_address(net_worker_pool(), argv[a], argv[a + 1], &link) < 0)
             return die("nfs", "not a Sandbox address of the pool");
