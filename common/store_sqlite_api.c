@@ -1,14 +1,1724 @@
 /*
- * store_sqlite_api.c: the SQLite backend's functions that the gateway calls.
+ * store_sqlite_api.c: the SQLite backend's functions that the gateway calls: Apps, API keys,
+ * Workspaces, Sessions, messages (with idempotency and group commit), Sandbox listing and stop
+ * requests, pool statistics, the audit trail and the counts behind /metrics.
+ *
+ * Every mutation runs in one BEGIN IMMEDIATE transaction together with its audit event(s), so an
+ * event exists exactly when its change does. List cursors are the decimal rowid (for messages: the
+ * seq) of the last row of the previous page.
+ *
+ * Message enqueues use group commit: with synchronous=FULL every COMMIT is an fsync, so one
+ * transaction per message would cap the gateway at the disk's fsync rate. Callers hand their
+ * request to one committer thread (with its own connection), which writes up to SQ_BATCH_MAX
+ * queued requests in one transaction, each inside its own SAVEPOINT so that one bad row fails
+ * alone, and wakes every caller of the batch once the COMMIT is on disk.
  */
+#include "id.h"
+#include "log.h"
 #include "store_sqlite_int.h"
+#include "timefmt.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SQ_BATCH_MAX 64
+
+/* ---- small helpers ---- */
+
+static int64_t col_i64_or(sqlite3_stmt *s, int col, int64_t when_null)
+{
+    return sqlite3_column_type(s, col) == SQLITE_NULL ? when_null : sqlite3_column_int64(s, col);
+}
+
+/* Parses a cursor ("" = start). Returns -1 for a malformed one. */
+static int64_t cursor_parse(const char *after)
+{
+    if (!after || !*after)
+        return 0;
+    char *end;
+    long long v = strtoll(after, &end, 10);
+    if (*end != '\0' || v < 0)
+        return -1;
+    return v;
+}
+
+static void cursor_format(int64_t v, char *out)
+{
+    snprintf(out, STORE_CURSOR_LEN, "%" PRId64, v);
+}
+
+/* Binds the App scope: "" or NULL means any App. */
+static void bind_app(sqlite3_stmt *s, int idx, const char *app_id)
+{
+    sqlite3_bind_text(s, idx, app_id ? app_id : "", -1, SQLITE_TRANSIENT);
+}
+
+/* Runs a statement that returns no rows; resets it. */
+static enum store_status step_done(struct store *st, sqlite3_stmt *s)
+{
+    int rc = sqlite3_step(s);
+    sq_done(s);
+    return rc == SQLITE_DONE ? STORE_OK : sq_status(sq_db(st), rc);
+}
+
+/* Runs a "SELECT count(*)"-like statement; resets it. */
+static enum store_status step_int(struct store *st, sqlite3_stmt *s, int64_t *out)
+{
+    int rc = sqlite3_step(s);
+    enum store_status r = STORE_OK;
+    if (rc == SQLITE_ROW)
+        *out = sqlite3_column_int64(s, 0);
+    else
+        r = rc == SQLITE_DONE ? STORE_NOT_FOUND : sq_status(sq_db(st), rc);
+    sq_done(s);
+    return r;
+}
+
+/* Grows a list array by one zeroed element. */
+static void *list_grow(void *arr, size_t n, size_t elem)
+{
+    char *p = realloc(arr, (n + 1) * elem);
+    if (p)
+        memset(p + n * elem, 0, elem);
+    return p;
+}
+
+/* Ends a transaction: COMMIT when rc is OK, ROLLBACK otherwise. Returns the final status. */
+static enum store_status finish(sqlite3 *db, enum store_status rc)
+{
+    if (rc == STORE_OK)
+        return sq_commit(db);
+    sq_rollback(db);
+    return rc;
+}
+
+/* Escapes s as a JSON string into out (for small event data objects). */
+static void json_str(char *out, size_t outlen, const char *s)
+{
+    size_t n = 0;
+    if (outlen < 3)
+        return;
+    out[n++] = '"';
+    for (; s && *s && n + 8 < outlen; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            out[n++] = '\\';
+            out[n++] = (char)c;
+        } else if (c < 0x20) {
+            n += (size_t)snprintf(out + n, outlen - n, "\\u%04x", c);
+        } else {
+            out[n++] = (char)c;
+        }
+    }
+    out[n++] = '"';
+    out[n] = '\0';
+}
+
+/* ---- apps ---- */
+
+#define APP_COLS                                                                                   \
+    "rowid, id, name, keep_alive_seconds, vcpu_count, mem_size_mib, driver, image, max_attempts, " \
+    "command, created_at, updated_at"
+
+static int64_t app_from_row(sqlite3_stmt *s, struct store_app *a)
+{
+    memset(a, 0, sizeof *a);
+    sq_col_copy(s, 1, a->id, sizeof a->id);
+    sq_col_copy(s, 2, a->name, sizeof a->name);
+    a->keep_alive_seconds = sqlite3_column_int64(s, 3);
+    a->vcpu_count = sqlite3_column_int64(s, 4);
+    a->mem_size_mib = sqlite3_column_int64(s, 5);
+    sq_col_copy(s, 6, a->driver, sizeof a->driver);
+    sq_col_copy(s, 7, a->image, sizeof a->image);
+    a->max_attempts = sqlite3_column_int64(s, 8);
+    a->command_json = sq_col_dup(s, 9);
+    a->created_at = sqlite3_column_int64(s, 10);
+    a->updated_at = sqlite3_column_int64(s, 11);
+    return sqlite3_column_int64(s, 0);
+}
+
+static enum store_status sq_app_get(struct store *st, const char *app_id, struct store_app *out)
+{
+    sqlite3_stmt *s =
+        sq_stmt(st, "SELECT " APP_COLS " FROM apps WHERE id = ?1 AND deleted_at IS NULL");
+    enum store_status r;
+    if (!s)
+        return STORE_ERROR;
+    sqlite3_bind_text(s, 1, app_id, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        app_from_row(s, out);
+        r = STORE_OK;
+    } else {
+        r = rc == SQLITE_DONE ? STORE_NOT_FOUND : sq_status(sq_db(st), rc);
+    }
+    sq_done(s);
+    return r;
+}
+
+static enum store_status sq_app_create(struct store *st, const struct store_ctx *ctx,
+                                       struct store_app *app)
+{
+    sqlite3 *db = sq_db(st);
+    sqlite3_stmt *s;
+    enum store_status r;
+    char data[STORE_NAME_LEN * 2 + 32], name_json[STORE_NAME_LEN * 2 + 8];
+    int64_t now = now_ms();
+
+    if (!db || id_new("app", app->id, sizeof app->id) != 0)
+        return STORE_ERROR;
+    if ((r = sq_begin(db)) != STORE_OK)
+        return r;
+    s = sq_stmt(st, "INSERT INTO apps (id, name, keep_alive_seconds, vcpu_count, mem_size_mib, "
+                    "driver, image, max_attempts, command, created_at, updated_at) "
+                    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)");
+    if (!s)
+        return finish(db, STORE_ERROR);
+    sqlite3_bind_text(s, 1, app->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, app->name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 3, app->keep_alive_seconds);
+    sqlite3_bind_int64(s, 4, app->vcpu_count);
+    sqlite3_bind_int64(s, 5, app->mem_size_mib);
+    sqlite3_bind_text(s, 6, app->driver, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 7, app->image, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 8, app->max_attempts);
+    sqlite3_bind_text(s, 9, app->command_json ? app->command_json : "[]", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 10, now);
+    r = step_done(st, s);
+    if (r == STORE_OK) {
+        json_str(name_json, sizeof name_json, app->name);
+        snprintf(data, sizeof data, "{\"name\":%s}", name_json);
+        r = sq_event(st, ctx, "app.created", "app", app->id, app->id, NULL, data);
+    }
+    r = finish(db, r);
+    if (r == STORE_OK)
+        app->created_at = app->updated_at = now;
+    return r;
+}
+
+static enum store_status sq_app_list(struct store *st, const char *after, size_t limit,
+                                     struct store_app **out, size_t *n, char *next_cursor)
+{
+    sqlite3_stmt *s = sq_stmt(st, "SELECT " APP_COLS " FROM apps WHERE deleted_at IS NULL "
+                                  "AND rowid > ?1 ORDER BY rowid LIMIT ?2");
+    int64_t from = cursor_parse(after), last = 0;
+    struct store_app *items = NULL;
+    size_t count = 0;
+    int rc;
+
+    if (from < 0)
+        return STORE_INVALID;
+    if (!s)
+        return STORE_ERROR;
+    sqlite3_bind_int64(s, 1, from);
+    sqlite3_bind_int64(s, 2, (int64_t)limit + 1);
+    next_cursor[0] = '\0';
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (count == limit) {
+            cursor_format(last, next_cursor);
+            break;
+        }
+        struct store_app *grown = list_grow(items, count, sizeof *items);
+        if (!grown) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        items = grown;
+        last = app_from_row(s, &items[count++]);
+    }
+    sq_done(s);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+        store_app_list_free(items, count);
+        return sq_status(sq_db(st), rc);
+    }
+    *out = items;
+    *n = count;
+    return STORE_OK;
+}
+
+static enum store_status sq_app_update(struct store *st, const struct store_ctx *ctx,
+                                       const char *app_id, const struct store_app_patch *p,
+                                       struct store_app *out)
+{
+    sqlite3 *db = sq_db(st);
+    sqlite3_stmt *s;
+    enum store_status r;
+    char data[512];
+    size_t n = 0;
+
+    if (!db)
+        return STORE_ERROR;
+    if ((r = sq_begin(db)) != STORE_OK)
+        return r;
+    s = sq_stmt(st, "UPDATE apps SET name = COALESCE(?2, name), "
+                    "keep_alive_seconds = COALESCE(?3, keep_alive_seconds), "
+                    "vcpu_count = COALESCE(?4, vcpu_count), "
+                    "mem_size_mib = COALESCE(?5, mem_size_mib), driver = COALESCE(?6, driver), "
+                    "image = COALESCE(?7, image), max_attempts = COALESCE(?8, max_attempts), "
+                    "command = COALESCE(?9, command), updated_at = ?10 "
+                    "WHERE id = ?1 AND deleted_at IS NULL");
+    if (!s)
+        return finish(db, STORE_ERROR);
+    sqlite3_bind_text(s, 1, app_id, -1, SQLITE_STATIC);
+    if (p->name)
+        sqlite3_bind_text(s, 2, p->name, -1, SQLITE_STATIC);
+    if (p->keep_alive_seconds)
+        sqlite3_bind_int64(s, 3, *p->keep_alive_seconds);
+    if (p->vcpu_count)
+        sqlite3_bind_int64(s, 4, *p->vcpu_count);
+    if (p->mem_size_mib)
+        sqlite3_bind_int64(s, 5, *p->mem_size_mib);
+    if (p->driver)
+        sqlite3_bind_text(s, 6, p->driver, -1, SQLITE_STATIC);
+    if (p->image)
+        sqlite3_bind_text(s, 7, p->image, -1, SQLITE_STATIC);
+    if (p->max_attempts)
+        sqlite3_bind_int64(s, 8, *p->max_attempts);
+    if (p->command_json)
+        sqlite3_bind_text(s, 9, p->command_json, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 10, now_ms());
+    r = step_done(st, s);
+    if (r == STORE_OK && sqlite3_changes(db) == 0)
+        r = STORE_NOT_FOUND;
+    if (r == STORE_OK) {
+        /* The event names the fields that changed (not their values: the command may be long). */
+        const char *fields[] = {p->name ? "name" : NULL,
+                                p->keep_alive_seconds ? "keepAliveSeconds" : NULL,
+                                p->vcpu_count ? "vcpuCount" : NULL,
+                                p->mem_size_mib ? "memSizeMib" : NULL,
+                                p->driver ? "driver" : NULL,
+                                p->image ? "image" : NULL,
+                                p->max_attempts ? "maxAttempts" : NULL,
+                                p->command_json ? "command" : NULL};
+        n = (size_t)snprintf(data, sizeof data, "{\"fields\":[");
+        for (size_t i = 0, k = 0; i < sizeof fields / sizeof fields[0]; i++)
+            if (fields[i])
+                n += (size_t)snprintf(data + n, sizeof data - n, "%s\"%s\"", k++ ? "," : "",
+                                      fields[i]);
+        snprintf(data + n, sizeof data - n, "]}");
+        r = sq_event(st, ctx, "app.updated", "app", app_id, app_id, NULL, data);
+    }
+    struct store_app fresh = {0};
+    if (r == STORE_OK)
+        r = sq_app_get(st, app_id, &fresh);
+    r = finish(db, r);
+    if (r == STORE_OK)
+        *out = fresh;
+    else
+        store_app_clear(&fresh);
+    return r;
+}
+
+static enum store_status sq_app_delete(struct store *st, const struct store_ctx *ctx,
+                                       const char *app_id)
+{
+    sqlite3 *db = sq_db(st);
+    sqlite3_stmt *s;
+    enum store_status r;
+    int64_t live = 0, now = now_ms();
+    struct store_app app;
+
+    if (!db)
+        return STORE_ERROR;
+    if ((r = sq_begin(db)) != STORE_OK)
+        return r;
+    r = sq_app_get(st, app_id, &app);
+    if (r == STORE_OK)
+        store_app_clear(&app);
+    if (r == STORE_OK) {
+        s = sq_stmt(st, "SELECT (SELECT count(*) FROM sessions WHERE app_id = ?1 "
+                        "AND state <> 'deleted') + (SELECT count(*) FROM workspaces "
+                        "WHERE app_id = ?1 AND deleted_at IS NULL)");
+        if (!s)
+            return finish(db, STORE_ERROR);
+        sqlite3_bind_text(s, 1, app_id, -1, SQLITE_STATIC);
+        r = step_int(st, s, &live);
+        if (r == STORE_OK && live > 0)
+            r = STORE_CONFLICT;
+    }
+    if (r == STORE_OK) {
+        /* Revoke its keys one by one so that each revocation has its own event. */
+        s = sq_stmt(st, "SELECT id FROM api_keys WHERE app_id = ?1 AND revoked_at IS NULL");
+        if (!s)
+            return finish(db, STORE_ERROR);
+        sqlite3_bind_text(s, 1, app_id, -1, SQLITE_STATIC);
+        char(*ids)[STORE_ID_LEN] = NULL;
+        size_t nids = 0;
+        int rc;
+        while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+            void *grown = list_grow(ids, nids, sizeof *ids);
+            if (!grown) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            ids = grown;
+            sq_col_copy(s, 0, ids[nids++], STORE_ID_LEN);
+        }
+        sq_done(s);
+        if (rc != SQLITE_DONE)
+            r = sq_status(db, rc);
+        for (size_t i = 0; r == STORE_OK && i < nids; i++) {
+            s = sq_stmt(st, "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1");
+            if (!s) {
+                r = STORE_ERROR;
+                break;
+            }
+            sqlite3_bind_text(s, 1, ids[i], -1, SQLITE_STATIC);
+            sqlite3_bind_int64(s, 2, now);
+            r = step_done(st, s);
+            if (r == STORE_OK)
+                r = sq_event(st, ctx, "key.revoked", "key", ids[i], app_id, NULL,
+                             "{\"reason\":\"app deleted\"}");
+        }
+        free(ids);
+    }
+    if (r == STORE_OK) {
+        s = sq_stmt(st, "UPDATE apps SET deleted_at = ?2, updated_at = ?2 WHERE id = ?1");
+        if (!s)
+            return finish(db, STORE_ERROR);
+        sqlite3_bind_text(s, 1, app_id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 2, now);
+        r = step_done(st, s);
+    }
+    if (r == STORE_OK)
+        r = sq_event(st, ctx, "app.deleted", "app", app_id, app_id, NULL, NULL);
+    return finish(db, r);
+}
+
+/* ---- api keys ---- */
+
+#define KEY_COLS "id, app_id, name, prefix, created_at, revoked_at"
+
+static void key_from_row(sqlite3_stmt *s, struct store_key *k)
+{
+    memset(k, 0, sizeof *k);
+    sq_col_copy(s, 0, k->id, sizeof k->id);
+    sq_col_copy(s, 1, k->app_id, sizeof k->app_id);
+    sq_col_copy(s, 2, k->name, sizeof k->name);
+    sq_col_copy(s, 3, k->prefix, sizeof k->prefix);
+    k->created_at = sqlite3_column_int64(s, 4);
+    k->revoked_at = col_i64_or(s, 5, 0);
+}
+
+/* STORE_OK when the App exists and is not deleted. */
+static enum store_status app_exists(struct store *st, const char *app_id)
+{
+    sqlite3_stmt *s = sq_stmt(st, "SELECT 1 FROM apps WHERE id = ?1 AND deleted_at IS NULL");
+    int64_t one;
+    if (!s)
+        return STORE_ERROR;
+    sqlite3_bind_text(s, 1, app_id, -1, SQLITE_TRANSIENT);
+    return step_int(st, s, &one);
+}
+
+static enum store_status sq_key_create(struct store *st, const struct store_ctx *ctx,
+                                       const char *app_id, const char *name, const char *prefix,
+                                       const uint8_t hash[32], struct store_key *out)
+{
+    sqlite3 *db = sq_db(st);
+    sqlite3_stmt *s;
+    enum store_status r;
+    struct store_key k = {0};
+    char data[64];
+
+    if (!db || id_new("key", k.id, sizeof k.id) != 0)
+        return STORE_ERROR;
+    snprintf(k.app_id, sizeof k.app_id, "%s", app_id);
+    snprintf(k.name, sizeof k.name, "%s", name ? name : "");
+    snprintf(k.prefix, sizeof k.prefix, "%s", prefix);
+    k.created_at = now_ms();
+    if ((r = sq_begin(db)) != STORE_OK)
+        return r;
+    r = app_exists(st, app_id);
+    if (r == STORE_OK) {
+        s = sq_stmt(st, "INSERT INTO api_keys (id, app_id, name, prefix, hash, created_at) "
+                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+        if (!s)
+            return finish(db, STORE_ERROR);
+        sqlite3_bind_text(s, 1, k.id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 2, app_id, -1, SQLITE_STATIC);
+        sq_bind_text_or_null(s, 3, name);
+        sqlite3_bind_text(s, 4, prefix, -1, SQLITE_STATIC);
+        sqlite3_bind_blob(s, 5, hash, 32, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 6, k.created_at);
+        r = step_done(st, s);
+    }
+    if (r == STORE_OK) {
+        snprintf(data, sizeof data, "{\"prefix\":\"%s\"}", k.prefix);
+        r = sq_event(st, ctx, "key.created", "key", k.id, app_id, NULL, data);
+    }
+    r = finish(db, r);
+    if (r == STORE_OK)
+        *out = k;
+    return r;
+}
+
+static enum store_status sq_key_list(struct store *st, const char *app_id, struct store_key **out,
+                                     size_t *n)
+{
+    sqlite3_stmt *s;
+    struct store_key *items = NULL;
+    size_t count = 0;
+    enum store_status r = app_exists(st, app_id);
+    int rc;
+
+    if (r != STORE_OK)
+        return r;
+    s = sq_stmt(st, "SELECT " KEY_COLS " FROM api_keys WHERE app_id = ?1 ORDER BY rowid");
+    if (!s)
+        return STORE_ERROR;
+    sqlite3_bind_text(s, 1, app_id, -1, SQLITE_TRANSIENT);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        struct store_key *grown = list_grow(items, count, sizeof *items);
+        if (!grown) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        items = grown;
+        key_from_row(s, &items[count++]);
+    }
+    sq_done(s);
+    if (rc != SQLITE_DONE) {
+        free(items);
+        return sq_status(sq_db(st), rc);
+    }
+    *out = items;
+    *n = count;
+    return STORE_OK;
+}
+
+static enum store_status sq_key_revoke(struct store *st, const struct store_ctx *ctx,
+                                       const char *app_id, const char *key_id)
+{
+    sqlite3 *db = sq_db(st);
+    sqlite3_stmt *s;
+    enum store_status r;
+    int64_t revoked_at = 0;
+
+    if (!db)
+        return STORE_ERROR;
+    if ((r = sq_begin(db)) != STORE_OK)
+        return r;
+    r = app_exists(st, app_id);
+    if (r == STORE_OK) {
+        s = sq_stmt(st, "SELECT COALESCE(revoked_at, 0) FROM api_keys "
+                        "WHERE id = ?1 AND app_id = ?2");
+        if (!s)
+            return finish(db, STORE_ERROR);
+        sqlite3_bind_text(s, 1, key_id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 2, app_id, -1, SQLITE_STATIC);
+        r = step_int(st, s, &revoked_at);
+    }
+    if (r == STORE_OK && revoked_at == 0) {
+        s = sq_stmt(st, "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1");
+        if (!s)
+            return finish(db, STORE_ERROR);
+        sqlite3_bind_text(s, 1, key_id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 2, now_ms());
+        r = step_done(st, s);
+        if (r == STORE_OK)
+            r = sq_event(st, ctx, "key.revoked", "key", key_id, app_id, NULL, NULL);
+    }
+    return finish(db, r);
+}
+
+/* Compares two hashes without an early exit, so the time taken says nothing about where they
+ * differ. (The index lookup before it finds the row by the hash of a 256-bit secret, which an
+ * attacker cannot steer towards a stored hash.) */
+static int hash_equal(const uint8_t *a, const uint8_t *b, size_t n)
+{
+    uint8_t diff = 0;
+    for (size_t i = 0; i < n; i++)
+        diff |= a[i] ^ b[i];
+    return diff == 0;
+}
+
+static enum store_status sq_key_lookup(struct store *st, const uint8_t hash[32],
+                                       struct store_key *out)
+{
+    sqlite3_stmt *s = sq_stmt(st, "SELECT k.id, k.app_id, k.name, k.prefix, k.created_at, "
+                                  "k.revoked_at, k.hash FROM api_keys k JOIN apps a "
+                                  "ON a.id = k.app_id WHERE k.hash = ?1 AND k.revoked_at IS NULL "
+                                  "AND a.deleted_at IS NULL");
+    enum store_status r;
+    if (!s)
+        return STORE_ERROR;
+    sqlite3_bind_blob(s, 1, hash, 32, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW && sqlite3_column_bytes(s, 6) == 32 &&
+        hash_equal(sqlite3_column_blob(s, 6), hash, 32)) {
+        key_from_row(s, out);
+        r = STORE_OK;
+    } else if (rc == SQLITE_ROW || rc == SQLITE_DONE) {
+        r = STORE_NOT_FOUND;
+    } else {
+        r = sq_status(sq_db(st), rc);
+    }
+    sq_done(s);
+    return r;
+}
+
+/* ---- workspaces ---- */
+
+#define WS_COLS                                                                                    \
+    "w.rowid, w.id, w.app_id, w.name, w.path, w.created_at, (SELECT count(*) FROM sessions x "     \
+    "WHERE x.workspace_id = w.id AND x.state <> 'deleted')"
+
+static int64_t ws_from_row(sqlite3_stmt *s, struct store_workspace *w)
+{
+    memset(w, 0, sizeof *w);
+    sq_col_copy(s, 1, w->id, sizeof w->id);
+    sq_col_copy(s, 2, w->app_id, sizeof w->app_id);
+    sq_col_copy(s, 3, w->name, sizeof w->name);
+    sq_col_copy(s, 4, w->path, sizeof w->path);
+    w->created_at = sqlite3_column_int64(s, 5);
+    w->attached_sessions = sqlite3_column_int64(s, 6);
+    return sqlite3_column_int64(s, 0);
+}
+
+static enum store_status sq_workspace_get(struct store *st, const char *app_id, const char *ws_id,
+                                          struct store_workspace *out)
+{
+    sqlite3_stmt *s = sq_stmt(st, "SELECT " WS_COLS " FROM workspaces w WHERE w.id = ?1 "
+                                  "AND (?2 = '' OR w.app_id = ?2) AND w.deleted_at IS NULL");
+    enum store_status r;
+    if (!s)
+        return STORE_ERROR;
+    sqlite3_bind_text(s, 1, ws_id, -1, SQLITE_TRANSIENT);
+    bind_app(s, 2, app_id);
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        ws_from_row(s, out);
+        r = STORE_OK;
+    } else {
+        r = rc == SQLITE_DONE ? STORE_NOT_FOUND : sq_status(sq_db(st), rc);
+    }
+    sq_done(s);
+    return r;
+}
+
+static enum store_status sq_workspace_create(struct store *st, const struct store_ctx *ctx,
+                                             const char *app_id, const char *name,
+                                             const char *data_dir, struct store_workspace *out)
+{
+    sqlite3 *db = sq_db(st);
+    sqlite3_stmt *s;
+    enum store_status r;
+    struct store_workspace w = {0};
+
+    if (!db || id_new("wsp", w.id, sizeof w.id) != 0)
+        return STORE_ERROR;
+    if ((size_t)snprintf(w.path, sizeof w.path, "%s/workspaces/%s/%s", data_dir, app_id, w.id) >=
+        sizeof w.path)
+        return STORE_INVALID;
+    snprintf(w.app_id, sizeof w.app_id, "%s", app_id);
+    snprintf(w.name, sizeof w.name, "%s", name ? name : "");
+    w.created_at = now_ms();
+    if ((r = sq_begin(db)) != STORE_OK)
+        return r;
+    r = app_exists(st, app_id);
+    if (r == STORE_OK) {
+        s = sq_stmt(st, "INSERT INTO workspaces (id, app_id, name, path, created_at) "
+                        "VALUES (?1, ?2, ?3, ?4, ?5)");
+        if (!s)
+            return finish(db, STORE_ERROR);
+        sqlite3_bind_text(s, 1, w.id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 2, app_id, -1, SQLITE_STATIC);
+        sq_bind_text_or_null(s, 3, name);
+        sqlite3_bind_text(s, 4, w.path, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 5, w.created_at);
+        r = step_done(st, s);
+    }
+    if (r == STORE_OK)
+        r = sq_event(st, ctx, "workspace.created", "workspace", w.id, app_id, NULL, NULL);
+    r = finish(db, r);
+    if (r == STORE_OK)
+        *out = w;
+    return r;
+}
+
+static enum store_status sq_workspace_list(struct store *st, const char *app_id, const char *after,
+                                           size_t limit, struct store_workspace **out, size_t *n,
+                                           char *next_cursor)
+{
+    sqlite3_stmt *s = sq_stmt(st, "SELECT " WS_COLS " FROM workspaces w WHERE "
+                                  "(?1 = '' OR w.app_id = ?1) AND w.deleted_at IS NULL "
+                                  "AND w.rowid > ?2 ORDER BY w.rowid LIMIT ?3");
+    int64_t from = cursor_parse(after), last = 0;
+    struct store_workspace *items = NULL;
+    size_t count = 0;
+    int rc;
+
+    if (from < 0)
+        return STORE_INVALID;
+    if (!s)
+        return STORE_ERROR;
+    bind_app(s, 1, app_id);
+    sqlite3_bind_int64(s, 2, from);
+    sqlite3_bind_int64(s, 3, (int64_t)limit + 1);
+    next_cursor[0] = '\0';
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (count == limit) {
+            cursor_format(last, next_cursor);
+            break;
+        }
+        struct store_workspace *grown = list_grow(items, count, sizeof *items);
+        if (!grown) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        items = grown;
+        last = ws_from_row(s, &items[count++]);
+    }
+    sq_done(s);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+        free(items);
+        return sq_status(sq_db(st), rc);
+    }
+    *out = items;
+    *n = count;
+    return STORE_OK;
+}
+
+static enum store_status sq_workspace_delete(struct store *st, const struct store_ctx *ctx,
+                                             const char *app_id, const char *ws_id,
+                                             struct store_workspace *out)
+{
+    sqlite3 *db = sq_db(st);
+    sqlite3_stmt *s;
+    enum store_status r;
+    struct store_workspace w;
+
+    if (!db)
+        return STORE_ERROR;
+    if ((r = sq_begin(db)) != STORE_OK)
+        return r;
+    r = sq_workspace_get(st, app_id, ws_id, &w);
+    if (r == STORE_OK && w.attached_sessions > 0)
+        r = STORE_CONFLICT;
+    if (r == STORE_OK) {
+        s = sq_stmt(st, "UPDATE workspaces SET deleted_at = ?2 WHERE id = ?1");
+        if (!s)
+            return finish(db, STORE_ERROR);
+        sqlite3_bind_text(s, 1, ws_id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 2, now_ms());
+        r = step_done(st, s);
+    }
+    if (r == STORE_OK)
+        r = sq_event(st, ctx, "workspace.deleted", "workspace", ws_id, w.app_id, NULL, NULL);
+    r = finish(db, r);
+    if (r == STORE_OK && out)
+        *out = w;
+    return r;
+}
+
+/* ---- sessions ---- */
+
+#define SES_COLS                                                                                   \
+    "s.rowid, s.id, s.app_id, s.name, s.state, s.sandbox_id, s.keep_alive_seconds, "               \
+    "COALESCE(s.keep_alive_seconds, a.keep_alive_seconds), s.workspace_id, s.metadata, "           \
+    "s.activation_count, s.cpu_usec, s.mem_peak_bytes, s.worker_id, s.expires_at, "                \
+    "s.stop_requested_at, s.created_at, s.updated_at, s.last_activity_at "                         \
+    "FROM sessions s JOIN apps a ON a.id = s.app_id "
+
+static int64_t session_from_row(sqlite3_stmt *s, struct store_session *x)
+{
+    memset(x, 0, sizeof *x);
+    sq_col_copy(s, 1, x->id, sizeof x->id);
+    sq_col_copy(s, 2, x->app_id, sizeof x->app_id);
+    sq_col_copy(s, 3, x->name, sizeof x->name);
+    sq_col_copy(s, 4, x->state, sizeof x->state);
+    sq_col_copy(s, 5, x->sandbox_id, sizeof x->sandbox_id);
+    x->keep_alive_seconds = col_i64_or(s, 6, 0);
+    x->effective_keep_alive_seconds = sqlite3_column_int64(s, 7);
+    sq_col_copy(s, 8, x->workspace_id, sizeof x->workspace_id);
+    x->metadata_json = sq_col_dup(s, 9);
+    x->activation_count = sqlite3_column_int64(s, 10);
+    x->cpu_usec = sqlite3_column_int64(s, 11);
+    x->mem_peak_bytes = col_i64_or(s, 12, -1);
+    sq_col_copy(s, 13, x->worker_id, sizeof x->worker_id);
+    x->expires_at = col_i64_or(s, 14, 0);
+    x->stop_requested_at = col_i64_or(s, 15, 0);
+    x->created_at = sqlite3_column_int64(s, 16);
+    x->updated_at = sqlite3_column_int64(s, 17);
+    x->last_activity_at = col_i64_or(s, 18, 0);
+    return sqlite3_column_int64(s, 0);
+}
+
+static enum store_status sq_session_get(struct store *st, const char *app_id,
+                                        const char *session_id, struct store_session *out)
+{
+    sqlite3_stmt *s = sq_stmt(st, "SELECT " SES_COLS "WHERE s.id = ?1 AND (?2 = '' OR "
+                                  "s.app_id = ?2) AND s.state <> 'deleted'");
+    enum store_status r;
+    if (!s)
+        return STORE_ERROR;
+    sqlite3_bind_text(s, 1, session_id, -1, SQLITE_TRANSIENT);
+    bind_app(s, 2, app_id);
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        session_from_row(s, out);
+        r = STORE_OK;
+    } else {
+        r = rc == SQLITE_DONE ? STORE_NOT_FOUND : sq_status(sq_db(st), rc);
+    }
+    sq_done(s);
+    return r;
+}
+
+/* The live Session of the App with this name, if any. */
+static enum store_status session_by_name(struct store *st, const char *app_id, const char *name,
+                                         struct store_session *out)
+{
+    sqlite3_stmt *s = sq_stmt(st, "SELECT " SES_COLS "WHERE s.app_id = ?1 AND s.name = ?2 "
+                                  "AND s.state <> 'deleted'");
+    enum store_status r;
+    if (!s)
+        return STORE_ERROR;
+    sqlite3_bind_text(s, 1, app_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        session_from_row(s, out);
+        r = STORE_OK;
+    } else {
+        r = rc == SQLITE_DONE ? STORE_NOT_FOUND : sq_status(sq_db(st), rc);
+    }
+    sq_done(s);
+    return r;
+}
+
+static enum store_status sq_session_create(struct store *st, const struct store_ctx *ctx,
+                                           const char *app_id, const char *name,
+                                           int64_t keep_alive_seconds, const char *workspace_id,
+                                           const char *metadata_json, struct store_session *out,
+                                           bool *created)
+{
+    sqlite3 *db = sq_db(st);
+    sqlite3_stmt *s;
+    enum store_status r;
+    char id[STORE_ID_LEN], data[STORE_ID_LEN + 32];
+    int64_t now = now_ms();
+
+    if (!db || id_new("ses", id, sizeof id) != 0)
+        return STORE_ERROR;
+    if ((r = sq_begin(db)) != STORE_OK)
+        return r;
+    r = app_exists(st, app_id);
+    if (r == STORE_OK && name && *name) {
+        r = session_by_name(st, app_id, name, out);
+        if (r == STORE_OK) {
+            *created = false;
+            return finish(db, STORE_OK);
+        }
+        if (r == STORE_NOT_FOUND)
+            r = STORE_OK;
+    }
+    if (r == STORE_OK && workspace_id && *workspace_id) {
+        struct store_workspace w;
+        r = sq_workspace_get(st, app_id, workspace_id, &w);
+        if (r == STORE_NOT_FOUND)
+            r = STORE_INVALID; /* the caller names the workspaceId field */
+    }
+    if (r == STORE_OK) {
+        s = sq_stmt(st, "INSERT INTO sessions (id, app_id, name, keep_alive_seconds, "
+                        "workspace_id, metadata, created_at, updated_at) "
+                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)");
+        if (!s)
+            return finish(db, STORE_ERROR);
+        sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 2, app_id, -1, SQLITE_STATIC);
+        sq_bind_text_or_null(s, 3, name);
+        if (keep_alive_seconds > 0)
+            sqlite3_bind_int64(s, 4, keep_alive_seconds);
+        sq_bind_text_or_null(s, 5, workspace_id);
+        sqlite3_bind_text(s, 6, metadata_json ? metadata_json : "{}", -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 7, now);
+        r = step_done(st, s);
+    }
+    if (r == STORE_OK) {
+        if (workspace_id && *workspace_id)
+            snprintf(data, sizeof data, "{\"workspaceId\":\"%s\"}", workspace_id);
+        r = sq_event(st, ctx, "session.created", "session", id, app_id, id,
+                     workspace_id && *workspace_id ? data : NULL);
+    }
+    struct store_session fresh = {0};
+    if (r == STORE_OK)
+        r = sq_session_get(st, app_id, id, &fresh);
+    r = finish(db, r);
+    if (r == STORE_OK) {
+        *out = fresh;
+        *created = true;
+    } else {
+        store_session_clear(&fresh);
+    }
+    return r;
+}
+
+static enum store_status sq_session_list(struct store *st, const char *app_id, const char *after,
+                                         size_t limit, struct store_session **out, size_t *n,
+                                         char *next_cursor)
+{
+    sqlite3_stmt *s = sq_stmt(st, "SELECT " SES_COLS "WHERE (?1 = '' OR s.app_id = ?1) "
+                                  "AND s.state <> 'deleted' AND s.rowid > ?2 "
+                                  "ORDER BY s.rowid LIMIT ?3");
+    int64_t from = cursor_parse(after), last = 0;
+    struct store_session *items = NULL;
+    size_t count = 0;
+    int rc;
+
+    if (from < 0)
+        return STORE_INVALID;
+    if (!s)
+        return STORE_ERROR;
+    bind_app(s, 1, app_id);
+    sqlite3_bind_int64(s, 2, from);
+    sqlite3_bind_int64(s, 3, (int64_t)limit + 1);
+    next_cursor[0] = '\0';
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (count == limit) {
+            cursor_format(last, next_cursor);
+            break;
+        }
+        struct store_session *grown = list_grow(items, count, sizeof *items);
+        if (!grown) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        items = grown;
+        last = session_from_row(s, &items[count++]);
+    }
+    sq_done(s);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+        store_session_list_free(items, count);
+        return sq_status(sq_db(st), rc);
+    }
+    *out = items;
+    *n = count;
+    return STORE_OK;
+}
+
+static enum store_status sq_session_update(struct store *st, const struct store_ctx *ctx,
+                                           const char *app_id, const char *session_id,
+                                           const struct store_session_patch *p,
+                                           struct store_session *out)
+{
+    sqlite3 *db = sq_db(st);
+    sqlite3_stmt *s;
+    enum store_status r;
+    struct store_session cur = {0};
+    char data[128];
+
+    if (!db)
+        return STORE_ERROR;
+    if ((r = sq_begin(db)) != STORE_OK)
+        return r;
+    r = sq_session_get(st, app_id, session_id, &cur);
+    store_session_clear(&cur);
+    if (r == STORE_OK) {
+        /* ?3: 1 = set the override to ?4 (NULL clears it), 0 = keep it. */
+        s = sq_stmt(st, "UPDATE sessions SET metadata = COALESCE(?2, metadata), "
+                        "keep_alive_seconds = CASE WHEN ?3 THEN ?4 ELSE keep_alive_seconds END, "
+                        "updated_at = ?5 WHERE id = ?1");
+        if (!s)
+            return finish(db, STORE_ERROR);
+        sqlite3_bind_text(s, 1, session_id, -1, SQLITE_STATIC);
+        if (p->metadata_json)
+            sqlite3_bind_text(s, 2, p->metadata_json, -1, SQLITE_STATIC);
+        sqlite3_bind_int(s, 3, p->keep_alive_seconds != NULL);
+        if (p->keep_alive_seconds && *p->keep_alive_seconds > 0)
+            sqlite3_bind_int64(s, 4, *p->keep_alive_seconds);
+        sqlite3_bind_int64(s, 5, now_ms());
+        r = step_done(st, s);
+    }
+    if (r == STORE_OK) {
+        snprintf(data, sizeof data, "{\"fields\":[%s%s%s]}", p->metadata_json ? "\"metadata\"" : "",
+                 p->metadata_json && p->keep_alive_seconds ? "," : "",
+                 p->keep_alive_seconds ? "\"keepAliveSeconds\"" : "");
+        r = sq_event(st, ctx, "session.updated", "session", session_id, cur.app_id, session_id,
+                     data);
+    }
+    struct store_session fresh = {0};
+    if (r == STORE_OK)
+        r = sq_session_get(st, app_id, session_id, &fresh);
+    r = finish(db, r);
+    if (r == STORE_OK)
+        *out = fresh;
+    else
+        store_session_clear(&fresh);
+    return r;
+}
+
+/* Fails the Session's unfinished messages (one event each) inside the caller's transaction. */
+static enum store_status fail_unfinished_messages(struct store *st, const struct store_ctx *ctx,
+                                                  const char *app_id, const char *session_id,
+                                                  int64_t now)
+{
+    sqlite3_stmt *s = sq_stmt(st, "SELECT id FROM messages WHERE session_id = ?1 "
+                                  "AND state IN ('queued', 'delivering') ORDER BY seq");
+    char(*ids)[STORE_ID_LEN] = NULL;
+    size_t n = 0;
+    enum store_status r = STORE_OK;
+    int rc;
+
+    if (!s)
+        return STORE_ERROR;
+    sqlite3_bind_text(s, 1, session_id, -1, SQLITE_STATIC);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        void *grown = list_grow(ids, n, sizeof *ids);
+        if (!grown) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        ids = grown;
+        sq_col_copy(s, 0, ids[n++], STORE_ID_LEN);
+    }
+    sq_done(s);
+    if (rc != SQLITE_DONE)
+        r = sq_status(sq_db(st), rc);
+    for (size_t i = 0; r == STORE_OK && i < n; i++) {
+        s = sq_stmt(st, "UPDATE messages SET state = 'failed', error = 'session deleted', "
+                        "lease_owner = NULL, lease_expires_at = NULL, updated_at = ?2, "
+                        "completed_at = ?2 WHERE id = ?1");
+        if (!s) {
+            r = STORE_ERROR;
+            break;
+        }
+        sqlite3_bind_text(s, 1, ids[i], -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 2, now);
+        r = step_done(st, s);
+        if (r == STORE_OK)
+            r = sq_event(st, ctx, "message.failed", "message", ids[i], app_id, session_id,
+                         "{\"reason\":\"session deleted\"}");
+    }
+    free(ids);
+    return r;
+}
+
+static enum store_status sq_session_delete(struct store *st, const struct store_ctx *ctx,
+                                           const char *app_id, const char *session_id)
+{
+    sqlite3 *db = sq_db(st);
+    sqlite3_stmt *s;
+    enum store_status r;
+    struct store_session cur = {0};
+    int64_t now = now_ms();
+
+    if (!db)
+        return STORE_ERROR;
+    if ((r = sq_begin(db)) != STORE_OK)
+        return r;
+    r = sq_session_get(st, app_id, session_id, &cur);
+    store_session_clear(&cur);
+    if (r == STORE_OK)
+        r = fail_unfinished_messages(st, ctx, cur.app_id, session_id, now);
+    if (r == STORE_OK) {
+        /* Only the audit trail keeps what happened: the caller's data (bodies, replies,
+         * metadata, the client's name) is scrubbed now, not at some later purge. */
+        s = sq_stmt(st, "UPDATE messages SET body = 'null', reply = NULL, updated_at = ?2 "
+                        "WHERE session_id = ?1");
+        if (!s)
+            return finish(db, STORE_ERROR);
+        sqlite3_bind_text(s, 1, session_id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 2, now);
+        r = step_done(st, s);
+    }
+    if (r == STORE_OK) {
+        s = sq_stmt(st, "UPDATE sessions SET state = 'deleted', name = NULL, metadata = '{}', "
+                        "stop_requested_at = ?2, deleted_at = ?2, updated_at = ?2 WHERE id = ?1");
+        if (!s)
+            return finish(db, STORE_ERROR);
+        sqlite3_bind_text(s, 1, session_id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 2, now);
+        r = step_done(st, s);
+    }
+    if (r == STORE_OK)
+        r = sq_event(st, ctx, "session.deleted", "session", session_id, cur.app_id, session_id,
+                     NULL);
+    return finish(db, r);
+}
+
+/* ---- messages ---- */
+
+#define MSG_COLS                                                                                   \
+    "m.id, m.session_id, m.app_id, m.seq, m.state, m.body, m.reply, m.error, m.attempts, "         \
+    "m.max_attempts, m.idempotency_key, m.request_id, m.sandbox_id, m.lease_owner, "               \
+    "m.lease_expires_at, m.not_before, m.created_at, m.updated_at, m.completed_at "
+
+static void message_from_row(sqlite3_stmt *s, struct store_message *m)
+{
+    memset(m, 0, sizeof *m);
+    sq_col_copy(s, 0, m->id, sizeof m->id);
+    sq_col_copy(s, 1, m->session_id, sizeof m->session_id);
+    sq_col_copy(s, 2, m->app_id, sizeof m->app_id);
+    m->seq = sqlite3_column_int64(s, 3);
+    sq_col_copy(s, 4, m->state, sizeof m->state);
+    m->body_json = sq_col_dup(s, 5);
+    m->reply_json = sq_col_dup(s, 6);
+    m->error = sq_col_dup(s, 7);
+    m->attempts = sqlite3_column_int64(s, 8);
+    m->max_attempts = sqlite3_column_int64(s, 9);
+    sq_col_copy(s, 10, m->idempotency_key, sizeof m->idempotency_key);
+    sq_col_copy(s, 11, m->request_id, sizeof m->request_id);
+    sq_col_copy(s, 12, m->sandbox_id, sizeof m->sandbox_id);
+    sq_col_copy(s, 13, m->lease_owner, sizeof m->lease_owner);
+    m->lease_expires_at = col_i64_or(s, 14, 0);
+    m->not_before = sqlite3_column_int64(s, 15);
+    m->created_at = sqlite3_column_int64(s, 16);
+    m->updated_at = sqlite3_column_int64(s, 17);
+    m->completed_at = col_i64_or(s, 18, 0);
+}
+
+static enum store_status sq_message_get(struct store *st, const char *app_id,
+                                        const char *session_id, const char *message_id,
+                                        struct store_message *out)
+{
+    sqlite3_stmt *s = sq_stmt(st, "SELECT " MSG_COLS "FROM messages m JOIN sessions s ON "
+                                  "s.id = m.session_id WHERE m.id = ?1 AND m.session_id = ?2 "
+                                  "AND (?3 = '' OR m.app_id = ?3) AND s.state <> 'deleted'");
+    enum store_status r;
+    if (!s)
+        return STORE_ERROR;
+    sqlite3_bind_text(s, 1, message_id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(s, 2, session_id, -1, SQLITE_TRANSIENT);
+    bind_app(s, 3, app_id);
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        message_from_row(s, out);
+        r = STORE_OK;
+    } else {
+        r = rc == SQLITE_DONE ? STORE_NOT_FOUND : sq_status(sq_db(st), rc);
+    }
+    sq_done(s);
+    return r;
+}
+
+static enum store_status sq_message_list(struct store *st, const char *app_id,
+                                         const char *session_id, const char *after, size_t limit,
+                                         struct store_message **out, size_t *n, char *next_cursor)
+{
+    sqlite3_stmt *s;
+    int64_t from = cursor_parse(after), last = 0;
+    struct store_message *items = NULL;
+    struct store_session ses;
+    size_t count = 0;
+    enum store_status r;
+    int rc;
+
+    if (from < 0)
+        return STORE_INVALID;
+    r = sq_session_get(st, app_id, session_id, &ses);
+    if (r != STORE_OK)
+        return r;
+    store_session_clear(&ses);
+    /* Messages page by seq (their delivery order), not rowid. */
+    s = sq_stmt(st, "SELECT " MSG_COLS "FROM messages m WHERE m.session_id = ?1 AND m.seq > ?2 "
+                    "ORDER BY m.seq LIMIT ?3");
+    if (!s)
+        return STORE_ERROR;
+    sqlite3_bind_text(s, 1, session_id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s, 2, from);
+    sqlite3_bind_int64(s, 3, (int64_t)limit + 1);
+    next_cursor[0] = '\0';
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (count == limit) {
+            cursor_format(last, next_cursor);
+            break;
+        }
+        struct store_message *grown = list_grow(items, count, sizeof *items);
+        if (!grown) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        items = grown;
+        message_from_row(s, &items[count]);
+        last = items[count++].seq;
+    }
+    sq_done(s);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+        store_message_list_free(items, count);
+        return sq_status(sq_db(st), rc);
+    }
+    *out = items;
+    *n = count;
+    return STORE_OK;
+}
+
+/* One caller's enqueue, waiting for the committer. */
+struct sq_enqueue_req {
+    const struct store_ctx *ctx;
+    const struct store_enqueue *req;
+    struct store_message *out;
+    bool *replayed;
+    enum store_status status;
+    bool done;
+    struct sq_enqueue_req *next;
+};
+
+struct sq_api {
+    pthread_mutex_t lock;
+    pthread_cond_t work; /* the committer waits here for requests */
+    pthread_cond_t done; /* callers wait here for their batch */
+    struct sq_enqueue_req *head, *tail;
+    bool stopping;
+    bool thread_started;
+    pthread_t committer;
+};
+
+/* Writes one message inside the committer's open transaction (and its savepoint). */
+static enum store_status enqueue_one(struct store *st, struct sq_enqueue_req *e)
+{
+    const struct store_enqueue *q = e->req;
+    sqlite3_stmt *s;
+    enum store_status r;
+    int64_t seq = 0, max_attempts = 0, now = now_ms();
+    char id[STORE_ID_LEN], data[64], app_id[STORE_ID_LEN];
+    int rc;
+
+    s = sq_stmt(st, "SELECT s.next_seq, a.max_attempts, s.app_id FROM sessions s JOIN apps a "
+                    "ON a.id = s.app_id WHERE s.id = ?1 AND (?2 = '' OR s.app_id = ?2) "
+                    "AND s.state <> 'deleted'");
+    if (!s)
+        return STORE_ERROR;
+    sqlite3_bind_text(s, 1, q->session_id, -1, SQLITE_STATIC);
+    bind_app(s, 2, q->app_id);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        seq = sqlite3_column_int64(s, 0);
+        max_attempts = sqlite3_column_int64(s, 1);
+        sq_col_copy(s, 2, app_id, sizeof app_id);
+    }
+    sq_done(s);
+    if (rc != SQLITE_ROW)
+        return rc == SQLITE_DONE ? STORE_NOT_FOUND : sq_status(sq_db(st), rc);
+
+    if (q->idempotency_key && *q->idempotency_key) {
+        s = sq_stmt(st, "SELECT " MSG_COLS ", m.request_hash FROM messages m "
+                        "WHERE m.session_id = ?1 AND m.idempotency_key = ?2");
+        if (!s)
+            return STORE_ERROR;
+        sqlite3_bind_text(s, 1, q->session_id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 2, q->idempotency_key, -1, SQLITE_STATIC);
+        rc = sqlite3_step(s);
+        if (rc == SQLITE_ROW) {
+            const unsigned char *hash = sqlite3_column_text(s, 19);
+            if (hash && q->request_hash && strcmp((const char *)hash, q->request_hash) == 0) {
+                message_from_row(s, e->out);
+                *e->replayed = true;
+                r = STORE_OK;
+            } else {
+                r = STORE_CONFLICT;
+            }
+            sq_done(s);
+            return r;
+        }
+        sq_done(s);
+        if (rc != SQLITE_DONE)
+            return sq_status(sq_db(st), rc);
+    }
+
+    if (id_new("msg", id, sizeof id) != 0)
+        return STORE_ERROR;
+    s = sq_stmt(st, "INSERT INTO messages (id, session_id, app_id, seq, body, max_attempts, "
+                    "idempotency_key, request_hash, request_id, created_at, updated_at) "
+                    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)");
+    if (!s)
+        return STORE_ERROR;
+    sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, q->session_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 3, app_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 4, seq);
+    sqlite3_bind_text(s, 5, q->body_json, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 6, max_attempts);
+    sq_bind_text_or_null(s, 7, q->idempotency_key);
+    sq_bind_text_or_null(s, 8, q->idempotency_key ? q->request_hash : NULL);
+    sq_bind_text_or_null(s, 9, e->ctx ? e->ctx->request_id : NULL);
+    sqlite3_bind_int64(s, 10, now);
+    if ((r = step_done(st, s)) != STORE_OK)
+        return r;
+    s = sq_stmt(st, "UPDATE sessions SET next_seq = next_seq + 1 WHERE id = ?1");
+    if (!s)
+        return STORE_ERROR;
+    sqlite3_bind_text(s, 1, q->session_id, -1, SQLITE_STATIC);
+    if ((r = step_done(st, s)) != STORE_OK)
+        return r;
+    snprintf(data, sizeof data, "{\"seq\":%" PRId64 "}", seq);
+    if ((r = sq_event(st, e->ctx, "message.queued", "message", id, app_id, q->session_id, data)) !=
+        STORE_OK)
+        return r;
+
+    s = sq_stmt(st, "SELECT " MSG_COLS "FROM messages m WHERE m.id = ?1");
+    if (!s)
+        return STORE_ERROR;
+    sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        message_from_row(s, e->out);
+        *e->replayed = false;
+    }
+    sq_done(s);
+    return rc == SQLITE_ROW ? STORE_OK : sq_status(sq_db(st), rc);
+}
+
+/* Writes a batch in one transaction; each request gets its own status. */
+static void commit_batch(struct store *st, struct sq_enqueue_req **batch, size_t n)
+{
+    sqlite3 *db = sq_db(st);
+    enum store_status r = db ? sq_begin(db) : STORE_ERROR;
+    bool any_ok = false;
+
+    for (size_t i = 0; i < n; i++) {
+        struct sq_enqueue_req *e = batch[i];
+        if (r != STORE_OK) {
+            e->status = r;
+            continue;
+        }
+        if (sqlite3_exec(db, "SAVEPOINT enqueue", NULL, NULL, NULL) != SQLITE_OK) {
+            e->status = sq_status(db, sqlite3_errcode(db));
+            continue;
+        }
+        e->status = enqueue_one(st, e);
+        if (e->status != STORE_OK) {
+            sqlite3_exec(db, "ROLLBACK TO enqueue", NULL, NULL, NULL);
+            if (e->out->body_json || e->out->reply_json || e->out->error)
+                store_message_clear(e->out);
+        } else {
+            any_ok = true;
+        }
+        sqlite3_exec(db, "RELEASE enqueue", NULL, NULL, NULL);
+    }
+    if (r != STORE_OK)
+        return;
+    r = any_ok ? sq_commit(db) : (sq_rollback(db), STORE_OK);
+    if (r != STORE_OK) {
+        /* The COMMIT failed (disk full, I/O error): nothing of the batch is durable. */
+        for (size_t i = 0; i < n; i++) {
+            if (batch[i]->status == STORE_OK) {
+                store_message_clear(batch[i]->out);
+                batch[i]->status = r;
+            }
+        }
+    }
+}
+
+static void *committer_main(void *arg)
+{
+    struct store *st = arg;
+    struct sq_store *s = st->cls;
+    struct sq_api *api = s->api;
+    struct sq_enqueue_req *batch[SQ_BATCH_MAX];
+
+    pthread_mutex_lock(&api->lock);
+    for (;;) {
+        while (!api->head && !api->stopping)
+            pthread_cond_wait(&api->work, &api->lock);
+        if (!api->head && api->stopping)
+            break;
+        size_t n = 0;
+        while (api->head && n < SQ_BATCH_MAX) {
+            batch[n++] = api->head;
+            api->head = api->head->next;
+        }
+        if (!api->head)
+            api->tail = NULL;
+        pthread_mutex_unlock(&api->lock);
+        commit_batch(st, batch, n);
+        pthread_mutex_lock(&api->lock);
+        for (size_t i = 0; i < n; i++)
+            batch[i]->done = true;
+        pthread_cond_broadcast(&api->done);
+    }
+    pthread_mutex_unlock(&api->lock);
+    return NULL;
+}
+
+static enum store_status sq_message_enqueue(struct store *st, const struct store_ctx *ctx,
+                                            const struct store_enqueue *req,
+                                            struct store_message *out, bool *replayed)
+{
+    struct sq_store *s = st->cls;
+    struct sq_api *api = s->api;
+    struct store_message m = {0};
+    bool rep = false;
+    struct sq_enqueue_req e = {.ctx = ctx, .req = req, .out = &m, .replayed = &rep};
+
+    if (!api || !req->session_id || !req->body_json)
+        return STORE_ERROR;
+    pthread_mutex_lock(&api->lock);
+    /* Started on first use: processes that never enqueue (workers, sbxctl) have no committer. */
+    if (!api->thread_started && !api->stopping) {
+        if (pthread_create(&api->committer, NULL, committer_main, st) == 0)
+            api->thread_started = true;
+        else
+            log_error("store: cannot start the enqueue committer thread");
+    }
+    if (api->stopping || !api->thread_started) {
+        pthread_mutex_unlock(&api->lock);
+        return STORE_ERROR;
+    }
+    if (api->tail)
+        api->tail->next = &e;
+    else
+        api->head = &e;
+    api->tail = &e;
+    pthread_cond_signal(&api->work);
+    while (!e.done)
+        pthread_cond_wait(&api->done, &api->lock);
+    pthread_mutex_unlock(&api->lock);
+    if (e.status == STORE_OK) {
+        *out = m;
+        *replayed = rep;
+    }
+    return e.status;
+}
+
+/* ---- sandboxes and pool ---- */
+
+#define SBX_COLS                                                                                   \
+    "rowid, id, state, driver, image, image_hash, vcpu_count, mem_size_mib, worker_id, app_id, "   \
+    "session_id, pid, jail_dir, cgroup_path, net_address, cold, boot_ms, cpu_usec, "               \
+    "mem_peak_bytes, termination_reason, stop_requested_at, created_at, ready_at, claimed_at, "    \
+    "terminated_at "
+
+static int64_t sandbox_from_row(sqlite3_stmt *s, struct store_sandbox *b)
+{
+    memset(b, 0, sizeof *b);
+    sq_col_copy(s, 1, b->id, sizeof b->id);
+    sq_col_copy(s, 2, b->state, sizeof b->state);
+    sq_col_copy(s, 3, b->shape.driver, sizeof b->shape.driver);
+    sq_col_copy(s, 4, b->shape.image, sizeof b->shape.image);
+    sq_col_copy(s, 5, b->image_hash, sizeof b->image_hash);
+    b->shape.vcpu_count = sqlite3_column_int64(s, 6);
+    b->shape.mem_size_mib = sqlite3_column_int64(s, 7);
+    sq_col_copy(s, 8, b->worker_id, sizeof b->worker_id);
+    sq_col_copy(s, 9, b->app_id, sizeof b->app_id);
+    sq_col_copy(s, 10, b->session_id, sizeof b->session_id);
+    b->pid = col_i64_or(s, 11, 0);
+    sq_col_copy(s, 12, b->jail_dir, sizeof b->jail_dir);
+    sq_col_copy(s, 13, b->cgroup_path, sizeof b->cgroup_path);
+    sq_col_copy(s, 14, b->net_address, sizeof b->net_address);
+    b->cold = sqlite3_column_int(s, 15) != 0;
+    b->boot_ms = col_i64_or(s, 16, -1);
+    b->cpu_usec = col_i64_or(s, 17, -1);
+    b->mem_peak_bytes = col_i64_or(s, 18, -1);
+    sq_col_copy(s, 19, b->termination_reason, sizeof b->termination_reason);
+    b->stop_requested_at = col_i64_or(s, 20, 0);
+    b->created_at = sqlite3_column_int64(s, 21);
+    b->ready_at = col_i64_or(s, 22, 0);
+    b->claimed_at = col_i64_or(s, 23, 0);
+    b->terminated_at = col_i64_or(s, 24, 0);
+    return sqlite3_column_int64(s, 0);
+}
+
+static enum store_status sq_sandbox_get(struct store *st, const char *app_id,
+                                        const char *sandbox_id, struct store_sandbox *out)
+{
+    sqlite3_stmt *s = sq_stmt(st, "SELECT " SBX_COLS "FROM sandboxes WHERE id = ?1 "
+                                  "AND (?2 = '' OR app_id = ?2)");
+    enum store_status r;
+    if (!s)
+        return STORE_ERROR;
+    sqlite3_bind_text(s, 1, sandbox_id, -1, SQLITE_TRANSIENT);
+    bind_app(s, 2, app_id);
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        sandbox_from_row(s, out);
+        r = STORE_OK;
+    } else {
+        r = rc == SQLITE_DONE ? STORE_NOT_FOUND : sq_status(sq_db(st), rc);
+    }
+    sq_done(s);
+    return r;
+}
+
+static enum store_status sq_sandbox_list(struct store *st, const char *app_id, const char *after,
+                                         size_t limit, struct store_sandbox **out, size_t *n,
+                                         char *next_cursor)
+{
+    sqlite3_stmt *s = sq_stmt(st, "SELECT " SBX_COLS "FROM sandboxes WHERE (?1 = '' OR "
+                                  "app_id = ?1) AND rowid > ?2 ORDER BY rowid LIMIT ?3");
+    int64_t from = cursor_parse(after), last = 0;
+    struct store_sandbox *items = NULL;
+    size_t count = 0;
+    int rc;
+
+    if (from < 0)
+        return STORE_INVALID;
+    if (!s)
+        return STORE_ERROR;
+    bind_app(s, 1, app_id);
+    sqlite3_bind_int64(s, 2, from);
+    sqlite3_bind_int64(s, 3, (int64_t)limit + 1);
+    next_cursor[0] = '\0';
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (count == limit) {
+            cursor_format(last, next_cursor);
+            break;
+        }
+        struct store_sandbox *grown = list_grow(items, count, sizeof *items);
+        if (!grown) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        items = grown;
+        last = sandbox_from_row(s, &items[count++]);
+    }
+    sq_done(s);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+        free(items);
+        return sq_status(sq_db(st), rc);
+    }
+    *out = items;
+    *n = count;
+    return STORE_OK;
+}
+
+static enum store_status sq_sandbox_request_stop(struct store *st, const struct store_ctx *ctx,
+                                                 const char *app_id, const char *sandbox_id,
+                                                 struct store_sandbox *out)
+{
+    sqlite3 *db = sq_db(st);
+    sqlite3_stmt *s;
+    enum store_status r;
+    struct store_sandbox b;
+
+    if (!db)
+        return STORE_ERROR;
+    if ((r = sq_begin(db)) != STORE_OK)
+        return r;
+    r = sq_sandbox_get(st, app_id, sandbox_id, &b);
+    if (r == STORE_OK && (strcmp(b.state, "terminated") == 0 || strcmp(b.state, "failed") == 0))
+        r = STORE_CONFLICT;
+    /* A second request while the first is pending changes nothing and writes no event. */
+    if (r == STORE_OK && b.stop_requested_at == 0) {
+        s = sq_stmt(st, "UPDATE sandboxes SET stop_requested_at = ?2, updated_at = ?2 "
+                        "WHERE id = ?1");
+        if (!s)
+            return finish(db, STORE_ERROR);
+        sqlite3_bind_text(s, 1, sandbox_id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 2, now_ms());
+        r = step_done(st, s);
+        if (r == STORE_OK)
+            r = sq_event(st, ctx, "sandbox.stop_requested", "sandbox", sandbox_id, b.app_id,
+                         b.session_id, NULL);
+    }
+    if (r == STORE_OK)
+        r = sq_sandbox_get(st, app_id, sandbox_id, out);
+    return finish(db, r);
+}
+
+static enum store_status sq_pool_stats(struct store *st, struct store_pool_stat **out, size_t *n)
+{
+    /* Every shape a live App asks for, plus every shape that has Sandboxes. */
+    sqlite3_stmt *s = sq_stmt(
+        st, "WITH shapes AS (SELECT driver, image, vcpu_count, mem_size_mib FROM apps "
+            "WHERE deleted_at IS NULL UNION SELECT driver, image, vcpu_count, mem_size_mib "
+            "FROM sandboxes) "
+            "SELECT h.driver, h.image, h.vcpu_count, h.mem_size_mib, "
+            "count(CASE WHEN b.state = 'warm' THEN 1 END), "
+            "count(CASE WHEN b.state = 'booting' THEN 1 END), "
+            "count(CASE WHEN b.state IN ('claimed', 'running') THEN 1 END), "
+            "count(CASE WHEN b.cold = 1 THEN 1 END), "
+            "count(CASE WHEN b.state = 'failed' AND b.ready_at IS NULL THEN 1 END) "
+            "FROM shapes h LEFT JOIN sandboxes b ON b.driver = h.driver AND b.image = h.image "
+            "AND b.vcpu_count = h.vcpu_count AND b.mem_size_mib = h.mem_size_mib "
+            "GROUP BY h.driver, h.image, h.vcpu_count, h.mem_size_mib "
+            "ORDER BY h.driver, h.image, h.vcpu_count, h.mem_size_mib");
+    struct store_pool_stat *items = NULL;
+    size_t count = 0;
+    int rc;
+
+    if (!s)
+        return STORE_ERROR;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        struct store_pool_stat *grown = list_grow(items, count, sizeof *items);
+        if (!grown) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        items = grown;
+        struct store_pool_stat *p = &items[count++];
+        sq_col_copy(s, 0, p->shape.driver, sizeof p->shape.driver);
+        sq_col_copy(s, 1, p->shape.image, sizeof p->shape.image);
+        p->shape.vcpu_count = sqlite3_column_int64(s, 2);
+        p->shape.mem_size_mib = sqlite3_column_int64(s, 3);
+        p->warm = sqlite3_column_int64(s, 4);
+        p->booting = sqlite3_column_int64(s, 5);
+        p->claimed = sqlite3_column_int64(s, 6);
+        p->cold_activations = sqlite3_column_int64(s, 7);
+        p->boot_failures = sqlite3_column_int64(s, 8);
+    }
+    sq_done(s);
+    if (rc != SQLITE_DONE) {
+        free(items);
+        return sq_status(sq_db(st), rc);
+    }
+    *out = items;
+    *n = count;
+    return STORE_OK;
+}
+
+/* ---- audit and metrics ---- */
+
+static enum store_status sq_event_list(struct store *st, const char *app_id, const char *session_id,
+                                       int64_t after, size_t limit, struct store_event **out,
+                                       size_t *n)
+{
+    sqlite3_stmt *s = sq_stmt(st, "SELECT id, at, actor, kind, object_type, object_id, app_id, "
+                                  "session_id, request_id, data FROM events WHERE id > ?1 "
+                                  "AND (?2 = '' OR app_id = ?2) AND (?3 = '' OR session_id = ?3) "
+                                  "ORDER BY id LIMIT ?4");
+    struct store_event *items = NULL;
+    size_t count = 0;
+    int rc;
+
+    if (!s)
+        return STORE_ERROR;
+    sqlite3_bind_int64(s, 1, after);
+    bind_app(s, 2, app_id);
+    sqlite3_bind_text(s, 3, session_id ? session_id : "", -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s, 4, (int64_t)limit);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        struct store_event *grown = list_grow(items, count, sizeof *items);
+        if (!grown) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        items = grown;
+        struct store_event *e = &items[count++];
+        e->id = sqlite3_column_int64(s, 0);
+        e->at = sqlite3_column_int64(s, 1);
+        sq_col_copy(s, 2, e->actor, sizeof e->actor);
+        sq_col_copy(s, 3, e->kind, sizeof e->kind);
+        sq_col_copy(s, 4, e->object_type, sizeof e->object_type);
+        sq_col_copy(s, 5, e->object_id, sizeof e->object_id);
+        sq_col_copy(s, 6, e->app_id, sizeof e->app_id);
+        sq_col_copy(s, 7, e->session_id, sizeof e->session_id);
+        sq_col_copy(s, 8, e->request_id, sizeof e->request_id);
+        e->data_json = sq_col_dup(s, 9);
+    }
+    sq_done(s);
+    if (rc != SQLITE_DONE) {
+        store_event_list_free(items, count);
+        return sq_status(sq_db(st), rc);
+    }
+    *out = items;
+    *n = count;
+    return STORE_OK;
+}
+
+/* Adds "SELECT state, count(*) ... GROUP BY state" rows to the matching slot of counts. */
+static enum store_status count_states(struct store *st, sqlite3_stmt *s, const char *const *states,
+                                      size_t nstates, int64_t *counts)
+{
+    int rc;
+    if (!s)
+        return STORE_ERROR;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        const char *state = (const char *)sqlite3_column_text(s, 0);
+        for (size_t i = 0; state && i < nstates; i++)
+            if (strcmp(state, states[i]) == 0)
+                counts[i] = sqlite3_column_int64(s, 1);
+    }
+    sq_done(s);
+    return rc == SQLITE_DONE ? STORE_OK : sq_status(sq_db(st), rc);
+}
+
+static enum store_status sq_counts(struct store *st, struct store_counts *out)
+{
+    struct store_counts c = {0};
+    enum store_status r;
+    sqlite3 *db = sq_db(st);
+
+    if (!db)
+        return STORE_ERROR;
+    /* One read transaction, so the numbers are one consistent snapshot. */
+    if (sqlite3_exec(db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK)
+        return sq_status(db, sqlite3_errcode(db));
+    r = count_states(st, sq_stmt(st, "SELECT state, count(*) FROM sessions GROUP BY state"),
+                     store_session_states, 4, c.sessions_by_state);
+    if (r == STORE_OK)
+        r = count_states(st, sq_stmt(st, "SELECT state, count(*) FROM messages GROUP BY state"),
+                         store_message_states, 4, c.messages_by_state);
+    if (r == STORE_OK)
+        r = count_states(st, sq_stmt(st, "SELECT state, count(*) FROM sandboxes GROUP BY state"),
+                         store_sandbox_states, 7, c.sandboxes_by_state);
+    if (r == STORE_OK) {
+        sqlite3_stmt *s = sq_stmt(st, "SELECT COALESCE(min(created_at), 0) FROM messages "
+                                      "WHERE state = 'queued'");
+        r = s ? step_int(st, s, &c.oldest_queued_at) : STORE_ERROR;
+    }
+    sq_rollback(db);
+    if (r == STORE_OK)
+        *out = c;
+    return r;
+}
+
+/* ---- setup ---- */
 
 void store_sqlite_api_init(struct store *st)
 {
-    (void)st;
+    struct sq_store *s = st->cls;
+    struct sq_api *api = calloc(1, sizeof *api);
+
+    st->app_create = sq_app_create;
+    st->app_get = sq_app_get;
+    st->app_list = sq_app_list;
+    st->app_update = sq_app_update;
+    st->app_delete = sq_app_delete;
+    st->key_create = sq_key_create;
+    st->key_list = sq_key_list;
+    st->key_revoke = sq_key_revoke;
+    st->key_lookup = sq_key_lookup;
+    st->workspace_create = sq_workspace_create;
+    st->workspace_get = sq_workspace_get;
+    st->workspace_list = sq_workspace_list;
+    st->workspace_delete = sq_workspace_delete;
+    st->session_create = sq_session_create;
+    st->session_get = sq_session_get;
+    st->session_list = sq_session_list;
+    st->session_update = sq_session_update;
+    st->session_delete = sq_session_delete;
+    st->message_enqueue = sq_message_enqueue;
+    st->message_get = sq_message_get;
+    st->message_list = sq_message_list;
+    st->sandbox_get = sq_sandbox_get;
+    st->sandbox_list = sq_sandbox_list;
+    st->sandbox_request_stop = sq_sandbox_request_stop;
+    st->pool_stats = sq_pool_stats;
+    st->event_list = sq_event_list;
+    st->counts = sq_counts;
+
+    s->api = api;
+    if (!api) {
+        log_error("store: out of memory for the enqueue committer");
+        return;
+    }
+    pthread_mutex_init(&api->lock, NULL);
+    pthread_cond_init(&api->work, NULL);
+    pthread_cond_init(&api->done, NULL);
 }
 
 void store_sqlite_api_fini(struct store *st)
 {
-    (void)st;
+    struct sq_store *s = st->cls;
+    struct sq_api *api = s->api;
+
+    if (!api)
+        return;
+    pthread_mutex_lock(&api->lock);
+    api->stopping = true;
+    bool started = api->thread_started;
+    pthread_cond_signal(&api->work);
+    pthread_mutex_unlock(&api->lock);
+    /* The committer drains what is queued before it exits, so no caller is left waiting. */
+    if (started)
+        pthread_join(api->committer, NULL);
+    pthread_mutex_destroy(&api->lock);
+    pthread_cond_destroy(&api->work);
+    pthread_cond_destroy(&api->done);
+    free(api);
+    s->api = NULL;
 }

@@ -143,6 +143,7 @@ CREATE TABLE sandboxes (
 );
 CREATE INDEX sandboxes_state ON sandboxes (state, driver, image, vcpu_count, mem_size_mib);
 CREATE INDEX sandboxes_session ON sandboxes (session_id);
+CREATE INDEX sandboxes_app ON sandboxes (app_id);
 
 -- The audit trail. Append-only: the triggers below refuse UPDATE and DELETE.
 CREATE TABLE events (
@@ -159,6 +160,7 @@ CREATE TABLE events (
 );
 CREATE INDEX events_session ON events (session_id, id);
 CREATE INDEX events_object ON events (object_id, id);
+CREATE INDEX events_app ON events (app_id, id);
 
 CREATE TRIGGER events_no_update BEFORE UPDATE ON events
 BEGIN

@@ -1,7 +1,7 @@
 # The process driver and the in-Sandbox agents: live Sandboxes (namespaces, cgroups, mounts; needs
 # root) and unit tests of the agents' line-JSON reader and of jail paths.
 add_executable(test_process_driver ${CMAKE_CURRENT_LIST_DIR}/integration/process/test_process_driver.c)
-target_link_libraries(test_process_driver PRIVATE sbxworker PkgConfig::CMOCKA PkgConfig::JANSSON)
+target_link_libraries(test_process_driver PRIVATE sbxworker PkgConfig::CMOCKA PkgConfig::JANSSON Threads::Threads)
 target_compile_definitions(test_process_driver PRIVATE SBX_BUILD_DIR="${CMAKE_BINARY_DIR}")
 add_dependencies(test_process_driver rootfs)
 add_test(NAME it.process.driver COMMAND test_process_driver)

@@ -118,8 +118,8 @@ int cgroup_detect(const struct sbx_config *cfg, struct cgroup_host *h, char *rep
         cpu = "CPU time: not measured (cgroup_root is not a cgroup v2 directory)";
     } else if (root[0]) {
         snprintf(sbx, sizeof sbx, "%s/sbx", root);
-        if (mkdir(sbx, 0755) != 0 && errno != EEXIST) {
-            cpu = "CPU time: not measured (cannot create <cgroup_root>/sbx)";
+        if ((mkdir(sbx, 0755) != 0 && errno != EEXIST) || access(sbx, W_OK) != 0) {
+            cpu = "CPU time: not measured (cannot create cgroups in <cgroup_root>/sbx)";
         } else {
             snprintf(h->v2_root, sizeof h->v2_root, "%s", root);
             cpu = "CPU time: cgroup v2 cpu.stat";
@@ -132,7 +132,8 @@ int cgroup_detect(const struct sbx_config *cfg, struct cgroup_host *h, char *rep
         mem = "peak memory: cgroup v2 memory.peak";
     } else if (is_fs("/sys/fs/cgroup/memory", CGROUP_SUPER_MAGIC) &&
                file_exists("/sys/fs/cgroup/memory", "memory.max_usage_in_bytes")) {
-        if (mkdir("/sys/fs/cgroup/memory/sbx", 0755) == 0 || errno == EEXIST) {
+        if ((mkdir("/sys/fs/cgroup/memory/sbx", 0755) == 0 || errno == EEXIST) &&
+            access("/sys/fs/cgroup/memory/sbx", W_OK) == 0) {
             snprintf(h->v1_memory_root, sizeof h->v1_memory_root, "/sys/fs/cgroup/memory/sbx");
             mem = "peak memory: cgroup v1 memory.max_usage_in_bytes (v2 memory controller not "
                   "enabled)";

@@ -51,6 +51,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <grp.h>
+#include <linux/capability.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -78,18 +79,18 @@
 
 static struct cgroup_host cgroups;
 static char cgroup_report[1024];
-static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
-static const struct sbx_config *detect_cfg;
+static pthread_mutex_t detect_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool detected;
 
-static void detect_host(void)
-{
-    cgroup_detect(detect_cfg, &cgroups, cgroup_report, sizeof cgroup_report);
-}
-
+/* Detects the cgroup hierarchies on first use; later calls (any thread) see the same result. */
 static void ensure_detected(const struct sbx_config *cfg)
 {
-    detect_cfg = cfg;
-    pthread_once(&detect_once, detect_host);
+    pthread_mutex_lock(&detect_lock);
+    if (!detected) {
+        cgroup_detect(cfg, &cgroups, cgroup_report, sizeof cgroup_report);
+        detected = true;
+    }
+    pthread_mutex_unlock(&detect_lock);
 }
 
 static void rootfs_path(const struct sbx_config *cfg, char *out, size_t len)
@@ -260,7 +261,9 @@ static void child_limit(const struct child_plan *p)
                   {RLIMIT_FSIZE, SANDBOX_FSIZE},
                   {RLIMIT_CORE, 0}};
     for (size_t i = 0; i < sizeof limits / sizeof *limits; i++) {
-        struct rlimit rl = {limits[i].value, limits[i].value};
+        struct rlimit rl = {limits[i].value, limits[i].value}, current;
+        if (getrlimit(limits[i].resource, &current) == 0 && current.rlim_max < rl.rlim_max)
+            rl.rlim_cur = rl.rlim_max = current.rlim_max; /* only root may raise a hard limit */
         if (setrlimit(limits[i].resource, &rl) != 0)
             child_fail(p, "setrlimit");
     }
@@ -272,13 +275,27 @@ static void child_drop_privileges(const struct child_plan *p)
         for (int cap = 0; cap <= 63; cap++)
             if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
                 child_fail(p, "drop capabilities");
-        if (setgroups(1, &p->gid) != 0)
+        /* Raw system calls: glibc's wrappers broadcast credential changes to every thread it
+         * believes the process has, and this child of a raw clone() inherited the worker's list
+         * of threads without the threads, so the wrappers would wait for them forever. */
+        if (syscall(SYS_setgroups, 1, &p->gid) != 0)
             child_fail(p, "setgroups");
-        if (setresgid(p->gid, p->gid, p->gid) != 0)
+        if (syscall(SYS_setresgid, p->gid, p->gid, p->gid) != 0)
             child_fail(p, "setresgid");
-        if (setresuid(p->uid, p->uid, p->uid) != 0)
+        if (syscall(SYS_setresuid, p->uid, p->uid, p->uid) != 0)
             child_fail(p, "setresuid");
     }
+    /* A uid change already cleared them as root; in a user namespace we stay its uid 0, so clear
+     * them explicitly: the agent must not be able to undo the read-only mounts. */
+    struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2] = {{0, 0, 0}, {0, 0, 0}};
+    if (!p->drop_privileges) {
+        for (int cap = 0; cap <= 63; cap++)
+            if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+                child_fail(p, "drop capabilities");
+    }
+    if (syscall(SYS_capset, &hdr, data) != 0)
+        child_fail(p, "capset");
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
         child_fail(p, "no_new_privs");
     /* After the last credential change, which clears it. */
@@ -516,11 +533,19 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
     plan->gid = (gid_t)cfg->sandbox_gid;
     plan->drop_privileges = geteuid() == 0;
 
-    if (jail_create(rt->jail_dir, err, errlen) != 0)
+    bool privileged = geteuid() == 0;
+    if (jail_create(rt->jail_dir, privileged, err, errlen) != 0)
         goto fail;
-    if (cgroup_create(&cgroups, rt->sandbox_id, rt->cgroup_path, sizeof rt->cgroup_path, err,
-                      errlen) != 0)
-        goto fail;
+    /* Accounting is not worth refusing a Sandbox for when we are not root (init said so). */
+    char cg_err[256];
+    if (cgroup_create(&cgroups, rt->sandbox_id, rt->cgroup_path, sizeof rt->cgroup_path, cg_err,
+                      sizeof cg_err) != 0) {
+        if (privileged) {
+            snprintf(err, errlen, "%s", cg_err);
+            goto fail;
+        }
+        rt->cgroup_path[0] = '\0';
+    }
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) != 0 ||
         pipe2(sync, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0) {
         snprintf(err, errlen, "socketpair/pipe: %s", strerror(errno));
@@ -547,8 +572,14 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
     rt->channel_fd = chan[0];
     chan[0] = -1;
 
-    if (cgroup_add_pid(&cgroups, rt->cgroup_path, rt->sandbox_id, pid, err, errlen) != 0)
-        goto fail;
+    if (cgroup_add_pid(&cgroups, rt->cgroup_path, rt->sandbox_id, pid, cg_err, sizeof cg_err) !=
+        0) {
+        if (privileged) {
+            snprintf(err, errlen, "%s", cg_err);
+            goto fail;
+        }
+        rt->cgroup_path[0] = '\0';
+    }
     if (geteuid() != 0 && map_user_namespace(pid, err, errlen) != 0)
         goto fail;
     if (process_network_up(cfg, rt, pid, err, errlen) != 0)

@@ -73,7 +73,7 @@ static void unmount_all(const char *path)
             break;
 }
 
-int jail_create(const char *jail_dir, char *err, size_t errlen)
+int jail_create(const char *jail_dir, bool shared_slot, char *err, size_t errlen)
 {
     char root[1100], slot[1100];
     jail_root_path(jail_dir, root, sizeof root);
@@ -82,6 +82,8 @@ int jail_create(const char *jail_dir, char *err, size_t errlen)
         snprintf(err, errlen, "create jail %s: %s", jail_dir, strerror(errno));
         return -1;
     }
+    if (!shared_slot)
+        return 0;
     /* A self bind makes the slot its own mount; private first so it starts a new peer group
      * instead of joining its parent's, then shared so later mounts on it propagate into the
      * Sandbox (whose copy is a slave: nothing propagates back). */

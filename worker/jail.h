@@ -24,8 +24,9 @@ int jail_path(const char *chroot_base, const char *driver, const char *sandbox_i
 /* True when jail_dir is exactly the jail path of sandbox_id (guards reap against a bad row). */
 bool jail_path_is(const char *chroot_base, const char *driver, const char *sandbox_id,
                   const char *jail_dir);
-/* Creates the jail directories and makes the Workspace slot a shared mount point. */
-int jail_create(const char *jail_dir, char *err, size_t errlen);
+/* Creates the jail directories and, with shared_slot, makes the Workspace slot a shared mount
+ * point (needs CAP_SYS_ADMIN on the host; without it Workspaces cannot be attached). */
+int jail_create(const char *jail_dir, bool shared_slot, char *err, size_t errlen);
 /* Writes the root and slot paths of a jail. */
 void jail_root_path(const char *jail_dir, char *out, size_t outlen);
 void jail_slot_path(const char *jail_dir, char *out, size_t outlen);

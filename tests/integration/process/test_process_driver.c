@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -146,11 +147,9 @@ static void start_echo(struct sandbox *sb, bool with_workspace)
     json_decref(v);
 }
 
-/* Sends one message with the given body; returns the "reply" object (owned by the caller). */
-static json_t *ask(struct sandbox *sb, const char *body)
+/* Sends message number seq with the given body; returns the "reply" object (the caller owns it). */
+static json_t *ask_id(struct sandbox *sb, const char *body, int seq)
 {
-    static int seq;
-    seq++;
     send_line(sb, "{\"id\":\"msg_%d\",\"seq\":%d,\"body\":%s}", seq, seq, body);
     json_t *v = read_json(sb, 10000);
     assert_non_null(v);
@@ -161,6 +160,12 @@ static json_t *ask(struct sandbox *sb, const char *body)
     json_decref(v);
     assert_non_null(reply);
     return reply;
+}
+
+static json_t *ask(struct sandbox *sb, const char *body)
+{
+    static int seq;
+    return ask_id(sb, body, ++seq);
 }
 
 static void terminate(struct sandbox *sb, struct store_usage *usage)
@@ -487,6 +492,36 @@ static void test_worker_death_kills_sandbox(void **state)
     assert_int_equal(driver_process.reap(&cfg, &rec, err, sizeof err), 0);
 }
 
+/* Workers boot from several helper threads at once: each Sandbox must come up intact. */
+static void *boot_and_terminate_three(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 3; i++) {
+        struct sandbox *sb = calloc(1, sizeof *sb);
+        boot(sb);
+        start_echo(sb, false);
+        json_t *r = ask_id(sb, "\"parallel\"", i);
+        assert_string_equal(json_string_value(json_object_get(r, "hostname")), sb->rt.sandbox_id);
+        json_decref(r);
+        char jail[512];
+        snprintf(jail, sizeof jail, "%s", sb->rt.jail_dir);
+        terminate(sb, NULL);
+        assert_false(path_exists(jail));
+        free(sb);
+    }
+    return NULL;
+}
+
+static void test_parallel_boots(void **state)
+{
+    (void)state;
+    pthread_t threads[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&threads[i], NULL, boot_and_terminate_three, NULL), 0);
+    for (int i = 0; i < 4; i++)
+        pthread_join(threads[i], NULL);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -543,6 +578,7 @@ int main(void)
         cmocka_unit_test(test_reap_kills_a_running_sandbox),
         cmocka_unit_test(test_reap_refuses_foreign_jail_path),
         cmocka_unit_test(test_worker_death_kills_sandbox),
+        cmocka_unit_test(test_parallel_boots),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

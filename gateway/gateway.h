@@ -1,0 +1,149 @@
+/*
+ * gateway.h: what the files of the gateway share: the daemon's state, one HTTP request in flight,
+ * the route table's entry, and the handlers of every endpoint group (one http_*.c file each).
+ *
+ * A request goes: router.c (match method + path template, check auth, content type and body
+ * size, collect the body) -> the route's handler (http_*.c) -> reply.c (JSON or an RFC 9457
+ * problem). Long polls park the connection in longpoll.c without holding a thread.
+ */
+#ifndef SBX_GATEWAY_H
+#define SBX_GATEWAY_H
+
+#include "config.h"
+#include "store.h"
+
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct longpoll;
+struct metrics;
+struct ratelimit;
+struct notify_peer;
+
+struct gateway {
+    struct sbx_config cfg;
+    struct store *st;
+    struct notify_peer *workers; /* "queue" wake-ups after each enqueue */
+    struct longpoll *lp;
+    struct metrics *metrics;
+    struct ratelimit *rl;
+    uint8_t admin_hash[32]; /* SHA-256 of the admin token */
+    volatile int stopping;  /* set before the daemon stops: long polls answer at once */
+};
+
+enum auth_kind {
+    AUTH_NONE,   /* /healthz, /metrics */
+    AUTH_ADMIN,  /* /v1/apps* */
+    AUTH_KEY,    /* /v1/sessions*, /v1/workspaces* */
+    AUTH_EITHER, /* /v1/sandboxes*, /v1/pool, /v1/events */
+};
+
+enum body_kind {
+    BODY_NONE,     /* the body is ignored */
+    BODY_OPTIONAL, /* may be empty; if not, it must be a JSON object */
+    BODY_REQUIRED, /* must be a JSON object */
+};
+
+struct request;
+typedef enum MHD_Result (*handler_fn)(struct request *r);
+
+struct route {
+    const char *method;
+    const char *path; /* template: "/v1/sessions/{sessionId}" */
+    enum auth_kind auth;
+    enum body_kind body;
+    handler_fn handler;
+};
+
+#define ROUTE_MAX_PARAMS 3
+#define REQUEST_ID_LEN 65
+
+/* One request in flight: MHD's per-request context (con_cls), freed when it completes. */
+struct request {
+    struct gateway *gw;
+    struct MHD_Connection *conn;
+    const struct route *route; /* NULL when none matched */
+    int route_index;           /* for metrics: index in the route table, -1 when none */
+    const char *method;
+    const char *path;
+    char params[ROUTE_MAX_PARAMS][STORE_ID_LEN]; /* path parameters, in template order */
+    char request_id[REQUEST_ID_LEN];
+
+    /* Who is calling (set by auth.c). */
+    bool is_admin;
+    char app_id[STORE_ID_LEN]; /* the App key's App; "" for admin (sees every App) */
+    char actor[64];            /* "admin" or "key:<keyId>" */
+    struct store_ctx ctx;      /* actor + request id for the audit trail */
+
+    /* The body, collected up to body_limit. */
+    char *body;
+    size_t body_len, body_cap;
+    bool body_present;    /* the client announced or sent a body */
+    bool body_too_large;  /* a body without Content-Length went over the limit */
+    size_t body_received; /* bytes received, including dropped ones */
+
+    bool replied;     /* a response is queued */
+    unsigned status;  /* the status replied, for metrics */
+    int64_t start_us; /* monotonic, for the latency histogram */
+
+    /* Long poll (GET message ?wait=N): when it runs out, and whether it is parked. */
+    int64_t wait_deadline_ms; /* monotonic ms; 0 when not waiting */
+    bool parked;
+};
+
+/* ---- router.c ---- */
+extern const struct route gateway_routes[];
+extern const int gateway_route_count;
+/* Matches method + path against the route table: the route's index with its {parameters} written
+ * to params, or -1. On -1, allow lists the methods the path has ("" when none: 404) and path_route
+ * is the first route of that path (-1 when none). Pure: no MHD, no store (fuzzable). */
+int gateway_route_match(const char *method, const char *path,
+                        char params[ROUTE_MAX_PARAMS][STORE_ID_LEN], char *allow, size_t allowlen,
+                        int *path_route);
+enum MHD_Result gateway_access_handler(void *cls, struct MHD_Connection *conn, const char *url,
+                                       const char *method, const char *version,
+                                       const char *upload_data, size_t *upload_data_size,
+                                       void **con_cls);
+void gateway_request_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                               enum MHD_RequestTerminationCode toe);
+
+/* ---- handlers, one group per file ---- */
+enum MHD_Result http_healthz(struct request *r);
+enum MHD_Result http_metrics(struct request *r);
+enum MHD_Result http_app_create(struct request *r);
+enum MHD_Result http_app_list(struct request *r);
+enum MHD_Result http_app_get(struct request *r);
+enum MHD_Result http_app_patch(struct request *r);
+enum MHD_Result http_app_delete(struct request *r);
+enum MHD_Result http_key_create(struct request *r);
+enum MHD_Result http_key_list(struct request *r);
+enum MHD_Result http_key_delete(struct request *r);
+enum MHD_Result http_session_create(struct request *r);
+enum MHD_Result http_session_list(struct request *r);
+enum MHD_Result http_session_get(struct request *r);
+enum MHD_Result http_session_patch(struct request *r);
+enum MHD_Result http_session_delete(struct request *r);
+enum MHD_Result http_message_create(struct request *r);
+enum MHD_Result http_message_list(struct request *r);
+enum MHD_Result http_message_get(struct request *r);
+enum MHD_Result http_sandbox_list(struct request *r);
+enum MHD_Result http_sandbox_get(struct request *r);
+enum MHD_Result http_sandbox_delete(struct request *r);
+enum MHD_Result http_pool_get(struct request *r);
+enum MHD_Result http_workspace_create(struct request *r);
+enum MHD_Result http_workspace_list(struct request *r);
+enum MHD_Result http_workspace_get(struct request *r);
+enum MHD_Result http_workspace_delete(struct request *r);
+enum MHD_Result http_event_list(struct request *r);
+
+/* The request body as a JSON object with only the allowed fields (NULL-terminated list); an
+ * empty body is {} on routes whose body is optional. On failure replies 400 and returns NULL. */
+#include <jansson.h>
+json_t *request_json(struct request *r, const char *const *allowed, enum MHD_Result *ret);
+
+/* ---- router.c: ?limit= and ?cursor= ---- */
+/* Reads limit (1..200, default 50) and cursor; on a bad one replies 400 and returns false. */
+bool paging_params(struct request *r, size_t *limit, const char **cursor, enum MHD_Result *replied);
+
+#endif

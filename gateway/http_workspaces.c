@@ -1,0 +1,136 @@
+/*
+ * http_workspaces.c: /v1/workspaces (App keys only): create (and its directory
+ * <data_dir>/workspaces/<appId>/<workspaceId>, owned by the Sandbox uid:gid, mode 0770), list, get,
+ * delete (refused while a live Session names it; removes the directory).
+ */
+#include "gateway.h"
+#include "json_input.h"
+#include "log.h"
+#include "render.h"
+#include "reply.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* mkdir that accepts an existing directory. */
+static int mkdir_exist_ok(const char *path, mode_t mode)
+{
+    return mkdir(path, mode) == 0 || errno == EEXIST ? 0 : -1;
+}
+
+/* Creates the Workspace directory. Parents belong to root (0711: the Sandbox user may pass but
+ * not list them); the directory itself to the Sandbox user, so the agent can write /workspace. */
+static int workspace_mkdir(const struct gateway *gw, const struct store_workspace *w)
+{
+    char path[1100];
+    snprintf(path, sizeof path, "%s/workspaces", gw->cfg.data_dir);
+    if (mkdir_exist_ok(path, 0711) != 0)
+        return -1;
+    snprintf(path, sizeof path, "%s/workspaces/%s", gw->cfg.data_dir, w->app_id);
+    if (mkdir_exist_ok(path, 0711) != 0)
+        return -1;
+    if (mkdir(w->path, 0770) != 0)
+        return -1;
+    if (chmod(w->path, 0770) != 0)
+        return -1;
+    if (chown(w->path, (uid_t)gw->cfg.sandbox_uid, (gid_t)gw->cfg.sandbox_gid) != 0 &&
+        geteuid() == 0)
+        return -1; /* not root (a developer's run): the directory stays the gateway user's */
+    return 0;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    if ((flag == FTW_DP ? rmdir(path) : unlink(path)) != 0 && errno != ENOENT)
+        log_warn("workspace: cannot remove %s: %s", path, strerror(errno));
+    return 0;
+}
+
+/* Removes the tree without following symlinks an agent may have planted, and without crossing
+ * into other file systems (a Workspace still mounted somewhere is left alone). */
+static void workspace_rmtree(const char *path)
+{
+    if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0 && errno != ENOENT)
+        log_warn("workspace: cannot walk %s: %s", path, strerror(errno));
+}
+
+enum MHD_Result http_workspace_create(struct request *r)
+{
+    static const char *const fields[] = {"name", NULL};
+    enum MHD_Result ret;
+    struct input_error e;
+    const char *name = NULL;
+    struct store_workspace w;
+    char location[96];
+    json_t *obj = request_json(r, fields, &ret);
+    if (!obj)
+        return ret;
+    if (input_string(obj, "name", 1, 128, true, &name, NULL, &e) < 0) {
+        json_decref(obj);
+        return reply_input_error(r, &e);
+    }
+    enum store_status s =
+        r->gw->st->workspace_create(r->gw->st, &r->ctx, r->app_id, name, r->gw->cfg.data_dir, &w);
+    json_decref(obj);
+    if (s != STORE_OK)
+        return reply_store_error(r, s, "Workspace");
+    if (workspace_mkdir(r->gw, &w) != 0) {
+        int err = errno;
+        /* Without its directory the Workspace is useless: take the row back. */
+        r->gw->st->workspace_delete(r->gw->st, &r->ctx, r->app_id, w.id, NULL);
+        return reply_problem(r, "internal", NULL, "cannot create the Workspace directory %s: %s",
+                             w.path, strerror(err));
+    }
+    snprintf(location, sizeof location, "/v1/workspaces/%s", w.id);
+    return reply_json_header(r, 201, render_workspace(&w), "Location", location);
+}
+
+enum MHD_Result http_workspace_list(struct request *r)
+{
+    enum MHD_Result ret;
+    size_t limit, n;
+    const char *cursor;
+    char next[STORE_CURSOR_LEN];
+    struct store_workspace *items;
+    if (!paging_params(r, &limit, &cursor, &ret))
+        return ret;
+    enum store_status s =
+        r->gw->st->workspace_list(r->gw->st, r->app_id, cursor, limit, &items, &n, next);
+    if (s != STORE_OK)
+        return reply_store_error(r, s, "Workspace list");
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, render_workspace(&items[i]));
+    free(items);
+    return reply_json(r, 200, render_page(arr, next));
+}
+
+enum MHD_Result http_workspace_get(struct request *r)
+{
+    struct store_workspace w;
+    enum store_status s = r->gw->st->workspace_get(r->gw->st, r->app_id, r->params[0], &w);
+    if (s != STORE_OK)
+        return reply_store_error(r, s, "Workspace");
+    return reply_json(r, 200, render_workspace(&w));
+}
+
+enum MHD_Result http_workspace_delete(struct request *r)
+{
+    struct store_workspace w;
+    enum store_status s =
+        r->gw->st->workspace_delete(r->gw->st, &r->ctx, r->app_id, r->params[0], &w);
+    if (s == STORE_CONFLICT)
+        return reply_problem(r, "conflict", NULL,
+                             "the Workspace is attached to a live Session; delete it first");
+    if (s != STORE_OK)
+        return reply_store_error(r, s, "Workspace");
+    workspace_rmtree(w.path);
+    return reply_empty(r, 204);
+}

@@ -1,0 +1,258 @@
+/*
+ * longpoll.c: parked long polls and the thread that resumes them (see longpoll.h).
+ */
+#include "longpoll.h"
+#include "log.h"
+#include "notify.h"
+#include "timefmt.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#define RECHECK_MS 1000
+
+struct waiter {
+    struct request *r;
+    char message_id[STORE_ID_LEN];
+    char session_id[STORE_ID_LEN];
+    char app_id[STORE_ID_LEN];
+    int64_t deadline_ms; /* monotonic */
+    bool resume;         /* chosen to be resumed in this round */
+    struct waiter *next;
+};
+
+struct longpoll {
+    struct gateway *gw;
+    int notify_fd;
+    char notify_path[256];
+    int wake_fd; /* eventfd: stop */
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t lock;
+    struct waiter *waiters;
+    int parked; /* requests suspended and not yet run again */
+    bool stopping;
+};
+
+void longpoll_park(struct longpoll *lp, struct request *r, const char *message_id)
+{
+    struct waiter *w = calloc(1, sizeof *w);
+    /* Suspend first: once the waiter is visible the thread may resume it at any moment, and
+     * MHD only accepts a resume for a connection that is already suspended. */
+    MHD_suspend_connection(r->conn);
+    r->parked = true;
+    pthread_mutex_lock(&lp->lock);
+    lp->parked++;
+    if (!w || lp->stopping) {
+        pthread_mutex_unlock(&lp->lock);
+        free(w);
+        MHD_resume_connection(r->conn);
+        return;
+    }
+    w->r = r;
+    snprintf(w->message_id, sizeof w->message_id, "%s", message_id);
+    snprintf(w->session_id, sizeof w->session_id, "%s", r->params[0]);
+    snprintf(w->app_id, sizeof w->app_id, "%s", r->app_id);
+    w->deadline_ms = r->wait_deadline_ms;
+    w->next = lp->waiters;
+    lp->waiters = w;
+    pthread_mutex_unlock(&lp->lock);
+}
+
+void longpoll_unparked(struct longpoll *lp)
+{
+    pthread_mutex_lock(&lp->lock);
+    lp->parked--;
+    pthread_mutex_unlock(&lp->lock);
+}
+
+/* Unlinks the waiters marked resume (under the lock) and resumes them (outside it). */
+static void resume_marked(struct longpoll *lp)
+{
+    struct waiter *done = NULL, **pp;
+    pthread_mutex_lock(&lp->lock);
+    for (pp = &lp->waiters; *pp;) {
+        struct waiter *w = *pp;
+        if (w->resume) {
+            *pp = w->next;
+            w->next = done;
+            done = w;
+        } else {
+            pp = &w->next;
+        }
+    }
+    pthread_mutex_unlock(&lp->lock);
+    while (done) {
+        struct waiter *next = done->next;
+        MHD_resume_connection(done->r->conn);
+        free(done);
+        done = next;
+    }
+}
+
+/* Marks the waiters of a message (all of them when id is NULL) and those past their deadline. */
+static void mark(struct longpoll *lp, const char *message_id, int64_t now)
+{
+    pthread_mutex_lock(&lp->lock);
+    for (struct waiter *w = lp->waiters; w; w = w->next)
+        if (!message_id || strcmp(w->message_id, message_id) == 0 || w->deadline_ms <= now)
+            w->resume = true;
+    pthread_mutex_unlock(&lp->lock);
+}
+
+/* The fallback for lost datagrams: reads each waited-for message's state from the store. Only
+ * this thread unlinks waiters, so the snapshot's pointers stay valid without the lock. */
+static void recheck(struct longpoll *lp)
+{
+    struct store *st = lp->gw->st;
+    struct waiter **snap = NULL;
+    size_t n = 0, cap = 0;
+
+    pthread_mutex_lock(&lp->lock);
+    for (struct waiter *w = lp->waiters; w; w = w->next) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            struct waiter **grown = realloc(snap, cap * sizeof *snap);
+            if (!grown)
+                break;
+            snap = grown;
+        }
+        snap[n++] = w;
+    }
+    pthread_mutex_unlock(&lp->lock);
+    for (size_t i = 0; i < n; i++) {
+        struct store_message m;
+        enum store_status s =
+            st->message_get(st, snap[i]->app_id, snap[i]->session_id, snap[i]->message_id, &m);
+        bool finished =
+            s != STORE_OK || strcmp(m.state, "completed") == 0 || strcmp(m.state, "failed") == 0;
+        if (s == STORE_OK)
+            store_message_clear(&m);
+        if (finished) {
+            pthread_mutex_lock(&lp->lock);
+            snap[i]->resume = true;
+            pthread_mutex_unlock(&lp->lock);
+        }
+    }
+    free(snap);
+}
+
+static int64_t next_deadline(struct longpoll *lp)
+{
+    int64_t d = INT64_MAX;
+    pthread_mutex_lock(&lp->lock);
+    for (struct waiter *w = lp->waiters; w; w = w->next)
+        if (w->deadline_ms < d)
+            d = w->deadline_ms;
+    pthread_mutex_unlock(&lp->lock);
+    return d;
+}
+
+static void *longpoll_main(void *arg)
+{
+    struct longpoll *lp = arg;
+    int64_t last_recheck = mono_ms();
+    char buf[128];
+
+    for (;;) {
+        int64_t now = mono_ms();
+        int64_t timeout = last_recheck + RECHECK_MS - now;
+        int64_t d = next_deadline(lp);
+        if (d != INT64_MAX && d - now < timeout)
+            timeout = d - now;
+        if (timeout < 0)
+            timeout = 0;
+        struct pollfd fds[2] = {{lp->notify_fd, POLLIN, 0}, {lp->wake_fd, POLLIN, 0}};
+        int rc = poll(fds, 2, (int)timeout);
+        if (rc < 0 && errno != EINTR) {
+            log_error("longpoll: poll: %s", strerror(errno));
+            break;
+        }
+        if (fds[1].revents)
+            break;
+        now = mono_ms();
+        while (fds[0].revents && notify_recv(lp->notify_fd, buf, sizeof buf) > 0)
+            if (strncmp(buf, "msg ", 4) == 0)
+                mark(lp, buf + 4, now);
+        mark(lp, "", now); /* deadlines only: no message id is "" */
+        if (now - last_recheck >= RECHECK_MS) {
+            recheck(lp);
+            last_recheck = now;
+        }
+        resume_marked(lp);
+    }
+    return NULL;
+}
+
+struct longpoll *longpoll_start(struct gateway *gw, char *err, size_t errlen)
+{
+    struct longpoll *lp = calloc(1, sizeof *lp);
+    char run_dir[600];
+    if (!lp) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    lp->gw = gw;
+    pthread_mutex_init(&lp->lock, NULL);
+    snprintf(run_dir, sizeof run_dir, "%s/run", gw->cfg.data_dir);
+    lp->notify_fd = notify_listen(run_dir, "gateway", lp->notify_path, sizeof lp->notify_path);
+    lp->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (lp->notify_fd < 0 || lp->wake_fd < 0) {
+        snprintf(err, errlen, "cannot bind the notify socket in %s: %s", run_dir, strerror(errno));
+        longpoll_free(lp);
+        return NULL;
+    }
+    if (pthread_create(&lp->thread, NULL, longpoll_main, lp) != 0) {
+        snprintf(err, errlen, "cannot start the long-poll thread");
+        longpoll_free(lp);
+        return NULL;
+    }
+    lp->thread_started = true;
+    return lp;
+}
+
+void longpoll_stop(struct longpoll *lp, int timeout_ms)
+{
+    uint64_t one = 1;
+    if (!lp)
+        return;
+    pthread_mutex_lock(&lp->lock);
+    lp->stopping = true;
+    pthread_mutex_unlock(&lp->lock);
+    if (lp->thread_started) {
+        if (write(lp->wake_fd, &one, sizeof one) < 0)
+            log_warn("longpoll: cannot wake the thread: %s", strerror(errno));
+        pthread_join(lp->thread, NULL);
+        lp->thread_started = false;
+    }
+    mark(lp, NULL, mono_ms());
+    resume_marked(lp);
+    /* MHD must not be stopped while a connection is suspended: wait for them to run again. */
+    for (int64_t end = mono_ms() + timeout_ms; mono_ms() < end;) {
+        pthread_mutex_lock(&lp->lock);
+        int parked = lp->parked;
+        pthread_mutex_unlock(&lp->lock);
+        if (parked <= 0)
+            break;
+        usleep(10000);
+    }
+}
+
+void longpoll_free(struct longpoll *lp)
+{
+    if (!lp)
+        return;
+    if (lp->thread_started)
+        longpoll_stop(lp, 0);
+    notify_close(lp->notify_fd, lp->notify_path);
+    if (lp->wake_fd >= 0)
+        close(lp->wake_fd);
+    pthread_mutex_destroy(&lp->lock);
+    free(lp);
+}

@@ -1,0 +1,27 @@
+/*
+ * longpoll.h: GET .../messages/{id}?wait=N without holding a thread. The handler parks the
+ * request (MHD_suspend_connection); one thread listens on the gateway's notify socket for
+ * "msg <messageId>" datagrams from workers and resumes the requests waiting for that message, or
+ * those whose wait ran out. Datagrams are hints that can be lost, so about once a second the
+ * thread also re-reads the state of every waited-for message from the store.
+ */
+#ifndef SBX_LONGPOLL_H
+#define SBX_LONGPOLL_H
+
+#include "gateway.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct longpoll *longpoll_start(struct gateway *gw, char *err, size_t errlen);
+/* Resumes every parked request (they answer with the current state), waits up to timeout_ms for
+ * them to leave, and stops the thread. Call before MHD_stop_daemon(). */
+void longpoll_stop(struct longpoll *lp, int timeout_ms);
+void longpoll_free(struct longpoll *lp);
+/* Parks r until message_id ends or r->wait_deadline_ms. Called from the handler, which then
+ * returns MHD_YES; the handler runs again when the request is resumed. */
+void longpoll_park(struct longpoll *lp, struct request *r, const char *message_id);
+/* The router calls this when a parked request runs again. */
+void longpoll_unparked(struct longpoll *lp);
+
+#endif

@@ -1,0 +1,292 @@
+/*
+ * main.c: the sbx-gateway daemon: reads the configuration, opens the store, does the first-start
+ * bootstrap (admin token, echo App and key, printed once), serves HTTP with libmicrohttpd's
+ * thread pool until SIGINT or SIGTERM, then parks no request and stops cleanly.
+ */
+#include "auth.h"
+#include "config.h"
+#include "gateway.h"
+#include "log.h"
+#include "longpoll.h"
+#include "metrics.h"
+#include "notify.h"
+#include "sha256.h"
+#include "store.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const struct store_ctx gateway_ctx = {"gateway", NULL};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: sbx-gateway [--config FILE] [--SETTING VALUE ...]\n\n"
+                 "The sbx REST gateway. Settings (flag > environment > file > default):\n\n");
+    config_print_reference(out);
+}
+
+static int mkdir_p(const char *path, mode_t mode)
+{
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(tmp, mode) != 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return mkdir(tmp, mode) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static int hex_decode(const char *hex, uint8_t *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+            return -1;
+        out[i] = (uint8_t)v;
+    }
+    return strlen(hex) == 2 * n ? 0 : -1;
+}
+
+/* conn_limit is only real if the process may hold that many sockets: raise the soft file limit
+ * towards it (up to the hard limit), and say so when the hard limit is lower. */
+static void raise_fd_limit(int64_t conn_limit)
+{
+    struct rlimit rl;
+    rlim_t want = (rlim_t)conn_limit + 128;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
+        return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < want)
+        log_warn("open files limited to %llu: fewer than conn_limit %lld connections will be "
+                 "accepted (raise the hard limit, e.g. LimitNOFILE=)",
+                 (unsigned long long)rl.rlim_cur, (long long)conn_limit);
+}
+
+/* The admin token: the configured one (its hash replaces any stored one), else the stored hash,
+ * else a new token, printed once. */
+static int bootstrap_admin(struct gateway *gw)
+{
+    struct store *st = gw->st;
+    char hex[80], token[96];
+    enum store_status s;
+
+    if (gw->cfg.admin_token[0]) {
+        auth_hash(gw->cfg.admin_token, gw->admin_hash);
+        sha256_hex(gw->admin_hash, hex);
+        return st->setting_put(st, "admin_token_sha256", hex) == STORE_OK ? 0 : -1;
+    }
+    s = st->setting_get(st, "admin_token_sha256", hex, sizeof hex);
+    if (s == STORE_OK)
+        return hex_decode(hex, gw->admin_hash, 32);
+    if (s != STORE_NOT_FOUND || auth_new_secret(AUTH_ADMIN_PREFIX, token, sizeof token) != 0)
+        return -1;
+    auth_hash(token, gw->admin_hash);
+    sha256_hex(gw->admin_hash, hex);
+    if (st->setting_put(st, "admin_token_sha256", hex) != STORE_OK)
+        return -1;
+    printf("sbx: admin token (shown once, only its hash is stored):\n    %s\n", token);
+    fflush(stdout);
+    memset(token, 0, sizeof token);
+    return 0;
+}
+
+/* On the very first start: an "echo" App and a key for it, so that curl works right away. */
+static int bootstrap_echo_app(struct gateway *gw, const char *base_url)
+{
+    struct store *st = gw->st;
+    char done[16], secret[80], prefix[AUTH_KEY_SHOWN_PREFIX + 1], next[STORE_CURSOR_LEN];
+    struct store_app *apps, app = {0};
+    struct store_key key;
+    uint8_t hash[32];
+    size_t n;
+
+    if (st->setting_get(st, "bootstrap_echo_app", done, sizeof done) == STORE_OK)
+        return 0;
+    if (st->app_list(st, "", 1, &apps, &n, next) != STORE_OK)
+        return -1;
+    store_app_list_free(apps, n);
+    if (n == 0) {
+        snprintf(app.name, sizeof app.name, "echo");
+        app.keep_alive_seconds = 60;
+        app.vcpu_count = 1;
+        app.mem_size_mib = 256;
+        snprintf(app.driver, sizeof app.driver, "%s", gw->cfg.driver);
+        snprintf(app.image, sizeof app.image, "default");
+        app.max_attempts = 3;
+        app.command_json = strdup("[\"/usr/bin/sbx-echo-agent\"]");
+        if (!app.command_json || st->app_create(st, &gateway_ctx, &app) != STORE_OK) {
+            store_app_clear(&app);
+            return -1;
+        }
+        store_app_clear(&app);
+        if (auth_new_secret(AUTH_KEY_PREFIX, secret, sizeof secret) != 0)
+            return -1;
+        snprintf(prefix, sizeof prefix, "%.*s", AUTH_KEY_SHOWN_PREFIX, secret);
+        auth_hash(secret, hash);
+        if (st->key_create(st, &gateway_ctx, app.id, "bootstrap", prefix, hash, &key) != STORE_OK)
+            return -1;
+        printf("sbx: App \"echo\" (%s) created with an API key (shown once):\n"
+               "    KEY=%s\n"
+               "sbx: try it:\n"
+               "    curl -s -H \"Authorization: Bearer $KEY\" -H 'Content-Type: application/json' "
+               "-d '{}' %s/v1/sessions\n"
+               "    curl -s -H \"Authorization: Bearer $KEY\" -H 'Content-Type: application/json' "
+               "-d '{\"body\":{\"hello\":\"world\"}}' %s/v1/sessions/$SID/messages\n"
+               "    curl -s -H \"Authorization: Bearer $KEY\" "
+               "\"%s/v1/sessions/$SID/messages/$MID?wait=10\"\n",
+               app.id, secret, base_url, base_url, base_url);
+        fflush(stdout);
+        memset(secret, 0, sizeof secret);
+    }
+    return st->setting_put(st, "bootstrap_echo_app", "1") == STORE_OK ? 0 : -1;
+}
+
+static int parse_listen(const char *listen, struct sockaddr_storage *sa, char *host, size_t hostlen)
+{
+    const char *colon = strrchr(listen, ':');
+    struct addrinfo hints = {.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV,
+                             .ai_socktype = SOCK_STREAM},
+                    *res;
+    if (!colon || colon == listen)
+        return -1;
+    size_t len = (size_t)(colon - listen);
+    if (listen[0] == '[' && len >= 2 && listen[len - 1] == ']')
+        snprintf(host, hostlen, "%.*s", (int)len - 2, listen + 1);
+    else
+        snprintf(host, hostlen, "%.*s", (int)len, listen);
+    if (getaddrinfo(host, colon + 1, &hints, &res) != 0)
+        return -1;
+    memcpy(sa, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    return 0;
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char msg[512];
+    (void)cls;
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n > 0 && msg[n - 1] == '\n')
+        msg[--n] = '\0';
+    log_warn("http: %s", msg);
+}
+
+int main(int argc, char **argv)
+{
+    struct gateway gw;
+    char err[1024], run_dir[600], host[128], base_url[200];
+    struct sockaddr_storage sa;
+    sigset_t sigs;
+    int sig, rc = 1;
+
+    memset(&gw, 0, sizeof gw);
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+    }
+    if (config_load(&gw.cfg, argc, argv, err, sizeof err) != 0) {
+        fprintf(stderr, "sbx-gateway: %s\n", err);
+        return 2;
+    }
+    for (int i = 1; i < argc; i++) {
+        if (argv[i]) {
+            fprintf(stderr, "sbx-gateway: unknown argument \"%s\" (see --help)\n", argv[i]);
+            return 2;
+        }
+    }
+    log_init("gateway", gw.cfg.log_level);
+    raise_fd_limit(gw.cfg.conn_limit);
+
+    /* Every thread started from here on inherits this mask: only sigwait() below sees them. */
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    if (parse_listen(gw.cfg.listen, &sa, host, sizeof host) != 0) {
+        fprintf(stderr, "sbx-gateway: listen must be host:port with a numeric host, not \"%s\"\n",
+                gw.cfg.listen);
+        return 2;
+    }
+    snprintf(run_dir, sizeof run_dir, "%s/run", gw.cfg.data_dir);
+    if (mkdir_p(gw.cfg.data_dir, 0755) != 0 || mkdir_p(run_dir, 0700) != 0) {
+        fprintf(stderr, "sbx-gateway: cannot create %s: %s\n", run_dir, strerror(errno));
+        return 1;
+    }
+    gw.st = store_sqlite_open(gw.cfg.db_path, (int)gw.cfg.busy_timeout_ms, gw.cfg.synchronous, err,
+                              sizeof err);
+    if (!gw.st) {
+        fprintf(stderr, "sbx-gateway: %s\n", err);
+        return 1;
+    }
+    if (bootstrap_admin(&gw) != 0) {
+        log_error("cannot set up the admin token in the store");
+        goto out;
+    }
+    gw.workers = notify_peer_new(run_dir, "worker");
+    gw.metrics = metrics_new();
+    gw.rl = ratelimit_new(gw.cfg.auth_fail_limit, gw.cfg.auth_fail_window * 1000);
+    gw.lp = longpoll_start(&gw, err, sizeof err);
+    if (!gw.workers || !gw.metrics || !gw.rl || !gw.lp) {
+        log_error("cannot start: %s", gw.lp ? "out of memory" : err);
+        goto out;
+    }
+
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG;
+    if (sa.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    struct MHD_Daemon *d = MHD_start_daemon(
+        flags, 0, NULL, NULL, gateway_access_handler, &gw, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+        NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)gw.cfg.http_threads, MHD_OPTION_CONNECTION_LIMIT, (unsigned)gw.cfg.conn_limit,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)gw.cfg.conn_timeout, MHD_OPTION_NOTIFY_COMPLETED,
+        gateway_request_completed, &gw, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_END);
+    if (!d) {
+        log_error("cannot listen on %s (in use, or not an address of this host?)", gw.cfg.listen);
+        goto out;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    unsigned port = info ? info->port : 0;
+    snprintf(base_url, sizeof base_url, "http://%s%s%s:%u", sa.ss_family == AF_INET6 ? "[" : "",
+             host, sa.ss_family == AF_INET6 ? "]" : "", port);
+    if (bootstrap_echo_app(&gw, base_url) != 0)
+        log_error("could not create the bootstrap echo App (the gateway runs without it)");
+    log_info("listening on %s:%u (schema version %d, %lld HTTP threads)", host, port,
+             store_schema_version(), (long long)gw.cfg.http_threads);
+
+    while (sigwait(&sigs, &sig) != 0 || (sig != SIGINT && sig != SIGTERM))
+        ;
+    log_info("stopping on signal %d", sig);
+    gw.stopping = 1;
+    /* No new connections; the listening socket is ours to close once the daemon has stopped. */
+    MHD_socket listen_fd = MHD_quiesce_daemon(d);
+    longpoll_stop(gw.lp, 2000);
+    MHD_stop_daemon(d);
+    if (listen_fd != MHD_INVALID_SOCKET)
+        close(listen_fd);
+    rc = 0;
+out:
+    longpoll_free(gw.lp);
+    ratelimit_free(gw.rl);
+    metrics_free(gw.metrics);
+    notify_peer_free(gw.workers);
+    gw.st->close(gw.st);
+    return rc;
+}

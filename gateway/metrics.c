@@ -1,0 +1,216 @@
+/*
+ * metrics.c: counters and histograms kept in memory, rendered in the Prometheus text format
+ * (version 0.0.4). Route labels are the templates of the route table, never raw paths, so the
+ * number of series stays bounded whatever callers send.
+ */
+#include "metrics.h"
+#include "gateway.h"
+#include "timefmt.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define N_BUCKETS 14
+static const double buckets[N_BUCKETS] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                          0.5,   1,     2.5,  5,     10,   30,  60};
+#define MAX_ROUTES 64
+#define MAX_COUNTERS 1024
+
+struct counter {
+    int route; /* -1: none */
+    char method[8];
+    unsigned status;
+    uint64_t count;
+};
+
+struct histogram {
+    uint64_t bucket[N_BUCKETS];
+    uint64_t count;
+    double sum;
+};
+
+struct metrics {
+    pthread_mutex_t lock;
+    size_t ncounters;
+    struct counter counters[MAX_COUNTERS];
+    struct histogram hist[MAX_ROUTES + 1]; /* [0]: no route; [i + 1]: route i */
+};
+
+int64_t metrics_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+struct metrics *metrics_new(void)
+{
+    struct metrics *m = calloc(1, sizeof *m);
+    if (m)
+        pthread_mutex_init(&m->lock, NULL);
+    return m;
+}
+
+void metrics_free(struct metrics *m)
+{
+    if (!m)
+        return;
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+}
+
+/* Methods outside the route table are counted as "other" to keep the label set bounded. */
+static const char *method_label(const char *method)
+{
+    static const char *const known[] = {"GET", "POST", "PATCH", "DELETE", "PUT", "HEAD", "OPTIONS"};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strcmp(method, known[i]) == 0)
+            return known[i];
+    return "other";
+}
+
+void metrics_observe(struct metrics *m, int route_index, const char *method, unsigned status,
+                     double seconds)
+{
+    const char *ml = method_label(method);
+    if (!m || route_index >= MAX_ROUTES)
+        return;
+    pthread_mutex_lock(&m->lock);
+    struct counter *c = NULL;
+    for (size_t i = 0; i < m->ncounters && !c; i++)
+        if (m->counters[i].route == route_index && m->counters[i].status == status &&
+            strcmp(m->counters[i].method, ml) == 0)
+            c = &m->counters[i];
+    if (!c && m->ncounters < MAX_COUNTERS) {
+        c = &m->counters[m->ncounters++];
+        c->route = route_index;
+        snprintf(c->method, sizeof c->method, "%s", ml);
+        c->status = status;
+    }
+    if (c)
+        c->count++;
+    struct histogram *h = &m->hist[route_index + 1];
+    for (int i = 0; i < N_BUCKETS; i++)
+        if (seconds <= buckets[i])
+            h->bucket[i]++;
+    h->count++;
+    h->sum += seconds;
+    pthread_mutex_unlock(&m->lock);
+}
+
+struct buf {
+    char *p;
+    size_t len, cap;
+    int failed;
+};
+
+static void out(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void out(struct buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    for (;;) {
+        if (b->failed)
+            return;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n >= 0 && (size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = b->cap * 2 + (size_t)(n > 0 ? n : 0);
+        char *grown = realloc(b->p, cap);
+        if (!grown) {
+            b->failed = 1;
+            return;
+        }
+        b->p = grown;
+        b->cap = cap;
+    }
+}
+
+static const char *route_label(int route)
+{
+    return route < 0 ? "unmatched" : gateway_routes[route].path;
+}
+
+static void render_http(struct metrics *m, struct buf *b)
+{
+    out(b, "# HELP sbx_http_requests_total HTTP requests answered, by route template, method "
+           "and status.\n# TYPE sbx_http_requests_total counter\n");
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < m->ncounters; i++) {
+        const struct counter *c = &m->counters[i];
+        out(b, "sbx_http_requests_total{route=\"%s\",method=\"%s\",status=\"%u\"} %llu\n",
+            route_label(c->route), c->method, c->status, (unsigned long long)c->count);
+    }
+    out(b, "# HELP sbx_http_request_duration_seconds Time from request to response, by route.\n"
+           "# TYPE sbx_http_request_duration_seconds histogram\n");
+    for (int r = -1; r < gateway_route_count && r < MAX_ROUTES; r++) {
+        const struct histogram *h = &m->hist[r + 1];
+        if (h->count == 0)
+            continue;
+        for (int i = 0; i < N_BUCKETS; i++)
+            out(b, "sbx_http_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"} %llu\n",
+                route_label(r), buckets[i], (unsigned long long)h->bucket[i]);
+        out(b, "sbx_http_request_duration_seconds_bucket{route=\"%s\",le=\"+Inf\"} %llu\n",
+            route_label(r), (unsigned long long)h->count);
+        out(b, "sbx_http_request_duration_seconds_sum{route=\"%s\"} %.6f\n", route_label(r),
+            h->sum);
+        out(b, "sbx_http_request_duration_seconds_count{route=\"%s\"} %llu\n", route_label(r),
+            (unsigned long long)h->count);
+    }
+    pthread_mutex_unlock(&m->lock);
+}
+
+static void render_store(struct store *st, struct buf *b)
+{
+    struct store_counts c;
+    if (st->counts(st, &c) != STORE_OK) {
+        out(b, "# HELP sbx_store_up Whether the store answered this scrape.\n"
+               "# TYPE sbx_store_up gauge\nsbx_store_up 0\n");
+        return;
+    }
+    out(b, "# HELP sbx_store_up Whether the store answered this scrape.\n"
+           "# TYPE sbx_store_up gauge\nsbx_store_up 1\n");
+    out(b, "# HELP sbx_queue_depth Unfinished messages by state.\n"
+           "# TYPE sbx_queue_depth gauge\n");
+    out(b, "sbx_queue_depth{state=\"queued\"} %lld\n", (long long)c.messages_by_state[0]);
+    out(b, "sbx_queue_depth{state=\"delivering\"} %lld\n", (long long)c.messages_by_state[1]);
+    out(b, "# HELP sbx_queue_oldest_age_seconds Age of the oldest queued message.\n"
+           "# TYPE sbx_queue_oldest_age_seconds gauge\n");
+    out(b, "sbx_queue_oldest_age_seconds %.3f\n",
+        c.oldest_queued_at ? (double)(now_ms() - c.oldest_queued_at) / 1000.0 : 0.0);
+    out(b, "# HELP sbx_sessions Sessions by state.\n# TYPE sbx_sessions gauge\n");
+    for (int i = 0; i < 4; i++)
+        out(b, "sbx_sessions{state=\"%s\"} %lld\n", store_session_states[i],
+            (long long)c.sessions_by_state[i]);
+    out(b, "# HELP sbx_sandboxes Sandboxes by state.\n# TYPE sbx_sandboxes gauge\n");
+    for (int i = 0; i < 7; i++)
+        out(b, "sbx_sandboxes{state=\"%s\"} %lld\n", store_sandbox_states[i],
+            (long long)c.sandboxes_by_state[i]);
+    out(b, "# HELP sbx_messages Messages by state.\n# TYPE sbx_messages gauge\n");
+    for (int i = 0; i < 4; i++)
+        out(b, "sbx_messages{state=\"%s\"} %lld\n", store_message_states[i],
+            (long long)c.messages_by_state[i]);
+}
+
+char *metrics_render(struct metrics *m, struct store *st, size_t *len)
+{
+    struct buf b = {malloc(8192), 0, 8192, 0};
+    if (!b.p)
+        return NULL;
+    render_http(m, &b);
+    render_store(st, &b);
+    if (b.failed) {
+        free(b.p);
+        return NULL;
+    }
+    *len = b.len;
+    return b.p;
+}

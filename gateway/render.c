@@ -1,0 +1,135 @@
+/*
+ * render.c: store records to API JSON (see render.h).
+ */
+#include "render.h"
+#include "timefmt.h"
+
+json_t *render_time(int64_t ms)
+{
+    char buf[32];
+    if (ms <= 0)
+        return json_null();
+    time_format_ms(ms, buf, sizeof buf);
+    return json_string(buf);
+}
+
+static json_t *str_or_null(const char *s)
+{
+    return s && *s ? json_string(s) : json_null();
+}
+
+static json_t *int_or_null(int64_t v)
+{
+    return v < 0 ? json_null() : json_integer(v);
+}
+
+/* Stored JSON text back to a value; a damaged column shows as null rather than failing. */
+static json_t *stored_json(const char *text)
+{
+    json_t *v;
+    if (!text)
+        return json_null();
+    v = json_loads(text, JSON_DECODE_ANY, NULL);
+    return v ? v : json_null();
+}
+
+json_t *render_app(const struct store_app *a)
+{
+    return json_pack("{s:s, s:s, s:I, s:I, s:I, s:s, s:s, s:I, s:o, s:o, s:o}", "id", a->id, "name",
+                     a->name, "keepAliveSeconds", (json_int_t)a->keep_alive_seconds, "vcpuCount",
+                     (json_int_t)a->vcpu_count, "memSizeMib", (json_int_t)a->mem_size_mib, "driver",
+                     a->driver, "image", a->image, "maxAttempts", (json_int_t)a->max_attempts,
+                     "command", stored_json(a->command_json), "createdAt",
+                     render_time(a->created_at), "updatedAt", render_time(a->updated_at));
+}
+
+json_t *render_key(const struct store_key *k)
+{
+    return json_pack("{s:s, s:s, s:o, s:s, s:o, s:o}", "id", k->id, "appId", k->app_id, "name",
+                     str_or_null(k->name), "prefix", k->prefix, "createdAt",
+                     render_time(k->created_at), "revokedAt", render_time(k->revoked_at));
+}
+
+json_t *render_session(const struct store_session *s)
+{
+    json_t *meta = stored_json(s->metadata_json);
+    if (!json_is_object(meta)) {
+        json_decref(meta);
+        meta = json_object();
+    }
+    return json_pack(
+        "{s:s, s:s, s:o, s:s, s:o, s:I, s:o, s:o, s:o, s:I, s:{s:I, s:o}, s:o, s:o, s:o}", "id",
+        s->id, "appId", s->app_id, "name", str_or_null(s->name), "state", s->state, "sandboxId",
+        str_or_null(s->sandbox_id), "keepAliveSeconds", (json_int_t)s->effective_keep_alive_seconds,
+        "keepAliveOverride",
+        s->keep_alive_seconds > 0 ? json_integer(s->keep_alive_seconds) : json_null(),
+        "workspaceId", str_or_null(s->workspace_id), "metadata", meta, "activationCount",
+        (json_int_t)s->activation_count, "usage", "cpuUsec", (json_int_t)s->cpu_usec,
+        "memPeakBytes", int_or_null(s->mem_peak_bytes), "createdAt", render_time(s->created_at),
+        "updatedAt", render_time(s->updated_at), "lastActivityAt",
+        render_time(s->last_activity_at));
+}
+
+json_t *render_message(const struct store_message *m)
+{
+    return json_pack(
+        "{s:s, s:s, s:I, s:s, s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:o}", "id", m->id,
+        "sessionId", m->session_id, "seq", (json_int_t)m->seq, "state", m->state, "body",
+        stored_json(m->body_json), "reply", stored_json(m->reply_json), "error",
+        str_or_null(m->error), "attempts", (json_int_t)m->attempts, "maxAttempts",
+        (json_int_t)m->max_attempts, "sandboxId", str_or_null(m->sandbox_id), "requestId",
+        str_or_null(m->request_id), "createdAt", render_time(m->created_at), "updatedAt",
+        render_time(m->updated_at), "completedAt", render_time(m->completed_at));
+}
+
+json_t *render_sandbox(const struct store_sandbox *b)
+{
+    return json_pack(
+        "{s:s, s:s, s:s, s:s, s:o, s:I, s:I, s:o, s:o, s:b, s:o, s:{s:o, s:o}, "
+        "s:o, s:o, s:o, s:o, s:o}",
+        "id", b->id, "state", b->state, "driver", b->shape.driver, "image", b->shape.image,
+        "imageHash", str_or_null(b->image_hash), "vcpuCount", (json_int_t)b->shape.vcpu_count,
+        "memSizeMib", (json_int_t)b->shape.mem_size_mib, "appId", str_or_null(b->app_id),
+        "sessionId", str_or_null(b->session_id), "cold", (int)b->cold, "bootMs",
+        int_or_null(b->boot_ms), "usage", "cpuUsec", int_or_null(b->cpu_usec), "memPeakBytes",
+        int_or_null(b->mem_peak_bytes), "terminationReason", str_or_null(b->termination_reason),
+        "createdAt", render_time(b->created_at), "readyAt", render_time(b->ready_at), "claimedAt",
+        render_time(b->claimed_at), "terminatedAt", render_time(b->terminated_at));
+}
+
+json_t *render_workspace(const struct store_workspace *w)
+{
+    return json_pack("{s:s, s:s, s:o, s:I, s:o}", "id", w->id, "appId", w->app_id, "name",
+                     str_or_null(w->name), "attachedSessions", (json_int_t)w->attached_sessions,
+                     "createdAt", render_time(w->created_at));
+}
+
+json_t *render_event(const struct store_event *e)
+{
+    json_t *data = stored_json(e->data_json);
+    if (!json_is_object(data)) {
+        json_decref(data);
+        data = json_null();
+    }
+    return json_pack("{s:I, s:o, s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o}", "id", (json_int_t)e->id,
+                     "at", render_time(e->at), "actor", e->actor, "kind", e->kind, "objectType",
+                     e->object_type, "objectId", e->object_id, "appId", str_or_null(e->app_id),
+                     "sessionId", str_or_null(e->session_id), "requestId",
+                     str_or_null(e->request_id), "data", data);
+}
+
+json_t *render_pool_shape(const struct store_pool_stat *p, int64_t target)
+{
+    return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "driver",
+                     p->shape.driver, "image", p->shape.image, "vcpuCount",
+                     (json_int_t)p->shape.vcpu_count, "memSizeMib",
+                     (json_int_t)p->shape.mem_size_mib, "warm", (json_int_t)p->warm, "booting",
+                     (json_int_t)p->booting, "claimed", (json_int_t)p->claimed, "target",
+                     (json_int_t)target, "coldActivations", (json_int_t)p->cold_activations,
+                     "bootFailures", (json_int_t)p->boot_failures);
+}
+
+json_t *render_page(json_t *items, const char *next_cursor)
+{
+    return json_pack("{s:o, s:o}", "items", items, "nextCursor", str_or_null(next_cursor));
+}

@@ -1,0 +1,24 @@
+/*
+ * render.h: store records as the JSON objects of API.md (camelCase, RFC 3339 times, null for
+ * what has not happened). Each returns a new reference, NULL only when out of memory.
+ */
+#ifndef SBX_RENDER_H
+#define SBX_RENDER_H
+
+#include "store.h"
+
+#include <jansson.h>
+
+json_t *render_time(int64_t ms); /* null for 0 */
+json_t *render_app(const struct store_app *a);
+json_t *render_key(const struct store_key *k);
+json_t *render_session(const struct store_session *s);
+json_t *render_message(const struct store_message *m);
+json_t *render_sandbox(const struct store_sandbox *b);
+json_t *render_workspace(const struct store_workspace *w);
+json_t *render_event(const struct store_event *e);
+json_t *render_pool_shape(const struct store_pool_stat *p, int64_t target);
+/* {"items": items, "nextCursor": cursor or null}; items is stolen. */
+json_t *render_page(json_t *items, const char *next_cursor);
+
+#endif

@@ -1,0 +1,27 @@
+# The gateway and the gateway side of the store: cmocka unit tests and live HTTP integration tests.
+add_executable(test_store_api ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_store_api.c)
+target_link_libraries(test_store_api PRIVATE sbxcommon PkgConfig::CMOCKA PkgConfig::SQLITE)
+add_test(NAME unit.gateway.store_api COMMAND test_store_api)
+
+foreach(t auth json_input)
+  add_executable(test_${t} ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_${t}.c)
+  target_link_libraries(test_${t} PRIVATE sbxgateway PkgConfig::CMOCKA)
+  add_test(NAME unit.gateway.${t} COMMAND test_${t})
+endforeach()
+
+# Live integration tests: the real sbx-gateway on a loopback port with a temporary data dir,
+# driven by Node's built-in test runner.
+add_executable(sbx-test-notify ${CMAKE_CURRENT_SOURCE_DIR}/integration/gateway/notify_send.c)
+target_link_libraries(sbx-test-notify PRIVATE sbxcommon)
+
+find_program(NODE_EXECUTABLE node)
+if(NODE_EXECUTABLE)
+  foreach(it api isolation longpoll durability limits)
+    add_test(NAME it.gateway.${it}
+             COMMAND ${NODE_EXECUTABLE} --test
+                     ${CMAKE_CURRENT_SOURCE_DIR}/integration/gateway/${it}.test.mjs)
+    set_tests_properties(it.gateway.${it} PROPERTIES
+      ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_NOTIFY_BIN=$<TARGET_FILE:sbx-test-notify>"
+      TIMEOUT 120)
+  endforeach()
+endif()

@@ -1,0 +1,102 @@
+// harness.mjs: starts the real sbx-gateway (path in SBX_GATEWAY_BIN) on a free loopback port with
+// a temporary data directory, reads the admin token and the bootstrap key it prints once, and
+// offers small helpers for requests and for poking the database with the sqlite3 CLI.
+import { spawn, execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+export const BIN = process.env.SBX_GATEWAY_BIN;
+if (!BIN) throw new Error('SBX_GATEWAY_BIN must name the sbx-gateway binary');
+
+export function tempDataDir() {
+  return mkdtempSync(join(tmpdir(), 'sbx-it-gateway-'));
+}
+
+// Starts a gateway; resolves once it listens. extraArgs are flags such as ['--body-limit', '2048'].
+export async function startGateway({ dataDir = tempDataDir(), extraArgs = [], env = {} } = {}) {
+  const proc = spawn(BIN, ['--data-dir', dataDir, '--listen', '127.0.0.1:0', ...extraArgs], {
+    env: { ...process.env, SBX_ADMIN_TOKEN: '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  proc.stdout.on('data', (d) => { stdout += d; });
+  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+  const port = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`gateway did not start:\n${stderr}`)), 20000);
+    proc.stderr.on('data', (d) => {
+      stderr += d;
+      const m = /listening on 127\.0\.0\.1:(\d+)/.exec(stderr);
+      if (m) { clearTimeout(timer); resolve(Number(m[1])); }
+    });
+    exited.then(({ code }) => { clearTimeout(timer); reject(new Error(`gateway exited ${code}:\n${stderr}`)); });
+  });
+  const admin = /sbx_admin_[A-Za-z0-9_-]+/.exec(stdout)?.[0] ?? null;
+  const key = /KEY=(sbx_[A-Za-z0-9_-]+)/.exec(stdout)?.[1] ?? null;
+  const gw = {
+    proc, port, dataDir, admin, key, url: `http://127.0.0.1:${port}`,
+    get stdout() { return stdout; },
+    get stderr() { return stderr; },
+    exited,
+    // SIGTERM and the exit status: 0 means a clean stop (and, under ASan, no leak).
+    async stop() {
+      if (proc.exitCode !== null || proc.signalCode !== null) return exited;
+      proc.kill('SIGTERM');
+      return exited;
+    },
+    async kill9() {
+      proc.kill('SIGKILL');
+      return exited;
+    },
+  };
+  return gw;
+}
+
+export function removeDataDir(dir) {
+  rmSync(dir, { recursive: true, force: true });
+}
+
+// One HTTP request. body: an object (sent as JSON), a string (sent as is) or undefined.
+export async function req(gw, method, path, { token, body, headers = {} } = {}) {
+  const h = { ...headers };
+  if (token) h.Authorization = `Bearer ${token}`;
+  let payload;
+  if (body !== undefined) {
+    payload = typeof body === 'string' || body instanceof Uint8Array ? body : JSON.stringify(body);
+    if (!('Content-Type' in h)) h['Content-Type'] = 'application/json';
+  }
+  const res = await fetch(gw.url + path, { method, headers: h, body: payload });
+  const text = await res.text();
+  let json = null;
+  try { json = text ? JSON.parse(text) : null; } catch { json = null; }
+  return { status: res.status, headers: res.headers, json, text };
+}
+
+// Runs SQL against the gateway's database with the sqlite3 CLI, as an operator or worker would.
+export function sql(gw, statement) {
+  return execFileSync('sqlite3', ['-cmd', '.timeout 5000', join(gw.dataDir, 'sbx.db'), statement],
+    { encoding: 'utf8' }).trim();
+}
+
+// Creates an App (admin) and a key for it; returns { app, key }.
+export async function newApp(gw, name, fields = {}) {
+  const a = await req(gw, 'POST', '/v1/apps', { token: gw.admin, body: { name, ...fields } });
+  if (a.status !== 201) throw new Error(`app create: ${a.status} ${a.text}`);
+  const k = await req(gw, 'POST', `/v1/apps/${a.json.id}/keys`, { token: gw.admin, body: {} });
+  if (k.status !== 201) throw new Error(`key create: ${k.status} ${k.text}`);
+  return { app: a.json, key: k.json.key, keyId: k.json.id };
+}
+
+// Checks an RFC 9457 problem: status, code, type, requestId, and optionally the field.
+export function assertProblem(assert, res, status, code, field) {
+  assert.equal(res.status, status, `expected ${status} ${code}, got ${res.status} ${res.text}`);
+  assert.match(res.headers.get('content-type') ?? '', /^application\/problem\+json/);
+  assert.equal(res.json.code, code);
+  assert.equal(res.json.type, `urn:sbx:problem:${code}`);
+  assert.equal(res.json.status, status);
+  assert.equal(typeof res.json.title, 'string');
+  assert.equal(typeof res.json.detail, 'string');
+  assert.equal(res.json.requestId, res.headers.get('x-request-id'));
+  if (field !== undefined) assert.equal(res.json.field, field);
+}

@@ -1,0 +1,146 @@
+// longpoll.test.mjs: GET .../messages/{id}?wait=N answers as soon as the message ends, answers the
+// current state when the wait runs out, is capped by max_wait, and holds no thread while waiting.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
+import { startGateway, removeDataDir, req, sql } from './harness.mjs';
+
+let gw;
+before(async () => { gw = await startGateway({ extraArgs: ['--http-threads', '1'] }); });
+after(async () => {
+  const { code } = await gw.stop();
+  removeDataDir(gw.dataDir);
+  assert.equal(code, 0, gw.stderr);
+});
+
+async function newMessage(body = { q: 1 }) {
+  const s = (await req(gw, 'POST', '/v1/sessions', { token: gw.key })).json;
+  const m = (await req(gw, 'POST', `/v1/sessions/${s.id}/messages`, { token: gw.key, body: { body } })).json;
+  return { sid: s.id, mid: m.id, path: `/v1/sessions/${s.id}/messages/${m.id}` };
+}
+
+// Completes a message the way a worker does, but straight in the database, without a wake-up
+// datagram: the gateway must notice through its fallback recheck.
+function completeInDb(mid, reply) {
+  sql(gw, `UPDATE messages SET state='completed', reply='${JSON.stringify(reply)}', attempts=1,
+           completed_at=strftime('%s','now')*1000, updated_at=strftime('%s','now')*1000 WHERE id='${mid}'`);
+}
+
+test('a waiting GET returns early once the message is completed', async () => {
+  const { mid, path } = await newMessage();
+  const started = Date.now();
+  const pending = req(gw, 'GET', `${path}?wait=20`, { token: gw.key });
+  await new Promise((r) => setTimeout(r, 300));
+  completeInDb(mid, { echo: 'done' });
+  const res = await pending;
+  const elapsed = Date.now() - started;
+  assert.equal(res.status, 200);
+  assert.equal(res.json.state, 'completed');
+  assert.deepEqual(res.json.reply, { echo: 'done' });
+  assert.match(res.json.completedAt, /Z$/);
+  assert.ok(elapsed >= 300, `answered before completion (${elapsed} ms)`);
+  assert.ok(elapsed < 10000, `did not return early (${elapsed} ms of a 20 s wait)`);
+});
+
+test('a worker\'s "msg <id>" datagram wakes the wait at once (not the 1 s fallback)', { skip: !process.env.SBX_NOTIFY_BIN }, async () => {
+  // Three rounds: the fallback recheck runs once a second, so it alone would answer within
+  // 300 ms of the completion only by chance, and not three times in a row.
+  for (let round = 0; round < 3; round++) {
+    const { mid, path } = await newMessage();
+    const pending = req(gw, 'GET', `${path}?wait=20`, { token: gw.key });
+    await new Promise((r) => setTimeout(r, 150));
+    completeInDb(mid, { round });
+    const t0 = Date.now();
+    execFileSync(process.env.SBX_NOTIFY_BIN, [join(gw.dataDir, 'run'), 'gateway', `msg ${mid}`]);
+    const res = await pending;
+    const elapsed = Date.now() - t0;
+    assert.equal(res.json.state, 'completed');
+    assert.deepEqual(res.json.reply, { round });
+    assert.ok(elapsed < 300, `round ${round}: answered ${elapsed} ms after the datagram`);
+  }
+});
+
+test('failed messages end the wait too', async () => {
+  const { mid, path } = await newMessage();
+  const pending = req(gw, 'GET', `${path}?wait=20`, { token: gw.key });
+  await new Promise((r) => setTimeout(r, 200));
+  sql(gw, `UPDATE messages SET state='failed', error='agent crashed', attempts=3 WHERE id='${mid}'`);
+  const started = Date.now();
+  const res = await pending;
+  assert.equal(res.json.state, 'failed');
+  assert.equal(res.json.error, 'agent crashed');
+  assert.ok(Date.now() - started < 10000);
+});
+
+test('when the wait runs out it answers 200 with the current state', async () => {
+  const { path } = await newMessage();
+  const started = Date.now();
+  const res = await req(gw, 'GET', `${path}?wait=1`, { token: gw.key });
+  const elapsed = Date.now() - started;
+  assert.equal(res.status, 200);
+  assert.equal(res.json.state, 'queued');
+  assert.ok(elapsed >= 900, `returned after ${elapsed} ms, before the wait ran out`);
+  assert.ok(elapsed < 5000, `returned after ${elapsed} ms`);
+  // wait=0 and no wait answer at once.
+  const t0 = Date.now();
+  assert.equal((await req(gw, 'GET', `${path}?wait=0`, { token: gw.key })).json.state, 'queued');
+  assert.ok(Date.now() - t0 < 900);
+});
+
+test('an already finished message answers at once despite wait', async () => {
+  const { mid, path } = await newMessage();
+  completeInDb(mid, 7);
+  const t0 = Date.now();
+  const res = await req(gw, 'GET', `${path}?wait=30`, { token: gw.key });
+  assert.equal(res.json.reply, 7);
+  assert.ok(Date.now() - t0 < 900);
+});
+
+test('parked long polls hold no thread: one HTTP thread still serves others', async () => {
+  const msgs = await Promise.all(Array.from({ length: 20 }, () => newMessage()));
+  const waits = msgs.map((m) => req(gw, 'GET', `${m.path}?wait=4`, { token: gw.key }));
+  await new Promise((r) => setTimeout(r, 300));
+  const t0 = Date.now();
+  const h = await req(gw, 'GET', '/healthz');
+  assert.equal(h.status, 200);
+  assert.ok(Date.now() - t0 < 1000, `healthz took ${Date.now() - t0} ms while 20 polls were parked`);
+  // Completing some of them ends exactly those waits early.
+  for (const m of msgs.slice(0, 5)) completeInDb(m.mid, 'ok');
+  const results = await Promise.all(waits);
+  assert.deepEqual(results.map((r) => r.status), Array(20).fill(200));
+  assert.deepEqual(results.map((r) => r.json.state), [...Array(5).fill('completed'), ...Array(15).fill('queued')]);
+});
+
+test('wait is capped by max_wait', async () => {
+  const capped = await startGateway({ extraArgs: ['--max-wait', '1'] });
+  try {
+    const s = (await req(capped, 'POST', '/v1/sessions', { token: capped.key })).json;
+    const m = (await req(capped, 'POST', `/v1/sessions/${s.id}/messages`, { token: capped.key, body: { body: 1 } })).json;
+    const t0 = Date.now();
+    const res = await req(capped, 'GET', `/v1/sessions/${s.id}/messages/${m.id}?wait=3600`, { token: capped.key });
+    assert.equal(res.status, 200);
+    assert.equal(res.json.state, 'queued');
+    assert.ok(Date.now() - t0 < 5000, `waited ${Date.now() - t0} ms with max_wait 1`);
+  } finally {
+    const { code } = await capped.stop();
+    removeDataDir(capped.dataDir);
+    assert.equal(code, 0, capped.stderr);
+  }
+});
+
+test('SIGTERM answers parked long polls and stops cleanly', async () => {
+  const g = await startGateway();
+  const s = (await req(g, 'POST', '/v1/sessions', { token: g.key })).json;
+  const m = (await req(g, 'POST', `/v1/sessions/${s.id}/messages`, { token: g.key, body: { body: 1 } })).json;
+  const pending = req(g, 'GET', `/v1/sessions/${s.id}/messages/${m.id}?wait=30`, { token: g.key });
+  await new Promise((r) => setTimeout(r, 300));
+  const t0 = Date.now();
+  const stopped = g.stop();
+  const res = await pending.catch((e) => ({ status: 0, error: e }));
+  const { code } = await stopped;
+  removeDataDir(g.dataDir);
+  assert.equal(code, 0, g.stderr);
+  assert.ok(Date.now() - t0 < 5000);
+  if (res.status !== 0) assert.equal(res.json.state, 'queued');
+});

@@ -1,0 +1,221 @@
+/*
+ * test_auth.c: SHA-256 against the FIPS 180-4 / NIST test vectors, the constant-time comparison,
+ * base64url and the App key format, Bearer header parsing, a revoked key failing at once, and the
+ * failed-auth rate limiter.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "auth.h"
+#include "sha256.h"
+#include "store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void expect_sha256(const void *data, size_t len, const char *hex)
+{
+    uint8_t d[32];
+    char out[65];
+    sha256(data, len, d);
+    sha256_hex(d, out);
+    assert_string_equal(out, hex);
+}
+
+static void test_sha256_vectors(void **state)
+{
+    (void)state;
+    expect_sha256("", 0, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    expect_sha256("abc", 3, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    const char *two_blocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    expect_sha256(two_blocks, strlen(two_blocks),
+                  "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    const char *four =
+        "abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopq"
+        "klmnopqrlmnopqrsmnopqrstnopqrstu";
+    expect_sha256(four, strlen(four),
+                  "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1");
+    /* One million 'a', fed in uneven pieces to exercise the buffering. */
+    struct sha256_ctx c;
+    uint8_t d[32];
+    char hex[65];
+    char *a = malloc(1000000);
+    memset(a, 'a', 1000000);
+    sha256_init(&c);
+    for (size_t off = 0, step = 1; off < 1000000; off += step, step = step * 7 % 997 + 1)
+        sha256_update(&c, a + off, off + step > 1000000 ? 1000000 - off : step);
+    sha256_final(&c, d);
+    sha256_hex(d, hex);
+    assert_string_equal(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    free(a);
+    /* Lengths around the padding boundary (55, 56, 63, 64 bytes) agree one-shot vs piecewise. */
+    for (size_t len = 50; len < 70; len++) {
+        uint8_t one[32], two[32];
+        char buf[70];
+        memset(buf, 'x', sizeof buf);
+        sha256(buf, len, one);
+        sha256_init(&c);
+        sha256_update(&c, buf, len / 2);
+        sha256_update(&c, buf + len / 2, len - len / 2);
+        sha256_final(&c, two);
+        assert_memory_equal(one, two, 32);
+    }
+}
+
+static void test_ct_equal(void **state)
+{
+    (void)state;
+    uint8_t a[32], b[32];
+    memset(a, 7, sizeof a);
+    memcpy(b, a, sizeof a);
+    assert_true(ct_equal(a, b, 32));
+    b[0] ^= 1;
+    assert_false(ct_equal(a, b, 32));
+    b[0] ^= 1;
+    b[31] ^= 0x80;
+    assert_false(ct_equal(a, b, 32));
+    assert_true(ct_equal(a, b, 31));
+    assert_true(ct_equal(a, b, 0));
+}
+
+static void test_base64url(void **state)
+{
+    (void)state;
+    char out[32];
+    const struct {
+        const char *in, *out;
+    } v[] = {{"", ""},           {"f", "Zg"},          {"fo", "Zm8"},         {"foo", "Zm9v"},
+             {"foob", "Zm9vYg"}, {"fooba", "Zm9vYmE"}, {"foobar", "Zm9vYmFy"}};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        base64url_encode((const uint8_t *)v[i].in, strlen(v[i].in), out);
+        assert_string_equal(out, v[i].out);
+    }
+    const uint8_t url[] = {0xfb, 0xff, 0xbf};
+    base64url_encode(url, 3, out);
+    assert_string_equal(out, "-_-_");
+}
+
+static void test_key_format(void **state)
+{
+    (void)state;
+    char k1[80], k2[80], admin[80];
+    assert_int_equal(auth_new_secret(AUTH_KEY_PREFIX, k1, sizeof k1), 0);
+    assert_int_equal(auth_new_secret(AUTH_KEY_PREFIX, k2, sizeof k2), 0);
+    assert_int_equal(strlen(k1), AUTH_KEY_LEN);
+    assert_memory_equal(k1, "sbx_", 4);
+    assert_true(auth_key_format_ok(k1));
+    assert_string_not_equal(k1, k2);
+    assert_int_equal(auth_new_secret(AUTH_ADMIN_PREFIX, admin, sizeof admin), 0);
+    assert_int_equal(strlen(admin), 10 + 43);
+    assert_false(auth_key_format_ok(admin));
+
+    char bad[100];
+    snprintf(bad, sizeof bad, "%s", k1);
+    bad[20] = '+';
+    assert_false(auth_key_format_ok(bad));
+    bad[20] = '=';
+    assert_false(auth_key_format_ok(bad));
+    assert_false(auth_key_format_ok("sbx_short"));
+    snprintf(bad, sizeof bad, "xbx_%s", k1 + 4);
+    assert_false(auth_key_format_ok(bad));
+    snprintf(bad, sizeof bad, "%sA", k1);
+    assert_false(auth_key_format_ok(bad));
+    char small[10];
+    assert_int_equal(auth_new_secret(AUTH_KEY_PREFIX, small, sizeof small), -1);
+}
+
+static void test_bearer(void **state)
+{
+    (void)state;
+    assert_string_equal(auth_bearer("Bearer abc"), "abc");
+    assert_string_equal(auth_bearer("bearer   abc"), "abc");
+    assert_null(auth_bearer("Bearer "));
+    assert_null(auth_bearer("Basic abc"));
+    assert_null(auth_bearer("Bearerabc"));
+    assert_null(auth_bearer(NULL));
+}
+
+static void test_revoked_key_fails_at_once(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/sbx-test-auth-XXXXXX", err[256], secret[80], other[80], p[300];
+    int fd = mkstemp(path);
+    close(fd);
+    unlink(path);
+    struct store *st = store_sqlite_open(path, 1000, "FULL", err, sizeof err);
+    assert_non_null(st);
+    struct store_ctx ctx = {"admin", NULL};
+    struct store_app app = {.keep_alive_seconds = 60,
+                            .vcpu_count = 1,
+                            .mem_size_mib = 256,
+                            .max_attempts = 3,
+                            .command_json = "[\"x\"]"};
+    snprintf(app.name, sizeof app.name, "a");
+    snprintf(app.driver, sizeof app.driver, "process");
+    snprintf(app.image, sizeof app.image, "default");
+    assert_int_equal(st->app_create(st, &ctx, &app), STORE_OK);
+
+    uint8_t hash[32], other_hash[32];
+    struct store_key key, found;
+    assert_int_equal(auth_new_secret(AUTH_KEY_PREFIX, secret, sizeof secret), 0);
+    auth_hash(secret, hash);
+    assert_int_equal(st->key_create(st, &ctx, app.id, NULL, "sbx_xxxxxx", hash, &key), STORE_OK);
+    assert_int_equal(st->key_lookup(st, hash, &found), STORE_OK);
+    assert_string_equal(found.app_id, app.id);
+    /* A different key (one bit of the secret changed) is not found. */
+    snprintf(other, sizeof other, "%s", secret);
+    other[10] = other[10] == 'A' ? 'B' : 'A';
+    auth_hash(other, other_hash);
+    assert_int_equal(st->key_lookup(st, other_hash, &found), STORE_NOT_FOUND);
+    assert_int_equal(st->key_revoke(st, &ctx, app.id, key.id), STORE_OK);
+    assert_int_equal(st->key_lookup(st, hash, &found), STORE_NOT_FOUND);
+    st->close(st);
+    unlink(path);
+    snprintf(p, sizeof p, "%s-wal", path);
+    unlink(p);
+    snprintf(p, sizeof p, "%s-shm", path);
+    unlink(p);
+}
+
+static void test_rate_limiter(void **state)
+{
+    (void)state;
+    struct ratelimit *rl = ratelimit_new(3, 1000);
+    int64_t retry = 0, now = 5000;
+    assert_non_null(rl);
+    for (int i = 0; i < 3; i++) {
+        assert_false(ratelimit_blocked(rl, "10.0.0.1", now, &retry));
+        ratelimit_fail(rl, "10.0.0.1", now);
+    }
+    assert_true(ratelimit_blocked(rl, "10.0.0.1", now + 10, &retry));
+    assert_int_equal(retry, 1);
+    assert_false(ratelimit_blocked(rl, "10.0.0.2", now + 10, &retry));
+    /* The window ends. */
+    assert_false(ratelimit_blocked(rl, "10.0.0.1", now + 1000, &retry));
+    /* Many addresses: the table stays bounded and keeps working. */
+    char addr[48];
+    for (int i = 0; i < 20000; i++) {
+        snprintf(addr, sizeof addr, "192.168.%d.%d", i / 256, i % 256);
+        ratelimit_fail(rl, addr, now + 2000);
+    }
+    for (int i = 0; i < 3; i++)
+        ratelimit_fail(rl, "10.0.0.9", now + 2001);
+    assert_true(ratelimit_blocked(rl, "10.0.0.9", now + 2002, &retry));
+    ratelimit_free(rl);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sha256_vectors), cmocka_unit_test(test_ct_equal),
+        cmocka_unit_test(test_base64url),      cmocka_unit_test(test_key_format),
+        cmocka_unit_test(test_bearer),         cmocka_unit_test(test_revoked_key_fails_at_once),
+        cmocka_unit_test(test_rate_limiter),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,120 @@
+/*
+ * test_config.c: settings come from defaults, a file, the environment and flags, in that order of
+ * precedence, and bad values are refused with a message naming the setting.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char conf_path[64];
+
+static int setup(void **state)
+{
+    (void)state;
+    unsetenv("SBX_CONFIG");
+    unsetenv("SBX_LISTEN");
+    unsetenv("SBX_POOL_SIZE");
+    unsetenv("SBX_DATA_DIR");
+    snprintf(conf_path, sizeof conf_path, "/tmp/sbx-test-config-XXXXXX");
+    int fd = mkstemp(conf_path);
+    assert_true(fd >= 0);
+    close(fd);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    unlink(conf_path);
+    return 0;
+}
+
+static void write_conf(const char *text)
+{
+    FILE *f = fopen(conf_path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    struct sbx_config cfg;
+    char err[256];
+    char *argv[] = {"sbx", NULL};
+    assert_int_equal(config_load(&cfg, 1, argv, err, sizeof err), 0);
+    assert_string_equal(cfg.data_dir, "./data");
+    assert_string_equal(cfg.listen, "127.0.0.1:8080");
+    assert_string_equal(cfg.driver, "process");
+    assert_int_equal(cfg.pool_size, 2);
+    assert_string_equal(cfg.db_path, "./data/sbx.db");
+    assert_string_equal(cfg.synchronous, "FULL");
+}
+
+static void test_flag_beats_env_beats_file(void **state)
+{
+    (void)state;
+    struct sbx_config cfg;
+    char err[256];
+
+    write_conf("# comment\nlisten = 127.0.0.1:9001\npool_size = 5\ndata_dir = /tmp/from-file\n");
+    setenv("SBX_LISTEN", "127.0.0.1:9002", 1);
+    char a0[] = "sbx", a1[] = "--config", a3[] = "--listen=127.0.0.1:9003";
+    char *argv[] = {a0, a1, conf_path, a3, NULL};
+    assert_int_equal(config_load(&cfg, 4, argv, err, sizeof err), 0);
+    assert_string_equal(cfg.listen, "127.0.0.1:9003"); /* flag */
+    assert_int_equal(cfg.pool_size, 5);                /* file */
+    assert_string_equal(cfg.db_path, "/tmp/from-file/sbx.db");
+    /* Consumed flags are cleared for the caller. */
+    assert_null(argv[1]);
+    assert_null(argv[2]);
+    assert_null(argv[3]);
+
+    char *argv2[] = {a0, a1, conf_path, NULL};
+    assert_int_equal(config_load(&cfg, 3, argv2, err, sizeof err), 0);
+    assert_string_equal(cfg.listen, "127.0.0.1:9002"); /* env beats file */
+    unsetenv("SBX_LISTEN");
+}
+
+static void test_bad_values_are_refused(void **state)
+{
+    (void)state;
+    struct sbx_config cfg;
+    char err[256];
+    char a0[] = "sbx", a1[] = "--pool-size", a2[] = "many";
+    char *argv[] = {a0, a1, a2, NULL};
+    assert_int_equal(config_load(&cfg, 3, argv, err, sizeof err), -1);
+    assert_non_null(strstr(err, "pool_size"));
+
+    write_conf("no_such_setting = 1\n");
+    setenv("SBX_CONFIG", conf_path, 1);
+    char *argv2[] = {a0, NULL};
+    assert_int_equal(config_load(&cfg, 1, argv2, err, sizeof err), -1);
+    assert_non_null(strstr(err, "no_such_setting"));
+    unsetenv("SBX_CONFIG");
+
+    setenv("SBX_POOL_SIZE", "-3", 1);
+    assert_int_equal(config_load(&cfg, 1, argv2, err, sizeof err), -1);
+    assert_non_null(strstr(err, "SBX_POOL_SIZE"));
+    unsetenv("SBX_POOL_SIZE");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_defaults, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_flag_beats_env_beats_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_values_are_refused, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,637 @@
+/*
+ * test_store_api.c: the gateway side of the SQLite store on real database files: migrations,
+ * Apps and keys, Sessions, enqueue order and idempotency, group commit under concurrent threads,
+ * App scoping, session deletion scrubbing, and that every mutation leaves its audit event.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "sha256.h"
+#include "store.h"
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const struct store_ctx admin = {"admin", "req_test"};
+
+struct fixture {
+    char path[256];
+    struct store *st;
+};
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof *f);
+    char err[512];
+    snprintf(f->path, sizeof f->path, "/tmp/sbx-test-store-XXXXXX");
+    int fd = mkstemp(f->path);
+    close(fd);
+    unlink(f->path);
+    f->st = store_sqlite_open(f->path, 5000, "FULL", err, sizeof err);
+    if (!f->st) {
+        fprintf(stderr, "open: %s\n", err);
+        return -1;
+    }
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    char p[300];
+    f->st->close(f->st);
+    unlink(f->path);
+    snprintf(p, sizeof p, "%s-wal", f->path);
+    unlink(p);
+    snprintf(p, sizeof p, "%s-shm", f->path);
+    unlink(p);
+    free(f);
+    return 0;
+}
+
+static void make_app(struct store *st, const char *name, struct store_app *a)
+{
+    memset(a, 0, sizeof *a);
+    snprintf(a->name, sizeof a->name, "%s", name);
+    a->keep_alive_seconds = 60;
+    a->vcpu_count = 1;
+    a->mem_size_mib = 256;
+    snprintf(a->driver, sizeof a->driver, "process");
+    snprintf(a->image, sizeof a->image, "default");
+    a->max_attempts = 3;
+    a->command_json = "[\"/usr/bin/sbx-echo-agent\"]";
+    assert_int_equal(st->app_create(st, &admin, a), STORE_OK);
+    a->command_json = NULL;
+}
+
+static void make_session(struct store *st, const char *app_id, struct store_session *s)
+{
+    bool created = false;
+    assert_int_equal(st->session_create(st, &admin, app_id, NULL, 0, NULL, NULL, s, &created),
+                     STORE_OK);
+    assert_true(created);
+}
+
+/* Counts rows with the raw sqlite3 API, as an auditor would. */
+static int64_t count_sql(const char *path, const char *sql)
+{
+    sqlite3 *db;
+    sqlite3_stmt *s;
+    int64_t n = -1;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK);
+    if (sqlite3_step(s) == SQLITE_ROW)
+        n = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    sqlite3_close(db);
+    return n;
+}
+
+static void test_migrations_applied(void **state)
+{
+    struct fixture *f = *state;
+    char sql[64];
+    snprintf(sql, sizeof sql, "PRAGMA user_version");
+    assert_int_equal(count_sql(f->path, sql), store_schema_version());
+    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM sqlite_master WHERE name='messages'"),
+                     1);
+}
+
+static void test_app_crud_and_events(void **state)
+{
+    struct fixture *f = *state;
+    struct store *st = f->st;
+    struct store_app a, b, got;
+    make_app(st, "alpha", &a);
+    assert_memory_equal(a.id, "app_", 4);
+
+    /* Name taken among live Apps. */
+    struct store_app dup = a;
+    dup.command_json = "[\"x\"]";
+    assert_int_equal(st->app_create(st, &admin, &dup), STORE_CONFLICT);
+
+    int64_t ka = 120;
+    struct store_app_patch p = {.keep_alive_seconds = &ka, .image = "custom"};
+    assert_int_equal(st->app_update(st, &admin, a.id, &p, &got), STORE_OK);
+    assert_int_equal(got.keep_alive_seconds, 120);
+    assert_string_equal(got.image, "custom");
+    assert_string_equal(got.command_json, "[\"/usr/bin/sbx-echo-agent\"]");
+    store_app_clear(&got);
+
+    int64_t bad = 0;
+    struct store_app_patch pb = {.vcpu_count = &bad};
+    assert_int_equal(st->app_update(st, &admin, a.id, &pb, &got), STORE_INVALID);
+
+    make_app(st, "beta", &b);
+    struct store_session s;
+    make_session(st, b.id, &s);
+    store_session_clear(&s);
+    assert_int_equal(st->app_delete(st, &admin, b.id), STORE_CONFLICT);
+
+    uint8_t hash[32];
+    sha256("secret-alpha", 12, hash);
+    struct store_key k, found;
+    assert_int_equal(st->key_create(st, &admin, a.id, "ci", "sbx_abcdef", hash, &k), STORE_OK);
+    assert_int_equal(st->key_lookup(st, hash, &found), STORE_OK);
+    assert_string_equal(found.id, k.id);
+    assert_int_equal(st->app_delete(st, &admin, a.id), STORE_OK);
+    /* Deleting the App revoked its keys: the key fails at once. */
+    assert_int_equal(st->key_lookup(st, hash, &found), STORE_NOT_FOUND);
+    assert_int_equal(st->app_get(st, a.id, &got), STORE_NOT_FOUND);
+    /* The name is free again. */
+    make_app(st, "alpha", &got);
+
+    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM events WHERE kind='app.created'"), 3);
+    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM events WHERE kind='app.updated'"), 1);
+    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM events WHERE kind='app.deleted'"), 1);
+    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM events WHERE kind='key.revoked' "
+                                        "AND actor='admin' AND request_id='req_test'"),
+                     1);
+}
+
+static void test_app_list_pagination(void **state)
+{
+    struct fixture *f = *state;
+    struct store *st = f->st;
+    char name[32], cursor[STORE_CURSOR_LEN] = "";
+    struct store_app a;
+    for (int i = 0; i < 5; i++) {
+        snprintf(name, sizeof name, "app%d", i);
+        make_app(st, name, &a);
+    }
+    size_t seen = 0, pages = 0;
+    do {
+        struct store_app *items;
+        size_t n;
+        char after[STORE_CURSOR_LEN];
+        snprintf(after, sizeof after, "%s", cursor);
+        assert_int_equal(st->app_list(st, after, 2, &items, &n, cursor), STORE_OK);
+        for (size_t i = 0; i < n; i++) {
+            snprintf(name, sizeof name, "app%zu", seen + i);
+            assert_string_equal(items[i].name, name);
+        }
+        seen += n;
+        pages++;
+        store_app_list_free(items, n);
+    } while (cursor[0]);
+    assert_int_equal(seen, 5);
+    assert_int_equal(pages, 3);
+    struct store_app *items;
+    size_t n;
+    assert_int_equal(st->app_list(st, "x1", 2, &items, &n, cursor), STORE_INVALID);
+}
+
+static void test_keys_revoke(void **state)
+{
+    struct fixture *f = *state;
+    struct store *st = f->st;
+    struct store_app a;
+    struct store_key k, found, *keys;
+    size_t n;
+    uint8_t hash[32];
+    make_app(st, "k", &a);
+    sha256("key-1", 5, hash);
+    assert_int_equal(st->key_create(st, &admin, a.id, NULL, "sbx_123456", hash, &k), STORE_OK);
+    assert_int_equal(st->key_lookup(st, hash, &found), STORE_OK);
+    assert_int_equal(st->key_revoke(st, &admin, a.id, k.id), STORE_OK);
+    assert_int_equal(st->key_lookup(st, hash, &found), STORE_NOT_FOUND);
+    /* Revoking twice is fine and writes one event. */
+    assert_int_equal(st->key_revoke(st, &admin, a.id, k.id), STORE_OK);
+    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM events WHERE kind='key.revoked'"), 1);
+    assert_int_equal(st->key_revoke(st, &admin, a.id, "key_nope"), STORE_NOT_FOUND);
+    assert_int_equal(st->key_list(st, a.id, &keys, &n), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_true(keys[0].revoked_at > 0);
+    free(keys);
+    /* The same hash cannot be stored twice. */
+    assert_int_equal(st->key_create(st, &admin, a.id, NULL, "sbx_123456", hash, &k),
+                     STORE_CONFLICT);
+}
+
+static void test_enqueue_order_and_idempotency(void **state)
+{
+    struct fixture *f = *state;
+    struct store *st = f->st;
+    struct store_app a;
+    struct store_session s;
+    struct store_message m;
+    bool replayed;
+    make_app(st, "q", &a);
+    make_session(st, a.id, &s);
+
+    for (int i = 1; i <= 3; i++) {
+        struct store_enqueue e = {a.id, s.id, "{\"n\":1}", NULL, NULL};
+        assert_int_equal(st->message_enqueue(st, &admin, &e, &m, &replayed), STORE_OK);
+        assert_int_equal(m.seq, i);
+        assert_string_equal(m.state, "queued");
+        assert_false(replayed);
+        store_message_clear(&m);
+    }
+    struct store_enqueue ik = {a.id, s.id, "{\"n\":2}", "key-1", "hash-a"};
+    assert_int_equal(st->message_enqueue(st, &admin, &ik, &m, &replayed), STORE_OK);
+    char first_id[STORE_ID_LEN];
+    strcpy(first_id, m.id);
+    assert_int_equal(m.seq, 4);
+    store_message_clear(&m);
+    /* Same key, same request: the original. */
+    assert_int_equal(st->message_enqueue(st, &admin, &ik, &m, &replayed), STORE_OK);
+    assert_true(replayed);
+    assert_string_equal(m.id, first_id);
+    assert_int_equal(m.seq, 4);
+    store_message_clear(&m);
+    /* Same key, different request: conflict, and nothing written. */
+    struct store_enqueue ic = {a.id, s.id, "{\"n\":3}", "key-1", "hash-b"};
+    assert_int_equal(st->message_enqueue(st, &admin, &ic, &m, &replayed), STORE_CONFLICT);
+    struct store_enqueue after = {a.id, s.id, "5", NULL, NULL};
+    assert_int_equal(st->message_enqueue(st, &admin, &after, &m, &replayed), STORE_OK);
+    assert_int_equal(m.seq, 5);
+    store_message_clear(&m);
+
+    struct store_message *items;
+    size_t n;
+    char cursor[STORE_CURSOR_LEN];
+    assert_int_equal(st->message_list(st, a.id, s.id, "", 3, &items, &n, cursor), STORE_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(items[2].seq, 3);
+    assert_string_equal(cursor, "3");
+    store_message_list_free(items, n);
+    assert_int_equal(st->message_list(st, a.id, s.id, cursor, 3, &items, &n, cursor), STORE_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(items[0].seq, 4);
+    assert_string_equal(cursor, "");
+    store_message_list_free(items, n);
+    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM events WHERE kind='message.queued'"),
+                     5);
+    store_session_clear(&s);
+}
+
+struct enqueue_thread {
+    struct store *st;
+    const char *app_id, *session_id;
+    int count;
+    int64_t seqs[50];
+    enum store_status status;
+};
+
+static void *enqueue_worker(void *arg)
+{
+    struct enqueue_thread *t = arg;
+    for (int i = 0; i < t->count; i++) {
+        struct store_enqueue e = {t->app_id, t->session_id, "{\"load\":true}", NULL, NULL};
+        struct store_message m;
+        bool replayed;
+        t->status = t->st->message_enqueue(t->st, &admin, &e, &m, &replayed);
+        if (t->status != STORE_OK)
+            return NULL;
+        t->seqs[i] = m.seq;
+        store_message_clear(&m);
+    }
+    return NULL;
+}
+
+static void test_group_commit_concurrent(void **state)
+{
+    struct fixture *f = *state;
+    struct store *st = f->st;
+    struct store_app a;
+    struct store_session s;
+    enum { THREADS = 16, EACH = 25 };
+    struct enqueue_thread t[THREADS];
+    pthread_t th[THREADS];
+    make_app(st, "gc", &a);
+    make_session(st, a.id, &s);
+
+    for (int i = 0; i < THREADS; i++) {
+        t[i] = (struct enqueue_thread){st, a.id, s.id, EACH, {0}, STORE_OK};
+        assert_int_equal(pthread_create(&th[i], NULL, enqueue_worker, &t[i]), 0);
+    }
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(th[i], NULL);
+
+    static char seen[THREADS * EACH + 1];
+    memset(seen, 0, sizeof seen);
+    for (int i = 0; i < THREADS; i++) {
+        assert_int_equal(t[i].status, STORE_OK);
+        for (int j = 0; j < EACH; j++) {
+            assert_true(t[i].seqs[j] >= 1 && t[i].seqs[j] <= THREADS * EACH);
+            assert_int_equal(seen[t[i].seqs[j]], 0); /* every seq distinct */
+            seen[t[i].seqs[j]] = 1;
+            if (j > 0) /* one caller's messages keep their order */
+                assert_true(t[i].seqs[j] > t[i].seqs[j - 1]);
+        }
+    }
+    /* Every acknowledged message is in the file, read by an independent connection. */
+    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM messages"), THREADS * EACH);
+    assert_int_equal(count_sql(f->path, "SELECT count(DISTINCT seq) FROM messages"),
+                     THREADS * EACH);
+    assert_int_equal(count_sql(f->path, "SELECT next_seq FROM sessions"), THREADS * EACH + 1);
+    /* Fewer transactions than messages: the committer batched them (events record each). */
+    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM events WHERE kind='message.queued'"),
+                     THREADS * EACH);
+    store_session_clear(&s);
+}
+
+/* Commits recorded in the WAL file: frames whose header says "database size after commit". */
+static int count_wal_commits(const char *db_path)
+{
+    char wal[300];
+    unsigned char hdr[32], fh[24];
+    snprintf(wal, sizeof wal, "%s-wal", db_path);
+    FILE *f = fopen(wal, "rb");
+    int commits = 0;
+    if (!f)
+        return 0;
+    if (fread(hdr, 1, 32, f) == 32) {
+        uint32_t page = (uint32_t)hdr[8] << 24 | hdr[9] << 16 | hdr[10] << 8 | hdr[11];
+        while (fread(fh, 1, 24, f) == 24) {
+            if (fh[4] | fh[5] | fh[6] | fh[7])
+                commits++;
+            if (fseek(f, (long)page, SEEK_CUR) != 0)
+                break;
+        }
+    }
+    fclose(f);
+    return commits;
+}
+
+/* Enqueues that pile up while the database is locked go out in one transaction, not one each. */
+static void test_group_commit_batches(void **state)
+{
+    struct fixture *f = *state;
+    struct store *st = f->st;
+    struct store_app a;
+    struct store_session s;
+    enum { THREADS = 16 };
+    struct enqueue_thread t[THREADS];
+    pthread_t th[THREADS];
+    sqlite3 *blocker;
+    make_app(st, "batch", &a);
+    make_session(st, a.id, &s);
+
+    assert_int_equal(sqlite3_open(f->path, &blocker), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(blocker, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL),
+                     SQLITE_OK);
+    assert_int_equal(count_wal_commits(f->path), 0);
+    /* Hold the write lock so that every request queues up behind the committer. */
+    assert_int_equal(sqlite3_exec(blocker, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    for (int i = 0; i < THREADS; i++) {
+        t[i] = (struct enqueue_thread){st, a.id, s.id, 1, {0}, STORE_ERROR};
+        assert_int_equal(pthread_create(&th[i], NULL, enqueue_worker, &t[i]), 0);
+    }
+    usleep(300 * 1000);
+    assert_int_equal(sqlite3_exec(blocker, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(t[i].status, STORE_OK);
+    }
+    sqlite3_close(blocker);
+    int commits = count_wal_commits(f->path);
+    /* One transaction for the request the committer held while blocked, one for the rest. */
+    assert_true(commits >= 1);
+    assert_true(commits <= 3);
+    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM messages"), THREADS);
+    store_session_clear(&s);
+}
+
+static void test_batch_failure_is_isolated(void **state)
+{
+    struct fixture *f = *state;
+    struct store *st = f->st;
+    struct store_app a;
+    struct store_session s;
+    enum { GOOD = 6 };
+    struct enqueue_thread good[GOOD], bad = {0};
+    pthread_t th[GOOD], bad_th;
+    sqlite3 *blocker;
+    make_app(st, "iso", &a);
+    make_session(st, a.id, &s);
+
+    /* Hold the lock so that the good requests and a failing one (unknown Session) share a
+     * batch: the failing row is rolled back to its savepoint, the others commit. */
+    assert_int_equal(sqlite3_open(f->path, &blocker), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(blocker, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    for (int i = 0; i < GOOD / 2; i++) {
+        good[i] = (struct enqueue_thread){st, a.id, s.id, 1, {0}, STORE_ERROR};
+        assert_int_equal(pthread_create(&th[i], NULL, enqueue_worker, &good[i]), 0);
+    }
+    usleep(100 * 1000);
+    bad = (struct enqueue_thread){st, a.id, "ses_missing", 1, {0}, STORE_ERROR};
+    assert_int_equal(pthread_create(&bad_th, NULL, enqueue_worker, &bad), 0);
+    usleep(50 * 1000);
+    for (int i = GOOD / 2; i < GOOD; i++) {
+        good[i] = (struct enqueue_thread){st, a.id, s.id, 1, {0}, STORE_ERROR};
+        assert_int_equal(pthread_create(&th[i], NULL, enqueue_worker, &good[i]), 0);
+    }
+    usleep(100 * 1000);
+    assert_int_equal(sqlite3_exec(blocker, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(blocker);
+    pthread_join(bad_th, NULL);
+    assert_int_equal(bad.status, STORE_NOT_FOUND);
+    for (int i = 0; i < GOOD; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(good[i].status, STORE_OK);
+    }
+    /* Seqs 1..GOOD, no gap left by the failed row. */
+    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM messages"), GOOD);
+    assert_int_equal(count_sql(f->path, "SELECT max(seq) FROM messages"), GOOD);
+    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM events WHERE kind='message.queued'"),
+                     GOOD);
+    store_session_clear(&s);
+}
+
+static void test_cross_app_scoping(void **state)
+{
+    struct fixture *f = *state;
+    struct store *st = f->st;
+    struct store_app a, b;
+    struct store_session s, got;
+    struct store_message m, gm;
+    struct store_workspace w, gw;
+    bool replayed, created;
+    make_app(st, "owner", &a);
+    make_app(st, "other", &b);
+    make_session(st, a.id, &s);
+    struct store_enqueue e = {a.id, s.id, "{}", NULL, NULL};
+    assert_int_equal(st->message_enqueue(st, &admin, &e, &m, &replayed), STORE_OK);
+    assert_int_equal(st->workspace_create(st, &admin, a.id, "w", "/tmp/x", &w), STORE_OK);
+
+    assert_int_equal(st->session_get(st, b.id, s.id, &got), STORE_NOT_FOUND);
+    assert_int_equal(st->message_get(st, b.id, s.id, m.id, &gm), STORE_NOT_FOUND);
+    assert_int_equal(st->workspace_get(st, b.id, w.id, &gw), STORE_NOT_FOUND);
+    assert_int_equal(st->session_delete(st, &admin, b.id, s.id), STORE_NOT_FOUND);
+    struct store_enqueue e2 = {b.id, s.id, "{}", NULL, NULL};
+    assert_int_equal(st->message_enqueue(st, &admin, &e2, &gm, &replayed), STORE_NOT_FOUND);
+    assert_int_equal(st->workspace_delete(st, &admin, b.id, w.id, NULL), STORE_NOT_FOUND);
+    /* Another App's Workspace cannot be attached. */
+    assert_int_equal(st->session_create(st, &admin, b.id, NULL, 0, w.id, NULL, &got, &created),
+                     STORE_INVALID);
+    /* Another App's list is empty. */
+    struct store_session *items;
+    size_t n;
+    char cursor[STORE_CURSOR_LEN];
+    assert_int_equal(st->session_list(st, b.id, "", 50, &items, &n, cursor), STORE_OK);
+    assert_int_equal(n, 0);
+    free(items);
+    /* The owner still sees everything. */
+    assert_int_equal(st->message_get(st, a.id, s.id, m.id, &gm), STORE_OK);
+    store_message_clear(&gm);
+    store_message_clear(&m);
+    store_session_clear(&s);
+}
+
+static void test_session_names_and_workspaces(void **state)
+{
+    struct fixture *f = *state;
+    struct store *st = f->st;
+    struct store_app a;
+    struct store_session s1, s2;
+    struct store_workspace w;
+    bool created;
+    make_app(st, "names", &a);
+    assert_int_equal(st->workspace_create(st, &admin, a.id, NULL, "/tmp/d", &w), STORE_OK);
+    assert_int_equal(
+        st->session_create(st, &admin, a.id, "bob", 30, w.id, "{\"k\":1}", &s1, &created),
+        STORE_OK);
+    assert_true(created);
+    assert_int_equal(s1.effective_keep_alive_seconds, 30);
+    assert_string_equal(s1.workspace_id, w.id);
+    assert_int_equal(st->session_create(st, &admin, a.id, "bob", 0, NULL, NULL, &s2, &created),
+                     STORE_OK);
+    assert_false(created);
+    assert_string_equal(s2.id, s1.id);
+    store_session_clear(&s2);
+
+    /* Attached: the Workspace cannot go. */
+    assert_int_equal(st->workspace_delete(st, &admin, a.id, w.id, NULL), STORE_CONFLICT);
+
+    int64_t clear = 0;
+    struct store_session_patch p = {.metadata_json = "{\"x\":2}", .keep_alive_seconds = &clear};
+    assert_int_equal(st->session_update(st, &admin, a.id, s1.id, &p, &s2), STORE_OK);
+    assert_int_equal(s2.keep_alive_seconds, 0);
+    assert_int_equal(s2.effective_keep_alive_seconds, 60);
+    assert_string_equal(s2.metadata_json, "{\"x\":2}");
+    store_session_clear(&s2);
+
+    struct store_message m;
+    bool replayed;
+    struct store_enqueue e = {a.id, s1.id, "{\"secret\":\"body\"}", NULL, NULL};
+    assert_int_equal(st->message_enqueue(st, &admin, &e, &m, &replayed), STORE_OK);
+    assert_int_equal(st->session_delete(st, &admin, a.id, s1.id), STORE_OK);
+    assert_int_equal(st->session_get(st, a.id, s1.id, &s2), STORE_NOT_FOUND);
+    struct store_message gm;
+    assert_int_equal(st->message_get(st, a.id, s1.id, m.id, &gm), STORE_NOT_FOUND);
+    /* Scrubbed: no body, no metadata; the unfinished message failed; stop requested. */
+    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM messages WHERE body LIKE '%secret%'"),
+                     0);
+    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM messages WHERE state='failed'"), 1);
+    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM sessions WHERE state='deleted' "
+                                        "AND stop_requested_at IS NOT NULL AND metadata='{}'"),
+                     1);
+    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM events WHERE kind IN "
+                                        "('session.deleted','message.failed')"),
+                     2);
+    /* Detached now: the Workspace can go, and the name is free. */
+    assert_int_equal(st->workspace_delete(st, &admin, a.id, w.id, NULL), STORE_OK);
+    assert_int_equal(st->session_create(st, &admin, a.id, "bob", 0, NULL, NULL, &s2, &created),
+                     STORE_OK);
+    assert_true(created);
+    store_session_clear(&s2);
+    store_message_clear(&m);
+    store_session_clear(&s1);
+}
+
+static void test_sandbox_stop_and_pool(void **state)
+{
+    struct fixture *f = *state;
+    struct store *st = f->st;
+    struct store_app a, b;
+    struct store_session s;
+    struct store_sandbox sb;
+    make_app(st, "sb", &a);
+    make_app(st, "sb2", &b);
+    make_session(st, a.id, &s);
+    /* Sandboxes are written by workers; insert them as a worker would. */
+    sqlite3 *db;
+    char sql[1024];
+    assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+    snprintf(sql, sizeof sql,
+             "INSERT INTO sandboxes (id, state, driver, image, vcpu_count, mem_size_mib, "
+             "worker_id, app_id, session_id, created_at, updated_at) VALUES "
+             "('sbx_run', 'running', 'process', 'default', 1, 256, 'wrk_1', '%s', '%s', 1, 1),"
+             "('sbx_warm', 'warm', 'process', 'default', 1, 256, 'wrk_1', NULL, NULL, 1, 1),"
+             "('sbx_dead', 'terminated', 'process', 'default', 1, 256, 'wrk_1', '%s', '%s', 1, 1)",
+             a.id, s.id, a.id, s.id);
+    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+
+    assert_int_equal(st->sandbox_get(st, b.id, "sbx_run", &sb), STORE_NOT_FOUND);
+    assert_int_equal(st->sandbox_get(st, a.id, "sbx_warm", &sb), STORE_NOT_FOUND);
+    assert_int_equal(st->sandbox_get(st, "", "sbx_warm", &sb), STORE_OK);
+    assert_int_equal(st->sandbox_request_stop(st, &admin, a.id, "sbx_dead", &sb), STORE_CONFLICT);
+    assert_int_equal(st->sandbox_request_stop(st, &admin, a.id, "sbx_run", &sb), STORE_OK);
+    assert_true(sb.stop_requested_at > 0);
+    assert_int_equal(st->sandbox_request_stop(st, &admin, a.id, "sbx_run", &sb), STORE_OK);
+    assert_int_equal(
+        count_sql(f->path, "SELECT count(*) FROM events WHERE kind='sandbox.stop_requested'"), 1);
+
+    struct store_sandbox *items;
+    size_t n;
+    char cursor[STORE_CURSOR_LEN];
+    assert_int_equal(st->sandbox_list(st, a.id, "", 50, &items, &n, cursor), STORE_OK);
+    assert_int_equal(n, 2);
+    free(items);
+    assert_int_equal(st->sandbox_list(st, "", "", 50, &items, &n, cursor), STORE_OK);
+    assert_int_equal(n, 3);
+    free(items);
+
+    struct store_pool_stat *ps;
+    assert_int_equal(st->pool_stats(st, &ps, &n), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(ps[0].warm, 1);
+    assert_int_equal(ps[0].claimed, 1);
+    free(ps);
+
+    struct store_counts c;
+    assert_int_equal(st->counts(st, &c), STORE_OK);
+    assert_int_equal(c.sandboxes_by_state[1], 1); /* warm */
+    assert_int_equal(c.sandboxes_by_state[3], 1); /* running */
+    assert_int_equal(c.sessions_by_state[0], 1);  /* idle */
+
+    struct store_event *ev;
+    assert_int_equal(st->event_list(st, b.id, NULL, 0, 100, &ev, &n), STORE_OK);
+    for (size_t i = 0; i < n; i++)
+        assert_string_equal(ev[i].app_id, b.id);
+    store_event_list_free(ev, n);
+    assert_int_equal(st->event_list(st, a.id, s.id, 0, 100, &ev, &n), STORE_OK);
+    assert_true(n >= 2);
+    assert_string_equal(ev[0].kind, "session.created");
+    assert_true(ev[1].id > ev[0].id);
+    store_event_list_free(ev, n);
+    store_session_clear(&s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_migrations_applied, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_app_crud_and_events, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_app_list_pagination, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_keys_revoke, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_enqueue_order_and_idempotency, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_group_commit_concurrent, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_group_commit_batches, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_failure_is_isolated, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cross_app_scoping, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_session_names_and_workspaces, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sandbox_stop_and_pool, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,373 @@
+// bench.mjs: the benchmark scenarios of `tools/sbx bench`. Each scenario names a baseline
+// measured in the same run and prints the ratio. Benchmarks never fail on a number: they print.
+//
+//   node tools/bench/bench.mjs <build dir> <output dir> [scenario ...]
+//
+// Scenarios: ingestion, warm, burst, cold, expiry, scale (default: all).
+import { spawn, execFileSync } from 'node:child_process';
+import { mkdirSync, writeFileSync, appendFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, dirname, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import net from 'node:net';
+import { Sbx, runWrk, summarize, sleep, freePort, writeJson } from './lib.mjs';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const buildDir = resolve(process.argv[2] || 'build');
+const outDir = resolve(process.argv[3] || join(buildDir, 'bench'));
+const wanted = process.argv.slice(4);
+const all = ['ingestion', 'warm', 'burst', 'cold', 'expiry', 'scale'];
+const scenarios = wanted.length ? wanted : all;
+mkdirSync(outDir, { recursive: true });
+
+const rows = [];
+const results = { machine: `${process.platform} ${execFileSync('nproc').toString().trim()} cores`, date: new Date().toISOString(), scenarios: {} };
+const samples = {}; // latency samples for the plot
+
+function row(scenario, measure, value, baselineName, baseline, unit, note = '') {
+  const ratio = baseline ? value / baseline : NaN;
+  const r = { scenario, measure, value, unit, baselineName, baseline, ratio, note };
+  rows.push(r);
+  appendFileSync(join(outDir, 'results.jsonl'), JSON.stringify({ at: new Date().toISOString(), ...r }) + '\n');
+  const f = (v) => (Number.isFinite(v) ? (Math.abs(v) >= 100 ? v.toFixed(0) : v.toFixed(2)) : '-');
+  console.log(
+    `${scenario.padEnd(11)} ${measure.padEnd(30)} ${(f(value) + ' ' + unit).padEnd(16)} ${(baselineName || '-').padEnd(22)} ${(f(baseline) + ' ' + (baseline ? unit : '')).padEnd(16)} ${f(ratio).padStart(7)}  ${note}`,
+  );
+}
+
+function header() {
+  console.log(
+    `${'scenario'.padEnd(11)} ${'measure'.padEnd(30)} ${'sbx'.padEnd(16)} ${'baseline'.padEnd(22)} ${'baseline value'.padEnd(16)} ${'ratio'.padStart(7)}`,
+  );
+  console.log('-'.repeat(110));
+}
+
+// ---- baselines ----
+
+async function startNginx() {
+  const port = await freePort();
+  const prefix = mkdtempSync(join(tmpdir(), 'sbx-bench-nginx-'));
+  const conf = join(prefix, 'nginx.conf');
+  writeFileSync(
+    conf,
+    `worker_processes 2;
+daemon off;
+pid ${prefix}/nginx.pid;
+error_log ${prefix}/error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path ${prefix}/body;
+  server {
+    listen 127.0.0.1:${port};
+    location / {
+      default_type application/json;
+      return 202 '{"id":"msg_00000000000000000000","sessionId":"ses_00000000000000000000","seq":1,"state":"queued"}';
+    }
+  }
+}
+`,
+  );
+  const p = spawn('nginx', ['-p', prefix, '-c', conf], { stdio: 'ignore' });
+  for (let i = 0; i < 100; i++) {
+    try {
+      await fetch(`http://127.0.0.1:${port}/`);
+      break;
+    } catch {
+      await sleep(50);
+    }
+  }
+  return {
+    url: `http://127.0.0.1:${port}`,
+    stop: async () => {
+      p.kill('SIGTERM');
+      await new Promise((r) => p.on('exit', r));
+      rmSync(prefix, { recursive: true, force: true });
+    },
+  };
+}
+
+// One JSON line to the echo agent and back over a pipe, no sbx in between.
+async function pipeBaseline(runs) {
+  const agent = spawn(join(buildDir, 'agent/sbx-echo-agent'), [], { stdio: ['pipe', 'pipe', 'ignore'] });
+  let buf = '';
+  let waiter = null;
+  agent.stdout.on('data', (d) => {
+    buf += d;
+    const i = buf.indexOf('\n');
+    if (i >= 0 && waiter) {
+      buf = buf.slice(i + 1);
+      const w = waiter;
+      waiter = null;
+      w();
+    }
+  });
+  const out = [];
+  for (let i = 0; i < runs; i++) {
+    const t0 = performance.now();
+    await new Promise((r) => {
+      waiter = r;
+      agent.stdin.write(JSON.stringify({ id: `msg_${i}`, seq: i + 1, body: { hello: 'world' } }) + '\n');
+    });
+    out.push(performance.now() - t0);
+  }
+  agent.kill();
+  return out;
+}
+
+// ---- scenarios ----
+
+async function ingestion(label = 'ingestion', dataDir) {
+  const sbx = new Sbx(buildDir, { SBX_POOL_SIZE: '0' });
+  await sbx.start({ gatewayOnly: true, dataDir });
+  await sbx.app();
+  const ids = [];
+  for (let i = 0; i < 100; i++) ids.push((await sbx.session()).id);
+  const sessionsFile = join(outDir, 'sessions.txt');
+  writeFileSync(sessionsFile, ids.join('\n') + '\n');
+  const nginx = label === 'ingestion' ? await startNginx() : null;
+  const out = {};
+  for (const c of [1, 16, 64]) {
+    if (label !== 'ingestion' && c !== 16) continue;
+    const env = { SBX_BENCH_KEY: sbx.key, SBX_BENCH_SESSIONS: sessionsFile };
+    const s = runWrk({ url: sbx.base, connections: c, seconds: 5, script: join(here, 'post.lua'), env });
+    let n = null;
+    if (nginx) n = runWrk({ url: nginx.url, connections: c, seconds: 5, script: join(here, 'post.lua'), env });
+    out[c] = { sbx: s, nginx: n };
+    if (nginx) {
+      row(label, `POST msg c=${c} throughput`, s.rps, 'nginx fixed 202', n.rps, 'req/s', s.non2xx ? `${s.non2xx} non-2xx!` : '');
+      row(label, `POST msg c=${c} p50`, s.p50, 'nginx fixed 202', n.p50, 'ms');
+      row(label, `POST msg c=${c} p99`, s.p99, 'nginx fixed 202', n.p99, 'ms');
+    }
+  }
+  if (nginx) await nginx.stop();
+  const durable = sbx.sql("SELECT count(*) AS n FROM messages")[0].n;
+  await sbx.stop({ keep: !!dataDir });
+  results.scenarios[label] = { ...out, messagesOnDisk: durable };
+  return out;
+}
+
+async function warmRuns(sbx, runs) {
+  const out = [];
+  for (let i = 0; i < runs; i++) {
+    const s = await sbx.session({ keepAliveSeconds: 1 });
+    await sbx.waitWarm(1);
+    const t0 = performance.now();
+    const m = await sbx.roundTrip(s.id, { hello: 'world', i });
+    out.push(performance.now() - t0);
+    if (m.state !== 'completed') throw new Error(`message ${m.id} ended ${m.state}: ${m.error}`);
+  }
+  return out;
+}
+
+async function warm(label = 'warm', dataDir, runs = 50) {
+  const sbx = new Sbx(buildDir, { SBX_POOL_SIZE: '2' });
+  await sbx.start({ dataDir });
+  await sbx.app({ keepAliveSeconds: 1 });
+  await warmRuns(sbx, 3); // the first activations pay for page faults and statement preparation
+  const lat = await warmRuns(sbx, runs);
+  await sbx.stop({ keep: !!dataDir });
+  const base = await pipeBaseline(runs);
+  const s = summarize(lat), b = summarize(base);
+  samples[label] = lat;
+  samples['pipe baseline'] = base;
+  row(label, 'POST to reply p50', s.p50, 'echo agent over pipe', b.p50, 'ms', `overhead ${(s.p50 - b.p50).toFixed(2)} ms`);
+  row(label, 'POST to reply p99', s.p99, 'echo agent over pipe', b.p99, 'ms', `n=${runs}`);
+  results.scenarios[label] = { sbx: s, pipe: b };
+  return s;
+}
+
+async function burst() {
+  const n = 100;
+  const sbx = new Sbx(buildDir, { SBX_POOL_SIZE: String(n) });
+  await sbx.start();
+  await sbx.app({ keepAliveSeconds: 5 });
+  const sessions = [];
+  for (let i = 0; i < n; i++) sessions.push((await sbx.session()).id);
+  const tBoot = performance.now();
+  await sbx.waitWarm(n, 300000);
+  const bootAll = performance.now() - tBoot;
+  const t0 = performance.now();
+  const done = await Promise.all(sessions.map((id) => sbx.roundTrip(id, { burst: true })));
+  const total = performance.now() - t0;
+  const failed = done.filter((m) => m.state !== 'completed').length;
+  const cold = sbx.sql('SELECT count(*) AS n FROM sandboxes WHERE cold = 1')[0].n;
+  await sbx.stop();
+  row('burst', `${n} activations, all replies`, total, `one warm activation x${n}`, results.scenarios.warm ? results.scenarios.warm.sbx.p50 * n : NaN, 'ms', `${(n / (total / 1000)).toFixed(0)} activations/s, ${cold} cold, ${failed} failed`);
+  results.scenarios.burst = { n, totalMs: total, activationsPerSecond: n / (total / 1000), cold, failed, poolFillMs: bootAll };
+}
+
+async function cold() {
+  const runs = 20;
+  const sbx = new Sbx(buildDir, { SBX_POOL_SIZE: '0' });
+  await sbx.start();
+  await sbx.app({ keepAliveSeconds: 1 });
+  const lat = [];
+  for (let i = 0; i < runs + 2; i++) {
+    const s = await sbx.session({ keepAliveSeconds: 1 });
+    const t0 = performance.now();
+    const m = await sbx.roundTrip(s.id, { i });
+    if (i >= 2) lat.push(performance.now() - t0);
+    if (m.state !== 'completed') throw new Error(`cold message ended ${m.state}`);
+  }
+  await sbx.stop();
+  const c = summarize(lat);
+  samples['process cold'] = lat;
+  const w = results.scenarios.warm ? results.scenarios.warm.sbx : null;
+  row('cold', 'process: cold POST to reply p50', c.p50, 'process warm p50', w ? w.p50 : NaN, 'ms', `n=${runs}`);
+  results.scenarios.cold = { process: { cold: c, warm: w } };
+
+  // The qemu driver, when its guest image has been built and qemu exists (TCG: slow boots).
+  const guest = join(buildDir, 'guest');
+  let haveQemu = false;
+  try {
+    execFileSync('which', ['qemu-system-x86_64']);
+    haveQemu = existsSync(join(guest, 'vmlinuz'));
+  } catch {}
+  if (!haveQemu) {
+    console.log('cold        qemu: skipped (no qemu-system-x86_64 or no guest image in build/guest)');
+    return;
+  }
+  const qruns = 3;
+  for (const pool of ['0', '1']) {
+    const q = new Sbx(buildDir, { SBX_POOL_SIZE: pool, SBX_GUEST_DIR: guest });
+    await q.start();
+    await q.app({ driver: 'qemu', keepAliveSeconds: 1, memSizeMib: 256 });
+    const l = [];
+    for (let i = 0; i < qruns; i++) {
+      const s = await q.session({ keepAliveSeconds: 1 });
+      if (pool === '1') await q.waitWarm(1, 120000);
+      const t0 = performance.now();
+      const m = await q.roundTrip(s.id, { i });
+      l.push(performance.now() - t0);
+      if (m.state !== 'completed') throw new Error(`qemu message ended ${m.state}: ${m.error}`);
+    }
+    await q.stop();
+    results.scenarios.cold['qemu_pool' + pool] = summarize(l);
+    samples[pool === '0' ? 'qemu cold' : 'qemu warm'] = l;
+  }
+  const qc = results.scenarios.cold.qemu_pool0, qw = results.scenarios.cold.qemu_pool1;
+  row('cold', 'qemu: cold POST to reply p50', qc.p50, 'qemu warm p50', qw.p50, 'ms', `n=${qruns}, TCG`);
+}
+
+async function expiry() {
+  const n = 200;
+  const sbx = new Sbx(buildDir, { SBX_POOL_SIZE: '20' });
+  await sbx.start();
+  await sbx.app({ keepAliveSeconds: 1 });
+  const ids = [];
+  for (let i = 0; i < n; i++) ids.push((await sbx.session({ keepAliveSeconds: 1 + (i % 5) })).id);
+  await Promise.all(ids.map((id) => sbx.roundTrip(id, { expiry: true })));
+  // Wait for the last deadline (5 s) plus margin, then read the lateness from the audit data.
+  for (let i = 0; i < 100; i++) {
+    await sleep(500);
+    const live = sbx.sql(`SELECT count(*) AS n FROM sandboxes WHERE session_id IS NOT NULL AND state NOT IN ('terminated','failed')`)[0].n;
+    if (live === 0) break;
+  }
+  const late = sbx.sql(`
+    SELECT b.terminated_at - (m.last_done + s.keep_alive_seconds * 1000) AS late_ms
+    FROM sandboxes b
+    JOIN sessions s ON s.id = b.session_id
+    JOIN (SELECT sandbox_id, max(completed_at) AS last_done FROM messages GROUP BY sandbox_id) m ON m.sandbox_id = b.id
+    WHERE b.terminated_at IS NOT NULL`).map((r) => r.late_ms);
+  await sbx.stop();
+  const s = summarize(late);
+  samples['expiry lateness'] = late;
+  row('expiry', 'termination lateness p50', s.p50, 'deadline', 0, 'ms', `n=${s.n}`);
+  row('expiry', 'termination lateness p99', s.p99, 'target 100 ms', 100, 'ms', `max ${s.max} ms`);
+  results.scenarios.expiry = s;
+}
+
+async function scale() {
+  // A database with 100,000 Sessions and 1,000,000 messages, generated here, then the ingestion
+  // and warm activation figures again, as ratios to the empty-database run above.
+  const dataDir = mkdtempSync(join(tmpdir(), 'sbx-bench-scale-'));
+  const seed = new Sbx(buildDir, { SBX_POOL_SIZE: '0' });
+  await seed.start({ gatewayOnly: true, dataDir });
+  const app = await seed.app({ keepAliveSeconds: 1 });
+  await seed.stop({ keep: true });
+  const t0 = performance.now();
+  execFileSync('sqlite3', [join(dataDir, 'sbx.db')], {
+    input: `PRAGMA journal_mode=WAL; BEGIN;
+      WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100000)
+      INSERT INTO sessions (id, app_id, state, next_seq, created_at, updated_at)
+        SELECT printf('ses_scale%011d', i), '${app.id}', 'idle', 11, 0, 0 FROM n;
+      WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 999999)
+      INSERT INTO messages (id, session_id, app_id, seq, state, body, reply, attempts, max_attempts, created_at, updated_at, completed_at)
+        SELECT printf('msg_scale%011d', i), printf('ses_scale%011d', i / 10 + 1), '${app.id}', i % 10 + 1, 'completed', '{"n":1}', '{"echo":{"n":1}}', 1, 3, 0, 0, 0 FROM n;
+      COMMIT;`,
+  });
+  const genMs = performance.now() - t0;
+  console.log(`scale       generated 100,000 Sessions and 1,000,000 messages in ${(genMs / 1000).toFixed(1)} s`);
+  const ing = await ingestion('scale-ingest', dataDir);
+  const w = await warm('scale-warm', dataDir, 20);
+  const empty = results.scenarios.ingestion;
+  row('scale', 'POST msg c=16 throughput', ing[16].sbx.rps, 'empty database', empty ? empty[16].sbx.rps : NaN, 'req/s', 'target ratio >= 0.8');
+  row('scale', 'warm POST to reply p50', w.p50, 'empty database', results.scenarios.warm ? results.scenarios.warm.sbx.p50 : NaN, 'ms', 'latency: lower is better');
+
+  // Gateway memory while 10,000 long polls wait.
+  const sbx = new Sbx(buildDir, { SBX_POOL_SIZE: '0' });
+  await sbx.start({ gatewayOnly: true, dataDir });
+  await sbx.app();
+  const s = await sbx.session();
+  const m = await sbx.post(s.id, { waiting: true });
+  const before = sbx.rssBytes();
+  const sockets = [];
+  const n = 10000;
+  const path = `/v1/sessions/${s.id}/messages/${m.id}?wait=60`;
+  for (let i = 0; i < n; i++) {
+    const sock = net.connect(sbx.port, '127.0.0.1');
+    sock.on('error', () => {});
+    sock.write(`GET ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${sbx.key}\r\n\r\n`);
+    sockets.push(sock);
+    if (i % 500 === 499) await sleep(20);
+  }
+  await sleep(2000);
+  const after = sbx.rssBytes();
+  const answered = sockets.filter((x) => x.bytesRead > 0).length;
+  for (const x of sockets) x.destroy();
+  await sbx.stop();
+  rmSync(dataDir, { recursive: true, force: true });
+  const per = (after - before) / n;
+  row('scale', 'gateway RSS per waiting poll', per, '-', 0, 'bytes', `${n} waiting, ${answered} answered early, RSS ${(after / 1048576).toFixed(1)} MiB`);
+  results.scenarios.scale = { generateMs: genMs, ingestion: ing, warm: w, rssBefore: before, rssAfter: after, bytesPerWaitingPoll: per };
+}
+
+function plot() {
+  const names = Object.keys(samples).filter((k) => samples[k].length);
+  if (!names.length) return;
+  const files = names.map((k, i) => {
+    const f = join(outDir, `samples-${i}.dat`);
+    const s = [...samples[k]].sort((a, b) => a - b);
+    writeFileSync(f, s.map((v, j) => `${v} ${(j + 1) / s.length}`).join('\n') + '\n');
+    return [k, f];
+  });
+  const plots = files.map(([k, f]) => `'${f}' using 1:2 with steps title '${k}'`).join(', ');
+  for (const [term, ext] of [['pngcairo size 1000,600', 'png'], ['svg size 1000,600', 'svg']]) {
+    const script = `set terminal ${term}\nset output '${join(outDir, 'latency.' + ext)}'\nset logscale x\nset xlabel 'latency (ms, log scale)'\nset ylabel 'fraction of requests'\nset key bottom right\nset grid\nset title 'sbx latency distributions (CDF)'\nplot ${plots}\n`;
+    try {
+      execFileSync('gnuplot', [], { input: script });
+    } catch (e) {
+      console.log(`plot: gnuplot failed for ${ext}: ${e.message}`);
+    }
+  }
+}
+
+header();
+const fns = { ingestion, warm, burst, cold, expiry, scale };
+for (const name of scenarios) {
+  if (!fns[name]) {
+    console.error(`unknown scenario ${name}; known: ${all.join(', ')}`);
+    process.exit(2);
+  }
+  try {
+    await fns[name]();
+  } catch (e) {
+    console.log(`${name.padEnd(11)} FAILED: ${e.message}`);
+    results.scenarios[name] = { error: e.message };
+  }
+}
+plot();
+results.rows = rows;
+writeJson(join(outDir, 'results.json'), results);
+console.log(`\nresults: ${join(outDir, 'results.json')}; plot: ${join(outDir, 'latency.png')} and latency.svg`);
