@@ -235,6 +235,29 @@ ip link show "$IF4" >/dev/null 2>&1 && bad "tap $IF4 left" || ok "tap removed"
 ctl list | grep -q "sbx_test2" && bad "Sandbox 2's element left" || ok "Sandbox 2's element removed"
 ctl list | grep -q "sbx_test3" && ok "Sandbox 3 kept" || bad "Sandbox 3 lost"
 
+echo "# reconciliation against the store (what the workers recorded as live)"
+DB="$TMP/sbx.db"
+LIVE_ID=$("$CTL" store-insert "$DB") || bad "store-insert"
+DEAD_ID=$("$CTL" store-insert "$DB") || bad "store-insert"
+start_sandbox_process || bad "Sandbox 7 process"
+read -r IF7 ADDR7 _ < <(ctl attach "$LIVE_ID" "$NEW_PID") || bad "attach live"
+start_sandbox_process || bad "Sandbox 8 process"
+read -r IF8 ADDR8 _ < <(ctl attach "$DEAD_ID" "$NEW_PID") || bad "attach dead"
+read -r IF9 _ < <(ctl tap sbx_never_recorded) || bad "tap unrecorded"
+"$CTL" store-finish "$DB" "$DEAD_ID" || bad "store-finish"
+rep=$(ctl store-reconcile "$DB")
+# Sandbox 3 (sbx_test3) is not in this store either: it goes too.
+[ "$rep" = "links 3 elements 3" ] && ok "store reconcile removed the terminated and unknown ($rep)" ||
+    bad "store reconcile: $rep"
+ip link show "$IF7" >/dev/null 2>&1 && ok "the live Sandbox's link kept" || bad "live link removed"
+ctl list | grep -q "$LIVE_ID" && ok "the live Sandbox's element kept" || bad "live element removed"
+ip link show "$IF8" >/dev/null 2>&1 && bad "terminated Sandbox's link kept" || ok "terminated Sandbox's link removed"
+ip link show "$IF9" >/dev/null 2>&1 && bad "unrecorded tap kept" || ok "unrecorded tap removed"
+ctl release "$LIVE_ID" "$ADDR7" || bad "release live"
+start_sandbox_process || bad "Sandbox 3 again"
+SB3_PID=$NEW_PID
+read -r IF3 ADDR3 GW3 < <(ctl attach sbx_test3 "$SB3_PID") || bad "attach 3 again"
+
 echo "# a VMM in a namespace of its own (Firecracker's jailer --netns): tap bridged to the veth"
 V=sbxv$$
 G=sbxg$$
