@@ -110,7 +110,8 @@ const struct net_pool *net_worker_pool(void);
 int net_sandbox_attach_netns_tap(const char *sandbox_id, const char *netns_path,
                                  const char *tap_name, uid_t uid, gid_t gid, struct net_link *out,
                                  char *err, size_t errlen);
-/* NFS Workspace attached (true) or detached (false): TCP 2049 to the host allowed or not. */
+/* NFS Workspace attached (true) or detached (false): new TCP connections to the host's 2049
+ * allowed or not; on detach the Sandbox's open connections to 2049 are ended too (conntrack). */
 int net_sandbox_set_nfs(const struct net_link *link, bool attached, char *err, size_t errlen);
 /* Terminate and reap: removes the Sandbox's firewall elements and its interface. net_address is
  * what the store recorded (the Sandbox side address, "" or NULL if unknown: then the owner is

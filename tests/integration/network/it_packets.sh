@@ -134,7 +134,24 @@ expect blocked "UDP 53 to the host" udp "$GW1" 53
 expect blocked "TCP 2049 to the host without NFS" tcp "$GW1" 2049
 ctl nfs sbx_test1 "$ADDR1" on || bad "nfs on"
 expect answered "TCP 2049 to the host with NFS attached" tcp "$GW1" 2049
+# An NFS connection open across a change: kept across a repeated attach (the control), cut by
+# the detach (the rule refuses new connections; the detach ends the open ones).
+hold() { # hold NAME: an open connection to 2049 in the background, once it is open
+    rm -f "$TMP/go"
+    nsenter -t "$SB_PID" -n "$PROBE" tcp-hold "$GW1" 2049 "$TMP/go" --timeout 1000 >"$TMP/$1" &
+    HOLD=$!
+    for _ in $(seq 1 300); do grep -q open "$TMP/$1" 2>/dev/null && return 0; sleep 0.01; done
+    bad "no open connection for $1"
+}
+hold kept
+ctl nfs sbx_test1 "$ADDR1" on || bad "nfs on again"
+touch "$TMP/go"
+wait $HOLD && ok "an open NFS connection survives a repeated attach" || bad "kept: $(cat "$TMP/kept")"
+hold cut
 ctl nfs sbx_test1 "$ADDR1" off || bad "nfs off"
+touch "$TMP/go"
+wait $HOLD
+[ $? -eq 1 ] && ok "NFS detach cuts the open connection" || bad "cut: $(cat "$TMP/cut")"
 expect blocked "TCP 2049 to the host after NFS detach" tcp "$GW1" 2049
 
 echo "# private networks, metadata, special-use ranges"
