@@ -17,3 +17,8 @@ add_test(NAME unit.process.agent_json COMMAND test_agent_json)
 add_executable(test_jail ${CMAKE_CURRENT_LIST_DIR}/unit/test_jail.c)
 target_link_libraries(test_jail PRIVATE sbxworker PkgConfig::CMOCKA)
 add_test(NAME unit.process.jail COMMAND test_jail)
+
+add_test(NAME it.process.rootfs
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/integration/process/rootfs_test.sh
+                 ${CMAKE_SOURCE_DIR}/tools/build-rootfs $<TARGET_FILE:sbx-agent>
+                 $<TARGET_FILE:sbx-echo-agent>)

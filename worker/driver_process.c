@@ -162,8 +162,10 @@ struct child_plan {
     uid_t uid;
     gid_t gid;
     bool drop_privileges; /* false in a user namespace, where only our own uid is mapped */
-    int sync_fd;          /* read end: one byte when the parent is done, EOF when it died */
-    int error_fd;         /* write end: "<step>: <errno>" when a step fails */
+    uid_t outer_uid;      /* the worker's ids, mapped to 0 in a user namespace */
+    gid_t outer_gid;
+    int sync_fd;  /* read end: one byte when the parent is done, EOF when it died */
+    int error_fd; /* write end: "<step>: <errno>" when a step fails */
     int channel_fd;
 };
 
@@ -303,6 +305,29 @@ static void child_drop_privileges(const struct child_plan *p)
         child_fail(p, "pdeathsig");
 }
 
+static void child_write_file(const struct child_plan *p, const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text))
+        child_fail(p, path);
+    close(fd);
+}
+
+/* In a user namespace (worker not root) only our own ids can be mapped, to root inside. The child
+ * writes its own maps, which an unprivileged process may do for its own user namespace. */
+static void child_map_user_namespace(const struct child_plan *p)
+{
+    char map[64];
+    /* A worker that dropped root is not dumpable, which makes its /proc files root's. */
+    if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0)
+        child_fail(p, "set dumpable");
+    child_write_file(p, "/proc/self/setgroups", "deny");
+    snprintf(map, sizeof map, "0 %u 1\n", (unsigned)p->outer_uid);
+    child_write_file(p, "/proc/self/uid_map", map);
+    snprintf(map, sizeof map, "0 %u 1\n", (unsigned)p->outer_gid);
+    child_write_file(p, "/proc/self/gid_map", map);
+}
+
 static void child_main(const struct child_plan *p)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
@@ -310,6 +335,8 @@ static void child_main(const struct child_plan *p)
     if (read(p->sync_fd, &go, 1) != 1)
         _exit(1); /* the parent gave up or died */
     close(p->sync_fd);
+    if (!p->drop_privileges)
+        child_map_user_namespace(p);
     child_build_root(p);
     if (sethostname(p->hostname, strlen(p->hostname)) != 0)
         child_fail(p, "sethostname");
@@ -359,34 +386,6 @@ static int fd_above_floor(int fd)
     return moved;
 }
 
-static int write_id_map(pid_t pid, const char *file, const char *text)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, file);
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = write(fd, text, strlen(text));
-    close(fd);
-    return n == (ssize_t)strlen(text) ? 0 : -1;
-}
-
-/* In a user namespace (worker not root) only our own ids can be mapped: to root inside. */
-static int map_user_namespace(pid_t pid, char *err, size_t errlen)
-{
-    char map[64];
-    snprintf(map, sizeof map, "0 %u 1\n", (unsigned)geteuid());
-    if (write_id_map(pid, "uid_map", map) != 0 || write_id_map(pid, "setgroups", "deny") != 0)
-        goto fail;
-    snprintf(map, sizeof map, "0 %u 1\n", (unsigned)getegid());
-    if (write_id_map(pid, "gid_map", map) != 0)
-        goto fail;
-    return 0;
-fail:
-    snprintf(err, errlen, "write the user namespace maps: %s", strerror(errno));
-    return -1;
-}
-
 /* Reads the child's failure report: 0 when it exec'ed (EOF without data), -1 with its reason. */
 static int wait_for_exec(int error_fd, int64_t deadline, char *err, size_t errlen)
 {
@@ -415,6 +414,28 @@ static int wait_for_exec(int error_fd, int64_t deadline, char *err, size_t errle
     return -1;
 }
 
+/* Says why the Sandbox's init ended before it was ready, reaping it when it has. */
+static void describe_early_exit(struct sandbox_runtime *rt, char *err, size_t errlen)
+{
+    pid_t pid = rt->pid;
+    int status = 0;
+    pid_t r = 0;
+    for (int i = 0; i < 20 && (r = waitpid(pid, &status, WNOHANG)) == 0; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (r == pid && WIFEXITED(status))
+        snprintf(err, errlen, "the agent exited with status %d before it was ready",
+                 WEXITSTATUS(status));
+    else if (r == pid && WIFSIGNALED(status))
+        snprintf(err, errlen, "the agent was killed by signal %d before it was ready",
+                 WTERMSIG(status));
+    else
+        snprintf(err, errlen, "the agent closed its channel before it was ready");
+    if (r == pid)
+        rt->pid = 0; /* reaped: nothing left to kill */
+}
+
 /* Reads the agent's ready line byte by byte, so no later line is consumed here. */
 static int wait_for_ready(struct sandbox_runtime *rt, int64_t deadline, char *err, size_t errlen)
 {
@@ -432,7 +453,7 @@ static int wait_for_ready(struct sandbox_runtime *rt, int64_t deadline, char *er
         if (n < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
         if (n <= 0) {
-            snprintf(err, errlen, "the agent closed its channel before it was ready");
+            describe_early_exit(rt, err, errlen);
             return -1;
         }
         if (c == '\n')
@@ -532,6 +553,8 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
     plan->uid = (uid_t)cfg->sandbox_uid;
     plan->gid = (gid_t)cfg->sandbox_gid;
     plan->drop_privileges = geteuid() == 0;
+    plan->outer_uid = geteuid();
+    plan->outer_gid = getegid();
 
     bool privileged = geteuid() == 0;
     if (jail_create(rt->jail_dir, privileged, err, errlen) != 0)
@@ -580,8 +603,6 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
         }
         rt->cgroup_path[0] = '\0';
     }
-    if (geteuid() != 0 && map_user_namespace(pid, err, errlen) != 0)
-        goto fail;
     if (process_network_up(cfg, rt, pid, err, errlen) != 0)
         goto fail;
     if (write(sync[1], "g", 1) != 1) {

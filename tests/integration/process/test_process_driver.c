@@ -8,7 +8,10 @@
 #include "id.h"
 #include "log.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <grp.h>
+#include <ftw.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <poll.h>
@@ -492,6 +495,72 @@ static void test_worker_death_kills_sandbox(void **state)
     assert_int_equal(driver_process.reap(&cfg, &rec, err, sizeof err), 0);
 }
 
+/* Runs in a forked child that dropped root: returns a nonzero step number on the first failure. */
+static int unprivileged_boot(const char *chroot_base)
+{
+    struct sbx_config ucfg = cfg;
+    snprintf(ucfg.chroot_base, sizeof ucfg.chroot_base, "%s", chroot_base);
+    struct sandbox *sb = calloc(1, sizeof *sb);
+    char err[512];
+    id_new("sbx", sb->rt.sandbox_id, sizeof sb->rt.sandbox_id);
+    snprintf(sb->rt.shape.driver, sizeof sb->rt.shape.driver, "process");
+    if (driver_process.boot(&ucfg, &sb->rt, err, sizeof err) != 0) {
+        fprintf(stderr, "unprivileged boot: %s\n", err);
+        return 1;
+    }
+    if (driver_process.attach_workspace(&ucfg, &sb->rt, chroot_base, err, sizeof err) == 0)
+        return 2; /* cannot work without root on the host, and must say so */
+    send_line(sb, "{\"type\":\"start\",\"argv\":[\"/usr/bin/sbx-echo-agent\"],\"workspace\":null}");
+    json_t *v = read_json(sb, 5000);
+    const char *type = json_string_value(json_object_get(v, "type"));
+    if (!type || strcmp(type, "started") != 0)
+        return 3;
+    json_decref(v);
+    send_line(sb, "{\"id\":\"u1\",\"seq\":1,\"body\":{\"run\":[\"sh\",\"-c\","
+                  "\"grep CapEff /proc/self/status; touch /etc/x || echo read-only\"]}}");
+    v = read_json(sb, 5000);
+    json_t *reply = json_object_get(v, "reply");
+    const char *out = json_string_value(json_object_get(json_object_get(reply, "run"), "output"));
+    const char *host = json_string_value(json_object_get(reply, "hostname"));
+    int rc = 0;
+    if (!out || !strstr(out, "CapEff:\t0000000000000000") || !strstr(out, "read-only"))
+        rc = 4;
+    else if (!host || strcmp(host, sb->rt.sandbox_id) != 0)
+        rc = 5;
+    json_decref(v);
+    char jail[512];
+    snprintf(jail, sizeof jail, "%s", sb->rt.jail_dir);
+    struct store_usage usage;
+    if (rc == 0 && driver_process.terminate(&ucfg, &sb->rt, &usage, err, sizeof err) != 0)
+        rc = 6;
+    if (rc == 0 && path_exists(jail))
+        rc = 7;
+    free(sb);
+    return rc;
+}
+
+static void test_unprivileged_worker_uses_user_namespace(void **state)
+{
+    (void)state;
+    char base[600];
+    snprintf(base, sizeof base, "%s/unprivileged", data_dir);
+    assert_int_equal(mkdir(base, 0777), 0);
+    assert_int_equal(chmod(base, 01777), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        gid_t gid = 65534;
+        if (setgroups(1, &gid) != 0 || setresgid(gid, gid, gid) != 0 ||
+            setresuid(65534, 65534, 65534) != 0)
+            _exit(100);
+        _exit(unprivileged_boot(base));
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 /* Workers boot from several helper threads at once: each Sandbox must come up intact. */
 static void *boot_and_terminate_three(void *arg)
 {
@@ -549,15 +618,37 @@ static int setup(void **state)
     return 0;
 }
 
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st, (void)type, (void)ftw;
+    return remove(path) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+/* Reaps whatever a failed test left (so a failure leaves no jails or cgroups behind), then removes
+ * the data directory without crossing into any mount (FTW_MOUNT). */
 static int teardown(void **state)
 {
     (void)state;
-    char jail[600];
-    snprintf(jail, sizeof jail, "%s/jail/process", data_dir);
-    rmdir(jail);
-    snprintf(jail, sizeof jail, "%s/jail", data_dir);
-    if (rmdir(jail) != 0 && errno != ENOENT)
-        fprintf(stderr, "leftover jails under %s\n", jail);
+    char jails[600], err[512];
+    snprintf(jails, sizeof jails, "%s/jail/process", data_dir);
+    DIR *d = opendir(jails);
+    int leftovers = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (e->d_name[0] == '.')
+            continue;
+        struct store_sandbox rec = {0};
+        snprintf(rec.id, sizeof rec.id, "%.31s", e->d_name);
+        snprintf(rec.jail_dir, sizeof rec.jail_dir, "%.440s/%s", jails, rec.id);
+        if (driver_process.reap(&cfg, &rec, err, sizeof err) != 0)
+            fprintf(stderr, "teardown: reap %s: %s\n", rec.id, err);
+        leftovers++;
+    }
+    if (d)
+        closedir(d);
+    if (leftovers)
+        fprintf(stderr, "teardown: reaped %d Sandbox(es) left by failed tests\n", leftovers);
+    if (nftw(data_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0)
+        fprintf(stderr, "teardown: could not remove %s\n", data_dir);
     return 0;
 }
 
@@ -579,6 +670,7 @@ int main(void)
         cmocka_unit_test(test_reap_refuses_foreign_jail_path),
         cmocka_unit_test(test_worker_death_kills_sandbox),
         cmocka_unit_test(test_parallel_boots),
+        cmocka_unit_test(test_unprivileged_worker_uses_user_namespace),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
