@@ -125,7 +125,8 @@ static int process_network_up(const struct sbx_config *cfg, struct sandbox_runti
 {
     (void)cfg;
     rt->net_address[0] = '\0';
-    if (!net_firewall())
+    /* Not root (now): the Sandbox's namespace belongs to a user namespace we cannot configure. */
+    if (!net_firewall() || geteuid() != 0)
         return 0;
     struct net_link link;
     if (net_sandbox_attach_process(rt->sandbox_id, pid, &link, err, errlen) != 0)
@@ -141,7 +142,8 @@ static void process_network_down(const struct sbx_config *cfg, const char *sandb
 {
     (void)cfg;
     char err[256];
-    if (net_firewall() && net_sandbox_release(sandbox_id, net_address, err, sizeof err) != 0)
+    if (net_firewall() && geteuid() == 0 &&
+        net_sandbox_release(sandbox_id, net_address, err, sizeof err) != 0)
         log_warn("process driver: network state of %s: %s", sandbox_id, err);
 }
 

@@ -14,6 +14,8 @@
 #include <libmnl/libmnl.h>
 #include <linux/if_link.h>
 #include <linux/if_tun.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/netfilter/nfnetlink_conntrack.h>
 #include <linux/rtnetlink.h>
 #include <linux/veth.h>
 #include <pthread.h>
@@ -287,8 +289,9 @@ static int route_add_default(struct rtnl *r, int ifindex, struct in_addr gateway
     return rtnl_talk(r, nlh, NULL, NULL);
 }
 
-/* RTM_NEWLINK veth: `name` here, `peer` in pid's network namespace. */
-static int veth_add(struct rtnl *r, const char *name, const char *peer, pid_t pid)
+/* RTM_NEWLINK veth: `name` here, `peer` in the namespace of process pid, or of the namespace file
+ * descriptor nsfd when nsfd >= 0. */
+static int veth_add(struct rtnl *r, const char *name, const char *peer, pid_t pid, int nsfd)
 {
     char buf[MNL_SOCKET_BUFFER_SIZE];
     struct nlmsghdr *nlh = rtnl_msg(r, buf, RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL | NLM_F_ACK);
@@ -302,7 +305,10 @@ static int veth_add(struct rtnl *r, const char *name, const char *peer, pid_t pi
     struct ifinfomsg *pifi = mnl_nlmsg_put_extra_header(nlh, sizeof(*pifi));
     pifi->ifi_family = AF_UNSPEC;
     mnl_attr_put_strz(nlh, IFLA_IFNAME, peer);
-    mnl_attr_put_u32(nlh, IFLA_NET_NS_PID, (uint32_t)pid);
+    if (nsfd >= 0)
+        mnl_attr_put_u32(nlh, IFLA_NET_NS_FD, (uint32_t)nsfd);
+    else
+        mnl_attr_put_u32(nlh, IFLA_NET_NS_PID, (uint32_t)pid);
     mnl_attr_nest_end(nlh, peer_attr);
     mnl_attr_nest_end(nlh, data);
     mnl_attr_nest_end(nlh, linkinfo);
@@ -442,7 +448,7 @@ int net_veth_create(const struct net_pool *pool, const char *sandbox_id, pid_t p
     int rc = -EEXIST;
     for (uint32_t i = 0; i < pool->slots && rc == -EEXIST; i++) {
         link_for_slot(pool, (start + i) % pool->slots, sandbox_id, out);
-        rc = veth_add(&r, out->ifname, "eth0", pid);
+        rc = veth_add(&r, out->ifname, "eth0", pid, -1);
         if (rc == -EEXIST) {
             /* Taken slot, or an eth0 already in the Sandbox: only the first is worth a retry. */
             struct link_info li;
@@ -514,6 +520,153 @@ int net_tap_create(const struct net_pool *pool, const char *sandbox_id, uid_t ui
         link_del(&r, ifindex);
     rtnl_close(&r);
     return rc;
+}
+
+/* ---- a tap behind a bridge in a VMM's own namespace (Firecracker's jailer --netns) ---- */
+
+static int bridge_add(struct rtnl *r, const char *name)
+{
+    char buf[MNL_SOCKET_BUFFER_SIZE];
+    struct nlmsghdr *nlh = rtnl_msg(r, buf, RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL | NLM_F_ACK);
+    struct ifinfomsg *ifi = mnl_nlmsg_put_extra_header(nlh, sizeof(*ifi));
+    ifi->ifi_family = AF_UNSPEC;
+    mnl_attr_put_strz(nlh, IFLA_IFNAME, name);
+    struct nlattr *linkinfo = mnl_attr_nest_start(nlh, IFLA_LINKINFO);
+    mnl_attr_put_strz(nlh, IFLA_INFO_KIND, "bridge");
+    mnl_attr_nest_end(nlh, linkinfo);
+    return rtnl_talk(r, nlh, NULL, NULL);
+}
+
+static int link_set_master_up(struct rtnl *r, int ifindex, int master)
+{
+    char buf[MNL_SOCKET_BUFFER_SIZE];
+    struct nlmsghdr *nlh = rtnl_msg(r, buf, RTM_NEWLINK, NLM_F_ACK);
+    struct ifinfomsg *ifi = mnl_nlmsg_put_extra_header(nlh, sizeof(*ifi));
+    ifi->ifi_family = AF_UNSPEC;
+    ifi->ifi_index = ifindex;
+    ifi->ifi_flags = IFF_UP;
+    ifi->ifi_change = IFF_UP;
+    mnl_attr_put_u32(nlh, IFLA_MASTER, (uint32_t)master);
+    return rtnl_talk(r, nlh, NULL, NULL);
+}
+
+struct bridge_job {
+    const char *netns_path;
+    const char *tap_name;
+    uid_t uid;
+    gid_t gid;
+    char err[256];
+};
+
+/* In the VMM's namespace (this thread only): a persistent tap owned by the VMM's uid, a bridge
+ * "br0" holding it and eth0 (the veth from the host), everything up. No address there: the guest
+ * owns the Sandbox address and talks to the host side across the bridge, so the host firewall
+ * sees exactly what it sees from a process Sandbox. */
+static void *bridge_thread(void *arg)
+{
+    struct bridge_job *j = arg;
+    int fd = open(j->netns_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) < 0) {
+        fail(j->err, sizeof(j->err), "%s: %s", j->netns_path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    close(fd);
+    struct rtnl r;
+    if (rtnl_open(&r, j->err, sizeof(j->err)) < 0)
+        return NULL;
+    struct link_info eth0, tap, br, lo;
+    const char *step = "tap";
+    int rc = tap_add(j->tap_name, j->uid, j->gid);
+    if (rc == 0) {
+        step = "bridge";
+        rc = bridge_add(&r, "br0");
+    }
+    if (rc == 0) {
+        step = "find links";
+        rc = link_get(&r, "br0", &br);
+        if (rc == 0)
+            rc = link_get(&r, "eth0", &eth0);
+        if (rc == 0)
+            rc = link_get(&r, j->tap_name, &tap);
+        if (rc == 0)
+            rc = link_get(&r, "lo", &lo);
+    }
+    if (rc == 0) {
+        step = "enslave and up";
+        rc = link_set_master_up(&r, eth0.ifindex, br.ifindex);
+        if (rc == 0)
+            rc = link_set_master_up(&r, tap.ifindex, br.ifindex);
+        if (rc == 0)
+            rc = link_set_up(&r, br.ifindex, NULL);
+        if (rc == 0)
+            rc = link_set_up(&r, lo.ifindex, NULL);
+    }
+    rtnl_close(&r);
+    if (rc != 0)
+        fail(j->err, sizeof(j->err), "in %s: %s: %s", j->netns_path, step, strerror(-rc));
+    return NULL;
+}
+
+int net_veth_create_bridged(const struct net_pool *pool, const char *sandbox_id,
+                            const char *netns_path, const char *tap_name, uid_t uid, gid_t gid,
+                            struct net_link *out, char *err, size_t errlen)
+{
+    if (check_owner(sandbox_id, err, errlen) < 0)
+        return -1;
+    if (!tap_name || !*tap_name || strlen(tap_name) >= IFNAMSIZ)
+        return fail(err, errlen, "tap name \"%s\" is not an interface name",
+                    tap_name ? tap_name : "");
+    struct stat self, target;
+    if (stat("/proc/thread-self/ns/net", &self) < 0 || stat(netns_path, &target) < 0)
+        return fail(err, errlen, "%s: %s", netns_path, strerror(errno));
+    if (self.st_ino == target.st_ino && self.st_dev == target.st_dev)
+        return fail(err, errlen, "%s is the host's network namespace", netns_path);
+    int nsfd = open(netns_path, O_RDONLY | O_CLOEXEC);
+    if (nsfd < 0)
+        return fail(err, errlen, "%s: %s", netns_path, strerror(errno));
+    struct rtnl r;
+    if (rtnl_open(&r, err, errlen) < 0) {
+        close(nsfd);
+        return -1;
+    }
+    uint32_t start = first_probe(pool);
+    int rc = -EEXIST;
+    bool has_eth0 = false;
+    for (uint32_t i = 0; i < pool->slots && rc == -EEXIST && !has_eth0; i++) {
+        link_for_slot(pool, (start + i) % pool->slots, sandbox_id, out);
+        rc = veth_add(&r, out->ifname, "eth0", 0, nsfd);
+        struct link_info li;
+        has_eth0 = rc == -EEXIST && link_get(&r, out->ifname, &li) == -ENODEV;
+    }
+    close(nsfd);
+    if (rc != 0) {
+        rtnl_close(&r);
+        if (has_eth0)
+            return fail(err, errlen, "%s already has an eth0", netns_path);
+        return fail(err, errlen, "veth into %s: %s", netns_path,
+                    rc == -EEXIST ? "net_pool exhausted" : strerror(-rc));
+    }
+    int ifindex = 0;
+    int ret = configure_host_side(&r, out, &ifindex, err, errlen);
+    if (ret == 0) {
+        struct bridge_job j = {netns_path, tap_name, uid, gid, ""};
+        pthread_t t;
+        int prc = pthread_create(&t, NULL, bridge_thread, &j);
+        if (prc != 0)
+            ret = fail(err, errlen, "thread: %s", strerror(prc));
+        else {
+            pthread_join(t, NULL);
+            if (j.err[0])
+                ret = fail(err, errlen, "%s", j.err);
+        }
+    }
+    if (ret != 0 && ifindex)
+        link_del(&r, ifindex); /* the tap and bridge stay in the VMM's namespace, which its
+                                  owner removes */
+    rtnl_close(&r);
+    return ret;
 }
 
 int net_link_delete(const char *ifname, const char *owner, char *err, size_t errlen)
@@ -660,12 +813,137 @@ int net_sandbox_attach_tap(const char *sandbox_id, uid_t uid, gid_t gid, struct 
     return attach_firewall(out, err, errlen);
 }
 
+int net_sandbox_attach_netns_tap(const char *sandbox_id, const char *netns_path,
+                                 const char *tap_name, uid_t uid, gid_t gid, struct net_link *out,
+                                 char *err, size_t errlen)
+{
+    if (need_init(err, errlen) < 0 ||
+        net_veth_create_bridged(&net.pool, sandbox_id, netns_path, tap_name, uid, gid, out, err,
+                                errlen) < 0)
+        return -1;
+    return attach_firewall(out, err, errlen);
+}
+
+/* ---- conntrack: connections that outlive an NFS detach ---- */
+
+struct ct_tuple {
+    uint32_t src, dst; /* network order */
+    uint16_t sport, dport;
+    uint8_t proto;
+};
+
+struct ct_scan {
+    struct in_addr from;
+    uint16_t dport; /* network order */
+    struct ct_tuple v[256];
+    size_t n;
+};
+
+static int nested_cb(const struct nlattr *a, void *data)
+{
+    const struct nlattr **tb = data;
+    if (mnl_attr_get_type(a) < 8)
+        tb[mnl_attr_get_type(a)] = a;
+    return MNL_CB_OK;
+}
+
+static bool ct_parse_tuple(const struct nlattr *orig, struct ct_tuple *t)
+{
+    const struct nlattr *tup[8] = {0}, *ip[8] = {0}, *proto[8] = {0};
+    mnl_attr_parse_nested(orig, nested_cb, tup);
+    if (!tup[CTA_TUPLE_IP] || !tup[CTA_TUPLE_PROTO])
+        return false;
+    mnl_attr_parse_nested(tup[CTA_TUPLE_IP], nested_cb, ip);
+    mnl_attr_parse_nested(tup[CTA_TUPLE_PROTO], nested_cb, proto);
+    if (!ip[CTA_IP_V4_SRC] || !ip[CTA_IP_V4_DST] || !proto[CTA_PROTO_NUM] ||
+        !proto[CTA_PROTO_SRC_PORT] || !proto[CTA_PROTO_DST_PORT])
+        return false;
+    t->src = mnl_attr_get_u32(ip[CTA_IP_V4_SRC]);
+    t->dst = mnl_attr_get_u32(ip[CTA_IP_V4_DST]);
+    t->proto = mnl_attr_get_u8(proto[CTA_PROTO_NUM]);
+    t->sport = mnl_attr_get_u16(proto[CTA_PROTO_SRC_PORT]);
+    t->dport = mnl_attr_get_u16(proto[CTA_PROTO_DST_PORT]);
+    return true;
+}
+
+static int ct_scan_cb(const struct nlmsghdr *nlh, void *data)
+{
+    struct ct_scan *scan = data;
+    const struct nlattr *a;
+    mnl_attr_for_each(a, nlh, sizeof(struct nfgenmsg))
+    {
+        struct ct_tuple t;
+        if (mnl_attr_get_type(a) != CTA_TUPLE_ORIG || !ct_parse_tuple(a, &t))
+            continue;
+        if (t.src == scan->from.s_addr && t.proto == IPPROTO_TCP && t.dport == scan->dport &&
+            scan->n < sizeof(scan->v) / sizeof(scan->v[0]))
+            scan->v[scan->n++] = t;
+    }
+    return MNL_CB_OK;
+}
+
+static struct nlmsghdr *ct_msg(struct rtnl *r, char *buf, uint16_t type, uint16_t flags)
+{
+    struct nlmsghdr *nlh = rtnl_msg(r, buf, (uint16_t)((NFNL_SUBSYS_CTNETLINK << 8) | type), flags);
+    struct nfgenmsg *nfg = mnl_nlmsg_put_extra_header(nlh, sizeof(*nfg));
+    nfg->nfgen_family = AF_INET;
+    nfg->version = NFNETLINK_V0;
+    return nlh;
+}
+
+/* Ends the Sandbox's TCP connections to the host's port 2049: the rule only refuses new ones, and
+ * an NFS connection that outlived its detach would keep the host's NFS server reachable. */
+static int conntrack_drop_nfs(struct in_addr from, char *err, size_t errlen)
+{
+    struct rtnl r;
+    r.nl = mnl_socket_open(NETLINK_NETFILTER);
+    if (!r.nl || mnl_socket_bind(r.nl, 0, MNL_SOCKET_AUTOPID) < 0) {
+        int e = errno;
+        if (r.nl)
+            mnl_socket_close(r.nl);
+        return fail(err, errlen, "conntrack socket: %s", strerror(e));
+    }
+    r.portid = mnl_socket_get_portid(r.nl);
+    r.seq = (uint32_t)time(NULL);
+    char buf[MNL_SOCKET_BUFFER_SIZE];
+    struct ct_scan *scan = calloc(1, sizeof(*scan));
+    if (!scan) {
+        rtnl_close(&r);
+        return fail(err, errlen, "out of memory");
+    }
+    scan->from = from;
+    scan->dport = htons(2049);
+    int rc = rtnl_talk(&r, ct_msg(&r, buf, IPCTNL_MSG_CT_GET, NLM_F_DUMP), ct_scan_cb, scan);
+    for (size_t i = 0; rc == 0 && i < scan->n; i++) {
+        struct nlmsghdr *nlh = ct_msg(&r, buf, IPCTNL_MSG_CT_DELETE, NLM_F_ACK);
+        struct nlattr *orig = mnl_attr_nest_start(nlh, CTA_TUPLE_ORIG);
+        struct nlattr *ip = mnl_attr_nest_start(nlh, CTA_TUPLE_IP);
+        mnl_attr_put_u32(nlh, CTA_IP_V4_SRC, scan->v[i].src);
+        mnl_attr_put_u32(nlh, CTA_IP_V4_DST, scan->v[i].dst);
+        mnl_attr_nest_end(nlh, ip);
+        struct nlattr *proto = mnl_attr_nest_start(nlh, CTA_TUPLE_PROTO);
+        mnl_attr_put_u8(nlh, CTA_PROTO_NUM, scan->v[i].proto);
+        mnl_attr_put_u16(nlh, CTA_PROTO_SRC_PORT, scan->v[i].sport);
+        mnl_attr_put_u16(nlh, CTA_PROTO_DST_PORT, scan->v[i].dport);
+        mnl_attr_nest_end(nlh, proto);
+        mnl_attr_nest_end(nlh, orig);
+        rc = rtnl_talk(&r, nlh, NULL, NULL);
+        if (rc == -ENOENT)
+            rc = 0; /* ended meanwhile */
+    }
+    free(scan);
+    rtnl_close(&r);
+    return rc == 0 ? 0 : fail(err, errlen, "conntrack: %s", strerror(-rc));
+}
+
 int net_sandbox_set_nfs(const struct net_link *link, bool attached, char *err, size_t errlen)
 {
     if (need_init(err, errlen) < 0)
         return -1;
     struct fw_sandbox sb = net_link_fw(link);
-    return fw_sandbox_set_nfs(net.fw, &sb, attached, err, errlen);
+    if (fw_sandbox_set_nfs(net.fw, &sb, attached, err, errlen) < 0)
+        return -1;
+    return attached ? 0 : conntrack_drop_nfs(link->sandbox_addr, err, errlen);
 }
 
 int net_link_of_address(const struct net_pool *pool, const char *sandbox_id,

@@ -70,6 +70,15 @@ int net_veth_create(const struct net_pool *pool, const char *sandbox_id, pid_t p
  * out->sandbox_addr/30 with gateway out->host_addr itself (e.g. the kernel's ip= argument). */
 int net_tap_create(const struct net_pool *pool, const char *sandbox_id, uid_t uid, gid_t gid,
                    struct net_link *out, char *err, size_t errlen);
+/* For a VMM confined to a network namespace of its own (Firecracker's jailer --netns), bind-mounted
+ * at netns_path: a veth "sbx<slot>" here / "eth0" there, and there a persistent tap tap_name owned
+ * by uid/gid (-1: root) bridged with eth0 on "br0", all up, no address in that namespace. The
+ * guest configures out->sandbox_addr/30 via out->host_addr and is then on the host's link directly.
+ * Removing the host side (net_sandbox_release) takes eth0 along; the tap and bridge go with the
+ * namespace. */
+int net_veth_create_bridged(const struct net_pool *pool, const char *sandbox_id,
+                            const char *netns_path, const char *tap_name, uid_t uid, gid_t gid,
+                            struct net_link *out, char *err, size_t errlen);
 /* Deletes the host interface ifname if its alias is owner (any alias when owner is NULL).
  * An interface that is gone, or that belongs to another Sandbox now, is not an error. */
 int net_link_delete(const char *ifname, const char *owner, char *err, size_t errlen);
@@ -97,7 +106,12 @@ int net_sandbox_attach_tap(const char *sandbox_id, uid_t uid, gid_t gid, struct 
                            char *err, size_t errlen);
 /* The worker's pool (after net_init). */
 const struct net_pool *net_worker_pool(void);
-/* NFS Workspace attached (true) or detached (false): TCP 2049 to the host allowed or not. */
+/* Firecracker: net_veth_create_bridged with the Sandbox's firewall elements. */
+int net_sandbox_attach_netns_tap(const char *sandbox_id, const char *netns_path,
+                                 const char *tap_name, uid_t uid, gid_t gid, struct net_link *out,
+                                 char *err, size_t errlen);
+/* NFS Workspace attached (true) or detached (false): new TCP connections to the host's 2049
+ * allowed or not; on detach the Sandbox's open connections to 2049 are ended too (conntrack). */
 int net_sandbox_set_nfs(const struct net_link *link, bool attached, char *err, size_t errlen);
 /* Terminate and reap: removes the Sandbox's firewall elements and its interface. net_address is
  * what the store recorded (the Sandbox side address, "" or NULL if unknown: then the owner is

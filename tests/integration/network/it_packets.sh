@@ -41,7 +41,11 @@ expect() {
     local want=$1 what=$2
     shift 2
     local out rc
-    out=$(nsenter -t "$SB_PID" -n "$PROBE" "$@" 2>&1)
+    if [ -n "${SB_NETNS:-}" ]; then
+        out=$(ip netns exec "$SB_NETNS" "$PROBE" "$@" 2>&1)
+    else
+        out=$(nsenter -t "$SB_PID" -n "$PROBE" "$@" 2>&1)
+    fi
     rc=$?
     LAST_OUT=$out
     case "$want" in
@@ -130,7 +134,24 @@ expect blocked "UDP 53 to the host" udp "$GW1" 53
 expect blocked "TCP 2049 to the host without NFS" tcp "$GW1" 2049
 ctl nfs sbx_test1 "$ADDR1" on || bad "nfs on"
 expect answered "TCP 2049 to the host with NFS attached" tcp "$GW1" 2049
+# An NFS connection open across a change: kept across a repeated attach (the control), cut by
+# the detach (the rule refuses new connections; the detach ends the open ones).
+hold() { # hold NAME: an open connection to 2049 in the background, once it is open
+    rm -f "$TMP/go"
+    nsenter -t "$SB_PID" -n "$PROBE" tcp-hold "$GW1" 2049 "$TMP/go" --timeout 1000 >"$TMP/$1" &
+    HOLD=$!
+    for _ in $(seq 1 300); do grep -q open "$TMP/$1" 2>/dev/null && return 0; sleep 0.01; done
+    bad "no open connection for $1"
+}
+hold kept
+ctl nfs sbx_test1 "$ADDR1" on || bad "nfs on again"
+touch "$TMP/go"
+wait $HOLD && ok "an open NFS connection survives a repeated attach" || bad "kept: $(cat "$TMP/kept")"
+hold cut
 ctl nfs sbx_test1 "$ADDR1" off || bad "nfs off"
+touch "$TMP/go"
+wait $HOLD
+[ $? -eq 1 ] && ok "NFS detach cuts the open connection" || bad "cut: $(cat "$TMP/cut")"
 expect blocked "TCP 2049 to the host after NFS detach" tcp "$GW1" 2049
 
 echo "# private networks, metadata, special-use ranges"
@@ -230,6 +251,59 @@ rep=$(ctl reconcile sbx_test3)
 ip link show "$IF4" >/dev/null 2>&1 && bad "tap $IF4 left" || ok "tap removed"
 ctl list | grep -q "sbx_test2" && bad "Sandbox 2's element left" || ok "Sandbox 2's element removed"
 ctl list | grep -q "sbx_test3" && ok "Sandbox 3 kept" || bad "Sandbox 3 lost"
+
+echo "# reconciliation against the store (what the workers recorded as live)"
+DB="$TMP/sbx.db"
+LIVE_ID=$("$CTL" store-insert "$DB") || bad "store-insert"
+DEAD_ID=$("$CTL" store-insert "$DB") || bad "store-insert"
+start_sandbox_process || bad "Sandbox 7 process"
+read -r IF7 ADDR7 _ < <(ctl attach "$LIVE_ID" "$NEW_PID") || bad "attach live"
+start_sandbox_process || bad "Sandbox 8 process"
+read -r IF8 ADDR8 _ < <(ctl attach "$DEAD_ID" "$NEW_PID") || bad "attach dead"
+read -r IF9 _ < <(ctl tap sbx_never_recorded) || bad "tap unrecorded"
+"$CTL" store-finish "$DB" "$DEAD_ID" || bad "store-finish"
+rep=$(ctl store-reconcile "$DB")
+# Sandbox 3 (sbx_test3) is not in this store either: it goes too.
+[ "$rep" = "links 3 elements 3" ] && ok "store reconcile removed the terminated and unknown ($rep)" ||
+    bad "store reconcile: $rep"
+ip link show "$IF7" >/dev/null 2>&1 && ok "the live Sandbox's link kept" || bad "live link removed"
+ctl list | grep -q "$LIVE_ID" && ok "the live Sandbox's element kept" || bad "live element removed"
+ip link show "$IF8" >/dev/null 2>&1 && bad "terminated Sandbox's link kept" || ok "terminated Sandbox's link removed"
+ip link show "$IF9" >/dev/null 2>&1 && bad "unrecorded tap kept" || ok "unrecorded tap removed"
+ctl release "$LIVE_ID" "$ADDR7" || bad "release live"
+start_sandbox_process || bad "Sandbox 3 again"
+SB3_PID=$NEW_PID
+read -r IF3 ADDR3 GW3 < <(ctl attach sbx_test3 "$SB3_PID") || bad "attach 3 again"
+
+echo "# a VMM in a namespace of its own (Firecracker's jailer --netns): tap bridged to the veth"
+V=sbxv$$
+G=sbxg$$
+ip netns add "$V"
+ip netns add "$G"
+read -r IF6 ADDR6 GW6 < <(ctl bridged sbx_test6 "/run/netns/$V" tap0) || bad "bridged"
+ip -n "$V" -o link show tap0 | grep -q "master br0" && ip -n "$V" -o link show eth0 | grep -q "master br0" &&
+    ok "tap0 and eth0 bridged on br0 in the VMM's namespace" || bad "bridge: $(ip -n "$V" -o link)"
+[ "$(ip netns exec "$V" cat /sys/class/net/tap0/owner)" = 4242 ] && ok "tap0 owned by the VMM's uid" ||
+    bad "tap0 owner"
+[ -z "$(ip -n "$V" -4 -o addr show | grep -v ' lo ')" ] && ok "no address in the VMM's namespace" ||
+    bad "addresses in the VMM namespace"
+# The guest: a namespace plugged into the bridge as the tap would be, with the Sandbox address.
+ip link add gport netns "$V" type veth peer name geth0 netns "$G"
+ip -n "$V" link set gport master br0 up
+ip -n "$G" addr add "$ADDR6/30" dev geth0
+ip -n "$G" link set geth0 up
+ip -n "$G" route add default via "$GW6"
+SB_NETNS=$G
+expect answered "guest: TCP 443 to the host" tcp "$GW6" 443
+expect blocked "guest: TCP 8080 to the host" tcp "$GW6" 8080
+expect blocked "guest: TCP to private 10.99.0.10" tcp 10.99.0.10 80
+expect answered "guest: TCP to public 11.11.11.11" tcp 11.11.11.11 80
+unset SB_NETNS
+ctl release sbx_test6 "$ADDR6" || bad "release 6"
+ip link show "$IF6" >/dev/null 2>&1 && bad "$IF6 left" || ok "release removed $IF6"
+ip -n "$V" link show eth0 >/dev/null 2>&1 && bad "eth0 left in the VMM namespace" || ok "and its eth0"
+ip netns del "$G"
+ip netns del "$V"
 
 echo "# stopping: only sbx's table goes; control probes without it"
 ctl destroy || bad "destroy"

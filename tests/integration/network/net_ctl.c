@@ -12,10 +12,14 @@
  * "drop_<reason> <packets> <bytes>" lines net_ctl [-p POOL] list                        fw_list
  *   net_ctl [-p POOL] destroy                     fw_destroy
  *   net_ctl ro-counters | ro-list | ro-metrics    through fw_open (read-only, no init)
+ *   net_ctl store-insert DB                       a booting Sandbox in the SQLite store: its id
+ *   net_ctl store-finish DB SANDBOX_ID            that Sandbox terminated
+ *   net_ctl [-p POOL] store-reconcile DB          net_reconcile_store
  */
 #include "firewall.h"
 #include "log.h"
 #include "netns.h"
+#include "store.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -84,6 +88,43 @@ static int read_only(const char *cmd)
     return rc;
 }
 
+/* The store side of reconciliation, as the workers keep it. */
+static int store_cmd(const char *cmd, const char *db, const char *sandbox_id, const char *pool)
+{
+    char err[512];
+    struct store *st = store_sqlite_open(db, 5000, "NORMAL", err, sizeof(err));
+    if (!st)
+        return die("store", err);
+    struct store_ctx ctx = {"worker:wrk_nettest", NULL};
+    struct store_sandbox sb;
+    int rc = 0;
+    if (strcmp(cmd, "store-insert") == 0) {
+        struct store_shape shape = {"process", "default", 1, 128};
+        enum store_status s = st->sandbox_insert(st, &ctx, "wrk_nettest", &shape, false, &sb);
+        if (s == STORE_OK)
+            printf("%s\n", sb.id);
+        else
+            rc = die("store-insert", store_status_name(s));
+    } else if (strcmp(cmd, "store-finish") == 0 && sandbox_id) {
+        struct store_usage usage = {-1, -1};
+        enum store_status s = st->sandbox_finish(st, &ctx, sandbox_id, false, "test", &usage);
+        if (s != STORE_OK)
+            rc = die("store-finish", store_status_name(s));
+    } else if (strcmp(cmd, "store-reconcile") == 0) {
+        struct net_reconcile_report rep;
+        if (net_init(pool, err, sizeof(err)) < 0 ||
+            net_reconcile_store(st, &rep, err, sizeof(err)) < 0)
+            rc = die("store-reconcile", err);
+        else
+            printf("links %zu elements %zu\n", rep.links_removed, rep.elements_removed);
+        net_shutdown();
+    } else {
+        rc = die("usage", "see the comment at the top of net_ctl.c");
+    }
+    st->close(st);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     log_init("net_ctl", "warn");
@@ -99,6 +140,8 @@ int main(int argc, char **argv)
     char err[512];
     if (strncmp(cmd, "ro-", 3) == 0)
         return read_only(cmd + 3);
+    if (strncmp(cmd, "store-", 6) == 0 && a < argc)
+        return store_cmd(cmd, argv[a], a + 1 < argc ? argv[a + 1] : NULL, pool);
     if (net_init(pool, err, sizeof(err)) < 0)
         return die("init", err);
     int rc = 0;
@@ -111,6 +154,11 @@ int main(int argc, char **argv)
             print_link(&link);
     } else if (strcmp(cmd, "tap") == 0 && a + 1 == argc) {
         rc = net_sandbox_attach_tap(argv[a], (uid_t)-1, (gid_t)-1, &link, err, sizeof(err));
+        if (rc == 0)
+            print_link(&link);
+    } else if (strcmp(cmd, "bridged") == 0 && a + 3 == argc) {
+        rc = net_sandbox_attach_netns_tap(argv[a], argv[a + 1], argv[a + 2], 4242, 4343, &link, err,
+                                          sizeof(err));
         if (rc == 0)
             print_link(&link);
     } else if (strcmp(cmd, "nfs") == 0 && a + 3 == argc) {

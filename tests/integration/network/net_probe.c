@@ -8,6 +8,7 @@
  *   net_probe tcp ADDR PORT [--timeout MS] [--bind ADDR]
  *   net_probe udp ADDR PORT [--timeout MS]
  *   net_probe icmp ADDR [--timeout MS]
+ *   net_probe tcp-hold ADDR PORT GOFILE [--timeout MS]  an open connection, before and after GOFILE
  * ADDR may be IPv4 or IPv6 (with %ifname for link-local).
  */
 #include <arpa/inet.h>
@@ -23,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -224,6 +226,36 @@ static int probe_icmp(const char *host, int timeout_ms)
     return report(ANSWERED, "echo reply");
 }
 
+/* Connects, reads the greeting, and checks an echo; then waits until the file `go` exists and
+ * checks an echo again on the same connection: whether an open connection still works after
+ * something changed in between. */
+static int probe_tcp_hold(const char *host, int port, const char *go, int timeout_ms)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    if (resolve(host, port, SOCK_STREAM, &ss, &len) < 0)
+        return OTHER;
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    char buf[256];
+    if (connect(fd, (struct sockaddr *)&ss, len) < 0 || read(fd, buf, sizeof(buf)) <= 0 ||
+        write(fd, "1", 1) != 1 || read(fd, buf, sizeof(buf)) != 1) {
+        close(fd);
+        return report(OTHER, "first exchange failed");
+    }
+    printf("open\n");
+    while (access(go, F_OK) != 0)
+        usleep(10000);
+    ssize_t r = -1;
+    if (write(fd, "2", 1) == 1)
+        r = read(fd, buf, sizeof(buf));
+    close(fd);
+    return r == 1 ? report(ANSWERED, "the open connection still works")
+                  : report(TIMEOUT, "the open connection is cut");
+}
+
 /* ---- server ---- */
 
 static int listen_on(int port, int type)
@@ -279,18 +311,28 @@ static void udp_echo(int fd)
         perror("net_probe serve: udp reply");
 }
 
-static void serve_loop(struct pollfd *fds, const int *types, int n)
+/* TCP clients get a greeting, then have what they send echoed until they close; up to 64 at once.
+ * fds has room for the listeners and the clients (types[i] == 0 marks a client). */
+static void serve_loop(struct pollfd *fds, int *types, int n)
 {
+    int listeners = n;
     for (;;) {
         if (poll(fds, (nfds_t)n, -1) < 0)
             continue;
         for (int i = 0; i < n; i++) {
-            if (!(fds[i].revents & POLLIN))
+            if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR)))
                 continue;
             struct sockaddr_storage peer, local;
             socklen_t pl = sizeof(peer), ll = sizeof(local);
             char ps[64], ls[64], msg[200];
-            if (types[i] == SOCK_STREAM) {
+            if (types[i] == 0) { /* a client */
+                ssize_t r = read(fds[i].fd, msg, sizeof(msg));
+                if (r <= 0 || write(fds[i].fd, msg, (size_t)r) != r) {
+                    close(fds[i].fd);
+                    fds[i--] = fds[--n];
+                    types[i + 1] = types[n];
+                }
+            } else if (types[i] == SOCK_STREAM) {
                 int c = accept4(fds[i].fd, (struct sockaddr *)&peer, &pl, SOCK_CLOEXEC);
                 if (c < 0)
                     continue;
@@ -298,9 +340,12 @@ static void serve_loop(struct pollfd *fds, const int *types, int n)
                 addr_str((struct sockaddr *)&peer, ps, sizeof(ps));
                 addr_str((struct sockaddr *)&local, ls, sizeof(ls));
                 int m = snprintf(msg, sizeof(msg), "hello %s from %s\n", ls, ps);
-                if (write(c, msg, (size_t)m) < 0)
-                    perror("net_probe serve: write");
-                close(c);
+                if (write(c, msg, (size_t)m) < 0 || n >= listeners + 64) {
+                    close(c);
+                    continue;
+                }
+                fds[n] = (struct pollfd){c, POLLIN, 0};
+                types[n++] = 0;
             } else {
                 udp_echo(fds[i].fd);
             }
@@ -321,8 +366,8 @@ static int add_ports(const char *list, int type, struct pollfd *fds, int *types,
 
 static int serve(int argc, char **argv)
 {
-    struct pollfd fds[32];
-    int types[32], n = 0;
+    struct pollfd fds[32 + 64];
+    int types[32 + 64], n = 0;
     const char *pidfile = NULL;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--tcp") == 0)
@@ -381,6 +426,8 @@ int main(int argc, char **argv)
         return probe_tcp(argv[2], atoi(argv[3]), timeout, opt_str(argc, argv, "--bind"));
     if (argc >= 4 && strcmp(argv[1], "udp") == 0)
         return probe_udp(argv[2], atoi(argv[3]), timeout);
+    if (argc >= 5 && strcmp(argv[1], "tcp-hold") == 0)
+        return probe_tcp_hold(argv[2], atoi(argv[3]), argv[4], timeout);
     if (argc >= 3 && strcmp(argv[1], "icmp") == 0)
         return probe_icmp(argv[2], timeout);
     fprintf(stderr, "usage: net_probe serve|tcp|udp|icmp ... (see the comment at the top)\n");
