@@ -5,6 +5,7 @@
 #include "gateway.h"
 #include "render.h"
 #include "reply.h"
+#include "notify.h"
 
 #include <stdlib.h>
 
@@ -46,5 +47,7 @@ enum MHD_Result http_sandbox_delete(struct request *r)
         return reply_problem(r, "conflict", NULL, "the Sandbox has already ended");
     if (s != STORE_OK)
         return reply_store_error(r, s, "Sandbox");
+    /* The owning worker terminates it: wake the workers now rather than at their next poll. */
+    notify_send(r->gw->workers, "stop");
     return reply_json(r, 202, render_sandbox(&b));
 }

@@ -6,6 +6,7 @@
 #include "json_input.h"
 #include "render.h"
 #include "reply.h"
+#include "notify.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,5 +127,7 @@ enum MHD_Result http_session_delete(struct request *r)
     enum store_status st = r->gw->st->session_delete(r->gw->st, &r->ctx, r->app_id, r->params[0]);
     if (st != STORE_OK)
         return reply_store_error(r, st, "Session");
+    /* Its Sandbox, if any, is terminated by the owning worker: wake the workers now. */
+    notify_send(r->gw->workers, "stop");
     return reply_empty(r, 204);
 }

@@ -200,6 +200,16 @@ static void render_store(struct store *st, struct buf *b)
             (long long)c.messages_by_state[i]);
 }
 
+/* The firewall's drop counters per reason, as the workers last published them in the store
+ * (settings key firewall_metrics, Prometheus text written by worker/loop.c). Absent until a worker
+ * with a firewall has run. */
+static void render_firewall(struct store *st, struct buf *b)
+{
+    char text[4096];
+    if (st->setting_get(st, "firewall_metrics", text, sizeof text) == STORE_OK)
+        out(b, "%s", text);
+}
+
 char *metrics_render(struct metrics *m, struct store *st, size_t *len)
 {
     struct buf b = {malloc(8192), 0, 8192, 0};
@@ -207,6 +217,7 @@ char *metrics_render(struct metrics *m, struct store *st, size_t *len)
         return NULL;
     render_http(m, &b);
     render_store(st, &b);
+    render_firewall(st, &b);
     if (b.failed) {
         free(b.p);
         return NULL;

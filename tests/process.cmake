@@ -4,7 +4,7 @@ add_executable(test_process_driver ${CMAKE_CURRENT_LIST_DIR}/integration/process
 target_link_libraries(test_process_driver PRIVATE sbxworker PkgConfig::CMOCKA PkgConfig::JANSSON Threads::Threads)
 target_compile_definitions(test_process_driver PRIVATE SBX_BUILD_DIR="${CMAKE_BINARY_DIR}")
 add_dependencies(test_process_driver rootfs)
-add_test(NAME it.process.driver COMMAND test_process_driver)
+add_test(NAME it.process.driver COMMAND ${CMAKE_CURRENT_LIST_DIR}/in-netns.sh $<TARGET_FILE:test_process_driver>)
 set_tests_properties(it.process.driver PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
 
 add_executable(test_agent_json ${CMAKE_CURRENT_LIST_DIR}/integration/process/test_agent_json.c)

@@ -37,7 +37,7 @@ set_tests_properties(it.reliability.auth_matrix PROPERTIES ENVIRONMENT "${rel_en
 
 # Faults under load on the real process driver (needs root for the Sandboxes).
 add_test(NAME it.reliability.faults_under_load
-         COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/faults_under_load.test.mjs)
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/in-netns.sh ${NODE_EXECUTABLE} --test ${rel_dir}/faults_under_load.test.mjs)
 set_tests_properties(it.reliability.faults_under_load PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 200)
 
 # Disk full on a small tmpfs (needs root to mount; exits 77 otherwise). Run with plain node so the
@@ -48,7 +48,7 @@ set_tests_properties(it.reliability.disk_full PROPERTIES ENVIRONMENT "${rel_env}
 
 # Hostile agents on the process driver (root: Sandboxes and Workspaces).
 add_test(NAME it.reliability.hostile_agents
-         COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/hostile_agents.test.mjs)
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/in-netns.sh ${NODE_EXECUTABLE} --test ${rel_dir}/hostile_agents.test.mjs)
 set_tests_properties(it.reliability.hostile_agents PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 300)
 
 # Known bug, disabled until the process driver gives each Sandbox its own process budget (see

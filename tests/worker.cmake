@@ -30,7 +30,7 @@ endif()
 if(NODE_EXECUTABLE AND TARGET sbx-echo-agent AND TARGET sbx-worker)
   foreach(it e2e faults scale)
     add_test(NAME it.worker.process_${it}
-             COMMAND ${NODE_EXECUTABLE} --test --test-concurrency=1
+             COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/in-netns.sh ${NODE_EXECUTABLE} --test --test-concurrency=1
                      ${CMAKE_CURRENT_SOURCE_DIR}/integration/worker/process_${it}.test.mjs)
     set_tests_properties(it.worker.process_${it} PROPERTIES
       ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>"

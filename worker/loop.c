@@ -8,8 +8,10 @@
 #include "agent_channel.h"
 #include "id.h"
 #include "jobs.h"
+#include "firewall.h"
 #include "lifecycle.h"
 #include "log.h"
+#include "netns.h"
 #include "notify.h"
 #include "pool.h"
 #include "reconcile.h"
@@ -99,6 +101,22 @@ static void on_poll(evutil_socket_t fd, short what, void *arg)
     consumer_run(w);
 }
 
+/* The firewall's drop counters reach /metrics through the store (the gateway never opens the
+ * firewall itself): the worker publishes them as Prometheus text in the settings table, and only
+ * when they changed, so an idle host costs no commit. Every worker reads the same shared table. */
+static void publish_firewall_metrics(struct worker *w)
+{
+    static char last[4096];
+    char text[4096], err[256];
+    struct fw *fw = net_firewall();
+    if (!fw || fw_metrics_text(fw, text, sizeof text, err, sizeof err) != 0)
+        return;
+    if (strcmp(text, last) == 0)
+        return;
+    if (w->st->setting_put(w->st, "firewall_metrics", text) == STORE_OK)
+        memcpy(last, text, sizeof last);
+}
+
 static void on_heartbeat(evutil_socket_t fd, short what, void *arg)
 {
     struct worker *w = arg;
@@ -117,6 +135,7 @@ static void on_heartbeat(evutil_socket_t fd, short what, void *arg)
     if (rc != STORE_OK)
         log_warn("worker: heartbeat failed: %s", store_status_name(rc));
     lifecycle_renew_leases(w);
+    publish_firewall_metrics(w);
 }
 
 static void on_grace(evutil_socket_t fd, short what, void *arg)

@@ -483,7 +483,7 @@ static int tap_add(const char *name, uid_t uid, gid_t gid)
         return -errno;
     struct ifreq ifr = {0};
     snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name);
-    ifr.ifr_flags = IFF_TAP | IFF_NO_PI | IFF_TUN_EXCL;
+    ifr.ifr_flags = (short)(IFF_TAP | IFF_NO_PI | IFF_TUN_EXCL);
     int rc = 0;
     if (ioctl(fd, TUNSETIFF, &ifr) < 0)
         rc = -errno;

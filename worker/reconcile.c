@@ -5,6 +5,7 @@
 #include "reconcile.h"
 #include "lifecycle.h"
 #include "log.h"
+#include "netns.h"
 #include "nfs_export.h"
 #include "timefmt.h"
 
@@ -93,9 +94,28 @@ static void reconcile_nfs_exports(struct worker *w)
     free(l.v);
 }
 
+/* Once per worker process, at its first pass: links and firewall elements of Sandboxes that no
+ * longer run (their worker died, or was stopped between a Sandbox's end and its cleanup). */
+static void reconcile_network(struct worker *w)
+{
+    static bool done;
+    struct net_reconcile_report report = {0};
+    char err[512];
+    if (done || !net_firewall())
+        return;
+    done = true;
+    if (net_reconcile_store(w->st, &report, err, sizeof err) != 0)
+        log_warn("worker: network reconciliation: %s", err);
+    else if (report.links_removed + report.elements_removed > 0)
+        log_info("worker: removed %zu links and %zu firewall elements of Sandboxes no longer "
+                 "running",
+                 report.links_removed, report.elements_removed);
+}
+
 void reconcile_run(struct worker *w)
 {
     reconcile_nfs_exports(w);
+    reconcile_network(w);
     struct store_worker *workers = NULL;
     size_t n = 0, requeued = 0;
     bool adopted = false;

@@ -286,14 +286,15 @@ static void test_namespaces_isolate_sandboxes(void **state)
     assert_int_equal(lines, 4);
     json_decref(r);
 
-    /* No host network either: only a loopback interface. */
+    /* No host network either: loopback and the Sandbox's own link (eth0, its veth end). */
     r = ask(b, "{\"run\":[\"cat\",\"/proc/net/dev\"]}");
     ps = json_string_value(json_object_get(json_object_get(r, "run"), "output"));
     assert_non_null(strstr(ps, "lo:"));
     lines = 0;
     for (const char *p = ps; (p = strchr(p, '\n')); p++)
         lines++;
-    assert_int_equal(lines, 3); /* two header lines + lo */
+    assert_non_null(strstr(ps, "eth0:"));
+    assert_int_equal(lines, 4); /* two header lines + lo + eth0 */
     json_decref(r);
     terminate(a, NULL);
     terminate(b, NULL);
