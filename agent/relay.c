@@ -90,6 +90,21 @@ static int hex_value(unsigned char c)
     return -1;
 }
 
+/* The code unit of a "\uXXXX" escape at p, or -1 when p does not hold one. */
+static long scan_u_escape(const unsigned char *p, size_t avail)
+{
+    long unit = 0;
+    if (avail < 6 || p[0] != '\\' || p[1] != 'u')
+        return -1;
+    for (size_t i = 2; i < 6; i++) {
+        int h = hex_value(p[i]);
+        if (h < 0)
+            return -1;
+        unit = unit * 16 + h;
+    }
+    return unit;
+}
+
 static int scan_string(struct scanner *sc)
 {
     sc->pos++; /* opening quote */
@@ -106,12 +121,19 @@ static int scan_string(struct scanner *sc)
                 return -1;
             unsigned char e = sc->s[sc->pos + 1];
             if (e == 'u') {
-                if (sc->pos + 6 > sc->len)
+                /* Refused as the worker's parser (jansson) refuses them, so that sbx-agent never
+                 * relays a line the worker would take for a broken channel: \u0000, and UTF-16
+                 * surrogates that are not a high-low pair. */
+                long unit = scan_u_escape(sc->s + sc->pos, sc->len - sc->pos);
+                if (unit <= 0 || (unit >= 0xDC00 && unit <= 0xDFFF))
                     return -1;
-                for (size_t i = 2; i < 6; i++)
-                    if (hex_value(sc->s[sc->pos + i]) < 0)
-                        return -1;
                 sc->pos += 6;
+                if (unit >= 0xD800 && unit <= 0xDBFF) {
+                    long low = scan_u_escape(sc->s + sc->pos, sc->len - sc->pos);
+                    if (low < 0xDC00 || low > 0xDFFF)
+                        return -1;
+                    sc->pos += 6;
+                }
             } else if (strchr("\"\\/bfnrt", e) && e != '\0') {
                 sc->pos += 2;
             } else {
@@ -531,7 +553,8 @@ int relay_buf_json_string(struct relay_buf *b, const char *s, size_t n)
             rc = relay_buf_append(b, esc, 2);
             i++;
         } else if (c < 0x20 || c == 0x7f) {
-            snprintf(esc, sizeof esc, "\\u%04x", c);
+            /* A NUL byte becomes U+FFFD: "\u0000" is valid JSON, but the worker refuses it. */
+            snprintf(esc, sizeof esc, "\\u%04x", c == 0 ? 0xfffd : c);
             rc = relay_buf_append(b, esc, 6);
             i++;
         } else {

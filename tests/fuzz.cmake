@@ -56,11 +56,10 @@ else()
   endforeach()
 endif()
 
-# Known bug, disabled until agent/relay.c is fixed (docs/reliability.md, "Known bugs"): sbx-agent
-# relays a command's line that relay.c accepts but the worker's parser (jansson with
-# JSON_REJECT_DUPLICATES) refuses: a lone UTF-16 surrogate escape, \u0000 in a string, or a
-# duplicate key. The worker then closes the channel as corrupt and replaces the Sandbox. Runs the
-# relay target with the strict host-agreement check on the three reproducers.
+# Regression: sbx-agent and the worker must agree on what JSON is, or the worker takes a relayed
+# line for a broken channel and replaces the Sandbox. relay.c now refuses \u0000 and unpaired
+# UTF-16 surrogates as jansson does, and both accept duplicate keys. Runs the relay target on the
+# three reproducers that once disagreed.
 if(SBX_FUZZ)
   set(relay_fuzz_bin $<TARGET_FILE:fuzz_agent_relay>)
 else()
@@ -70,8 +69,6 @@ add_test(NAME it.fuzz.agent_relay_host_agreement
          COMMAND ${relay_fuzz_bin} -error_exitcode=1 ${SBX_FUZZ_DIR}/regressions/relay_lone_surrogate
                  ${SBX_FUZZ_DIR}/regressions/relay_duplicate_key
                  ${SBX_FUZZ_DIR}/regressions/relay_nul_escape)
-set_tests_properties(it.fuzz.agent_relay_host_agreement PROPERTIES
-  ENVIRONMENT "SBX_FUZZ_STRICT=1" DISABLED TRUE)
 if(NOT SBX_FUZZ)
   set_tests_properties(it.fuzz.agent_relay_host_agreement PROPERTIES FIXTURES_REQUIRED sbx_fuzz_tree)
 endif()

@@ -17,7 +17,8 @@ struct agent_channel {
     size_t max_line;
     struct agent_channel_handlers h;
     bool closed;
-    bool *freed; /* set while a callback runs, to notice the channel being freed under us */
+    bool in_read;      /* channel_read is running: a free from a callback must wait for it */
+    bool free_pending; /* agent_channel_free was called from such a callback */
 };
 
 static void channel_close(struct agent_channel *c, const char *reason)
@@ -33,10 +34,8 @@ static void channel_read(struct bufferevent *bev, void *arg)
 {
     struct agent_channel *c = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
-    bool freed = false;
-
-    c->freed = &freed;
-    while (!freed && !c->closed) {
+    c->in_read = true;
+    while (!c->free_pending && !c->closed) {
         size_t len;
         char *line = evbuffer_readln(in, &len, EVBUFFER_EOL_LF);
         if (!line) {
@@ -54,7 +53,9 @@ static void channel_read(struct bufferevent *bev, void *arg)
             continue;
         }
         json_error_t err;
-        json_t *obj = json_loadb(line, len, JSON_REJECT_DUPLICATES, &err);
+        /* Duplicate keys are valid JSON (RFC 8259 only says names SHOULD be unique): the last
+         * one wins, as sbx-agent, which relays the App's lines, does not refuse them either. */
+        json_t *obj = json_loadb(line, len, 0, &err);
         free(line);
         if (!json_is_object(obj)) {
             json_decref(obj);
@@ -64,8 +65,9 @@ static void channel_read(struct bufferevent *bev, void *arg)
         c->h.on_line(c->h.arg, obj);
         json_decref(obj);
     }
-    if (!freed)
-        c->freed = NULL;
+    c->in_read = false;
+    if (c->free_pending)
+        agent_channel_free(c);
 }
 
 static void channel_event(struct bufferevent *bev, short what, void *arg)
@@ -109,8 +111,12 @@ void agent_channel_free(struct agent_channel *c)
 {
     if (!c)
         return;
-    if (c->freed)
-        *c->freed = true;
+    if (c->in_read) {
+        /* Called from a line or close callback inside channel_read: it frees on its way out. */
+        c->free_pending = true;
+        bufferevent_disable(c->bev, EV_READ | EV_WRITE);
+        return;
+    }
     bufferevent_free(c->bev);
     free(c);
 }
