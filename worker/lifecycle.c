@@ -118,6 +118,9 @@ static void arm_timer(struct event *ev, event_callback_fn cb, void *arg, int64_t
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
     event_del(ev);
     event_assign(ev, event_get_base(ev), -1, 0, cb, arg);
+    /* libevent measures a timeout from the time it cached before running this callback; the
+     * SQLite commits since then would make a keep-alive end that much early. */
+    event_base_update_cache_time(event_get_base(ev));
     event_add(ev, &tv);
 }
 
@@ -275,6 +278,32 @@ static void agent_started(struct sandbox *sb)
     lifecycle_deliver(sb, d);
 }
 
+#define LOG_BUDGET_BYTES 65536
+#define LOG_BUDGET_MS 10000
+
+/* Logs one line of the agent's stderr within the Sandbox's budget; at the start of each new
+ * window, says how many lines the last one dropped. */
+static void sandbox_log_line(struct sandbox *sb, const char *text)
+{
+    int64_t now = mono_ms();
+    if (now - sb->log_window_start >= LOG_BUDGET_MS) {
+        if (sb->log_dropped_lines > 0)
+            log_warn("sandbox %s: %lld log lines dropped (over %d bytes in %d s)",
+                     sb->rt.sandbox_id, (long long)sb->log_dropped_lines, LOG_BUDGET_BYTES,
+                     LOG_BUDGET_MS / 1000);
+        sb->log_window_start = now;
+        sb->log_window_bytes = 0;
+        sb->log_dropped_lines = 0;
+    }
+    int64_t len = (int64_t)strlen(text);
+    if (sb->log_window_bytes + len > LOG_BUDGET_BYTES) {
+        sb->log_dropped_lines++;
+        return;
+    }
+    sb->log_window_bytes += len;
+    log_info("sandbox %s: %s", sb->rt.sandbox_id, text);
+}
+
 static void sandbox_on_line(void *arg, json_t *line)
 {
     struct sandbox *sb = arg;
@@ -282,8 +311,7 @@ static void sandbox_on_line(void *arg, json_t *line)
     const char *id = json_string_value(json_object_get(line, "id"));
 
     if (type && strcmp(type, "log") == 0) {
-        log_info("sandbox %s: %s", sb->rt.sandbox_id,
-                 json_string_value(json_object_get(line, "line")) ?: "");
+        sandbox_log_line(sb, json_string_value(json_object_get(line, "line")) ?: "");
     } else if (type && strcmp(type, "started") == 0 && sb->phase == SB_ACTIVATING) {
         agent_started(sb);
     } else if (type && strcmp(type, "error") == 0 && sb->phase == SB_ACTIVATING) {

@@ -38,6 +38,11 @@ struct sandbox {
     char job_err[512];
     char workspace_dir[600];
     struct store_usage usage;
+    /* The agent's log lines (its stderr) are budgeted per Sandbox, so an App cannot flood the
+     * host's logs: LOG_BUDGET_BYTES per LOG_BUDGET_MS window, then a count of what was dropped. */
+    int64_t log_window_start; /* mono ms */
+    int64_t log_window_bytes;
+    int64_t log_dropped_lines;
 };
 
 /* A Sandbox of this worker serving the Session (activating, idle or busy), or NULL. */
