@@ -82,6 +82,8 @@ CREATE UNIQUE INDEX sessions_app_name ON sessions (app_id, name)
     WHERE name IS NOT NULL AND state <> 'deleted';
 CREATE INDEX sessions_app ON sessions (app_id);
 CREATE INDEX sessions_state ON sessions (state);
+-- How many live Sessions name a Workspace (attachedSessions, and the 409 on DELETE).
+CREATE INDEX sessions_workspace ON sessions (workspace_id) WHERE workspace_id IS NOT NULL;
 
 CREATE TABLE messages (
     id               TEXT PRIMARY KEY,
@@ -109,8 +111,9 @@ CREATE TABLE messages (
 );
 CREATE UNIQUE INDEX messages_idempotency ON messages (session_id, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
--- The queue: the unfinished messages, in order.
-CREATE INDEX messages_pending ON messages (state, not_before) WHERE state IN ('queued', 'delivering');
+-- The queue: messages waiting to be delivered (by due time), and leases (by expiry).
+CREATE INDEX messages_queued ON messages (not_before) WHERE state = 'queued';
+CREATE INDEX messages_delivering ON messages (lease_expires_at) WHERE state = 'delivering';
 
 CREATE TABLE sandboxes (
     id                 TEXT PRIMARY KEY,
