@@ -2,7 +2,7 @@
 // a temporary data directory, reads the admin token and the bootstrap key it prints once, and
 // offers small helpers for requests and for poking the database with the sqlite3 CLI.
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -15,6 +15,9 @@ export function tempDataDir() {
 
 // Starts a gateway; resolves once it listens. extraArgs are flags such as ['--body-limit', '2048'].
 export async function startGateway({ dataDir = tempDataDir(), extraArgs = [], env = {} } = {}) {
+  // A first start prints the bootstrap block on stdout; stdout and stderr are separate pipes, so
+  // "listening" on stderr may arrive before it: then wait for the block's last line as well.
+  const fresh = !existsSync(join(dataDir, 'sbx.db'));
   const proc = spawn(BIN, ['--data-dir', dataDir, '--listen', '127.0.0.1:0', ...extraArgs], {
     env: { ...process.env, SBX_ADMIN_TOKEN: '', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -32,6 +35,8 @@ export async function startGateway({ dataDir = tempDataDir(), extraArgs = [], en
     });
     exited.then(({ code }) => { clearTimeout(timer); reject(new Error(`gateway exited ${code}:\n${stderr}`)); });
   });
+  for (let i = 0; fresh && i < 200 && !/\?wait=10/.test(stdout) && proc.exitCode === null; i++)
+    await new Promise((r) => setTimeout(r, 25));
   const admin = /sbx_admin_[A-Za-z0-9_-]+/.exec(stdout)?.[0] ?? null;
   const key = /KEY=(sbx_[A-Za-z0-9_-]+)/.exec(stdout)?.[1] ?? null;
   const gw = {
