@@ -44,6 +44,15 @@ struct sbx_config {
     char firecracker_bin[256]; /* SBX_FIRECRACKER_BIN */
     char jailer_bin[256];     /* SBX_JAILER_BIN */
     char log_level[16];       /* SBX_LOG_LEVEL */
+    /* worker */
+    int64_t max_sandboxes;    /* SBX_MAX_SANDBOXES: Sandboxes serving Sessions per worker */
+    int64_t job_threads;      /* SBX_JOB_THREADS: threads for blocking driver calls */
+    int64_t poll_ms;          /* SBX_POLL_MS: fallback queue poll interval */
+    int64_t heartbeat_ms;     /* SBX_HEARTBEAT_MS: worker heartbeat and lease renewal */
+    int64_t worker_stale_ms;  /* SBX_WORKER_STALE_MS: heartbeat age after which a worker is dead */
+    int64_t retry_base_ms;    /* SBX_RETRY_BASE_MS: first retry backoff (doubles per attempt) */
+    int64_t retry_max_ms;     /* SBX_RETRY_MAX_MS: largest retry backoff */
+    int64_t shutdown_grace;   /* SBX_SHUTDOWN_GRACE: seconds SIGTERM waits for deliveries */
 };
 
 /* Fills cfg from defaults, the file, the environment and argv (in that order of precedence,

@@ -224,6 +224,15 @@ extern const char *const store_sandbox_states[7];
  * for the start) and write the cursor of the next page to next_cursor ("" at the end). */
 #define STORE_CURSOR_LEN 32
 
+/* A worker process as registered in the store. */
+struct store_worker {
+    char id[STORE_ID_LEN];
+    char host[256];
+    int64_t pid;
+    int64_t started_at;
+    int64_t heartbeat_at;
+};
+
 /* What a worker claims: the next message to deliver, with its Session and App. */
 struct store_delivery {
     struct store_message message;
@@ -344,6 +353,7 @@ struct store {
     /* ---- workers ---- */
     enum store_status (*worker_register)(struct store *st, const char *worker_id, const char *host,
                                          int64_t pid);
+    /* STORE_CONFLICT when the worker was adopted (taken for dead) or stopped: it must exit. */
     enum store_status (*worker_heartbeat)(struct store *st, const char *worker_id);
     enum store_status (*worker_stop)(struct store *st, const char *worker_id);
     /* Workers whose heartbeat is older than stale_ms (and not this one): their ids. */
@@ -415,9 +425,29 @@ struct store {
     /* Live Sandboxes of this worker with stop_requested_at set, or serving a deleted Session. */
     enum store_status (*sandbox_list_stop_requested)(struct store *st, const char *worker_id,
                                                      struct store_sandbox **out, size_t *n);
-    /* Moves the Sandboxes and Sessions of a dead worker to new_owner (for reconciliation). */
+    /* Moves the Sandboxes and Sessions of a dead worker to new_owner (for reconciliation), in one
+     * transaction that also requeues the dead worker's leases at once, sends its Sessions back to
+     * idle and marks it stopped. STORE_NOT_FOUND when it is already stopped (another worker
+     * adopted it first). */
     enum store_status (*worker_adopt)(struct store *st, const struct store_ctx *ctx,
                                       const char *dead_worker_id, const char *new_owner);
+
+    /* ---- worker side, added by the worker area ---- */
+    /* Workers that have not stopped (stopped_at unset), this one included, so that a worker can
+     * tell a dead peer by its pid on this host without waiting for its heartbeat to go stale. */
+    enum store_status (*worker_list_active)(struct store *st, struct store_worker **out,
+                                            size_t *n);
+    /* Like queue_claim, but only messages of Sessions this worker already owns (it is at its
+     * Sandbox limit and can serve only Sessions whose Sandbox it holds). */
+    enum store_status (*queue_claim_owned)(struct store *st, const struct store_ctx *ctx,
+                                           const char *worker_id, int64_t lease_ms,
+                                           struct store_delivery *out);
+    /* Gives back a lease without counting the attempt (the message was not handed to an agent,
+     * e.g. at shutdown): delivering -> queued at once. STORE_CONFLICT if no longer ours. */
+    enum store_status (*queue_release)(struct store *st, const struct store_ctx *ctx,
+                                       const char *message_id, const char *worker_id);
+    /* The distinct shapes of live Apps: what the warm pool keeps ready. */
+    enum store_status (*app_shapes)(struct store *st, struct store_shape **out, size_t *n);
 };
 
 /* Opens the SQLite backend on path (creating it and applying migrations). On failure writes a

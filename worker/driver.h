@@ -29,14 +29,14 @@
 struct sandbox_runtime {
     char sandbox_id[STORE_ID_LEN];
     struct store_shape shape;
-    pid_t pid;               /* the process whose exit means the Sandbox is gone (VMM or init) */
-    int channel_fd;          /* host end of the agent channel, non-blocking, close-on-exec */
-    char jail_dir[512];      /* <chroot_base>/<driver>/<sandboxId> */
-    char cgroup_path[512];   /* "" when no cgroup could be made */
-    char net_address[64];    /* the Sandbox's address, "" without a network */
-    char image_hash[80];     /* content hash of the rootfs or guest image */
-    char kernel[128];        /* what the agent reported as its kernel release */
-    void *driver_state;      /* the driver's own */
+    pid_t pid;             /* the process whose exit means the Sandbox is gone (VMM or init) */
+    int channel_fd;        /* host end of the agent channel, non-blocking, close-on-exec */
+    char jail_dir[512];    /* <chroot_base>/<driver>/<sandboxId> */
+    char cgroup_path[512]; /* "" when no cgroup could be made */
+    char net_address[64];  /* the Sandbox's address, "" without a network */
+    char image_hash[80];   /* content hash of the rootfs or guest image */
+    char kernel[128];      /* what the agent reported as its kernel release */
+    void *driver_state;    /* the driver's own */
 };
 
 struct driver {
@@ -54,7 +54,8 @@ struct driver {
     int (*terminate)(const struct sbx_config *cfg, struct sandbox_runtime *rt,
                      struct store_usage *usage, char *err, size_t errlen);
     /* Reconciliation: removes what a Sandbox recorded in the store left on the host (its process if
-     * still alive, jail, cgroup, network) when no runtime exists any more (the worker restarted). */
+     * still alive, jail, cgroup, network) when no runtime exists any more (the worker restarted).
+     */
     int (*reap)(const struct sbx_config *cfg, const struct store_sandbox *sb, char *err,
                 size_t errlen);
 };

@@ -1,0 +1,248 @@
+#!/bin/bash
+# it_packets.sh: proves the Sandbox network rules with real packets (issue 5).
+#
+# Runs inside a network and mount namespace of its own (tests/network.cmake starts it under
+# `unshare --net --mount`): that namespace plays the host. It builds, with ip netns and veth pairs,
+#   - "world": the uplink's far side, holding a public address (11.11.11.11: outside every range
+#     sbx blocks; it exists only inside these namespaces, nothing leaves the machine), a simulated
+#     private network (10.99.0.10, 172.16.5.10, 192.168.77.10), a metadata service
+#     (169.254.169.254) and two other special-use addresses (192.0.2.10, 100.64.0.10);
+#   - on the host, listeners on TCP 443, 2049 and 8080;
+#   - Sandboxes: processes in network namespaces of their own, linked and firewalled by sbx's
+#     own code (net_ctl calls worker/netns.c and worker/firewall.c).
+# Then it checks from inside the Sandboxes what gets through, which drop counter moves, and, after
+# the firewall table is deleted, that the same probes do get through (the firewall, not the
+# topology, was what stopped them). Usage: it_packets.sh NET_CTL NET_PROBE
+set -u
+CTL=$1
+PROBE=$2
+POOL=10.213.0.0/24
+W=sbxw$$
+TMP=$(mktemp -d /tmp/sbx-it-network.XXXXXX)
+FAILS=0
+PIDS=()
+
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+    for f in "$TMP"/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
+    ip netns del "$W" 2>/dev/null
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+ok() { echo "ok - $*"; }
+bad() { echo "FAIL - $*"; FAILS=$((FAILS + 1)); }
+ctl() { "$CTL" -p "$POOL" "$@"; }
+counter() { ctl counters | awk -v n="drop_$1" '$1 == n { print $2 }'; }
+
+# expect OUTCOME DESCRIPTION PROBE-ARGS...: runs the probe in Sandbox $SB_PID.
+# OUTCOME: answered, or blocked (timed out: silently dropped).
+expect() {
+    local want=$1 what=$2
+    shift 2
+    local out rc
+    out=$(nsenter -t "$SB_PID" -n "$PROBE" "$@" 2>&1)
+    rc=$?
+    LAST_OUT=$out
+    case "$want" in
+    answered) [ $rc -eq 0 ] && ok "$what ($out)" || bad "$what: expected an answer, got rc=$rc $out" ;;
+    blocked) [ $rc -eq 1 ] && ok "$what ($out)" || bad "$what: expected a silent drop, got rc=$rc $out" ;;
+    esac
+}
+
+# expect_count REASON BEFORE: the counter drop_REASON grew since BEFORE.
+expect_count() {
+    local now
+    now=$(counter "$1")
+    [ "$now" -gt "$2" ] && ok "counter drop_$1 grew ($2 -> $now)" || bad "counter drop_$1 did not grow ($2 -> $now)"
+}
+
+# A Sandbox: a process in a fresh network namespace, waited for until it is really in it.
+# Sets NEW_PID.
+start_sandbox_process() {
+    unshare --net -- sleep 600 </dev/null >/dev/null 2>&1 &
+    NEW_PID=$!
+    PIDS+=("$NEW_PID")
+    local i
+    for i in $(seq 1 200); do
+        [ "$(readlink /proc/$NEW_PID/ns/net)" != "$(readlink /proc/self/ns/net)" ] && return 0
+        sleep 0.01
+    done
+    return 1
+}
+
+# ---- topology ----
+ip link set lo up
+ip netns add "$W"
+ip -n "$W" link set lo up
+ip link add up0 type veth peer name up0w netns "$W"
+ip addr add 11.0.0.1/30 dev up0
+ip link set up0 up
+ip -n "$W" addr add 11.0.0.2/30 dev up0w
+ip -n "$W" link set up0w up
+ip route add default via 11.0.0.2
+for a in 11.11.11.11 10.99.0.10 172.16.5.10 192.168.77.10 169.254.169.254 192.0.2.10 100.64.0.10; do
+    ip -n "$W" addr add $a/32 dev lo
+done
+# Only for the control phase: without sbx's masquerade, the world can answer the pool directly.
+ip -n "$W" route add $POOL via 11.0.0.1
+ip netns exec "$W" "$PROBE" serve --pidfile "$TMP/world.pid" --tcp 80 --udp 53 || exit 1
+"$PROBE" serve --pidfile "$TMP/host.pid" --tcp 443,2049,8080 --udp 53 || exit 1
+
+# Another table of the host: sbx must leave it exactly as it was.
+nft -f - <<'EOF'
+table ip foreign {
+    set keep { type ipv4_addr; elements = { 192.0.2.77 } }
+    chain c { type filter hook input priority 10; policy accept; ip saddr @keep drop; }
+}
+EOF
+FOREIGN_BEFORE=$(nft list table ip foreign)
+
+# ---- the firewall and the first Sandbox ----
+out=$("$CTL" ro-counters 2>&1) && bad "read-only counters without a table: $out" ||
+    ok "read-only access before any worker fails clearly ($out)"
+nft list table inet sbx >/dev/null 2>&1 && bad "read-only access created the table" ||
+    ok "read-only access created nothing"
+ctl init || { bad "init"; exit 1; }
+"$CTL" ro-counters | grep -q "^drop_host 0 0$" && ok "read-only counters after init" ||
+    bad "read-only counters after init"
+ctl init && ok "a second init keeps the table" || bad "second init"
+
+[ "$(sysctl -n net.ipv4.ip_forward)" = 1 ] && ok "forwarding enabled" || bad "forwarding not enabled"
+start_sandbox_process || bad "Sandbox 1 process"
+SB1_PID=$NEW_PID
+read -r IF1 ADDR1 GW1 < <(ctl attach sbx_test1 "$SB1_PID") || { bad "attach 1"; exit 1; }
+ok "Sandbox 1: $IF1 $ADDR1 via $GW1"
+SB_PID=$SB1_PID
+nsenter -t "$SB_PID" -n ip -4 route show | grep -q "default via $GW1 dev eth0" &&
+    ok "default route via the host side" || bad "no default route via $GW1"
+# IPv6 on the link (no DAD wait), so that IPv6 would work if the firewall let it.
+ip -6 addr add fd00:5b::1/64 dev "$IF1" nodad
+nsenter -t "$SB_PID" -n ip -6 addr add fd00:5b::2/64 dev eth0 nodad
+
+echo "# to the host"
+expect answered "TCP 443 to the host" tcp "$GW1" 443
+c=$(counter host)
+expect blocked "TCP 8080 to the host" tcp "$GW1" 8080
+expect_count host "$c"
+expect blocked "TCP 8080 to the host's uplink address" tcp 11.0.0.1 8080
+expect blocked "UDP 53 to the host" udp "$GW1" 53
+expect blocked "TCP 2049 to the host without NFS" tcp "$GW1" 2049
+ctl nfs sbx_test1 "$ADDR1" on || bad "nfs on"
+expect answered "TCP 2049 to the host with NFS attached" tcp "$GW1" 2049
+ctl nfs sbx_test1 "$ADDR1" off || bad "nfs off"
+expect blocked "TCP 2049 to the host after NFS detach" tcp "$GW1" 2049
+
+echo "# private networks, metadata, special-use ranges"
+c=$(counter private)
+for a in 10.99.0.10 172.16.5.10 192.168.77.10; do
+    expect blocked "TCP to private $a" tcp $a 80
+    expect blocked "UDP to private $a" udp $a 53
+    expect blocked "ICMP to private $a" icmp $a
+done
+expect_count private "$c"
+c=$(counter metadata)
+expect blocked "TCP to metadata 169.254.169.254" tcp 169.254.169.254 80
+expect blocked "UDP to metadata" udp 169.254.169.254 53
+expect blocked "ICMP to metadata" icmp 169.254.169.254
+expect_count metadata "$c"
+c=$(counter special)
+expect blocked "TCP to TEST-NET-1 192.0.2.10" tcp 192.0.2.10 80
+expect blocked "TCP to shared address space 100.64.0.10" tcp 100.64.0.10 80
+expect_count special "$c"
+
+echo "# IPv6"
+c=$(counter ipv6)
+expect blocked "TCP 443 to the host over IPv6" tcp fd00:5b::1 443
+expect blocked "ICMPv6 echo to the host" icmp fd00:5b::1
+expect_count ipv6 "$c"
+
+echo "# public IPv4"
+expect answered "TCP to public 11.11.11.11" tcp 11.11.11.11 80
+echo "$LAST_OUT" | grep -q "from 11.0.0.1" && ok "masqueraded to the uplink address" ||
+    bad "not masqueraded: $LAST_OUT"
+expect answered "UDP to public 11.11.11.11" udp 11.11.11.11 53
+expect answered "ICMP to public 11.11.11.11" icmp 11.11.11.11
+
+echo "# a second Sandbox, inbound and spoofing"
+start_sandbox_process || bad "Sandbox 2 process"
+SB2_PID=$NEW_PID
+read -r IF2 ADDR2 GW2 < <(ctl attach sbx_test2 "$SB2_PID") || { bad "attach 2"; exit 1; }
+ok "Sandbox 2: $IF2 $ADDR2 via $GW2"
+[ "$ADDR1" != "$ADDR2" ] && [ "$IF1" != "$IF2" ] && ok "distinct slots" || bad "slot shared"
+nsenter -t "$SB1_PID" -n "$PROBE" serve --pidfile "$TMP/sb1.pid" --tcp 7000
+SB_PID=$SB2_PID
+# Into a Sandbox is judged first (whatever the pool's addresses): counted as inbound.
+c=$(counter inbound)
+expect blocked "Sandbox 2 to Sandbox 1" tcp "$ADDR1" 7000
+expect_count inbound "$c"
+expect blocked "Sandbox 2 to Sandbox 1, ICMP" icmp "$ADDR1"
+c=$(counter inbound)
+out=$("$PROBE" tcp "$ADDR1" 7000)
+[ $? -eq 1 ] && ok "host to Sandbox 1 blocked ($out)" || bad "host reached Sandbox 1: $out"
+expect_count inbound "$c"
+nsenter -t "$SB2_PID" -n ip addr add 10.213.0.250/32 dev eth0
+c=$(counter spoofed)
+expect blocked "Sandbox 2 with a source address not its own" tcp 11.11.11.11 80 --bind 10.213.0.250
+expect_count spoofed "$c"
+expect answered "Sandbox 2 with its own address" tcp 11.11.11.11 80
+
+"$CTL" ro-metrics | grep -q '^sbx_firewall_dropped_packets_total{reason="spoofed"} [1-9]' &&
+    ok "drops exported for /metrics" || bad "metrics: $("$CTL" ro-metrics)"
+
+echo "# the table as sbxctl shows it"
+LIST=$(ctl list) || bad "list"
+echo "$LIST" | grep -q "$IF1 . $ADDR1 -> sbx_test1" && ok "owner of Sandbox 1's element listed" ||
+    bad "list lacks Sandbox 1: $LIST"
+echo "$LIST" | grep -q 'iifname "sbx\*" jump sandbox_to_host' && ok "list prints nft syntax" ||
+    bad "list output: $LIST"
+nft list table inet sbx | grep -q "\"$IF2\" . $ADDR2 comment \"sbx_test2\"" &&
+    ok "nft sees Sandbox 2's element with its owner" || bad "nft: $(nft list set inet sbx sandboxes)"
+
+echo "# a worker with another pool replaces the table in one batch, carrying the elements over"
+"$CTL" -p 10.213.0.0/23 init && nft list chain inet sbx postrouting | grep -q "10.213.0.0/23" &&
+    ok "pool change rebuilt the table" || bad "pool change"
+nft list set inet sbx sandboxes | grep -q "comment \"sbx_test2\"" && ok "elements carried over" ||
+    bad "elements lost: $(nft list set inet sbx sandboxes)"
+ctl init && nft list chain inet sbx postrouting | grep -q "10.213.0.0/24" && ok "and back" ||
+    bad "pool back"
+expect answered "Sandbox 2 still reaches the public address" tcp 11.11.11.11 80
+
+echo "# termination and reconciliation"
+ctl release sbx_test1 "$ADDR1" || bad "release 1"
+ip link show "$IF1" >/dev/null 2>&1 && bad "$IF1 still exists" || ok "release removed $IF1"
+ctl list | grep -q "sbx_test1" && bad "element of Sandbox 1 left" || ok "release removed Sandbox 1's element"
+ctl release sbx_test1 "$ADDR1" && ok "release is idempotent" || bad "second release failed"
+start_sandbox_process || bad "Sandbox 3 process"
+SB3_PID=$NEW_PID
+read -r IF3 ADDR3 GW3 < <(ctl attach sbx_test3 "$SB3_PID") || bad "attach 3"
+read -r IF5 _ < <(ctl tap sbx_test5) || bad "tap 5"
+ctl release sbx_test5 || bad "release without an address"
+ip link show "$IF5" >/dev/null 2>&1 && bad "$IF5 left" || ok "release by owner alone removed $IF5"
+ctl list | grep -q "sbx_test5" && bad "element of sbx_test5 left" || ok "and its element"
+TAP_OUT=$(ctl tap sbx_test4) && ok "tap: $TAP_OUT" || bad "tap"
+read -r IF4 _ <<<"$TAP_OUT"
+rep=$(ctl reconcile sbx_test2 sbx_test3 sbx_test4)
+[ "$rep" = "links 0 elements 0" ] && ok "reconcile keeps live Sandboxes" || bad "reconcile removed live: $rep"
+rep=$(ctl reconcile sbx_test3)
+[ "$rep" = "links 2 elements 2" ] && ok "reconcile removed Sandbox 2 and the tap ($rep)" ||
+    bad "reconcile: $rep"
+ip link show "$IF4" >/dev/null 2>&1 && bad "tap $IF4 left" || ok "tap removed"
+ctl list | grep -q "sbx_test2" && bad "Sandbox 2's element left" || ok "Sandbox 2's element removed"
+ctl list | grep -q "sbx_test3" && ok "Sandbox 3 kept" || bad "Sandbox 3 lost"
+
+echo "# stopping: only sbx's table goes; control probes without it"
+ctl destroy || bad "destroy"
+nft list table inet sbx >/dev/null 2>&1 && bad "table inet sbx still there" || ok "table inet sbx deleted"
+[ "$(nft list table ip foreign)" = "$FOREIGN_BEFORE" ] && ok "foreign table untouched" ||
+    bad "foreign table changed"
+SB_PID=$SB3_PID
+expect answered "control: TCP 8080 to the host without the firewall" tcp "$GW3" 8080
+expect answered "control: private 10.99.0.10 without the firewall" tcp 10.99.0.10 80
+expect answered "control: metadata without the firewall" tcp 169.254.169.254 80
+ip -6 addr add fd00:5c::1/64 dev "$IF3" nodad
+nsenter -t "$SB_PID" -n ip -6 addr add fd00:5c::2/64 dev eth0 nodad
+expect answered "control: IPv6 without the firewall" tcp fd00:5c::1 443
+
+echo "# $FAILS failure(s)"
+[ "$FAILS" -eq 0 ]

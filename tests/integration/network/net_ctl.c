@@ -1,0 +1,142 @@
+/*
+ * net_ctl.c: drives sbx's own network code (worker/netns.c, worker/firewall.c) from the network
+ * integration test, one call per invocation, in the namespace it runs in. The kernel holds all
+ * state between invocations (interfaces with their alias, set elements with their owner), exactly
+ * as it does for the worker.
+ *
+ *   net_ctl [-p POOL] init
+ *   net_ctl [-p POOL] attach SANDBOX_ID PID       prints "<ifname> <sandbox address> <host
+ * address>" net_ctl [-p POOL] tap SANDBOX_ID              same for a tap device net_ctl [-p POOL]
+ * nfs SANDBOX_ID ADDRESS on|off net_ctl [-p POOL] release SANDBOX_ID [ADDRESS] net_ctl [-p POOL]
+ * reconcile [LIVE_ID...]      prints "links N elements M" net_ctl [-p POOL] counters prints
+ * "drop_<reason> <packets> <bytes>" lines net_ctl [-p POOL] list                        fw_list
+ *   net_ctl [-p POOL] destroy                     fw_destroy
+ *   net_ctl ro-counters | ro-list | ro-metrics    through fw_open (read-only, no init)
+ */
+#include "firewall.h"
+#include "log.h"
+#include "netns.h"
+
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int die(const char *what, const char *err)
+{
+    fprintf(stderr, "net_ctl: %s: %s\n", what, err);
+    return 1;
+}
+
+struct live_ids {
+    char **ids;
+    int n;
+};
+
+static bool listed(const char *sandbox_id, void *arg)
+{
+    const struct live_ids *l = arg;
+    for (int i = 0; i < l->n; i++)
+        if (strcmp(l->ids[i], sandbox_id) == 0)
+            return true;
+    return false;
+}
+
+static void print_link(const struct net_link *link)
+{
+    char sa[INET_ADDRSTRLEN], ha[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &link->sandbox_addr, sa, sizeof(sa));
+    inet_ntop(AF_INET, &link->host_addr, ha, sizeof(ha));
+    printf("%s %s %s\n", link->ifname, sa, ha);
+}
+
+static int print_counters(struct fw *fw)
+{
+    char err[512];
+    struct fw_counter c[FW_DROP_COUNT];
+    if (fw_counters(fw, c, err, sizeof(err)) < 0)
+        return die("counters", err);
+    for (int i = 0; i < FW_DROP_COUNT; i++)
+        printf("drop_%s %llu %llu\n", fw_drop_reason_names[i], (unsigned long long)c[i].packets,
+               (unsigned long long)c[i].bytes);
+    return 0;
+}
+
+/* What sbxctl and the gateway do: look, never create. */
+static int read_only(const char *cmd)
+{
+    char err[512];
+    struct fw *fw = fw_open(err, sizeof(err));
+    if (!fw)
+        return die("open", err);
+    int rc;
+    char text[4096];
+    if (strcmp(cmd, "counters") == 0)
+        rc = print_counters(fw);
+    else if (strcmp(cmd, "metrics") == 0)
+        rc = fw_metrics_text(fw, text, sizeof text, err, sizeof err) < 0 ? die("metrics", err)
+                                                                         : (fputs(text, stdout), 0);
+    else if (fw_list(fw, stdout, err, sizeof(err)) < 0)
+        rc = die("list", err);
+    else
+        rc = 0;
+    fw_close(fw);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    log_init("net_ctl", "warn");
+    const char *pool = "10.213.0.0/16";
+    int a = 1;
+    if (argc > 2 && strcmp(argv[1], "-p") == 0) {
+        pool = argv[2];
+        a = 3;
+    }
+    if (a >= argc)
+        return die("usage", "see the comment at the top of net_ctl.c");
+    const char *cmd = argv[a++];
+    char err[512];
+    if (strncmp(cmd, "ro-", 3) == 0)
+        return read_only(cmd + 3);
+    if (net_init(pool, err, sizeof(err)) < 0)
+        return die("init", err);
+    int rc = 0;
+    struct net_link link;
+    if (strcmp(cmd, "init") == 0) {
+        /* done above */
+    } else if (strcmp(cmd, "attach") == 0 && a + 2 == argc) {
+        rc = net_sandbox_attach_process(argv[a], (pid_t)atoi(argv[a + 1]), &link, err, sizeof(err));
+        if (rc == 0)
+            print_link(&link);
+    } else if (strcmp(cmd, "tap") == 0 && a + 1 == argc) {
+        rc = net_sandbox_attach_tap(argv[a], (uid_t)-1, (gid_t)-1, &link, err, sizeof(err));
+        if (rc == 0)
+            print_link(&link);
+    } else if (strcmp(cmd, "nfs") == 0 && a + 3 == argc) {
+        if (net_link_of_address(net_worker_pool(), argv[a], argv[a + 1], &link) < 0)
+            return die("nfs", "not a Sandbox address of the pool");
+        rc = net_sandbox_set_nfs(&link, strcmp(argv[a + 2], "on") == 0, err, sizeof(err));
+    } else if (strcmp(cmd, "release") == 0 && (a + 1 == argc || a + 2 == argc)) {
+        rc = net_sandbox_release(argv[a], a + 2 == argc ? argv[a + 1] : NULL, err, sizeof(err));
+    } else if (strcmp(cmd, "reconcile") == 0) {
+        struct live_ids live = {argv + a, argc - a};
+        struct net_reconcile_report rep;
+        rc = net_reconcile(listed, &live, &rep, err, sizeof(err));
+        if (rc == 0)
+            printf("links %zu elements %zu\n", rep.links_removed, rep.elements_removed);
+    } else if (strcmp(cmd, "counters") == 0) {
+        int r = print_counters(net_firewall());
+        net_shutdown();
+        return r;
+    } else if (strcmp(cmd, "list") == 0) {
+        rc = fw_list(net_firewall(), stdout, err, sizeof(err));
+    } else if (strcmp(cmd, "destroy") == 0) {
+        rc = fw_destroy(net_firewall(), err, sizeof(err));
+    } else {
+        net_shutdown();
+        return die("usage", "see the comment at the top of net_ctl.c");
+    }
+    net_shutdown();
+    return rc == 0 ? 0 : die(cmd, err);
+}

@@ -1,0 +1,118 @@
+// harness.mjs: a live sbx for the worker tests: the real sbx-gateway (via the gateway tests'
+// harness) plus N worker processes (SBX_WORKER_BIN: sbx-worker, or sbx-worker-fork for the
+// lifecycle tests on the fork test driver) sharing one temporary data directory.
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+import { startGateway, req, sql, removeDataDir } from '../gateway/harness.mjs';
+
+export { req, sql };
+export const WORKER_BIN = process.env.SBX_WORKER_BIN;
+if (!WORKER_BIN) throw new Error('SBX_WORKER_BIN must name the worker binary');
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// Settings small enough for a 2-core machine and quick tests.
+export const FAST = {
+  SBX_POOL_SIZE: '1',
+  SBX_POLL_MS: '200',
+  SBX_HEARTBEAT_MS: '200',
+  SBX_WORKER_STALE_MS: '10000',
+  SBX_RETRY_BASE_MS: '50',
+  SBX_RETRY_MAX_MS: '400',
+  SBX_MESSAGE_TIMEOUT: '3',
+  SBX_LEASE_MS: '10000',
+  SBX_SHUTDOWN_GRACE: '5',
+  SBX_JOB_THREADS: '4',
+  SBX_SYNCHRONOUS: 'NORMAL',
+};
+
+export async function startSbx({ workers = 1, env = {} } = {}) {
+  const gw = await startGateway({ env: { ...FAST, ...env } });
+  const sbx = {
+    gw,
+    dataDir: gw.dataDir,
+    workers: [],
+    env: { ...process.env, ...FAST, SBX_DATA_DIR: gw.dataDir, SBX_LOG_LEVEL: 'info', ...env },
+    startWorker() {
+      const p = spawn(WORKER_BIN, [], { env: this.env, stdio: ['ignore', 'ignore', 'pipe'] });
+      p.log = '';
+      p.stderr.on('data', (d) => {
+        p.log += d;
+        if (process.env.SBX_TEST_VERBOSE) process.stderr.write(d);
+      });
+      p.exited = new Promise((resolve) => p.on('exit', (code, signal) => resolve({ code, signal })));
+      this.workers.push(p);
+      return p;
+    },
+    async stop() {
+      const results = [];
+      for (const p of this.workers) {
+        if (p.exitCode === null && p.signalCode === null) p.kill('SIGTERM');
+      }
+      for (const p of this.workers) {
+        const t = setTimeout(() => p.kill('SIGKILL'), 20000);
+        results.push(await p.exited);
+        clearTimeout(t);
+      }
+      await gw.stop();
+      return results;
+    },
+    cleanup() {
+      removeDataDir(gw.dataDir);
+    },
+    sql(q) {
+      return sql(gw, q);
+    },
+    async app(name, fields = {}) {
+      const a = await req(gw, 'POST', '/v1/apps', { token: gw.admin, body: { name, ...fields } });
+      if (a.status !== 201) throw new Error(`app: ${a.status} ${a.text}`);
+      const k = await req(gw, 'POST', `/v1/apps/${a.json.id}/keys`, { token: gw.admin, body: {} });
+      if (k.status !== 201) throw new Error(`key: ${k.status} ${k.text}`);
+      return { app: a.json, key: k.json.key };
+    },
+    async session(key, fields = {}) {
+      const r = await req(gw, 'POST', '/v1/sessions', { token: key, body: fields });
+      if (r.status !== 201 && r.status !== 200) throw new Error(`session: ${r.status} ${r.text}`);
+      return r.json;
+    },
+    async post(key, sid, body) {
+      const r = await req(gw, 'POST', `/v1/sessions/${sid}/messages`, { token: key, body: { body } });
+      if (r.status !== 202) throw new Error(`post: ${r.status} ${r.text}`);
+      return r.json;
+    },
+    async wait(key, sid, mid, timeoutS = 30) {
+      const until = Date.now() + timeoutS * 1000;
+      for (;;) {
+        const r = await req(gw, 'GET', `/v1/sessions/${sid}/messages/${mid}?wait=5`, { token: key });
+        if (r.status !== 200) throw new Error(`get: ${r.status} ${r.text}`);
+        if (r.json.state === 'completed' || r.json.state === 'failed') return r.json;
+        if (Date.now() > until) throw new Error(`message ${mid} still ${r.json.state}`);
+      }
+    },
+    async roundTrip(key, sid, body, timeoutS) {
+      const m = await this.post(key, sid, body);
+      return this.wait(key, sid, m.id, timeoutS);
+    },
+    async getSession(key, sid) {
+      return (await req(gw, 'GET', `/v1/sessions/${sid}`, { token: key })).json;
+    },
+    async getSandbox(key, id) {
+      return (await req(gw, 'GET', `/v1/sandboxes/${id}`, { token: key })).json;
+    },
+    // Polls fn until it returns a truthy value or timeoutMs passes.
+    async until(fn, timeoutMs = 10000, what = 'condition') {
+      const end = Date.now() + timeoutMs;
+      for (;;) {
+        const v = await fn();
+        if (v) return v;
+        if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+        await sleep(50);
+      }
+    },
+    jailRoot(driver) {
+      return join(gw.dataDir, 'jail', driver);
+    },
+  };
+  for (let i = 0; i < workers; i++) sbx.startWorker();
+  return sbx;
+}

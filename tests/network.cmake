@@ -1,0 +1,46 @@
+# The network boundary (issue 5): the firewall's batches decoded (unit), and real packets between
+# network namespaces the test makes itself (integration). Both run in their own network namespace,
+# so the host's nftables ruleset is never touched.
+set(net_it_dir ${CMAKE_CURRENT_SOURCE_DIR}/integration/network)
+
+add_executable(test_firewall_batch ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_firewall_batch.c)
+target_link_libraries(test_firewall_batch PRIVATE sbxworker PkgConfig::CMOCKA)
+add_test(NAME unit.network.firewall_batch COMMAND test_firewall_batch)
+
+add_executable(test_firewall_netns ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_firewall_netns.c)
+target_link_libraries(test_firewall_netns PRIVATE sbxworker PkgConfig::CMOCKA)
+add_test(NAME unit.network.addresses COMMAND test_firewall_netns)
+
+add_executable(net_probe ${net_it_dir}/net_probe.c)
+add_executable(net_ctl ${net_it_dir}/net_ctl.c)
+target_link_libraries(net_ctl PRIVATE sbxworker)
+
+add_test(NAME it.network.packets
+         COMMAND unshare --net --mount -- bash ${net_it_dir}/it_packets.sh
+                 $<TARGET_FILE:net_ctl> $<TARGET_FILE:net_probe>)
+set_tests_properties(it.network.packets PROPERTIES TIMEOUT 120 RUN_SERIAL ON)
+
+# tools/bench/firewall: time per Sandbox firewall change at 10, 100 and 1,000 live Sandboxes.
+add_executable(sbx-bench-firewall ${CMAKE_SOURCE_DIR}/tools/bench/firewall.c)
+target_link_libraries(sbx-bench-firewall PRIVATE sbxworker)
+set_target_properties(sbx-bench-firewall PROPERTIES RUNTIME_OUTPUT_DIRECTORY
+                                                    ${CMAKE_BINARY_DIR}/tools/bench)
+# A short run, so that the benchmark keeps working; it asserts nothing about speed.
+add_test(NAME it.network.bench_firewall_runs
+         COMMAND sbx-bench-firewall --samples 20 --max 100)
+
+add_test(NAME it.network.slots
+         COMMAND unshare --net -- bash ${net_it_dir}/it_slots.sh $<TARGET_FILE:net_ctl>)
+set_tests_properties(it.network.slots PROPERTIES TIMEOUT 60)
+
+# The workers' own path: a Sandbox booted by the process driver gets exactly these rules.
+if(TARGET rootfs)
+  add_executable(net_driver_check ${net_it_dir}/net_driver_check.c)
+  target_link_libraries(net_driver_check PRIVATE sbxworker)
+  add_dependencies(net_driver_check rootfs)
+  add_test(NAME it.network.process_driver
+           COMMAND unshare --net --mount -- bash ${net_it_dir}/it_driver.sh
+                   $<TARGET_FILE:net_driver_check> $<TARGET_FILE:net_probe>
+                   ${CMAKE_BINARY_DIR}/rootfs)
+  set_tests_properties(it.network.process_driver PROPERTIES TIMEOUT 90)
+endif()

@@ -1,0 +1,697 @@
+/*
+ * test_store_queue.c: the worker side of the SQLite store on a real database file: per-Session
+ * order, leases and their expiry, retries with backoff, maxAttempts, exactly-once completion,
+ * no double claims from concurrent claim loops, the Sandbox lifecycle and worker adoption.
+ *
+ * Apps, Sessions and messages are written with plain SQL so these tests depend only on the
+ * worker-side functions they test.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "id.h"
+#include "store.h"
+#include "timefmt.h"
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct fixture {
+    char dir[64];
+    char path[128];
+    struct store *st;
+    sqlite3 *raw;
+};
+
+static const struct store_ctx ctx = {"worker:test", NULL};
+static const struct store_shape shape = {"process", "default", 1, 256};
+
+static void sql(struct fixture *f, const char *fmt, ...)
+{
+    char buf[2048];
+    va_list ap;
+    char *err = NULL;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (sqlite3_exec(f->raw, buf, NULL, NULL, &err) != SQLITE_OK)
+        fail_msg("%s: %s", buf, err);
+}
+
+static int64_t sql_int(struct fixture *f, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    sqlite3_stmt *s;
+    int64_t v = -1;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    assert_int_equal(sqlite3_prepare_v2(f->raw, buf, -1, &s, NULL), SQLITE_OK);
+    if (sqlite3_step(s) == SQLITE_ROW)
+        v = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    return v;
+}
+
+static void sql_text(struct fixture *f, char *out, size_t outlen, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    sqlite3_stmt *s;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    out[0] = '\0';
+    assert_int_equal(sqlite3_prepare_v2(f->raw, buf, -1, &s, NULL), SQLITE_OK);
+    if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_text(s, 0))
+        snprintf(out, outlen, "%s", sqlite3_column_text(s, 0));
+    sqlite3_finalize(s);
+}
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof *f);
+    char err[256];
+    snprintf(f->dir, sizeof f->dir, "/tmp/sbx-test-queue-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    snprintf(f->path, sizeof f->path, "%s/sbx.db", f->dir);
+    f->st = store_sqlite_open(f->path, 10000, "NORMAL", err, sizeof err);
+    if (!f->st)
+        fail_msg("open: %s", err);
+    assert_int_equal(sqlite3_open(f->path, &f->raw), SQLITE_OK);
+    sqlite3_busy_timeout(f->raw, 10000);
+    sql(f, "INSERT INTO apps (id, name, command, max_attempts, keep_alive_seconds, created_at, "
+           "updated_at) VALUES ('app_a', 'a', '[\"/bin/echo\"]', 3, 5, 1, 1)");
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    char cmd[128];
+    sqlite3_close(f->raw);
+    f->st->close(f->st);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", f->dir);
+    assert_int_equal(system(cmd), 0);
+    free(f);
+    return 0;
+}
+
+static void add_session(struct fixture *f, const char *id)
+{
+    sql(f, "INSERT INTO sessions (id, app_id, created_at, updated_at) VALUES ('%s', 'app_a', 1, 1)",
+        id);
+}
+
+/* Enqueues like the gateway: the Session's next seq. */
+static void add_message(struct fixture *f, const char *session, int seq, int max_attempts)
+{
+    sql(f,
+        "INSERT INTO messages (id, session_id, app_id, seq, body, max_attempts, created_at, "
+        "updated_at) VALUES ('msg_%s_%d', '%s', 'app_a', %d, '{\"n\":%d}', %d, %d, %d)",
+        session, seq, session, seq, seq, max_attempts, seq, seq);
+}
+
+static enum store_status claim(struct fixture *f, const char *worker, struct store_delivery *d)
+{
+    return f->st->queue_claim(f->st, &ctx, worker, 30000, d);
+}
+
+static void test_claims_in_seq_order_one_at_a_time(void **state)
+{
+    struct fixture *f = *state;
+    struct store_delivery d;
+    add_session(f, "ses_1");
+    add_message(f, "ses_1", 2, 3);
+    add_message(f, "ses_1", 1, 3);
+    add_message(f, "ses_1", 3, 3);
+
+    assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
+    assert_string_equal(d.message.id, "msg_ses_1_1");
+    assert_string_equal(d.message.state, "delivering");
+    assert_int_equal(d.message.attempts, 1);
+    assert_string_equal(d.session.state, "activating");
+    assert_string_equal(d.session.worker_id, "wrk_a");
+    assert_string_equal(d.app.id, "app_a");
+    assert_int_equal(d.session.effective_keep_alive_seconds, 5);
+    assert_string_equal(d.message.body_json, "{\"n\":1}");
+    store_delivery_clear(&d);
+
+    /* seq 2 waits while seq 1 is delivering, even for the owning worker. */
+    assert_int_equal(claim(f, "wrk_a", &d), STORE_EMPTY);
+    assert_int_equal(f->st->queue_complete(f->st, &ctx, "msg_ses_1_1", "wrk_a", NULL, "{\"r\":1}"),
+                     STORE_OK);
+    assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
+    assert_string_equal(d.message.id, "msg_ses_1_2");
+    store_delivery_clear(&d);
+}
+
+static void test_session_owned_by_another_worker_is_not_claimable(void **state)
+{
+    struct fixture *f = *state;
+    struct store_delivery d;
+    add_session(f, "ses_1");
+    add_session(f, "ses_2");
+    add_message(f, "ses_1", 1, 3);
+    add_message(f, "ses_1", 2, 3);
+    add_message(f, "ses_2", 1, 3);
+
+    assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
+    assert_string_equal(d.message.id, "msg_ses_1_1");
+    store_delivery_clear(&d);
+    assert_int_equal(f->st->queue_complete(f->st, &ctx, "msg_ses_1_1", "wrk_a", NULL, "1"),
+                     STORE_OK);
+    /* ses_1 still belongs to wrk_a (its Sandbox is there): wrk_b gets only ses_2. */
+    assert_int_equal(claim(f, "wrk_b", &d), STORE_OK);
+    assert_string_equal(d.message.id, "msg_ses_2_1");
+    store_delivery_clear(&d);
+    assert_int_equal(claim(f, "wrk_b", &d), STORE_EMPTY);
+    /* claim_owned gives wrk_a only its own Sessions' messages. */
+    assert_int_equal(f->st->queue_claim_owned(f->st, &ctx, "wrk_a", 30000, &d), STORE_OK);
+    assert_string_equal(d.message.id, "msg_ses_1_2");
+    store_delivery_clear(&d);
+}
+
+static void test_completion_is_exactly_once_and_only_for_the_lease_holder(void **state)
+{
+    struct fixture *f = *state;
+    struct store_delivery d;
+    char reply[64];
+    add_session(f, "ses_1");
+    add_message(f, "ses_1", 1, 3);
+    assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
+    store_delivery_clear(&d);
+
+    assert_int_equal(f->st->queue_complete(f->st, &ctx, "msg_ses_1_1", "wrk_b", NULL, "\"x\""),
+                     STORE_CONFLICT);
+    assert_int_equal(
+        f->st->queue_complete(f->st, &ctx, "msg_ses_1_1", "wrk_a", "sbx_1", "{\"ok\":true}"),
+        STORE_OK);
+    assert_int_equal(f->st->queue_complete(f->st, &ctx, "msg_ses_1_1", "wrk_a", "sbx_1", "\"y\""),
+                     STORE_CONFLICT);
+    sql_text(f, reply, sizeof reply, "SELECT reply FROM messages WHERE id = 'msg_ses_1_1'");
+    assert_string_equal(reply, "{\"ok\":true}");
+    assert_int_equal(sql_int(f, "SELECT COUNT(*) FROM events WHERE kind = 'message.completed'"), 1);
+    assert_int_equal(sql_int(f, "SELECT completed_at > 0 AND lease_owner IS NULL FROM messages"),
+                     1);
+}
+
+static void test_expired_lease_is_requeued_and_old_holder_cannot_complete(void **state)
+{
+    struct fixture *f = *state;
+    struct store_delivery d;
+    size_t n = 99;
+    add_session(f, "ses_1");
+    add_message(f, "ses_1", 1, 3);
+    assert_int_equal(f->st->queue_claim(f->st, &ctx, "wrk_a", 1, &d), STORE_OK);
+    store_delivery_clear(&d);
+    /* A 1 ms lease: wait it out, then requeue. */
+    usleep(5000);
+    assert_int_equal(f->st->queue_requeue_expired(f->st, &ctx, &n), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(sql_int(f, "SELECT state = 'queued' AND lease_owner IS NULL FROM messages"),
+                     1);
+    assert_int_equal(f->st->queue_complete(f->st, &ctx, "msg_ses_1_1", "wrk_a", NULL, "1"),
+                     STORE_CONFLICT);
+    assert_int_equal(sql_int(f, "SELECT COUNT(*) FROM events WHERE kind = 'message.retry'"), 1);
+}
+
+static void test_extend_lease_keeps_it_from_expiring(void **state)
+{
+    struct fixture *f = *state;
+    struct store_delivery d;
+    size_t n = 99;
+    add_session(f, "ses_1");
+    add_message(f, "ses_1", 1, 3);
+    assert_int_equal(f->st->queue_claim(f->st, &ctx, "wrk_a", 1, &d), STORE_OK);
+    store_delivery_clear(&d);
+    assert_int_equal(f->st->queue_extend_lease(f->st, "msg_ses_1_1", "wrk_a", 60000), STORE_OK);
+    assert_int_equal(f->st->queue_extend_lease(f->st, "msg_ses_1_1", "wrk_b", 60000),
+                     STORE_CONFLICT);
+    usleep(5000);
+    assert_int_equal(f->st->queue_requeue_expired(f->st, &ctx, &n), STORE_OK);
+    assert_int_equal(n, 0);
+}
+
+static void test_failed_attempt_backs_off_then_retries(void **state)
+{
+    struct fixture *f = *state;
+    struct store_delivery d;
+    bool final = true;
+    int64_t due = 0, before = now_ms();
+    add_session(f, "ses_1");
+    add_message(f, "ses_1", 1, 3);
+    add_message(f, "ses_1", 2, 3);
+    assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
+    store_delivery_clear(&d);
+    assert_int_equal(f->st->queue_fail(f->st, &ctx, "msg_ses_1_1", "wrk_a", "sbx_x",
+                                       "agent error: boom", 100000, &final),
+                     STORE_OK);
+    assert_false(final);
+    /* Backing off: nothing of the Session is deliverable, and seq 2 does not overtake seq 1. */
+    assert_int_equal(claim(f, "wrk_a", &d), STORE_EMPTY);
+    assert_int_equal(f->st->queue_next_due(f->st, &due), STORE_OK);
+    assert_true(due >= before + 100000);
+    /* Once due it is claimed again, and the attempt counts. */
+    sql(f, "UPDATE messages SET not_before = 0 WHERE id = 'msg_ses_1_1'");
+    assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
+    assert_string_equal(d.message.id, "msg_ses_1_1");
+    assert_int_equal(d.message.attempts, 2);
+    assert_string_equal(d.message.error, "agent error: boom");
+    store_delivery_clear(&d);
+}
+
+static void test_max_attempts_fails_with_reason_and_unblocks_next(void **state)
+{
+    struct fixture *f = *state;
+    struct store_delivery d;
+    bool final = false;
+    char error[128], state_text[16];
+    add_session(f, "ses_1");
+    add_message(f, "ses_1", 1, 2);
+    add_message(f, "ses_1", 2, 2);
+    for (int attempt = 1; attempt <= 2; attempt++) {
+        assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
+        assert_string_equal(d.message.id, "msg_ses_1_1");
+        store_delivery_clear(&d);
+        assert_int_equal(f->st->queue_fail(f->st, &ctx, "msg_ses_1_1", "wrk_a", NULL,
+                                           "agent exited with status 3", 0, &final),
+                         STORE_OK);
+        assert_int_equal(final, attempt == 2);
+    }
+    sql_text(f, state_text, sizeof state_text, "SELECT state FROM messages WHERE seq = 1");
+    sql_text(f, error, sizeof error, "SELECT error FROM messages WHERE seq = 1");
+    assert_string_equal(state_text, "failed");
+    assert_string_equal(error, "agent exited with status 3");
+    assert_int_equal(sql_int(f, "SELECT COUNT(*) FROM events WHERE kind = 'message.failed'"), 1);
+    assert_int_equal(sql_int(f, "SELECT COUNT(*) FROM events WHERE kind = 'message.retry'"), 1);
+    /* A failed message is finished: the next one flows. */
+    assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
+    assert_string_equal(d.message.id, "msg_ses_1_2");
+    store_delivery_clear(&d);
+}
+
+static void test_release_gives_back_without_counting(void **state)
+{
+    struct fixture *f = *state;
+    struct store_delivery d;
+    add_session(f, "ses_1");
+    add_message(f, "ses_1", 1, 1);
+    assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
+    store_delivery_clear(&d);
+    assert_int_equal(f->st->queue_release(f->st, &ctx, "msg_ses_1_1", "wrk_b"), STORE_CONFLICT);
+    assert_int_equal(f->st->queue_release(f->st, &ctx, "msg_ses_1_1", "wrk_a"), STORE_OK);
+    assert_int_equal(sql_int(f, "SELECT attempts FROM messages"), 0);
+    assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
+    store_delivery_clear(&d);
+}
+
+/* The whole lifecycle of one activation: warm -> claimed -> running -> stopping -> terminated, with
+ * the Session following along and accumulating usage. */
+static void test_sandbox_lifecycle_moves_the_session(void **state)
+{
+    struct fixture *f = *state;
+    struct store_delivery d;
+    struct store_sandbox sb, claimed;
+    struct store_usage usage = {1500, 4096};
+    char text[64];
+    add_session(f, "ses_1");
+    add_message(f, "ses_1", 1, 3);
+
+    assert_int_equal(f->st->sandbox_insert(f->st, &ctx, "wrk_a", &shape, false, &sb), STORE_OK);
+    assert_string_equal(sb.state, "booting");
+    strcpy(sb.jail_dir, "/tmp/jail/x");
+    sb.pid = 4242;
+    assert_int_equal(f->st->sandbox_set_runtime(f->st, &sb), STORE_OK);
+    assert_int_equal(f->st->sandbox_mark_warm(f->st, &ctx, sb.id, 12), STORE_OK);
+    assert_int_equal(f->st->sandbox_mark_warm(f->st, &ctx, sb.id, 12), STORE_CONFLICT);
+
+    assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
+    /* Another worker's warm Sandbox is not ours to claim. */
+    assert_int_equal(
+        f->st->sandbox_claim_warm(f->st, &ctx, "wrk_b", &shape, "app_a", "ses_1", &claimed),
+        STORE_EMPTY);
+    assert_int_equal(
+        f->st->sandbox_claim_warm(f->st, &ctx, "wrk_a", &shape, "app_a", "ses_1", &claimed),
+        STORE_OK);
+    assert_string_equal(claimed.id, sb.id);
+    assert_string_equal(claimed.state, "claimed");
+    assert_string_equal(claimed.jail_dir, "/tmp/jail/x");
+    assert_int_equal(claimed.pid, 4242);
+    /* Used or claimed Sandboxes never go back to the pool. */
+    assert_int_equal(
+        f->st->sandbox_claim_warm(f->st, &ctx, "wrk_a", &shape, "app_a", "ses_1", &claimed),
+        STORE_EMPTY);
+    assert_int_equal(f->st->sandbox_mark_running(f->st, &ctx, sb.id, "ses_1"), STORE_OK);
+    sql_text(f, text, sizeof text, "SELECT state FROM sessions");
+    assert_string_equal(text, "active");
+    assert_int_equal(sql_int(f, "SELECT activation_count FROM sessions"), 1);
+    assert_int_equal(sql_int(f, "SELECT sandbox_id = '%s' FROM sessions", sb.id), 1);
+    assert_int_equal(f->st->queue_complete(f->st, &ctx, d.message.id, "wrk_a", sb.id, "1"),
+                     STORE_OK);
+    store_delivery_clear(&d);
+    assert_int_equal(f->st->session_touch(f->st, "ses_1", 123456), STORE_OK);
+    assert_int_equal(sql_int(f, "SELECT expires_at FROM sessions"), 123456);
+
+    assert_int_equal(f->st->sandbox_mark_stopping(f->st, &ctx, sb.id, "keep-alive expired"),
+                     STORE_OK);
+    /* The Session is idle again at once, free for any worker. */
+    sql_text(f, text, sizeof text, "SELECT state FROM sessions");
+    assert_string_equal(text, "idle");
+    assert_int_equal(sql_int(f, "SELECT sandbox_id IS NULL AND worker_id IS NULL FROM sessions"),
+                     1);
+    assert_int_equal(f->st->sandbox_finish(f->st, &ctx, sb.id, false, "ignored", &usage), STORE_OK);
+    assert_int_equal(f->st->sandbox_finish(f->st, &ctx, sb.id, false, NULL, &usage),
+                     STORE_CONFLICT);
+    sql_text(f, text, sizeof text, "SELECT state || ':' || termination_reason FROM sandboxes");
+    assert_string_equal(text, "terminated:keep-alive expired");
+    assert_int_equal(sql_int(f, "SELECT cpu_usec FROM sessions"), 1500);
+    assert_int_equal(sql_int(f, "SELECT mem_peak_bytes FROM sessions"), 4096);
+    for (const char *kind = "sandbox.booting sandbox.warm sandbox.claimed sandbox.running "
+                            "sandbox.stopping sandbox.terminated session.activating "
+                            "session.active session.idle message.delivering message.completed";
+         *kind;) {
+        char one[40];
+        size_t len = strcspn(kind, " ");
+        snprintf(one, sizeof one, "%.*s", (int)len, kind);
+        if (sql_int(f, "SELECT COUNT(*) FROM events WHERE kind = '%s'", one) != 1)
+            fail_msg("expected exactly one %s event", one);
+        kind += len + (kind[len] == ' ');
+    }
+    struct store_sandbox *live = NULL;
+    size_t n = 9;
+    assert_int_equal(f->st->sandbox_list_live(f->st, "wrk_a", &live, &n), STORE_OK);
+    assert_int_equal(n, 0);
+    free(live);
+}
+
+static void test_cold_assign_and_stop_requests(void **state)
+{
+    struct fixture *f = *state;
+    struct store_delivery d;
+    struct store_sandbox sb, *list = NULL;
+    size_t n = 0;
+    add_session(f, "ses_1");
+    add_message(f, "ses_1", 1, 3);
+    assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
+    store_delivery_clear(&d);
+    assert_int_equal(f->st->sandbox_insert(f->st, &ctx, "wrk_a", &shape, true, &sb), STORE_OK);
+    assert_int_equal(f->st->sandbox_assign(f->st, &ctx, sb.id, "app_a", "ses_1"), STORE_OK);
+    assert_int_equal(sql_int(f, "SELECT cold FROM sandboxes"), 1);
+    assert_int_equal(sql_int(f, "SELECT sandbox_id = '%s' FROM sessions", sb.id), 1);
+    assert_int_equal(f->st->sandbox_list_stop_requested(f->st, "wrk_a", &list, &n), STORE_OK);
+    assert_int_equal(n, 0);
+    free(list);
+    /* DELETE /v1/sessions marks the Session deleted: its worker must see the Sandbox to stop. */
+    sql(f, "UPDATE sessions SET state = 'deleted', stop_requested_at = 1");
+    assert_int_equal(f->st->sandbox_list_stop_requested(f->st, "wrk_a", &list, &n), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(list[0].id, sb.id);
+    free(list);
+    assert_int_equal(f->st->sandbox_list_stop_requested(f->st, "wrk_b", &list, &n), STORE_OK);
+    assert_int_equal(n, 0);
+    free(list);
+}
+
+static void test_adopt_requeues_and_frees_a_dead_workers_work(void **state)
+{
+    struct fixture *f = *state;
+    struct store_delivery d;
+    struct store_sandbox sb, *live = NULL;
+    struct store_worker *workers = NULL;
+    size_t n = 0;
+    char(*dead)[STORE_ID_LEN] = NULL;
+    add_session(f, "ses_1");
+    add_message(f, "ses_1", 1, 3);
+    assert_int_equal(f->st->worker_register(f->st, "wrk_dead", "host", 1), STORE_OK);
+    assert_int_equal(f->st->worker_register(f->st, "wrk_new", "host", 2), STORE_OK);
+    assert_int_equal(f->st->queue_claim(f->st, &ctx, "wrk_dead", 30000, &d), STORE_OK);
+    store_delivery_clear(&d);
+    assert_int_equal(f->st->sandbox_insert(f->st, &ctx, "wrk_dead", &shape, true, &sb), STORE_OK);
+    assert_int_equal(f->st->sandbox_assign(f->st, &ctx, sb.id, "app_a", "ses_1"), STORE_OK);
+
+    sql(f, "UPDATE workers SET heartbeat_at = 1 WHERE id = 'wrk_dead'");
+    assert_int_equal(f->st->worker_list_dead(f->st, 10000, &dead, &n), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(dead[0], "wrk_dead");
+    free(dead);
+
+    assert_int_equal(f->st->worker_adopt(f->st, &ctx, "wrk_dead", "wrk_new"), STORE_OK);
+    assert_int_equal(f->st->worker_adopt(f->st, &ctx, "wrk_dead", "wrk_other"), STORE_NOT_FOUND);
+    /* Fenced: if it was only slow, its next heartbeat tells it to go. */
+    assert_int_equal(f->st->worker_heartbeat(f->st, "wrk_dead"), STORE_CONFLICT);
+    assert_int_equal(f->st->worker_heartbeat(f->st, "wrk_new"), STORE_OK);
+    assert_int_equal(sql_int(f, "SELECT state = 'queued' FROM messages"), 1);
+    assert_int_equal(sql_int(f, "SELECT state = 'idle' AND worker_id IS NULL FROM sessions"), 1);
+    assert_int_equal(f->st->sandbox_list_live(f->st, "wrk_new", &live, &n), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(live[0].id, sb.id);
+    free(live);
+    assert_int_equal(f->st->worker_list_active(f->st, &workers, &n), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(workers[0].id, "wrk_new");
+    free(workers);
+    /* The message is deliverable again, by anyone. */
+    assert_int_equal(claim(f, "wrk_new", &d), STORE_OK);
+    store_delivery_clear(&d);
+}
+
+/* ---- concurrency ---- */
+
+#define CONC_THREADS 4
+#define CONC_SESSIONS 20
+#define CONC_PER_SESSION 10
+
+struct claimer {
+    struct fixture *f;
+    char worker_id[STORE_ID_LEN];
+    int completed;
+    int errors;
+};
+
+/* One worker's claim loop: claim, give the Session a Sandbox when it is new, complete, and
+ * sometimes let the Session go (as keep-alive expiry would) so Sessions move between workers. */
+static void *claim_loop(void *arg)
+{
+    struct claimer *c = arg;
+    struct store *st = c->f->st;
+    int idle_rounds = 0;
+    while (idle_rounds < 200) {
+        struct store_delivery d;
+        enum store_status rc = st->queue_claim(st, &ctx, c->worker_id, 30000, &d);
+        if (rc == STORE_EMPTY) {
+            idle_rounds++;
+            usleep(1000);
+            continue;
+        }
+        if (rc != STORE_OK) {
+            c->errors++;
+            continue;
+        }
+        idle_rounds = 0;
+        char sandbox_id[STORE_ID_LEN] = "";
+        if (!d.session.sandbox_id[0]) {
+            struct store_sandbox sb;
+            if (st->sandbox_insert(st, &ctx, c->worker_id, &shape, true, &sb) != STORE_OK ||
+                st->sandbox_assign(st, &ctx, sb.id, d.app.id, d.session.id) != STORE_OK ||
+                st->sandbox_mark_running(st, &ctx, sb.id, d.session.id) != STORE_OK)
+                c->errors++;
+            strcpy(sandbox_id, sb.id);
+        } else {
+            strcpy(sandbox_id, d.session.sandbox_id);
+        }
+        char reply[64];
+        snprintf(reply, sizeof reply, "\"%s\"", c->worker_id);
+        if (st->queue_complete(st, &ctx, d.message.id, c->worker_id, sandbox_id, reply) == STORE_OK)
+            c->completed++;
+        else
+            c->errors++;
+        if (d.message.seq % 3 == 0) {
+            struct store_usage u = {1, -1};
+            if (st->sandbox_mark_stopping(st, &ctx, sandbox_id, "expired") != STORE_OK ||
+                st->sandbox_finish(st, &ctx, sandbox_id, false, NULL, &u) != STORE_OK)
+                c->errors++;
+        }
+        store_delivery_clear(&d);
+    }
+    return NULL;
+}
+
+static void test_concurrent_claim_loops_never_double_claim(void **state)
+{
+    struct fixture *f = *state;
+    struct claimer c[CONC_THREADS];
+    pthread_t t[CONC_THREADS];
+    int total = 0;
+
+    sql(f, "BEGIN");
+    for (int s = 0; s < CONC_SESSIONS; s++) {
+        char id[32];
+        snprintf(id, sizeof id, "ses_%d", s);
+        add_session(f, id);
+        for (int m = 1; m <= CONC_PER_SESSION; m++)
+            add_message(f, id, m, 3);
+    }
+    sql(f, "COMMIT");
+    for (int i = 0; i < CONC_THREADS; i++) {
+        memset(&c[i], 0, sizeof c[i]);
+        c[i].f = f;
+        snprintf(c[i].worker_id, sizeof c[i].worker_id, "wrk_%d", i);
+        assert_int_equal(pthread_create(&t[i], NULL, claim_loop, &c[i]), 0);
+    }
+    for (int i = 0; i < CONC_THREADS; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(c[i].errors, 0);
+        total += c[i].completed;
+    }
+    assert_int_equal(total, CONC_SESSIONS * CONC_PER_SESSION);
+    assert_int_equal(sql_int(f, "SELECT COUNT(*) FROM messages WHERE state = 'completed'"),
+                     CONC_SESSIONS * CONC_PER_SESSION);
+    /* Each message was claimed once and completed once. */
+    assert_int_equal(sql_int(f, "SELECT COUNT(*) FROM events WHERE kind = 'message.delivering'"),
+                     CONC_SESSIONS * CONC_PER_SESSION);
+    assert_int_equal(sql_int(f, "SELECT COUNT(*) FROM events WHERE kind = 'message.completed'"),
+                     CONC_SESSIONS * CONC_PER_SESSION);
+    /* In each Session, completion order is seq order. */
+    assert_int_equal(sql_int(f, "SELECT COUNT(*) FROM messages a JOIN messages b ON "
+                                "a.session_id = b.session_id AND a.seq < b.seq "
+                                "WHERE a.completed_at > b.completed_at"),
+                     0);
+    assert_int_equal(sql_int(f, "SELECT COUNT(*) FROM events e1 JOIN events e2 ON "
+                                "e1.session_id = e2.session_id AND e1.kind = 'message.completed' "
+                                "AND e2.kind = 'message.completed' AND e1.id < e2.id "
+                                "JOIN messages m1 ON m1.id = e1.object_id "
+                                "JOIN messages m2 ON m2.id = e2.object_id WHERE m1.seq > m2.seq"),
+                     0);
+    /* Each Sandbox served one Session only. */
+    assert_int_equal(sql_int(f, "SELECT COUNT(*) FROM (SELECT sandbox_id FROM messages GROUP BY "
+                                "sandbox_id HAVING COUNT(DISTINCT session_id) > 1)"),
+                     0);
+}
+
+struct warm_claimer {
+    struct fixture *f;
+    int index;
+    int claimed;
+    char ids[64][STORE_ID_LEN];
+};
+
+static void *warm_claim_loop(void *arg)
+{
+    struct warm_claimer *c = arg;
+    for (int i = 0;; i++) {
+        struct store_sandbox sb;
+        char session[32];
+        snprintf(session, sizeof session, "ses_w%d_%d", c->index, i);
+        enum store_status rc =
+            c->f->st->sandbox_claim_warm(c->f->st, &ctx, "wrk_a", &shape, "app_a", session, &sb);
+        if (rc == STORE_EMPTY)
+            break;
+        /* The Session is not owned by wrk_a, so the claim is refused and rolled back. */
+        if (rc == STORE_CONFLICT)
+            continue;
+        if (rc != STORE_OK || c->claimed >= 64)
+            break;
+        strcpy(c->ids[c->claimed++], sb.id);
+    }
+    return NULL;
+}
+
+static void test_concurrent_warm_claims_never_share_a_sandbox(void **state)
+{
+    struct fixture *f = *state;
+    struct warm_claimer c[CONC_THREADS];
+    pthread_t t[CONC_THREADS];
+    const int warm = 40;
+    int total = 0;
+
+    for (int i = 0; i < warm; i++) {
+        struct store_sandbox sb;
+        assert_int_equal(f->st->sandbox_insert(f->st, &ctx, "wrk_a", &shape, false, &sb), STORE_OK);
+        assert_int_equal(f->st->sandbox_mark_warm(f->st, &ctx, sb.id, 1), STORE_OK);
+    }
+    sql(f, "BEGIN");
+    for (int i = 0; i < CONC_THREADS; i++)
+        for (int k = 0; k < 64; k++)
+            sql(f,
+                "INSERT INTO sessions (id, app_id, worker_id, state, created_at, updated_at) "
+                "VALUES ('ses_w%d_%d', 'app_a', 'wrk_a', 'activating', 1, 1)",
+                i, k);
+    sql(f, "COMMIT");
+    for (int i = 0; i < CONC_THREADS; i++) {
+        memset(&c[i], 0, sizeof c[i]);
+        c[i].f = f;
+        c[i].index = i;
+        assert_int_equal(pthread_create(&t[i], NULL, warm_claim_loop, &c[i]), 0);
+    }
+    for (int i = 0; i < CONC_THREADS; i++) {
+        pthread_join(t[i], NULL);
+        total += c[i].claimed;
+    }
+    assert_int_equal(total, warm);
+    for (int i = 0; i < CONC_THREADS; i++)
+        for (int a = 0; a < c[i].claimed; a++)
+            for (int j = 0; j < CONC_THREADS; j++)
+                for (int b = 0; b < c[j].claimed; b++)
+                    if ((i != j || a != b) && strcmp(c[i].ids[a], c[j].ids[b]) == 0)
+                        fail_msg("Sandbox %s claimed twice", c[i].ids[a]);
+    assert_int_equal(sql_int(f, "SELECT COUNT(*) FROM sandboxes WHERE state = 'claimed'"), warm);
+}
+
+static void test_app_shapes_lists_distinct_live_shapes(void **state)
+{
+    struct fixture *f = *state;
+    struct store_shape *shapes = NULL;
+    size_t n = 0;
+    sql(f, "INSERT INTO apps (id, name, command, created_at, updated_at) VALUES "
+           "('app_b', 'b', '[]', 1, 1)");
+    sql(f, "INSERT INTO apps (id, name, command, mem_size_mib, created_at, updated_at) VALUES "
+           "('app_c', 'c', '[]', 512, 1, 1)");
+    sql(f, "INSERT INTO apps (id, name, command, mem_size_mib, created_at, updated_at, "
+           "deleted_at) VALUES ('app_d', 'd', '[]', 1024, 1, 1, 5)");
+    assert_int_equal(f->st->app_shapes(f->st, &shapes, &n), STORE_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(shapes[0].mem_size_mib, 256);
+    assert_int_equal(shapes[1].mem_size_mib, 512);
+    assert_string_equal(shapes[0].driver, "process");
+    free(shapes);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_claims_in_seq_order_one_at_a_time, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_session_owned_by_another_worker_is_not_claimable,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_completion_is_exactly_once_and_only_for_the_lease_holder, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_expired_lease_is_requeued_and_old_holder_cannot_complete, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_extend_lease_keeps_it_from_expiring, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failed_attempt_backs_off_then_retries, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_max_attempts_fails_with_reason_and_unblocks_next,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_release_gives_back_without_counting, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sandbox_lifecycle_moves_the_session, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cold_assign_and_stop_requests, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_adopt_requeues_and_frees_a_dead_workers_work, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_claim_loops_never_double_claim, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_warm_claims_never_share_a_sandbox, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_app_shapes_lists_distinct_live_shapes, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

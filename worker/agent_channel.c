@@ -1,0 +1,116 @@
+/*
+ * agent_channel.c: JSON lines over a bufferevent (agent_channel.h). A line that does not parse,
+ * or one longer than the reply limit, means the agent side cannot be trusted any more: the
+ * channel reports it closed and the worker replaces the Sandbox.
+ */
+#include "agent_channel.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct agent_channel {
+    struct bufferevent *bev;
+    size_t max_line;
+    struct agent_channel_handlers h;
+    bool closed;
+    bool *freed; /* set while a callback runs, to notice the channel being freed under us */
+};
+
+static void channel_close(struct agent_channel *c, const char *reason)
+{
+    if (c->closed)
+        return;
+    c->closed = true;
+    bufferevent_disable(c->bev, EV_READ | EV_WRITE);
+    c->h.on_closed(c->h.arg, reason);
+}
+
+static void channel_read(struct bufferevent *bev, void *arg)
+{
+    struct agent_channel *c = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    bool freed = false;
+
+    c->freed = &freed;
+    while (!freed && !c->closed) {
+        size_t len;
+        char *line = evbuffer_readln(in, &len, EVBUFFER_EOL_LF);
+        if (!line) {
+            if (evbuffer_get_length(in) > c->max_line)
+                channel_close(c, "agent line longer than the reply limit");
+            break;
+        }
+        if (len > c->max_line) {
+            free(line);
+            channel_close(c, "agent line longer than the reply limit");
+            break;
+        }
+        if (len == 0) {
+            free(line);
+            continue;
+        }
+        json_error_t err;
+        json_t *obj = json_loadb(line, len, JSON_REJECT_DUPLICATES, &err);
+        free(line);
+        if (!json_is_object(obj)) {
+            json_decref(obj);
+            channel_close(c, "agent wrote a line that is not a JSON object");
+            break;
+        }
+        c->h.on_line(c->h.arg, obj);
+        json_decref(obj);
+    }
+    if (!freed)
+        c->freed = NULL;
+}
+
+static void channel_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct agent_channel *c = arg;
+    (void)bev;
+    if (what & BEV_EVENT_EOF)
+        channel_close(c, "agent channel closed");
+    else if (what & BEV_EVENT_ERROR)
+        channel_close(c, "agent channel error");
+}
+
+struct agent_channel *agent_channel_new(struct event_base *base, int fd, size_t max_line,
+                                        const struct agent_channel_handlers *h)
+{
+    struct agent_channel *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (!c->bev) {
+        free(c);
+        return NULL;
+    }
+    c->max_line = max_line;
+    c->h = *h;
+    bufferevent_setcb(c->bev, channel_read, NULL, channel_event, c);
+    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    return c;
+}
+
+int agent_channel_send(struct agent_channel *c, const char *line, size_t len)
+{
+    if (c->closed)
+        return -1;
+    if (bufferevent_write(c->bev, line, len) != 0 || bufferevent_write(c->bev, "\n", 1) != 0)
+        return -1;
+    return 0;
+}
+
+void agent_channel_free(struct agent_channel *c)
+{
+    if (!c)
+        return;
+    if (c->freed)
+        *c->freed = true;
+    bufferevent_free(c->bev);
+    free(c);
+}

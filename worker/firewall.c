@@ -1,0 +1,1281 @@
+/*
+ * firewall.c: builds and sends the nftables batches of firewall.h with libnftnl over libmnl.
+ *
+ * Layout: batch buffers (a growable array of nlmsgs between BATCH_BEGIN and BATCH_END); rule
+ * building blocks (one function per nftables match, each appending the expressions `nft` itself
+ * would generate, so that `nft list table inet sbx` prints the rules in their usual syntax); the
+ * structure batch; element batches; netlink talk (send a batch, read every ack; dumps); and the
+ * public functions.
+ */
+#include "firewall.h"
+
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <libmnl/libmnl.h>
+#include <libnftnl/chain.h>
+#include <libnftnl/common.h>
+#include <libnftnl/expr.h>
+#include <libnftnl/object.h>
+#include <libnftnl/rule.h>
+#include <libnftnl/set.h>
+#include <libnftnl/table.h>
+#include <libnftnl/udata.h>
+#include <linux/netfilter.h>
+#include <linux/netfilter/nf_conntrack_common.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+const char *const fw_drop_reason_names[FW_DROP_COUNT] = {
+    "host", "private", "metadata", "special", "ipv6", "inbound", "spoofed",
+};
+
+/* The sets' key: the interface name (16 bytes, zero padded, as `meta iifname` loads it) followed
+ * by the IPv4 address (network order). nft's datatype ids: ifname 41, ipv4_addr 7; a concatenation
+ * is (first << 6) | second. */
+#define KEY_IFNAME_LEN IFNAMSIZ
+#define KEY_LEN (KEY_IFNAME_LEN + 4)
+#define KEY_TYPE_IFNAME_IPV4 ((41u << 6) | 7u)
+#define SET_SANDBOXES "sandboxes"
+#define SET_NFS "nfs"
+#define SET_ID_SANDBOXES 1
+#define SET_ID_NFS 2
+#define TABLE_COMMENT_FMT "sbx firewall v1 pool %s: managed by sbx, do not edit"
+
+/* The special-use IPv4 ranges besides RFC 1918 and 169.254/16 (issue 5 lists them). */
+static const struct {
+    const char *net;
+    int len;
+} special_ranges[] = {
+    {"0.0.0.0", 8},    {"100.64.0.0", 10}, {"127.0.0.0", 8},        {"192.0.0.0", 24},
+    {"192.0.2.0", 24}, {"198.18.0.0", 15}, {"198.51.100.0", 24},    {"203.0.113.0", 24},
+    {"224.0.0.0", 4},  {"240.0.0.0", 4},   {"255.255.255.255", 32},
+};
+static const struct {
+    const char *net;
+    int len;
+} private_ranges[] = {{"10.0.0.0", 8}, {"172.16.0.0", 12}, {"192.168.0.0", 16}};
+
+struct fw {
+    pthread_mutex_t lock;
+    struct mnl_socket *nl;
+    uint32_t portid;
+    uint32_t seq;
+};
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* libnftnl objects are small; running out of memory building one is not recoverable here. */
+static void *must(void *p)
+{
+    if (!p) {
+        fputs("firewall: out of memory\n", stderr);
+        abort();
+    }
+    return p;
+}
+
+/* ---- pool ---- */
+
+struct pool4 {
+    struct in_addr net;
+    int len;
+};
+
+static int parse_prefix(const char *cidr, struct pool4 *out, char *err, size_t errlen)
+{
+    char addr[INET_ADDRSTRLEN + 4];
+    const char *slash = strchr(cidr, '/');
+    if (!slash || (size_t)(slash - cidr) >= INET_ADDRSTRLEN)
+        return fail(err, errlen, "net_pool \"%s\": expected a.b.c.d/len", cidr);
+    memcpy(addr, cidr, (size_t)(slash - cidr));
+    addr[slash - cidr] = '\0';
+    char *end;
+    long len = strtol(slash + 1, &end, 10);
+    if (*end || len < 1 || len > 30 || inet_pton(AF_INET, addr, &out->net) != 1)
+        return fail(err, errlen, "net_pool \"%s\": expected a.b.c.d/len with len 1..30", cidr);
+    uint32_t mask = htonl(~0u << (32 - len));
+    if (out->net.s_addr & ~mask)
+        return fail(err, errlen, "net_pool \"%s\": host bits set", cidr);
+    out->len = (int)len;
+    return 0;
+}
+
+/* ---- batch buffers ---- */
+
+void fw_batch_free(struct fw_batch *b)
+{
+    free(b->buf);
+    memset(b, 0, sizeof(*b));
+}
+
+/* Room for one more message: rules of this file stay far below this. */
+#define MSG_ROOM 8192
+
+static char *batch_tail(struct fw_batch *b)
+{
+    if (b->cap - b->len < MSG_ROOM) {
+        size_t cap = b->cap ? b->cap * 2 : 4 * MSG_ROOM;
+        b->buf = must(realloc(b->buf, cap));
+        memset(b->buf + b->len, 0, cap - b->len);
+        b->cap = cap;
+    }
+    return b->buf + b->len;
+}
+
+static void batch_commit(struct fw_batch *b, struct nlmsghdr *nlh)
+{
+    b->len += NLMSG_ALIGN(nlh->nlmsg_len);
+}
+
+static void batch_begin(struct fw_batch *b, uint32_t seq)
+{
+    b->seq = seq;
+    batch_commit(b, nftnl_batch_begin(batch_tail(b), b->seq++));
+}
+
+/* Only the last message asks for an ack: the kernel reports every failing message anyway (and
+ * applies nothing then), so one ack and no error mean the whole batch was applied. An ack per
+ * message would overflow the socket's receive queue for large batches (each ack is an skb). */
+static void batch_end(struct fw_batch *b)
+{
+    if (b->messages)
+        ((struct nlmsghdr *)(b->buf + b->last))->nlmsg_flags |= NLM_F_ACK;
+    batch_commit(b, nftnl_batch_end(batch_tail(b), b->seq++));
+}
+
+static struct nlmsghdr *batch_msg(struct fw_batch *b, uint16_t type, uint16_t flags)
+{
+    b->messages++;
+    b->last = b->len;
+    return nftnl_nlmsg_build_hdr(batch_tail(b), type, NFPROTO_INET, flags, b->seq++);
+}
+
+static void batch_table(struct fw_batch *b, uint16_t type, uint16_t flags, const char *comment)
+{
+    struct nftnl_table *t = must(nftnl_table_alloc());
+    nftnl_table_set_str(t, NFTNL_TABLE_NAME, FW_TABLE);
+    nftnl_table_set_u32(t, NFTNL_TABLE_FAMILY, NFPROTO_INET);
+    struct nftnl_udata_buf *ud = NULL;
+    if (comment) {
+        ud = must(nftnl_udata_buf_alloc(256));
+        nftnl_udata_put_strz(ud, NFTNL_UDATA_TABLE_COMMENT, comment);
+        nftnl_table_set_data(t, NFTNL_TABLE_USERDATA, nftnl_udata_buf_data(ud),
+                             nftnl_udata_buf_len(ud));
+    }
+    struct nlmsghdr *nlh = batch_msg(b, type, flags);
+    nftnl_table_nlmsg_build_payload(nlh, t);
+    batch_commit(b, nlh);
+    nftnl_table_free(t);
+    if (ud)
+        nftnl_udata_buf_free(ud);
+}
+
+static void batch_chain(struct fw_batch *b, const char *name, const char *type, int hook, int prio)
+{
+    struct nftnl_chain *c = must(nftnl_chain_alloc());
+    nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, FW_TABLE);
+    nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, name);
+    nftnl_chain_set_u32(c, NFTNL_CHAIN_FAMILY, NFPROTO_INET);
+    if (type) {
+        nftnl_chain_set_str(c, NFTNL_CHAIN_TYPE, type);
+        nftnl_chain_set_u32(c, NFTNL_CHAIN_HOOKNUM, (uint32_t)hook);
+        nftnl_chain_set_s32(c, NFTNL_CHAIN_PRIO, prio);
+        nftnl_chain_set_u32(c, NFTNL_CHAIN_POLICY, NF_ACCEPT);
+    }
+    struct nlmsghdr *nlh = batch_msg(b, NFT_MSG_NEWCHAIN, NLM_F_CREATE);
+    nftnl_chain_nlmsg_build_payload(nlh, c);
+    batch_commit(b, nlh);
+    nftnl_chain_free(c);
+}
+
+static void batch_set(struct fw_batch *b, const char *name, uint32_t id, const char *comment)
+{
+    struct nftnl_set *s = must(nftnl_set_alloc());
+    nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
+    nftnl_set_set_str(s, NFTNL_SET_NAME, name);
+    nftnl_set_set_u32(s, NFTNL_SET_FAMILY, NFPROTO_INET);
+    nftnl_set_set_u32(s, NFTNL_SET_ID, id);
+    nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, KEY_TYPE_IFNAME_IPV4);
+    nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, KEY_LEN);
+    nftnl_set_set_u32(s, NFTNL_SET_FLAGS, 0);
+    struct nftnl_udata_buf *ud = must(nftnl_udata_buf_alloc(256));
+    nftnl_udata_put_strz(ud, NFTNL_UDATA_SET_COMMENT, comment);
+    nftnl_set_set_data(s, NFTNL_SET_USERDATA, nftnl_udata_buf_data(ud), nftnl_udata_buf_len(ud));
+    struct nlmsghdr *nlh = batch_msg(b, NFT_MSG_NEWSET, NLM_F_CREATE);
+    nftnl_set_nlmsg_build_payload(nlh, s);
+    batch_commit(b, nlh);
+    nftnl_set_free(s);
+    nftnl_udata_buf_free(ud);
+}
+
+static void batch_counter(struct fw_batch *b, const char *name)
+{
+    struct nftnl_obj *o = must(nftnl_obj_alloc());
+    nftnl_obj_set_str(o, NFTNL_OBJ_TABLE, FW_TABLE);
+    nftnl_obj_set_str(o, NFTNL_OBJ_NAME, name);
+    nftnl_obj_set_u32(o, NFTNL_OBJ_FAMILY, NFPROTO_INET);
+    nftnl_obj_set_u32(o, NFTNL_OBJ_TYPE, NFT_OBJECT_COUNTER);
+    struct nlmsghdr *nlh = batch_msg(b, NFT_MSG_NEWOBJ, NLM_F_CREATE);
+    nftnl_obj_nlmsg_build_payload(nlh, o);
+    batch_commit(b, nlh);
+    nftnl_obj_free(o);
+}
+
+static void batch_rule(struct fw_batch *b, struct nftnl_rule *r)
+{
+    struct nlmsghdr *nlh = batch_msg(b, NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND);
+    nftnl_rule_nlmsg_build_payload(nlh, r);
+    batch_commit(b, nlh);
+    nftnl_rule_free(r);
+}
+
+/* One element (key, optional owner comment) of set_name, added or deleted. */
+static void batch_elem(struct fw_batch *b, uint16_t type, uint16_t flags, const char *set_name,
+                       const char *ifname, struct in_addr addr, const char *owner)
+{
+    struct nftnl_set *s = must(nftnl_set_alloc());
+    nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
+    nftnl_set_set_str(s, NFTNL_SET_NAME, set_name);
+    nftnl_set_set_u32(s, NFTNL_SET_FAMILY, NFPROTO_INET);
+    struct nftnl_set_elem *e = must(nftnl_set_elem_alloc());
+    char key[KEY_LEN] = {0};
+    strncpy(key, ifname, KEY_IFNAME_LEN - 1);
+    memcpy(key + KEY_IFNAME_LEN, &addr.s_addr, 4);
+    nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, key, KEY_LEN);
+    struct nftnl_udata_buf *ud = NULL;
+    if (owner) {
+        ud = must(nftnl_udata_buf_alloc(FW_OWNER_LEN + 8));
+        nftnl_udata_put_strz(ud, NFTNL_UDATA_SET_ELEM_COMMENT, owner);
+        nftnl_set_elem_set(e, NFTNL_SET_ELEM_USERDATA, nftnl_udata_buf_data(ud),
+                           nftnl_udata_buf_len(ud));
+    }
+    nftnl_set_elem_add(s, e);
+    struct nlmsghdr *nlh = batch_msg(b, type, flags);
+    nftnl_set_elems_nlmsg_build_payload(nlh, s);
+    batch_commit(b, nlh);
+    nftnl_set_free(s);
+    if (ud)
+        nftnl_udata_buf_free(ud);
+}
+
+/* Makes sure the element is absent at this point of the batch, whether or not it existed: an add
+ * without NLM_F_EXCL (a no-op when present) followed by a delete. The kernel's DESTROYSETELEM
+ * does this in one message, but only from Linux 6.3. */
+static void batch_elem_absent(struct fw_batch *b, const char *set_name, const char *ifname,
+                              struct in_addr addr)
+{
+    batch_elem(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, set_name, ifname, addr, NULL);
+    batch_elem(b, NFT_MSG_DELSETELEM, 0, set_name, ifname, addr, NULL);
+}
+
+/* ---- rule building blocks ---- */
+
+static struct nftnl_rule *rule_new(const char *chain)
+{
+    struct nftnl_rule *r = must(nftnl_rule_alloc());
+    nftnl_rule_set_str(r, NFTNL_RULE_TABLE, FW_TABLE);
+    nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, chain);
+    nftnl_rule_set_u32(r, NFTNL_RULE_FAMILY, NFPROTO_INET);
+    return r;
+}
+
+static struct nftnl_expr *expr_new(struct nftnl_rule *r, const char *name)
+{
+    struct nftnl_expr *e = must(nftnl_expr_alloc(name));
+    nftnl_rule_add_expr(r, e);
+    return e;
+}
+
+static void x_meta(struct nftnl_rule *r, uint32_t key, uint32_t dreg)
+{
+    struct nftnl_expr *e = expr_new(r, "meta");
+    nftnl_expr_set_u32(e, NFTNL_EXPR_META_KEY, key);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_META_DREG, dreg);
+}
+
+static void x_cmp(struct nftnl_rule *r, uint32_t sreg, uint32_t op, const void *data, uint32_t len)
+{
+    struct nftnl_expr *e = expr_new(r, "cmp");
+    nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_SREG, sreg);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_OP, op);
+    nftnl_expr_set(e, NFTNL_EXPR_CMP_DATA, data, len);
+}
+
+static void x_payload(struct nftnl_rule *r, uint32_t base, uint32_t offset, uint32_t len,
+                      uint32_t dreg)
+{
+    struct nftnl_expr *e = expr_new(r, "payload");
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_BASE, base);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_OFFSET, offset);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_LEN, len);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, dreg);
+}
+
+static void x_bitwise(struct nftnl_rule *r, uint32_t reg, const void *mask, const void * xor,
+                      uint32_t len)
+{
+    struct nftnl_expr *e = expr_new(r, "bitwise");
+    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, reg);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, reg);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, len);
+    nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, mask, len);
+    nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, xor, len);
+}
+
+static void x_lookup(struct nftnl_rule *r, uint32_t sreg, const char *set, uint32_t set_id,
+                     bool inverted)
+{
+    struct nftnl_expr *e = expr_new(r, "lookup");
+    nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_SREG, sreg);
+    nftnl_expr_set_str(e, NFTNL_EXPR_LOOKUP_SET, set);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_SET_ID, set_id);
+    if (inverted)
+        nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_FLAGS, NFT_LOOKUP_F_INV);
+}
+
+static void x_counter(struct nftnl_rule *r, enum fw_drop_reason reason)
+{
+    char name[32];
+    snprintf(name, sizeof(name), "drop_%s", fw_drop_reason_names[reason]);
+    struct nftnl_expr *e = expr_new(r, "objref");
+    nftnl_expr_set_u32(e, NFTNL_EXPR_OBJREF_IMM_TYPE, NFT_OBJECT_COUNTER);
+    nftnl_expr_set_str(e, NFTNL_EXPR_OBJREF_IMM_NAME, name);
+}
+
+static void x_verdict(struct nftnl_rule *r, int verdict, const char *chain)
+{
+    struct nftnl_expr *e = expr_new(r, "immediate");
+    nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_VERDICT);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_VERDICT, (uint32_t)verdict);
+    if (chain)
+        nftnl_expr_set_str(e, NFTNL_EXPR_IMM_CHAIN, chain);
+}
+
+/* iifname/oifname "sbx*" (or != with op NFT_CMP_NEQ): a prefix compare, as nft makes it. */
+static void m_ifname_prefix(struct nftnl_rule *r, uint32_t meta_key, uint32_t op)
+{
+    x_meta(r, meta_key, NFT_REG_1);
+    x_cmp(r, NFT_REG_1, op, FW_IFNAME_PREFIX, sizeof(FW_IFNAME_PREFIX) - 1);
+}
+
+static void m_nfproto(struct nftnl_rule *r, uint8_t proto)
+{
+    x_meta(r, NFT_META_NFPROTO, NFT_REG_1);
+    x_cmp(r, NFT_REG_1, NFT_CMP_EQ, &proto, 1);
+}
+
+/* ct state established,related */
+static void m_ct_established(struct nftnl_rule *r)
+{
+    struct nftnl_expr *e = expr_new(r, "ct");
+    nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, NFT_CT_STATE);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_CT_DREG, NFT_REG_1);
+    uint32_t mask = NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED), zero = 0;
+    x_bitwise(r, NFT_REG_1, &mask, &zero, 4);
+    x_cmp(r, NFT_REG_1, NFT_CMP_NEQ, &zero, 4);
+}
+
+/* tcp dport <port> (in the inet family: meta l4proto tcp first) */
+static void m_tcp_dport(struct nftnl_rule *r, uint16_t port)
+{
+    uint8_t tcp = IPPROTO_TCP;
+    x_meta(r, NFT_META_L4PROTO, NFT_REG_1);
+    x_cmp(r, NFT_REG_1, NFT_CMP_EQ, &tcp, 1);
+    uint16_t be = htons(port);
+    x_payload(r, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2, NFT_REG_1);
+    x_cmp(r, NFT_REG_1, NFT_CMP_EQ, &be, 2);
+}
+
+/* ip saddr/daddr <net>/<len>; the caller has matched meta nfproto ipv4. */
+static void m_ip_prefix(struct nftnl_rule *r, uint32_t offset, struct in_addr net, int len)
+{
+    x_payload(r, NFT_PAYLOAD_NETWORK_HEADER, offset, 4, NFT_REG_1);
+    if (len < 32) {
+        uint32_t mask = htonl(~0u << (32 - len)), zero = 0;
+        x_bitwise(r, NFT_REG_1, &mask, &zero, 4);
+    }
+    x_cmp(r, NFT_REG_1, NFT_CMP_EQ, &net.s_addr, 4);
+}
+
+/* iifname . ip saddr [!=] @set; the caller has matched meta nfproto ipv4. */
+static void m_iif_saddr_in(struct nftnl_rule *r, const char *set, uint32_t set_id, bool inverted)
+{
+    x_meta(r, NFT_META_IIFNAME, NFT_REG32_00);
+    x_payload(r, NFT_PAYLOAD_NETWORK_HEADER, 12, 4, NFT_REG32_04);
+    x_lookup(r, NFT_REG32_00, set, set_id, inverted);
+}
+
+#define OFF_SADDR 12
+#define OFF_DADDR 16
+
+static struct in_addr addr4(const char *s)
+{
+    struct in_addr a;
+    if (inet_pton(AF_INET, s, &a) != 1)
+        abort(); /* only literals of this file */
+    return a;
+}
+
+/* ---- the structure ---- */
+
+/* Base rule: `<iifname|oifname> "sbx*" jump <chain>` */
+static void rule_dispatch(struct fw_batch *b, const char *base, uint32_t meta_key, const char *to)
+{
+    struct nftnl_rule *r = rule_new(base);
+    m_ifname_prefix(r, meta_key, NFT_CMP_EQ);
+    x_verdict(r, NFT_JUMP, to);
+    batch_rule(b, r);
+}
+
+/* The rules every packet from a Sandbox passes first, to the host or elsewhere. */
+static void rules_from_sandbox_common(struct fw_batch *b, const char *chain)
+{
+    struct nftnl_rule *r = rule_new(chain); /* ct state established,related accept */
+    m_ct_established(r);
+    x_verdict(r, NF_ACCEPT, NULL);
+    batch_rule(b, r);
+
+    r = rule_new(chain); /* meta nfproto ipv6 counter name "drop_ipv6" drop */
+    m_nfproto(r, NFPROTO_IPV6);
+    x_counter(r, FW_DROP_IPV6);
+    x_verdict(r, NF_DROP, NULL);
+    batch_rule(b, r);
+
+    r = rule_new(chain); /* meta nfproto ipv4 iifname . ip saddr != @sandboxes ... drop */
+    m_nfproto(r, NFPROTO_IPV4);
+    m_iif_saddr_in(r, SET_SANDBOXES, SET_ID_SANDBOXES, true);
+    x_counter(r, FW_DROP_SPOOFED);
+    x_verdict(r, NF_DROP, NULL);
+    batch_rule(b, r);
+}
+
+static void rules_sandbox_to_host(struct fw_batch *b)
+{
+    const char *chain = "sandbox_to_host";
+    rules_from_sandbox_common(b, chain);
+
+    struct nftnl_rule *r = rule_new(chain); /* tcp dport 443 accept */
+    m_tcp_dport(r, 443);
+    x_verdict(r, NF_ACCEPT, NULL);
+    batch_rule(b, r);
+
+    r = rule_new(chain); /* meta nfproto ipv4 iifname . ip saddr @nfs tcp dport 2049 accept */
+    m_nfproto(r, NFPROTO_IPV4);
+    m_iif_saddr_in(r, SET_NFS, SET_ID_NFS, false);
+    m_tcp_dport(r, 2049);
+    x_verdict(r, NF_ACCEPT, NULL);
+    batch_rule(b, r);
+
+    r = rule_new(chain); /* counter name "drop_host" drop */
+    x_counter(r, FW_DROP_HOST);
+    x_verdict(r, NF_DROP, NULL);
+    batch_rule(b, r);
+}
+
+static void rule_drop_daddr(struct fw_batch *b, const char *chain, const char *net, int len,
+                            enum fw_drop_reason reason)
+{
+    struct nftnl_rule *r = rule_new(chain); /* meta nfproto ipv4 ip daddr N/L counter drop */
+    m_nfproto(r, NFPROTO_IPV4);
+    m_ip_prefix(r, OFF_DADDR, addr4(net), len);
+    x_counter(r, reason);
+    x_verdict(r, NF_DROP, NULL);
+    batch_rule(b, r);
+}
+
+static void rules_sandbox_out(struct fw_batch *b)
+{
+    const char *chain = "sandbox_out";
+    rules_from_sandbox_common(b, chain);
+    for (size_t i = 0; i < sizeof(private_ranges) / sizeof(private_ranges[0]); i++)
+        rule_drop_daddr(b, chain, private_ranges[i].net, private_ranges[i].len, FW_DROP_PRIVATE);
+    rule_drop_daddr(b, chain, "169.254.0.0", 16, FW_DROP_METADATA);
+    for (size_t i = 0; i < sizeof(special_ranges) / sizeof(special_ranges[0]); i++)
+        rule_drop_daddr(b, chain, special_ranges[i].net, special_ranges[i].len, FW_DROP_SPECIAL);
+    struct nftnl_rule *r = rule_new(chain); /* public IPv4 */
+    x_verdict(r, NF_ACCEPT, NULL);
+    batch_rule(b, r);
+}
+
+static void rules_sandbox_in(struct fw_batch *b)
+{
+    const char *chain = "sandbox_in";
+    struct nftnl_rule *r = rule_new(chain);
+    m_ct_established(r);
+    x_verdict(r, NF_ACCEPT, NULL);
+    batch_rule(b, r);
+
+    r = rule_new(chain);
+    m_nfproto(r, NFPROTO_IPV6);
+    x_counter(r, FW_DROP_IPV6);
+    x_verdict(r, NF_DROP, NULL);
+    batch_rule(b, r);
+
+    r = rule_new(chain);
+    x_counter(r, FW_DROP_INBOUND);
+    x_verdict(r, NF_DROP, NULL);
+    batch_rule(b, r);
+}
+
+/* meta nfproto ipv4 ip saddr <pool> oifname != "sbx*" masquerade */
+static void rule_masquerade(struct fw_batch *b, const struct pool4 *pool)
+{
+    struct nftnl_rule *r = rule_new("postrouting");
+    m_nfproto(r, NFPROTO_IPV4);
+    m_ip_prefix(r, OFF_SADDR, pool->net, pool->len);
+    m_ifname_prefix(r, NFT_META_OIFNAME, NFT_CMP_NEQ);
+    expr_new(r, "masq");
+    batch_rule(b, r);
+}
+
+/* The whole table, after the table message itself. Base chains run before the host's usual
+ * filter priority so that the drops are counted here first; a drop is final in nftables whatever
+ * other tables say, and an accept here still leaves other tables their say. */
+static void batch_structure(struct fw_batch *b, const struct pool4 *pool)
+{
+    for (int i = 0; i < FW_DROP_COUNT; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "drop_%s", fw_drop_reason_names[i]);
+        batch_counter(b, name);
+    }
+    batch_set(b, SET_SANDBOXES, SET_ID_SANDBOXES, "live Sandboxes: host interface . address");
+    batch_set(b, SET_NFS, SET_ID_NFS, "Sandboxes with an NFS Workspace: may reach TCP 2049");
+
+    batch_chain(b, "sandbox_to_host", NULL, 0, 0);
+    batch_chain(b, "sandbox_out", NULL, 0, 0);
+    batch_chain(b, "sandbox_in", NULL, 0, 0);
+    batch_chain(b, "input", "filter", NF_INET_LOCAL_IN, -10);
+    batch_chain(b, "forward", "filter", NF_INET_FORWARD, -10);
+    batch_chain(b, "output", "filter", NF_INET_LOCAL_OUT, -10);
+    batch_chain(b, "postrouting", "nat", NF_INET_POST_ROUTING, 100);
+
+    rules_sandbox_to_host(b);
+    rules_sandbox_out(b);
+    rules_sandbox_in(b);
+    rule_dispatch(b, "input", NFT_META_IIFNAME, "sandbox_to_host");
+    /* Into a Sandbox first: a packet between two Sandboxes must meet the inbound rule even when
+     * the pool is public address space that sandbox_out would accept. */
+    rule_dispatch(b, "forward", NFT_META_OIFNAME, "sandbox_in");
+    rule_dispatch(b, "forward", NFT_META_IIFNAME, "sandbox_out");
+    rule_dispatch(b, "output", NFT_META_OIFNAME, "sandbox_in");
+    rule_masquerade(b, pool);
+}
+
+static void table_comment(const char *pool, char *out, size_t outlen)
+{
+    snprintf(out, outlen, TABLE_COMMENT_FMT, pool);
+}
+
+static void batch_add_sandbox(struct fw_batch *b, const struct fw_sandbox *sb)
+{
+    /* Replaces a stale element left by a Sandbox that had the same interface (a crash before
+     * reconciliation) in the same batch, so the comment names the new owner. */
+    batch_elem_absent(b, SET_SANDBOXES, sb->ifname, sb->addr);
+    batch_elem_absent(b, SET_NFS, sb->ifname, sb->addr);
+    batch_elem(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE | NLM_F_EXCL, SET_SANDBOXES, sb->ifname,
+               sb->addr, sb->sandbox_id);
+}
+
+int fw_build_structure(const char *net_pool, struct fw_batch *out, char *err, size_t errlen)
+{
+    struct pool4 pool;
+    if (parse_prefix(net_pool, &pool, err, errlen) < 0)
+        return -1;
+    char comment[160];
+    table_comment(net_pool, comment, sizeof(comment));
+    memset(out, 0, sizeof(*out));
+    batch_begin(out, (uint32_t)time(NULL));
+    batch_table(out, NFT_MSG_NEWTABLE, NLM_F_CREATE | NLM_F_EXCL, comment);
+    batch_structure(out, &pool);
+    batch_end(out);
+    return 0;
+}
+
+static int check_sandbox(const struct fw_sandbox *sb, char *err, size_t errlen)
+{
+    if (!sb->ifname || strncmp(sb->ifname, FW_IFNAME_PREFIX, strlen(FW_IFNAME_PREFIX)) != 0 ||
+        strlen(sb->ifname) >= IFNAMSIZ)
+        return fail(err, errlen, "interface \"%s\" is not a Sandbox interface (%s*)",
+                    sb->ifname ? sb->ifname : "", FW_IFNAME_PREFIX);
+    if (!sb->sandbox_id || !*sb->sandbox_id || strlen(sb->sandbox_id) >= FW_OWNER_LEN)
+        return fail(err, errlen, "a Sandbox element needs its Sandbox id");
+    return 0;
+}
+
+int fw_build_sandbox_add(const struct fw_sandbox *sb, struct fw_batch *out, char *err,
+                         size_t errlen)
+{
+    if (check_sandbox(sb, err, errlen) < 0)
+        return -1;
+    memset(out, 0, sizeof(*out));
+    batch_begin(out, (uint32_t)time(NULL));
+    batch_add_sandbox(out, sb);
+    batch_end(out);
+    return 0;
+}
+
+/* ---- netlink talk ---- */
+
+/* Sends a batch and reads every answer. nfnetlink handles a batch inside sendmsg(), so all
+ * answers are queued by the time it returns: read until the queue is empty. */
+static int fw_send_batch(struct fw *fw, struct fw_batch *b, char *err, size_t errlen)
+{
+    if (mnl_socket_sendto(fw->nl, b->buf, b->len) < 0)
+        return fail(err, errlen, "nftables: send: %s", strerror(errno));
+    char buf[MNL_SOCKET_BUFFER_SIZE];
+    size_t acks = 0;
+    int first_error = 0;
+    uint32_t error_seq = 0;
+    for (;;) {
+        ssize_t n = recv(mnl_socket_get_fd(fw->nl), buf, sizeof(buf), MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                break;
+            return fail(err, errlen, "nftables: receive: %s", strerror(errno));
+        }
+        const struct nlmsghdr *nlh = (const struct nlmsghdr *)buf;
+        int len = (int)n;
+        for (; mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
+            if (nlh->nlmsg_type != NLMSG_ERROR)
+                continue;
+            const struct nlmsgerr *e = mnl_nlmsg_get_payload(nlh);
+            if (e->error == 0)
+                acks++;
+            else if (!first_error) {
+                first_error = -e->error;
+                error_seq = nlh->nlmsg_seq;
+            }
+        }
+    }
+    if (first_error) {
+        uint32_t first_seq = b->seq - (uint32_t)b->messages - 2; /* BATCH_BEGIN's */
+        fail(err, errlen, "nftables: batch refused at message %u of %zu: %s", error_seq - first_seq,
+             b->messages, strerror(first_error));
+        errno = first_error; /* for callers that handle one answer (EEXIST) themselves */
+        return -1;
+    }
+    if (b->messages && acks != 1)
+        return fail(err, errlen, "nftables: batch of %zu messages not acknowledged", b->messages);
+    return 0;
+}
+
+/* One request (a get or a dump); cb sees every answer. */
+static int fw_request(struct fw *fw, const char *what, struct nlmsghdr *nlh, mnl_cb_t cb,
+                      void *data, char *err, size_t errlen)
+{
+    uint32_t seq = nlh->nlmsg_seq;
+    if (mnl_socket_sendto(fw->nl, nlh, nlh->nlmsg_len) < 0)
+        return fail(err, errlen, "nftables: send: %s", strerror(errno));
+    char buf[MNL_SOCKET_BUFFER_SIZE];
+    for (;;) {
+        ssize_t n = mnl_socket_recvfrom(fw->nl, buf, sizeof(buf));
+        if (n < 0)
+            return fail(err, errlen, "nftables: receive: %s", strerror(errno));
+        int ret = mnl_cb_run(buf, (size_t)n, seq, fw->portid, cb, data);
+        if (ret < 0) {
+            int e = errno; /* the kernel's answer; fw_get_table tells ENOENT apart */
+            fail(err, errlen, "nftables: %s: %s", what, strerror(e));
+            errno = e;
+            return -1;
+        }
+        if (ret == MNL_CB_STOP)
+            return 0;
+    }
+}
+
+static uint32_t fw_next_seq(struct fw *fw)
+{
+    return fw->seq++;
+}
+
+/* ---- reading the table ---- */
+
+static int udata_comment_cb(const struct nftnl_udata *attr, void *data)
+{
+    const struct nftnl_udata **tb = data;
+    if (nftnl_udata_type(attr) == 0 /* *_COMMENT is the first type of tables and elements */)
+        tb[0] = attr;
+    return 0;
+}
+
+/* The comment of a table or set element's userdata ("" if none). */
+static void udata_comment(const void *data, uint32_t len, char *out, size_t outlen)
+{
+    const struct nftnl_udata *tb[1] = {NULL};
+    out[0] = '\0';
+    if (!data || nftnl_udata_parse(data, len, udata_comment_cb, tb) < 0 || !tb[0])
+        return;
+    snprintf(out, outlen, "%.*s", (int)nftnl_udata_len(tb[0]),
+             (const char *)nftnl_udata_get(tb[0]));
+}
+
+static int table_cb(const struct nlmsghdr *nlh, void *data)
+{
+    char *comment = data;
+    struct nftnl_table *t = must(nftnl_table_alloc());
+    if (nftnl_table_nlmsg_parse(nlh, t) == 0) {
+        uint32_t len = 0;
+        const void *ud = nftnl_table_get_data(t, NFTNL_TABLE_USERDATA, &len);
+        udata_comment(ud, len, comment, 160);
+        if (!*comment)
+            strcpy(comment, "?");
+    }
+    nftnl_table_free(t);
+    return MNL_CB_OK;
+}
+
+/* 1 with its comment when the table exists, 0 when it does not. */
+static int fw_get_table(struct fw *fw, char comment[160], char *err, size_t errlen)
+{
+    char buf[MNL_SOCKET_BUFFER_SIZE];
+    struct nlmsghdr *nlh =
+        nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETTABLE, NFPROTO_INET, NLM_F_ACK, fw_next_seq(fw));
+    struct nftnl_table *t = must(nftnl_table_alloc());
+    nftnl_table_set_str(t, NFTNL_TABLE_NAME, FW_TABLE);
+    nftnl_table_nlmsg_build_payload(nlh, t);
+    nftnl_table_free(t);
+    comment[0] = '\0';
+    char why[200];
+    if (fw_request(fw, "table inet " FW_TABLE, nlh, table_cb, comment, why, sizeof(why)) < 0) {
+        if (errno == ENOENT)
+            return 0;
+        return fail(err, errlen, "%s", why);
+    }
+    return comment[0] ? 1 : 0;
+}
+
+struct elems_acc {
+    struct fw_element *v;
+    size_t n, cap;
+    bool nfs;
+};
+
+static struct fw_element *elems_find(struct elems_acc *acc, const char *ifname, struct in_addr a)
+{
+    for (size_t i = 0; i < acc->n; i++)
+        if (acc->v[i].addr.s_addr == a.s_addr && strcmp(acc->v[i].ifname, ifname) == 0)
+            return &acc->v[i];
+    return NULL;
+}
+
+static void elem_decode(struct nftnl_set_elem *e, struct elems_acc *acc)
+{
+    uint32_t klen = 0, ulen = 0;
+    const char *key = nftnl_set_elem_get(e, NFTNL_SET_ELEM_KEY, &klen);
+    if (!key || klen != KEY_LEN)
+        return;
+    char ifname[IFNAMSIZ];
+    memcpy(ifname, key, IFNAMSIZ - 1);
+    ifname[IFNAMSIZ - 1] = '\0';
+    struct in_addr a;
+    memcpy(&a.s_addr, key + KEY_IFNAME_LEN, 4);
+    struct fw_element *x = elems_find(acc, ifname, a);
+    if (!x) {
+        if (acc->n == acc->cap) {
+            acc->cap = acc->cap ? acc->cap * 2 : 64;
+            acc->v = must(realloc(acc->v, acc->cap * sizeof(*acc->v)));
+        }
+        x = &acc->v[acc->n++];
+        memset(x, 0, sizeof(*x));
+        memcpy(x->ifname, ifname, sizeof(ifname));
+        x->addr = a;
+    }
+    char owner[FW_OWNER_LEN];
+    const void *ud = nftnl_set_elem_get(e, NFTNL_SET_ELEM_USERDATA, &ulen);
+    udata_comment(ud, ulen, owner, sizeof(owner));
+    if (!x->owner[0])
+        memcpy(x->owner, owner, sizeof(owner));
+    if (acc->nfs)
+        x->nfs = true;
+}
+
+static int elems_cb(const struct nlmsghdr *nlh, void *data)
+{
+    struct nftnl_set *s = must(nftnl_set_alloc());
+    if (nftnl_set_elems_nlmsg_parse(nlh, s) == 0) {
+        struct nftnl_set_elems_iter *it = must(nftnl_set_elems_iter_create(s));
+        for (struct nftnl_set_elem *e = nftnl_set_elems_iter_next(it); e;
+             e = nftnl_set_elems_iter_next(it))
+            elem_decode(e, data);
+        nftnl_set_elems_iter_destroy(it);
+    }
+    nftnl_set_free(s);
+    return MNL_CB_OK;
+}
+
+static int fw_read_set(struct fw *fw, const char *set_name, struct elems_acc *acc, char *err,
+                       size_t errlen)
+{
+    char buf[MNL_SOCKET_BUFFER_SIZE];
+    struct nlmsghdr *nlh =
+        nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSETELEM, NFPROTO_INET, NLM_F_DUMP, fw_next_seq(fw));
+    struct nftnl_set *s = must(nftnl_set_alloc());
+    nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
+    nftnl_set_set_str(s, NFTNL_SET_NAME, set_name);
+    nftnl_set_elems_nlmsg_build_payload(nlh, s);
+    nftnl_set_free(s);
+    acc->nfs = strcmp(set_name, SET_NFS) == 0;
+    return fw_request(fw, "table inet " FW_TABLE, nlh, elems_cb, acc, err, errlen);
+}
+
+/* Both sets, merged per interface and address (an element only in `nfs` still shows). */
+static int fw_read_elements(struct fw *fw, struct elems_acc *acc, char *err, size_t errlen)
+{
+    memset(acc, 0, sizeof(*acc));
+    if (fw_read_set(fw, SET_SANDBOXES, acc, err, errlen) < 0 ||
+        fw_read_set(fw, SET_NFS, acc, err, errlen) < 0) {
+        free(acc->v);
+        acc->v = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- public functions ---- */
+
+static struct fw *fw_open_socket(char *err, size_t errlen)
+{
+    struct fw *fw = calloc(1, sizeof(*fw));
+    if (!fw) {
+        fail(err, errlen, "out of memory");
+        return NULL;
+    }
+    fw->nl = mnl_socket_open(NETLINK_NETFILTER);
+    if (!fw->nl || mnl_socket_bind(fw->nl, 0, MNL_SOCKET_AUTOPID) < 0) {
+        fail(err, errlen, "nftables: netlink socket: %s (CAP_NET_ADMIN needed)", strerror(errno));
+        if (fw->nl)
+            mnl_socket_close(fw->nl);
+        free(fw);
+        return NULL;
+    }
+    /* Acks carry only the header of each request, not its payload. */
+    int one = 1;
+    mnl_socket_setsockopt(fw->nl, NETLINK_CAP_ACK, &one, sizeof(one));
+    /* A batch goes in one sendmsg(): a table replaced with 16,384 Sandboxes' elements is ~5 MB,
+     * beyond the default socket buffer; a batch that fails may answer with as many errors.
+     * Forcing the sizes needs CAP_NET_ADMIN, which nftables needs anyway. */
+    int bufsize = 8 << 20;
+    setsockopt(mnl_socket_get_fd(fw->nl), SOL_SOCKET, SO_SNDBUFFORCE, &bufsize, sizeof(bufsize));
+    setsockopt(mnl_socket_get_fd(fw->nl), SOL_SOCKET, SO_RCVBUFFORCE, &bufsize, sizeof(bufsize));
+    fw->portid = mnl_socket_get_portid(fw->nl);
+    fw->seq = (uint32_t)time(NULL);
+    pthread_mutex_init(&fw->lock, NULL);
+    return fw;
+}
+
+void fw_close(struct fw *fw)
+{
+    if (!fw)
+        return;
+    mnl_socket_close(fw->nl);
+    pthread_mutex_destroy(&fw->lock);
+    free(fw);
+}
+
+/* Sends b with this socket's sequence numbers (b was built with a placeholder). */
+static int fw_send_built(struct fw *fw, struct fw_batch *b, char *err, size_t errlen)
+{
+    uint32_t seq = fw->seq;
+    size_t off = 0;
+    while (off < b->len) {
+        struct nlmsghdr *nlh = (struct nlmsghdr *)(b->buf + off);
+        nlh->nlmsg_seq = seq++;
+        off += NLMSG_ALIGN(nlh->nlmsg_len);
+    }
+    fw->seq = seq;
+    b->seq = seq;
+    return fw_send_batch(fw, b, err, errlen);
+}
+
+/* Replaces a table of another version or pool in one batch, carrying the elements over. */
+static int fw_replace_table(struct fw *fw, const char *net_pool, char *err, size_t errlen)
+{
+    struct pool4 pool;
+    if (parse_prefix(net_pool, &pool, err, errlen) < 0)
+        return -1;
+    struct elems_acc acc;
+    if (fw_read_elements(fw, &acc, err, errlen) < 0)
+        acc = (struct elems_acc){0}; /* an older layout without these sets: nothing to carry */
+    char comment[160];
+    table_comment(net_pool, comment, sizeof(comment));
+    struct fw_batch b = {0};
+    batch_begin(&b, 0);
+    batch_table(&b, NFT_MSG_DELTABLE, 0, NULL);
+    batch_table(&b, NFT_MSG_NEWTABLE, NLM_F_CREATE | NLM_F_EXCL, comment);
+    batch_structure(&b, &pool);
+    for (size_t i = 0; i < acc.n; i++) {
+        const char *owner = acc.v[i].owner[0] ? acc.v[i].owner : NULL;
+        batch_elem(&b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, SET_SANDBOXES, acc.v[i].ifname,
+                   acc.v[i].addr, owner);
+        if (acc.v[i].nfs)
+            batch_elem(&b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, SET_NFS, acc.v[i].ifname,
+                       acc.v[i].addr, owner);
+    }
+    batch_end(&b);
+    free(acc.v);
+    int rc = fw_send_built(fw, &b, err, errlen);
+    fw_batch_free(&b);
+    return rc;
+}
+
+static int fw_ensure_structure(struct fw *fw, const char *net_pool, char *err, size_t errlen)
+{
+    char want[160], have[160];
+    table_comment(net_pool, want, sizeof(want));
+    for (int attempt = 0; attempt < 3; attempt++) {
+        int exists = fw_get_table(fw, have, err, errlen);
+        if (exists < 0)
+            return -1;
+        if (exists && strcmp(have, want) == 0)
+            return 0;
+        if (exists)
+            return fw_replace_table(fw, net_pool, err, errlen);
+        struct fw_batch b;
+        if (fw_build_structure(net_pool, &b, err, errlen) < 0)
+            return -1;
+        int rc = fw_send_built(fw, &b, err, errlen);
+        int e = errno;
+        fw_batch_free(&b);
+        if (rc == 0)
+            return 0;
+        errno = e;
+        /* EEXIST: another worker created the table between our get and our batch; look again. */
+        if (errno != EEXIST)
+            return -1;
+    }
+    return fail(err, errlen, "nftables: table inet %s keeps changing under us", FW_TABLE);
+}
+
+struct fw *fw_open(char *err, size_t errlen)
+{
+    return fw_open_socket(err, errlen);
+}
+
+struct fw *fw_init(const char *net_pool, char *err, size_t errlen)
+{
+    struct fw *fw = fw_open_socket(err, errlen);
+    if (!fw)
+        return NULL;
+    if (fw_ensure_structure(fw, net_pool, err, errlen) < 0) {
+        fw_close(fw);
+        return NULL;
+    }
+    return fw;
+}
+
+/* Builds a one-purpose batch with fill(), sends it under the lock. */
+static int fw_apply(struct fw *fw, void (*fill)(struct fw_batch *, const void *), const void *arg,
+                    char *err, size_t errlen)
+{
+    struct fw_batch b = {0};
+    batch_begin(&b, 0);
+    fill(&b, arg);
+    batch_end(&b);
+    pthread_mutex_lock(&fw->lock);
+    int rc = fw_send_built(fw, &b, err, errlen);
+    pthread_mutex_unlock(&fw->lock);
+    fw_batch_free(&b);
+    return rc;
+}
+
+static void fill_add(struct fw_batch *b, const void *arg)
+{
+    batch_add_sandbox(b, arg);
+}
+
+static void fill_nfs_on(struct fw_batch *b, const void *arg)
+{
+    const struct fw_sandbox *sb = arg;
+    batch_elem(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, SET_NFS, sb->ifname, sb->addr, sb->sandbox_id);
+}
+
+static void fill_nfs_off(struct fw_batch *b, const void *arg)
+{
+    const struct fw_sandbox *sb = arg;
+    batch_elem_absent(b, SET_NFS, sb->ifname, sb->addr);
+}
+
+static void fill_remove(struct fw_batch *b, const void *arg)
+{
+    const struct fw_sandbox *sb = arg;
+    batch_elem_absent(b, SET_NFS, sb->ifname, sb->addr);
+    batch_elem_absent(b, SET_SANDBOXES, sb->ifname, sb->addr);
+}
+
+int fw_sandbox_add(struct fw *fw, const struct fw_sandbox *sb, char *err, size_t errlen)
+{
+    if (check_sandbox(sb, err, errlen) < 0)
+        return -1;
+    return fw_apply(fw, fill_add, sb, err, errlen);
+}
+
+int fw_sandbox_set_nfs(struct fw *fw, const struct fw_sandbox *sb, bool attached, char *err,
+                       size_t errlen)
+{
+    if (check_sandbox(sb, err, errlen) < 0)
+        return -1;
+    return fw_apply(fw, attached ? fill_nfs_on : fill_nfs_off, sb, err, errlen);
+}
+
+int fw_sandbox_remove(struct fw *fw, const struct fw_sandbox *sb, char *err, size_t errlen)
+{
+    if (check_sandbox(sb, err, errlen) < 0)
+        return -1;
+    return fw_apply(fw, fill_remove, sb, err, errlen);
+}
+
+int fw_elements(struct fw *fw, struct fw_element **out, size_t *n, char *err, size_t errlen)
+{
+    struct elems_acc acc;
+    pthread_mutex_lock(&fw->lock);
+    int rc = fw_read_elements(fw, &acc, err, errlen);
+    pthread_mutex_unlock(&fw->lock);
+    if (rc < 0)
+        return -1;
+    *out = acc.v;
+    *n = acc.n;
+    return 0;
+}
+
+/* One batch removing the elements of which keep() says false. */
+static int fw_remove_where(struct fw *fw, bool (*keep)(const struct fw_element *, void *),
+                           void *arg, size_t *removed, char *err, size_t errlen)
+{
+    struct fw_element *v;
+    size_t n, gone = 0;
+    if (fw_elements(fw, &v, &n, err, errlen) < 0)
+        return -1;
+    struct fw_batch b = {0};
+    batch_begin(&b, 0);
+    for (size_t i = 0; i < n; i++) {
+        if (keep(&v[i], arg))
+            continue;
+        batch_elem_absent(&b, SET_NFS, v[i].ifname, v[i].addr);
+        batch_elem_absent(&b, SET_SANDBOXES, v[i].ifname, v[i].addr);
+        gone++;
+    }
+    batch_end(&b);
+    free(v);
+    int rc = 0;
+    if (gone) {
+        pthread_mutex_lock(&fw->lock);
+        rc = fw_send_built(fw, &b, err, errlen);
+        pthread_mutex_unlock(&fw->lock);
+    }
+    fw_batch_free(&b);
+    if (rc == 0 && removed)
+        *removed = gone;
+    return rc;
+}
+
+static bool keep_other_owner(const struct fw_element *e, void *arg)
+{
+    return strcmp(e->owner, (const char *)arg) != 0;
+}
+
+int fw_sandbox_remove_owner(struct fw *fw, const char *sandbox_id, char *err, size_t errlen)
+{
+    return fw_remove_where(fw, keep_other_owner, (void *)sandbox_id, NULL, err, errlen);
+}
+
+struct live_query {
+    bool (*is_live)(const char *sandbox_id, void *arg);
+    void *arg;
+};
+
+/* Elements without an owner were not written by sbx's add (which always names one): removed. */
+static bool keep_live(const struct fw_element *e, void *arg)
+{
+    const struct live_query *q = arg;
+    return e->owner[0] && q->is_live(e->owner, q->arg);
+}
+
+int fw_reconcile(struct fw *fw, bool (*is_live)(const char *sandbox_id, void *arg), void *arg,
+                 size_t *removed, char *err, size_t errlen)
+{
+    struct live_query q = {is_live, arg};
+    return fw_remove_where(fw, keep_live, &q, removed, err, errlen);
+}
+
+struct counters_acc {
+    struct fw_counter *out;
+    int found;
+};
+
+static int counter_cb(const struct nlmsghdr *nlh, void *data)
+{
+    struct counters_acc *acc = data;
+    struct fw_counter *out = acc->out;
+    struct nftnl_obj *o = must(nftnl_obj_alloc());
+    if (nftnl_obj_nlmsg_parse(nlh, o) == 0 && nftnl_obj_is_set(o, NFTNL_OBJ_NAME)) {
+        const char *name = nftnl_obj_get_str(o, NFTNL_OBJ_NAME);
+        for (int i = 0; i < FW_DROP_COUNT; i++)
+            if (strncmp(name, "drop_", 5) == 0 && strcmp(name + 5, fw_drop_reason_names[i]) == 0) {
+                out[i].packets = nftnl_obj_get_u64(o, NFTNL_OBJ_CTR_PKTS);
+                out[i].bytes = nftnl_obj_get_u64(o, NFTNL_OBJ_CTR_BYTES);
+                acc->found++;
+            }
+    }
+    nftnl_obj_free(o);
+    return MNL_CB_OK;
+}
+
+int fw_counters(struct fw *fw, struct fw_counter out[FW_DROP_COUNT], char *err, size_t errlen)
+{
+    memset(out, 0, sizeof(*out) * FW_DROP_COUNT);
+    char buf[MNL_SOCKET_BUFFER_SIZE];
+    pthread_mutex_lock(&fw->lock);
+    struct nlmsghdr *nlh =
+        nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETOBJ, NFPROTO_INET, NLM_F_DUMP, fw_next_seq(fw));
+    struct nftnl_obj *o = must(nftnl_obj_alloc());
+    nftnl_obj_set_str(o, NFTNL_OBJ_TABLE, FW_TABLE);
+    nftnl_obj_set_u32(o, NFTNL_OBJ_TYPE, NFT_OBJECT_COUNTER);
+    nftnl_obj_nlmsg_build_payload(nlh, o);
+    nftnl_obj_free(o);
+    struct counters_acc acc = {out, 0};
+    int rc = fw_request(fw, "table inet " FW_TABLE " counters", nlh, counter_cb, &acc, err, errlen);
+    pthread_mutex_unlock(&fw->lock);
+    if (rc == 0 && acc.found != FW_DROP_COUNT)
+        return fail(err, errlen, "table inet %s: %d of %d drop counters (no worker set it up?)",
+                    FW_TABLE, acc.found, FW_DROP_COUNT);
+    return rc;
+}
+
+int fw_metrics_text(struct fw *fw, char *out, size_t outlen, char *err, size_t errlen)
+{
+    struct fw_counter c[FW_DROP_COUNT];
+    if (fw_counters(fw, c, err, errlen) < 0)
+        return -1;
+    static const char *const what[2] = {"packets", "bytes"};
+    size_t n = 0;
+    for (int k = 0; k < 2; k++) {
+        int w = snprintf(out + n, outlen - n,
+                         "# HELP sbx_firewall_dropped_%s_total %s from or to Sandboxes dropped by "
+                         "the firewall, by reason.\n# TYPE sbx_firewall_dropped_%s_total counter\n",
+                         what[k], k ? "Bytes" : "Packets", what[k]);
+        for (int i = 0; w >= 0 && (size_t)w < outlen - n && i < FW_DROP_COUNT; i++) {
+            n += (size_t)w;
+            w = snprintf(out + n, outlen - n, "sbx_firewall_dropped_%s_total{reason=\"%s\"} %llu\n",
+                         what[k], fw_drop_reason_names[i],
+                         (unsigned long long)(k ? c[i].bytes : c[i].packets));
+        }
+        if (w < 0 || (size_t)w >= outlen - n)
+            return fail(err, errlen, "metrics: %zu bytes are not enough", outlen);
+        n += (size_t)w;
+    }
+    return 0;
+}
+
+int fw_destroy(struct fw *fw, char *err, size_t errlen)
+{
+    struct fw_batch b = {0};
+    batch_begin(&b, 0);
+    batch_table(&b, NFT_MSG_DELTABLE, 0, NULL);
+    batch_end(&b);
+    pthread_mutex_lock(&fw->lock);
+    int rc = fw_send_built(fw, &b, err, errlen);
+    pthread_mutex_unlock(&fw->lock);
+    fw_batch_free(&b);
+    return rc;
+}
+
+/* ---- fw_list: nft's own printer, through libnftables loaded at run time ---- */
+
+/* The few libnftables functions used (its ABI, libnftables.so.1, is stable). Loading it at run
+ * time keeps the worker free of a link dependency on nft's library and its headers. */
+struct nft_api {
+    void *(*ctx_new)(uint32_t flags);
+    void (*ctx_free)(void *ctx);
+    int (*buffer_output)(void *ctx);
+    int (*buffer_error)(void *ctx);
+    const char *(*get_output)(void *ctx);
+    const char *(*get_error)(void *ctx);
+    int (*run_cmd)(void *ctx, const char *buf);
+};
+
+static int nft_api_load(struct nft_api *api, void **handle, char *err, size_t errlen)
+{
+    *handle = dlopen("libnftables.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!*handle)
+        return fail(err, errlen, "cannot load libnftables.so.1 (install nftables): %s", dlerror());
+    struct {
+        void **slot;
+        const char *name;
+    } syms[] = {
+        {(void **)&api->ctx_new, "nft_ctx_new"},
+        {(void **)&api->ctx_free, "nft_ctx_free"},
+        {(void **)&api->buffer_output, "nft_ctx_buffer_output"},
+        {(void **)&api->buffer_error, "nft_ctx_buffer_error"},
+        {(void **)&api->get_output, "nft_ctx_get_output_buffer"},
+        {(void **)&api->get_error, "nft_ctx_get_error_buffer"},
+        {(void **)&api->run_cmd, "nft_run_cmd_from_buffer"},
+    };
+    for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
+        *syms[i].slot = dlsym(*handle, syms[i].name);
+        if (!*syms[i].slot) {
+            dlclose(*handle);
+            return fail(err, errlen, "libnftables.so.1 lacks %s", syms[i].name);
+        }
+    }
+    return 0;
+}
+
+static int print_nft_table(FILE *out, char *err, size_t errlen)
+{
+    struct nft_api api;
+    void *handle;
+    if (nft_api_load(&api, &handle, err, errlen) < 0)
+        return -1;
+    void *ctx = api.ctx_new(0);
+    int rc = -1;
+    if (!ctx) {
+        fail(err, errlen, "nft_ctx_new failed");
+    } else {
+        api.buffer_output(ctx);
+        api.buffer_error(ctx);
+        if (api.run_cmd(ctx, "list table inet " FW_TABLE) != 0) {
+            fail(err, errlen, "nft list table inet %s: %s", FW_TABLE, api.get_error(ctx));
+        } else {
+            fputs(api.get_output(ctx), out);
+            rc = 0;
+        }
+        api.ctx_free(ctx);
+    }
+    dlclose(handle);
+    return rc;
+}
+
+int fw_list(struct fw *fw, FILE *out, char *err, size_t errlen)
+{
+    struct fw_element *v;
+    size_t n;
+    if (print_nft_table(out, err, errlen) < 0 || fw_elements(fw, &v, &n, err, errlen) < 0)
+        return -1;
+    fprintf(out, "\n# %zu Sandbox element(s): interface . address -> owner\n", n);
+    for (size_t i = 0; i < n; i++) {
+        char a[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &v[i].addr, a, sizeof(a));
+        fprintf(out, "%s . %s -> %s%s\n", v[i].ifname, a, v[i].owner[0] ? v[i].owner : "(none)",
+                v[i].nfs ? " (nfs)" : "");
+    }
+    free(v);
+    return 0;
+}

@@ -1,0 +1,145 @@
+/*
+ * firewall.h: the nftables firewall around every Sandbox, programmed with libnftnl and libmnl.
+ *
+ * sbx owns exactly one nftables table, `table inet sbx`, in the network namespace of the worker
+ * (the host). Its structure (chains, base rules, named sets, named drop counters) is created once,
+ * in one atomic batch, by fw_init(). A Sandbox is then nothing but set elements: adding, removing
+ * or changing one is one atomic batch of element changes, never a rebuild of the ruleset, so its
+ * cost does not grow with the number of Sandboxes (tools/bench/firewall measures it).
+ *
+ * A Sandbox's traffic is recognised by its host-side interface (every Sandbox interface is named
+ * FW_IFNAME_PREFIX + slot, see netns.h) together with its IPv4 address: the element
+ * `"<ifname>" . <address>` in the set `sandboxes`. Each element carries the Sandbox id as its
+ * comment, so the kernel itself records which Sandbox owns which element (fw_elements, fw_list,
+ * reconciliation). The rules, for traffic from a Sandbox (docs/network.md has the listing):
+ *   - replies within established/related connections: accepted;
+ *   - all IPv6: dropped                                          (counter drop_ipv6);
+ *   - a source that is not the Sandbox's own interface+address:  dropped (counter drop_spoofed);
+ *   - new connections to the host: dropped (drop_host) except TCP 443, and TCP 2049 while the
+ *     Sandbox is in the set `nfs` (fw_sandbox_set_nfs);
+ *   - to 10/8, 172.16/12, 192.168/16, other Sandboxes included: dropped   (drop_private);
+ *   - to 169.254/16 (cloud metadata): dropped                              (drop_metadata);
+ *   - to the other special-use IPv4 ranges: dropped                        (drop_special);
+ *   - anything else (public IPv4): accepted and masqueraded to the uplink.
+ * And into a Sandbox: nothing new, from anywhere (drop_inbound).
+ * Interfaces named FW_IFNAME_PREFIX* that are not in `sandboxes` get the same treatment and fail
+ * closed (their traffic counts as spoofed). Other tables of the host are never read or changed.
+ *
+ * Each struct fw holds one netlink socket, bound to the network namespace of the thread that called
+ * fw_init(); calls on one struct fw are serialised by its mutex and may come from any thread.
+ * Functions return 0, or -1 with a human-readable reason in err.
+ */
+#ifndef SBX_FIREWALL_H
+#define SBX_FIREWALL_H
+
+#include <netinet/in.h>
+#include <net/if.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define FW_TABLE "sbx"
+/* Every Sandbox's host-side interface starts with this; the base rules match it as a wildcard. */
+#define FW_IFNAME_PREFIX "sbx"
+#define FW_OWNER_LEN 64 /* room for a Sandbox id */
+
+/* Why a packet was dropped: one named nftables counter each ("drop_<name>"). */
+enum fw_drop_reason {
+    FW_DROP_HOST,     /* new connection to the host other than TCP 443 (and 2049 with NFS) */
+    FW_DROP_PRIVATE,  /* to 10/8, 172.16/12, 192.168/16 (other Sandboxes included) */
+    FW_DROP_METADATA, /* to 169.254/16 */
+    FW_DROP_SPECIAL,  /* to another special-use IPv4 range */
+    FW_DROP_IPV6,     /* any IPv6 from or to a Sandbox */
+    FW_DROP_INBOUND,  /* a new connection into a Sandbox */
+    FW_DROP_SPOOFED,  /* from a Sandbox interface with an address that is not its own */
+    FW_DROP_COUNT
+};
+/* "host", "private", ...: the counter of reason r is named "drop_" + fw_drop_reason_names[r]. */
+extern const char *const fw_drop_reason_names[FW_DROP_COUNT];
+
+/* What identifies one Sandbox's traffic. */
+struct fw_sandbox {
+    const char *sandbox_id; /* the owner, stored as the elements' comment */
+    const char *ifname;     /* host-side interface, FW_IFNAME_PREFIX + ... */
+    struct in_addr addr;    /* the Sandbox's IPv4 address */
+};
+
+/* One Sandbox as the kernel's table has it. */
+struct fw_element {
+    char owner[FW_OWNER_LEN]; /* the Sandbox id of the comment ("" if none) */
+    char ifname[IFNAMSIZ];
+    struct in_addr addr;
+    bool nfs; /* also in the set `nfs` */
+};
+
+struct fw_counter {
+    uint64_t packets;
+    uint64_t bytes;
+};
+
+struct fw;
+
+/* Makes sure `table inet sbx` exists with this version's structure for net_pool ("a.b.c.d/len",
+ * the addresses masqueraded to the uplink). An existing table of the same version and pool is kept
+ * as it is (other worker processes may be using it); one of another version or pool is replaced in
+ * one batch that carries its Sandbox elements over. NULL on failure. */
+struct fw *fw_init(const char *net_pool, char *err, size_t errlen);
+/* Read-only access for inspection (sbxctl firewall, the gateway's /metrics): opens the netlink
+ * socket without creating or changing anything. fw_elements, fw_counters and fw_list then fail
+ * with "table inet sbx: No such file or directory" until a worker has called fw_init. */
+struct fw *fw_open(char *err, size_t errlen);
+void fw_close(struct fw *fw);
+
+/* Adds the Sandbox's element (replacing a stale one with the same interface and address). */
+int fw_sandbox_add(struct fw *fw, const struct fw_sandbox *sb, char *err, size_t errlen);
+/* Allows (attached=true) or stops allowing new TCP connections to the host's port 2049. */
+int fw_sandbox_set_nfs(struct fw *fw, const struct fw_sandbox *sb, bool attached, char *err,
+                       size_t errlen);
+/* Removes the Sandbox's elements from every set; removing what is absent is not an error. */
+int fw_sandbox_remove(struct fw *fw, const struct fw_sandbox *sb, char *err, size_t errlen);
+/* Removes every element whose owner is sandbox_id, whatever its interface and address. */
+int fw_sandbox_remove_owner(struct fw *fw, const char *sandbox_id, char *err, size_t errlen);
+
+/* The Sandboxes in the table. *out is the caller's, free() it. */
+int fw_elements(struct fw *fw, struct fw_element **out, size_t *n, char *err, size_t errlen);
+
+/* Reconciliation: removes the elements of every Sandbox for which is_live(owner) is false.
+ * is_live is called only after the table was read, so a Sandbox that is live when the caller's
+ * answer is computed and was added before is kept. *removed (may be NULL): elements removed. */
+int fw_reconcile(struct fw *fw, bool (*is_live)(const char *sandbox_id, void *arg), void *arg,
+                 size_t *removed, char *err, size_t errlen);
+
+/* The drop counters, indexed by enum fw_drop_reason. */
+int fw_counters(struct fw *fw, struct fw_counter out[FW_DROP_COUNT], char *err, size_t errlen);
+
+/* The counters in Prometheus text format, for GET /metrics:
+ *   sbx_firewall_dropped_packets_total{reason="host"} 3   (and _bytes_total), one per reason.
+ * Writes at most outlen bytes (NUL included); -1 when they do not fit or cannot be read. */
+int fw_metrics_text(struct fw *fw, char *out, size_t outlen, char *err, size_t errlen);
+
+/* For `sbxctl firewall`: prints the live table as `nft list table inet sbx` prints it (through
+ * libnftables, loaded at run time), then one line per element: which Sandbox owns it. */
+int fw_list(struct fw *fw, FILE *out, char *err, size_t errlen);
+
+/* Deletes `table inet sbx` (and nothing else). For tests and `sbx down`; workers do not call it
+ * on exit, since other workers may still rely on the table. */
+int fw_destroy(struct fw *fw, char *err, size_t errlen);
+
+/* ---- for tests and inspection: the batches fw_* send, as bytes (nlmsgs, BATCH_BEGIN..END) ---- */
+struct fw_batch {
+    char *buf;
+    size_t len;
+    size_t cap;
+    uint32_t seq;
+    size_t messages; /* between BATCH_BEGIN and BATCH_END */
+    size_t last;     /* offset of the last of them: the one that asks for an ack */
+};
+void fw_batch_free(struct fw_batch *b);
+/* The structure batch of fw_init() on an empty host (pool as in fw_init). */
+int fw_build_structure(const char *net_pool, struct fw_batch *out, char *err, size_t errlen);
+/* The element batch of fw_sandbox_add(). */
+int fw_build_sandbox_add(const struct fw_sandbox *sb, struct fw_batch *out, char *err,
+                         size_t errlen);
+
+#endif

@@ -1,0 +1,25 @@
+/*
+ * jobs.h: a small thread pool for the calls that block (driver boot, attach, terminate, reap), so
+ * the event loop never waits on them. A job's work() runs on a pool thread; its done() runs
+ * afterwards on the event loop thread, where all of the worker's state lives.
+ */
+#ifndef SBX_JOBS_H
+#define SBX_JOBS_H
+
+#include <event2/event.h>
+#include <stddef.h>
+
+struct jobs;
+
+typedef void (*job_fn)(void *arg);
+
+/* Starts nthreads threads; done() callbacks are delivered through base. NULL on failure. */
+struct jobs *jobs_new(struct event_base *base, size_t nthreads);
+/* Queues a job; work and done both get arg. Returns 0, or -1 when out of memory. */
+int jobs_submit(struct jobs *j, job_fn work, job_fn done, void *arg);
+/* Jobs submitted and not yet done. */
+size_t jobs_pending(const struct jobs *j);
+/* Stops the threads after the queued jobs ran (their done() callbacks are not called). */
+void jobs_free(struct jobs *j);
+
+#endif

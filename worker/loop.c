@@ -1,0 +1,258 @@
+/*
+ * loop.c: the worker process around its libevent loop: registration in the store, the wake-up
+ * socket, the heartbeat and fallback-poll timers, signals, and the orderly shutdown on SIGTERM
+ * (stop claiming, let deliveries in flight finish for shutdown_grace, release what is left,
+ * terminate every Sandbox, exit 0).
+ */
+#include "worker.h"
+#include "id.h"
+#include "jobs.h"
+#include "lifecycle.h"
+#include "log.h"
+#include "notify.h"
+#include "pool.h"
+#include "reconcile.h"
+#include "timefmt.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct timeval ms_tv(int64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    return tv;
+}
+
+void worker_notify_gateway(struct worker *w, const char *kind, const char *id)
+{
+    char msg[96];
+    if (!w->gateway_peer)
+        return;
+    snprintf(msg, sizeof msg, "%s %s", kind, id);
+    notify_send(w->gateway_peer, msg);
+}
+
+const struct driver *worker_driver(struct worker *w, const char *name)
+{
+    char err[512];
+    for (size_t i = 0; i < w->n_drivers; i++)
+        if (strcmp(w->drivers[i].name, name) == 0)
+            return w->drivers[i].drv;
+    if (w->n_drivers == sizeof w->drivers / sizeof w->drivers[0])
+        return NULL;
+    const struct driver *drv = w->find_driver(name);
+    if (!drv)
+        log_error("worker: no driver named \"%s\" in this build", name);
+    else if (drv->init && drv->init(&w->cfg, err, sizeof err) != 0) {
+        log_error("worker: driver %s cannot run on this host: %s", name, err);
+        drv = NULL;
+    }
+    snprintf(w->drivers[w->n_drivers].name, sizeof w->drivers[0].name, "%s", name);
+    w->drivers[w->n_drivers++].drv = drv;
+    return drv;
+}
+
+void worker_maybe_exit(struct worker *w)
+{
+    if (!w->stopping || w->sandboxes || w->n_deliveries > 0)
+        return;
+    event_base_loopexit(w->base, NULL);
+}
+
+static void on_kick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    consumer_run(arg);
+}
+
+static void on_notify(evutil_socket_t fd, short what, void *arg)
+{
+    struct worker *w = arg;
+    char buf[256];
+    bool any = false;
+    (void)what;
+    while (notify_recv(fd, buf, sizeof buf) > 0)
+        any = true;
+    if (!any || w->stopping)
+        return;
+    /* A hint only: whatever it said, look at the store. DELETEs are rare and cheap to check. */
+    lifecycle_check_stop_requests(w);
+    consumer_run(w);
+}
+
+static void on_poll(evutil_socket_t fd, short what, void *arg)
+{
+    struct worker *w = arg;
+    (void)fd;
+    (void)what;
+    if (w->stopping)
+        return;
+    reconcile_run(w);
+    lifecycle_check_stop_requests(w);
+    pool_refresh_shapes(w);
+    pool_replenish(w);
+    consumer_run(w);
+}
+
+static void on_heartbeat(evutil_socket_t fd, short what, void *arg)
+{
+    struct worker *w = arg;
+    (void)fd;
+    (void)what;
+    enum store_status rc = w->st->worker_heartbeat(w->st, w->id);
+    if (rc == STORE_CONFLICT) {
+        /* Another worker took this one for dead and adopted its Sandboxes and leases (it reaps
+         * them): carrying on would deliver twice. Leave at once, touching nothing. */
+        log_error("worker %s: adopted by another worker (heartbeat too late); exiting", w->id);
+        w->exit_code = 1;
+        w->stopping = true;
+        event_base_loopbreak(w->base);
+        return;
+    }
+    if (rc != STORE_OK)
+        log_warn("worker: heartbeat failed: %s", store_status_name(rc));
+    lifecycle_renew_leases(w);
+}
+
+static void on_grace(evutil_socket_t fd, short what, void *arg)
+{
+    struct worker *w = arg;
+    (void)fd;
+    (void)what;
+    log_info("worker: shutdown grace over; releasing deliveries still in flight");
+    w->grace_expired = true;
+    lifecycle_shutdown(w);
+    worker_maybe_exit(w);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    struct worker *w = arg;
+    (void)what;
+    if (w->stopping) {
+        /* A second signal: do not wait for deliveries any more. */
+        on_grace(-1, 0, w);
+        return;
+    }
+    log_info("worker: %s: stopping (no new claims; %zu deliveries in flight)",
+             sig == SIGTERM ? "SIGTERM" : "SIGINT", w->n_deliveries);
+    w->stopping = true;
+    event_del(w->poll_ev);
+    struct timeval tv = ms_tv(w->cfg.shutdown_grace * 1000);
+    evtimer_add(w->grace_ev, &tv);
+    lifecycle_shutdown(w);
+    worker_maybe_exit(w);
+}
+
+int worker_init(struct worker *w, const struct sbx_config *cfg,
+                const struct driver *(*find_driver)(const char *name), char *err, size_t errlen)
+{
+    char run_dir[600];
+    memset(w, 0, sizeof *w);
+    w->cfg = *cfg;
+    w->find_driver = find_driver;
+    w->notify_fd = -1;
+    if (id_new("wrk", w->id, sizeof w->id) != 0) {
+        snprintf(err, errlen, "cannot make a worker id: no randomness");
+        return -1;
+    }
+    snprintf(w->actor, sizeof w->actor, "worker:%s", w->id);
+    w->ctx.actor = w->actor;
+    if (gethostname(w->hostname, sizeof w->hostname) != 0)
+        snprintf(w->hostname, sizeof w->hostname, "localhost");
+    w->st =
+        store_sqlite_open(cfg->db_path, (int)cfg->busy_timeout_ms, cfg->synchronous, err, errlen);
+    if (!w->st)
+        return -1;
+    enum store_status rc = w->st->worker_register(w->st, w->id, w->hostname, (int64_t)getpid());
+    if (rc != STORE_OK) {
+        snprintf(err, errlen, "cannot register the worker in %s: %s", cfg->db_path,
+                 store_status_name(rc));
+        return -1;
+    }
+    w->base = event_base_new();
+    if (!w->base || !(w->jobs = jobs_new(w->base, (size_t)cfg->job_threads))) {
+        snprintf(err, errlen, "cannot start the event loop or its threads");
+        return -1;
+    }
+    snprintf(run_dir, sizeof run_dir, "%.500s/run", cfg->data_dir);
+    w->notify_fd = notify_listen(run_dir, "worker", w->notify_path, sizeof w->notify_path);
+    if (w->notify_fd < 0)
+        log_warn("worker: no wake-up socket in %s (%m); relying on the %lld ms poll", run_dir,
+                 (long long)cfg->poll_ms);
+    w->gateway_peer = notify_peer_new(run_dir, "gateway");
+    w->kick_ev = event_new(w->base, -1, 0, on_kick, w);
+    w->poll_ev = event_new(w->base, -1, EV_PERSIST, on_poll, w);
+    w->heartbeat_ev = event_new(w->base, -1, EV_PERSIST, on_heartbeat, w);
+    w->due_ev = evtimer_new(w->base, on_kick, w);
+    w->grace_ev = evtimer_new(w->base, on_grace, w);
+    w->sigterm_ev = evsignal_new(w->base, SIGTERM, on_signal, w);
+    w->sigint_ev = evsignal_new(w->base, SIGINT, on_signal, w);
+    if (w->notify_fd >= 0)
+        w->notify_ev = event_new(w->base, w->notify_fd, EV_READ | EV_PERSIST, on_notify, w);
+    if (!w->kick_ev || !w->poll_ev || !w->heartbeat_ev || !w->due_ev || !w->grace_ev ||
+        !w->sigterm_ev || !w->sigint_ev || (w->notify_fd >= 0 && !w->notify_ev)) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+int worker_run(struct worker *w)
+{
+    struct timeval poll = ms_tv(w->cfg.poll_ms), beat = ms_tv(w->cfg.heartbeat_ms);
+    signal(SIGPIPE, SIG_IGN);
+    event_add(w->sigterm_ev, NULL);
+    event_add(w->sigint_ev, NULL);
+    if (w->notify_ev)
+        event_add(w->notify_ev, NULL);
+    event_add(w->poll_ev, &poll);
+    event_add(w->heartbeat_ev, &beat);
+
+    log_info("worker %s started (pid %d, pool %lld per shape, at most %lld sandboxes)", w->id,
+             (int)getpid(), (long long)w->cfg.pool_size, (long long)w->cfg.max_sandboxes);
+    worker_driver(w, w->cfg.driver); /* says at start what this host cannot do */
+    reconcile_run(w);
+    pool_refresh_shapes(w);
+    pool_replenish(w);
+    consumer_kick(w);
+
+    event_base_dispatch(w->base);
+
+    w->st->worker_stop(w->st, w->id);
+    log_info("worker %s stopped", w->id);
+    return w->exit_code;
+}
+
+void worker_fini(struct worker *w)
+{
+    /* Sandboxes left only when the loop ended abnormally: their rows stay for reconciliation. */
+    while (w->sandboxes) {
+        struct sandbox *sb = w->sandboxes;
+        w->sandboxes = sb->next;
+        event_free(sb->keepalive_ev);
+        event_free(sb->timeout_ev);
+        if (sb->delivery) {
+            store_delivery_clear(sb->delivery);
+            free(sb->delivery);
+        }
+        free(sb);
+    }
+    jobs_free(w->jobs);
+    struct event *evs[] = {w->notify_ev, w->poll_ev,  w->heartbeat_ev, w->kick_ev,
+                           w->due_ev,    w->grace_ev, w->sigterm_ev,   w->sigint_ev};
+    for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
+        if (evs[i])
+            event_free(evs[i]);
+    notify_close(w->notify_fd, w->notify_path);
+    notify_peer_free(w->gateway_peer);
+    free(w->shapes);
+    if (w->base)
+        event_base_free(w->base);
+    if (w->st)
+        w->st->close(w->st);
+}

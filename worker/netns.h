@@ -1,0 +1,121 @@
+/*
+ * netns.h: each Sandbox's link to the host (a veth pair into its network namespace for the process
+ * driver, a tap device for VMs), its addresses, routing, and their removal; plus the worker-level
+ * calls that tie a link to its firewall elements (firewall.h).
+ *
+ * Addresses come from config net_pool (default 10.213.0.0/16), cut into /30 slots: slot k is
+ * pool + 4k; its first address (.1) is the host side and the Sandbox's gateway, the second (.2)
+ * the Sandbox's own. The host-side interface of slot k is named "sbx<k>" (FW_IFNAME_PREFIX).
+ *
+ * Allocation is race-free across threads and worker processes without any shared file or table:
+ * a slot is taken by creating its interface, and the kernel refuses a second interface of the
+ * same name (RTM_NEWLINK with NLM_F_EXCL, TUNSETIFF with IFF_TUN_EXCL) under its rtnl lock. The
+ * interface's alias (IFLA_IFALIAS) records the Sandbox id that owns it, so the kernel's own state
+ * says which slot belongs to whom; no store table can drift from it. A veth disappears with its
+ * network namespace, which frees the slot when a Sandbox's last process dies even if no worker is
+ * left to clean up; a tap persists until it is deleted (net_sandbox_release or reconciliation).
+ *
+ * Everything is done over rtnetlink with libmnl (no iproute2 processes): a Sandbox start costs a
+ * few netlink round trips. Functions return 0, or -1 with a human-readable reason in err.
+ */
+#ifndef SBX_NETNS_H
+#define SBX_NETNS_H
+
+#include "firewall.h"
+
+#include <netinet/in.h>
+#include <net/if.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct store;
+
+struct net_pool {
+    struct in_addr net;
+    int len;
+    uint32_t slots; /* /30s in the pool */
+};
+int net_pool_parse(const char *cidr, struct net_pool *out, char *err, size_t errlen);
+
+/* One Sandbox's link, as made or as found on the host. */
+struct net_link {
+    char sandbox_id[FW_OWNER_LEN]; /* the owner, also the interface's alias */
+    char ifname[IFNAMSIZ];         /* host side, "sbx<slot>" */
+    uint32_t slot;
+    struct in_addr host_addr;    /* the host side and the Sandbox's default gateway */
+    struct in_addr sandbox_addr; /* the Sandbox's own address */
+    int prefix_len;              /* 30 */
+    bool tap;                    /* a tap device (VM) rather than a veth */
+};
+
+/* "a.b.c.d" of the Sandbox side: what drivers record as the Sandbox's net_address. */
+void net_link_sandbox_address(const struct net_link *link, char *out, size_t outlen);
+/* The firewall's view of the link. */
+struct fw_sandbox net_link_fw(const struct net_link *link);
+
+/* The link of a Sandbox address of the pool (what the store recorded as its net_address), without
+ * looking at the host: -1 if the address is not a Sandbox address of pool. */
+int net_link_of_address(const struct net_pool *pool, const char *sandbox_id,
+                        const char *net_address, struct net_link *out);
+
+/* Creates a veth pair: "sbx<slot>" in the caller's (the host's) namespace, "eth0" in the network
+ * namespace of process pid, with the slot's addresses on both ends, both up (and lo in the
+ * Sandbox), and a default route in the Sandbox via the host side. */
+int net_veth_create(const struct net_pool *pool, const char *sandbox_id, pid_t pid,
+                    struct net_link *out, char *err, size_t errlen);
+/* Creates a persistent tap "sbx<slot>" with the host-side address, up, owned by uid/gid (-1: root
+ * only) so that a VMM dropped to that uid can open it by name. The guest configures
+ * out->sandbox_addr/30 with gateway out->host_addr itself (e.g. the kernel's ip= argument). */
+int net_tap_create(const struct net_pool *pool, const char *sandbox_id, uid_t uid, gid_t gid,
+                   struct net_link *out, char *err, size_t errlen);
+/* Deletes the host interface ifname if its alias is owner (any alias when owner is NULL).
+ * An interface that is gone, or that belongs to another Sandbox now, is not an error. */
+int net_link_delete(const char *ifname, const char *owner, char *err, size_t errlen);
+/* The Sandbox links on the host (interfaces named sbx<digits>). *out is the caller's, free() it. */
+int net_links(const struct net_pool *pool, struct net_link **out, size_t *n, char *err,
+              size_t errlen);
+/* net.ipv4.ip_forward = 1 in the caller's network namespace (Sandbox traffic is routed). */
+int net_enable_forwarding(char *err, size_t errlen);
+
+/* ---- the worker's calls: one network state per worker process, set up by net_init ---- */
+
+/* Parses net_pool, enables forwarding and makes sure the firewall table exists (fw_init).
+ * Call once, at worker start, before any Sandbox boots. */
+int net_init(const char *net_pool, char *err, size_t errlen);
+void net_shutdown(void);
+/* The worker's firewall handle (NULL before net_init): for fw_counters, fw_list. */
+struct fw *net_firewall(void);
+
+/* Process driver, after clone(CLONE_NEWNET) and before the Sandbox's command runs: the veth pair
+ * into pid's namespace and the Sandbox's firewall elements. On failure nothing is left behind. */
+int net_sandbox_attach_process(const char *sandbox_id, pid_t pid, struct net_link *out, char *err,
+                               size_t errlen);
+/* VM drivers, before the VMM starts: a tap with its firewall elements. */
+int net_sandbox_attach_tap(const char *sandbox_id, uid_t uid, gid_t gid, struct net_link *out,
+                           char *err, size_t errlen);
+/* The worker's pool (after net_init). */
+const struct net_pool *net_worker_pool(void);
+/* NFS Workspace attached (true) or detached (false): TCP 2049 to the host allowed or not. */
+int net_sandbox_set_nfs(const struct net_link *link, bool attached, char *err, size_t errlen);
+/* Terminate and reap: removes the Sandbox's firewall elements and its interface. net_address is
+ * what the store recorded (the Sandbox side address, "" or NULL if unknown: then the owner is
+ * looked up in the whole table). Idempotent; never touches another Sandbox's slot. */
+int net_sandbox_release(const char *sandbox_id, const char *net_address, char *err, size_t errlen);
+
+struct net_reconcile_report {
+    size_t links_removed;
+    size_t elements_removed;
+};
+/* Start-up reconciliation: removes the interfaces and firewall elements of every Sandbox for which
+ * is_live() is false. The host's state is read before is_live() is first called, so anything a
+ * Sandbox made after it was recorded as live is kept. report may be NULL. */
+int net_reconcile(bool (*is_live)(const char *sandbox_id, void *arg), void *arg,
+                  struct net_reconcile_report *report, char *err, size_t errlen);
+/* The same with the store's answer: live = a non-terminal Sandbox of any worker
+ * (sandbox_list_live with worker ""), read after the host's state. */
+int net_reconcile_store(struct store *st, struct net_reconcile_report *report, char *err,
+                        size_t errlen);
+
+#endif

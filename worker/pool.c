@@ -1,0 +1,67 @@
+/*
+ * pool.c: keeping the warm pool full (pool.h). Boots for the pool are limited to half the job
+ * threads at a time so that cold boots and terminations are never stuck behind a refill.
+ */
+#include "pool.h"
+#include "jobs.h"
+#include "lifecycle.h"
+#include "log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static bool same_shape(const struct store_shape *a, const struct store_shape *b)
+{
+    return strcmp(a->driver, b->driver) == 0 && strcmp(a->image, b->image) == 0 &&
+           a->vcpu_count == b->vcpu_count && a->mem_size_mib == b->mem_size_mib;
+}
+
+void pool_refresh_shapes(struct worker *w)
+{
+    struct store_shape *shapes = NULL;
+    size_t n = 0;
+    enum store_status rc = w->st->app_shapes(w->st, &shapes, &n);
+    if (rc != STORE_OK) {
+        log_warn("worker: cannot list App shapes: %s", store_status_name(rc));
+        return;
+    }
+    free(w->shapes);
+    w->shapes = shapes;
+    w->n_shapes = n;
+}
+
+void pool_ensure_shape(struct worker *w, const struct store_shape *shape)
+{
+    for (size_t i = 0; i < w->n_shapes; i++)
+        if (same_shape(&w->shapes[i], shape))
+            return;
+    struct store_shape *grown = realloc(w->shapes, (w->n_shapes + 1) * sizeof *grown);
+    if (!grown)
+        return;
+    w->shapes = grown;
+    w->shapes[w->n_shapes++] = *shape;
+}
+
+void pool_replenish(struct worker *w)
+{
+    size_t boot_limit = w->cfg.job_threads > 1 ? (size_t)w->cfg.job_threads / 2 : 1;
+    size_t booting_total = 0;
+    if (w->stopping || w->cfg.pool_size <= 0)
+        return;
+    for (size_t i = 0; i < w->n_shapes; i++) {
+        size_t booting = 0;
+        lifecycle_count_pool(w, &w->shapes[i], &booting);
+        booting_total += booting;
+    }
+    for (size_t i = 0; i < w->n_shapes; i++) {
+        const struct driver *drv = worker_driver(w, w->shapes[i].driver);
+        if (!drv)
+            continue;
+        size_t have = lifecycle_count_pool(w, &w->shapes[i], NULL);
+        while (have < (size_t)w->cfg.pool_size && booting_total < boot_limit) {
+            lifecycle_boot(w, drv, &w->shapes[i], NULL);
+            have++;
+            booting_total++;
+        }
+    }
+}

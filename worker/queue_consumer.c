@@ -1,0 +1,115 @@
+/*
+ * queue_consumer.c: claiming messages and routing each to its Session's Sandbox. Claims happen
+ * when something may have changed (a wake-up from the gateway, a delivery that ended, a Sandbox
+ * that went away, a retry coming due, the fallback poll), as many as capacity allows; never in a
+ * busy loop.
+ */
+#include "lifecycle.h"
+#include "log.h"
+#include "timefmt.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void consumer_kick(struct worker *w)
+{
+    if (w->kick_ev && !w->stopping)
+        event_active(w->kick_ev, 0, 0);
+}
+
+/* Wakes up again when the earliest backed-off message is due (the fallback poll covers the
+ * rest, so the timer is never longer than one poll). */
+static void schedule_next_due(struct worker *w)
+{
+    int64_t at = 0, now = now_ms();
+    if (w->st->queue_next_due(w->st, &at) != STORE_OK || at == 0 || at <= now)
+        return;
+    int64_t ms = at - now + 1;
+    if (ms > w->cfg.poll_ms)
+        ms = w->cfg.poll_ms;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    evtimer_add(w->due_ev, &tv);
+}
+
+/* Routes a claimed message; false when the claim loop should stop for now. */
+static bool route(struct worker *w, struct store_delivery *d)
+{
+    struct sandbox *sb = lifecycle_find_session(w, d->session.id);
+    if (sb && sb->phase == SB_IDLE) {
+        lifecycle_deliver(sb, d);
+        return true;
+    }
+    if (!sb) {
+        sb = lifecycle_find_cold_boot(w, d->session.id);
+        if (!sb) {
+            lifecycle_activate(w, d);
+            return true;
+        }
+    }
+    if (sb->delivery && strcmp(sb->delivery->message.id, d->message.id) == 0) {
+        /* Our own delivery, whose lease expired while this worker was held up (and was requeued
+         * by a poll): claiming it again simply gave the lease back to us. Keep delivering it. */
+        log_warn("worker: lease of %s had expired; reclaimed it", d->message.id);
+    } else {
+        /* One message per Session at a time is the store's rule; a second one here means the
+         * store and this worker disagree. Hand it back untried and stop claiming for now. */
+        log_error("worker: %s claimed while %s is still busy; releasing it", d->message.id,
+                  sb->rt.sandbox_id);
+        w->st->queue_release(w->st, &w->ctx, d->message.id, w->id);
+    }
+    store_delivery_clear(d);
+    free(d);
+    w->n_deliveries--;
+    return false;
+}
+
+void consumer_run(struct worker *w)
+{
+    if (w->stopping)
+        return;
+    while (w->n_deliveries < (size_t)w->cfg.max_sandboxes) {
+        struct store_delivery *d = calloc(1, sizeof *d);
+        if (!d)
+            break;
+        /* At the Sandbox limit only Sessions that already have a Sandbox here can be served. */
+        bool owned_only = w->n_serving >= (size_t)w->cfg.max_sandboxes;
+        enum store_status rc =
+            owned_only ? w->st->queue_claim_owned(w->st, &w->ctx, w->id, w->cfg.lease_ms, d)
+                       : w->st->queue_claim(w->st, &w->ctx, w->id, w->cfg.lease_ms, d);
+        if (rc != STORE_OK) {
+            free(d);
+            if (rc != STORE_EMPTY)
+                log_warn("worker: claim failed: %s", store_status_name(rc));
+            break;
+        }
+        w->n_deliveries++;
+        log_emit(LOG_LEVEL_DEBUG, d->message.request_id,
+                 "worker: claimed %s (seq %lld, attempt %lld)", d->message.id,
+                 (long long)d->message.seq, (long long)d->message.attempts);
+        if (!route(w, d))
+            break;
+    }
+    schedule_next_due(w);
+}
+
+void consumer_fail_attempt(struct worker *w, struct store_delivery *d, const char *sandbox_id,
+                           const char *reason)
+{
+    bool final = false;
+    int64_t backoff =
+        backoff_delay_ms(d->message.attempts, w->cfg.retry_base_ms, w->cfg.retry_max_ms);
+    enum store_status rc = w->st->queue_fail(w->st, &w->ctx, d->message.id, w->id, sandbox_id,
+                                             reason, backoff, &final);
+    if (rc == STORE_OK && final)
+        log_emit(LOG_LEVEL_WARN, d->message.request_id, "worker: %s failed after %lld attempts: %s",
+                 d->message.id, (long long)d->message.attempts, reason);
+    else if (rc == STORE_OK)
+        log_emit(LOG_LEVEL_INFO, d->message.request_id,
+                 "worker: %s attempt %lld failed (%s); retry in %lld ms", d->message.id,
+                 (long long)d->message.attempts, reason, (long long)backoff);
+    else if (rc != STORE_CONFLICT)
+        log_error("worker: cannot record the failed attempt of %s: %s", d->message.id,
+                  store_status_name(rc));
+    worker_notify_gateway(w, "msg", d->message.id);
+    consumer_kick(w);
+}
