@@ -7,6 +7,7 @@
  * channel on fd 3. Other transports (guest init, virtio-serial, vsock) add a mode below that opens
  * their channel and then calls relay_run() the same way.
  */
+#include "channel_vm.h"
 #include "relay.h"
 
 #include <errno.h>
@@ -18,10 +19,13 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: sbx-agent --channel-fd N\n"
-                 "  Relays the agent channel on file descriptor N (a socket or pipe pair end):\n"
-                 "  announces ready, starts the App's command on {\"type\":\"start\"}, relays\n"
-                 "  message lines both ways and reports the command's exit.\n");
+    fprintf(out,
+            "usage: sbx-agent --channel-fd N | --guest (--virtio-port NAME | --vsock-port P)\n"
+            "  Relays the agent channel on file descriptor N (a socket or pipe pair end):\n"
+            "  announces ready, starts the App's command on {\"type\":\"start\"}, relays\n"
+            "  message lines both ways and reports the command's exit.\n"
+            "  In a microVM (started by the guest init): the channel is the virtio-serial\n"
+            "  port NAME (qemu) or the first host connection to vsock port P (firecracker).\n");
 }
 
 /* Parses a file descriptor number; -1 when it is not one that is open. */
@@ -40,12 +44,22 @@ static int parse_fd(const char *s)
 int main(int argc, char **argv)
 {
     int channel_fd = -1;
+    char vm_err[256];
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--channel-fd") == 0 && i + 1 < argc) {
             channel_fd = parse_fd(argv[++i]);
             if (channel_fd < 0) {
                 fprintf(stderr, "sbx-agent: --channel-fd %s is not an open descriptor\n", argv[i]);
                 return 2;
+            }
+        } else if (strcmp(argv[i], "--guest") == 0) {
+            /* Started by the guest init (agent/guest_init.c), which did the PID 1 duties. */
+        } else if (channel_vm_parse_option(argc, argv, &i, &channel_fd, vm_err, sizeof vm_err) !=
+                   0) {
+            /* --virtio-port NAME / --vsock-port P: the microVM channel (agent/channel_vm.h). */
+            if (channel_fd < 0) {
+                fprintf(stderr, "sbx-agent: %s\n", vm_err);
+                return 1;
             }
         } else if (strcmp(argv[i], "--help") == 0) {
             usage(stdout);

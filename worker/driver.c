@@ -8,6 +8,7 @@
 
 static const struct driver *const drivers[] = {
     &driver_process,
+    &driver_qemu,
 };
 
 const struct driver *driver_find(const char *name)

@@ -1,0 +1,1089 @@
+/*
+ * driver_qemu.c: the qemu driver: each Sandbox is a `qemu-system-x86_64 -M microvm` guest booting
+ * the guest image of tools/build-guest-image, with the agent channel on a virtio-serial port.
+ *
+ * Isolation, modelled on Firecracker's jailer:
+ *  - a per-Sandbox jail <chroot_base>/qemu/<sandboxId>/root holding the kernel and initramfs
+ *    (hard links to the built image, copies across filesystems; root-owned, so read-only to QEMU),
+ *    the unix sockets of the agent channel and QMP, and the guest's console log;
+ *  - QEMU is started by a fork that unshares a mount and a network namespace, bind-mounts the
+ *    host's /usr read-only into the jail (QEMU needs its shared libraries and firmware; /lib,
+ *    /lib64 and /bin are symlinks into usr on a merged-/usr Debian), chroots into the jail, drops
+ *    to sandbox_uid/sandbox_gid with no supplementary groups and no_new_privs, and execs QEMU. The
+ *    bind mount lives only in QEMU's private mount namespace, so it vanishes with the process and
+ *    can never be caught by the jail's removal;
+ *  - the network namespace holds a tap device (tap0) whose fd is handed to QEMU (-netdev tap,fd=)
+ *    as the guest's virtio-net link; addresses and the firewall are the network module's part;
+ *  - a cgroup per Sandbox (worker/cgroup.h: <v2 root>/sbx/<sandboxId>) for CPU and memory
+ *    accounting of the QEMU process (the whole guest).
+ * The driver, not QEMU, listens on the two unix sockets and QEMU connects to them at start-up
+ * (chardev client mode), so the channel exists before the guest runs and nothing can race it.
+ *
+ * Termination: QMP system_powerdown (the guest init powers off on the ACPI power button), then
+ * QMP quit, then SIGKILL, each after a timeout; then the jail and cgroup are removed.
+ */
+#include "cgroup.h"
+#include "driver.h"
+#include "netns.h"
+#include "log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <grp.h>
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <limits.h>
+#include <linux/if.h>
+#include <linux/if_tun.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef SBX_BUILD_DIR
+#define SBX_BUILD_DIR "."
+#endif
+
+#define QEMU_AGENT_PORT "sbx.agent"
+#define QEMU_BOOT_TIMEOUT_MS 60000     /* TCG on a busy 2-core host: boots take 1.5 s to ~20 s */
+#define QEMU_CONNECT_TIMEOUT_MS 10000  /* QEMU start-up to its connecting the chardev sockets */
+#define QEMU_POWERDOWN_TIMEOUT_MS 3000 /* guest init handles the power button and powers off */
+#define QEMU_QUIT_TIMEOUT_MS 2000
+#define QEMU_TAP_FD 3 /* where the tap fd sits in QEMU's fd table */
+
+struct qemu_state {
+    int qmp_fd;
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static const struct cgroup_host *host_cgroups(const struct sbx_config *cfg);
+
+/* ---------------------------------------------------------------- guest image and settings */
+
+/* The directory holding vmlinuz, initramfs.cpio.gz and image.sha256: guest_dir, or the build
+ * tree's guest/ when guest_dir is the unconfigured default and holds no image (a developer
+ * running from the build tree). */
+static void resolve_guest_dir(const struct sbx_config *cfg, char *out, size_t outlen)
+{
+    char probe[PATH_MAX], default_dir[PATH_MAX];
+    snprintf(probe, sizeof probe, "%s/vmlinuz", cfg->guest_dir);
+    snprintf(default_dir, sizeof default_dir, "%s/guest", cfg->data_dir);
+    if (access(probe, R_OK) != 0 && strcmp(cfg->guest_dir, default_dir) == 0)
+        snprintf(out, outlen, "%s/guest", SBX_BUILD_DIR);
+    else
+        snprintf(out, outlen, "%s", cfg->guest_dir);
+}
+
+static int read_image_hash(const char *guest_dir, char *out, size_t outlen, char *err,
+                           size_t errlen)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/image.sha256", guest_dir);
+    FILE *f = fopen(path, "re");
+    if (f == NULL) {
+        snprintf(err, errlen, "guest image hash %s: %s (build it with the guest-image target)",
+                 path, strerror(errno));
+        return -1;
+    }
+    char line[128] = "";
+    if (fgets(line, sizeof line, f) == NULL)
+        line[0] = '\0';
+    fclose(f);
+    line[strcspn(line, "\n")] = '\0';
+    if (strncmp(line, "sha256:", 7) != 0 || strlen(line) != 7 + 64) {
+        snprintf(err, errlen, "%s does not hold a sha256:<hex> hash", path);
+        return -1;
+    }
+    snprintf(out, outlen, "%s", line);
+    return 0;
+}
+
+/* Resolves qemu_bin through PATH to an absolute path, which must lie under /usr: that is the only
+ * part of the host the jail shows QEMU. */
+static int resolve_qemu_bin(const struct sbx_config *cfg, char *out, size_t outlen, char *err,
+                            size_t errlen)
+{
+    char candidate[PATH_MAX] = "";
+    if (strchr(cfg->qemu_bin, '/') != NULL) {
+        snprintf(candidate, sizeof candidate, "%s", cfg->qemu_bin);
+    } else {
+        const char *path = getenv("PATH");
+        char dirs[4096];
+        snprintf(dirs, sizeof dirs, "%s", path ? path : "/usr/local/bin:/usr/bin:/bin");
+        char *save = NULL;
+        for (char *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+            snprintf(candidate, sizeof candidate, "%s/%s", d, cfg->qemu_bin);
+            if (access(candidate, X_OK) == 0)
+                break;
+            candidate[0] = '\0';
+        }
+    }
+    char real[PATH_MAX];
+    if (candidate[0] == '\0' || realpath(candidate, real) == NULL || access(real, X_OK) != 0) {
+        snprintf(err, errlen, "qemu binary %s not found (install qemu-system-x86)", cfg->qemu_bin);
+        return -1;
+    }
+    if (strncmp(real, "/usr/", 5) != 0) {
+        snprintf(err, errlen, "qemu binary %s is outside /usr, which is all the jail shows", real);
+        return -1;
+    }
+    snprintf(out, outlen, "%s", real);
+    return 0;
+}
+
+/* The accelerator to pass to -accel: kvm only when configured (or auto and /dev/kvm opens). */
+static const char *choose_accel(const struct sbx_config *cfg)
+{
+    if (strcmp(cfg->qemu_accel, "kvm") == 0)
+        return "kvm";
+    if (strcmp(cfg->qemu_accel, "auto") == 0) {
+        int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
+        if (fd >= 0) {
+            close(fd);
+            return "kvm";
+        }
+    }
+    return "tcg";
+}
+
+static int qemu_init(const struct sbx_config *cfg, char *err, size_t errlen)
+{
+    if (strcmp(cfg->qemu_accel, "tcg") != 0 && strcmp(cfg->qemu_accel, "kvm") != 0 &&
+        strcmp(cfg->qemu_accel, "auto") != 0) {
+        snprintf(err, errlen, "qemu_accel must be tcg, kvm or auto, not %s", cfg->qemu_accel);
+        return -1;
+    }
+    char bin[PATH_MAX], guest_dir[PATH_MAX], hash[80];
+    if (resolve_qemu_bin(cfg, bin, sizeof bin, err, errlen) != 0)
+        return -1;
+    resolve_guest_dir(cfg, guest_dir, sizeof guest_dir);
+    if (read_image_hash(guest_dir, hash, sizeof hash, err, errlen) != 0)
+        return -1;
+    log_info("qemu driver: %s, accel %s, guest image %s (%s)", bin, choose_accel(cfg), guest_dir,
+             hash);
+    host_cgroups(cfg);
+    if (geteuid() != 0) {
+        log_warn("qemu driver: not root: guests get a network device without a link");
+        return 0;
+    }
+    /* As root every guest gets its tap link and firewall (shared with the process driver). */
+    return net_init(cfg->net_pool, err, errlen);
+}
+
+/* ---------------------------------------------------------------- jail */
+
+/* Removes a tree without ever leaving its filesystem (a stray mount inside is left alone, not
+ * emptied). */
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    int rc = (type == FTW_DP) ? rmdir(path) : unlink(path);
+    if (rc != 0 && errno != ENOENT)
+        log_warn("qemu driver: cannot remove %s: %s", path, strerror(errno));
+    return 0;
+}
+
+static int remove_tree(const char *dir)
+{
+    struct stat st;
+    if (lstat(dir, &st) != 0)
+        return errno == ENOENT ? 0 : -1;
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+    return access(dir, F_OK) == 0 ? -1 : 0;
+}
+
+/* Hard-links src to dst, or copies it when they are on different filesystems. */
+static int link_or_copy(const char *src, const char *dst, char *err, size_t errlen)
+{
+    if (link(src, dst) == 0)
+        return 0;
+    if (errno != EXDEV && errno != EPERM) {
+        snprintf(err, errlen, "link %s -> %s: %s", src, dst, strerror(errno));
+        return -1;
+    }
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+    int rc = (in >= 0 && out >= 0) ? 0 : -1;
+    char buf[1 << 16];
+    ssize_t n;
+    while (rc == 0 && (n = read(in, buf, sizeof buf)) != 0) {
+        if (n < 0 || write(out, buf, (size_t)n) != n)
+            rc = -1;
+    }
+    if (rc != 0)
+        snprintf(err, errlen, "copy %s -> %s: %s", src, dst, strerror(errno));
+    if (in >= 0)
+        close(in);
+    if (out >= 0 && close(out) != 0 && rc == 0) {
+        snprintf(err, errlen, "copy %s -> %s: %s", src, dst, strerror(errno));
+        rc = -1;
+    }
+    return rc;
+}
+
+/* Makes <jail>/root with the image, mount points and the symlinks a merged-/usr system needs. */
+static int build_jail(const char *guest_dir, const char *jail, char *err, size_t errlen)
+{
+    char path[PATH_MAX], src[PATH_MAX];
+    char parent[PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", jail);
+    char *slash = strrchr(parent, '/');
+    if (slash != NULL) {
+        *slash = '\0';
+        /* <chroot_base>/qemu, created on demand with its parents. */
+        for (char *p = parent + 1; *p; p++) {
+            if (*p == '/') {
+                *p = '\0';
+                mkdir(parent, 0755);
+                *p = '/';
+            }
+        }
+        mkdir(parent, 0755);
+    }
+    if (mkdir(jail, 0755) != 0) {
+        snprintf(err, errlen, "mkdir %s: %s", jail, strerror(errno));
+        return -1;
+    }
+    static const char *const dirs[] = {"root", "root/usr", "root/dev", "root/tmp"};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", jail, dirs[i]);
+        if (mkdir(path, 0755) != 0) {
+            snprintf(err, errlen, "mkdir %s: %s", path, strerror(errno));
+            return -1;
+        }
+    }
+    static const char *const links[][2] = {
+        {"usr/lib", "lib"}, {"usr/lib64", "lib64"}, {"usr/bin", "bin"}, {"usr/sbin", "sbin"}};
+    for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
+        snprintf(path, sizeof path, "%s/root/%s", jail, links[i][1]);
+        if (symlink(links[i][0], path) != 0) {
+            snprintf(err, errlen, "symlink %s: %s", path, strerror(errno));
+            return -1;
+        }
+    }
+    snprintf(path, sizeof path, "%s/root/dev/null", jail);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        snprintf(err, errlen, "create %s: %s", path, strerror(errno));
+        return -1;
+    }
+    close(fd);
+    static const char *const image[] = {"vmlinuz", "initramfs.cpio.gz"};
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(src, sizeof src, "%s/%s", guest_dir, image[i]);
+        snprintf(path, sizeof path, "%s/root/%s", jail, image[i]);
+        if (link_or_copy(src, path, err, errlen) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Creates a listening unix socket at path, owned by uid:gid so the jailed QEMU may connect. */
+static int listen_unix(const char *path, uid_t uid, gid_t gid, char *err, size_t errlen)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof addr.sun_path) {
+        snprintf(err, errlen, "socket path too long: %s (shorten chroot_base)", path);
+        return -1;
+    }
+    strcpy(addr.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 || listen(fd, 1) != 0 ||
+        chown(path, uid, gid) != 0 || chmod(path, 0600) != 0) {
+        snprintf(err, errlen, "unix socket %s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* ---------------------------------------------------------------- the jailed QEMU process */
+
+struct qemu_launch {
+    const char *jail_root;  /* <jail>/root */
+    const char *usr_target; /* <jail>/root/usr */
+    const char *dev_null;   /* <jail>/root/dev/null */
+    const char *qemu_log;   /* <jail>/qemu.log: QEMU's own stderr */
+    uid_t uid;
+    gid_t gid;
+    int tap_fd; /* the host's tap for this Sandbox (netns.h), -1: a private one */
+    char *const *argv;
+};
+
+/* In the child: reports which step failed and errno ("<step>:<errno>") to the parent through
+ * errfd, then exits. No stdio or strerror here: after fork in a multi-threaded worker only
+ * async-signal-safe calls are safe. */
+static void child_fail(int errfd, const char *step)
+{
+    char msg[128], digits[16];
+    size_t len = 0, nd = 0;
+    for (const char *p = step; *p && len < sizeof msg - 20; p++)
+        msg[len++] = *p;
+    msg[len++] = ':';
+    unsigned e = (unsigned)errno;
+    do {
+        digits[nd++] = (char)('0' + e % 10);
+        e /= 10;
+    } while (e != 0 && nd < sizeof digits);
+    while (nd > 0)
+        msg[len++] = digits[--nd];
+    if (write(errfd, msg, len) < 0) {
+        /* nothing left to tell anybody */
+    }
+    _exit(127);
+}
+
+/* Without the worker's network (not root, or no net_init): creates tap0 inside QEMU's own empty
+ * network namespace and puts its fd at QEMU_TAP_FD, so the guest still has its virtio-net device
+ * but no way out. */
+static int create_tap(void)
+{
+    int fd = open("/dev/net/tun", O_RDWR);
+    if (fd < 0)
+        return -1;
+    struct ifreq ifr = {0};
+    ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
+    strcpy(ifr.ifr_name, "tap0");
+    if (ioctl(fd, TUNSETIFF, &ifr) != 0)
+        return -1;
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return -1;
+    struct ifreq up = {0};
+    strcpy(up.ifr_name, "tap0");
+    up.ifr_flags = IFF_UP;
+    int rc = ioctl(s, SIOCSIFFLAGS, &up);
+    close(s);
+    if (rc != 0)
+        return -1;
+    if (fd != QEMU_TAP_FD) {
+        if (dup2(fd, QEMU_TAP_FD) < 0)
+            return -1;
+        close(fd);
+    }
+    return 0;
+}
+
+/* The child side of the fork: namespaces, tap, jail mounts, chroot, credentials, exec. Only
+ * system calls here: the worker is multi-threaded. */
+static void run_jailed_qemu(const struct qemu_launch *l, int errfd)
+{
+    if (unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC) != 0)
+        child_fail(errfd, "unshare");
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+        child_fail(errfd, "make mounts private");
+    if (l->tap_fd >= 0) {
+        if (dup2(l->tap_fd, QEMU_TAP_FD) < 0)
+            child_fail(errfd, "tap fd");
+    } else if (create_tap() != 0) {
+        child_fail(errfd, "tap device");
+    }
+    if (mount("/usr", l->usr_target, NULL, MS_BIND | MS_REC, NULL) != 0 ||
+        mount(NULL, l->usr_target, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
+              NULL) != 0)
+        child_fail(errfd, "bind /usr read-only");
+    if (mount("/dev/null", l->dev_null, NULL, MS_BIND, NULL) != 0)
+        child_fail(errfd, "bind /dev/null");
+    int logfd = open(l->qemu_log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (logfd < 0 || nullfd < 0)
+        child_fail(errfd, "open qemu.log");
+    if (dup2(nullfd, STDIN_FILENO) < 0 || dup2(logfd, STDOUT_FILENO) < 0 ||
+        dup2(logfd, STDERR_FILENO) < 0)
+        child_fail(errfd, "redirect stdio");
+    if (chdir(l->jail_root) != 0 || chroot(".") != 0 || chdir("/") != 0)
+        child_fail(errfd, "chroot");
+    if (setgroups(0, NULL) != 0 || setresgid(l->gid, l->gid, l->gid) != 0 ||
+        setresuid(l->uid, l->uid, l->uid) != 0)
+        child_fail(errfd, "drop to sandbox uid/gid");
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        child_fail(errfd, "no_new_privs");
+    execv(l->argv[0], l->argv);
+    child_fail(errfd, "exec qemu");
+}
+
+/* Forks the jailed QEMU. Returns its pid, or -1 with the failed step in err. */
+static pid_t spawn_qemu(const struct qemu_launch *l, char *err, size_t errlen)
+{
+    int pipefd[2];
+    if (pipe2(pipefd, O_CLOEXEC) != 0) {
+        snprintf(err, errlen, "pipe: %s", strerror(errno));
+        return -1;
+    }
+    /* Keep the error pipe clear of the fd number the tap must take. */
+    int errfd = fcntl(pipefd[1], F_DUPFD_CLOEXEC, 10);
+    close(pipefd[1]);
+    if (errfd < 0) {
+        close(pipefd[0]);
+        snprintf(err, errlen, "dup: %s", strerror(errno));
+        return -1;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(pipefd[0]);
+        run_jailed_qemu(l, errfd);
+    }
+    close(errfd);
+    if (pid < 0) {
+        close(pipefd[0]);
+        snprintf(err, errlen, "fork: %s", strerror(errno));
+        return -1;
+    }
+    /* EOF means exec succeeded (the pipe is close-on-exec); anything else is the child's error. */
+    char msg[256];
+    ssize_t n;
+    do {
+        n = read(pipefd[0], msg, sizeof msg - 1);
+    } while (n < 0 && errno == EINTR);
+    close(pipefd[0]);
+    if (n > 0) {
+        msg[n] = '\0';
+        char *colon = strrchr(msg, ':');
+        int child_errno = colon ? atoi(colon + 1) : 0;
+        if (colon)
+            *colon = '\0';
+        snprintf(err, errlen, "starting jailed qemu: %s: %s", msg, strerror(child_errno));
+        waitpid(pid, NULL, 0);
+        return -1;
+    }
+    return pid;
+}
+
+/* True while pid has not exited (reaps it if it has and it is our child). */
+static bool process_alive(pid_t pid)
+{
+    int status;
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid)
+        return false;
+    if (r < 0 && errno == ECHILD) /* not our child (or reaped elsewhere): ask the kernel */
+        return kill(pid, 0) == 0;
+    return true;
+}
+
+static bool wait_exit(pid_t pid, int timeout_ms)
+{
+    int64_t deadline = now_ms() + timeout_ms;
+    while (process_alive(pid)) {
+        if (now_ms() >= deadline)
+            return false;
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return true;
+}
+
+/* Appends the last line of a log in the jail to err (QEMU's own log usually says why it stopped,
+ * the guest console why the agent never came up). */
+static void append_log_tail(const char *jail, const char *name, char *err, size_t errlen)
+{
+    char path[PATH_MAX], buf[512];
+    snprintf(path, sizeof path, "%.3000s/%s", jail, name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    off_t size = lseek(fd, 0, SEEK_END);
+    off_t from = size > (off_t)sizeof buf - 1 ? size - (off_t)sizeof buf + 1 : 0;
+    ssize_t n = pread(fd, buf, sizeof buf - 1, from);
+    close(fd);
+    if (n <= 0)
+        return;
+    buf[n] = '\0';
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+        buf[--n] = '\0';
+    char *last = strrchr(buf, '\n');
+    size_t used = strlen(err);
+    snprintf(err + used, errlen - used, " (%s: %s)", name, last ? last + 1 : buf);
+}
+
+/* Accepts the one connection QEMU makes to a listening socket, watching that QEMU is still up. */
+static int accept_from_qemu(int lfd, pid_t pid, int timeout_ms, const char *what, char *err,
+                            size_t errlen)
+{
+    int64_t deadline = now_ms() + timeout_ms;
+    for (;;) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd >= 0)
+            return fd;
+        if (errno != EAGAIN && errno != EINTR) {
+            snprintf(err, errlen, "accept %s: %s", what, strerror(errno));
+            return -1;
+        }
+        if (!process_alive(pid)) {
+            snprintf(err, errlen, "qemu exited before connecting its %s socket", what);
+            return -1;
+        }
+        if (now_ms() >= deadline) {
+            snprintf(err, errlen, "qemu did not connect its %s socket within %d ms", what,
+                     timeout_ms);
+            return -1;
+        }
+        struct pollfd p = {.fd = lfd, .events = POLLIN};
+        poll(&p, 1, 50);
+    }
+}
+
+/* Reads one line (without the newline) from a non-blocking fd, byte by byte so nothing after it
+ * is consumed: the worker reads the rest of the stream. Fails on timeout, EOF or QEMU's exit. */
+static int read_line(int fd, pid_t pid, int timeout_ms, char *out, size_t outlen, char *err,
+                     size_t errlen)
+{
+    int64_t deadline = now_ms() + timeout_ms;
+    size_t len = 0;
+    for (;;) {
+        char c;
+        ssize_t n = read(fd, &c, 1);
+        if (n == 1) {
+            if (c == '\n') {
+                out[len] = '\0';
+                return 0;
+            }
+            if (len + 1 < outlen)
+                out[len++] = c;
+            continue;
+        }
+        if (n == 0) {
+            snprintf(err, errlen, "channel closed");
+            return -1;
+        }
+        if (errno != EAGAIN && errno != EINTR) {
+            snprintf(err, errlen, "channel read: %s", strerror(errno));
+            return -1;
+        }
+        if (pid > 0 && !process_alive(pid)) {
+            snprintf(err, errlen, "qemu exited");
+            return -1;
+        }
+        int64_t left = deadline - now_ms();
+        if (left <= 0) {
+            snprintf(err, errlen, "timed out after %d ms", timeout_ms);
+            return -1;
+        }
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        poll(&p, 1, left < 100 ? (int)left : 100);
+    }
+}
+
+/* ---------------------------------------------------------------- QMP */
+
+static int write_all(int fd, const char *s, int timeout_ms)
+{
+    size_t len = strlen(s), off = 0;
+    int64_t deadline = now_ms() + timeout_ms;
+    while (off < len) {
+        ssize_t n = write(fd, s + off, len - off);
+        if (n > 0) {
+            off += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno != EAGAIN && errno != EINTR)
+            return -1;
+        if (now_ms() >= deadline)
+            return -1;
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        poll(&p, 1, 50);
+    }
+    return 0;
+}
+
+/* Sends one QMP command and waits for its return, skipping asynchronous events. */
+static int qmp_execute(int fd, const char *command, int timeout_ms, char *err, size_t errlen)
+{
+    char line[4096];
+    snprintf(line, sizeof line, "{\"execute\":\"%s\"}\n", command);
+    if (write_all(fd, line, timeout_ms) != 0) {
+        snprintf(err, errlen, "qmp %s: %s", command, strerror(errno));
+        return -1;
+    }
+    for (;;) {
+        if (read_line(fd, -1, timeout_ms, line, sizeof line, err, errlen) != 0)
+            return -1;
+        json_t *reply = json_loads(line, 0, NULL);
+        int done = reply && json_object_get(reply, "return")  ? 1
+                   : reply && json_object_get(reply, "error") ? -1
+                                                              : 0;
+        json_decref(reply);
+        if (done == 1)
+            return 0;
+        if (done == -1) {
+            snprintf(err, errlen, "qmp %s: %.200s", command, line);
+            return -1;
+        }
+    }
+}
+
+/* Reads QEMU's greeting and leaves negotiation mode. */
+static int qmp_handshake(int fd, char *err, size_t errlen)
+{
+    char greeting[4096];
+    if (read_line(fd, -1, QEMU_CONNECT_TIMEOUT_MS, greeting, sizeof greeting, err, errlen) != 0)
+        return -1;
+    return qmp_execute(fd, "qmp_capabilities", QEMU_CONNECT_TIMEOUT_MS, err, errlen);
+}
+
+/* ---------------------------------------------------------------- cgroup */
+
+/* The host's cgroup hierarchies (worker/cgroup.h), detected once: a Sandbox's QEMU goes into
+ * <v2 root>/sbx/<sandboxId> for CPU time, and v1 memory where the v2 controller is missing. */
+static struct cgroup_host qemu_cgroups;
+static bool qemu_cgroups_detected;
+static pthread_mutex_t qemu_cgroups_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static const struct cgroup_host *host_cgroups(const struct sbx_config *cfg)
+{
+    pthread_mutex_lock(&qemu_cgroups_lock);
+    if (!qemu_cgroups_detected) {
+        char report[1024];
+        cgroup_detect(cfg, &qemu_cgroups, report, sizeof report);
+        log_info("qemu driver: %s", report);
+        qemu_cgroups_detected = true;
+    }
+    pthread_mutex_unlock(&qemu_cgroups_lock);
+    return &qemu_cgroups;
+}
+
+/* Accounting only: a failure is logged and the Sandbox runs unmeasured. */
+static void cgroup_attach(const struct sbx_config *cfg, struct sandbox_runtime *rt)
+{
+    const struct cgroup_host *h = host_cgroups(cfg);
+    char why[512];
+    if (cgroup_create(h, rt->sandbox_id, rt->cgroup_path, sizeof rt->cgroup_path, why,
+                      sizeof why) != 0 ||
+        cgroup_add_pid(h, rt->cgroup_path, rt->sandbox_id, rt->pid, why, sizeof why) != 0)
+        log_warn("qemu driver: %s: cgroup: %s (usage will not be measured)", rt->sandbox_id, why);
+}
+
+static void cgroup_detach(const struct sbx_config *cfg, const char *path, const char *sandbox_id)
+{
+    char why[512];
+    if (cgroup_remove(host_cgroups(cfg), path, sandbox_id, 5000, why, sizeof why) != 0)
+        log_warn("qemu driver: %s: %s", sandbox_id, why);
+}
+
+/* ---------------------------------------------------------------- network (worker/netns.h) */
+
+/* With the worker's network (net_init done, as root): a persistent tap "sbx<slot>" in the host's
+ * namespace with the Sandbox's firewall elements; opened here, by name, and handed to QEMU as an
+ * fd, so QEMU itself stays in an empty network namespace. Sets rt->net_address and the guest's
+ * sbx.net value ("<addr>/<prefix>,<gateway>"). Without it: no tap fd, *tap_fd = -1. */
+static int network_up(const struct sbx_config *cfg, struct sandbox_runtime *rt, int *tap_fd,
+                      char *guest_net, size_t guest_netlen, char *err, size_t errlen)
+{
+    *tap_fd = -1;
+    rt->net_address[0] = guest_net[0] = '\0';
+    if (net_firewall() == NULL)
+        return 0;
+    struct net_link link;
+    if (net_sandbox_attach_tap(rt->sandbox_id, (uid_t)cfg->sandbox_uid, (gid_t)cfg->sandbox_gid,
+                               &link, err, errlen) != 0)
+        return -1;
+    net_link_sandbox_address(&link, rt->net_address, sizeof rt->net_address);
+    char gw[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &link.host_addr, gw, sizeof gw);
+    snprintf(guest_net, guest_netlen, "%s/%d,%s", rt->net_address, link.prefix_len, gw);
+
+    int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+    struct ifreq ifr = {0};
+    ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
+    snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", link.ifname);
+    if (fd < 0 || ioctl(fd, TUNSETIFF, &ifr) != 0) {
+        snprintf(err, errlen, "open tap %s: %s", link.ifname, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1; /* terminate() releases the tap and its elements */
+    }
+    *tap_fd = fd;
+    return 0;
+}
+
+static void network_down(const char *sandbox_id, const char *net_address)
+{
+    char why[256];
+    if (net_firewall() != NULL &&
+        net_sandbox_release(sandbox_id, net_address, why, sizeof why) != 0)
+        log_warn("qemu driver: network state of %s: %s", sandbox_id, why);
+}
+
+/* ---------------------------------------------------------------- driver functions */
+
+static int wait_ready(struct sandbox_runtime *rt, char *err, size_t errlen)
+{
+    char line[1024], why[256];
+    if (read_line(rt->channel_fd, rt->pid, QEMU_BOOT_TIMEOUT_MS, line, sizeof line, why,
+                  sizeof why) != 0) {
+        snprintf(err, errlen, "guest agent not ready: %s", why);
+        return -1;
+    }
+    json_t *msg = json_loads(line, 0, NULL);
+    const char *type = json_string_value(json_object_get(msg, "type"));
+    const char *kernel = json_string_value(json_object_get(msg, "kernel"));
+    int rc = 0;
+    if (type == NULL || strcmp(type, "ready") != 0) {
+        snprintf(err, errlen, "guest agent said %.200s instead of ready", line);
+        rc = -1;
+    } else {
+        snprintf(rt->kernel, sizeof rt->kernel, "%s", kernel ? kernel : "");
+    }
+    json_decref(msg);
+    return rc;
+}
+
+/* The host's TSC rate in kHz from /proc/cpuinfo (constant_tsc hosts report it as "cpu MHz"), or
+ * 0 when unknown. */
+static long long host_tsc_khz(void)
+{
+    FILE *f = fopen("/proc/cpuinfo", "re");
+    if (f == NULL)
+        return 0;
+    char line[256];
+    double mhz = 0;
+    bool constant_tsc = false;
+    while (fgets(line, sizeof line, f) != NULL) {
+        if (mhz == 0)
+            sscanf(line, "cpu MHz : %lf", &mhz);
+        if (strncmp(line, "flags", 5) == 0) {
+            constant_tsc = strstr(line, " constant_tsc") != NULL;
+            if (mhz > 0)
+                break;
+        }
+    }
+    fclose(f);
+    return constant_tsc ? (long long)(mhz * 1000.0) : 0;
+}
+
+/* Builds QEMU's argv into args (pointers into strs, which the caller keeps alive). */
+struct qemu_args {
+    char strs[12][256];
+    char *argv[48];
+};
+
+static void build_argv(struct qemu_args *a, const char *bin, const char *accel,
+                       const struct store_shape *shape, const char *guest_net)
+{
+    int n = 0, s = 0;
+#define ARG(x) (a->argv[n++] = (char *)(x))
+#define FMT(...) (snprintf(a->strs[s], sizeof a->strs[s], __VA_ARGS__), ARG(a->strs[s++]))
+    FMT("%s", bin);
+    ARG("-M");
+    ARG("microvm");
+    ARG("-accel");
+    FMT("%s", accel);
+    ARG("-cpu");
+    ARG(strcmp(accel, "kvm") == 0 ? "host" : "max");
+    ARG("-nodefaults");
+    ARG("-no-user-config");
+    ARG("-nographic");
+    ARG("-no-reboot");
+    /* QEMU's seccomp filter, as Firecracker filters its VMM: no exec, no privilege changes, no
+     * obsolete or resource-control system calls once the guest runs. */
+    ARG("-sandbox");
+    ARG("on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny");
+    ARG("-smp");
+    FMT("%lld", (long long)(shape->vcpu_count > 0 ? shape->vcpu_count : 1));
+    ARG("-m");
+    FMT("%lldM", (long long)(shape->mem_size_mib > 0 ? shape->mem_size_mib : 256));
+    ARG("-kernel");
+    ARG("/vmlinuz");
+    ARG("-initrd");
+    ARG("/initramfs.cpio.gz");
+    ARG("-append");
+    /* microvm has no HPET or PM timer, and under TCG on a loaded host the guest's calibration of
+     * its TSC against the PIT fails (the TSC is the host's, read with jitter), after which the
+     * kernel hangs setting up its timers. TCG's guest TSC runs at the host's TSC rate, so the
+     * kernel is told that rate and to trust it. */
+    long long tsc_khz = strcmp(accel, "tcg") == 0 ? host_tsc_khz() : 0;
+    char tsc[64] = "", net[80] = "";
+    if (tsc_khz > 0)
+        snprintf(tsc, sizeof tsc, " tsc=reliable tsc_early_khz=%lld", tsc_khz);
+    /* The guest init configures eth0 from sbx.net (see agent/guest_init.c). */
+    if (guest_net[0] != '\0')
+        snprintf(net, sizeof net, " sbx.net=%s", guest_net);
+    FMT("console=ttyS0 quiet panic=-1 rdinit=/init sbx.channel=virtio:%s%s%s", QEMU_AGENT_PORT, tsc,
+        net);
+    ARG("-serial");
+    ARG("file:/console.log");
+    ARG("-chardev");
+    ARG("socket,id=agent,path=/agent.sock");
+    ARG("-device");
+    ARG("virtio-serial-device");
+    ARG("-device");
+    ARG("virtserialport,chardev=agent,name=" QEMU_AGENT_PORT);
+    ARG("-chardev");
+    ARG("socket,id=qmp,path=/qmp.sock");
+    ARG("-mon");
+    ARG("chardev=qmp,mode=control");
+    ARG("-netdev");
+    FMT("tap,id=net0,fd=%d", QEMU_TAP_FD);
+    ARG("-device");
+    ARG("virtio-net-device,netdev=net0");
+    a->argv[n] = NULL;
+#undef ARG
+#undef FMT
+}
+
+static void release_runtime(struct sandbox_runtime *rt)
+{
+    struct qemu_state *st = rt->driver_state;
+    if (st != NULL) {
+        if (st->qmp_fd >= 0)
+            close(st->qmp_fd);
+        free(st);
+        rt->driver_state = NULL;
+    }
+    if (rt->channel_fd >= 0) {
+        close(rt->channel_fd);
+        rt->channel_fd = -1;
+    }
+}
+
+static int stop_qemu(struct sandbox_runtime *rt)
+{
+    if (rt->pid <= 0)
+        return 0;
+    struct qemu_state *st = rt->driver_state;
+    char why[256];
+    if (!process_alive(rt->pid))
+        return 0;
+    if (st != NULL && st->qmp_fd >= 0) {
+        if (qmp_execute(st->qmp_fd, "system_powerdown", QEMU_QUIT_TIMEOUT_MS, why, sizeof why) ==
+                0 &&
+            wait_exit(rt->pid, QEMU_POWERDOWN_TIMEOUT_MS))
+            return 0;
+        log_info("qemu driver: %s did not power down in time, quitting", rt->sandbox_id);
+        if (process_alive(rt->pid) &&
+            qmp_execute(st->qmp_fd, "quit", QEMU_QUIT_TIMEOUT_MS, why, sizeof why) != 0)
+            log_info("qemu driver: %s quit: %s", rt->sandbox_id, why);
+        if (wait_exit(rt->pid, QEMU_QUIT_TIMEOUT_MS))
+            return 0;
+    }
+    log_warn("qemu driver: killing %s (pid %d)", rt->sandbox_id, (int)rt->pid);
+    kill(rt->pid, SIGKILL);
+    return wait_exit(rt->pid, 5000) ? 0 : -1;
+}
+
+static int qemu_terminate(const struct sbx_config *cfg, struct sandbox_runtime *rt,
+                          struct store_usage *usage, char *err, size_t errlen);
+
+static int qemu_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, char *err,
+                     size_t errlen)
+{
+    int64_t started = now_ms();
+    rt->pid = -1;
+    rt->channel_fd = -1;
+    rt->driver_state = NULL;
+    rt->cgroup_path[0] = rt->net_address[0] = rt->kernel[0] = '\0';
+
+    char bin[PATH_MAX], guest_dir[PATH_MAX];
+    if (resolve_qemu_bin(cfg, bin, sizeof bin, err, errlen) != 0)
+        return -1;
+    resolve_guest_dir(cfg, guest_dir, sizeof guest_dir);
+    if (read_image_hash(guest_dir, rt->image_hash, sizeof rt->image_hash, err, errlen) != 0)
+        return -1;
+
+    if (strlen(cfg->chroot_base) > 400) {
+        snprintf(err, errlen, "chroot_base is too long for unix socket paths in the jail");
+        return -1;
+    }
+    snprintf(rt->jail_dir, sizeof rt->jail_dir, "%.400s/qemu/%.60s", cfg->chroot_base,
+             rt->sandbox_id);
+    char root[PATH_MAX], usr[PATH_MAX], devnull[PATH_MAX], qlog[PATH_MAX], agent_sock[PATH_MAX],
+        qmp_sock[PATH_MAX], console[PATH_MAX];
+    snprintf(root, sizeof root, "%s/root", rt->jail_dir);
+    snprintf(usr, sizeof usr, "%.500s/usr", root);
+    snprintf(devnull, sizeof devnull, "%.500s/dev/null", root);
+    snprintf(qlog, sizeof qlog, "%s/qemu.log", rt->jail_dir);
+    snprintf(agent_sock, sizeof agent_sock, "%.500s/agent.sock", root);
+    snprintf(qmp_sock, sizeof qmp_sock, "%.500s/qmp.sock", root);
+    snprintf(console, sizeof console, "%.500s/console.log", root);
+
+    uid_t uid = (uid_t)cfg->sandbox_uid;
+    gid_t gid = (gid_t)cfg->sandbox_gid;
+    int agent_lfd = -1, qmp_lfd = -1;
+    struct qemu_state *st = calloc(1, sizeof *st);
+    if (st == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    st->qmp_fd = -1;
+    rt->driver_state = st;
+
+    if (build_jail(guest_dir, rt->jail_dir, err, errlen) != 0)
+        goto fail;
+    /* QEMU writes the guest console as the sandbox uid. */
+    int cfd = open(console, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (cfd < 0 || fchown(cfd, uid, gid) != 0) {
+        snprintf(err, errlen, "console log %s: %s", console, strerror(errno));
+        if (cfd >= 0)
+            close(cfd);
+        goto fail;
+    }
+    close(cfd);
+    if ((agent_lfd = listen_unix(agent_sock, uid, gid, err, errlen)) < 0 ||
+        (qmp_lfd = listen_unix(qmp_sock, uid, gid, err, errlen)) < 0)
+        goto fail;
+
+    struct qemu_args args;
+    char guest_net[80] = "";
+    int tap_fd = -1;
+    if (network_up(cfg, rt, &tap_fd, guest_net, sizeof guest_net, err, errlen) != 0)
+        goto fail;
+    build_argv(&args, bin, choose_accel(cfg), &rt->shape, guest_net);
+    struct qemu_launch launch = {.jail_root = root,
+                                 .usr_target = usr,
+                                 .dev_null = devnull,
+                                 .qemu_log = qlog,
+                                 .uid = uid,
+                                 .gid = gid,
+                                 .tap_fd = tap_fd,
+                                 .argv = args.argv};
+    rt->pid = spawn_qemu(&launch, err, errlen);
+    if (tap_fd >= 0)
+        close(tap_fd); /* QEMU holds its own copy */
+    if (rt->pid < 0)
+        goto fail;
+    cgroup_attach(cfg, rt);
+
+    rt->channel_fd =
+        accept_from_qemu(agent_lfd, rt->pid, QEMU_CONNECT_TIMEOUT_MS, "agent", err, errlen);
+    if (rt->channel_fd < 0)
+        goto fail_log;
+    st->qmp_fd = accept_from_qemu(qmp_lfd, rt->pid, QEMU_CONNECT_TIMEOUT_MS, "qmp", err, errlen);
+    if (st->qmp_fd < 0 || qmp_handshake(st->qmp_fd, err, errlen) != 0)
+        goto fail_log;
+    close(agent_lfd);
+    close(qmp_lfd);
+    agent_lfd = qmp_lfd = -1;
+    /* Nobody else may connect in the Sandbox's lifetime: the listening sockets go. */
+    unlink(agent_sock);
+    unlink(qmp_sock);
+
+    if (wait_ready(rt, err, errlen) != 0)
+        goto fail_log;
+    log_info("qemu driver: %s ready in %lld ms (pid %d, guest kernel %s)", rt->sandbox_id,
+             (long long)(now_ms() - started), (int)rt->pid, rt->kernel);
+    return 0;
+
+fail_log:
+    append_log_tail(rt->jail_dir, "qemu.log", err, errlen);
+    append_log_tail(rt->jail_dir, "root/console.log", err, errlen);
+fail:
+    if (agent_lfd >= 0)
+        close(agent_lfd);
+    if (qmp_lfd >= 0)
+        close(qmp_lfd);
+    {
+        struct store_usage ignored;
+        char why[256];
+        qemu_terminate(cfg, rt, &ignored, why, sizeof why);
+    }
+    return -1;
+}
+
+static int qemu_attach_workspace(const struct sbx_config *cfg, struct sandbox_runtime *rt,
+                                 const char *host_dir, char *err, size_t errlen)
+{
+    (void)cfg;
+    (void)rt;
+    if (host_dir == NULL)
+        return 0;
+    /* A warm guest is booted before its Workspace is known and -M microvm has no hotplug, so the
+     * Workspace must reach the guest over the network (NFS, the network module's tap link). */
+    snprintf(err, errlen, "the qemu driver cannot attach Workspace %s yet: it needs the NFS export",
+             host_dir);
+    return -1;
+}
+
+static int qemu_terminate(const struct sbx_config *cfg, struct sandbox_runtime *rt,
+                          struct store_usage *usage, char *err, size_t errlen)
+{
+    int rc = 0;
+    usage->cpu_usec = -1;
+    usage->mem_peak_bytes = -1;
+    if (stop_qemu(rt) != 0) {
+        snprintf(err, errlen, "qemu pid %d did not exit after SIGKILL", (int)rt->pid);
+        rc = -1;
+    }
+    release_runtime(rt);
+    if (rc == 0) {
+        const struct cgroup_host *h = host_cgroups(cfg);
+        if (rt->cgroup_path[0] != '\0' || h->v1_memory_root[0] != '\0')
+            cgroup_read_usage(h, rt->cgroup_path, rt->sandbox_id, usage);
+        cgroup_detach(cfg, rt->cgroup_path, rt->sandbox_id);
+        rt->cgroup_path[0] = '\0';
+    }
+    if (rc == 0)
+        network_down(rt->sandbox_id, rt->net_address);
+    if (rc == 0 && rt->jail_dir[0] != '\0' && remove_tree(rt->jail_dir) != 0) {
+        snprintf(err, errlen, "cannot remove jail %s", rt->jail_dir);
+        rc = -1;
+    }
+    return rc;
+}
+
+/* True if pid is a live QEMU process (not a recycled pid of something else). */
+static bool is_qemu_process(pid_t pid)
+{
+    char path[64], comm[64] = "";
+    snprintf(path, sizeof path, "/proc/%d/comm", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return false;
+    if (fgets(comm, sizeof comm, f) == NULL)
+        comm[0] = '\0';
+    fclose(f);
+    return strncmp(comm, "qemu-system", 11) == 0;
+}
+
+static int qemu_reap(const struct sbx_config *cfg, const struct store_sandbox *sb, char *err,
+                     size_t errlen)
+{
+    if (sb->pid > 0 && is_qemu_process((pid_t)sb->pid)) {
+        kill((pid_t)sb->pid, SIGKILL);
+        if (!wait_exit((pid_t)sb->pid, 5000)) {
+            snprintf(err, errlen, "qemu pid %lld survived SIGKILL", (long long)sb->pid);
+            return -1;
+        }
+    }
+    cgroup_detach(cfg, sb->cgroup_path, sb->id);
+    network_down(sb->id, sb->net_address);
+    /* Only ever remove what lies in this driver's part of chroot_base. */
+    char expected[600];
+    snprintf(expected, sizeof expected, "%s/qemu/%s", cfg->chroot_base, sb->id);
+    if (sb->jail_dir[0] != '\0' && strcmp(sb->jail_dir, expected) == 0 &&
+        remove_tree(sb->jail_dir) != 0) {
+        snprintf(err, errlen, "cannot remove jail %s", sb->jail_dir);
+        return -1;
+    }
+    return 0;
+}
+
+const struct driver driver_qemu = {
+    .name = "qemu",
+    .init = qemu_init,
+    .boot = qemu_boot,
+    .attach_workspace = qemu_attach_workspace,
+    .terminate = qemu_terminate,
+    .reap = qemu_reap,
+};
