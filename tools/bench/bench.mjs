@@ -403,8 +403,8 @@ function plot() {
     return [k, f];
   });
   const plots = files.map(([k, f]) => `'${f}' using 1:2 with steps title '${k}'`).join(', ');
-  for (const [term, ext] of [['pngcairo size 1000,600', 'png'], ['svg size 1000,600', 'svg']]) {
-    const script = `set terminal ${term}\nset output '${join(outDir, 'latency.' + ext)}'\nset logscale x\nset xlabel 'latency (ms, log scale)'\nset ylabel 'fraction of requests'\nset key top left\nset grid\nset title 'sbx latency distributions (CDF)'\nplot ${plots}\n`;
+  for (const [term, ext] of [['pngcairo size 1100,600', 'png'], ['svg size 1100,600', 'svg']]) {
+    const script = `set terminal ${term}\nset output '${join(outDir, 'latency.' + ext)}'\nset logscale x\nset xlabel 'latency (ms, log scale)'\nset ylabel 'fraction of requests'\nset key outside right\nset grid\nset title 'sbx latency distributions (CDF)'\nplot ${plots}\n`;
     try {
       execFileSync('gnuplot', [], { input: script });
     } catch (e) {
