@@ -151,15 +151,18 @@ export class Sbx {
     return this.req('GET', '/v1/pool', { token: this.adminToken });
   }
 
-  async waitWarm(n, timeoutMs = 120000) {
+  // Waits until the pool holds n warm Sandboxes of the driver (the bootstrap echo App and the
+  // bench App share the process shape, so only the driver tells shapes apart here).
+  async waitWarm(n, timeoutMs = 120000, driver = 'process') {
     const until = Date.now() + timeoutMs;
+    let warm = 0;
     while (Date.now() < until) {
       const p = await this.pool();
-      const warm = (p.shapes || []).reduce((a, s) => a + s.warm, 0);
+      warm = (p.shapes || []).filter((s) => s.driver === driver).reduce((a, s) => a + s.warm, 0);
       if (warm >= n) return warm;
-      await sleep(20);
+      await sleep(10);
     }
-    throw new Error(`pool did not reach ${n} warm Sandboxes`);
+    throw new Error(`pool did not reach ${n} warm ${driver} Sandboxes in ${timeoutMs} ms (${warm} warm)`);
   }
 
   sql(query) {
@@ -194,7 +197,8 @@ export function runWrk({ url, connections, seconds, script, env }) {
   };
   const non2xx = Number((out.match(/Non-2xx or 3xx responses:\s+(\d+)/) || [0, 0])[1]);
   const errors = (out.match(/Socket errors:[^\n]*/) || [''])[0];
-  return { rps, p50: lat(50), p99: lat(99), non2xx, errors };
+  const requests = Number((out.match(/(\d+) requests in/) || [0, 0])[1]);
+  return { rps, p50: lat(50), p99: lat(99), requests, non2xx, errors };
 }
 
 export function writeJson(path, value) {
