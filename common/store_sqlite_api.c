@@ -1347,6 +1347,13 @@ static enum store_status sq_message_enqueue(struct store *st, const struct store
     if (!api || !req->session_id || !req->body_json)
         return STORE_ERROR;
     pthread_mutex_lock(&api->lock);
+    /* Started on first use: processes that never enqueue (workers, sbxctl) have no committer. */
+    if (!api->thread_started && !api->stopping) {
+        if (pthread_create(&api->committer, NULL, committer_main, st) == 0)
+            api->thread_started = true;
+        else
+            log_error("store: cannot start the enqueue committer thread");
+    }
     if (api->stopping || !api->thread_started) {
         pthread_mutex_unlock(&api->lock);
         return STORE_ERROR;
@@ -1692,10 +1699,6 @@ void store_sqlite_api_init(struct store *st)
     pthread_mutex_init(&api->lock, NULL);
     pthread_cond_init(&api->work, NULL);
     pthread_cond_init(&api->done, NULL);
-    if (pthread_create(&api->committer, NULL, committer_main, st) == 0)
-        api->thread_started = true;
-    else
-        log_error("store: cannot start the enqueue committer thread");
 }
 
 void store_sqlite_api_fini(struct store *st)
@@ -1707,10 +1710,11 @@ void store_sqlite_api_fini(struct store *st)
         return;
     pthread_mutex_lock(&api->lock);
     api->stopping = true;
+    bool started = api->thread_started;
     pthread_cond_signal(&api->work);
     pthread_mutex_unlock(&api->lock);
     /* The committer drains what is queued before it exits, so no caller is left waiting. */
-    if (api->thread_started)
+    if (started)
         pthread_join(api->committer, NULL);
     pthread_mutex_destroy(&api->lock);
     pthread_cond_destroy(&api->work);

@@ -95,6 +95,12 @@ struct request {
 /* ---- router.c ---- */
 extern const struct route gateway_routes[];
 extern const int gateway_route_count;
+/* Matches method + path against the route table: the route's index with its {parameters} written
+ * to params, or -1. On -1, allow lists the methods the path has ("" when none: 404) and path_route
+ * is the first route of that path (-1 when none). Pure: no MHD, no store (fuzzable). */
+int gateway_route_match(const char *method, const char *path,
+                        char params[ROUTE_MAX_PARAMS][STORE_ID_LEN], char *allow, size_t allowlen,
+                        int *path_route);
 enum MHD_Result gateway_access_handler(void *cls, struct MHD_Connection *conn, const char *url,
                                        const char *method, const char *version,
                                        const char *upload_data, size_t *upload_data_size,

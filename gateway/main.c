@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -56,6 +57,21 @@ static int hex_decode(const char *hex, uint8_t *out, size_t n)
         out[i] = (uint8_t)v;
     }
     return strlen(hex) == 2 * n ? 0 : -1;
+}
+
+/* conn_limit is only real if the process may hold that many sockets: raise the soft file limit
+ * towards it (up to the hard limit), and say so when the hard limit is lower. */
+static void raise_fd_limit(int64_t conn_limit)
+{
+    struct rlimit rl;
+    rlim_t want = (rlim_t)conn_limit + 128;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
+        return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < want)
+        log_warn("open files limited to %llu: fewer than conn_limit %lld connections will be "
+                 "accepted (raise the hard limit, e.g. LimitNOFILE=)",
+                 (unsigned long long)rl.rlim_cur, (long long)conn_limit);
 }
 
 /* The admin token: the configured one (its hash replaces any stored one), else the stored hash,
@@ -194,6 +210,7 @@ int main(int argc, char **argv)
         }
     }
     log_init("gateway", gw.cfg.log_level);
+    raise_fd_limit(gw.cfg.conn_limit);
 
     /* Every thread started from here on inherits this mask: only sigwait() below sees them. */
     sigemptyset(&sigs);

@@ -116,6 +116,38 @@ enum MHD_Result reply_empty(struct request *r, unsigned status)
     return queue(r, status, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
 }
 
+/* Copies s into out as valid UTF-8 without control characters: a problem echoes paths and field
+ * names that came from the caller, and a JSON string must not carry broken sequences (a detail
+ * truncated by printf precision may also end inside one). Anything else becomes '?'. */
+static void utf8_clean(const char *s, char *out, size_t outlen)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = 0;
+    while (*p && n + 5 < outlen) {
+        size_t len = *p < 0x80             ? 1
+                     : (*p & 0xe0) == 0xc0 ? 2
+                     : (*p & 0xf0) == 0xe0 ? 3
+                     : (*p & 0xf8) == 0xf0 ? 4
+                                           : 0;
+        bool ok = len > 0 && (len == 1 ? *p >= 0x20 && *p != 0x7f : *p >= 0xc2 && *p <= 0xf4);
+        for (size_t i = 1; ok && i < len; i++)
+            ok = (p[i] & 0xc0) == 0x80;
+        if (ok && len == 3)
+            ok = !(p[0] == 0xe0 && p[1] < 0xa0) && !(p[0] == 0xed && p[1] >= 0xa0);
+        if (ok && len == 4)
+            ok = !(p[0] == 0xf0 && p[1] < 0x90) && !(p[0] == 0xf4 && p[1] >= 0x90);
+        if (!ok) {
+            out[n++] = '?';
+            p++;
+            continue;
+        }
+        memcpy(out + n, p, len);
+        n += len;
+        p += len;
+    }
+    out[n] = '\0';
+}
+
 static enum MHD_Result vproblem(struct request *r, const char *code, const char *field,
                                 const char *header, const char *value, const char *fmt, va_list ap)
 {
@@ -124,15 +156,20 @@ static enum MHD_Result vproblem(struct request *r, const char *code, const char 
     struct MHD_Response *resp;
     enum MHD_Result ret;
 
-    vsnprintf(detail, sizeof detail, fmt, ap);
+    char raw[512], instance[512], field_clean[128];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    utf8_clean(raw, detail, sizeof detail);
+    utf8_clean(r->path ? r->path : "", instance, sizeof instance);
     snprintf(type, sizeof type, "urn:sbx:problem:%s", k->code);
     json_t *p = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s, s:s}", "type", type, "title", k->title,
-                          "status", (int)k->status, "detail", detail, "instance",
-                          r->path ? r->path : "", "code", k->code, "requestId", r->request_id);
+                          "status", (int)k->status, "detail", detail, "instance", instance, "code",
+                          k->code, "requestId", r->request_id);
     if (!p)
         return MHD_NO;
-    if (field)
-        json_object_set_new(p, "field", json_string(field));
+    if (field) {
+        utf8_clean(field, field_clean, sizeof field_clean);
+        json_object_set_new(p, "field", json_string(field_clean));
+    }
     if (k->status >= 500)
         log_emit(LOG_LEVEL_ERROR, r->request_id, "%s %s -> %u %s: %s", r->method, r->path,
                  k->status, k->code, detail);

@@ -77,21 +77,27 @@ static bool path_matches(const char *tmpl, const char *path, char params[][STORE
     return *tmpl == '\0' && *path == '\0';
 }
 
-/* Finds the route; on a path that exists with other methods writes them to allow. */
-static int route_find(struct request *r, char *allow, size_t allowlen)
+int gateway_route_match(const char *method, const char *path,
+                        char params[ROUTE_MAX_PARAMS][STORE_ID_LEN], char *allow, size_t allowlen,
+                        int *path_route)
 {
-    char params[ROUTE_MAX_PARAMS][STORE_ID_LEN];
+    char found[ROUTE_MAX_PARAMS][STORE_ID_LEN];
     size_t n = 0;
     allow[0] = '\0';
+    *path_route = -1;
     for (int i = 0; i < gateway_route_count; i++) {
         const struct route *rt = &gateway_routes[i];
-        if (!path_matches(rt->path, r->path, params))
+        if (!path_matches(rt->path, path, found))
             continue;
-        if (strcmp(rt->method, r->method) == 0) {
-            memcpy(r->params, params, sizeof params);
+        if (strcmp(rt->method, method) == 0) {
+            memcpy(params, found, sizeof found);
             return i;
         }
-        n += (size_t)snprintf(allow + n, allowlen - n, "%s%s", n ? ", " : "", rt->method);
+        if (*path_route < 0)
+            *path_route = i;
+        int w = snprintf(allow + n, allowlen - n, "%s%s", n ? ", " : "", rt->method);
+        if (w > 0)
+            n = n + (size_t)w < allowlen ? n + (size_t)w : allowlen - 1;
     }
     return -1;
 }
@@ -125,8 +131,12 @@ static bool request_admit(struct request *r, enum MHD_Result *ret)
     char allow[128];
     const struct gateway *gw = r->gw;
 
-    r->route_index = route_find(r, allow, sizeof allow);
+    int path_route;
+    r->route_index =
+        gateway_route_match(r->method, r->path, r->params, allow, sizeof allow, &path_route);
     if (r->route_index < 0) {
+        /* A 405 is counted under the template of the path it hit (r->route stays NULL). */
+        r->route_index = path_route;
         if (allow[0])
             *ret = reply_problem_header(r, "method-not-allowed", NULL, "Allow", allow,
                                         "%s is not allowed on %s (allowed: %s)", r->method, r->path,

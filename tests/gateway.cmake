@@ -11,6 +11,9 @@ endforeach()
 
 # Live integration tests: the real sbx-gateway on a loopback port with a temporary data dir,
 # driven by Node's built-in test runner.
+add_executable(sbx-test-notify ${CMAKE_CURRENT_SOURCE_DIR}/integration/gateway/notify_send.c)
+target_link_libraries(sbx-test-notify PRIVATE sbxcommon)
+
 find_program(NODE_EXECUTABLE node)
 if(NODE_EXECUTABLE)
   foreach(it api isolation longpoll durability limits)
@@ -18,6 +21,7 @@ if(NODE_EXECUTABLE)
              COMMAND ${NODE_EXECUTABLE} --test
                      ${CMAKE_CURRENT_SOURCE_DIR}/integration/gateway/${it}.test.mjs)
     set_tests_properties(it.gateway.${it} PROPERTIES
-      ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>" TIMEOUT 120)
+      ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_NOTIFY_BIN=$<TARGET_FILE:sbx-test-notify>"
+      TIMEOUT 120)
   endforeach()
 endif()

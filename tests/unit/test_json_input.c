@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "gateway.h"
 #include "json_input.h"
 
 #include <stdlib.h>
@@ -196,12 +197,58 @@ static void test_idempotency_key(void **state)
     assert_string_equal(e.code, "invalid-parameter");
 }
 
+static void test_route_matching(void **state)
+{
+    (void)state;
+    char params[ROUTE_MAX_PARAMS][STORE_ID_LEN], allow[128];
+    int path_route, i;
+
+    i = gateway_route_match("GET", "/v1/sessions/ses_1/messages/msg_2", params, allow, sizeof allow,
+                            &path_route);
+    assert_true(i >= 0);
+    assert_string_equal(gateway_routes[i].path, "/v1/sessions/{sessionId}/messages/{messageId}");
+    assert_string_equal(params[0], "ses_1");
+    assert_string_equal(params[1], "msg_2");
+
+    i = gateway_route_match("DELETE", "/v1/apps/app_1/keys/key_9", params, allow, sizeof allow,
+                            &path_route);
+    assert_true(i >= 0);
+    assert_string_equal(params[0], "app_1");
+    assert_string_equal(params[1], "key_9");
+
+    /* 405: the path exists with other methods. */
+    assert_int_equal(
+        gateway_route_match("PUT", "/v1/sessions", params, allow, sizeof allow, &path_route), -1);
+    assert_string_equal(allow, "POST, GET");
+    assert_string_equal(gateway_routes[path_route].path, "/v1/sessions");
+    /* 404: no such path, empty or over-long segments, trailing slash, extra segments. */
+    const char *missing[] = {"/v1/session",
+                             "/v1/sessions/",
+                             "/v1/sessions//messages",
+                             "/v1/sessions/ses_1/messages/msg_2/x",
+                             "/",
+                             "",
+                             "/v1/sessions/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"};
+    for (size_t k = 0; k < sizeof missing / sizeof missing[0]; k++) {
+        assert_int_equal(
+            gateway_route_match("GET", missing[k], params, allow, sizeof allow, &path_route), -1);
+        assert_string_equal(allow, "");
+        assert_int_equal(path_route, -1);
+    }
+    /* A tiny Allow buffer truncates instead of overflowing. */
+    char small[6];
+    assert_int_equal(
+        gateway_route_match("PUT", "/v1/apps/app_1", params, small, sizeof small, &path_route), -1);
+    assert_true(strlen(small) < sizeof small);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_object),     cmocka_unit_test(test_known_fields),
         cmocka_unit_test(test_typed_fields),     cmocka_unit_test(test_names),
         cmocka_unit_test(test_query_parameters), cmocka_unit_test(test_idempotency_key),
+        cmocka_unit_test(test_route_matching),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -339,24 +339,111 @@ static void test_group_commit_concurrent(void **state)
     store_session_clear(&s);
 }
 
+/* Commits recorded in the WAL file: frames whose header says "database size after commit". */
+static int count_wal_commits(const char *db_path)
+{
+    char wal[300];
+    unsigned char hdr[32], fh[24];
+    snprintf(wal, sizeof wal, "%s-wal", db_path);
+    FILE *f = fopen(wal, "rb");
+    int commits = 0;
+    if (!f)
+        return 0;
+    if (fread(hdr, 1, 32, f) == 32) {
+        uint32_t page = (uint32_t)hdr[8] << 24 | hdr[9] << 16 | hdr[10] << 8 | hdr[11];
+        while (fread(fh, 1, 24, f) == 24) {
+            if (fh[4] | fh[5] | fh[6] | fh[7])
+                commits++;
+            if (fseek(f, (long)page, SEEK_CUR) != 0)
+                break;
+        }
+    }
+    fclose(f);
+    return commits;
+}
+
+/* Enqueues that pile up while the database is locked go out in one transaction, not one each. */
+static void test_group_commit_batches(void **state)
+{
+    struct fixture *f = *state;
+    struct store *st = f->st;
+    struct store_app a;
+    struct store_session s;
+    enum { THREADS = 16 };
+    struct enqueue_thread t[THREADS];
+    pthread_t th[THREADS];
+    sqlite3 *blocker;
+    make_app(st, "batch", &a);
+    make_session(st, a.id, &s);
+
+    assert_int_equal(sqlite3_open(f->path, &blocker), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(blocker, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL),
+                     SQLITE_OK);
+    assert_int_equal(count_wal_commits(f->path), 0);
+    /* Hold the write lock so that every request queues up behind the committer. */
+    assert_int_equal(sqlite3_exec(blocker, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    for (int i = 0; i < THREADS; i++) {
+        t[i] = (struct enqueue_thread){st, a.id, s.id, 1, {0}, STORE_ERROR};
+        assert_int_equal(pthread_create(&th[i], NULL, enqueue_worker, &t[i]), 0);
+    }
+    usleep(300 * 1000);
+    assert_int_equal(sqlite3_exec(blocker, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(t[i].status, STORE_OK);
+    }
+    sqlite3_close(blocker);
+    int commits = count_wal_commits(f->path);
+    /* One transaction for the request the committer held while blocked, one for the rest. */
+    assert_true(commits >= 1);
+    assert_true(commits <= 3);
+    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM messages"), THREADS);
+    store_session_clear(&s);
+}
+
 static void test_batch_failure_is_isolated(void **state)
 {
     struct fixture *f = *state;
     struct store *st = f->st;
     struct store_app a;
     struct store_session s;
-    struct store_message m;
-    bool replayed;
+    enum { GOOD = 6 };
+    struct enqueue_thread good[GOOD], bad = {0};
+    pthread_t th[GOOD], bad_th;
+    sqlite3 *blocker;
     make_app(st, "iso", &a);
     make_session(st, a.id, &s);
-    /* A row the schema refuses (body NULL is impossible through the API; a missing session is
-     * the realistic failure) fails alone, and the next enqueue still works. */
-    struct store_enqueue bad = {a.id, "ses_missing", "1", NULL, NULL};
-    assert_int_equal(st->message_enqueue(st, &admin, &bad, &m, &replayed), STORE_NOT_FOUND);
-    struct store_enqueue good = {a.id, s.id, "1", NULL, NULL};
-    assert_int_equal(st->message_enqueue(st, &admin, &good, &m, &replayed), STORE_OK);
-    assert_int_equal(m.seq, 1);
-    store_message_clear(&m);
+
+    /* Hold the lock so that the good requests and a failing one (unknown Session) share a
+     * batch: the failing row is rolled back to its savepoint, the others commit. */
+    assert_int_equal(sqlite3_open(f->path, &blocker), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(blocker, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    for (int i = 0; i < GOOD / 2; i++) {
+        good[i] = (struct enqueue_thread){st, a.id, s.id, 1, {0}, STORE_ERROR};
+        assert_int_equal(pthread_create(&th[i], NULL, enqueue_worker, &good[i]), 0);
+    }
+    usleep(100 * 1000);
+    bad = (struct enqueue_thread){st, a.id, "ses_missing", 1, {0}, STORE_ERROR};
+    assert_int_equal(pthread_create(&bad_th, NULL, enqueue_worker, &bad), 0);
+    usleep(50 * 1000);
+    for (int i = GOOD / 2; i < GOOD; i++) {
+        good[i] = (struct enqueue_thread){st, a.id, s.id, 1, {0}, STORE_ERROR};
+        assert_int_equal(pthread_create(&th[i], NULL, enqueue_worker, &good[i]), 0);
+    }
+    usleep(100 * 1000);
+    assert_int_equal(sqlite3_exec(blocker, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(blocker);
+    pthread_join(bad_th, NULL);
+    assert_int_equal(bad.status, STORE_NOT_FOUND);
+    for (int i = 0; i < GOOD; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(good[i].status, STORE_OK);
+    }
+    /* Seqs 1..GOOD, no gap left by the failed row. */
+    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM messages"), GOOD);
+    assert_int_equal(count_sql(f->path, "SELECT max(seq) FROM messages"), GOOD);
+    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM events WHERE kind='message.queued'"),
+                     GOOD);
     store_session_clear(&s);
 }
 
@@ -540,6 +627,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_keys_revoke, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_order_and_idempotency, setup, teardown),
         cmocka_unit_test_setup_teardown(test_group_commit_concurrent, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_group_commit_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_failure_is_isolated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cross_app_scoping, setup, teardown),
         cmocka_unit_test_setup_teardown(test_session_names_and_workspaces, setup, teardown),

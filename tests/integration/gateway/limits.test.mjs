@@ -4,6 +4,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
 import { startGateway, removeDataDir, req, assertProblem } from './harness.mjs';
 
 async function withGateway(extraArgs, fn) {
@@ -105,9 +107,39 @@ test('hostile bodies and headers get problems and do not disturb the gateway', a
     const path = `/v1/sessions/${s.id}/messages`;
     assertProblem(assert, await req(gw, 'POST', path, { token: gw.key, body: '{"body":' + '['.repeat(100000) + ']'.repeat(100000) + '}' }), 400, 'malformed-json');
     assertProblem(assert, await req(gw, 'POST', path, { token: gw.key, body: '{"body":"\u0000"' }), 400, 'malformed-json');
+    // Bytes that are not UTF-8 in the path or a field name still get a well-formed problem.
+    assertProblem(assert, await req(gw, 'GET', '/v1/%ff%fe'), 404, 'not-found');
+    assertProblem(assert, await req(gw, 'GET', `/v1/sessions/%ff`, { token: gw.key }), 404, 'not-found');
+    assertProblem(assert, await req(gw, 'POST', '/v1/sessions', { token: gw.key, body: { ['é'.repeat(70)]: 1 } }), 400, 'unknown-field');
     const huge = await fetch(gw.url + '/healthz', { headers: { 'X-Filler': 'z'.repeat(100000) } }).then((r) => r.status, () => 0);
     assert.ok(huge === 0 || huge === 413 || huge === 431, `huge header answered ${huge}`);
     assert.equal((await req(gw, 'GET', '/healthz')).status, 200);
     assert.equal((await req(gw, 'POST', path, { token: gw.key, body: { body: 'fine' } })).status, 202);
+  });
+});
+
+test('a database locked beyond busy_timeout_ms answers 503 store-busy; reads go on', async () => {
+  await withGateway(['--busy-timeout-ms', '200'], async (gw) => {
+    const s = (await req(gw, 'POST', '/v1/sessions', { token: gw.key })).json;
+    const path = `/v1/sessions/${s.id}/messages`;
+    // Another process holds the write lock (as a stuck writer would).
+    const holder = spawn('sqlite3', [join(gw.dataDir, 'sbx.db')], { stdio: ['pipe', 'pipe', 'inherit'] });
+    holder.stdin.write("BEGIN IMMEDIATE;\nSELECT 'locked';\n");
+    await new Promise((resolve) => holder.stdout.once('data', resolve));
+    try {
+      const busy = await req(gw, 'POST', path, { token: gw.key, body: { body: 1 } });
+      assertProblem(assert, busy, 503, 'store-busy');
+      assert.equal(busy.headers.get('retry-after'), '1');
+      assertProblem(assert, await req(gw, 'POST', '/v1/sessions', { token: gw.key }), 503, 'store-busy');
+      // WAL: readers are not blocked by the writer.
+      assert.equal((await req(gw, 'GET', `/v1/sessions/${s.id}`, { token: gw.key })).status, 200);
+      assert.equal((await req(gw, 'GET', '/healthz')).status, 200);
+    } finally {
+      holder.stdin.end('COMMIT;\n.quit\n');
+      await new Promise((resolve) => holder.on('exit', resolve));
+    }
+    const ok = await req(gw, 'POST', path, { token: gw.key, body: { body: 1 } });
+    assert.equal(ok.status, 202);
+    assert.equal(ok.json.seq, 1); // the refused attempt left nothing behind
   });
 });

@@ -2,6 +2,8 @@
 // current state when the wait runs out, is capped by max_wait, and holds no thread while waiting.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
 import { startGateway, removeDataDir, req, sql } from './harness.mjs';
 
 let gw;
@@ -39,6 +41,24 @@ test('a waiting GET returns early once the message is completed', async () => {
   assert.match(res.json.completedAt, /Z$/);
   assert.ok(elapsed >= 300, `answered before completion (${elapsed} ms)`);
   assert.ok(elapsed < 10000, `did not return early (${elapsed} ms of a 20 s wait)`);
+});
+
+test('a worker\'s "msg <id>" datagram wakes the wait at once (not the 1 s fallback)', { skip: !process.env.SBX_NOTIFY_BIN }, async () => {
+  // Three rounds: the fallback recheck runs once a second, so it alone would answer within
+  // 300 ms of the completion only by chance, and not three times in a row.
+  for (let round = 0; round < 3; round++) {
+    const { mid, path } = await newMessage();
+    const pending = req(gw, 'GET', `${path}?wait=20`, { token: gw.key });
+    await new Promise((r) => setTimeout(r, 150));
+    completeInDb(mid, { round });
+    const t0 = Date.now();
+    execFileSync(process.env.SBX_NOTIFY_BIN, [join(gw.dataDir, 'run'), 'gateway', `msg ${mid}`]);
+    const res = await pending;
+    const elapsed = Date.now() - t0;
+    assert.equal(res.json.state, 'completed');
+    assert.deepEqual(res.json.reply, { round });
+    assert.ok(elapsed < 300, `round ${round}: answered ${elapsed} ms after the datagram`);
+  }
 });
 
 test('failed messages end the wait too', async () => {
