@@ -22,10 +22,15 @@ struct setting {
 };
 
 #define STR(field, def, help)                                                                      \
-    {#field, SETTING_STR, offsetof(struct sbx_config, field),                                      \
-     sizeof(((struct sbx_config *)0)->field), def, 0, 0, help}
+    {                                                                                              \
+#field, SETTING_STR, offsetof(struct sbx_config, field),                                   \
+            sizeof(((struct sbx_config *)0)->field), def, 0, 0, help                               \
+    }
 #define INT(field, def, lo, hi, help)                                                              \
-    {#field, SETTING_INT, offsetof(struct sbx_config, field), sizeof(int64_t), def, lo, hi, help}
+    {                                                                                              \
+#field, SETTING_INT, offsetof(struct sbx_config, field), sizeof(int64_t), def, lo, hi,     \
+            help                                                                                   \
+    }
 
 static const struct setting settings[] = {
     STR(data_dir, "./data", "directory of the database, Workspaces, jails and run files"),
@@ -40,7 +45,8 @@ static const struct setting settings[] = {
     INT(http_threads, "8", 1, 1024, "gateway HTTP threads"),
     INT(conn_limit, "10000", 1, 1000000, "simultaneous HTTP connections"),
     INT(conn_timeout, "120", 1, 86400, "seconds an idle HTTP connection is kept"),
-    INT(auth_fail_limit, "100", 1, 1000000, "failed auths from one address per window (429 beyond)"),
+    INT(auth_fail_limit, "100", 1, 1000000,
+        "failed auths from one address per window (429 beyond)"),
     INT(auth_fail_window, "60", 1, 86400, "seconds of the failed-auth window"),
     INT(busy_timeout_ms, "5000", 0, 600000, "SQLite busy timeout; 503 beyond it"),
     STR(synchronous, "FULL", "SQLite synchronous mode: FULL (a 202 is on disk) or NORMAL"),
@@ -63,7 +69,8 @@ static const struct setting settings[] = {
     INT(job_threads, "4", 1, 256, "worker threads for blocking driver calls (boot, terminate)"),
     INT(poll_ms, "1000", 50, 600000, "fallback poll of the queue and stop requests (ms)"),
     INT(heartbeat_ms, "1000", 50, 600000, "worker heartbeat and lease renewal interval (ms)"),
-    INT(worker_stale_ms, "5000", 200, 3600000, "heartbeat age after which a worker is dead (ms)"),
+    INT(worker_stale_ms, "30000", 200, 3600000,
+        "heartbeat age after which a worker on another host is dead (ms)"),
     INT(retry_base_ms, "1000", 0, 3600000, "backoff before the first retry (doubles, jittered)"),
     INT(retry_max_ms, "60000", 0, 86400000, "largest retry backoff (ms)"),
     INT(shutdown_grace, "10", 0, 3600, "seconds SIGTERM waits for deliveries in flight"),

@@ -353,6 +353,7 @@ struct store {
     /* ---- workers ---- */
     enum store_status (*worker_register)(struct store *st, const char *worker_id, const char *host,
                                          int64_t pid);
+    /* STORE_CONFLICT when the worker was adopted (taken for dead) or stopped: it must exit. */
     enum store_status (*worker_heartbeat)(struct store *st, const char *worker_id);
     enum store_status (*worker_stop)(struct store *st, const char *worker_id);
     /* Workers whose heartbeat is older than stale_ms (and not this one): their ids. */

@@ -254,7 +254,9 @@ static enum store_status q_worker_register(struct store *st, const char *worker_
 
 static enum store_status q_worker_heartbeat(struct store *st, const char *worker_id)
 {
-    sqlite3_stmt *s = sq_stmt(st, "UPDATE workers SET heartbeat_at = ?2 WHERE id = ?1");
+    /* A worker that was taken for dead and adopted must not carry on: its heartbeat fails. */
+    sqlite3_stmt *s = sq_stmt(st, "UPDATE workers SET heartbeat_at = ?2 WHERE id = ?1 AND "
+                                  "stopped_at IS NULL");
     enum store_status rc;
     if (!s)
         return STORE_ERROR;
@@ -262,7 +264,7 @@ static enum store_status q_worker_heartbeat(struct store *st, const char *worker
     sqlite3_bind_int64(s, 2, now_ms());
     rc = q_step_done(st, s);
     if (rc == STORE_OK && sqlite3_changes(sq_db(st)) == 0)
-        return STORE_NOT_FOUND;
+        return STORE_CONFLICT;
     return rc;
 }
 
@@ -489,14 +491,35 @@ static enum store_status q_claim_in_tx(struct store *st, const struct store_ctx 
     return rc;
 }
 
+/* Whether anything is deliverable, read without taking the write lock: in WAL mode this never
+ * waits, so the many wake-ups that find nothing to do do not queue behind the gateway's commits. */
+static enum store_status q_claim_peek(struct store *st, const char *worker_id, bool owned_only)
+{
+    sqlite3_stmt *pick = sq_stmt(st, q_claim_pick_sql);
+    int r;
+    if (!pick)
+        return STORE_ERROR;
+    sqlite3_bind_int64(pick, 1, now_ms());
+    sqlite3_bind_text(pick, 2, worker_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int(pick, 3, owned_only ? 1 : 0);
+    r = sqlite3_step(pick);
+    sq_done(pick);
+    if (r == SQLITE_ROW)
+        return STORE_OK;
+    return r == SQLITE_DONE ? STORE_EMPTY : sq_status(sq_db(st), r);
+}
+
 static enum store_status q_claim(struct store *st, const struct store_ctx *ctx,
                                  const char *worker_id, int64_t lease_ms, bool owned_only,
                                  struct store_delivery *out)
 {
-    enum store_status rc;
-    sqlite3 *db = q_begin(st, &rc);
+    enum store_status rc = q_claim_peek(st, worker_id, owned_only);
+    sqlite3 *db;
     struct store_delivery d;
-    if (!db)
+    if (rc != STORE_OK)
+        return rc;
+    /* Something looked deliverable: claim it for real under the write lock (it may be gone). */
+    if (!(db = q_begin(st, &rc)))
         return rc;
     memset(&d, 0, sizeof d);
     rc = q_end(db, q_claim_in_tx(st, ctx, worker_id, lease_ms, owned_only, &d));

@@ -5,6 +5,10 @@ target_link_libraries(test_store_queue PRIVATE sbxcommon PkgConfig::CMOCKA PkgCo
                                                Threads::Threads)
 add_test(NAME unit.worker.store_queue COMMAND test_store_queue)
 
+add_executable(test_backoff ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_backoff.c)
+target_link_libraries(test_backoff PRIVATE sbxworker PkgConfig::CMOCKA)
+add_test(NAME unit.worker.backoff COMMAND test_backoff)
+
 # sbx-worker-fork: the worker with a fork() test-double driver (no isolation), to test the
 # lifecycle logic on its own.
 add_executable(sbx-worker-fork ${CMAKE_CURRENT_SOURCE_DIR}/integration/worker/fork_worker.c)
@@ -19,5 +23,17 @@ if(NODE_EXECUTABLE)
     set_tests_properties(it.worker.fork_${it} PROPERTIES
       ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker-fork>"
       TIMEOUT 180)
+  endforeach()
+endif()
+
+# End to end on the real process driver and echo agent (once the process driver's area is built).
+if(NODE_EXECUTABLE AND TARGET sbx-echo-agent AND TARGET sbx-worker)
+  foreach(it e2e faults scale)
+    add_test(NAME it.worker.process_${it}
+             COMMAND ${NODE_EXECUTABLE} --test --test-concurrency=1
+                     ${CMAKE_CURRENT_SOURCE_DIR}/integration/worker/process_${it}.test.mjs)
+    set_tests_properties(it.worker.process_${it} PROPERTIES
+      ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>"
+      TIMEOUT 240)
   endforeach()
 endif()

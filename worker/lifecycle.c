@@ -38,6 +38,14 @@ struct sandbox *lifecycle_find_session(struct worker *w, const char *session_id)
     return NULL;
 }
 
+struct sandbox *lifecycle_find_cold_boot(struct worker *w, const char *session_id)
+{
+    for (struct sandbox *sb = w->sandboxes; sb; sb = sb->next)
+        if (sb->phase == SB_BOOTING && sb->delivery && strcmp(sb->session_id, session_id) == 0)
+            return sb;
+    return NULL;
+}
+
 struct sandbox *lifecycle_find(struct worker *w, const char *sandbox_id)
 {
     for (struct sandbox *sb = w->sandboxes; sb; sb = sb->next)

@@ -43,6 +43,8 @@ struct sandbox {
 /* A Sandbox of this worker serving the Session (activating, idle or busy), or NULL. */
 struct sandbox *lifecycle_find_session(struct worker *w, const char *session_id);
 struct sandbox *lifecycle_find(struct worker *w, const char *sandbox_id);
+/* A Sandbox booting cold for the Session, or NULL. */
+struct sandbox *lifecycle_find_cold_boot(struct worker *w, const char *session_id);
 /* Boots a fresh Sandbox: for the pool (d NULL) or cold for the claimed delivery d (owned). */
 void lifecycle_boot(struct worker *w, const struct driver *drv, const struct store_shape *shape,
                     struct store_delivery *d);

@@ -104,6 +104,15 @@ static void on_heartbeat(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     enum store_status rc = w->st->worker_heartbeat(w->st, w->id);
+    if (rc == STORE_CONFLICT) {
+        /* Another worker took this one for dead and adopted its Sandboxes and leases (it reaps
+         * them): carrying on would deliver twice. Leave at once, touching nothing. */
+        log_error("worker %s: adopted by another worker (heartbeat too late); exiting", w->id);
+        w->exit_code = 1;
+        w->stopping = true;
+        event_base_loopbreak(w->base);
+        return;
+    }
     if (rc != STORE_OK)
         log_warn("worker: heartbeat failed: %s", store_status_name(rc));
     lifecycle_renew_leases(w);

@@ -31,25 +31,36 @@ static void schedule_next_due(struct worker *w)
     evtimer_add(w->due_ev, &tv);
 }
 
-static void route(struct worker *w, struct store_delivery *d)
+/* Routes a claimed message; false when the claim loop should stop for now. */
+static bool route(struct worker *w, struct store_delivery *d)
 {
     struct sandbox *sb = lifecycle_find_session(w, d->session.id);
     if (sb && sb->phase == SB_IDLE) {
         lifecycle_deliver(sb, d);
-        return;
+        return true;
     }
-    if (sb) {
-        /* One message per Session at a time is the store's rule; seeing a second one here means
-         * the store and this worker disagree. Hand it back untried and stop that Sandbox. */
+    if (!sb) {
+        sb = lifecycle_find_cold_boot(w, d->session.id);
+        if (!sb) {
+            lifecycle_activate(w, d);
+            return true;
+        }
+    }
+    if (sb->delivery && strcmp(sb->delivery->message.id, d->message.id) == 0) {
+        /* Our own delivery, whose lease expired while this worker was held up (and was requeued
+         * by a poll): claiming it again simply gave the lease back to us. Keep delivering it. */
+        log_warn("worker: lease of %s had expired; reclaimed it", d->message.id);
+    } else {
+        /* One message per Session at a time is the store's rule; a second one here means the
+         * store and this worker disagree. Hand it back untried and stop claiming for now. */
         log_error("worker: %s claimed while %s is still busy; releasing it", d->message.id,
                   sb->rt.sandbox_id);
         w->st->queue_release(w->st, &w->ctx, d->message.id, w->id);
-        store_delivery_clear(d);
-        free(d);
-        w->n_deliveries--;
-        return;
     }
-    lifecycle_activate(w, d);
+    store_delivery_clear(d);
+    free(d);
+    w->n_deliveries--;
+    return false;
 }
 
 void consumer_run(struct worker *w)
@@ -75,7 +86,8 @@ void consumer_run(struct worker *w)
         log_emit(LOG_LEVEL_DEBUG, d->message.request_id,
                  "worker: claimed %s (seq %lld, attempt %lld)", d->message.id,
                  (long long)d->message.seq, (long long)d->message.attempts);
-        route(w, d);
+        if (!route(w, d))
+            break;
     }
     schedule_next_due(w);
 }

@@ -59,9 +59,13 @@ void reconcile_run(struct worker *w)
             const struct store_worker *o = &workers[i];
             if (strcmp(o->id, w->id) == 0)
                 continue;
+            /* On this host the process table is the truth: a live worker whose loop was held up
+             * (a long SQLite busy wait) is never taken for dead. Elsewhere only the heartbeat
+             * tells. */
+            bool same_host = strcmp(o->host, w->hostname) == 0;
             bool stale = now - o->heartbeat_at > w->cfg.worker_stale_ms;
-            bool gone = strcmp(o->host, w->hostname) == 0 && !pid_is_live_worker(o->pid);
-            if (!stale && !gone)
+            bool gone = same_host ? !pid_is_live_worker(o->pid) : stale;
+            if (!gone)
                 continue;
             enum store_status rc = w->st->worker_adopt(w->st, &w->ctx, o->id, w->id);
             if (rc == STORE_OK) {

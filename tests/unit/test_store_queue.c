@@ -447,6 +447,9 @@ static void test_adopt_requeues_and_frees_a_dead_workers_work(void **state)
 
     assert_int_equal(f->st->worker_adopt(f->st, &ctx, "wrk_dead", "wrk_new"), STORE_OK);
     assert_int_equal(f->st->worker_adopt(f->st, &ctx, "wrk_dead", "wrk_other"), STORE_NOT_FOUND);
+    /* Fenced: if it was only slow, its next heartbeat tells it to go. */
+    assert_int_equal(f->st->worker_heartbeat(f->st, "wrk_dead"), STORE_CONFLICT);
+    assert_int_equal(f->st->worker_heartbeat(f->st, "wrk_new"), STORE_OK);
     assert_int_equal(sql_int(f, "SELECT state = 'queued' FROM messages"), 1);
     assert_int_equal(sql_int(f, "SELECT state = 'idle' AND worker_id IS NULL FROM sessions"), 1);
     assert_int_equal(f->st->sandbox_list_live(f->st, "wrk_new", &live, &n), STORE_OK);

@@ -1,0 +1,1208 @@
+/*
+ * relay.c: the line-JSON reader/writer and the Sandbox side of the agent channel (relay_run).
+ *
+ * The reader is a strict RFC 8259 validator over one line at a time; lookups re-walk the validated
+ * text instead of building a tree, so hostile input costs at most O(line length x depth) and no
+ * memory. relay_run is a single-threaded poll loop: it never blocks on one peer while the other
+ * waits, and applies back-pressure (stops reading a side whose destination queue is full) instead
+ * of buffering without bound.
+ */
+#include "relay.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------------------------------
+ * JSON validation
+ */
+
+struct scanner {
+    const unsigned char *s;
+    size_t len;
+    size_t pos;
+};
+
+static void skip_ws(struct scanner *sc)
+{
+    while (sc->pos < sc->len) {
+        unsigned char c = sc->s[sc->pos];
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r')
+            break;
+        sc->pos++;
+    }
+}
+
+/* Length of the valid UTF-8 sequence at p (at most avail bytes), 0 when invalid: rejects overlong
+ * forms, UTF-16 surrogates and code points above U+10FFFF. */
+static size_t utf8_sequence_length(const unsigned char *p, size_t avail)
+{
+    unsigned char c = p[0];
+    if (c < 0x80)
+        return 1;
+    size_t n;
+    unsigned int cp;
+    if (c >= 0xc2 && c <= 0xdf) {
+        n = 2;
+        cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        n = 3;
+        cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4;
+        cp = c & 0x07;
+    } else {
+        return 0;
+    }
+    if (avail < n)
+        return 0;
+    for (size_t i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (p[i] & 0x3f);
+    }
+    if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10ffff ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return n;
+}
+
+static int hex_value(unsigned char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+static int scan_string(struct scanner *sc)
+{
+    sc->pos++; /* opening quote */
+    while (sc->pos < sc->len) {
+        unsigned char c = sc->s[sc->pos];
+        if (c == '"') {
+            sc->pos++;
+            return 0;
+        }
+        if (c < 0x20)
+            return -1;
+        if (c == '\\') {
+            if (sc->pos + 1 >= sc->len)
+                return -1;
+            unsigned char e = sc->s[sc->pos + 1];
+            if (e == 'u') {
+                if (sc->pos + 6 > sc->len)
+                    return -1;
+                for (size_t i = 2; i < 6; i++)
+                    if (hex_value(sc->s[sc->pos + i]) < 0)
+                        return -1;
+                sc->pos += 6;
+            } else if (strchr("\"\\/bfnrt", e) && e != '\0') {
+                sc->pos += 2;
+            } else {
+                return -1;
+            }
+            continue;
+        }
+        size_t n = utf8_sequence_length(sc->s + sc->pos, sc->len - sc->pos);
+        if (n == 0)
+            return -1;
+        sc->pos += n;
+    }
+    return -1;
+}
+
+static size_t scan_digits(struct scanner *sc)
+{
+    size_t start = sc->pos;
+    while (sc->pos < sc->len && sc->s[sc->pos] >= '0' && sc->s[sc->pos] <= '9')
+        sc->pos++;
+    return sc->pos - start;
+}
+
+static int scan_number(struct scanner *sc)
+{
+    if (sc->pos < sc->len && sc->s[sc->pos] == '-')
+        sc->pos++;
+    if (sc->pos >= sc->len)
+        return -1;
+    if (sc->s[sc->pos] == '0') {
+        sc->pos++;
+    } else if (scan_digits(sc) == 0) {
+        return -1;
+    }
+    if (sc->pos < sc->len && sc->s[sc->pos] == '.') {
+        sc->pos++;
+        if (scan_digits(sc) == 0)
+            return -1;
+    }
+    if (sc->pos < sc->len && (sc->s[sc->pos] == 'e' || sc->s[sc->pos] == 'E')) {
+        sc->pos++;
+        if (sc->pos < sc->len && (sc->s[sc->pos] == '+' || sc->s[sc->pos] == '-'))
+            sc->pos++;
+        if (scan_digits(sc) == 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int scan_literal(struct scanner *sc, const char *word)
+{
+    size_t n = strlen(word);
+    if (sc->len - sc->pos < n || memcmp(sc->s + sc->pos, word, n) != 0)
+        return -1;
+    sc->pos += n;
+    return 0;
+}
+
+static int scan_value(struct scanner *sc, int depth);
+
+/* Objects and arrays share one loop: members are "key": value for objects, value for arrays. */
+static int scan_container(struct scanner *sc, int depth, bool is_object)
+{
+    char close = is_object ? '}' : ']';
+    if (depth >= JSON_MAX_DEPTH)
+        return -1;
+    sc->pos++;
+    skip_ws(sc);
+    if (sc->pos < sc->len && sc->s[sc->pos] == (unsigned char)close) {
+        sc->pos++;
+        return 0;
+    }
+    for (;;) {
+        skip_ws(sc);
+        if (is_object) {
+            if (sc->pos >= sc->len || sc->s[sc->pos] != '"' || scan_string(sc) != 0)
+                return -1;
+            skip_ws(sc);
+            if (sc->pos >= sc->len || sc->s[sc->pos] != ':')
+                return -1;
+            sc->pos++;
+            skip_ws(sc);
+        }
+        if (scan_value(sc, depth + 1) != 0)
+            return -1;
+        skip_ws(sc);
+        if (sc->pos >= sc->len)
+            return -1;
+        if (sc->s[sc->pos] == ',') {
+            sc->pos++;
+            continue;
+        }
+        if (sc->s[sc->pos] == (unsigned char)close) {
+            sc->pos++;
+            return 0;
+        }
+        return -1;
+    }
+}
+
+static int scan_value(struct scanner *sc, int depth)
+{
+    if (sc->pos >= sc->len)
+        return -1;
+    switch (sc->s[sc->pos]) {
+    case '{':
+        return scan_container(sc, depth, true);
+    case '[':
+        return scan_container(sc, depth, false);
+    case '"':
+        return scan_string(sc);
+    case 't':
+        return scan_literal(sc, "true");
+    case 'f':
+        return scan_literal(sc, "false");
+    case 'n':
+        return scan_literal(sc, "null");
+    default:
+        return scan_number(sc);
+    }
+}
+
+int json_parse(const char *line, size_t len, struct json_span *value)
+{
+    struct scanner sc = {(const unsigned char *)line, len, 0};
+    skip_ws(&sc);
+    size_t start = sc.pos;
+    if (scan_value(&sc, 0) != 0)
+        return -1;
+    size_t end = sc.pos;
+    skip_ws(&sc);
+    if (sc.pos != len)
+        return -1;
+    value->p = line + start;
+    value->len = end - start;
+    return 0;
+}
+
+bool json_is_object(struct json_span v)
+{
+    return v.len >= 2 && v.p[0] == '{';
+}
+
+bool json_is_array(struct json_span v)
+{
+    return v.len >= 2 && v.p[0] == '[';
+}
+
+bool json_is_string(struct json_span v)
+{
+    return v.len >= 2 && v.p[0] == '"';
+}
+
+bool json_is_null(struct json_span v)
+{
+    return v.len == 4 && memcmp(v.p, "null", 4) == 0;
+}
+
+/* Walks one member (or element) of a validated container starting at sc->pos. */
+static void next_element(struct scanner *sc, struct json_span *key, struct json_span *value,
+                         bool is_object)
+{
+    skip_ws(sc);
+    if (is_object) {
+        size_t kstart = sc->pos;
+        scan_string(sc);
+        key->p = (const char *)sc->s + kstart;
+        key->len = sc->pos - kstart;
+        skip_ws(sc);
+        sc->pos++; /* ':' */
+        skip_ws(sc);
+    }
+    size_t vstart = sc->pos;
+    scan_value(sc, 0);
+    value->p = (const char *)sc->s + vstart;
+    value->len = sc->pos - vstart;
+    skip_ws(sc);
+}
+
+int json_object_get(struct json_span obj, const char *key, struct json_span *value)
+{
+    if (!json_is_object(obj))
+        return 0;
+    struct scanner sc = {(const unsigned char *)obj.p, obj.len, 1};
+    skip_ws(&sc);
+    if (sc.s[sc.pos] == '}')
+        return 0;
+    char decoded[256];
+    for (;;) {
+        struct json_span k, v;
+        next_element(&sc, &k, &v, true);
+        if (json_string_decode(k, decoded, sizeof decoded) == 0 && strcmp(decoded, key) == 0) {
+            *value = v;
+            return 1;
+        }
+        if (sc.pos >= sc.len || sc.s[sc.pos] != ',')
+            return 0;
+        sc.pos++;
+    }
+}
+
+int json_array_next(struct json_span arr, size_t *pos, struct json_span *elem)
+{
+    if (!json_is_array(arr))
+        return 0;
+    struct scanner sc = {(const unsigned char *)arr.p, arr.len, *pos == 0 ? 1 : *pos};
+    skip_ws(&sc);
+    if (sc.pos >= sc.len || sc.s[sc.pos] == ']')
+        return 0;
+    if (sc.s[sc.pos] == ',')
+        sc.pos++;
+    struct json_span unused;
+    next_element(&sc, &unused, elem, false);
+    *pos = sc.pos;
+    return 1;
+}
+
+static size_t utf8_encode(unsigned int cp, char *out)
+{
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (char)(0xc0 | (cp >> 6));
+        out[1] = (char)(0x80 | (cp & 0x3f));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xe0 | (cp >> 12));
+        out[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+        out[2] = (char)(0x80 | (cp & 0x3f));
+        return 3;
+    }
+    out[0] = (char)(0xf0 | (cp >> 18));
+    out[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+    out[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+    out[3] = (char)(0x80 | (cp & 0x3f));
+    return 4;
+}
+
+static unsigned int read_hex4(const char *p)
+{
+    unsigned int v = 0;
+    for (int i = 0; i < 4; i++)
+        v = (v << 4) | (unsigned int)hex_value((unsigned char)p[i]);
+    return v;
+}
+
+/* Decodes the escape at p (after the backslash) within end; returns the bytes consumed. Lone
+ * surrogates become U+FFFD rather than an error: they are valid JSON, just not valid text. */
+static size_t decode_escape(const char *p, const char *end, unsigned int *cp)
+{
+    switch (*p) {
+    case 'b':
+        *cp = '\b';
+        return 1;
+    case 'f':
+        *cp = '\f';
+        return 1;
+    case 'n':
+        *cp = '\n';
+        return 1;
+    case 'r':
+        *cp = '\r';
+        return 1;
+    case 't':
+        *cp = '\t';
+        return 1;
+    case 'u':
+        break;
+    default:
+        *cp = (unsigned char)*p;
+        return 1;
+    }
+    unsigned int hi = read_hex4(p + 1);
+    if (hi >= 0xd800 && hi <= 0xdbff && end - p >= 11 && p[5] == '\\' && p[6] == 'u') {
+        unsigned int lo = read_hex4(p + 7);
+        if (lo >= 0xdc00 && lo <= 0xdfff) {
+            *cp = 0x10000 + ((hi - 0xd800) << 10) + (lo - 0xdc00);
+            return 11;
+        }
+    }
+    *cp = (hi >= 0xd800 && hi <= 0xdfff) ? 0xfffd : hi;
+    return 5;
+}
+
+int json_string_decode(struct json_span v, char *out, size_t outlen)
+{
+    if (!json_is_string(v) || outlen == 0)
+        return -1;
+    const char *p = v.p + 1, *end = v.p + v.len - 1;
+    size_t n = 0;
+    while (p < end) {
+        char enc[4];
+        size_t enclen;
+        if (*p == '\\') {
+            unsigned int cp;
+            p += 1 + decode_escape(p + 1, end, &cp);
+            if (cp == 0)
+                return -1;
+            enclen = utf8_encode(cp, enc);
+        } else {
+            enc[0] = *p++;
+            enclen = 1;
+        }
+        if (n + enclen >= outlen)
+            return -1;
+        memcpy(out + n, enc, enclen);
+        n += enclen;
+    }
+    out[n] = '\0';
+    return 0;
+}
+
+int json_int64(struct json_span v, int64_t *out)
+{
+    char digits[24];
+    if (v.len == 0 || v.len >= sizeof digits)
+        return -1;
+    for (size_t i = 0; i < v.len; i++) {
+        char c = v.p[i];
+        if (!(c >= '0' && c <= '9') && !(c == '-' && i == 0))
+            return -1;
+    }
+    memcpy(digits, v.p, v.len);
+    digits[v.len] = '\0';
+    errno = 0;
+    char *end;
+    long long n = strtoll(digits, &end, 10);
+    if (errno != 0 || *end != '\0' || end == digits)
+        return -1;
+    *out = n;
+    return 0;
+}
+
+int json_bool(struct json_span v, bool *out)
+{
+    if (v.len == 4 && memcmp(v.p, "true", 4) == 0) {
+        *out = true;
+        return 0;
+    }
+    if (v.len == 5 && memcmp(v.p, "false", 5) == 0) {
+        *out = false;
+        return 0;
+    }
+    return -1;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Buffers and lines
+ */
+
+void relay_buf_init(struct relay_buf *b, size_t limit)
+{
+    b->data = NULL;
+    b->len = b->cap = 0;
+    b->limit = limit;
+}
+
+void relay_buf_free(struct relay_buf *b)
+{
+    free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+}
+
+int relay_buf_append(struct relay_buf *b, const void *p, size_t n)
+{
+    if (n > b->limit - b->len)
+        return -1;
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n)
+            cap *= 2;
+        if (cap > b->limit)
+            cap = b->limit;
+        char *d = realloc(b->data, cap);
+        if (!d)
+            return -1;
+        b->data = d;
+        b->cap = cap;
+    }
+    if (n)
+        memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+int relay_buf_puts(struct relay_buf *b, const char *s)
+{
+    return relay_buf_append(b, s, strlen(s));
+}
+
+void relay_buf_consume(struct relay_buf *b, size_t n)
+{
+    if (n >= b->len) {
+        b->len = 0;
+        return;
+    }
+    memmove(b->data, b->data + n, b->len - n);
+    b->len -= n;
+}
+
+int relay_buf_json_string(struct relay_buf *b, const char *s, size_t n)
+{
+    size_t saved = b->len;
+    int rc = relay_buf_append(b, "\"", 1);
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (rc == 0 && i < n) {
+        unsigned char c = u[i];
+        char esc[8];
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)c;
+            rc = relay_buf_append(b, esc, 2);
+            i++;
+        } else if (c < 0x20 || c == 0x7f) {
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            rc = relay_buf_append(b, esc, 6);
+            i++;
+        } else {
+            size_t seq = utf8_sequence_length(u + i, n - i);
+            if (seq == 0) {
+                rc = relay_buf_append(b, "\xef\xbf\xbd", 3);
+                i++;
+            } else {
+                rc = relay_buf_append(b, u + i, seq);
+                i += seq;
+            }
+        }
+    }
+    if (rc == 0)
+        rc = relay_buf_append(b, "\"", 1);
+    if (rc != 0)
+        b->len = saved;
+    return rc;
+}
+
+void line_reader_init(struct line_reader *r, size_t max_line)
+{
+    /* One read may complete a partial line of max_line bytes and add further whole lines. */
+    relay_buf_init(&r->buf, max_line + 65536 + 1);
+    r->max_line = max_line;
+    r->skipping = false;
+    r->dropped = 0;
+    r->line_start = 0;
+    r->consumed = 0;
+}
+
+void line_reader_free(struct line_reader *r)
+{
+    relay_buf_free(&r->buf);
+}
+
+/* Appends one segment of input that either ends with a newline or ends the chunk. */
+static void line_reader_take(struct line_reader *r, const char *seg, size_t n, bool has_newline)
+{
+    if (r->skipping) {
+        if (has_newline)
+            r->skipping = false;
+        return;
+    }
+    size_t partial = r->buf.len - r->line_start;
+    if (partial + n > r->max_line) {
+        r->buf.len = r->line_start;
+        r->skipping = !has_newline;
+        r->dropped++;
+        return;
+    }
+    relay_buf_append(&r->buf, seg, n);
+    if (has_newline) {
+        relay_buf_append(&r->buf, "\n", 1);
+        r->line_start = r->buf.len;
+    }
+}
+
+long line_reader_fill(struct line_reader *r, int fd)
+{
+    if (r->consumed > 0) {
+        relay_buf_consume(&r->buf, r->consumed);
+        r->line_start -= r->consumed;
+        r->consumed = 0;
+    }
+    char chunk[65536];
+    size_t room = r->buf.limit - r->buf.len;
+    if (room > sizeof chunk)
+        room = sizeof chunk;
+    if (room == 0) {
+        errno = ENOBUFS;
+        return -1;
+    }
+    ssize_t got = read(fd, chunk, room);
+    if (got <= 0)
+        return (long)got;
+    const char *p = chunk, *end = chunk + got;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        line_reader_take(r, p, n, nl != NULL);
+        p += n + (nl ? 1 : 0);
+    }
+    return (long)got;
+}
+
+int line_reader_next(struct line_reader *r, const char **line, size_t *len)
+{
+    if (r->consumed >= r->line_start)
+        return 0;
+    const char *start = r->buf.data + r->consumed;
+    const char *nl = memchr(start, '\n', r->line_start - r->consumed);
+    size_t n = (size_t)(nl - start);
+    *line = start;
+    *len = n;
+    r->consumed += n + 1;
+    return 1;
+}
+
+int line_reader_rest(struct line_reader *r, const char **line, size_t *len)
+{
+    if (r->skipping || r->buf.len <= r->line_start)
+        return 0;
+    *line = r->buf.data + r->line_start;
+    *len = r->buf.len - r->line_start;
+    r->line_start = r->buf.len;
+    r->consumed = r->buf.len;
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * The relay
+ */
+
+/* Queued bytes towards one peer above which the relay stops reading from the other side. */
+#define RELAY_QUEUE_HIGH (8u << 20)
+/* Hard cap of a queue: a full line beyond the high mark still fits. */
+#define RELAY_QUEUE_LIMIT (RELAY_QUEUE_HIGH + RELAY_MAX_LINE + 4096)
+/* Longest stderr line kept in one log line; the rest is cut (logs are for people, not payloads). */
+#define RELAY_LOG_LINE_MAX 16384
+#define RELAY_MAX_ARGS 256
+#define RELAY_MAX_ARG_LEN 4096
+/* How long the command gets after SIGTERM (host closed the channel) before SIGKILL. */
+#define RELAY_KILL_GRACE_MS 2000
+/* How long output of an exited command is still drained (a grandchild may keep the pipe open). */
+#define RELAY_DRAIN_MS 1000
+
+struct command_pipe {
+    int fd;
+    struct line_reader reader;
+};
+
+struct relay {
+    int chan;
+    struct line_reader chan_in;
+    struct relay_buf chan_out;
+    bool chan_closed;
+
+    pid_t cmd_pid; /* 0 before start, -1 after it was reaped */
+    int cmd_status;
+    int cmd_stdin;
+    struct relay_buf cmd_in;
+    struct command_pipe out, err;
+    int64_t kill_at_ms;     /* 0, or when to SIGKILL the command */
+    int64_t drain_until_ms; /* after the command exited: give up on its pipes then */
+
+    int sigfd;
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void set_nonblocking(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0)
+        fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+/* Queues one line to the host. A line that cannot be queued is lost; the host sees the gap as a
+ * missing reply and times the message out, which is the right outcome for a flooding command. */
+static void send_line(struct relay *r, const struct relay_buf *line)
+{
+    if (r->chan_closed)
+        return;
+    if (relay_buf_append(&r->chan_out, line->data, line->len) == 0)
+        relay_buf_append(&r->chan_out, "\n", 1);
+}
+
+static void send_log(struct relay *r, const char *prefix, const char *text, size_t n)
+{
+    struct relay_buf line;
+    relay_buf_init(&line, RELAY_LOG_LINE_MAX * 2 + 256);
+    if (n > RELAY_LOG_LINE_MAX)
+        n = RELAY_LOG_LINE_MAX;
+    size_t plen = strlen(prefix);
+    char *joined = malloc(plen + n + 1);
+    if (joined) {
+        memcpy(joined, prefix, plen);
+        memcpy(joined + plen, text, n);
+        relay_buf_puts(&line, "{\"type\":\"log\",\"line\":");
+        relay_buf_json_string(&line, joined, plen + n);
+        relay_buf_puts(&line, "}");
+        send_line(r, &line);
+        free(joined);
+    }
+    relay_buf_free(&line);
+}
+
+static void send_control(struct relay *r, const char *type, const char *field, const char *text)
+{
+    struct relay_buf line;
+    relay_buf_init(&line, 8192);
+    relay_buf_puts(&line, "{\"type\":\"");
+    relay_buf_puts(&line, type);
+    relay_buf_puts(&line, "\"");
+    if (field) {
+        relay_buf_puts(&line, ",\"");
+        relay_buf_puts(&line, field);
+        relay_buf_puts(&line, "\":");
+        relay_buf_json_string(&line, text, strlen(text));
+    }
+    relay_buf_puts(&line, "}");
+    send_line(r, &line);
+    relay_buf_free(&line);
+}
+
+static void send_message_error(struct relay *r, struct json_span id, const char *why)
+{
+    struct relay_buf line;
+    relay_buf_init(&line, RELAY_MAX_LINE);
+    relay_buf_puts(&line, "{\"id\":");
+    relay_buf_append(&line, id.p, id.len);
+    relay_buf_puts(&line, ",\"error\":");
+    relay_buf_json_string(&line, why, strlen(why));
+    relay_buf_puts(&line, "}");
+    send_line(r, &line);
+    relay_buf_free(&line);
+}
+
+/* The argv of a start line, owned. */
+struct start_request {
+    char *argv[RELAY_MAX_ARGS + 1];
+    size_t argc;
+    char workspace[PATH_MAX];
+};
+
+static void start_request_free(struct start_request *req)
+{
+    for (size_t i = 0; i < req->argc; i++)
+        free(req->argv[i]);
+    req->argc = 0;
+}
+
+static int parse_start(struct json_span msg, struct start_request *req, const char **why)
+{
+    struct json_span argv, ws, elem;
+    req->argc = 0;
+    req->workspace[0] = '\0';
+    if (json_object_get(msg, "argv", &argv) != 1 || !json_is_array(argv)) {
+        *why = "start needs an argv array";
+        return -1;
+    }
+    size_t pos = 0;
+    while (json_array_next(argv, &pos, &elem) == 1) {
+        char *arg = malloc(RELAY_MAX_ARG_LEN);
+        if (req->argc == RELAY_MAX_ARGS || !arg ||
+            json_string_decode(elem, arg, RELAY_MAX_ARG_LEN) != 0) {
+            free(arg);
+            start_request_free(req);
+            *why = "argv must hold at most 256 strings of at most 4095 bytes without NUL";
+            return -1;
+        }
+        req->argv[req->argc++] = arg;
+    }
+    req->argv[req->argc] = NULL;
+    if (req->argc == 0 || req->argv[0][0] == '\0') {
+        start_request_free(req);
+        *why = "argv is empty";
+        return -1;
+    }
+    if (json_object_get(msg, "workspace", &ws) == 1 && !json_is_null(ws) &&
+        json_string_decode(ws, req->workspace, sizeof req->workspace) != 0) {
+        start_request_free(req);
+        *why = "workspace must be a path or null";
+        return -1;
+    }
+    return 0;
+}
+
+/* In the forked child: becomes the command. Only async-signal-safe calls until execve. */
+static void exec_command(const struct start_request *req, char *const envp[], int in, int out,
+                         int err, int errpipe)
+{
+    sigset_t none;
+    sigemptyset(&none);
+    for (int s = 1; s < NSIG; s++)
+        signal(s, SIG_DFL);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    setsid(); /* its own process group, so the relay can signal all of it at once */
+    if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
+        goto fail;
+    const char *dir = req->workspace[0] ? req->workspace : "/";
+    if (chdir(dir) != 0 && chdir("/") != 0)
+        goto fail;
+    if (strchr(req->argv[0], '/'))
+        execve(req->argv[0], req->argv, envp);
+    else
+        execvpe(req->argv[0], req->argv, envp);
+fail:;
+    int e = errno;
+    ssize_t ignored = write(errpipe, &e, sizeof e);
+    (void)ignored;
+    _exit(127);
+}
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
+static int start_command(struct relay *r, const struct start_request *req, char *why, size_t len)
+{
+    int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, ep[2] = {-1, -1};
+    if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) ||
+        pipe2(ep, O_CLOEXEC)) {
+        snprintf(why, len, "pipe: %s", strerror(errno));
+        goto fail;
+    }
+    char home[PATH_MAX + 8], wsenv[PATH_MAX + 16];
+    snprintf(home, sizeof home, "HOME=%s", req->workspace[0] ? req->workspace : "/tmp");
+    snprintf(wsenv, sizeof wsenv, "SBX_WORKSPACE=%s", req->workspace);
+    char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+                    home,
+                    wsenv,
+                    "TMPDIR=/tmp",
+                    "LANG=C.UTF-8",
+                    NULL};
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(why, len, "fork: %s", strerror(errno));
+        goto fail;
+    }
+    if (pid == 0)
+        exec_command(req, envp, in[0], out[1], err[1], ep[1]);
+    close_fd(&in[0]);
+    close_fd(&out[1]);
+    close_fd(&err[1]);
+    close_fd(&ep[1]);
+    int child_errno = 0;
+    ssize_t got;
+    do {
+        got = read(ep[0], &child_errno, sizeof child_errno);
+    } while (got < 0 && errno == EINTR);
+    close_fd(&ep[0]);
+    if (got > 0) {
+        /* The child is reaped by the SIGCHLD path like any other. */
+        snprintf(why, len, "cannot run %s: %s", req->argv[0], strerror(child_errno));
+        goto fail;
+    }
+    r->cmd_pid = pid;
+    r->cmd_stdin = in[1];
+    r->out.fd = out[0];
+    r->err.fd = err[0];
+    set_nonblocking(r->cmd_stdin);
+    set_nonblocking(r->out.fd);
+    set_nonblocking(r->err.fd);
+    return 0;
+fail:
+    for (int i = 0; i < 2; i++) {
+        close_fd(&in[i]);
+        close_fd(&out[i]);
+        close_fd(&err[i]);
+        close_fd(&ep[i]);
+    }
+    return -1;
+}
+
+static void handle_start(struct relay *r, struct json_span msg)
+{
+    if (r->cmd_pid != 0) {
+        send_control(r, "error", "error", "the command was already started");
+        return;
+    }
+    struct start_request req;
+    const char *bad = NULL;
+    if (parse_start(msg, &req, &bad) != 0) {
+        send_control(r, "error", "error", bad);
+        return;
+    }
+    char why[512];
+    struct stat st;
+    if (req.workspace[0] && (stat(req.workspace, &st) != 0 || !S_ISDIR(st.st_mode))) {
+        snprintf(why, sizeof why, "workspace %.400s is not a directory in the Sandbox",
+                 req.workspace);
+        send_control(r, "error", "error", why);
+    } else if (start_command(r, &req, why, sizeof why) != 0) {
+        send_control(r, "error", "error", why);
+    } else {
+        send_control(r, "started", NULL, NULL);
+    }
+    start_request_free(&req);
+}
+
+static void handle_host_line(struct relay *r, const char *line, size_t len)
+{
+    struct json_span msg, type, id;
+    if (len == 0)
+        return;
+    if (json_parse(line, len, &msg) != 0 || !json_is_object(msg)) {
+        send_log(r, "sbx-agent: ignored a line from the host that is not a JSON object", "", 0);
+        return;
+    }
+    if (json_object_get(msg, "type", &type) == 1) {
+        char t[32];
+        if (json_string_decode(type, t, sizeof t) == 0 && strcmp(t, "start") == 0)
+            handle_start(r, msg);
+        else
+            send_log(r, "sbx-agent: ignored an unknown control line", "", 0);
+        return;
+    }
+    if (json_object_get(msg, "id", &id) != 1) {
+        send_log(r, "sbx-agent: ignored a host line with neither type nor id", "", 0);
+        return;
+    }
+    if (r->cmd_pid <= 0 || r->cmd_stdin < 0) {
+        send_message_error(r, id, "the App's command is not running");
+        return;
+    }
+    if (relay_buf_append(&r->cmd_in, line, len) != 0 || relay_buf_append(&r->cmd_in, "\n", 1)) {
+        send_message_error(r, id, "the App's command is not reading its input");
+    }
+}
+
+/* A line the command wrote to stdout: relayed only if it is an agent protocol line. A command that
+ * prints {"type":...} must not be able to forge control lines (ready, exit) to the worker. */
+static void handle_command_stdout(struct relay *r, const char *line, size_t len)
+{
+    struct json_span msg, v;
+    if (len == 0)
+        return;
+    if (json_parse(line, len, &msg) == 0 && json_is_object(msg) &&
+        json_object_get(msg, "id", &v) == 1 && json_object_get(msg, "type", &v) == 0) {
+        if (relay_buf_append(&r->chan_out, line, len) == 0)
+            relay_buf_append(&r->chan_out, "\n", 1);
+        return;
+    }
+    send_log(r, "stdout: ", line, len);
+}
+
+static void handle_command_stderr(struct relay *r, const char *line, size_t len)
+{
+    send_log(r, "", line, len);
+}
+
+static void drain_command_pipe(struct relay *r, struct command_pipe *cp, bool is_stdout)
+{
+    const char *line;
+    size_t len;
+    uint64_t dropped = cp->reader.dropped;
+    long got = line_reader_fill(&cp->reader, cp->fd);
+    while (line_reader_next(&cp->reader, &line, &len) == 1) {
+        if (is_stdout)
+            handle_command_stdout(r, line, len);
+        else
+            handle_command_stderr(r, line, len);
+    }
+    if (cp->reader.dropped != dropped)
+        send_log(r, "sbx-agent: dropped a line longer than the relay limit", "", 0);
+    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+        if (line_reader_rest(&cp->reader, &line, &len) == 1) {
+            if (is_stdout)
+                handle_command_stdout(r, line, len);
+            else
+                handle_command_stderr(r, line, len);
+        }
+        close_fd(&cp->fd);
+    }
+}
+
+static void signal_command(struct relay *r, int sig)
+{
+    if (r->cmd_pid > 0) {
+        kill(-r->cmd_pid, sig);
+        kill(r->cmd_pid, sig);
+    }
+}
+
+static void stop_command(struct relay *r)
+{
+    if (r->cmd_pid > 0 && r->kill_at_ms == 0) {
+        signal_command(r, SIGTERM);
+        r->kill_at_ms = now_ms() + RELAY_KILL_GRACE_MS;
+    }
+}
+
+/* Reaps every child that exited: the command, and, as a pid namespace's init, any orphan. */
+static void reap_children(struct relay *r)
+{
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        if (pid != r->cmd_pid)
+            continue;
+        r->cmd_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        r->cmd_pid = -1;
+        r->drain_until_ms = now_ms() + RELAY_DRAIN_MS;
+        close_fd(&r->cmd_stdin);
+        /* Processes it left behind get the same end as it did. */
+        kill(-pid, SIGKILL);
+    }
+}
+
+static void handle_signals(struct relay *r)
+{
+    struct signalfd_siginfo si;
+    while (read(r->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
+        if (si.ssi_signo == SIGCHLD)
+            reap_children(r);
+        else
+            stop_command(r);
+    }
+}
+
+static void read_channel(struct relay *r)
+{
+    long got = line_reader_fill(&r->chan_in, r->chan);
+    const char *line;
+    size_t len;
+    uint64_t dropped = r->chan_in.dropped;
+    while (line_reader_next(&r->chan_in, &line, &len) == 1)
+        handle_host_line(r, line, len);
+    if (r->chan_in.dropped != dropped)
+        send_log(r, "sbx-agent: dropped a host line longer than the relay limit", "", 0);
+    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+        r->chan_closed = true;
+        stop_command(r);
+    }
+}
+
+static void write_queue(int *fd, struct relay_buf *q, bool *closed)
+{
+    ssize_t n = write(*fd, q->data, q->len);
+    if (n > 0) {
+        relay_buf_consume(q, (size_t)n);
+    } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+        q->len = 0;
+        if (closed)
+            *closed = true;
+    }
+}
+
+/* True while the command may still produce output worth waiting for. */
+static bool command_active(const struct relay *r)
+{
+    if (r->cmd_pid > 0)
+        return true;
+    if (r->cmd_pid == 0)
+        return false;
+    return (r->out.fd >= 0 || r->err.fd >= 0) && now_ms() < r->drain_until_ms;
+}
+
+static void relay_step(struct relay *r)
+{
+    struct pollfd p[5];
+    int n = 0, ichan = -1, iin = -1, iout = -1, ierr = -1;
+    p[n] = (struct pollfd){.fd = r->sigfd, .events = POLLIN};
+    n++;
+    if (!r->chan_closed) {
+        short ev = 0;
+        if (r->cmd_in.len < RELAY_QUEUE_HIGH && r->chan_out.len < RELAY_QUEUE_HIGH)
+            ev |= POLLIN;
+        if (r->chan_out.len)
+            ev |= POLLOUT;
+        ichan = n;
+        p[n++] = (struct pollfd){.fd = r->chan, .events = ev};
+    }
+    if (r->cmd_stdin >= 0 && r->cmd_in.len) {
+        iin = n;
+        p[n++] = (struct pollfd){.fd = r->cmd_stdin, .events = POLLOUT};
+    }
+    bool room = r->chan_out.len < RELAY_QUEUE_HIGH;
+    if (r->out.fd >= 0 && room) {
+        iout = n;
+        p[n++] = (struct pollfd){.fd = r->out.fd, .events = POLLIN};
+    }
+    if (r->err.fd >= 0 && room) {
+        ierr = n;
+        p[n++] = (struct pollfd){.fd = r->err.fd, .events = POLLIN};
+    }
+    int timeout = 200; /* bounds how late a kill or drain deadline is noticed */
+    if (poll(p, (nfds_t)n, timeout) < 0)
+        return;
+    if (p[0].revents)
+        handle_signals(r);
+    if (ichan >= 0 && (p[ichan].revents & POLLOUT))
+        write_queue(&r->chan, &r->chan_out, &r->chan_closed);
+    if (ichan >= 0 && (p[ichan].revents & (POLLIN | POLLHUP | POLLERR)) && !r->chan_closed)
+        read_channel(r);
+    if (iin >= 0 && p[iin].revents) {
+        bool broken = false;
+        write_queue(&r->cmd_stdin, &r->cmd_in, &broken);
+        if (broken)
+            close_fd(&r->cmd_stdin);
+    }
+    if (iout >= 0 && p[iout].revents)
+        drain_command_pipe(r, &r->out, true);
+    if (ierr >= 0 && p[ierr].revents)
+        drain_command_pipe(r, &r->err, false);
+    if (r->kill_at_ms && r->cmd_pid > 0 && now_ms() >= r->kill_at_ms)
+        signal_command(r, SIGKILL);
+}
+
+/* Writes what is queued for the host, waiting at most timeout_ms. */
+static void flush_channel(struct relay *r, int timeout_ms)
+{
+    int64_t deadline = now_ms() + timeout_ms;
+    while (!r->chan_closed && r->chan_out.len && now_ms() < deadline) {
+        struct pollfd p = {.fd = r->chan, .events = POLLOUT};
+        if (poll(&p, 1, 100) > 0)
+            write_queue(&r->chan, &r->chan_out, &r->chan_closed);
+    }
+}
+
+static int setup_signals(void)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    if (sigprocmask(SIG_BLOCK, &set, NULL) != 0)
+        return -1;
+    signal(SIGPIPE, SIG_IGN);
+    return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+}
+
+int relay_run(int channel_fd, struct relay_result *result)
+{
+    struct relay r = {
+        .chan = channel_fd, .cmd_stdin = -1, .cmd_status = -1, .out.fd = -1, .err.fd = -1};
+    result->command_status = -1;
+    result->channel_closed = false;
+    r.sigfd = setup_signals();
+    if (r.sigfd < 0)
+        return -1;
+    set_nonblocking(channel_fd);
+    line_reader_init(&r.chan_in, RELAY_MAX_LINE);
+    line_reader_init(&r.out.reader, RELAY_MAX_LINE);
+    line_reader_init(&r.err.reader, RELAY_MAX_LINE);
+    relay_buf_init(&r.chan_out, RELAY_QUEUE_LIMIT);
+    relay_buf_init(&r.cmd_in, RELAY_QUEUE_LIMIT);
+
+    struct utsname u;
+    send_control(&r, "ready", "kernel", uname(&u) == 0 ? u.release : "unknown");
+
+    /* Before start: only the host. After: until the command and its output are done. */
+    while (!r.chan_closed && (r.cmd_pid == 0 || command_active(&r)))
+        relay_step(&r);
+    /* The host went away: the command is being stopped; wait for it (SIGKILL after the grace). */
+    while (r.cmd_pid > 0)
+        relay_step(&r);
+    if (r.cmd_pid == -1) {
+        char status[32];
+        snprintf(status, sizeof status, "%d", r.cmd_status);
+        struct relay_buf line;
+        relay_buf_init(&line, 128);
+        relay_buf_puts(&line, "{\"type\":\"exit\",\"status\":");
+        relay_buf_puts(&line, status);
+        relay_buf_puts(&line, "}");
+        send_line(&r, &line);
+        relay_buf_free(&line);
+    }
+    flush_channel(&r, 5000);
+    result->command_status = r.cmd_status;
+    result->channel_closed = r.chan_closed;
+
+    close_fd(&r.cmd_stdin);
+    close_fd(&r.out.fd);
+    close_fd(&r.err.fd);
+    close_fd(&r.sigfd);
+    line_reader_free(&r.chan_in);
+    line_reader_free(&r.out.reader);
+    line_reader_free(&r.err.reader);
+    relay_buf_free(&r.chan_out);
+    relay_buf_free(&r.cmd_in);
+    return 0;
+}

@@ -1,0 +1,19 @@
+# The process driver and the in-Sandbox agents: live Sandboxes (namespaces, cgroups, mounts; needs
+# root) and unit tests of the agents' line-JSON reader and of jail paths.
+add_executable(test_process_driver ${CMAKE_CURRENT_LIST_DIR}/integration/process/test_process_driver.c)
+target_link_libraries(test_process_driver PRIVATE sbxworker PkgConfig::CMOCKA PkgConfig::JANSSON Threads::Threads)
+target_compile_definitions(test_process_driver PRIVATE SBX_BUILD_DIR="${CMAKE_BINARY_DIR}")
+add_dependencies(test_process_driver rootfs)
+add_test(NAME it.process.driver COMMAND test_process_driver)
+set_tests_properties(it.process.driver PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
+
+add_executable(test_agent_json ${CMAKE_CURRENT_LIST_DIR}/integration/process/test_agent_json.c)
+target_link_libraries(test_agent_json PRIVATE sbxrelay PkgConfig::CMOCKA)
+target_compile_definitions(test_agent_json PRIVATE SBX_AGENT_BIN="$<TARGET_FILE:sbx-agent>"
+                                                   SBX_ECHO_AGENT_BIN="$<TARGET_FILE:sbx-echo-agent>")
+add_dependencies(test_agent_json sbx-agent sbx-echo-agent)
+add_test(NAME unit.process.agent_json COMMAND test_agent_json)
+
+add_executable(test_jail ${CMAKE_CURRENT_LIST_DIR}/unit/test_jail.c)
+target_link_libraries(test_jail PRIVATE sbxworker PkgConfig::CMOCKA)
+add_test(NAME unit.process.jail COMMAND test_jail)

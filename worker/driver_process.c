@@ -1,0 +1,823 @@
+/*
+ * driver_process.c: the `process` driver, the embedded default: a Sandbox is a process tree in new
+ * mount, pid, network, ipc and uts namespaces (and a user namespace when the worker is not root),
+ * pivot_root'ed into a read-only rootfs inside its jail, running sbx-agent as a non-root uid/gid
+ * with rlimits, in its own cgroup for accounting.
+ *
+ * Boot:   jail dir + shared Workspace slot (jail.c), cgroup (cgroup.c), socketpair for the agent
+ *         channel, clone() into the new namespaces. The child waits until the parent has put it in
+ *         its cgroup (and written the user namespace maps), builds its root, drops privileges and
+ *         execs /usr/bin/sbx-agent --channel-fd 3 as the namespace's init. boot() returns once the
+ *         agent's "ready" line arrived.
+ * Workspace: a host-side bind mount on the jail's shared slot, which propagates into the Sandbox's
+ *         /workspace (a slave of the slot). Chosen over setns()+open_tree()/move_mount() from a
+ *         forked helper because it needs no thread-unsafe setns in a threaded worker, works on any
+ *         kernel with shared subtrees, keeps the Sandbox from ever holding a host path, and is
+ *         one-way: the slave cannot propagate mounts back to the host. Unmounting the slot on the
+ *         host detaches the Workspace from the Sandbox too.
+ * End:    SIGTERM to the agent (it stops the App's command), SIGKILL after a grace period; the
+ *         death of a pid namespace's init kills everything in it. Then usage is read, and the jail
+ *         and cgroup are removed.
+ *
+ * The child sets PR_SET_PDEATHSIG after its last credential change (a change clears it), so a
+ * dying worker takes its Sandboxes along. Note that Linux delivers it when the *thread* that
+ * cloned the child exits: the worker must call boot() from long-lived helper threads. The agent
+ * also ends when its channel closes, which covers the rest.
+ */
+#include "cgroup.h"
+#include "driver.h"
+#include "jail.h"
+#include "log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <net/if.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef SBX_BUILD_DIR
+#define SBX_BUILD_DIR "."
+#endif
+
+#define PROCESS_DRIVER "process"
+/* How long boot() waits for the agent's ready line. */
+#define BOOT_TIMEOUT_MS 10000
+/* How long terminate() gives the agent after SIGTERM before SIGKILL. */
+#define TERM_GRACE_MS 2000
+/* The agent's fd for the channel inside the Sandbox. */
+#define CHANNEL_FD_IN_SANDBOX 3
+/* Child-side descriptors are moved above this so dup2 onto 0..3 cannot clobber them. */
+#define CHILD_FD_FLOOR 10
+
+/* Rlimits of everything in a Sandbox. RLIMIT_NPROC counts all processes of the uid on the host,
+ * and all Sandboxes share sandbox_uid, so it is a fork-bomb brake, not a per-Sandbox quota. */
+#define SANDBOX_NPROC 4096
+#define SANDBOX_NOFILE 1024
+#define SANDBOX_FSIZE (1ll << 30)
+
+/* ---- host facts, detected once ---- */
+
+static struct cgroup_host cgroups;
+static char cgroup_report[1024];
+static pthread_mutex_t detect_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool detected;
+
+/* Detects the cgroup hierarchies on first use; later calls (any thread) see the same result. */
+static void ensure_detected(const struct sbx_config *cfg)
+{
+    pthread_mutex_lock(&detect_lock);
+    if (!detected) {
+        cgroup_detect(cfg, &cgroups, cgroup_report, sizeof cgroup_report);
+        detected = true;
+    }
+    pthread_mutex_unlock(&detect_lock);
+}
+
+static void rootfs_path(const struct sbx_config *cfg, char *out, size_t len)
+{
+    if (cfg->rootfs[0])
+        snprintf(out, len, "%s", cfg->rootfs);
+    else
+        snprintf(out, len, "%s/rootfs", SBX_BUILD_DIR);
+}
+
+/* "sha256:<hex>" from <rootfs>.sha256, written by tools/build-rootfs; "" when absent. */
+static void read_image_hash(const char *rootfs, char *out, size_t len)
+{
+    char path[PATH_MAX];
+    out[0] = '\0';
+    snprintf(path, sizeof path, "%s.sha256", rootfs);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return;
+    if (fgets(out, (int)len, f))
+        out[strcspn(out, "\r\n")] = '\0';
+    fclose(f);
+}
+
+/* ---- network: the network helper fills these in (veth + nftables in the Sandbox's netns) ---- */
+
+/* Called after the child exists, before it may run: the Sandbox's network namespace is that of
+ * pid. Sets rt->net_address. Without it the Sandbox has only its loopback interface. */
+static int process_network_up(const struct sbx_config *cfg, struct sandbox_runtime *rt, pid_t pid,
+                              char *err, size_t errlen)
+{
+    (void)cfg, (void)pid, (void)err, (void)errlen;
+    rt->net_address[0] = '\0';
+    return 0;
+}
+
+/* Removes the Sandbox's host-side network state (veth, rules); idempotent; also used by reap. */
+static void process_network_down(const struct sbx_config *cfg, const char *sandbox_id)
+{
+    (void)cfg, (void)sandbox_id;
+}
+
+/* ---- the child ---- */
+
+/* Everything the child needs, computed before clone() so the child only makes system calls. */
+struct child_plan {
+    char rootfs[PATH_MAX];
+    char root[PATH_MAX];
+    char slot[PATH_MAX];
+    char root_tmp[PATH_MAX + 8];
+    char root_proc[PATH_MAX + 8];
+    char root_dev[PATH_MAX + 8];
+    char root_workspace[PATH_MAX + 16];
+    char dev_files[6][PATH_MAX + 16];
+    char tmp_options[64];
+    char hostname[64];
+    uid_t uid;
+    gid_t gid;
+    bool drop_privileges; /* false in a user namespace, where only our own uid is mapped */
+    int sync_fd;          /* read end: one byte when the parent is done, EOF when it died */
+    int error_fd;         /* write end: "<step>: <errno>" when a step fails */
+    int channel_fd;
+};
+
+static const char *const dev_names[6] = {"null", "zero", "full", "random", "urandom", "tty"};
+
+static void child_fail(const struct child_plan *p, const char *step)
+{
+    char msg[256];
+    int n = snprintf(msg, sizeof msg, "%s: %s", step, strerror(errno));
+    ssize_t ignored = write(p->error_fd, msg, n > 0 ? (size_t)n : 0);
+    (void)ignored;
+    _exit(1);
+}
+
+static void bring_up_loopback(void)
+{
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return;
+    struct ifreq ifr = {0};
+    strcpy(ifr.ifr_name, "lo");
+    if (ioctl(s, SIOCGIFFLAGS, &ifr) == 0) {
+        ifr.ifr_flags |= IFF_UP;
+        ioctl(s, SIOCSIFFLAGS, &ifr);
+    }
+    close(s);
+}
+
+static void child_build_dev(const struct child_plan *p)
+{
+    if (mount("tmpfs", p->root_dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755") != 0)
+        child_fail(p, "mount /dev");
+    for (size_t i = 0; i < 6; i++) {
+        char host[32];
+        snprintf(host, sizeof host, "/dev/%s", dev_names[i]);
+        int fd = open(p->dev_files[i], O_CREAT | O_WRONLY | O_CLOEXEC, 0666);
+        if (fd < 0)
+            child_fail(p, "create a /dev node");
+        close(fd);
+        if (mount(host, p->dev_files[i], NULL, MS_BIND, NULL) != 0)
+            child_fail(p, "bind a /dev node");
+    }
+    static const char *const links[][2] = {{"/proc/self/fd", "fd"},
+                                           {"/proc/self/fd/0", "stdin"},
+                                           {"/proc/self/fd/1", "stdout"},
+                                           {"/proc/self/fd/2", "stderr"}};
+    for (size_t i = 0; i < 4; i++) {
+        char at[PATH_MAX + 16];
+        snprintf(at, sizeof at, "%s/%s", p->root_dev, links[i][1]);
+        if (symlink(links[i][0], at) != 0)
+            child_fail(p, "symlink in /dev");
+    }
+    if (mount(NULL, p->root_dev, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, NULL) != 0)
+        child_fail(p, "remount /dev read-only");
+}
+
+static void child_build_root(const struct child_plan *p)
+{
+    /* Nothing we mount may reach the host; the slot stays a slave so the host's Workspace bind
+     * still arrives. */
+    if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) != 0)
+        child_fail(p, "make mounts slave");
+    if (mount(p->rootfs, p->root, NULL, MS_BIND, NULL) != 0)
+        child_fail(p, "bind the rootfs");
+    if (mount(NULL, p->root, NULL, MS_PRIVATE, NULL) != 0)
+        child_fail(p, "make the root private");
+    if (mount(NULL, p->root, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) !=
+        0)
+        child_fail(p, "remount the rootfs read-only");
+    if (mount("tmpfs", p->root_tmp, "tmpfs", MS_NOSUID | MS_NODEV, p->tmp_options) != 0)
+        child_fail(p, "mount /tmp");
+    if (mount("proc", p->root_proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
+        child_fail(p, "mount /proc");
+    child_build_dev(p);
+    if (mount(p->slot, p->root_workspace, NULL, MS_BIND, NULL) != 0)
+        child_fail(p, "bind the workspace slot");
+    /* pivot_root(".", ".") stacks the old root under the new one, so the read-only rootfs needs no
+     * put_old directory; the old root is then detached. */
+    if (chdir(p->root) != 0 || syscall(SYS_pivot_root, ".", ".") != 0)
+        child_fail(p, "pivot_root");
+    if (umount2(".", MNT_DETACH) != 0 || chdir("/") != 0)
+        child_fail(p, "detach the old root");
+    if (mount("/proc/sys", "/proc/sys", NULL, MS_BIND | MS_REC, NULL) != 0 ||
+        mount(NULL, "/proc/sys", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) != 0)
+        child_fail(p, "make /proc/sys read-only");
+}
+
+static void child_limit(const struct child_plan *p)
+{
+    const struct {
+        int resource;
+        rlim_t value;
+    } limits[] = {{RLIMIT_NPROC, SANDBOX_NPROC},
+                  {RLIMIT_NOFILE, SANDBOX_NOFILE},
+                  {RLIMIT_FSIZE, SANDBOX_FSIZE},
+                  {RLIMIT_CORE, 0}};
+    for (size_t i = 0; i < sizeof limits / sizeof *limits; i++) {
+        struct rlimit rl = {limits[i].value, limits[i].value}, current;
+        if (getrlimit(limits[i].resource, &current) == 0 && current.rlim_max < rl.rlim_max)
+            rl.rlim_cur = rl.rlim_max = current.rlim_max; /* only root may raise a hard limit */
+        if (setrlimit(limits[i].resource, &rl) != 0)
+            child_fail(p, "setrlimit");
+    }
+}
+
+static void child_drop_privileges(const struct child_plan *p)
+{
+    if (p->drop_privileges) {
+        for (int cap = 0; cap <= 63; cap++)
+            if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+                child_fail(p, "drop capabilities");
+        /* Raw system calls: glibc's wrappers broadcast credential changes to every thread it
+         * believes the process has, and this child of a raw clone() inherited the worker's list
+         * of threads without the threads, so the wrappers would wait for them forever. */
+        if (syscall(SYS_setgroups, 1, &p->gid) != 0)
+            child_fail(p, "setgroups");
+        if (syscall(SYS_setresgid, p->gid, p->gid, p->gid) != 0)
+            child_fail(p, "setresgid");
+        if (syscall(SYS_setresuid, p->uid, p->uid, p->uid) != 0)
+            child_fail(p, "setresuid");
+    }
+    /* A uid change already cleared them as root; in a user namespace we stay its uid 0, so clear
+     * them explicitly: the agent must not be able to undo the read-only mounts. */
+    struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2] = {{0, 0, 0}, {0, 0, 0}};
+    if (!p->drop_privileges) {
+        for (int cap = 0; cap <= 63; cap++)
+            if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+                child_fail(p, "drop capabilities");
+    }
+    if (syscall(SYS_capset, &hdr, data) != 0)
+        child_fail(p, "capset");
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        child_fail(p, "no_new_privs");
+    /* After the last credential change, which clears it. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
+        child_fail(p, "pdeathsig");
+}
+
+static void child_main(const struct child_plan *p)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    char go;
+    if (read(p->sync_fd, &go, 1) != 1)
+        _exit(1); /* the parent gave up or died */
+    close(p->sync_fd);
+    child_build_root(p);
+    if (sethostname(p->hostname, strlen(p->hostname)) != 0)
+        child_fail(p, "sethostname");
+    bring_up_loopback();
+    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(devnull, 1) < 0 || dup2(devnull, 2) < 0)
+        child_fail(p, "open /dev/null");
+    if (dup2(p->channel_fd, CHANNEL_FD_IN_SANDBOX) < 0)
+        child_fail(p, "dup2 the channel");
+    child_limit(p);
+    child_drop_privileges(p);
+    /* Everything but 0-3 (and error_fd, already close-on-exec) is closed at exec. */
+    if (syscall(SYS_close_range, CHANNEL_FD_IN_SANDBOX + 1, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */) != 0)
+        child_fail(p, "close_range");
+    char *const argv[] = {"sbx-agent", "--channel-fd", "3", NULL};
+    char *const envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", NULL};
+    execve("/usr/bin/sbx-agent", argv, envp);
+    child_fail(p, "exec /usr/bin/sbx-agent");
+}
+
+/* ---- boot ---- */
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void plan_paths(struct child_plan *p, const char *rootfs, const char *jail_dir)
+{
+    snprintf(p->rootfs, sizeof p->rootfs, "%s", rootfs);
+    jail_root_path(jail_dir, p->root, sizeof p->root);
+    jail_slot_path(jail_dir, p->slot, sizeof p->slot);
+    snprintf(p->root_tmp, sizeof p->root_tmp, "%s/tmp", p->root);
+    snprintf(p->root_proc, sizeof p->root_proc, "%s/proc", p->root);
+    snprintf(p->root_dev, sizeof p->root_dev, "%s/dev", p->root);
+    snprintf(p->root_workspace, sizeof p->root_workspace, "%s/workspace", p->root);
+    for (size_t i = 0; i < 6; i++)
+        snprintf(p->dev_files[i], sizeof p->dev_files[i], "%s/dev/%s", p->root, dev_names[i]);
+}
+
+static int fd_above_floor(int fd)
+{
+    int moved = fcntl(fd, F_DUPFD_CLOEXEC, CHILD_FD_FLOOR);
+    close(fd);
+    return moved;
+}
+
+static int write_id_map(pid_t pid, const char *file, const char *text)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, file);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = write(fd, text, strlen(text));
+    close(fd);
+    return n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+/* In a user namespace (worker not root) only our own ids can be mapped: to root inside. */
+static int map_user_namespace(pid_t pid, char *err, size_t errlen)
+{
+    char map[64];
+    snprintf(map, sizeof map, "0 %u 1\n", (unsigned)geteuid());
+    if (write_id_map(pid, "uid_map", map) != 0 || write_id_map(pid, "setgroups", "deny") != 0)
+        goto fail;
+    snprintf(map, sizeof map, "0 %u 1\n", (unsigned)getegid());
+    if (write_id_map(pid, "gid_map", map) != 0)
+        goto fail;
+    return 0;
+fail:
+    snprintf(err, errlen, "write the user namespace maps: %s", strerror(errno));
+    return -1;
+}
+
+/* Reads the child's failure report: 0 when it exec'ed (EOF without data), -1 with its reason. */
+static int wait_for_exec(int error_fd, int64_t deadline, char *err, size_t errlen)
+{
+    char msg[256];
+    size_t got = 0;
+    for (;;) {
+        int left = (int)(deadline - now_ms());
+        struct pollfd pfd = {.fd = error_fd, .events = POLLIN};
+        if (left <= 0 || poll(&pfd, 1, left) == 0) {
+            snprintf(err, errlen, "the Sandbox did not start within %d ms", BOOT_TIMEOUT_MS);
+            return -1;
+        }
+        ssize_t n = read(error_fd, msg + got, sizeof msg - 1 - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+        if (got == sizeof msg - 1)
+            break;
+    }
+    if (got == 0)
+        return 0;
+    msg[got] = '\0';
+    snprintf(err, errlen, "Sandbox setup failed at %s", msg);
+    return -1;
+}
+
+/* Reads the agent's ready line byte by byte, so no later line is consumed here. */
+static int wait_for_ready(struct sandbox_runtime *rt, int64_t deadline, char *err, size_t errlen)
+{
+    char line[1024];
+    size_t len = 0;
+    for (;;) {
+        int left = (int)(deadline - now_ms());
+        struct pollfd pfd = {.fd = rt->channel_fd, .events = POLLIN};
+        if (left <= 0 || poll(&pfd, 1, left) == 0) {
+            snprintf(err, errlen, "the agent did not say ready within %d ms", BOOT_TIMEOUT_MS);
+            return -1;
+        }
+        char c;
+        ssize_t n = read(rt->channel_fd, &c, 1);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n <= 0) {
+            snprintf(err, errlen, "the agent closed its channel before it was ready");
+            return -1;
+        }
+        if (c == '\n')
+            break;
+        if (len == sizeof line - 1) {
+            snprintf(err, errlen, "the agent's ready line is too long");
+            return -1;
+        }
+        line[len++] = c;
+    }
+    json_error_t jerr;
+    json_t *msg = json_loadb(line, len, 0, &jerr);
+    const char *type = json_string_value(json_object_get(msg, "type"));
+    const char *kernel = json_string_value(json_object_get(msg, "kernel"));
+    int rc = 0;
+    if (!type || strcmp(type, "ready") != 0) {
+        snprintf(err, errlen, "the agent's first line was not ready: %.200s", line);
+        rc = -1;
+    } else {
+        snprintf(rt->kernel, sizeof rt->kernel, "%s", kernel ? kernel : "");
+    }
+    json_decref(msg);
+    return rc;
+}
+
+static void kill_and_wait(pid_t pid, const char *cgroup_path, int grace_ms);
+
+/* Removes what a failed or finished Sandbox left: the jail, the cgroup, the network state. */
+static int cleanup_host_state(const struct sbx_config *cfg, const char *sandbox_id,
+                              const char *jail_dir, const char *cgroup_path, char *err,
+                              size_t errlen)
+{
+    int rc = 0;
+    process_network_down(cfg, sandbox_id);
+    if (jail_dir[0] && jail_remove(jail_dir, err, errlen) != 0)
+        rc = -1;
+    char cg_err[256];
+    if (cgroup_remove(&cgroups, cgroup_path, sandbox_id, 5000, cg_err, sizeof cg_err) != 0) {
+        if (rc == 0)
+            snprintf(err, errlen, "%s", cg_err);
+        rc = -1;
+    }
+    return rc;
+}
+
+static int tmp_size_mib(const struct store_shape *shape)
+{
+    int64_t half = shape->mem_size_mib / 2;
+    if (shape->mem_size_mib <= 0)
+        return 64;
+    return half < 16 ? 16 : (half > 4096 ? 4096 : (int)half);
+}
+
+/* clone() into the new namespaces; returns the child's pid, or -1. */
+static pid_t clone_sandbox(const struct child_plan *plan)
+{
+    unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS;
+    if (geteuid() != 0)
+        flags |= CLONE_NEWUSER;
+    /* The raw system call with no new stack behaves like fork() (the child continues on a copy
+     * of this stack), which keeps the child simple and works under sanitizers. */
+    pid_t pid = (pid_t)syscall(SYS_clone, flags | SIGCHLD, NULL, NULL, NULL, 0);
+    if (pid == 0)
+        child_main(plan); /* does not return */
+    return pid;
+}
+
+static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, char *err,
+                        size_t errlen)
+{
+    ensure_detected(cfg);
+    int64_t deadline = now_ms() + BOOT_TIMEOUT_MS;
+    char rootfs[PATH_MAX];
+    rootfs_path(cfg, rootfs, sizeof rootfs);
+    rt->pid = 0;
+    rt->channel_fd = -1;
+    rt->driver_state = NULL;
+    rt->cgroup_path[0] = rt->net_address[0] = rt->kernel[0] = '\0';
+    read_image_hash(rootfs, rt->image_hash, sizeof rt->image_hash);
+    if (jail_path(cfg->chroot_base, PROCESS_DRIVER, rt->sandbox_id, rt->jail_dir,
+                  sizeof rt->jail_dir) != 0) {
+        snprintf(err, errlen, "cannot make a jail path from chroot_base %s and id %s",
+                 cfg->chroot_base, rt->sandbox_id);
+        rt->jail_dir[0] = '\0';
+        return -1;
+    }
+    struct child_plan *plan = calloc(1, sizeof *plan);
+    int chan[2] = {-1, -1}, sync[2] = {-1, -1}, errp[2] = {-1, -1};
+    if (!plan) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    plan_paths(plan, rootfs, rt->jail_dir);
+    snprintf(plan->tmp_options, sizeof plan->tmp_options, "size=%dm,mode=1777",
+             tmp_size_mib(&rt->shape));
+    snprintf(plan->hostname, sizeof plan->hostname, "%s", rt->sandbox_id);
+    plan->uid = (uid_t)cfg->sandbox_uid;
+    plan->gid = (gid_t)cfg->sandbox_gid;
+    plan->drop_privileges = geteuid() == 0;
+
+    bool privileged = geteuid() == 0;
+    if (jail_create(rt->jail_dir, privileged, err, errlen) != 0)
+        goto fail;
+    /* Accounting is not worth refusing a Sandbox for when we are not root (init said so). */
+    char cg_err[256];
+    if (cgroup_create(&cgroups, rt->sandbox_id, rt->cgroup_path, sizeof rt->cgroup_path, cg_err,
+                      sizeof cg_err) != 0) {
+        if (privileged) {
+            snprintf(err, errlen, "%s", cg_err);
+            goto fail;
+        }
+        rt->cgroup_path[0] = '\0';
+    }
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) != 0 ||
+        pipe2(sync, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0) {
+        snprintf(err, errlen, "socketpair/pipe: %s", strerror(errno));
+        goto fail;
+    }
+    plan->channel_fd = chan[1] = fd_above_floor(chan[1]);
+    plan->sync_fd = sync[0] = fd_above_floor(sync[0]);
+    plan->error_fd = errp[1] = fd_above_floor(errp[1]);
+    if (chan[1] < 0 || sync[0] < 0 || errp[1] < 0) {
+        snprintf(err, errlen, "fcntl: %s", strerror(errno));
+        goto fail;
+    }
+
+    pid_t pid = clone_sandbox(plan);
+    if (pid < 0) {
+        snprintf(err, errlen, "clone: %s", strerror(errno));
+        goto fail;
+    }
+    rt->pid = pid;
+    close(chan[1]);
+    close(sync[0]);
+    close(errp[1]);
+    chan[1] = sync[0] = errp[1] = -1;
+    rt->channel_fd = chan[0];
+    chan[0] = -1;
+
+    if (cgroup_add_pid(&cgroups, rt->cgroup_path, rt->sandbox_id, pid, cg_err, sizeof cg_err) !=
+        0) {
+        if (privileged) {
+            snprintf(err, errlen, "%s", cg_err);
+            goto fail;
+        }
+        rt->cgroup_path[0] = '\0';
+    }
+    if (geteuid() != 0 && map_user_namespace(pid, err, errlen) != 0)
+        goto fail;
+    if (process_network_up(cfg, rt, pid, err, errlen) != 0)
+        goto fail;
+    if (write(sync[1], "g", 1) != 1) {
+        snprintf(err, errlen, "the Sandbox's init died before it started");
+        goto fail;
+    }
+    if (wait_for_exec(errp[0], deadline, err, errlen) != 0 ||
+        wait_for_ready(rt, deadline, err, errlen) != 0)
+        goto fail;
+    int fl = fcntl(rt->channel_fd, F_GETFL);
+    fcntl(rt->channel_fd, F_SETFL, fl | O_NONBLOCK);
+    close(sync[1]);
+    close(errp[0]);
+    free(plan);
+    return 0;
+
+fail:
+    for (int i = 0; i < 2; i++) {
+        if (chan[i] >= 0)
+            close(chan[i]);
+        if (sync[i] >= 0)
+            close(sync[i]);
+        if (errp[i] >= 0)
+            close(errp[i]);
+    }
+    if (rt->channel_fd >= 0)
+        close(rt->channel_fd);
+    rt->channel_fd = -1;
+    if (rt->pid > 0)
+        kill_and_wait(rt->pid, rt->cgroup_path, 0);
+    rt->pid = 0;
+    char cleanup_err[256];
+    if (cleanup_host_state(cfg, rt->sandbox_id, rt->jail_dir, rt->cgroup_path, cleanup_err,
+                           sizeof cleanup_err) != 0)
+        log_warn("process driver: cleanup after a failed boot of %s: %s", rt->sandbox_id,
+                 cleanup_err);
+    free(plan);
+    return -1;
+}
+
+/* ---- attach ---- */
+
+static int process_attach_workspace(const struct sbx_config *cfg, struct sandbox_runtime *rt,
+                                    const char *host_dir, char *err, size_t errlen)
+{
+    (void)cfg;
+    if (!host_dir)
+        return 0;
+    if (!rt->jail_dir[0] || rt->pid <= 0) {
+        snprintf(err, errlen, "the Sandbox is not running");
+        return -1;
+    }
+    return jail_attach_workspace(rt->jail_dir, host_dir, err, errlen);
+}
+
+/* ---- terminate ---- */
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+/* True when pid no longer runs: gone, or a zombie that only its parent can reap. */
+static bool not_running(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return true;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    return p && (p[2] == 'Z' || p[2] == 'X');
+}
+
+/* Waits for pid to end, reaping it when it is our child; true when it ended within timeout_ms.
+ * When pid is not our child (after a worker restart) it waits for it to stop running. */
+static bool wait_gone(pid_t pid, int timeout_ms)
+{
+    for (int waited = 0;; waited += 10) {
+        pid_t r = waitpid(pid, NULL, WNOHANG);
+        if (r == pid || (r < 0 && errno == ECHILD && not_running(pid)))
+            return true;
+        if (waited >= timeout_ms)
+            return false;
+        sleep_ms(10);
+    }
+}
+
+/* SIGTERM (when grace_ms > 0), then SIGKILL to the Sandbox's init and its whole cgroup; waits. */
+static void kill_and_wait(pid_t pid, const char *cgroup_path, int grace_ms)
+{
+    if (grace_ms > 0) {
+        kill(pid, SIGTERM);
+        if (wait_gone(pid, grace_ms))
+            goto gone;
+    }
+    kill(pid, SIGKILL);
+    cgroup_kill_all(cgroup_path);
+    if (!wait_gone(pid, 5000))
+        log_error("process driver: pid %d survived SIGKILL for 5 s", (int)pid);
+gone:
+    /* The init's death kills the namespace; its members leave the cgroup shortly after. */
+    for (int waited = 0; cgroup_populated(cgroup_path) && waited < 5000; waited += 10) {
+        cgroup_kill_all(cgroup_path);
+        sleep_ms(10);
+    }
+}
+
+static int process_terminate(const struct sbx_config *cfg, struct sandbox_runtime *rt,
+                             struct store_usage *usage, char *err, size_t errlen)
+{
+    ensure_detected(cfg);
+    usage->cpu_usec = usage->mem_peak_bytes = -1;
+    /* Closing the channel already asks the agent to stop the App's command. */
+    if (rt->channel_fd >= 0)
+        close(rt->channel_fd);
+    rt->channel_fd = -1;
+    if (rt->pid > 0)
+        kill_and_wait(rt->pid, rt->cgroup_path, TERM_GRACE_MS);
+    rt->pid = 0;
+    if (rt->cgroup_path[0] || cgroups.v1_memory_root[0])
+        cgroup_read_usage(&cgroups, rt->cgroup_path, rt->sandbox_id, usage);
+    int rc = cleanup_host_state(cfg, rt->sandbox_id, rt->jail_dir, rt->cgroup_path, err, errlen);
+    if (rc == 0) {
+        rt->jail_dir[0] = '\0';
+        rt->cgroup_path[0] = '\0';
+    }
+    return rc;
+}
+
+/* ---- reap ---- */
+
+/* Seconds since boot at which pid started, from /proc/<pid>/stat; -1 when unknown. */
+static double process_start_seconds(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the command name may contain spaces and parentheses */
+    unsigned long long start = 0;
+    if (!p || sscanf(p + 2,
+                     "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
+                     "%*d %*d %llu",
+                     &start) != 1)
+        return -1;
+    return (double)start / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* True when pid is the recorded Sandbox's init: same program, started when the Sandbox booted.
+ * Guards against killing an unrelated process that reuses the pid after a host reboot or wrap. */
+static bool pid_is_sandbox_init(pid_t pid, const struct store_sandbox *sb)
+{
+    char path[64], cmd[256];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return false;
+    size_t n = fread(cmd, 1, sizeof cmd - 1, f);
+    fclose(f);
+    cmd[n] = '\0';
+    if (strcmp(cmd, "sbx-agent") != 0)
+        return false;
+    double started = process_start_seconds(pid);
+    struct timespec boot, real;
+    clock_gettime(CLOCK_BOOTTIME, &boot);
+    clock_gettime(CLOCK_REALTIME, &real);
+    double boot_epoch = (double)real.tv_sec - (double)boot.tv_sec;
+    double started_ms = (boot_epoch + started) * 1000.0;
+    return started >= 0 && sb->created_at > 0 && started_ms >= (double)sb->created_at - 5000 &&
+           started_ms <= (double)sb->created_at + BOOT_TIMEOUT_MS + 5000;
+}
+
+static int process_reap(const struct sbx_config *cfg, const struct store_sandbox *sb, char *err,
+                        size_t errlen)
+{
+    ensure_detected(cfg);
+    char jail_dir[512] = "", cgroup_path[512] = "";
+    if (sb->jail_dir[0]) {
+        if (!jail_path_is(cfg->chroot_base, PROCESS_DRIVER, sb->id, sb->jail_dir)) {
+            snprintf(err, errlen, "refusing to reap %s: its jail_dir %s is not %s/%s/%s", sb->id,
+                     sb->jail_dir, cfg->chroot_base, PROCESS_DRIVER, sb->id);
+            return -1;
+        }
+        snprintf(jail_dir, sizeof jail_dir, "%s", sb->jail_dir);
+    }
+    if (cgroups.v2_root[0])
+        snprintf(cgroup_path, sizeof cgroup_path, "%.400s/sbx/%.64s", cgroups.v2_root, sb->id);
+    if (sb->cgroup_path[0] && strcmp(sb->cgroup_path, cgroup_path) != 0)
+        log_warn("process driver: %s recorded cgroup %s, reaping %s", sb->id, sb->cgroup_path,
+                 cgroup_path);
+
+    /* The cgroup is the authority on what belongs to the Sandbox; the pid is checked first. */
+    pid_t pid = (pid_t)sb->pid;
+    bool ours = pid > 0 && (cgroup_has_pid(cgroup_path, pid) || pid_is_sandbox_init(pid, sb));
+    if (ours)
+        kill(pid, SIGKILL);
+    for (int waited = 0; cgroup_populated(cgroup_path) && waited < 5000; waited += 10) {
+        cgroup_kill_all(cgroup_path);
+        sleep_ms(10);
+    }
+    if (ours && !wait_gone(pid, 5000))
+        log_error("process driver: %s's init %d survived SIGKILL", sb->id, (int)pid);
+    return cleanup_host_state(cfg, sb->id, jail_dir, cgroup_path, err, errlen);
+}
+
+/* ---- init ---- */
+
+static int process_init(const struct sbx_config *cfg, char *err, size_t errlen)
+{
+    ensure_detected(cfg);
+    char rootfs[PATH_MAX], agent[PATH_MAX + 32], hash[80];
+    rootfs_path(cfg, rootfs, sizeof rootfs);
+    snprintf(agent, sizeof agent, "%s/usr/bin/sbx-agent", rootfs);
+    if (access(agent, X_OK) != 0) {
+        snprintf(err, errlen,
+                 "rootfs %s has no /usr/bin/sbx-agent (build it: cmake --build, "
+                 "target rootfs, or set rootfs)",
+                 rootfs);
+        return -1;
+    }
+    read_image_hash(rootfs, hash, sizeof hash);
+    log_info("process driver: rootfs %s (%s), jails under %s/%s, sandbox uid %lld gid %lld", rootfs,
+             hash[0] ? hash : "no image hash file", cfg->chroot_base, PROCESS_DRIVER,
+             (long long)cfg->sandbox_uid, (long long)cfg->sandbox_gid);
+    log_info("process driver: %s", cgroup_report);
+    if (!cgroups.v2_root[0])
+        log_warn("process driver: CPU time cannot be measured on this host");
+    if (!cgroups.v2_memory && !cgroups.v1_memory_root[0])
+        log_warn("process driver: peak memory cannot be measured on this host");
+    if (geteuid() != 0)
+        log_warn("process driver: not root: Sandboxes run in a user namespace as the worker's "
+                 "own uid (sandbox_uid is not applied) and Workspaces cannot be attached");
+    return 0;
+}
+
+const struct driver driver_process = {
+    .name = PROCESS_DRIVER,
+    .init = process_init,
+    .boot = process_boot,
+    .attach_workspace = process_attach_workspace,
+    .terminate = process_terminate,
+    .reap = process_reap,
+};

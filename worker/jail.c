@@ -1,0 +1,133 @@
+/*
+ * jail.c: create, attach a Workspace to, and remove per-Sandbox jail directories (see jail.h).
+ */
+#include "jail.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Ids come from id_new() ("sbx_" + base32), but a path component is only built from a safe one. */
+static bool safe_component(const char *s)
+{
+    if (!s[0] || strcmp(s, ".") == 0 || strcmp(s, "..") == 0 || strlen(s) > 64)
+        return false;
+    for (const char *p = s; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '_' || *p == '-'))
+            return false;
+    return true;
+}
+
+int jail_path(const char *chroot_base, const char *driver, const char *sandbox_id, char *out,
+              size_t outlen)
+{
+    if (!safe_component(driver) || !safe_component(sandbox_id) || chroot_base[0] != '/')
+        return -1;
+    int n = snprintf(out, outlen, "%s/%s/%s", chroot_base, driver, sandbox_id);
+    return n > 0 && (size_t)n < outlen - 16 ? 0 : -1; /* room for "/workspace" */
+}
+
+bool jail_path_is(const char *chroot_base, const char *driver, const char *sandbox_id,
+                  const char *jail_dir)
+{
+    char expected[1024];
+    return jail_path(chroot_base, driver, sandbox_id, expected, sizeof expected) == 0 &&
+           strcmp(expected, jail_dir) == 0;
+}
+
+void jail_root_path(const char *jail_dir, char *out, size_t outlen)
+{
+    snprintf(out, outlen, "%s/root", jail_dir);
+}
+
+void jail_slot_path(const char *jail_dir, char *out, size_t outlen)
+{
+    snprintf(out, outlen, "%s/workspace", jail_dir);
+}
+
+static int mkdir_p(const char *path, mode_t mode)
+{
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(tmp, mode) != 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return mkdir(tmp, mode) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* Unmounts everything stacked on path (lazily, so a busy mount cannot stop it); EINVAL means
+ * nothing is mounted there any more. */
+static void unmount_all(const char *path)
+{
+    for (int i = 0; i < 16; i++)
+        if (umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW) != 0)
+            break;
+}
+
+int jail_create(const char *jail_dir, bool shared_slot, char *err, size_t errlen)
+{
+    char root[1100], slot[1100];
+    jail_root_path(jail_dir, root, sizeof root);
+    jail_slot_path(jail_dir, slot, sizeof slot);
+    if (mkdir_p(jail_dir, 0711) != 0 || mkdir(root, 0755) != 0 || mkdir(slot, 0755) != 0) {
+        snprintf(err, errlen, "create jail %s: %s", jail_dir, strerror(errno));
+        return -1;
+    }
+    if (!shared_slot)
+        return 0;
+    /* A self bind makes the slot its own mount; private first so it starts a new peer group
+     * instead of joining its parent's, then shared so later mounts on it propagate into the
+     * Sandbox (whose copy is a slave: nothing propagates back). */
+    if (mount(slot, slot, NULL, MS_BIND, NULL) != 0 ||
+        mount(NULL, slot, NULL, MS_PRIVATE, NULL) != 0 ||
+        mount(NULL, slot, NULL, MS_SHARED, NULL) != 0) {
+        snprintf(err, errlen, "make %s a shared mount point: %s", slot, strerror(errno));
+        umount2(slot, MNT_DETACH);
+        return -1;
+    }
+    return 0;
+}
+
+int jail_attach_workspace(const char *jail_dir, const char *host_dir, char *err, size_t errlen)
+{
+    char slot[1100];
+    struct stat st;
+    jail_slot_path(jail_dir, slot, sizeof slot);
+    if (stat(host_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "workspace %s is not a directory", host_dir);
+        return -1;
+    }
+    if (mount(host_dir, slot, NULL, MS_BIND, NULL) != 0) {
+        snprintf(err, errlen, "bind %s on %s: %s", host_dir, slot, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int jail_remove(const char *jail_dir, char *err, size_t errlen)
+{
+    char root[1100], slot[1100];
+    jail_root_path(jail_dir, root, sizeof root);
+    jail_slot_path(jail_dir, slot, sizeof slot);
+    /* The Workspace bind and the slot's self bind (the root has mounts only in the Sandbox's own
+     * namespace, but a half-made jail may differ). */
+    unmount_all(slot);
+    unmount_all(root);
+    const char *dirs[] = {slot, root, jail_dir};
+    for (size_t i = 0; i < 3; i++) {
+        if (rmdir(dirs[i]) != 0 && errno != ENOENT) {
+            snprintf(err, errlen, "remove %s: %s", dirs[i], strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,38 @@
+/*
+ * jail.h: the per-Sandbox jail directory on the host, laid out like Firecracker's jailer:
+ *
+ *   <chroot_base>/<driver>/<sandboxId>/            the jail (rt->jail_dir)
+ *   <chroot_base>/<driver>/<sandboxId>/root/       where the Sandbox's root is mounted (in its own
+ *                                                  mount namespace only; empty on the host)
+ *   <chroot_base>/<driver>/<sandboxId>/workspace/  the Workspace slot: a shared mount point on the
+ *                                                  host whose mounts propagate into the Sandbox's
+ *                                                  /workspace (see jail_attach_workspace)
+ *
+ * Removal only unmounts and rmdir()s: it never deletes files, so a Workspace that is still mounted
+ * somewhere cannot lose data through it.
+ */
+#ifndef SBX_JAIL_H
+#define SBX_JAIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Writes <chroot_base>/<driver>/<sandbox_id> to out; -1 when it does not fit or the id is unsafe.
+ */
+int jail_path(const char *chroot_base, const char *driver, const char *sandbox_id, char *out,
+              size_t outlen);
+/* True when jail_dir is exactly the jail path of sandbox_id (guards reap against a bad row). */
+bool jail_path_is(const char *chroot_base, const char *driver, const char *sandbox_id,
+                  const char *jail_dir);
+/* Creates the jail directories and, with shared_slot, makes the Workspace slot a shared mount
+ * point (needs CAP_SYS_ADMIN on the host; without it Workspaces cannot be attached). */
+int jail_create(const char *jail_dir, bool shared_slot, char *err, size_t errlen);
+/* Writes the root and slot paths of a jail. */
+void jail_root_path(const char *jail_dir, char *out, size_t outlen);
+void jail_slot_path(const char *jail_dir, char *out, size_t outlen);
+/* Bind-mounts host_dir on the slot; it appears at /workspace in the Sandbox. */
+int jail_attach_workspace(const char *jail_dir, const char *host_dir, char *err, size_t errlen);
+/* Unmounts everything on the slot and removes the jail's (empty) directories. Idempotent. */
+int jail_remove(const char *jail_dir, char *err, size_t errlen);
+
+#endif
