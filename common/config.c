@@ -50,6 +50,8 @@ static const struct setting settings[] = {
     INT(auth_fail_window, "60", 1, 86400, "seconds of the failed-auth window"),
     INT(busy_timeout_ms, "5000", 0, 600000, "SQLite busy timeout; 503 beyond it"),
     STR(synchronous, "FULL", "SQLite synchronous mode: FULL (a 202 is on disk) or NORMAL"),
+    STR(worker_synchronous, "NORMAL",
+        "workers' SQLite synchronous mode: NORMAL (fsync at the next FULL commit) or FULL"),
     INT(lease_ms, "30000", 100, 3600000, "delivery lease; an expired lease is delivered again"),
     INT(message_timeout, "30", 1, 3600, "seconds an agent has to answer one message"),
     INT(reply_limit, "1048576", 1024, 1073741824, "largest agent reply line in bytes"),
@@ -246,6 +248,12 @@ int config_load(struct sbx_config *cfg, int argc, char **argv, char *err, size_t
         snprintf(cfg->guest_dir, sizeof cfg->guest_dir, "%.500s/guest", cfg->data_dir);
     if (strcmp(cfg->synchronous, "FULL") != 0 && strcmp(cfg->synchronous, "NORMAL") != 0) {
         snprintf(err, errlen, "synchronous must be FULL or NORMAL, not \"%s\"", cfg->synchronous);
+        return -1;
+    }
+    if (strcmp(cfg->worker_synchronous, "FULL") != 0 &&
+        strcmp(cfg->worker_synchronous, "NORMAL") != 0) {
+        snprintf(err, errlen, "worker_synchronous must be FULL or NORMAL, not \"%s\"",
+                 cfg->worker_synchronous);
         return -1;
     }
     if (strcmp(cfg->driver, "process") != 0 && strcmp(cfg->driver, "qemu") != 0 &&

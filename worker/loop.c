@@ -184,8 +184,12 @@ int worker_init(struct worker *w, const struct sbx_config *cfg,
     w->ctx.actor = w->actor;
     if (gethostname(w->hostname, sizeof w->hostname) != 0)
         snprintf(w->hostname, sizeof w->hostname, "localhost");
-    w->st =
-        store_sqlite_open(cfg->db_path, (int)cfg->busy_timeout_ms, cfg->synchronous, err, errlen);
+    /* NORMAL by default: a worker's state changes need not each wait for an fsync. WAL frames
+     * are written in order, so the gateway's next FULL commit makes them durable too; a power
+     * loss can only undo the latest ones, and undoing a completion means a redelivery (the lease
+     * expires), never a message lost or recorded completed twice. */
+    w->st = store_sqlite_open(cfg->db_path, (int)cfg->busy_timeout_ms, cfg->worker_synchronous,
+                              err, errlen);
     if (!w->st)
         return -1;
     enum store_status rc = w->st->worker_register(w->st, w->id, w->hostname, (int64_t)getpid());
