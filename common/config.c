@@ -60,6 +60,7 @@ static const struct setting settings[] = {
     STR(rootfs, "", "read-only root filesystem of process Sandboxes (default: built)"),
     INT(sandbox_uid, "65534", 1, 4294967294LL, "uid the agent runs as"),
     INT(sandbox_gid, "65534", 1, 4294967294LL, "gid the agent runs as"),
+    INT(sandbox_pids_max, "1024", 16, 4194304, "processes and threads per Sandbox (pids cgroup)"),
     STR(net_pool, "10.213.0.0/16", "addresses for Sandbox links (a /30 each)"),
     STR(qemu_bin, "qemu-system-x86_64", "QEMU binary of the qemu driver"),
     STR(qemu_accel, "tcg", "qemu accelerator: tcg, kvm or auto"),

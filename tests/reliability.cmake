@@ -51,16 +51,6 @@ add_test(NAME it.reliability.hostile_agents
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/in-netns.sh ${NODE_EXECUTABLE} --test ${rel_dir}/hostile_agents.test.mjs)
 set_tests_properties(it.reliability.hostile_agents PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 300)
 
-# Known bug, disabled until the process driver gives each Sandbox its own process budget (see
-# docs/reliability.md, "Known bugs"): during one Session's fork storm, no other Session can get a
-# new Sandbox ("agent failed to start: fork: Resource temporarily unavailable"), because
-# RLIMIT_NPROC counts every process of the shared sandbox uid and no pids cgroup is available.
-add_test(NAME it.reliability.fork_storm_isolation
-         COMMAND ${NODE_EXECUTABLE} --test --test-name-pattern=fork
-                 ${rel_dir}/hostile_agents.test.mjs)
-set_tests_properties(it.reliability.fork_storm_isolation PROPERTIES
-  ENVIRONMENT "${rel_env};SBX_CHECK_NEW_SANDBOX_DURING_FORKS=1" TIMEOUT 300 DISABLED TRUE)
-
 # HTTP abuse beyond it.gateway.limits: idle and byte-at-a-time clients vs a normal client's
 # latency; malformed chunked encoding and smuggling shapes.
 add_test(NAME it.reliability.http_abuse

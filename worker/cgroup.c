@@ -107,6 +107,26 @@ static bool enable_v2_memory(const char *root, const char *sbx)
     return write_file(sbx, "cgroup.subtree_control", "+memory") == 0;
 }
 
+/* Enables the v2 pids controller for <root>/sbx's children, as enable_v2_memory does. */
+static bool enable_v2_pids(const char *root, const char *sbx)
+{
+    char list[512];
+    if (read_file(sbx, "cgroup.controllers", list, sizeof list) != 0 || !has_word(list, "pids")) {
+        write_file(root, "cgroup.subtree_control", "+pids");
+        if (read_file(sbx, "cgroup.controllers", list, sizeof list) != 0 ||
+            !has_word(list, "pids"))
+            return false;
+    }
+    if (read_file(sbx, "cgroup.subtree_control", list, sizeof list) == 0 && has_word(list, "pids"))
+        return true;
+    return write_file(sbx, "cgroup.subtree_control", "+pids") == 0;
+}
+
+bool cgroup_limits_pids(const struct cgroup_host *h)
+{
+    return h->v2_pids || h->v1_pids_root[0];
+}
+
 int cgroup_detect(const struct sbx_config *cfg, struct cgroup_host *h, char *report,
                   size_t reportlen)
 {
@@ -124,6 +144,7 @@ int cgroup_detect(const struct sbx_config *cfg, struct cgroup_host *h, char *rep
             snprintf(h->v2_root, sizeof h->v2_root, "%s", root);
             cpu = "CPU time: cgroup v2 cpu.stat";
             h->v2_memory = enable_v2_memory(root, sbx);
+            h->v2_pids = enable_v2_pids(root, sbx);
             h->v2_kill = file_exists(sbx, "cgroup.kill");
         }
     }
@@ -139,8 +160,18 @@ int cgroup_detect(const struct sbx_config *cfg, struct cgroup_host *h, char *rep
                   "enabled)";
         }
     }
-    snprintf(report, reportlen, "%s at %s; %s%s", cpu, h->v2_root[0] ? h->v2_root : "-", mem,
-             h->v2_root[0] && !h->v2_kill ? "; no cgroup.kill (kills go pid by pid)" : "");
+    h->pids_max = cfg->sandbox_pids_max;
+    const char *pids = "pids: not limited per Sandbox (no pids controller; only RLIMIT_NPROC)";
+    if (h->v2_pids) {
+        pids = "pids: cgroup v2 pids.max";
+    } else if (is_fs("/sys/fs/cgroup/pids", CGROUP_SUPER_MAGIC) &&
+               (mkdir("/sys/fs/cgroup/pids/sbx", 0755) == 0 || errno == EEXIST) &&
+               access("/sys/fs/cgroup/pids/sbx", W_OK) == 0) {
+        snprintf(h->v1_pids_root, sizeof h->v1_pids_root, "/sys/fs/cgroup/pids/sbx");
+        pids = "pids: cgroup v1 pids.max";
+    }
+    snprintf(report, reportlen, "%s at %s; %s; %s%s", cpu, h->v2_root[0] ? h->v2_root : "-", mem,
+             pids, h->v2_root[0] && !h->v2_kill ? "; no cgroup.kill (kills go pid by pid)" : "");
     return 0;
 }
 
@@ -158,6 +189,20 @@ int cgroup_create(const struct cgroup_host *h, const char *sandbox_id, char *pat
         if (h->v2_memory && file_exists(path, "memory.peak")) {
             /* Some kernels let the peak be reset; start from zero for this Sandbox. */
             write_file(path, "memory.peak", "0");
+        }
+    }
+    char max[32];
+    snprintf(max, sizeof max, "%lld", (long long)h->pids_max);
+    if (h->v2_pids && path[0] && write_file(path, "pids.max", max) != 0) {
+        snprintf(err, errlen, "%s/pids.max: %s", path, strerror(errno));
+        return -1;
+    }
+    if (h->v1_pids_root[0]) {
+        char v1[700];
+        snprintf(v1, sizeof v1, "%s/%s", h->v1_pids_root, sandbox_id);
+        if ((mkdir(v1, 0755) != 0 && errno != EEXIST) || write_file(v1, "pids.max", max) != 0) {
+            snprintf(err, errlen, "%s (pids.max): %s", v1, strerror(errno));
+            return -1;
         }
     }
     if (h->v1_memory_root[0]) {
@@ -183,6 +228,14 @@ int cgroup_add_pid(const struct cgroup_host *h, const char *path, const char *sa
     if (h->v1_memory_root[0]) {
         char v1[700];
         snprintf(v1, sizeof v1, "%s/%s", h->v1_memory_root, sandbox_id);
+        if (write_file(v1, "cgroup.procs", text) != 0) {
+            snprintf(err, errlen, "join %s: %s", v1, strerror(errno));
+            return -1;
+        }
+    }
+    if (h->v1_pids_root[0]) {
+        char v1[700];
+        snprintf(v1, sizeof v1, "%s/%s", h->v1_pids_root, sandbox_id);
         if (write_file(v1, "cgroup.procs", text) != 0) {
             snprintf(err, errlen, "join %s: %s", v1, strerror(errno));
             return -1;
@@ -277,6 +330,12 @@ int cgroup_remove(const struct cgroup_host *h, const char *path, const char *san
     if (h->v1_memory_root[0]) {
         char v1[700];
         snprintf(v1, sizeof v1, "%s/%s", h->v1_memory_root, sandbox_id);
+        if (remove_dir_waiting(v1, timeout_ms, err, errlen) != 0)
+            rc = -1;
+    }
+    if (h->v1_pids_root[0]) {
+        char v1[700];
+        snprintf(v1, sizeof v1, "%s/%s", h->v1_pids_root, sandbox_id);
         if (remove_dir_waiting(v1, timeout_ms, err, errlen) != 0)
             rc = -1;
     }

@@ -4,7 +4,7 @@
  *
  * A Sandbox's cgroup is <v2 root>/sbx/<sandboxId> in the unified hierarchy. Where the v2 memory
  * controller is not available but cgroup v1's memory hierarchy is (hybrid hosts), memory is
- * measured in <v1 memory root>/sbx/<sandboxId> as well.
+ * measured in <v1 memory root>/sbx/<sandboxId> as well; likewise pids in <v1 pids root>/sbx/<id>.
  */
 #ifndef SBX_CGROUP_H
 #define SBX_CGROUP_H
@@ -22,7 +22,13 @@ struct cgroup_host {
     bool v2_memory_peak;      /* the kernel has memory.peak */
     bool v2_kill;             /* cgroup.kill exists (Linux 5.14+) */
     char v1_memory_root[512]; /* "" unless v1 memory accounting is used */
+    bool v2_pids;             /* pids.max is written in the v2 Sandbox cgroups */
+    char v1_pids_root[512];   /* "" unless the v1 pids hierarchy is used */
+    int64_t pids_max;         /* the limit written */
 };
+
+/* Whether each Sandbox's tasks are limited by a pids cgroup (v2 or v1). */
+bool cgroup_limits_pids(const struct cgroup_host *h);
 
 /* Finds the hierarchies (cfg->cgroup_root, else /sys/fs/cgroup or /sys/fs/cgroup/unified), makes
  * <root>/sbx, and writes a one-line account of what can and cannot be measured to report. */

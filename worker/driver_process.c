@@ -70,8 +70,11 @@
 #define CHILD_FD_FLOOR 10
 
 /* Rlimits of everything in a Sandbox. RLIMIT_NPROC counts all processes of the uid on the host,
- * and all Sandboxes share sandbox_uid, so it is a fork-bomb brake, not a per-Sandbox quota. */
+ * and all Sandboxes share sandbox_uid, so it cannot be a per-Sandbox quota: one Sandbox's fork
+ * storm would use it up for every other. Where a pids cgroup caps each Sandbox (pids.max), the
+ * uid-wide brake is raised far above that cap; without one, it is all there is. */
 #define SANDBOX_NPROC 4096
+#define SANDBOX_NPROC_WITH_PIDS_CGROUP 262144
 #define SANDBOX_NOFILE 1024
 #define SANDBOX_FSIZE (1ll << 30)
 
@@ -163,6 +166,7 @@ struct child_plan {
     char hostname[64];
     uid_t uid;
     gid_t gid;
+    rlim_t nproc;
     bool drop_privileges; /* false in a user namespace, where only our own uid is mapped */
     uid_t outer_uid;      /* the worker's ids, mapped to 0 in a user namespace */
     gid_t outer_gid;
@@ -260,7 +264,7 @@ static void child_limit(const struct child_plan *p)
     const struct {
         int resource;
         rlim_t value;
-    } limits[] = {{RLIMIT_NPROC, SANDBOX_NPROC},
+    } limits[] = {{RLIMIT_NPROC, p->nproc},
                   {RLIMIT_NOFILE, SANDBOX_NOFILE},
                   {RLIMIT_FSIZE, SANDBOX_FSIZE},
                   {RLIMIT_CORE, 0}};
@@ -553,6 +557,7 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
              tmp_size_mib(&rt->shape));
     snprintf(plan->hostname, sizeof plan->hostname, "%s", rt->sandbox_id);
     plan->uid = (uid_t)cfg->sandbox_uid;
+    plan->nproc = cgroup_limits_pids(&cgroups) ? SANDBOX_NPROC_WITH_PIDS_CGROUP : SANDBOX_NPROC;
     plan->gid = (gid_t)cfg->sandbox_gid;
     plan->drop_privileges = geteuid() == 0;
     plan->outer_uid = geteuid();
