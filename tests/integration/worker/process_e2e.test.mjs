@@ -76,6 +76,16 @@ test('echo reply, Sandbox per Session, keep-alive expiry cleans up, /workspace v
     const ses = await sbx.getSession(key, s1.id);
     assert.equal(ses.activationCount, 2);
 
+    // The firewall's drop counters (per reason) reach /metrics: a worker publishes them through
+    // the store, since the gateway never touches the firewall.
+    const metrics = await sbx.until(async () => {
+      const r = await fetch(`${sbx.gw.url}/metrics`);
+      const text = await r.text();
+      return /sbx_firewall_dropped_packets_total\{reason="private"\} \d+/.test(text) ? text : null;
+    }, 10000, 'firewall counters in /metrics');
+    for (const reason of ['host', 'private', 'metadata', 'special', 'ipv6', 'inbound'])
+      assert.match(metrics, new RegExp(`sbx_firewall_dropped_packets_total\\{reason="${reason}"\\}`));
+
     const results = await sbx.stop();
     assert.deepEqual(results[0], { code: 0, signal: null });
     assert.equal(sbx.sql(`SELECT COUNT(*) FROM sandboxes WHERE state NOT IN ('terminated','failed')`), '0');
