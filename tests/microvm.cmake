@@ -8,10 +8,12 @@ if(TARGET guest-image)
   add_executable(test_qemu_driver ${CMAKE_CURRENT_LIST_DIR}/integration/microvm/test_qemu_driver.c)
   target_link_libraries(test_qemu_driver PRIVATE sbxworker)
   add_test(NAME it.microvm.qemu_driver
-           COMMAND test_qemu_driver ${CMAKE_BINARY_DIR}/guest)
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/in-netns.sh $<TARGET_FILE:test_qemu_driver>
+                   ${CMAKE_BINARY_DIR}/guest)
   set_tests_properties(it.microvm.qemu_driver PROPERTIES FIXTURES_REQUIRED guest_image TIMEOUT 180)
   add_test(NAME it.microvm.qemu_reap
-           COMMAND test_qemu_driver ${CMAKE_BINARY_DIR}/guest reap)
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/in-netns.sh $<TARGET_FILE:test_qemu_driver>
+                   ${CMAKE_BINARY_DIR}/guest reap)
   set_tests_properties(it.microvm.qemu_reap PROPERTIES FIXTURES_REQUIRED guest_image TIMEOUT 180)
 endif()
 
@@ -19,8 +21,8 @@ endif()
 find_program(NODE_EXECUTABLE node)
 if(TARGET guest-image AND NODE_EXECUTABLE AND TARGET sbx-worker AND TARGET sbx-gateway)
   add_test(NAME it.microvm.qemu_e2e
-           COMMAND ${NODE_EXECUTABLE} --test --test-concurrency=1
-                   ${CMAKE_CURRENT_LIST_DIR}/integration/microvm/qemu_e2e.test.mjs)
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/in-netns.sh ${NODE_EXECUTABLE} --test
+                   --test-concurrency=1 ${CMAKE_CURRENT_LIST_DIR}/integration/microvm/qemu_e2e.test.mjs)
   set_tests_properties(it.microvm.qemu_e2e PROPERTIES
     ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>"
     FIXTURES_REQUIRED guest_image TIMEOUT 300)
