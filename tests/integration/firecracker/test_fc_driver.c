@@ -328,6 +328,10 @@ static int group_setup(void **state)
     write_file(path, "ext4 stand-in\n", 0444);
     snprintf(path, sizeof path, "%s/guest-initrd/initramfs.cpio.gz", tmp_dir);
     write_file(path, "initramfs stand-in\n", 0444);
+    /* As tools/build-guest-image makes it: the bzImage (qemu's) beside the ELF vmlinux, which
+     * Firecracker boots and the driver must pick. */
+    snprintf(path, sizeof path, "%s/guest-initrd/vmlinuz", tmp_dir);
+    write_file(path, "bzImage stand-in\n", 0444);
     if (mkdir(CGROUP_ROOT, 0755) != 0 && errno != EEXIST)
         return -1;
     setenv("FC_STANDIN_RECORD", record_path, 1);
@@ -596,8 +600,10 @@ static void test_initramfs_guest_boots_without_drive(void **state)
         expected_ptrs[i] = expected[i];
     assert_requests(all, expected_ptrs, 5);
     json_decref(all);
-    char jail[600];
+    char jail[600], path[700];
     snprintf(jail, sizeof jail, "%s", rt.jail_dir);
+    snprintf(path, sizeof path, "%s/root/vmlinuz", jail);
+    assert_false(exists(path)); /* only the kernel it boots is in the jail */
     assert_int_equal(driver_firecracker.terminate(&cfg, &rt, NULL, err, sizeof err), 0);
     assert_false(exists(jail));
     assert_sandbox_network_gone(rt.sandbox_id, ifname);
