@@ -1225,7 +1225,7 @@ static enum store_status enqueue_one(struct store *st, struct sq_enqueue_req *e)
             return sq_status(sq_db(st), rc);
     }
 
-    if (id_new("msg", id, sizeof id) != 0)
+    if (id_new_ordered("msg", id, sizeof id) != 0)
         return STORE_ERROR;
     s = sq_stmt(st, "INSERT INTO messages (id, session_id, app_id, seq, body, max_attempts, "
                     "idempotency_key, request_hash, request_id, created_at, updated_at) "

@@ -9,8 +9,10 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "id.h"
 #include "sha256.h"
 #include "store.h"
+#include "timefmt.h"
 
 #include <pthread.h>
 #include <sqlite3.h>
@@ -401,6 +403,31 @@ static void test_group_commit_batches(void **state)
     store_session_clear(&s);
 }
 
+/* Message ids sort by creation time (their B-tree indexes grow at one edge) and keep the shape
+ * of every other id: "msg_" + 20 base32 characters. */
+static void test_ordered_ids(void **state)
+{
+    static const char alphabet[] = "0123456789abcdefghjkmnpqrstvwxyz";
+    char a[STORE_ID_LEN], b[STORE_ID_LEN], c[STORE_ID_LEN];
+    (void)state;
+    assert_int_equal(id_new_ordered("msg", a, sizeof a), 0);
+    usleep(2000);
+    assert_int_equal(id_new_ordered("msg", b, sizeof b), 0);
+    assert_int_equal(id_new_ordered("msg", c, sizeof c), 0);
+    assert_int_equal(strlen(a), 24);
+    assert_memory_equal(a, "msg_", 4);
+    for (size_t i = 4; i < 24; i++)
+        assert_non_null(strchr(alphabet, a[i]));
+    assert_true(strcmp(a, b) < 0);
+    assert_string_not_equal(b, c); /* same millisecond: the random part differs */
+    /* The time part is now, in ms. */
+    uint64_t ms = 0;
+    for (size_t i = 4; i < 13; i++)
+        ms = ms << 5 | (uint64_t)(strchr(alphabet, a[i]) - alphabet);
+    int64_t now = now_ms();
+    assert_true((int64_t)ms <= now && (int64_t)ms > now - 1000);
+}
+
 /* Results of message_enqueue_async, filled in by its callback on the committer thread. */
 struct async_results {
     pthread_mutex_t lock;
@@ -720,6 +747,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_enqueue_order_and_idempotency, setup, teardown),
         cmocka_unit_test_setup_teardown(test_group_commit_concurrent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_group_commit_batches, setup, teardown),
+        cmocka_unit_test(test_ordered_ids),
         cmocka_unit_test_setup_teardown(test_enqueue_async_one_caller_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_failure_is_isolated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cross_app_scoping, setup, teardown),
