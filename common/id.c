@@ -1,12 +1,15 @@
 /*
  * id.c: random identifiers and secrets. Ids carry a type prefix so that a log line or a support
- * ticket says what an id is; their random part makes them unguessable across Apps.
+ * ticket says what an id is; their random part makes them unguessable across Apps. Message ids
+ * start with their time instead (id_new_ordered) so that inserts stay on the right edge of the
+ * B-trees keyed on them.
  */
 #include "id.h"
 
 #include <errno.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 
 int random_bytes(void *buf, size_t len)
 {
@@ -24,9 +27,11 @@ int random_bytes(void *buf, size_t len)
     return 0;
 }
 
+/* In ASCII order, so that the ids of id_new_ordered() sort as their times do. */
+static const char alphabet[] = "0123456789abcdefghjkmnpqrstvwxyz";
+
 int id_new(const char *prefix, char *out, size_t outlen)
 {
-    static const char alphabet[] = "0123456789abcdefghjkmnpqrstvwxyz";
     size_t plen = strlen(prefix);
     uint8_t rnd[20];
 
@@ -41,5 +46,21 @@ int id_new(const char *prefix, char *out, size_t outlen)
     for (size_t i = 0; i < 20; i++)
         out[plen + 1 + i] = alphabet[rnd[i] & 31];
     out[plen + 21] = '\0';
+    return 0;
+}
+
+int id_new_ordered(const char *prefix, char *out, size_t outlen)
+{
+    struct timespec ts;
+    size_t plen = strlen(prefix);
+
+    if (id_new(prefix, out, outlen) != 0)
+        return -1;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    for (int i = 8; i >= 0; i--) {
+        out[plen + 1 + i] = alphabet[ms & 31];
+        ms >>= 5;
+    }
     return 0;
 }

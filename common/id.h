@@ -14,4 +14,10 @@ int random_bytes(void *buf, size_t len);
  * must hold at least strlen(prefix) + 22 bytes. Returns 0, or -1 when the CSPRNG fails. */
 int id_new(const char *prefix, char *out, size_t outlen);
 
+/* The same shape, but the first 9 characters are the time (ms since the epoch, 45 bits) and the
+ * other 11 random (55 bits): ids made later sort after earlier ones, so a B-tree keyed on them
+ * grows at its right edge instead of touching a random page per insert. For ids that are no
+ * capability (every lookup is also scoped to the App), made at a high rate: messages. */
+int id_new_ordered(const char *prefix, char *out, size_t outlen);
+
 #endif

@@ -154,6 +154,10 @@ struct store_enqueue {
     const char *request_hash;    /* hex SHA-256 of the request, with an idempotency key */
 };
 
+/* How message_enqueue_async reports: m is the message on STORE_OK (the callback owns it). */
+typedef void (*store_enqueue_done_fn)(void *arg, enum store_status status, struct store_message *m,
+                                      bool replayed);
+
 /* A Sandbox's shape: what the warm pool keeps per kind. */
 struct store_shape {
     char driver[16];
@@ -324,6 +328,16 @@ struct store {
     enum store_status (*message_enqueue)(struct store *st, const struct store_ctx *ctx,
                                          const struct store_enqueue *req,
                                          struct store_message *out, bool *replayed);
+    /* The same enqueue without blocking the caller: the request joins the next group commit and
+     * done() runs on the store's committer thread once that COMMIT is on disk (or failed), with
+     * the status message_enqueue would have returned; on STORE_OK *m is the message, which the
+     * callback owns (store_message_clear). ctx and req (and the strings they point to) must stay
+     * valid until done() runs. Returns STORE_OK when accepted (done() will run exactly once),
+     * otherwise an error and done() never runs. The callback must not call into the store's
+     * enqueue functions (it runs on the committer, which would wait for itself). */
+    enum store_status (*message_enqueue_async)(struct store *st, const struct store_ctx *ctx,
+                                               const struct store_enqueue *req,
+                                               store_enqueue_done_fn done, void *arg);
     enum store_status (*message_get)(struct store *st, const char *app_id, const char *session_id,
                                      const char *message_id, struct store_message *out);
     enum store_status (*message_list)(struct store *st, const char *app_id, const char *session_id,

@@ -1146,7 +1146,9 @@ static enum store_status sq_message_list(struct store *st, const char *app_id,
     return STORE_OK;
 }
 
-/* One caller's enqueue, waiting for the committer. */
+/* One caller's enqueue, waiting for the committer: either a blocked caller (done_cb NULL: it
+ * sleeps on sq_api.done until done is set) or an asynchronous one (heap-allocated, with its own
+ * result, handed to done_cb and freed by the committer). */
 struct sq_enqueue_req {
     const struct store_ctx *ctx;
     const struct store_enqueue *req;
@@ -1154,6 +1156,10 @@ struct sq_enqueue_req {
     bool *replayed;
     enum store_status status;
     bool done;
+    store_enqueue_done_fn done_cb;
+    void *done_arg;
+    struct store_message own_out; /* async: the result */
+    bool own_replayed;
     struct sq_enqueue_req *next;
 };
 
@@ -1219,7 +1225,7 @@ static enum store_status enqueue_one(struct store *st, struct sq_enqueue_req *e)
             return sq_status(sq_db(st), rc);
     }
 
-    if (id_new("msg", id, sizeof id) != 0)
+    if (id_new_ordered("msg", id, sizeof id) != 0)
         return STORE_ERROR;
     s = sq_stmt(st, "INSERT INTO messages (id, session_id, app_id, seq, body, max_attempts, "
                     "idempotency_key, request_hash, request_id, created_at, updated_at) "
@@ -1325,13 +1331,50 @@ static void *committer_main(void *arg)
             api->tail = NULL;
         pthread_mutex_unlock(&api->lock);
         commit_batch(st, batch, n);
+        /* Asynchronous callers first, outside the lock: their callbacks may take their own locks
+         * (the gateway resumes an HTTP connection). The request is unlinked from the queue, so
+         * nothing else refers to it once the callback is called. */
+        size_t blocked = 0;
+        for (size_t i = 0; i < n; i++) {
+            struct sq_enqueue_req *e = batch[i];
+            if (!e->done_cb) {
+                batch[blocked++] = e;
+                continue;
+            }
+            e->done_cb(e->done_arg, e->status, e->status == STORE_OK ? e->out : NULL,
+                       e->own_replayed);
+            free(e);
+        }
         pthread_mutex_lock(&api->lock);
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < blocked; i++)
             batch[i]->done = true;
-        pthread_cond_broadcast(&api->done);
+        if (blocked)
+            pthread_cond_broadcast(&api->done);
     }
     pthread_mutex_unlock(&api->lock);
     return NULL;
+}
+
+/* Appends e to the committer's queue, starting the committer on first use. False when the store
+ * is stopping or the thread cannot start: e was not queued. Called with api->lock held. */
+static bool queue_for_commit(struct store *st, struct sq_api *api, struct sq_enqueue_req *e)
+{
+    /* Started on first use: processes that never enqueue (workers, sbxctl) have no committer. */
+    if (!api->thread_started && !api->stopping) {
+        if (pthread_create(&api->committer, NULL, committer_main, st) == 0)
+            api->thread_started = true;
+        else
+            log_error("store: cannot start the enqueue committer thread");
+    }
+    if (api->stopping || !api->thread_started)
+        return false;
+    if (api->tail)
+        api->tail->next = e;
+    else
+        api->head = e;
+    api->tail = e;
+    pthread_cond_signal(&api->work);
+    return true;
 }
 
 static enum store_status sq_message_enqueue(struct store *st, const struct store_ctx *ctx,
@@ -1347,23 +1390,10 @@ static enum store_status sq_message_enqueue(struct store *st, const struct store
     if (!api || !req->session_id || !req->body_json)
         return STORE_ERROR;
     pthread_mutex_lock(&api->lock);
-    /* Started on first use: processes that never enqueue (workers, sbxctl) have no committer. */
-    if (!api->thread_started && !api->stopping) {
-        if (pthread_create(&api->committer, NULL, committer_main, st) == 0)
-            api->thread_started = true;
-        else
-            log_error("store: cannot start the enqueue committer thread");
-    }
-    if (api->stopping || !api->thread_started) {
+    if (!queue_for_commit(st, api, &e)) {
         pthread_mutex_unlock(&api->lock);
         return STORE_ERROR;
     }
-    if (api->tail)
-        api->tail->next = &e;
-    else
-        api->head = &e;
-    api->tail = &e;
-    pthread_cond_signal(&api->work);
     while (!e.done)
         pthread_cond_wait(&api->done, &api->lock);
     pthread_mutex_unlock(&api->lock);
@@ -1372,6 +1402,34 @@ static enum store_status sq_message_enqueue(struct store *st, const struct store
         *replayed = rep;
     }
     return e.status;
+}
+
+static enum store_status sq_message_enqueue_async(struct store *st, const struct store_ctx *ctx,
+                                                  const struct store_enqueue *req,
+                                                  store_enqueue_done_fn done, void *arg)
+{
+    struct sq_store *s = st->cls;
+    struct sq_api *api = s->api;
+    struct sq_enqueue_req *e;
+
+    if (!api || !done || !req->session_id || !req->body_json)
+        return STORE_ERROR;
+    if (!(e = calloc(1, sizeof *e)))
+        return STORE_ERROR;
+    e->ctx = ctx;
+    e->req = req;
+    e->out = &e->own_out;
+    e->replayed = &e->own_replayed;
+    e->done_cb = done;
+    e->done_arg = arg;
+    pthread_mutex_lock(&api->lock);
+    bool queued = queue_for_commit(st, api, e);
+    pthread_mutex_unlock(&api->lock);
+    if (!queued) {
+        free(e);
+        return STORE_ERROR;
+    }
+    return STORE_OK;
 }
 
 /* ---- sandboxes and pool ---- */
@@ -1682,6 +1740,7 @@ void store_sqlite_api_init(struct store *st)
     st->session_update = sq_session_update;
     st->session_delete = sq_session_delete;
     st->message_enqueue = sq_message_enqueue;
+    st->message_enqueue_async = sq_message_enqueue_async;
     st->message_get = sq_message_get;
     st->message_list = sq_message_list;
     st->sandbox_get = sq_sandbox_get;

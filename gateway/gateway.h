@@ -30,6 +30,7 @@ struct gateway {
     struct ratelimit *rl;
     uint8_t admin_hash[32]; /* SHA-256 of the admin token */
     volatile int stopping;  /* set before the daemon stops: long polls answer at once */
+    int enqueues_suspended; /* POST messages waiting for their commit (http_messages.c) */
 };
 
 enum auth_kind {
@@ -90,6 +91,10 @@ struct request {
     /* Long poll (GET message ?wait=N): when it runs out, and whether it is parked. */
     int64_t wait_deadline_ms; /* monotonic ms; 0 when not waiting */
     bool parked;
+
+    /* POST messages: the enqueue handed to the store's committer while the connection is
+     * suspended (http_messages.c); freed with the request. */
+    struct pending_enqueue *enqueue;
 };
 
 /* ---- router.c ---- */
@@ -127,6 +132,11 @@ enum MHD_Result http_session_delete(struct request *r);
 enum MHD_Result http_message_create(struct request *r);
 enum MHD_Result http_message_list(struct request *r);
 enum MHD_Result http_message_get(struct request *r);
+void http_message_request_free(struct request *r);
+/* Call after setting gw->stopping and before MHD_stop_daemon(): waits up to timeout_ms for the
+ * enqueues whose connections are suspended to be committed and run again (MHD must not stop
+ * while a connection is suspended). Enqueues that start after stopping is set block instead. */
+void http_message_drain(struct gateway *gw, int timeout_ms);
 enum MHD_Result http_sandbox_list(struct request *r);
 enum MHD_Result http_sandbox_get(struct request *r);
 enum MHD_Result http_sandbox_delete(struct request *r);

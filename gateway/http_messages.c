@@ -5,6 +5,7 @@
  */
 #include "gateway.h"
 #include "json_input.h"
+#include "log.h"
 #include "longpoll.h"
 #include "notify.h"
 #include "render.h"
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* What makes two requests "the same" for Idempotency-Key: the Session and the body, with object
  * keys sorted so that member order does not matter. */
@@ -34,6 +36,107 @@ static void request_hash(const char *session_id, json_t *body, char out[65])
     free(canonical);
 }
 
+/* An enqueue waiting for its group commit. The connection is suspended meanwhile, so one HTTP
+ * thread can have many requests in the same batch instead of one: the committer's callback stores
+ * the result here and resumes the connection, and the handler runs again to reply. */
+struct pending_enqueue {
+    char *body_json;
+    char hash[65];
+    struct store_enqueue req; /* points into this struct and the request */
+    bool done;                /* set by the committer before it resumes the connection */
+    enum store_status status;
+    struct store_message m; /* owned when status is STORE_OK */
+    bool replayed;
+};
+
+static void pending_free(struct pending_enqueue *p)
+{
+    if (!p)
+        return;
+    if (p->done && p->status == STORE_OK)
+        store_message_clear(&p->m);
+    free(p->body_json);
+    free(p);
+}
+
+void http_message_request_free(struct request *r)
+{
+    pending_free(r->enqueue);
+    r->enqueue = NULL;
+}
+
+static enum MHD_Result reply_enqueued(struct request *r, enum store_status st,
+                                      struct store_message *m, bool replayed)
+{
+    char location[128];
+    if (st == STORE_CONFLICT) {
+        const char *idem = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Idempotency-Key");
+        return reply_problem(r, "idempotency-conflict", "Idempotency-Key",
+                             "Idempotency-Key \"%.64s\" was used for a different request",
+                             idem ? idem : "");
+    }
+    if (st != STORE_OK)
+        return reply_store_error(r, st, "Session");
+    if (!replayed)
+        notify_send(r->gw->workers, "queue");
+    snprintf(location, sizeof location, "/v1/sessions/%s/messages/%s", m->session_id, m->id);
+    json_t *out = render_message(m);
+    store_message_clear(m);
+    return reply_json_header(r, replayed ? 200 : 202, out, "Location", location);
+}
+
+/* Runs on the store's committer thread. */
+static void enqueue_committed(void *arg, enum store_status status, struct store_message *m,
+                              bool replayed)
+{
+    struct request *r = arg;
+    struct pending_enqueue *p = r->enqueue;
+    p->status = status;
+    if (status == STORE_OK)
+        p->m = *m; /* the message's strings move to p */
+    p->replayed = replayed;
+    p->done = true;
+    MHD_resume_connection(r->conn);
+}
+
+/* Hands p to the committer and suspends the connection. False (nothing suspended, p untouched)
+ * when the gateway is stopping or the store has no asynchronous enqueue: enqueue synchronously. */
+static bool enqueue_suspended(struct request *r, struct pending_enqueue *p)
+{
+    struct gateway *gw = r->gw;
+    if (!gw->st->message_enqueue_async)
+        return false;
+    /* Counted before stopping is read, and http_message_drain() reads the count after setting
+     * it: either the drain waits for this request or this request sees stopping. */
+    __atomic_add_fetch(&gw->enqueues_suspended, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&gw->stopping, __ATOMIC_SEQ_CST)) {
+        __atomic_sub_fetch(&gw->enqueues_suspended, 1, __ATOMIC_SEQ_CST);
+        return false;
+    }
+    r->enqueue = p;
+    /* Suspend first: the callback may resume the connection before the call below returns, and
+     * MHD only accepts a resume for a connection that is already suspended. */
+    MHD_suspend_connection(r->conn);
+    if (gw->st->message_enqueue_async(gw->st, &r->ctx, &p->req, enqueue_committed, r) != STORE_OK) {
+        p->status = STORE_ERROR;
+        p->done = true;
+        MHD_resume_connection(r->conn);
+    }
+    return true;
+}
+
+/* The second run, after the commit resumed the connection. */
+static enum MHD_Result reply_pending(struct request *r)
+{
+    struct pending_enqueue *p = r->enqueue;
+    __atomic_sub_fetch(&r->gw->enqueues_suspended, 1, __ATOMIC_SEQ_CST);
+    enum store_status st = p->status;
+    struct store_message m = p->m;
+    bool replayed = p->replayed;
+    p->status = STORE_ERROR; /* m now belongs to reply_enqueued */
+    return reply_enqueued(r, st, &m, replayed);
+}
+
 enum MHD_Result http_message_create(struct request *r)
 {
     static const char *const fields[] = {"body", NULL};
@@ -41,10 +144,10 @@ enum MHD_Result http_message_create(struct request *r)
     struct input_error e;
     const char *idem = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Idempotency-Key");
     json_t *obj, *body;
-    char hash[65], location[128];
-    struct store_message m;
-    bool replayed = false;
+    struct pending_enqueue *p;
 
+    if (r->enqueue && r->enqueue->done)
+        return reply_pending(r);
     if (idem && !input_idempotency_key(idem, &e))
         return reply_input_error(r, &e);
     if (!(obj = request_json(r, fields, &ret)))
@@ -54,26 +157,37 @@ enum MHD_Result http_message_create(struct request *r)
         json_decref(obj);
         return reply_problem(r, "invalid-field", "body", "field \"body\" is required");
     }
-    char *body_json = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
-    request_hash(r->params[0], body, hash);
+    if (!(p = calloc(1, sizeof *p))) {
+        json_decref(obj);
+        return reply_problem(r, "internal", NULL, "out of memory");
+    }
+    p->body_json = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
+    request_hash(r->params[0], body, p->hash);
     json_decref(obj);
-    if (!body_json)
+    if (!p->body_json) {
+        pending_free(p);
         return reply_problem(r, "internal", NULL, "cannot encode the body");
+    }
+    p->req = (struct store_enqueue){r->app_id, r->params[0], p->body_json, idem, p->hash};
+    if (enqueue_suspended(r, p))
+        return MHD_YES;
 
-    struct store_enqueue req = {r->app_id, r->params[0], body_json, idem, hash};
-    enum store_status st = r->gw->st->message_enqueue(r->gw->st, &r->ctx, &req, &m, &replayed);
-    free(body_json);
-    if (st == STORE_CONFLICT)
-        return reply_problem(r, "idempotency-conflict", "Idempotency-Key",
-                             "Idempotency-Key \"%.64s\" was used for a different request", idem);
-    if (st != STORE_OK)
-        return reply_store_error(r, st, "Session");
-    if (!replayed)
-        notify_send(r->gw->workers, "queue");
-    snprintf(location, sizeof location, "/v1/sessions/%s/messages/%s", m.session_id, m.id);
-    json_t *out = render_message(&m);
-    store_message_clear(&m);
-    return reply_json_header(r, replayed ? 200 : 202, out, "Location", location);
+    struct store_message m;
+    bool replayed = false;
+    enum store_status st = r->gw->st->message_enqueue(r->gw->st, &r->ctx, &p->req, &m, &replayed);
+    pending_free(p);
+    return reply_enqueued(r, st, &m, replayed);
+}
+
+void http_message_drain(struct gateway *gw, int timeout_ms)
+{
+    for (int64_t end = mono_ms() + timeout_ms; mono_ms() < end;) {
+        if (__atomic_load_n(&gw->enqueues_suspended, __ATOMIC_SEQ_CST) <= 0)
+            return;
+        usleep(10000);
+    }
+    log_warn("stopping with %d enqueues still suspended",
+             __atomic_load_n(&gw->enqueues_suspended, __ATOMIC_SEQ_CST));
 }
 
 enum MHD_Result http_message_list(struct request *r)

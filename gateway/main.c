@@ -274,10 +274,11 @@ int main(int argc, char **argv)
     while (sigwait(&sigs, &sig) != 0 || (sig != SIGINT && sig != SIGTERM))
         ;
     log_info("stopping on signal %d", sig);
-    gw.stopping = 1;
+    __atomic_store_n(&gw.stopping, 1, __ATOMIC_SEQ_CST);
     /* No new connections; the listening socket is ours to close once the daemon has stopped. */
     MHD_socket listen_fd = MHD_quiesce_daemon(d);
     longpoll_stop(gw.lp, 2000);
+    http_message_drain(&gw, 5000);
     MHD_stop_daemon(d);
     if (listen_fd != MHD_INVALID_SOCKET)
         close(listen_fd);

@@ -263,6 +263,7 @@ void gateway_request_completed(void *cls, struct MHD_Connection *conn, void **co
                         (double)(metrics_now_us() - r->start_us) / 1e6);
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         log_emit(LOG_LEVEL_DEBUG, r->request_id, "request ended early (%d)", (int)toe);
+    http_message_request_free(r);
     free(r->body);
     free(r);
     *con_cls = NULL;

@@ -9,8 +9,10 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "id.h"
 #include "sha256.h"
 #include "store.h"
+#include "timefmt.h"
 
 #include <pthread.h>
 #include <sqlite3.h>
@@ -401,6 +403,123 @@ static void test_group_commit_batches(void **state)
     store_session_clear(&s);
 }
 
+/* Message ids sort by creation time (their B-tree indexes grow at one edge) and keep the shape
+ * of every other id: "msg_" + 20 base32 characters. */
+static void test_ordered_ids(void **state)
+{
+    static const char alphabet[] = "0123456789abcdefghjkmnpqrstvwxyz";
+    char a[STORE_ID_LEN], b[STORE_ID_LEN], c[STORE_ID_LEN];
+    (void)state;
+    assert_int_equal(id_new_ordered("msg", a, sizeof a), 0);
+    usleep(2000);
+    assert_int_equal(id_new_ordered("msg", b, sizeof b), 0);
+    assert_int_equal(id_new_ordered("msg", c, sizeof c), 0);
+    assert_int_equal(strlen(a), 24);
+    assert_memory_equal(a, "msg_", 4);
+    for (size_t i = 4; i < 24; i++)
+        assert_non_null(strchr(alphabet, a[i]));
+    assert_true(strcmp(a, b) < 0);
+    assert_string_not_equal(b, c); /* same millisecond: the random part differs */
+    /* The time part is now, in ms. */
+    uint64_t ms = 0;
+    for (size_t i = 4; i < 13; i++)
+        ms = ms << 5 | (uint64_t)(strchr(alphabet, a[i]) - alphabet);
+    int64_t now = now_ms();
+    assert_true((int64_t)ms <= now && (int64_t)ms > now - 1000);
+}
+
+/* Results of message_enqueue_async, filled in by its callback on the committer thread. */
+struct async_results {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int done;
+    enum store_status status[64];
+    int64_t seq[64];
+};
+
+struct async_slot {
+    struct async_results *res;
+    int index;
+};
+
+static void async_done(void *arg, enum store_status status, struct store_message *m, bool replayed)
+{
+    struct async_slot *slot = arg;
+    struct async_results *res = slot->res;
+    pthread_mutex_lock(&res->lock);
+    res->status[slot->index] = status;
+    if (status == STORE_OK) {
+        res->seq[slot->index] = replayed ? -1 : m->seq;
+        store_message_clear(m);
+    }
+    res->done++;
+    pthread_cond_signal(&res->cond);
+    pthread_mutex_unlock(&res->lock);
+}
+
+/* One caller thread hands many enqueues to the committer without waiting for each: they share
+ * one transaction, a bad one fails alone through its callback, and all are on disk after. */
+static void test_enqueue_async_one_caller_batches(void **state)
+{
+    struct fixture *f = *state;
+    struct store *st = f->st;
+    struct store_app a;
+    struct store_session s;
+    enum { N = 40, BAD = 17 };
+    static struct async_results res;
+    struct async_slot slots[N];
+    struct store_enqueue reqs[N];
+    sqlite3 *blocker;
+    make_app(st, "async", &a);
+    make_session(st, a.id, &s);
+    memset(&res, 0, sizeof res);
+    pthread_mutex_init(&res.lock, NULL);
+    pthread_cond_init(&res.cond, NULL);
+
+    assert_int_equal(sqlite3_open(f->path, &blocker), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(blocker, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_exec(blocker, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    for (int i = 0; i < N; i++) {
+        slots[i] = (struct async_slot){&res, i};
+        reqs[i] =
+            (struct store_enqueue){a.id, i == BAD ? "ses_missing" : s.id, "{\"a\":1}", NULL, NULL};
+        assert_int_equal(st->message_enqueue_async(st, &admin, &reqs[i], async_done, &slots[i]),
+                         STORE_OK);
+    }
+    usleep(200 * 1000);
+    pthread_mutex_lock(&res.lock);
+    assert_int_equal(res.done, 0); /* nothing is answered before its commit */
+    pthread_mutex_unlock(&res.lock);
+    assert_int_equal(sqlite3_exec(blocker, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    pthread_mutex_lock(&res.lock);
+    while (res.done < N)
+        pthread_cond_wait(&res.cond, &res.lock);
+    pthread_mutex_unlock(&res.lock);
+    sqlite3_close(blocker);
+
+    static char seen[N];
+    memset(seen, 0, sizeof seen);
+    for (int i = 0; i < N; i++) {
+        if (i == BAD) {
+            assert_int_equal(res.status[i], STORE_NOT_FOUND);
+            continue;
+        }
+        assert_int_equal(res.status[i], STORE_OK);
+        assert_true(res.seq[i] >= 1 && res.seq[i] <= N - 1);
+        assert_int_equal(seen[res.seq[i]], 0);
+        seen[res.seq[i]] = 1;
+    }
+    /* The first request (taken while the lock was held) alone, then the rest together. */
+    assert_true(count_wal_commits(f->path) <= 3);
+    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM messages"), N - 1);
+    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM events WHERE kind='message.queued'"),
+                     N - 1);
+    pthread_mutex_destroy(&res.lock);
+    pthread_cond_destroy(&res.cond);
+    store_session_clear(&s);
+}
+
 static void test_batch_failure_is_isolated(void **state)
 {
     struct fixture *f = *state;
@@ -628,6 +747,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_enqueue_order_and_idempotency, setup, teardown),
         cmocka_unit_test_setup_teardown(test_group_commit_concurrent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_group_commit_batches, setup, teardown),
+        cmocka_unit_test(test_ordered_ids),
+        cmocka_unit_test_setup_teardown(test_enqueue_async_one_caller_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_failure_is_isolated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cross_app_scoping, setup, teardown),
         cmocka_unit_test_setup_teardown(test_session_names_and_workspaces, setup, teardown),

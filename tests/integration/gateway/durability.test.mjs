@@ -1,8 +1,26 @@
 // durability.test.mjs: a 202 means the message is on disk: kill -9 the gateway right after the
 // answers, restart it on the same data dir, and every acknowledged message is there, queued.
+// Enqueues wait for their commit without holding an HTTP thread, so many requests on one thread
+// share a commit, and a stop in the middle of a burst still answers or closes every request.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startGateway, removeDataDir, req, tempDataDir } from './harness.mjs';
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+import { startGateway, removeDataDir, req, sql, tempDataDir } from './harness.mjs';
+
+// Holds the database's write lock from a sqlite3 process until release() is called.
+async function holdWriteLock(dataDir) {
+  const p = spawn('sqlite3', [join(dataDir, 'sbx.db')], { stdio: ['pipe', 'pipe', 'inherit'] });
+  let out = '';
+  const locked = new Promise((resolve) => p.stdout.on('data', (d) => {
+    out += d;
+    if (out.includes('locked')) resolve();
+  }));
+  p.stdin.write(".timeout 5000\nBEGIN IMMEDIATE;\nSELECT 'locked';\n");
+  await locked;
+  const exited = new Promise((resolve) => p.on('exit', resolve));
+  return { release: async () => { p.stdin.end('COMMIT;\n.quit\n'); await exited; } };
+}
 
 test('messages acknowledged with 202 survive kill -9 of the gateway', async () => {
   const dataDir = tempDataDir();
@@ -43,5 +61,70 @@ test('messages acknowledged with 202 survive kill -9 of the gateway', async () =
     const { code } = await second.stop();
     removeDataDir(dataDir);
     assert.equal(code, 0, second.stderr);
+  }
+});
+
+test('enqueues waiting for their commit hold no HTTP thread and share it', async () => {
+  const gw = await startGateway({ extraArgs: ['--http-threads', '1'] });
+  const { key } = gw;
+  try {
+    const s = (await req(gw, 'POST', '/v1/sessions', { token: key, body: { name: 'one-thread' } })).json;
+    const lock = await holdWriteLock(gw.dataDir);
+    const n = 40;
+    const posts = Promise.all(Array.from({ length: n }, (_, i) =>
+      req(gw, 'POST', `/v1/sessions/${s.id}/messages`, { token: key, body: { body: { i } } })));
+    // All 40 wait for the lock; the only HTTP thread still answers other requests.
+    await new Promise((r) => setTimeout(r, 300));
+    // (With enqueues that block their thread, these reads would wait for the lock: give up at 2 s.)
+    const t0 = Date.now();
+    const reads = Promise.all([req(gw, 'GET', '/healthz'),
+      req(gw, 'GET', `/v1/sessions/${s.id}/messages`, { token: key })]);
+    const timeout = new Promise((r) => setTimeout(() => r(null), 2000));
+    const answered = await Promise.race([reads, timeout]);
+    if (!answered) await lock.release();
+    assert.ok(answered, 'reads waited behind enqueues that wait for the write lock');
+    const [health, list] = answered;
+    assert.equal(health.status, 200);
+    assert.equal(list.status, 200);
+    assert.equal(list.json.items.length, 0, 'nothing is visible before the commit');
+    assert.ok(Date.now() - t0 < 1000, `reads took ${Date.now() - t0} ms behind waiting enqueues`);
+    await lock.release();
+    const res = await posts;
+    assert.deepEqual(res.map((r) => r.status), Array(n).fill(202));
+    assert.deepEqual(res.map((r) => r.json.seq).sort((a, b) => a - b),
+      Array.from({ length: n }, (_, i) => i + 1));
+    for (const r of res)
+      assert.equal(r.headers.get('location'), `/v1/sessions/${s.id}/messages/${r.json.id}`);
+    // On disk as soon as the 202s are out, each with its audit event.
+    const { signal } = await gw.kill9();
+    assert.equal(signal, 'SIGKILL');
+    assert.equal(sql(gw, `SELECT count(*) FROM messages WHERE session_id = '${s.id}'`), String(n));
+    assert.equal(sql(gw, `SELECT count(*) FROM events WHERE kind = 'message.queued'`), String(n));
+  } finally {
+    await gw.kill9();
+    removeDataDir(gw.dataDir);
+  }
+});
+
+test('a stop in the middle of an enqueue burst exits cleanly with every 202 on disk', async () => {
+  const gw = await startGateway({ extraArgs: ['--http-threads', '2'] });
+  const { key } = gw;
+  try {
+    const s = (await req(gw, 'POST', '/v1/sessions', { token: key, body: { name: 'stop' } })).json;
+    const posts = Array.from({ length: 200 }, (_, i) =>
+      req(gw, 'POST', `/v1/sessions/${s.id}/messages`, { token: key, body: { body: { i } } })
+        .catch(() => null));
+    await new Promise((r) => setTimeout(r, 20));
+    const { code } = await gw.stop();
+    assert.equal(code, 0, gw.stderr);
+    const res = await Promise.all(posts);
+    const acked = res.filter((r) => r && r.status === 202).map((r) => r.json.id);
+    for (const r of res) if (r) assert.ok([202, 503].includes(r.status), `${r.status} ${r.text}`);
+    const stored = new Set(sql(gw, `SELECT id FROM messages WHERE session_id = '${s.id}'`)
+      .split('\n').filter(Boolean));
+    for (const id of acked) assert.ok(stored.has(id), `acknowledged ${id} is not on disk`);
+  } finally {
+    await gw.kill9();
+    removeDataDir(gw.dataDir);
   }
 });
