@@ -19,7 +19,10 @@
 #include <unistd.h>
 
 #define MODULES_NFS "/etc/modules.nfs"
-#define MOUNT_TRIES 20 /* every 500 ms: 10 s */
+/* Mount attempts go on every 500 ms until this deadline. A deadline, not a count: one attempt
+ * against an unreachable server can itself take seconds (ARP, TCP SYN retries), and the worker
+ * waits for the start answer only message_timeout. */
+#define MOUNT_DEADLINE_MS 15000
 
 /* Loads the NFS client (sunrpc ... nfsv4, in dependency order). Already loaded is fine. */
 static int load_nfs_modules(char *err, size_t errlen)
@@ -74,12 +77,19 @@ int guest_nfs_mount(const char *source, const char *dir, char *err, size_t errle
     snprintf(opts, sizeof opts, "vers=4.1,proto=tcp,port=2049,addr=%s,hard,timeo=100,retrans=3",
              host);
     int e = 0;
-    for (int i = 0; i < MOUNT_TRIES; i++) {
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
         if (mount(source, dir, "nfs4", 0, opts) == 0)
             return 0;
         e = errno;
         if (e == ENODEV || e == EINVAL || e == EPERM)
             break; /* no NFS client, bad options, no privilege: retrying cannot help */
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long elapsed_ms = (long)(now.tv_sec - start.tv_sec) * 1000 +
+                          (now.tv_nsec - start.tv_nsec) / 1000000L;
+        if (elapsed_ms + 500 >= MOUNT_DEADLINE_MS)
+            break;
         struct timespec ts = {0, 500 * 1000000L};
         nanosleep(&ts, NULL);
     }

@@ -15,8 +15,12 @@ if(TARGET sbxworker)
   set_tests_properties(it.firecracker.setup PROPERTIES FIXTURES_SETUP fc_standin)
 
   add_test(NAME it.firecracker.standin_spec COMMAND node --test ${fc_test_dir}/standin.test.js)
-  add_test(NAME it.firecracker.driver COMMAND test_fc_driver)
-  add_test(NAME it.firecracker.real_vm COMMAND test_fc_driver --real)
+  # In a network namespace of their own (tests/in-netns.sh): the Sandboxes' links and `table inet
+  # sbx` are made there, never in the host's nftables.
+  add_test(NAME it.firecracker.driver
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/in-netns.sh $<TARGET_FILE:test_fc_driver>)
+  add_test(NAME it.firecracker.real_vm
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/in-netns.sh $<TARGET_FILE:test_fc_driver> --real)
   set_tests_properties(it.firecracker.standin_spec it.firecracker.driver
                        PROPERTIES FIXTURES_REQUIRED fc_standin TIMEOUT 120 SKIP_RETURN_CODE 77)
   set_tests_properties(it.firecracker.real_vm PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120)

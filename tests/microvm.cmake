@@ -1,17 +1,21 @@
 # microVM tests (issue 4): real qemu -M microvm guests under TCG. Few and sized for 2 cores: the
 # guest image is built once per ctest run by the guest_image fixture (cached in <build>/guest).
 if(TARGET guest-image)
+  # Builds the image and checks it (vmlinux an ELF x86-64 executable, the hash over all parts).
   add_test(NAME it.microvm.guest_image
-           COMMAND ${CMAKE_COMMAND} --build ${CMAKE_BINARY_DIR} --target guest-image)
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/integration/microvm/guest_image_test.sh
+                   ${CMAKE_BINARY_DIR})
   set_tests_properties(it.microvm.guest_image PROPERTIES FIXTURES_SETUP guest_image TIMEOUT 300)
 
   add_executable(test_qemu_driver ${CMAKE_CURRENT_LIST_DIR}/integration/microvm/test_qemu_driver.c)
   target_link_libraries(test_qemu_driver PRIVATE sbxworker)
   add_test(NAME it.microvm.qemu_driver
-           COMMAND test_qemu_driver ${CMAKE_BINARY_DIR}/guest)
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/in-netns.sh $<TARGET_FILE:test_qemu_driver>
+                   ${CMAKE_BINARY_DIR}/guest)
   set_tests_properties(it.microvm.qemu_driver PROPERTIES FIXTURES_REQUIRED guest_image TIMEOUT 180)
   add_test(NAME it.microvm.qemu_reap
-           COMMAND test_qemu_driver ${CMAKE_BINARY_DIR}/guest reap)
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/in-netns.sh $<TARGET_FILE:test_qemu_driver>
+                   ${CMAKE_BINARY_DIR}/guest reap)
   set_tests_properties(it.microvm.qemu_reap PROPERTIES FIXTURES_REQUIRED guest_image TIMEOUT 180)
 endif()
 
@@ -19,8 +23,8 @@ endif()
 find_program(NODE_EXECUTABLE node)
 if(TARGET guest-image AND NODE_EXECUTABLE AND TARGET sbx-worker AND TARGET sbx-gateway)
   add_test(NAME it.microvm.qemu_e2e
-           COMMAND ${NODE_EXECUTABLE} --test --test-concurrency=1
-                   ${CMAKE_CURRENT_LIST_DIR}/integration/microvm/qemu_e2e.test.mjs)
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/in-netns.sh ${NODE_EXECUTABLE} --test
+                   --test-concurrency=1 ${CMAKE_CURRENT_LIST_DIR}/integration/microvm/qemu_e2e.test.mjs)
   set_tests_properties(it.microvm.qemu_e2e PROPERTIES
     ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>"
     FIXTURES_REQUIRED guest_image TIMEOUT 300)

@@ -3,8 +3,11 @@
 if(TARGET guest-image)
   add_executable(test_nfs_driver ${CMAKE_CURRENT_LIST_DIR}/integration/nfs/test_nfs_driver.c)
   target_link_libraries(test_nfs_driver PRIVATE sbxworker)
-  add_test(NAME it.nfs.qemu_workspace COMMAND test_nfs_driver ${CMAKE_BINARY_DIR}/guest)
-  # Exit 77 (no root) is a skip. RUN_SERIAL: ganesha takes the host's TCP 2049.
+  add_test(NAME it.nfs.qemu_workspace
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/in-netns.sh $<TARGET_FILE:test_nfs_driver>
+                   ${CMAKE_BINARY_DIR}/guest)
+  # Exit 77 (no root) is a skip. In a network namespace of its own: ganesha's TCP 2049, the taps
+  # and the firewall table are the test's alone.
   set_tests_properties(it.nfs.qemu_workspace PROPERTIES FIXTURES_REQUIRED guest_image
                        TIMEOUT 300 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
 endif()
@@ -13,8 +16,8 @@ endif()
 find_program(NODE_EXECUTABLE node)
 if(TARGET guest-image AND NODE_EXECUTABLE AND TARGET sbx-worker AND TARGET sbx-gateway)
   add_test(NAME it.nfs.qemu_e2e
-           COMMAND ${NODE_EXECUTABLE} --test --test-concurrency=1
-                   ${CMAKE_CURRENT_LIST_DIR}/integration/nfs/nfs_e2e.test.mjs)
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/in-netns.sh ${NODE_EXECUTABLE} --test
+                   --test-concurrency=1 ${CMAKE_CURRENT_LIST_DIR}/integration/nfs/nfs_e2e.test.mjs)
   set_tests_properties(it.nfs.qemu_e2e PROPERTIES
     ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>"
     FIXTURES_REQUIRED guest_image TIMEOUT 300 RUN_SERIAL TRUE)
@@ -23,6 +26,7 @@ endif()
 # nfs_export alone against a real ganesha (no VMs): exports in the config, reconciliation.
 add_executable(test_nfs_export ${CMAKE_CURRENT_LIST_DIR}/integration/nfs/test_nfs_export.c)
 target_link_libraries(test_nfs_export PRIVATE sbxworker)
-add_test(NAME it.nfs.export_reconcile COMMAND test_nfs_export)
+add_test(NAME it.nfs.export_reconcile
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/in-netns.sh $<TARGET_FILE:test_nfs_export>)
 set_tests_properties(it.nfs.export_reconcile PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77
                      RUN_SERIAL TRUE)

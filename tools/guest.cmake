@@ -1,5 +1,5 @@
 # The guest image of the qemu and firecracker drivers (tools/build-guest-image): the `guest-image`
-# target writes <build>/guest/{vmlinuz,initramfs.cpio.gz,image.sha256}. Not part of `all` (it
+# target writes <build>/guest/{vmlinuz,vmlinux,initramfs.cpio.gz,image.sha256}. Not part of `all` (it
 # downloads Debian packages on the first run); the microVM tests depend on it through the ctest
 # fixture guest_image (tests/microvm.cmake), so `ctest` builds it once per run, cached after.
 if(TARGET sbx-guest-init AND TARGET sbx-agent AND TARGET sbx-echo-agent)

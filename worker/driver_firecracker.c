@@ -8,19 +8,21 @@
  *       run/firecracker.socket                           Firecracker's API socket
  *       run/vsock.sock                                   the vsock device's host side
  *       firecracker.pid                                  written by the jailer (--new-pid-ns)
- * Boot: jailer (its own cgroup <v2 root>/sbx/<jailer id> from cgroup.h, network namespace and
- * PID namespace, non-root uid/gid), then the API calls boot-source, drives, machine-config,
- * network-interfaces, vsock, InstanceStart, then a host-initiated vsock connection ("CONNECT 1024")
- * to the guest's sbx-agent, whose ready line ends the boot. That connection is the agent channel
- * (protocol in driver.h).
+ * Boot: jailer (its own cgroup <v2 root>/sbx/<jailer id> from cgroup.h, network namespace with
+ * the Sandbox's link from netns.h, PID namespace, non-root uid/gid), then the API calls
+ * boot-source, drives, machine-config, network-interfaces, vsock, InstanceStart, then a
+ * host-initiated vsock connection ("CONNECT 1024") to the guest's sbx-agent, whose ready line ends
+ * the boot. That connection is the agent channel (protocol in driver.h).
  */
 #include "cgroup.h"
 #include "driver.h"
 #include "fc_api.h"
 #include "log.h"
+#include "netns.h"
 
 #include <jansson.h>
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -74,8 +76,10 @@ struct fc_layout {
     char pid_file[700];   /* where the jailer writes the VMM's pid */
     char netns_name[80];  /* name under /var/run/netns */
     char netns_path[128];
-    char cgroup_parent[256]; /* --parent-cgroup, relative to the cgroup2 mount */
-    char cgroup_dir[512];    /* <cgroup v2 root>/sbx/<jailer id>, "" when not measurable */
+    char cgroup_parent[256];       /* --parent-cgroup, relative to the cgroup2 mount */
+    char cgroup_dir[512];          /* <cgroup v2 root>/sbx/<jailer id>, "" when not measurable */
+    char sandbox_id[FW_OWNER_LEN]; /* the owner of the link and firewall elements */
+    char net_address[INET_ADDRSTRLEN]; /* the guest's address, "" without the worker's network */
 };
 
 /* The guest kernel and root filesystem chosen from the guest directory. */
@@ -220,6 +224,7 @@ static int layout_for(const struct sbx_config *cfg, const char *sandbox_id, stru
     snprintf(lay->vsock_path, sizeof lay->vsock_path, "%s%s", lay->root_dir, FC_VSOCK_IN_JAIL);
     snprintf(lay->pid_file, sizeof lay->pid_file, "%s/%s.pid", lay->root_dir,
              base_name(cfg->firecracker_bin));
+    snprintf(lay->sandbox_id, sizeof lay->sandbox_id, "%s", sandbox_id);
     snprintf(lay->netns_name, sizeof lay->netns_name, "sbx-fc-%.60s", lay->jailer_id);
     snprintf(lay->netns_path, sizeof lay->netns_path, "/var/run/netns/%s", lay->netns_name);
     cgroup_layout(cfg, lay);
@@ -383,22 +388,24 @@ static int place_in_jail(const char *src, const char *dst, uid_t uid, gid_t gid,
     return copy_file(src, dst, uid, gid, err, errlen);
 }
 
-/* ---- network namespace and tap device ----
- * HOOK(network): worker/netns.h owns Sandbox links, addresses and the firewall, but gives VMs a
- * tap in the host's namespace (net_sandbox_attach_tap), which Firecracker jailed with --netns
- * cannot open. Until the two are joined (e.g. net_sandbox_attach_process's veth into the VMM's
- * namespace, bridged there with tap0, net_sandbox_release at the end), the driver makes the bare
- * minimum the jailer needs: a named network namespace (as `ip netns add` does: the namespace
- * bind-mounted on /var/run/netns/<name>) holding a persistent tap owned by the sandbox uid. */
+/* ---- network namespace, tap device and the Sandbox's link ----
+ * The jailer's --netns makes Firecracker open its tap inside a named network namespace (as
+ * `ip netns add` makes it: the namespace bind-mounted on /var/run/netns/<name>). With the worker's
+ * network (root, net_init done) that namespace gets the Sandbox's link from worker/netns.h
+ * (net_sandbox_attach_netns_tap): a veth "sbx<slot>" from the host, bridged there with the tap, and
+ * the Sandbox's firewall elements; the guest configures its address from sbx.net. Without it the
+ * namespace holds a bare persistent tap (the guest has no route out), and the log says so. */
 
-/* Runs in a forked child: new network namespace, pinned by a bind mount, with the tap in it.
- * Only system calls after fork(): the worker is multi-threaded. */
+/* Runs in a forked child: new network namespace, pinned by a bind mount, with the tap in it when
+ * ifr is not NULL. Only system calls after fork(): the worker is multi-threaded. */
 static int net_child(const char *netns_path, struct ifreq *ifr, uid_t uid, gid_t gid)
 {
     if (unshare(CLONE_NEWNET) != 0)
         return 10;
     if (mount("/proc/self/ns/net", netns_path, "none", MS_BIND, NULL) != 0)
         return 11;
+    if (!ifr)
+        return 0;
     int tun = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
     if (tun < 0)
         return 12;
@@ -409,17 +416,24 @@ static int net_child(const char *netns_path, struct ifreq *ifr, uid_t uid, gid_t
     return 0;
 }
 
-static void net_destroy(const struct fc_layout *lay)
+/* Releases the Sandbox's link and firewall elements (net_address: what was recorded, "" if
+ * unknown), then the namespace; the tap and bridge go with the namespace's last reference. */
+static void net_destroy(const struct fc_layout *lay, const char *sandbox_id,
+                        const char *net_address)
 {
-    /* The tap is persistent but lives in the namespace: it goes when the last reference does. */
+    char why[256];
+    if (net_firewall() != NULL && sandbox_id && sandbox_id[0] &&
+        net_sandbox_release(sandbox_id, net_address, why, sizeof why) != 0)
+        log_warn("firecracker %s: network state: %s", lay->jailer_id, why);
     if (umount2(lay->netns_path, MNT_DETACH) != 0 && errno != ENOENT && errno != EINVAL)
         log_warn("firecracker: umount %s: %s", lay->netns_path, strerror(errno));
     if (unlink(lay->netns_path) != 0 && errno != ENOENT)
         log_warn("firecracker: unlink %s: %s", lay->netns_path, strerror(errno));
 }
 
-static int net_create(const struct sbx_config *cfg, const struct fc_layout *lay, char *err,
-                      size_t errlen)
+/* The named namespace, with a bare tap in it when with_tap. */
+static int netns_create(const struct sbx_config *cfg, const struct fc_layout *lay, bool with_tap,
+                        char *err, size_t errlen)
 {
     if (make_dirs("/var/run/netns", 0755, err, errlen) != 0)
         return -1;
@@ -440,7 +454,8 @@ static int net_create(const struct sbx_config *cfg, const struct fc_layout *lay,
         return -1;
     }
     if (pid == 0)
-        _exit(net_child(lay->netns_path, &ifr, (uid_t)cfg->sandbox_uid, (gid_t)cfg->sandbox_gid));
+        _exit(net_child(lay->netns_path, with_tap ? &ifr : NULL, (uid_t)cfg->sandbox_uid,
+                        (gid_t)cfg->sandbox_gid));
     int status;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
@@ -450,9 +465,37 @@ static int net_create(const struct sbx_config *cfg, const struct fc_layout *lay,
         int code = WIFEXITED(status) ? WEXITSTATUS(status) - 10 : -1;
         snprintf(err, errlen, "network namespace %s: %s failed", lay->netns_name,
                  code >= 0 && code < 4 ? steps[code] : "setup");
-        net_destroy(lay);
+        net_destroy(lay, NULL, NULL);
         return -1;
     }
+    return 0;
+}
+
+/* Sets lay->net_address and guest_net (the guest's sbx.net value "<addr>/<prefix>,<gateway>"),
+ * both "" without the worker's network. On failure the caller's clean_up releases what was made
+ * (net_sandbox_release finds the owner's elements without an address). */
+static int net_create(const struct sbx_config *cfg, struct fc_layout *lay, char *guest_net,
+                      size_t guest_netlen, char *err, size_t errlen)
+{
+    lay->net_address[0] = guest_net[0] = '\0';
+    bool linked = net_firewall() != NULL;
+    if (netns_create(cfg, lay, !linked, err, errlen) != 0)
+        return -1;
+    if (!linked) {
+        log_warn("firecracker %s: no worker network (not root, or no net_init): the guest gets a "
+                 "bare tap without address, route or firewall",
+                 lay->jailer_id);
+        return 0;
+    }
+    struct net_link link;
+    if (net_sandbox_attach_netns_tap(lay->sandbox_id, lay->netns_path, FC_TAP_NAME,
+                                     (uid_t)cfg->sandbox_uid, (gid_t)cfg->sandbox_gid, &link, err,
+                                     errlen) != 0)
+        return -1;
+    net_link_sandbox_address(&link, lay->net_address, sizeof lay->net_address);
+    char gw[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &link.host_addr, gw, sizeof gw);
+    snprintf(guest_net, guest_netlen, "%s/%d,%s", lay->net_address, link.prefix_len, gw);
     return 0;
 }
 
@@ -711,17 +754,21 @@ static void guest_mac_for(const char *jailer_id, char *out, size_t outlen)
 }
 
 static int configure_vm(const struct fc_layout *lay, const struct fc_guest *g,
-                        const struct store_shape *shape, char *err, size_t errlen)
+                        const struct store_shape *shape, const char *guest_net, char *err,
+                        size_t errlen)
 {
-    char kernel[80], root[80], boot_args[512], mac[24];
+    char kernel[80], root[80], boot_args[512], mac[24], net[96] = "";
     snprintf(kernel, sizeof kernel, "/%s", g->kernel_name);
     snprintf(root, sizeof root, "/%s", g->root_name);
     /* reboot=k: a guest reboot (Ctrl-Alt-Del at terminate) ends the VMM. sbx.channel=vsock:<port>
      * tells the guest init (agent/guest_init.c) to run sbx-agent listening on that vsock port. */
+    /* sbx.net=<addr>/<prefix>,<gateway>: the guest init configures eth0 from it. */
+    if (guest_net[0])
+        snprintf(net, sizeof net, " sbx.net=%s", guest_net);
     snprintf(boot_args, sizeof boot_args,
              "console=ttyS0 reboot=k panic=1 pci=off i8042.noaux i8042.nomux i8042.dumbkbd "
-             "quiet %s sbx.channel=vsock:%d",
-             g->rootfs[0] ? "root=/dev/vda ro" : "rdinit=/init", FC_AGENT_VSOCK_PORT);
+             "quiet %s sbx.channel=vsock:%d%s",
+             g->rootfs[0] ? "root=/dev/vda ro" : "rdinit=/init", FC_AGENT_VSOCK_PORT, net);
     guest_mac_for(lay->jailer_id, mac, sizeof mac);
 
     json_t *boot = json_pack("{s:s, s:s}", "kernel_image_path", kernel, "boot_args", boot_args);
@@ -911,7 +958,7 @@ static void clean_up(const struct sbx_config *cfg, const struct fc_layout *lay, 
     char cg_err[256];
     if (cgroup_remove(h, lay->cgroup_dir, lay->jailer_id, 2000, cg_err, sizeof cg_err) != 0)
         log_warn("firecracker %s: %s", lay->jailer_id, cg_err);
-    net_destroy(lay);
+    net_destroy(lay, lay->sandbox_id, lay->net_address);
     remove_tree(lay->jail_dir);
 }
 
@@ -942,7 +989,12 @@ static int fc_init(const struct sbx_config *cfg, char *err, size_t errlen)
         log_warn("firecracker: guest kernel is %s (compressed); Firecracker on x86_64 boots an "
                  "uncompressed ELF vmlinux",
                  guest.kernel);
-    return 0;
+    if (geteuid() != 0) {
+        log_warn("firecracker: not root: guests get a bare tap without address or firewall");
+        return 0;
+    }
+    /* As root every guest gets its link and firewall (shared with the other drivers). */
+    return net_init(cfg->net_pool, err, errlen);
 }
 
 static int fc_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, char *err,
@@ -963,7 +1015,7 @@ static int fc_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, cha
     }
     uid_t uid = (uid_t)cfg->sandbox_uid;
     gid_t gid = (gid_t)cfg->sandbox_gid;
-    char path[700];
+    char path[700], guest_net[96] = "";
     pid_t vmm = 0;
     /* The root and its run/ exist before the jailer (which keeps existing directories), so the
      * guest artefacts are in place when Firecracker starts. */
@@ -986,7 +1038,7 @@ static int fc_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, cha
                            errlen);
     }
     if (rc == 0)
-        rc = net_create(cfg, lay, err, errlen);
+        rc = net_create(cfg, lay, guest_net, sizeof guest_net, err, errlen);
     /* The jailer joins an existing cgroup; making it first also makes the v1 memory twin. */
     if (rc == 0 && lay->cgroup_dir[0]) {
         char path_out[512];
@@ -1004,7 +1056,7 @@ static int fc_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, cha
     if (rc == 0)
         rc = await_api(lay, vmm, err, errlen);
     if (rc == 0)
-        rc = configure_vm(lay, &guest, &rt->shape, err, errlen);
+        rc = configure_vm(lay, &guest, &rt->shape, guest_net, err, errlen);
     int channel = rc == 0 ? open_agent_channel(lay, vmm, rt, err, errlen) : -1;
     if (channel < 0) {
         clean_up(cfg, lay, vmm > 0 ? vmm : 0, false, NULL);
@@ -1016,10 +1068,10 @@ static int fc_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, cha
     snprintf(rt->jail_dir, sizeof rt->jail_dir, "%s", lay->jail_dir);
     snprintf(rt->cgroup_path, sizeof rt->cgroup_path, "%s", lay->cgroup_dir);
     snprintf(rt->image_hash, sizeof rt->image_hash, "%s", guest.image_hash);
-    rt->net_address[0] = '\0'; /* HOOK(network): the address comes with netns.h */
+    snprintf(rt->net_address, sizeof rt->net_address, "%s", lay->net_address);
     rt->driver_state = lay;
-    log_info("firecracker %s: booted (vmm pid %d, kernel %s)", lay->jailer_id, (int)vmm,
-             rt->kernel);
+    log_info("firecracker %s: booted (vmm pid %d, kernel %s, address %s)", lay->jailer_id, (int)vmm,
+             rt->kernel, lay->net_address[0] ? lay->net_address : "none");
     return 0;
 }
 
@@ -1047,6 +1099,7 @@ static int fc_terminate(const struct sbx_config *cfg, struct sandbox_runtime *rt
     if (!lay) { /* never booted or already terminated: clean what the id implies */
         if (layout_for(cfg, rt->sandbox_id, &computed, err, errlen) != 0)
             return -1;
+        snprintf(computed.net_address, sizeof computed.net_address, "%s", rt->net_address);
         lay = &computed;
     }
     if (rt->channel_fd >= 0) {
@@ -1080,6 +1133,7 @@ static int fc_reap(const struct sbx_config *cfg, const struct store_sandbox *sb,
         snprintf(lay.jail_dir, sizeof lay.jail_dir, "%s", sb->jail_dir);
     if (sb->cgroup_path[0])
         snprintf(lay.cgroup_dir, sizeof lay.cgroup_dir, "%s", sb->cgroup_path);
+    snprintf(lay.net_address, sizeof lay.net_address, "%s", sb->net_address);
     snprintf(lay.api_sock, sizeof lay.api_sock, "%s/root%s", lay.jail_dir, FC_API_SOCK_IN_JAIL);
     clean_up(cfg, &lay, (pid_t)sb->pid, false, NULL);
     struct stat st;

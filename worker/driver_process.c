@@ -813,6 +813,11 @@ static int process_reap(const struct sbx_config *cfg, const struct store_sandbox
             return -1;
         }
         snprintf(jail_dir, sizeof jail_dir, "%s", sb->jail_dir);
+    } else if (jail_path(cfg->chroot_base, PROCESS_DRIVER, sb->id, jail_dir, sizeof jail_dir) !=
+               0) {
+        /* The worker died after making the jail but before recording it: the path is derived
+         * from the id alone, so the jail is still found. */
+        jail_dir[0] = '\0';
     }
     if (cgroups.v2_root[0])
         snprintf(cgroup_path, sizeof cgroup_path, "%.400s/sbx/%.64s", cgroups.v2_root, sb->id);

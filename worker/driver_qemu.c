@@ -1112,12 +1112,18 @@ static int qemu_reap(const struct sbx_config *cfg, const struct store_sandbox *s
     cgroup_detach(cfg, sb->cgroup_path, sb->id);
     workspace_detach(cfg, sb->id, sb->net_address);
     network_down(sb->id, sb->net_address);
-    /* Only ever remove what lies in this driver's part of chroot_base. */
+    /* Only ever remove what lies in this driver's part of chroot_base. A Sandbox whose worker
+     * died before it recorded the jail still has one there: the path follows from the id. */
     char expected[600];
     snprintf(expected, sizeof expected, "%s/qemu/%s", cfg->chroot_base, sb->id);
-    if (sb->jail_dir[0] != '\0' && strcmp(sb->jail_dir, expected) == 0 &&
-        remove_tree(sb->jail_dir) != 0) {
-        snprintf(err, errlen, "cannot remove jail %s", sb->jail_dir);
+    if (sb->jail_dir[0] != '\0' && strcmp(sb->jail_dir, expected) != 0) {
+        snprintf(err, errlen, "refusing to reap %s: its jail_dir %s is not %s", sb->id,
+                 sb->jail_dir, expected);
+        return -1;
+    }
+    struct stat st;
+    if (lstat(expected, &st) == 0 && remove_tree(expected) != 0) {
+        snprintf(err, errlen, "cannot remove jail %s", expected);
         return -1;
     }
     return 0;

@@ -11,6 +11,7 @@
 #include "driver.h"
 #include "fc_api.h"
 #include "id.h"
+#include "netns.h"
 
 #include <jansson.h>
 
@@ -20,7 +21,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <net/if.h>
 #include <pthread.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -41,6 +44,11 @@
 #define CGROUP_ROOT_NAME "sbx-fc-test"
 #define CGROUP_PARENT CGROUP_ROOT_NAME "/sbx"
 #define CGROUP_ROOT "/sys/fs/cgroup/unified/" CGROUP_ROOT_NAME
+/* The test runs in a network namespace of its own (tests/in-netns.sh): the pool and `table inet
+ * sbx` are that namespace's. */
+#define NET_POOL "10.213.0.0/16"
+/* The VM cgroups' pids.max (the config's default); 0 would leave the VMM unable to fork. */
+#define SANDBOX_PIDS_MAX 1024
 
 static char tmp_dir[64];
 static char record_path[128];
@@ -181,8 +189,68 @@ static void fill_config(struct sbx_config *cfg, const char *guest_sub)
     snprintf(cfg->firecracker_bin, sizeof cfg->firecracker_bin, "%s/firecracker", FC_TEST_DIR);
     snprintf(cfg->jailer_bin, sizeof cfg->jailer_bin, "%s/fake-jailer", FC_TEST_DIR);
     snprintf(cfg->cgroup_root, sizeof cfg->cgroup_root, "%s", CGROUP_ROOT);
+    snprintf(cfg->net_pool, sizeof cfg->net_pool, "%s", NET_POOL);
+    cfg->sandbox_pids_max = SANDBOX_PIDS_MAX;
     cfg->sandbox_uid = SANDBOX_UID;
     cfg->sandbox_gid = SANDBOX_GID;
+}
+
+/* The firewall elements owned by sandbox_id; *addr gets the last one's address. */
+static size_t fw_elements_of(const char *sandbox_id, struct in_addr *addr, char *ifname)
+{
+    struct fw_element *v = NULL;
+    size_t n = 0, found = 0;
+    char err[256];
+    assert_non_null(net_firewall());
+    if (fw_elements(net_firewall(), &v, &n, err, sizeof err) != 0)
+        fail_msg("fw_elements: %s", err);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(v[i].owner, sandbox_id) == 0) {
+            found++;
+            if (addr)
+                *addr = v[i].addr;
+            if (ifname)
+                snprintf(ifname, IFNAMSIZ, "%s", v[i].ifname);
+        }
+    free(v);
+    return found;
+}
+
+/* The guest's sbx.net value the driver must have given, from the Sandbox's recorded address:
+ * "<addr>/30,<gateway>" with the gateway the address before it (netns.h's /30 slots). */
+static void expected_guest_net(const char *net_address, char *out, size_t outlen)
+{
+    struct in_addr a;
+    assert_int_equal(inet_pton(AF_INET, net_address, &a), 1);
+    struct in_addr gw = {htonl(ntohl(a.s_addr) - 1)};
+    char gws[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &gw, gws, sizeof gws);
+    snprintf(out, outlen, "%s/30,%s", net_address, gws);
+}
+
+/* The Sandbox's network as the worker's records and the host show it: an address of the pool,
+ * its firewall element (owner = the Sandbox id, same address, host interface sbx<k>) and that
+ * interface on the host. Returns the host interface. */
+static void assert_sandbox_network(const struct sandbox_runtime *rt, char *ifname)
+{
+    struct in_addr addr, pool_net;
+    assert_int_equal(inet_pton(AF_INET, rt->net_address, &addr), 1);
+    assert_int_equal(inet_pton(AF_INET, "10.213.0.0", &pool_net), 1);
+    assert_int_equal(ntohl(addr.s_addr) & 0xffff0000u, ntohl(pool_net.s_addr));
+    assert_int_equal(ntohl(addr.s_addr) & 3u, 2u); /* the second address of its /30 */
+    struct in_addr fw_addr = {0};
+    assert_int_equal(fw_elements_of(rt->sandbox_id, &fw_addr, ifname), 1);
+    assert_int_equal(fw_addr.s_addr, addr.s_addr);
+    assert_int_equal(strncmp(ifname, "sbx", 3), 0);
+    assert_int_not_equal(if_nametoindex(ifname), 0);
+}
+
+/* Terminate and reap leave no element and no host interface of the Sandbox. */
+static void assert_sandbox_network_gone(const char *sandbox_id, const char *ifname)
+{
+    assert_int_equal(fw_elements_of(sandbox_id, NULL, NULL), 0);
+    if (ifname)
+        assert_int_equal(if_nametoindex(ifname), 0);
 }
 
 static void new_runtime(struct sandbox_runtime *rt, int64_t vcpus, int64_t mem_mib)
@@ -260,6 +328,10 @@ static int group_setup(void **state)
     write_file(path, "ext4 stand-in\n", 0444);
     snprintf(path, sizeof path, "%s/guest-initrd/initramfs.cpio.gz", tmp_dir);
     write_file(path, "initramfs stand-in\n", 0444);
+    /* As tools/build-guest-image makes it: the bzImage (qemu's) beside the ELF vmlinux, which
+     * Firecracker boots and the driver must pick. */
+    snprintf(path, sizeof path, "%s/guest-initrd/vmlinuz", tmp_dir);
+    write_file(path, "bzImage stand-in\n", 0444);
     if (mkdir(CGROUP_ROOT, 0755) != 0 && errno != EEXIST)
         return -1;
     setenv("FC_STANDIN_RECORD", record_path, 1);
@@ -288,7 +360,7 @@ static int group_teardown(void **state)
 static const char *const drive_sequence[] = {
     "PUT /boot-source {\"boot_args\":\"console=ttyS0 reboot=k panic=1 pci=off i8042.noaux "
     "i8042.nomux i8042.dumbkbd quiet root=/dev/vda ro "
-    "sbx.channel=vsock:1024\",\"kernel_image_path\":\"/vmlinux\"}",
+    "sbx.channel=vsock:1024 sbx.net=%NET%\",\"kernel_image_path\":\"/vmlinux\"}",
     "PUT /drives/rootfs {\"drive_id\":\"rootfs\",\"is_read_only\":true,\"is_root_device\":true,"
     "\"path_on_host\":\"/rootfs.ext4\"}",
     "PUT /machine-config {\"mem_size_mib\":256,\"vcpu_count\":2}",
@@ -299,7 +371,8 @@ static const char *const drive_sequence[] = {
 };
 
 /* The guest MAC is derived from the id; take it from the record, check its form. */
-static void expected_with_mac(json_t *all, const char *const *in, char out[][2048], size_t n)
+static void expected_with_mac(json_t *all, const char *const *in, char out[][2048], size_t n,
+                              const char *guest_net)
 {
     const char *mac = NULL;
     size_t i;
@@ -317,8 +390,11 @@ static void expected_with_mac(json_t *all, const char *const *in, char out[][204
     assert_int_equal(b[0] & 3, 2); /* locally administered, unicast */
     for (size_t k = 0; k < n; k++) {
         const char *at = strstr(in[k], "%MAC%");
+        const char *net_at = strstr(in[k], "%NET%");
         if (at)
             snprintf(out[k], 2048, "%.*s%s%s", (int)(at - in[k]), in[k], mac, at + 5);
+        else if (net_at)
+            snprintf(out[k], 2048, "%.*s%s%s", (int)(net_at - in[k]), in[k], guest_net, net_at + 5);
         else
             snprintf(out[k], 2048, "%s", in[k]);
     }
@@ -399,6 +475,9 @@ static void test_boot_follows_contract_and_terminate_removes_jail(void **state)
     assert_string_equal(rt.jail_dir, want_dir);
     assert_string_equal(rt.kernel, "6.1.0-fc-standin");
     assert_string_equal(rt.image_hash, "sha256:0123abcd");
+    char ifname[IFNAMSIZ] = "", guest_net[96];
+    assert_sandbox_network(&rt, ifname);
+    expected_guest_net(rt.net_address, guest_net, sizeof guest_net);
     assert_true(rt.pid > 0);
     assert_true(rt.channel_fd >= 0);
     assert_true(fcntl(rt.channel_fd, F_GETFL) & O_NONBLOCK);
@@ -442,7 +521,7 @@ static void test_boot_follows_contract_and_terminate_removes_jail(void **state)
     json_t *all = recorded_requests();
     char expected[6][2048];
     const char *expected_ptrs[6];
-    expected_with_mac(all, drive_sequence, expected, 6);
+    expected_with_mac(all, drive_sequence, expected, 6, guest_net);
     for (int i = 0; i < 6; i++)
         expected_ptrs[i] = expected[i];
     assert_requests(all, expected_ptrs, 6);
@@ -475,6 +554,7 @@ static void test_boot_follows_contract_and_terminate_removes_jail(void **state)
     assert_false(exists(rt.cgroup_path));
     snprintf(path, sizeof path, "/var/run/netns/sbx-fc-%s", jid);
     assert_false(exists(path));
+    assert_sandbox_network_gone(rt.sandbox_id, ifname);
     assert_true(process_gone(vmm));
     all = recorded_requests();
     json_t *last = json_array_get(all, json_array_size(all) - 1);
@@ -501,7 +581,7 @@ static void test_initramfs_guest_boots_without_drive(void **state)
         fail_msg("boot: %s", err);
     static const char *const sequence[] = {
         "PUT /boot-source {\"boot_args\":\"console=ttyS0 reboot=k panic=1 pci=off i8042.noaux "
-        "i8042.nomux i8042.dumbkbd quiet rdinit=/init sbx.channel=vsock:1024\","
+        "i8042.nomux i8042.dumbkbd quiet rdinit=/init sbx.channel=vsock:1024 sbx.net=%NET%\","
         "\"initrd_path\":\"/initramfs.cpio.gz\",\"kernel_image_path\":\"/vmlinux\"}",
         "PUT /machine-config {\"mem_size_mib\":128,\"vcpu_count\":1}",
         "PUT /network-interfaces/eth0 {\"guest_mac\":\"%MAC%\",\"host_dev_name\":\"tap0\","
@@ -509,18 +589,24 @@ static void test_initramfs_guest_boots_without_drive(void **state)
         "PUT /vsock {\"guest_cid\":3,\"uds_path\":\"/run/vsock.sock\"}",
         "PUT /actions {\"action_type\":\"InstanceStart\"}",
     };
+    char ifname[IFNAMSIZ] = "", guest_net[96];
+    assert_sandbox_network(&rt, ifname);
+    expected_guest_net(rt.net_address, guest_net, sizeof guest_net);
     json_t *all = recorded_requests();
     char expected[5][2048];
     const char *expected_ptrs[5];
-    expected_with_mac(all, sequence, expected, 5);
+    expected_with_mac(all, sequence, expected, 5, guest_net);
     for (int i = 0; i < 5; i++)
         expected_ptrs[i] = expected[i];
     assert_requests(all, expected_ptrs, 5);
     json_decref(all);
-    char jail[600];
+    char jail[600], path[700];
     snprintf(jail, sizeof jail, "%s", rt.jail_dir);
+    snprintf(path, sizeof path, "%s/root/vmlinuz", jail);
+    assert_false(exists(path)); /* only the kernel it boots is in the jail */
     assert_int_equal(driver_firecracker.terminate(&cfg, &rt, NULL, err, sizeof err), 0);
     assert_false(exists(jail));
+    assert_sandbox_network_gone(rt.sandbox_id, ifname);
 }
 
 /* A shape the spec refuses (vcpu_count above 32): the boot fails with Firecracker's
@@ -546,6 +632,7 @@ static void test_refused_request_fails_boot_and_cleans_up(void **state)
     assert_false(exists(path));
     snprintf(path, sizeof path, "/sys/fs/cgroup/unified/" CGROUP_PARENT "/%s", jid);
     assert_false(exists(path));
+    assert_sandbox_network_gone(rt.sandbox_id, NULL);
     json_t *all = recorded_requests();
     size_t i;
     json_t *req;
@@ -580,12 +667,16 @@ static void test_reap_removes_what_a_lost_runtime_left(void **state)
     sb.pid = rt.pid;
     snprintf(sb.jail_dir, sizeof sb.jail_dir, "%s", rt.jail_dir);
     snprintf(sb.cgroup_path, sizeof sb.cgroup_path, "%s", rt.cgroup_path);
+    snprintf(sb.net_address, sizeof sb.net_address, "%s", rt.net_address);
+    char ifname[IFNAMSIZ] = "";
+    assert_sandbox_network(&rt, ifname);
     /* The runtime is lost with the worker. */
     close(rt.channel_fd);
     free(rt.driver_state);
     assert_int_equal(driver_firecracker.reap(&cfg, &sb, err, sizeof err), 0);
     assert_false(exists(sb.jail_dir));
     assert_false(exists(sb.cgroup_path));
+    assert_sandbox_network_gone(sb.id, ifname);
     assert_true(process_gone((pid_t)sb.pid));
 }
 
@@ -681,6 +772,12 @@ static void test_concurrent_boots_are_independent(void **state)
     }
     assert_int_not_equal(jobs[0].rt.pid, jobs[1].rt.pid);
     assert_string_not_equal(jobs[0].rt.jail_dir, jobs[1].rt.jail_dir);
+    /* Each its own slot: own address, own firewall element. */
+    char ifnames[2][IFNAMSIZ];
+    for (int i = 0; i < 2; i++)
+        assert_sandbox_network(&jobs[i].rt, ifnames[i]);
+    assert_string_not_equal(jobs[0].rt.net_address, jobs[1].rt.net_address);
+    assert_string_not_equal(ifnames[0], ifnames[1]);
     for (int i = 0; i < 2; i++)
         assert_agent_answers(jobs[i].rt.channel_fd);
     for (int i = 0; i < 2; i++) {
@@ -688,6 +785,7 @@ static void test_concurrent_boots_are_independent(void **state)
         snprintf(jail, sizeof jail, "%s", jobs[i].rt.jail_dir);
         assert_int_equal(driver_firecracker.terminate(&cfg, &jobs[i].rt, NULL, err, sizeof err), 0);
         assert_false(exists(jail));
+        assert_sandbox_network_gone(jobs[i].rt.sandbox_id, ifnames[i]);
     }
 }
 
@@ -715,6 +813,8 @@ static int real_vm(void)
         return 1;
     snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s", tmp_dir);
     snprintf(cfg.chroot_base, sizeof cfg.chroot_base, "%s/jail", tmp_dir);
+    snprintf(cfg.net_pool, sizeof cfg.net_pool, "%s", NET_POOL);
+    cfg.sandbox_pids_max = SANDBOX_PIDS_MAX;
     const char *guest = getenv("SBX_GUEST_DIR");
     snprintf(cfg.guest_dir, sizeof cfg.guest_dir, "%s", guest ? guest : SBX_BUILD_DIR "/guest");
     snprintf(cfg.firecracker_bin, sizeof cfg.firecracker_bin, "%s", fc);
