@@ -270,6 +270,14 @@ static void agent_started(struct sandbox *sb)
 {
     struct worker *w = sb->w;
     event_del(sb->timeout_ev);
+    /* Deliver first, then record `running`: the App works on the message while this commit
+     * runs. The reply is read by this same loop only after the commit, so the store still sees
+     * the Sandbox running before the message completed. */
+    struct store_delivery *d = sb->delivery;
+    sb->delivery = NULL;
+    lifecycle_deliver(sb, d);
+    if (sb->phase != SB_BUSY)
+        return; /* the channel closed: terminated already */
     enum store_status rc =
         w->st->sandbox_mark_running(w->st, &w->ctx, sb->rt.sandbox_id, sb->session_id);
     if (rc != STORE_OK) {
@@ -277,9 +285,6 @@ static void agent_started(struct sandbox *sb)
         return;
     }
     worker_notify_gateway(w, "sandbox", sb->rt.sandbox_id);
-    struct store_delivery *d = sb->delivery;
-    sb->delivery = NULL;
-    lifecycle_deliver(sb, d);
 }
 
 #define LOG_BUDGET_BYTES 65536
