@@ -442,7 +442,9 @@ static void describe_early_exit(struct sandbox_runtime *rt, char *err, size_t er
         rt->pid = 0; /* reaped: nothing left to kill */
 }
 
-/* Reads the agent's ready line byte by byte, so no later line is consumed here. */
+/* Reads the agent's ready line. The channel is a stream socket: peek at what has arrived and
+ * consume only up to the newline, so no later line is taken from the agent channel, in a few
+ * syscalls instead of one read() per byte. */
 static int wait_for_ready(struct sandbox_runtime *rt, int64_t deadline, char *err, size_t errlen)
 {
     char line[1024];
@@ -454,22 +456,29 @@ static int wait_for_ready(struct sandbox_runtime *rt, int64_t deadline, char *er
             snprintf(err, errlen, "the agent did not say ready within %d ms", BOOT_TIMEOUT_MS);
             return -1;
         }
-        char c;
-        ssize_t n = read(rt->channel_fd, &c, 1);
+        ssize_t n = recv(rt->channel_fd, line + len, sizeof line - 1 - len, MSG_PEEK);
         if (n < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
         if (n <= 0) {
+            if (len == sizeof line - 1)
+                snprintf(err, errlen, "the agent's ready line is too long");
+            else
+                describe_early_exit(rt, err, errlen);
+            return -1;
+        }
+        char *nl = memchr(line + len, '\n', (size_t)n);
+        size_t take = nl ? (size_t)(nl - (line + len)) + 1 : (size_t)n;
+        if (read(rt->channel_fd, line + len, take) != (ssize_t)take) {
             describe_early_exit(rt, err, errlen);
             return -1;
         }
-        if (c == '\n')
+        len += take;
+        if (nl) {
+            len--; /* drop the newline */
             break;
-        if (len == sizeof line - 1) {
-            snprintf(err, errlen, "the agent's ready line is too long");
-            return -1;
         }
-        line[len++] = c;
     }
+    line[len] = '\0';
     json_error_t jerr;
     json_t *msg = json_loadb(line, len, 0, &jerr);
     const char *type = json_string_value(json_object_get(msg, "type"));

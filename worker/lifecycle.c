@@ -256,8 +256,12 @@ static void delivery_replied(struct sandbox *sb, json_t *line)
         free(dumped);
         consumer_fail_attempt(w, d, sb->rt.sandbox_id, reason);
     }
+    bool refill = sb->refill_pending; /* read first: sandbox_idle may end and free sb */
+    sb->refill_pending = false;
     delivery_end(sb);
     sandbox_idle(sb);
+    if (refill)
+        pool_replenish(w);
 }
 
 /* ---- the agent channel ---- */
@@ -266,6 +270,14 @@ static void agent_started(struct sandbox *sb)
 {
     struct worker *w = sb->w;
     event_del(sb->timeout_ev);
+    /* Deliver first, then record `running`: the App works on the message while this commit
+     * runs. The reply is read by this same loop only after the commit, so the store still sees
+     * the Sandbox running before the message completed. */
+    struct store_delivery *d = sb->delivery;
+    sb->delivery = NULL;
+    lifecycle_deliver(sb, d);
+    if (sb->phase != SB_BUSY)
+        return; /* the channel closed: terminated already */
     enum store_status rc =
         w->st->sandbox_mark_running(w->st, &w->ctx, sb->rt.sandbox_id, sb->session_id);
     if (rc != STORE_OK) {
@@ -273,9 +285,6 @@ static void agent_started(struct sandbox *sb)
         return;
     }
     worker_notify_gateway(w, "sandbox", sb->rt.sandbox_id);
-    struct store_delivery *d = sb->delivery;
-    sb->delivery = NULL;
-    lifecycle_deliver(sb, d);
 }
 
 #define LOG_BUDGET_BYTES 65536
@@ -530,6 +539,14 @@ static void start_attach(struct sandbox *sb)
 {
     struct worker *w = sb->w;
     workspace_dir_of(w, sb->delivery, sb->workspace_dir, sizeof sb->workspace_dir);
+    if (!sb->workspace_dir[0]) {
+        /* Every driver's attach is a no-op without a Workspace: skip the job thread round trip
+         * (two thread wake-ups and an eventfd) on the warm path. */
+        sb->rt.workspace_nfs[0] = '\0';
+        sb->job_rc = 0;
+        attach_done(sb);
+        return;
+    }
     sb->job_running = true;
     if (jobs_submit(w->jobs, attach_work, attach_done, sb) != 0) {
         sb->job_running = false;
@@ -570,8 +587,8 @@ void lifecycle_activate(struct worker *w, struct store_delivery *d)
         snprintf(sb->session_id, sizeof sb->session_id, "%s", d->session.id);
         sb->keep_alive_ms = d->session.effective_keep_alive_seconds * 1000;
         w->n_serving++;
+        sb->refill_pending = true;
         start_attach(sb);
-        pool_replenish(w);
         return;
     }
     if (rc == STORE_OK) {

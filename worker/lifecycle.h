@@ -21,6 +21,9 @@ struct sandbox {
     bool cold;
     bool reaping;     /* left behind by a dead worker: reap, never start */
     bool job_running; /* a boot or attach job is using rt */
+    /* Claimed from the pool: its refill waits for the first reply (or the end), so the refill's
+     * boot does not compete for the CPUs with the App starting and answering. */
+    bool refill_pending;
     bool stop_wanted; /* terminate as soon as that job is done */
     bool stop_failed;
     char stop_reason[128];

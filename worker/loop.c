@@ -82,9 +82,10 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
         any = true;
     if (!any || w->stopping)
         return;
-    /* A hint only: whatever it said, look at the store. DELETEs are rare and cheap to check. */
-    lifecycle_check_stop_requests(w);
+    /* A hint only: whatever it said, look at the store. Claim first: a new message is the common
+     * case and its Sandbox starts work at once; DELETEs are rare and cheap to check after. */
     consumer_run(w);
+    lifecycle_check_stop_requests(w);
 }
 
 static void on_poll(evutil_socket_t fd, short what, void *arg)
