@@ -86,8 +86,8 @@ int guest_nfs_mount(const char *source, const char *dir, char *err, size_t errle
         if (e == ENODEV || e == EINVAL || e == EPERM)
             break; /* no NFS client, bad options, no privilege: retrying cannot help */
         clock_gettime(CLOCK_MONOTONIC, &now);
-        long elapsed_ms = (long)(now.tv_sec - start.tv_sec) * 1000 +
-                          (now.tv_nsec - start.tv_nsec) / 1000000L;
+        long elapsed_ms =
+            (long)(now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000L;
         if (elapsed_ms + 500 >= MOUNT_DEADLINE_MS)
             break;
         struct timespec ts = {0, 500 * 1000000L};

@@ -13,48 +13,48 @@
 #include <stdio.h>
 
 struct sbx_config {
-    char data_dir[512];       /* SBX_DATA_DIR: database, workspaces, jails, run/ */
-    char db_path[512];        /* SBX_DB_PATH: default <data_dir>/sbx.db */
-    char listen[128];         /* SBX_LISTEN: host:port of the gateway */
-    char admin_token[256];    /* SBX_ADMIN_TOKEN: generated on first start when empty */
-    char driver[16];          /* SBX_DRIVER: default driver of new Apps */
-    int64_t pool_size;        /* SBX_POOL_SIZE: warm Sandboxes per shape */
-    int64_t workers;          /* SBX_WORKERS: worker processes `sbx up` starts */
-    int64_t body_limit;       /* SBX_BODY_LIMIT: request body bytes */
-    int64_t max_wait;         /* SBX_MAX_WAIT: cap of ?wait= in seconds */
-    int64_t http_threads;     /* SBX_HTTP_THREADS: gateway thread pool */
-    int64_t conn_limit;       /* SBX_CONN_LIMIT: simultaneous HTTP connections */
-    int64_t conn_timeout;     /* SBX_CONN_TIMEOUT: idle seconds before a connection is closed */
-    int64_t auth_fail_limit;  /* SBX_AUTH_FAIL_LIMIT: failed auths per address per window */
-    int64_t auth_fail_window; /* SBX_AUTH_FAIL_WINDOW: seconds of that window (429 beyond) */
-    int64_t busy_timeout_ms;  /* SBX_BUSY_TIMEOUT_MS: SQLite busy timeout */
-    char synchronous[16];     /* SBX_SYNCHRONOUS: FULL or NORMAL (the gateway's commits) */
+    char data_dir[512];          /* SBX_DATA_DIR: database, workspaces, jails, run/ */
+    char db_path[512];           /* SBX_DB_PATH: default <data_dir>/sbx.db */
+    char listen[128];            /* SBX_LISTEN: host:port of the gateway */
+    char admin_token[256];       /* SBX_ADMIN_TOKEN: generated on first start when empty */
+    char driver[16];             /* SBX_DRIVER: default driver of new Apps */
+    int64_t pool_size;           /* SBX_POOL_SIZE: warm Sandboxes per shape */
+    int64_t workers;             /* SBX_WORKERS: worker processes `sbx up` starts */
+    int64_t body_limit;          /* SBX_BODY_LIMIT: request body bytes */
+    int64_t max_wait;            /* SBX_MAX_WAIT: cap of ?wait= in seconds */
+    int64_t http_threads;        /* SBX_HTTP_THREADS: gateway thread pool */
+    int64_t conn_limit;          /* SBX_CONN_LIMIT: simultaneous HTTP connections */
+    int64_t conn_timeout;        /* SBX_CONN_TIMEOUT: idle seconds before a connection is closed */
+    int64_t auth_fail_limit;     /* SBX_AUTH_FAIL_LIMIT: failed auths per address per window */
+    int64_t auth_fail_window;    /* SBX_AUTH_FAIL_WINDOW: seconds of that window (429 beyond) */
+    int64_t busy_timeout_ms;     /* SBX_BUSY_TIMEOUT_MS: SQLite busy timeout */
+    char synchronous[16];        /* SBX_SYNCHRONOUS: FULL or NORMAL (the gateway's commits) */
     char worker_synchronous[16]; /* SBX_WORKER_SYNCHRONOUS: FULL or NORMAL (the workers') */
-    int64_t lease_ms;         /* SBX_LEASE_MS: delivery lease */
-    int64_t message_timeout;  /* SBX_MESSAGE_TIMEOUT: seconds an agent has to answer */
-    int64_t reply_limit;      /* SBX_REPLY_LIMIT: bytes of one agent reply line */
-    char chroot_base[512];    /* SBX_CHROOT_BASE: default <data_dir>/jail */
-    char cgroup_root[512];    /* SBX_CGROUP_ROOT: cgroup v2 directory for Sandboxes */
-    char rootfs[512];         /* SBX_ROOTFS: the process driver's read-only root filesystem */
-    int64_t sandbox_uid;      /* SBX_SANDBOX_UID */
-    int64_t sandbox_gid;      /* SBX_SANDBOX_GID */
-    int64_t sandbox_pids_max; /* SBX_SANDBOX_PIDS_MAX: tasks per Sandbox (pids cgroup) */
-    char net_pool[64];        /* SBX_NET_POOL: addresses for Sandbox links */
-    char qemu_bin[256];       /* SBX_QEMU_BIN */
-    char qemu_accel[16];      /* SBX_QEMU_ACCEL: tcg, kvm or auto */
-    char guest_dir[512];      /* SBX_GUEST_DIR: guest kernel and initramfs */
-    char firecracker_bin[256]; /* SBX_FIRECRACKER_BIN */
-    char jailer_bin[256];     /* SBX_JAILER_BIN */
-    char log_level[16];       /* SBX_LOG_LEVEL */
+    int64_t lease_ms;            /* SBX_LEASE_MS: delivery lease */
+    int64_t message_timeout;     /* SBX_MESSAGE_TIMEOUT: seconds an agent has to answer */
+    int64_t reply_limit;         /* SBX_REPLY_LIMIT: bytes of one agent reply line */
+    char chroot_base[512];       /* SBX_CHROOT_BASE: default <data_dir>/jail */
+    char cgroup_root[512];       /* SBX_CGROUP_ROOT: cgroup v2 directory for Sandboxes */
+    char rootfs[512];            /* SBX_ROOTFS: the process driver's read-only root filesystem */
+    int64_t sandbox_uid;         /* SBX_SANDBOX_UID */
+    int64_t sandbox_gid;         /* SBX_SANDBOX_GID */
+    int64_t sandbox_pids_max;    /* SBX_SANDBOX_PIDS_MAX: tasks per Sandbox (pids cgroup) */
+    char net_pool[64];           /* SBX_NET_POOL: addresses for Sandbox links */
+    char qemu_bin[256];          /* SBX_QEMU_BIN */
+    char qemu_accel[16];         /* SBX_QEMU_ACCEL: tcg, kvm or auto */
+    char guest_dir[512];         /* SBX_GUEST_DIR: guest kernel and initramfs */
+    char firecracker_bin[256];   /* SBX_FIRECRACKER_BIN */
+    char jailer_bin[256];        /* SBX_JAILER_BIN */
+    char log_level[16];          /* SBX_LOG_LEVEL */
     /* worker */
-    int64_t max_sandboxes;    /* SBX_MAX_SANDBOXES: Sandboxes serving Sessions per worker */
-    int64_t job_threads;      /* SBX_JOB_THREADS: threads for blocking driver calls */
-    int64_t poll_ms;          /* SBX_POLL_MS: fallback queue poll interval */
-    int64_t heartbeat_ms;     /* SBX_HEARTBEAT_MS: worker heartbeat and lease renewal */
-    int64_t worker_stale_ms;  /* SBX_WORKER_STALE_MS: heartbeat age after which a worker is dead */
-    int64_t retry_base_ms;    /* SBX_RETRY_BASE_MS: first retry backoff (doubles per attempt) */
-    int64_t retry_max_ms;     /* SBX_RETRY_MAX_MS: largest retry backoff */
-    int64_t shutdown_grace;   /* SBX_SHUTDOWN_GRACE: seconds SIGTERM waits for deliveries */
+    int64_t max_sandboxes;   /* SBX_MAX_SANDBOXES: Sandboxes serving Sessions per worker */
+    int64_t job_threads;     /* SBX_JOB_THREADS: threads for blocking driver calls */
+    int64_t poll_ms;         /* SBX_POLL_MS: fallback queue poll interval */
+    int64_t heartbeat_ms;    /* SBX_HEARTBEAT_MS: worker heartbeat and lease renewal */
+    int64_t worker_stale_ms; /* SBX_WORKER_STALE_MS: heartbeat age after which a worker is dead */
+    int64_t retry_base_ms;   /* SBX_RETRY_BASE_MS: first retry backoff (doubles per attempt) */
+    int64_t retry_max_ms;    /* SBX_RETRY_MAX_MS: largest retry backoff */
+    int64_t shutdown_grace;  /* SBX_SHUTDOWN_GRACE: seconds SIGTERM waits for deliveries */
 };
 
 /* Fills cfg from defaults, the file, the environment and argv (in that order of precedence,

@@ -58,7 +58,8 @@ void log_emit(enum log_level lvl, const char *request_id, const char *fmt, ...)
         len += (size_t)snprintf(line + len, sizeof line - len, "\",\"requestId\":\"");
         len = json_escape(line, len, sizeof line, request_id);
     }
-    len += (size_t)snprintf(line + len, sizeof line - len, "\",\"pid\":%d,\"msg\":\"", (int)getpid());
+    len +=
+        (size_t)snprintf(line + len, sizeof line - len, "\",\"pid\":%d,\"msg\":\"", (int)getpid());
     len = json_escape(line, len, sizeof line - 3, msg);
     line[len++] = '"';
     line[len++] = '}';

@@ -1,6 +1,7 @@
 /*
- * migrations.h: the SQL migrations, embedded in the binary at build time from migrations/NNNN_name.sql
- * (see embed_migrations.cmake), so that sbx needs no files beside itself to create its database.
+ * migrations.h: the SQL migrations, embedded in the binary at build time from
+ * migrations/NNNN_name.sql (see embed_migrations.cmake), so that sbx needs no files beside itself
+ * to create its database.
  */
 #ifndef SBX_MIGRATIONS_H
 #define SBX_MIGRATIONS_H

@@ -112,8 +112,8 @@ static void notify_refresh(struct notify_peer *p)
             continue;
         struct sockaddr_un *sa = &p->addrs[p->n];
         sa->sun_family = AF_UNIX;
-        if ((size_t)snprintf(sa->sun_path, sizeof sa->sun_path, "%s/%s", p->run_dir,
-                             de->d_name) < sizeof sa->sun_path)
+        if ((size_t)snprintf(sa->sun_path, sizeof sa->sun_path, "%s/%s", p->run_dir, de->d_name) <
+            sizeof sa->sun_path)
             p->n++;
     }
     closedir(d);

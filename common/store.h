@@ -37,7 +37,7 @@ enum store_status {
 
 const char *store_status_name(enum store_status st);
 
-#define STORE_ID_LEN 32   /* ids are "<prefix>_" + 20 base32 chars; room to spare */
+#define STORE_ID_LEN 32 /* ids are "<prefix>_" + 20 base32 chars; room to spare */
 #define STORE_NAME_LEN 128
 #define STORE_SHAPE_LEN 64
 
@@ -117,8 +117,8 @@ void store_session_clear(struct store_session *s);
 void store_session_list_free(struct store_session *s, size_t n);
 
 struct store_session_patch {
-    const char *metadata_json;          /* replaces the metadata object */
-    const int64_t *keep_alive_seconds;  /* 0 clears the override */
+    const char *metadata_json;         /* replaces the metadata object */
+    const int64_t *keep_alive_seconds; /* 0 clears the override */
 };
 
 struct store_message {
@@ -269,7 +269,8 @@ struct store {
     enum store_status (*app_update)(struct store *st, const struct store_ctx *ctx,
                                     const char *app_id, const struct store_app_patch *patch,
                                     struct store_app *out);
-    /* Refused with STORE_CONFLICT while the App has live Sessions or Workspaces. Revokes its keys. */
+    /* Refused with STORE_CONFLICT while the App has live Sessions or Workspaces. Revokes its keys.
+     */
     enum store_status (*app_delete)(struct store *st, const struct store_ctx *ctx,
                                     const char *app_id);
 
@@ -282,7 +283,8 @@ struct store {
     enum store_status (*key_revoke)(struct store *st, const struct store_ctx *ctx,
                                     const char *app_id, const char *key_id);
     /* Finds an active (not revoked) key by the SHA-256 of the presented token. */
-    enum store_status (*key_lookup)(struct store *st, const uint8_t hash[32], struct store_key *out);
+    enum store_status (*key_lookup)(struct store *st, const uint8_t hash[32],
+                                    struct store_key *out);
 
     /* ---- workspaces ---- */
     enum store_status (*workspace_create)(struct store *st, const struct store_ctx *ctx,
@@ -299,7 +301,8 @@ struct store {
                                           struct store_workspace *out);
 
     /* ---- sessions ---- */
-    /* With a name that already exists in the App: writes the existing Session and *created=false. */
+    /* With a name that already exists in the App: writes the existing Session and *created=false.
+     */
     enum store_status (*session_create)(struct store *st, const struct store_ctx *ctx,
                                         const char *app_id, const char *name,
                                         int64_t keep_alive_seconds /* 0: App's */,
@@ -326,8 +329,8 @@ struct store {
      * *replayed=true when request_hash matches, STORE_CONFLICT when it does not. STORE_NOT_FOUND
      * when the Session does not exist in this App or is deleted. */
     enum store_status (*message_enqueue)(struct store *st, const struct store_ctx *ctx,
-                                         const struct store_enqueue *req,
-                                         struct store_message *out, bool *replayed);
+                                         const struct store_enqueue *req, struct store_message *out,
+                                         bool *replayed);
     /* The same enqueue without blocking the caller: the request joins the next group commit and
      * done() runs on the store's committer thread once that COMMIT is on disk (or failed), with
      * the status message_enqueue would have returned; on STORE_OK *m is the message, which the
@@ -389,8 +392,8 @@ struct store {
     enum store_status (*queue_complete)(struct store *st, const struct store_ctx *ctx,
                                         const char *message_id, const char *worker_id,
                                         const char *sandbox_id, const char *reply_json);
-    /* A failed attempt: back to queued with not_before = now + backoff_ms, or failed with the reason
-     * when attempts reached max_attempts (*final=true). */
+    /* A failed attempt: back to queued with not_before = now + backoff_ms, or failed with the
+     * reason when attempts reached max_attempts (*final=true). */
     enum store_status (*queue_fail)(struct store *st, const struct store_ctx *ctx,
                                     const char *message_id, const char *worker_id,
                                     const char *sandbox_id, const char *reason, int64_t backoff_ms,
@@ -424,7 +427,8 @@ struct store {
     enum store_status (*sandbox_mark_running)(struct store *st, const struct store_ctx *ctx,
                                               const char *sandbox_id, const char *session_id);
     /* Keep-alive deadline of the Session's current Sandbox; last_activity_at = now. */
-    enum store_status (*session_touch)(struct store *st, const char *session_id, int64_t expires_at);
+    enum store_status (*session_touch)(struct store *st, const char *session_id,
+                                       int64_t expires_at);
     enum store_status (*sandbox_mark_stopping)(struct store *st, const struct store_ctx *ctx,
                                                const char *sandbox_id, const char *reason);
     /* -> terminated (or failed when failed=true) with reason and usage; if it served a Session
@@ -449,8 +453,7 @@ struct store {
     /* ---- worker side, added by the worker area ---- */
     /* Workers that have not stopped (stopped_at unset), this one included, so that a worker can
      * tell a dead peer by its pid on this host without waiting for its heartbeat to go stale. */
-    enum store_status (*worker_list_active)(struct store *st, struct store_worker **out,
-                                            size_t *n);
+    enum store_status (*worker_list_active)(struct store *st, struct store_worker **out, size_t *n);
     /* Like queue_claim, but only messages of Sessions this worker already owns (it is at its
      * Sandbox limit and can serve only Sessions whose Sandbox it holds). */
     enum store_status (*queue_claim_owned)(struct store *st, const struct store_ctx *ctx,

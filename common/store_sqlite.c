@@ -30,8 +30,8 @@ const char *const store_sandbox_states[7] = {"booting",  "warm",       "claimed"
 
 const char *store_status_name(enum store_status st)
 {
-    static const char *const names[] = {"ok",      "not found", "conflict", "busy",
-                                        "full",    "invalid",   "empty",    "error"};
+    static const char *const names[] = {"ok",   "not found", "conflict", "busy",
+                                        "full", "invalid",   "empty",    "error"};
     return (unsigned)st < sizeof names / sizeof names[0] ? names[st] : "unknown";
 }
 
@@ -55,8 +55,8 @@ static sqlite3 *sq_open_conn(struct sq_store *s, char *err, size_t errlen)
 {
     sqlite3 *db = NULL;
     char pragmas[256];
-    int rc = sqlite3_open_v2(s->path, &db,
-                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    int rc = sqlite3_open_v2(
+        s->path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) {
         snprintf(err, errlen, "cannot open %s: %s", s->path,
                  db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
@@ -292,8 +292,7 @@ void store_delivery_clear(struct store_delivery *d)
 
 /* ---- settings ---- */
 
-static enum store_status sq_setting_get(struct store *st, const char *key, char *out,
-                                        size_t outlen)
+static enum store_status sq_setting_get(struct store *st, const char *key, char *out, size_t outlen)
 {
     sqlite3_stmt *s = sq_stmt(st, "SELECT value FROM settings WHERE key = ?1");
     enum store_status rc;

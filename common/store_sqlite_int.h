@@ -21,10 +21,10 @@ struct sq_store {
     char path[1024];
     int busy_timeout_ms;
     char synchronous[16];
-    pthread_key_t conn_key;         /* this thread's connection */
+    pthread_key_t conn_key; /* this thread's connection */
     pthread_mutex_t conns_lock;
-    struct sq_conn *conns;          /* every open connection, to close them all */
-    void *api;                      /* store_sqlite_api.c's own state (group commit) */
+    struct sq_conn *conns; /* every open connection, to close them all */
+    void *api;             /* store_sqlite_api.c's own state (group commit) */
 };
 
 /* The calling thread's connection (opened on first use). NULL on failure (logged). */

@@ -113,8 +113,7 @@ static bool enable_v2_pids(const char *root, const char *sbx)
     char list[512];
     if (read_file(sbx, "cgroup.controllers", list, sizeof list) != 0 || !has_word(list, "pids")) {
         write_file(root, "cgroup.subtree_control", "+pids");
-        if (read_file(sbx, "cgroup.controllers", list, sizeof list) != 0 ||
-            !has_word(list, "pids"))
+        if (read_file(sbx, "cgroup.controllers", list, sizeof list) != 0 || !has_word(list, "pids"))
             return false;
     }
     if (read_file(sbx, "cgroup.subtree_control", list, sizeof list) == 0 && has_word(list, "pids"))
