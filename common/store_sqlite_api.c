@@ -85,6 +85,51 @@ static void *list_grow(void *arr, size_t n, size_t elem)
     return p;
 }
 
+/* One page of a list: steps s (bound, asking for limit + 1 rows) and turns each row into an item
+ * of elem_size with from_row, which returns the row's cursor key. A row beyond limit only means
+ * that there is a next page: its cursor is the last item's key. out is the caller's
+ * `struct store_x **`. On failure the items read so far are released with free_items. */
+struct sq_page {
+    size_t elem_size;
+    int64_t (*from_row)(sqlite3_stmt *s, void *item);
+    void (*free_items)(void *items, size_t n);
+};
+
+static enum store_status sq_read_page(struct store *st, sqlite3_stmt *s, size_t limit,
+                                      const struct sq_page *pg, void *out, size_t *n,
+                                      char *next_cursor)
+{
+    char *items = NULL;
+    size_t count = 0;
+    int64_t last = 0;
+    int rc;
+
+    next_cursor[0] = '\0';
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (count == limit) {
+            cursor_format(last, next_cursor);
+            break;
+        }
+        char *grown = list_grow(items, count, pg->elem_size);
+        if (!grown) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        items = grown;
+        last = pg->from_row(s, items + count++ * pg->elem_size);
+    }
+    sq_done(s);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+        pg->free_items(items, count);
+        return sq_status(sq_db(st), rc);
+    }
+    /* out is the caller's `struct store_x **`: every object pointer has the same representation
+     * here, and storing through a void * would be an aliasing violation. */
+    memcpy(out, &items, sizeof items);
+    *n = count;
+    return STORE_OK;
+}
+
 /* Ends a transaction: COMMIT when rc is OK, ROLLBACK otherwise. Returns the final status. */
 static enum store_status finish(sqlite3 *db, enum store_status rc)
 {
@@ -198,15 +243,24 @@ static enum store_status sq_app_create(struct store *st, const struct store_ctx 
     return r;
 }
 
+static int64_t app_page_row(sqlite3_stmt *s, void *item)
+{
+    return app_from_row(s, item);
+}
+
+static void app_page_free(void *items, size_t n)
+{
+    store_app_list_free(items, n);
+}
+
+static const struct sq_page app_page = {sizeof(struct store_app), app_page_row, app_page_free};
+
 static enum store_status sq_app_list(struct store *st, const char *after, size_t limit,
                                      struct store_app **out, size_t *n, char *next_cursor)
 {
     sqlite3_stmt *s = sq_stmt(st, "SELECT " APP_COLS " FROM apps WHERE deleted_at IS NULL "
                                   "AND rowid > ?1 ORDER BY rowid LIMIT ?2");
-    int64_t from = cursor_parse(after), last = 0;
-    struct store_app *items = NULL;
-    size_t count = 0;
-    int rc;
+    int64_t from = cursor_parse(after);
 
     if (from < 0)
         return STORE_INVALID;
@@ -214,28 +268,7 @@ static enum store_status sq_app_list(struct store *st, const char *after, size_t
         return STORE_ERROR;
     sqlite3_bind_int64(s, 1, from);
     sqlite3_bind_int64(s, 2, (int64_t)limit + 1);
-    next_cursor[0] = '\0';
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (count == limit) {
-            cursor_format(last, next_cursor);
-            break;
-        }
-        struct store_app *grown = list_grow(items, count, sizeof *items);
-        if (!grown) {
-            rc = SQLITE_NOMEM;
-            break;
-        }
-        items = grown;
-        last = app_from_row(s, &items[count++]);
-    }
-    sq_done(s);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
-        store_app_list_free(items, count);
-        return sq_status(sq_db(st), rc);
-    }
-    *out = items;
-    *n = count;
-    return STORE_OK;
+    return sq_read_page(st, s, limit, &app_page, (void *)out, n, next_cursor);
 }
 
 static enum store_status sq_app_update(struct store *st, const struct store_ctx *ctx,
@@ -639,6 +672,20 @@ static enum store_status sq_workspace_create(struct store *st, const struct stor
     return r;
 }
 
+static int64_t workspace_page_row(sqlite3_stmt *s, void *item)
+{
+    return ws_from_row(s, item);
+}
+
+static void page_free_plain(void *items, size_t n)
+{
+    (void)n;
+    free(items);
+}
+
+static const struct sq_page workspace_page = {sizeof(struct store_workspace), workspace_page_row,
+                                              page_free_plain};
+
 static enum store_status sq_workspace_list(struct store *st, const char *app_id, const char *after,
                                            size_t limit, struct store_workspace **out, size_t *n,
                                            char *next_cursor)
@@ -646,10 +693,7 @@ static enum store_status sq_workspace_list(struct store *st, const char *app_id,
     sqlite3_stmt *s = sq_stmt(st, "SELECT " WS_COLS " FROM workspaces w WHERE "
                                   "(?1 = '' OR w.app_id = ?1) AND w.deleted_at IS NULL "
                                   "AND w.rowid > ?2 ORDER BY w.rowid LIMIT ?3");
-    int64_t from = cursor_parse(after), last = 0;
-    struct store_workspace *items = NULL;
-    size_t count = 0;
-    int rc;
+    int64_t from = cursor_parse(after);
 
     if (from < 0)
         return STORE_INVALID;
@@ -658,28 +702,7 @@ static enum store_status sq_workspace_list(struct store *st, const char *app_id,
     bind_app(s, 1, app_id);
     sqlite3_bind_int64(s, 2, from);
     sqlite3_bind_int64(s, 3, (int64_t)limit + 1);
-    next_cursor[0] = '\0';
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (count == limit) {
-            cursor_format(last, next_cursor);
-            break;
-        }
-        struct store_workspace *grown = list_grow(items, count, sizeof *items);
-        if (!grown) {
-            rc = SQLITE_NOMEM;
-            break;
-        }
-        items = grown;
-        last = ws_from_row(s, &items[count++]);
-    }
-    sq_done(s);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
-        free(items);
-        return sq_status(sq_db(st), rc);
-    }
-    *out = items;
-    *n = count;
-    return STORE_OK;
+    return sq_read_page(st, s, limit, &workspace_page, (void *)out, n, next_cursor);
 }
 
 static enum store_status sq_workspace_delete(struct store *st, const struct store_ctx *ctx,
@@ -857,6 +880,19 @@ static enum store_status sq_session_create(struct store *st, const struct store_
     return r;
 }
 
+static int64_t session_page_row(sqlite3_stmt *s, void *item)
+{
+    return session_from_row(s, item);
+}
+
+static void session_page_free(void *items, size_t n)
+{
+    store_session_list_free(items, n);
+}
+
+static const struct sq_page session_page = {sizeof(struct store_session), session_page_row,
+                                            session_page_free};
+
 static enum store_status sq_session_list(struct store *st, const char *app_id, const char *after,
                                          size_t limit, struct store_session **out, size_t *n,
                                          char *next_cursor)
@@ -864,10 +900,7 @@ static enum store_status sq_session_list(struct store *st, const char *app_id, c
     sqlite3_stmt *s = sq_stmt(st, "SELECT " SES_COLS "WHERE (?1 = '' OR s.app_id = ?1) "
                                   "AND s.state <> 'deleted' AND s.rowid > ?2 "
                                   "ORDER BY s.rowid LIMIT ?3");
-    int64_t from = cursor_parse(after), last = 0;
-    struct store_session *items = NULL;
-    size_t count = 0;
-    int rc;
+    int64_t from = cursor_parse(after);
 
     if (from < 0)
         return STORE_INVALID;
@@ -876,28 +909,7 @@ static enum store_status sq_session_list(struct store *st, const char *app_id, c
     bind_app(s, 1, app_id);
     sqlite3_bind_int64(s, 2, from);
     sqlite3_bind_int64(s, 3, (int64_t)limit + 1);
-    next_cursor[0] = '\0';
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (count == limit) {
-            cursor_format(last, next_cursor);
-            break;
-        }
-        struct store_session *grown = list_grow(items, count, sizeof *items);
-        if (!grown) {
-            rc = SQLITE_NOMEM;
-            break;
-        }
-        items = grown;
-        last = session_from_row(s, &items[count++]);
-    }
-    sq_done(s);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
-        store_session_list_free(items, count);
-        return sq_status(sq_db(st), rc);
-    }
-    *out = items;
-    *n = count;
-    return STORE_OK;
+    return sq_read_page(st, s, limit, &session_page, (void *)out, n, next_cursor);
 }
 
 static enum store_status sq_session_update(struct store *st, const struct store_ctx *ctx,
@@ -1095,17 +1107,29 @@ static enum store_status sq_message_get(struct store *st, const char *app_id,
     return r;
 }
 
+static int64_t message_page_row(sqlite3_stmt *s, void *item)
+{
+    struct store_message *m = item;
+    message_from_row(s, m);
+    return m->seq;
+}
+
+static void message_page_free(void *items, size_t n)
+{
+    store_message_list_free(items, n);
+}
+
+static const struct sq_page message_page = {sizeof(struct store_message), message_page_row,
+                                            message_page_free};
+
 static enum store_status sq_message_list(struct store *st, const char *app_id,
                                          const char *session_id, const char *after, size_t limit,
                                          struct store_message **out, size_t *n, char *next_cursor)
 {
     sqlite3_stmt *s;
-    int64_t from = cursor_parse(after), last = 0;
-    struct store_message *items = NULL;
+    int64_t from = cursor_parse(after);
     struct store_session ses;
-    size_t count = 0;
     enum store_status r;
-    int rc;
 
     if (from < 0)
         return STORE_INVALID;
@@ -1121,29 +1145,7 @@ static enum store_status sq_message_list(struct store *st, const char *app_id,
     sqlite3_bind_text(s, 1, session_id, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(s, 2, from);
     sqlite3_bind_int64(s, 3, (int64_t)limit + 1);
-    next_cursor[0] = '\0';
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (count == limit) {
-            cursor_format(last, next_cursor);
-            break;
-        }
-        struct store_message *grown = list_grow(items, count, sizeof *items);
-        if (!grown) {
-            rc = SQLITE_NOMEM;
-            break;
-        }
-        items = grown;
-        message_from_row(s, &items[count]);
-        last = items[count++].seq;
-    }
-    sq_done(s);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
-        store_message_list_free(items, count);
-        return sq_status(sq_db(st), rc);
-    }
-    *out = items;
-    *n = count;
-    return STORE_OK;
+    return sq_read_page(st, s, limit, &message_page, (void *)out, n, next_cursor);
 }
 
 /* One caller's enqueue, waiting for the committer: either a blocked caller (done_cb NULL: it
@@ -1491,16 +1493,21 @@ static enum store_status sq_sandbox_get(struct store *st, const char *app_id,
     return r;
 }
 
+static int64_t sandbox_page_row(sqlite3_stmt *s, void *item)
+{
+    return sandbox_from_row(s, item);
+}
+
+static const struct sq_page sandbox_page = {sizeof(struct store_sandbox), sandbox_page_row,
+                                            page_free_plain};
+
 static enum store_status sq_sandbox_list(struct store *st, const char *app_id, const char *after,
                                          size_t limit, struct store_sandbox **out, size_t *n,
                                          char *next_cursor)
 {
     sqlite3_stmt *s = sq_stmt(st, "SELECT " SBX_COLS "FROM sandboxes WHERE (?1 = '' OR "
                                   "app_id = ?1) AND rowid > ?2 ORDER BY rowid LIMIT ?3");
-    int64_t from = cursor_parse(after), last = 0;
-    struct store_sandbox *items = NULL;
-    size_t count = 0;
-    int rc;
+    int64_t from = cursor_parse(after);
 
     if (from < 0)
         return STORE_INVALID;
@@ -1509,28 +1516,7 @@ static enum store_status sq_sandbox_list(struct store *st, const char *app_id, c
     bind_app(s, 1, app_id);
     sqlite3_bind_int64(s, 2, from);
     sqlite3_bind_int64(s, 3, (int64_t)limit + 1);
-    next_cursor[0] = '\0';
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (count == limit) {
-            cursor_format(last, next_cursor);
-            break;
-        }
-        struct store_sandbox *grown = list_grow(items, count, sizeof *items);
-        if (!grown) {
-            rc = SQLITE_NOMEM;
-            break;
-        }
-        items = grown;
-        last = sandbox_from_row(s, &items[count++]);
-    }
-    sq_done(s);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
-        free(items);
-        return sq_status(sq_db(st), rc);
-    }
-    *out = items;
-    *n = count;
-    return STORE_OK;
+    return sq_read_page(st, s, limit, &sandbox_page, (void *)out, n, next_cursor);
 }
 
 static enum store_status sq_sandbox_request_stop(struct store *st, const struct store_ctx *ctx,
