@@ -213,12 +213,26 @@ struct store_event {
 };
 void store_event_list_free(struct store_event *e, size_t n);
 
+/* Upper bounds (ms) of the Sandbox duration histograms in struct store_counts. */
+#define STORE_DURATION_BUCKETS 10
+extern const int64_t store_duration_bounds_ms[STORE_DURATION_BUCKETS];
+
+/* A histogram of durations: counts per bucket (not cumulative; the last bucket is +Inf). */
+struct store_histogram {
+    int64_t buckets[STORE_DURATION_BUCKETS + 1];
+    int64_t count;
+    int64_t sum_ms;
+};
+
 /* Counts for /metrics. */
 struct store_counts {
     int64_t sessions_by_state[4]; /* idle, activating, active, deleted */
     int64_t messages_by_state[4]; /* queued, delivering, completed, failed */
     int64_t sandboxes_by_state[7];
     int64_t oldest_queued_at; /* 0 when the queue is empty */
+    int64_t retrying;         /* queued messages waiting for another attempt */
+    struct store_histogram boot;     /* Sandboxes' boot to agent-ready */
+    struct store_histogram lifetime; /* ended Sandboxes' claim to termination */
 };
 extern const char *const store_session_states[4];
 extern const char *const store_message_states[4];

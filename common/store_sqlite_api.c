@@ -1670,6 +1670,37 @@ static enum store_status count_states(struct store *st, sqlite3_stmt *s, const c
     return rc == SQLITE_DONE ? STORE_OK : sq_status(sq_db(st), rc);
 }
 
+const int64_t store_duration_bounds_ms[STORE_DURATION_BUCKETS] = {
+    10, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 60000};
+
+static void histogram_add(struct store_histogram *h, int64_t ms)
+{
+    size_t i = 0;
+    while (i < STORE_DURATION_BUCKETS && ms > store_duration_bounds_ms[i])
+        i++;
+    h->buckets[i]++;
+    h->count++;
+    h->sum_ms += ms;
+}
+
+/* Boot durations and lifetimes of every Sandbox, in one pass over the sandboxes table. */
+static enum store_status sandbox_histograms(struct store *st, struct store_counts *c)
+{
+    sqlite3_stmt *s = sq_stmt(st, "SELECT boot_ms, terminated_at - claimed_at FROM sandboxes "
+                                  "WHERE boot_ms IS NOT NULL OR terminated_at IS NOT NULL");
+    int rc;
+    if (!s)
+        return STORE_ERROR;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (sqlite3_column_type(s, 0) != SQLITE_NULL)
+            histogram_add(&c->boot, sqlite3_column_int64(s, 0));
+        if (sqlite3_column_type(s, 1) != SQLITE_NULL)
+            histogram_add(&c->lifetime, sqlite3_column_int64(s, 1));
+    }
+    sq_done(s);
+    return rc == SQLITE_DONE ? STORE_OK : sq_status(sq_db(st), rc);
+}
+
 static enum store_status sq_counts(struct store *st, struct store_counts *out)
 {
     struct store_counts c = {0};
@@ -1694,6 +1725,13 @@ static enum store_status sq_counts(struct store *st, struct store_counts *out)
                                       "WHERE state = 'queued'");
         r = s ? step_int(st, s, &c.oldest_queued_at) : STORE_ERROR;
     }
+    if (r == STORE_OK) {
+        sqlite3_stmt *s = sq_stmt(st, "SELECT count(*) FROM messages WHERE state = 'queued' "
+                                      "AND attempts > 0");
+        r = s ? step_int(st, s, &c.retrying) : STORE_ERROR;
+    }
+    if (r == STORE_OK)
+        r = sandbox_histograms(st, &c);
     sq_rollback(db);
     if (r == STORE_OK)
         *out = c;

@@ -168,6 +168,21 @@ static void render_http(struct metrics *m, struct buf *b)
     pthread_mutex_unlock(&m->lock);
 }
 
+static void render_histogram(struct buf *b, const char *name, const char *help,
+                             const struct store_histogram *h)
+{
+    long long cumulative = 0;
+    out(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    for (int i = 0; i < STORE_DURATION_BUCKETS; i++) {
+        cumulative += h->buckets[i];
+        out(b, "%s_bucket{le=\"%g\"} %lld\n", name, (double)store_duration_bounds_ms[i] / 1000.0,
+            cumulative);
+    }
+    out(b, "%s_bucket{le=\"+Inf\"} %lld\n", name, (long long)h->count);
+    out(b, "%s_sum %.3f\n%s_count %lld\n", name, (double)h->sum_ms / 1000.0, name,
+        (long long)h->count);
+}
+
 static void render_store(struct store *st, struct buf *b)
 {
     struct store_counts c;
@@ -198,6 +213,53 @@ static void render_store(struct store *st, struct buf *b)
     for (int i = 0; i < 4; i++)
         out(b, "sbx_messages{state=\"%s\"} %lld\n", store_message_states[i],
             (long long)c.messages_by_state[i]);
+    out(b,
+        "# HELP sbx_queue_retrying Queued messages waiting for another attempt.\n"
+        "# TYPE sbx_queue_retrying gauge\nsbx_queue_retrying %lld\n",
+        (long long)c.retrying);
+    render_histogram(b, "sbx_sandbox_boot_seconds",
+                     "Time from a Sandbox's start to its agent being ready.", &c.boot);
+    render_histogram(b, "sbx_sandbox_lifetime_seconds",
+                     "Time from a Sandbox's claim to its termination, for ended Sandboxes.",
+                     &c.lifetime);
+}
+
+/* The warm pool per shape, as GET /v1/pool shows it. */
+static void render_pool(struct store *st, struct buf *b)
+{
+    struct store_pool_stat *shapes = NULL;
+    size_t n = 0;
+    if (st->pool_stats(st, &shapes, &n) != STORE_OK)
+        return;
+    static const char *const help[] = {
+        "sbx_pool_sandboxes Sandboxes of the pool by shape and state (claimed: serving a Session).",
+        "sbx_pool_cold_activations_total Activations that booted a Sandbox because the pool was "
+        "empty.",
+        "sbx_pool_boot_failures_total Sandbox boots that failed."};
+    static const char *const type[] = {"gauge", "counter", "counter"};
+    for (int k = 0; k < 3; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)strcspn(help[k], " "), help[k]);
+        out(b, "# HELP %s\n# TYPE %s %s\n", help[k], name, type[k]);
+        for (size_t i = 0; i < n; i++) {
+            const struct store_shape *sh = &shapes[i].shape;
+            char labels[300];
+            snprintf(labels, sizeof labels,
+                     "driver=\"%s\",image=\"%s\",vcpus=\"%lld\",mem_mib=\"%lld\"", sh->driver,
+                     sh->image, (long long)sh->vcpu_count, (long long)sh->mem_size_mib);
+            if (k == 0) {
+                out(b, "%s{%s,state=\"warm\"} %lld\n", name, labels, (long long)shapes[i].warm);
+                out(b, "%s{%s,state=\"booting\"} %lld\n", name, labels,
+                    (long long)shapes[i].booting);
+                out(b, "%s{%s,state=\"claimed\"} %lld\n", name, labels,
+                    (long long)shapes[i].claimed);
+            } else {
+                out(b, "%s{%s} %lld\n", name, labels,
+                    (long long)(k == 1 ? shapes[i].cold_activations : shapes[i].boot_failures));
+            }
+        }
+    }
+    free(shapes);
 }
 
 /* The firewall's drop counters per reason, as the workers last published them in the store
@@ -217,6 +279,7 @@ char *metrics_render(struct metrics *m, struct store *st, size_t *len)
         return NULL;
     render_http(m, &b);
     render_store(st, &b);
+    render_pool(st, &b);
     render_firewall(st, &b);
     if (b.failed) {
         free(b.p);

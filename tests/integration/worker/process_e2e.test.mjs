@@ -85,6 +85,12 @@ test('echo reply, Sandbox per Session, keep-alive expiry cleans up, /workspace v
     }, 10000, 'firewall counters in /metrics');
     for (const reason of ['host', 'private', 'metadata', 'special', 'ipv6', 'inbound'])
       assert.match(metrics, new RegExp(`sbx_firewall_dropped_packets_total\\{reason="${reason}"\\}`));
+    // The pool per shape, and the boot and lifetime histograms of the Sandboxes above.
+    assert.match(metrics, /sbx_pool_sandboxes\{driver="process",image="default",vcpus="1",mem_mib="256",state="warm"\} \d+/);
+    const boots = Number(/sbx_sandbox_boot_seconds_count (\d+)/.exec(metrics)?.[1]);
+    assert.ok(boots >= 3, `boot histogram counts ${boots} Sandboxes`);
+    const lived = Number(/sbx_sandbox_lifetime_seconds_count (\d+)/.exec(metrics)?.[1]);
+    assert.ok(lived >= 1, `lifetime histogram counts ${lived} ended Sandboxes`);
 
     const results = await sbx.stop();
     assert.deepEqual(results[0], { code: 0, signal: null });
