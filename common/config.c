@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 enum setting_type { SETTING_STR, SETTING_INT };
 
@@ -178,6 +180,28 @@ static void flag_name(const struct setting *s, char *out, size_t outlen)
     out[i] = '\0';
 }
 
+/* Makes a relative path absolute against the working directory, dropping a leading "./". */
+static int make_absolute(char *path, size_t size, char *err, size_t errlen)
+{
+    char cwd[512], joined[1100];
+    if (path[0] == '\0' || path[0] == '/')
+        return 0;
+    if (!getcwd(cwd, sizeof cwd)) {
+        snprintf(err, errlen, "cannot resolve %s: no working directory (%s)", path, strerror(errno));
+        return -1;
+    }
+    const char *rel = path;
+    while (rel[0] == '.' && rel[1] == '/')
+        rel += 2;
+    int n = snprintf(joined, sizeof joined, "%s/%s", strcmp(cwd, "/") == 0 ? "" : cwd, rel);
+    if (n < 0 || (size_t)n >= size) {
+        snprintf(err, errlen, "%s/%s is too long", cwd, rel);
+        return -1;
+    }
+    memcpy(path, joined, (size_t)n + 1);
+    return 0;
+}
+
 int config_load(struct sbx_config *cfg, int argc, char **argv, char *err, size_t errlen)
 {
     const char *file = getenv("SBX_CONFIG");
@@ -241,6 +265,15 @@ int config_load(struct sbx_config *cfg, int argc, char **argv, char *err, size_t
         argv[i] = NULL;
     }
 
+    /* Paths become absolute against the working directory at start: the jails, the Workspaces
+     * and the drivers' children must not depend on a later chdir(), and the default data_dir is
+     * the relative "./data". */
+    char *paths[] = {cfg->data_dir, cfg->db_path, cfg->chroot_base, cfg->guest_dir, cfg->rootfs};
+    size_t sizes[] = {sizeof cfg->data_dir, sizeof cfg->db_path, sizeof cfg->chroot_base,
+                      sizeof cfg->guest_dir, sizeof cfg->rootfs};
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
+        if (make_absolute(paths[i], sizes[i], err, errlen) != 0)
+            return -1;
     if (cfg->db_path[0] == '\0')
         snprintf(cfg->db_path, sizeof cfg->db_path, "%.500s/sbx.db", cfg->data_dir);
     if (cfg->chroot_base[0] == '\0')
@@ -261,6 +294,36 @@ int config_load(struct sbx_config *cfg, int argc, char **argv, char *err, size_t
         strcmp(cfg->driver, "firecracker") != 0) {
         snprintf(err, errlen, "driver must be process, qemu or firecracker, not \"%s\"",
                  cfg->driver);
+        return -1;
+    }
+    return 0;
+}
+
+/* mkdir -p: each missing component of path is made with mode. */
+static int make_dirs(const char *path, mode_t mode)
+{
+    char tmp[600];
+    if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(tmp, mode) != 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return mkdir(tmp, mode) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+int config_make_data_dirs(const struct sbx_config *cfg, char *err, size_t errlen)
+{
+    char run_dir[600];
+    snprintf(run_dir, sizeof run_dir, "%.500s/run", cfg->data_dir);
+    if (make_dirs(cfg->data_dir, 0755) != 0 || make_dirs(run_dir, 0700) != 0) {
+        snprintf(err, errlen, "cannot create %s: %s", run_dir, strerror(errno));
         return -1;
     }
     return 0;

@@ -63,6 +63,10 @@ struct sbx_config {
  * consumed are set to NULL. */
 int config_load(struct sbx_config *cfg, int argc, char **argv, char *err, size_t errlen);
 
+/* Creates data_dir (0755) and its run/ directory (0700) when missing, whichever daemon starts
+ * first. Returns 0, or -1 with the reason in err. */
+int config_make_data_dirs(const struct sbx_config *cfg, char *err, size_t errlen);
+
 /* Prints the reference table: name, environment variable, flag, default, meaning. */
 void config_print_reference(FILE *out);
 

@@ -33,21 +33,6 @@ static void usage(FILE *out)
     config_print_reference(out);
 }
 
-static int mkdir_p(const char *path, mode_t mode)
-{
-    char tmp[600];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(tmp, mode) != 0 && errno != EEXIST)
-            return -1;
-        *p = '/';
-    }
-    return mkdir(tmp, mode) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 static int hex_decode(const char *hex, uint8_t *out, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -225,8 +210,8 @@ int main(int argc, char **argv)
         return 2;
     }
     snprintf(run_dir, sizeof run_dir, "%s/run", gw.cfg.data_dir);
-    if (mkdir_p(gw.cfg.data_dir, 0755) != 0 || mkdir_p(run_dir, 0700) != 0) {
-        fprintf(stderr, "sbx-gateway: cannot create %s: %s\n", run_dir, strerror(errno));
+    if (config_make_data_dirs(&gw.cfg, err, sizeof err) != 0) {
+        fprintf(stderr, "sbx-gateway: %s\n", err);
         return 1;
     }
     gw.st = store_sqlite_open(gw.cfg.db_path, (int)gw.cfg.busy_timeout_ms, gw.cfg.synchronous, err,
@@ -252,12 +237,14 @@ int main(int argc, char **argv)
                      MHD_USE_ERROR_LOG;
     if (sa.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    /* No MHD_OPTION_LISTENING_ADDRESS_REUSE: with SO_REUSEPORT a second gateway started on the
+     * same port would silently share its connections (with another data directory, perhaps). */
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, 0, NULL, NULL, gateway_access_handler, &gw, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
         NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE,
         (unsigned)gw.cfg.http_threads, MHD_OPTION_CONNECTION_LIMIT, (unsigned)gw.cfg.conn_limit,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)gw.cfg.conn_timeout, MHD_OPTION_NOTIFY_COMPLETED,
-        gateway_request_completed, &gw, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_END);
+        gateway_request_completed, &gw, MHD_OPTION_END);
     if (!d) {
         log_error("cannot listen on %s (in use, or not an address of this host?)", gw.cfg.listen);
         goto out;

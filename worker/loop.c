@@ -185,6 +185,9 @@ int worker_init(struct worker *w, const struct sbx_config *cfg,
     w->ctx.actor = w->actor;
     if (gethostname(w->hostname, sizeof w->hostname) != 0)
         snprintf(w->hostname, sizeof w->hostname, "localhost");
+    /* The worker may start before the gateway has made the data directory. */
+    if (config_make_data_dirs(cfg, err, errlen) != 0)
+        return -1;
     /* NORMAL by default: a worker's state changes need not each wait for an fsync. WAL frames
      * are written in order, so the gateway's next FULL commit makes them durable too; a power
      * loss can only undo the latest ones, and undoing a completion means a redelivery (the lease

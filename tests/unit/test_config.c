@@ -52,12 +52,19 @@ static void test_defaults(void **state)
     struct sbx_config cfg;
     char err[256];
     char *argv[] = {"sbx", NULL};
+    char cwd[400], expect[600];
+    assert_non_null(getcwd(cwd, sizeof cwd));
     assert_int_equal(config_load(&cfg, 1, argv, err, sizeof err), 0);
-    assert_string_equal(cfg.data_dir, "./data");
+    /* Relative paths are made absolute at start: jails and children must not depend on chdir. */
+    snprintf(expect, sizeof expect, "%s/data", strcmp(cwd, "/") == 0 ? "" : cwd);
+    assert_string_equal(cfg.data_dir, expect);
     assert_string_equal(cfg.listen, "127.0.0.1:8080");
     assert_string_equal(cfg.driver, "process");
     assert_int_equal(cfg.pool_size, 2);
-    assert_string_equal(cfg.db_path, "./data/sbx.db");
+    snprintf(expect, sizeof expect, "%s/data/sbx.db", strcmp(cwd, "/") == 0 ? "" : cwd);
+    assert_string_equal(cfg.db_path, expect);
+    snprintf(expect, sizeof expect, "%s/data/jail", strcmp(cwd, "/") == 0 ? "" : cwd);
+    assert_string_equal(cfg.chroot_base, expect);
     assert_string_equal(cfg.synchronous, "FULL");
 }
 
