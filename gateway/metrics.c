@@ -231,16 +231,18 @@ static void render_pool(struct store *st, struct buf *b)
     size_t n = 0;
     if (st->pool_stats(st, &shapes, &n) != STORE_OK)
         return;
-    static const char *const help[] = {
-        "sbx_pool_sandboxes Sandboxes of the pool by shape and state (claimed: serving a Session).",
-        "sbx_pool_cold_activations_total Activations that booted a Sandbox because the pool was "
-        "empty.",
-        "sbx_pool_boot_failures_total Sandbox boots that failed."};
-    static const char *const type[] = {"gauge", "counter", "counter"};
+    static const struct {
+        const char *name, *type, *help;
+    } metric[3] = {
+        {"sbx_pool_sandboxes", "gauge",
+         "Sandboxes of the pool by shape and state (claimed: serving a Session)."},
+        {"sbx_pool_cold_activations_total", "counter",
+         "Activations that booted a Sandbox because the pool was empty."},
+        {"sbx_pool_boot_failures_total", "counter", "Sandbox boots that failed."},
+    };
     for (int k = 0; k < 3; k++) {
-        char name[64];
-        snprintf(name, sizeof name, "%.*s", (int)strcspn(help[k], " "), help[k]);
-        out(b, "# HELP %s\n# TYPE %s %s\n", help[k], name, type[k]);
+        const char *name = metric[k].name;
+        out(b, "# HELP %s %s\n# TYPE %s %s\n", name, metric[k].help, name, metric[k].type);
         for (size_t i = 0; i < n; i++) {
             const struct store_shape *sh = &shapes[i].shape;
             char labels[300];
