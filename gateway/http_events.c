@@ -7,10 +7,24 @@
 #include "render.h"
 #include "reply.h"
 
+#include <ctype.h>
+#include <stdbool.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The form openapi.yaml gives Session ids: "ses_" and 1 to STORE_ID_LEN - 5 letters or digits. */
+static bool is_session_id(const char *s)
+{
+    size_t n = strlen(s);
+    if (n < 5 || n >= STORE_ID_LEN || strncmp(s, "ses_", 4) != 0)
+        return false;
+    for (size_t i = 4; i < n; i++)
+        if (!isalnum((unsigned char)s[i]))
+            return false;
+    return true;
+}
 
 enum MHD_Result http_event_list(struct request *r)
 {
@@ -24,8 +38,9 @@ enum MHD_Result http_event_list(struct request *r)
 
     if (!paging_params(r, &limit, &cursor, &ret))
         return ret;
-    if (session_id && (strlen(session_id) == 0 || strlen(session_id) >= STORE_ID_LEN))
-        return reply_problem(r, "invalid-parameter", "sessionId", "sessionId must be a Session id");
+    if (session_id && !is_session_id(session_id))
+        return reply_problem(r, "invalid-parameter", "sessionId",
+                             "sessionId must be a Session id (ses_ and letters or digits)");
     int64_t after = *cursor ? strtoll(cursor, NULL, 10) : 0;
     /* One more than asked tells whether there is a next page. */
     enum store_status s =

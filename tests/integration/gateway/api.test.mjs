@@ -449,6 +449,7 @@ test('events: audit trail in order, by session, with cursor', async () => {
   const next = await req(gw, 'GET', `/v1/events?sessionId=${s.id}&limit=1&cursor=${page.json.nextCursor}`, { token: key });
   assert.equal(next.json.items[0].kind, 'message.queued');
   assertProblem(assert, await req(gw, 'GET', '/v1/events?limit=abc', { token: key }), 400, 'invalid-parameter', 'limit');
+  assertProblem(assert, await req(gw, 'GET', '/v1/events?sessionId=bad', { token: key }), 400, 'invalid-parameter', 'sessionId');
   // Admin sees every App's events.
   const adm = await req(gw, 'GET', '/v1/events?limit=200', { token: gw.admin });
   assert.ok(adm.json.items.some((e) => e.kind === 'app.created'));
