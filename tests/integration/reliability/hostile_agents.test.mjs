@@ -15,6 +15,8 @@ let sbx, hostile, echo, bystander, hostSecret;
 // A Sandbox uid of its own: RLIMIT_NPROC counts per uid on the whole host, so the fork storm must
 // not use up the default uid 65534 that other suites' Sandboxes on this machine share.
 export const SANDBOX_UID = 60000 + (process.pid % 5000);
+// The hostile agent's command name as /proc shows it (15 characters at most).
+const HOSTILE_COMM = 'sbx-test-hostil';
 
 before(async () => {
   sbx = await startSbx({ workers: 1, env: { SBX_MESSAGE_TIMEOUT: '4', SBX_LOG_LEVEL: 'info',
@@ -79,11 +81,16 @@ async function sandboxEnded(id) {
 }
 
 // Processes of this test's Sandbox uid on the host (all its Sandboxes share it).
-function sandboxUidProcesses() {
+// Processes of the test's Sandbox uid; with name, only those whose command is name (the fork
+// storm's children are the hostile agent; warm pool Sandboxes and other Sessions' agents are not).
+function sandboxUidProcesses(name) {
   let n = 0;
   for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
     try {
-      if (new RegExp(`^Uid:\\s+${SANDBOX_UID}\\b`, 'm').test(readFileSync(`/proc/${pid}/status`, 'utf8'))) n++;
+      const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+      if (!new RegExp(`^Uid:\\s+${SANDBOX_UID}\\b`, 'm').test(status)) continue;
+      if (name && !new RegExp(`^Name:\\s+${name}$`, 'm').test(status)) continue;
+      n++;
     } catch { /* gone */ }
   }
   return n;
@@ -141,12 +148,16 @@ test('host files, host processes, another Sandbox, mount, ptrace, setuid, chroot
 });
 
 test('a fork storm stops at its Sandbox\'s pids limit, other Sessions go on (new Sandboxes too), and all of it goes with the Session', async () => {
-  const baseline = sandboxUidProcesses();
   const { s, m } = await attack({ do: 'forks', max: 20000 }, 90);
   assert.equal(m.state, 'completed', m.error);
   assert.ok(m.reply.forked < 20000, `forked ${m.reply.forked} processes: no limit`);
   assert.equal(m.reply.errno, EAGAIN);
   console.log(`fork storm: ${m.reply.forked} children before EAGAIN; uid ${SANDBOX_UID} now has ${sandboxUidProcesses()} processes`);
+  // The storm's processes: those in its Sandbox's cgroup (other hostile Sessions' agents, kept
+  // warm for their keep-alive, run the same program as the same uid).
+  const cgroup = sbx.sql(`SELECT cgroup_path FROM sandboxes WHERE id = '${m.sandboxId}'`);
+  const stormPids = readFileSync(`${cgroup}/cgroup.procs`, 'utf8').split('\n').filter(Boolean);
+  assert.ok(stormPids.length > 100, `only ${stormPids.length} processes in ${cgroup}`);
   // While the storm's children live, the running bystander Sandbox keeps answering (checked at the
   // end), and a *new* Sandbox of another Session starts: the storm ran into its own pids cgroup
   // (sandbox_pids_max), not into the RLIMIT_NPROC that every Sandbox's uid shares.
@@ -155,7 +166,12 @@ test('a fork storm stops at its Sandbox\'s pids limit, other Sessions go on (new
   assert.equal(fm.state, 'completed', `a new Sandbox could not start during another Session's fork storm: ${fm.error}`);
   // Deleting the Session ends its Sandbox and every process in it.
   assert.equal((await req(sbx.gw, 'DELETE', `/v1/sessions/${s.id}`, { token: hostile.key })).status, 204);
-  await sbx.until(() => sandboxUidProcesses() <= baseline + 2, 30000, 'the fork storm processes to be gone');
+  const alive = () => stormPids.filter((pid) => {
+    try {
+      return new RegExp(`^Name:\\s+${HOSTILE_COMM}$`, 'm').test(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    } catch { return false; }
+  }).length;
+  await sbx.until(() => alive() === 0, 30000, 'the fork storm processes to be gone');
 });
 
 test('the bystander Session was served throughout', async () => {
