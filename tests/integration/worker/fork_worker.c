@@ -203,10 +203,9 @@ static int fork_terminate(const struct sbx_config *cfg, struct sandbox_runtime *
 static int fork_reap(const struct sbx_config *cfg, const struct store_sandbox *sb, char *err,
                      size_t errlen)
 {
-    (void)cfg;
     (void)err;
     (void)errlen;
-    char path[64], comm[64] = "";
+    char path[64], comm[64] = "", jail[600];
     snprintf(path, sizeof path, "/proc/%lld/comm", (long long)sb->pid);
     FILE *f = sb->pid > 0 ? fopen(path, "r") : NULL;
     if (f) {
@@ -214,8 +213,10 @@ static int fork_reap(const struct sbx_config *cfg, const struct store_sandbox *s
             kill((pid_t)sb->pid, SIGKILL);
         fclose(f);
     }
-    if (sb->jail_dir[0])
-        remove_jail(sb->jail_dir);
+    /* Derived from the id, as the real drivers do: a worker killed mid-boot made the jail
+     * before it could record it. */
+    snprintf(jail, sizeof jail, "%.400s/fork/%s", cfg->chroot_base, sb->id);
+    remove_jail(jail);
     return 0;
 }
 
