@@ -9,6 +9,7 @@
 #include "timefmt.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,6 +232,41 @@ enum store_status sq_event(struct store *st, const struct store_ctx *ctx, const 
     rc = sqlite3_step(s);
     sq_done(s);
     return rc == SQLITE_DONE ? STORE_OK : sq_status(sq_db(st), rc);
+}
+
+enum store_status sq_read_page(struct store *st, sqlite3_stmt *s, size_t limit,
+                               const struct sq_page *pg, void *out, size_t *n, char *next_cursor)
+{
+    char *items = NULL;
+    size_t count = 0;
+    int64_t last = 0;
+    int rc;
+
+    next_cursor[0] = '\0';
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (count == limit) {
+            snprintf(next_cursor, STORE_CURSOR_LEN, "%" PRId64, last);
+            break;
+        }
+        char *grown = realloc(items, (count + 1) * pg->elem_size);
+        if (!grown) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        items = grown;
+        memset(items + count * pg->elem_size, 0, pg->elem_size);
+        last = pg->from_row(s, items + count++ * pg->elem_size);
+    }
+    sq_done(s);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+        pg->free_items(items, count);
+        return sq_status(sq_db(st), rc);
+    }
+    /* out is the caller's `struct store_x **`: every object pointer has the same representation
+     * here, and storing through a void * would be an aliasing violation. */
+    memcpy(out, &items, sizeof items);
+    *n = count;
+    return STORE_OK;
 }
 
 /* ---- records ---- */

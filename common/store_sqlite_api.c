@@ -44,11 +44,6 @@ static int64_t cursor_parse(const char *after)
     return v;
 }
 
-static void cursor_format(int64_t v, char *out)
-{
-    snprintf(out, STORE_CURSOR_LEN, "%" PRId64, v);
-}
-
 /* Binds the App scope: "" or NULL means any App. */
 static void bind_app(sqlite3_stmt *s, int idx, const char *app_id)
 {
@@ -83,51 +78,6 @@ static void *list_grow(void *arr, size_t n, size_t elem)
     if (p)
         memset(p + n * elem, 0, elem);
     return p;
-}
-
-/* One page of a list: steps s (bound, asking for limit + 1 rows) and turns each row into an item
- * of elem_size with from_row, which returns the row's cursor key. A row beyond limit only means
- * that there is a next page: its cursor is the last item's key. out is the caller's
- * `struct store_x **`. On failure the items read so far are released with free_items. */
-struct sq_page {
-    size_t elem_size;
-    int64_t (*from_row)(sqlite3_stmt *s, void *item);
-    void (*free_items)(void *items, size_t n);
-};
-
-static enum store_status sq_read_page(struct store *st, sqlite3_stmt *s, size_t limit,
-                                      const struct sq_page *pg, void *out, size_t *n,
-                                      char *next_cursor)
-{
-    char *items = NULL;
-    size_t count = 0;
-    int64_t last = 0;
-    int rc;
-
-    next_cursor[0] = '\0';
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (count == limit) {
-            cursor_format(last, next_cursor);
-            break;
-        }
-        char *grown = list_grow(items, count, pg->elem_size);
-        if (!grown) {
-            rc = SQLITE_NOMEM;
-            break;
-        }
-        items = grown;
-        last = pg->from_row(s, items + count++ * pg->elem_size);
-    }
-    sq_done(s);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
-        pg->free_items(items, count);
-        return sq_status(sq_db(st), rc);
-    }
-    /* out is the caller's `struct store_x **`: every object pointer has the same representation
-     * here, and storing through a void * would be an aliasing violation. */
-    memcpy(out, &items, sizeof items);
-    *n = count;
-    return STORE_OK;
 }
 
 /* Ends a transaction: COMMIT when rc is OK, ROLLBACK otherwise. Returns the final status. */
@@ -1670,8 +1620,8 @@ static enum store_status count_states(struct store *st, sqlite3_stmt *s, const c
     return rc == SQLITE_DONE ? STORE_OK : sq_status(sq_db(st), rc);
 }
 
-const int64_t store_duration_bounds_ms[STORE_DURATION_BUCKETS] = {
-    10, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 60000};
+const int64_t store_duration_bounds_ms[STORE_DURATION_BUCKETS] = {10,   50,   100,  250,   500,
+                                                                  1000, 2500, 5000, 10000, 60000};
 
 static void histogram_add(struct store_histogram *h, int64_t ms)
 {

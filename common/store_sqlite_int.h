@@ -54,6 +54,18 @@ char *sq_col_dup(sqlite3_stmt *s, int col);
 /* Binds text, or NULL for NULL or "". */
 int sq_bind_text_or_null(sqlite3_stmt *s, int idx, const char *v);
 
+/* One page of a list (limit SIZE_MAX: every row): steps s (bound, asking for limit + 1 rows) and
+ * turns each row into an item of elem_size with from_row, which returns the row's cursor key. A row
+ * beyond limit only means that there is a next page: its cursor is the last item's key. out is the
+ * caller's `struct store_x **`. On failure the items read so far are released with free_items. */
+struct sq_page {
+    size_t elem_size;
+    int64_t (*from_row)(sqlite3_stmt *s, void *item);
+    void (*free_items)(void *items, size_t n);
+};
+enum store_status sq_read_page(struct store *st, sqlite3_stmt *s, size_t limit,
+                               const struct sq_page *pg, void *out, size_t *n, char *next_cursor);
+
 /* Filled in by the two other files. */
 void store_sqlite_api_init(struct store *st);
 void store_sqlite_api_fini(struct store *st);

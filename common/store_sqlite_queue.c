@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -309,40 +310,35 @@ static enum store_status q_worker_list_dead(struct store *st, int64_t stale_ms,
     return STORE_OK;
 }
 
+static int64_t worker_page_row(sqlite3_stmt *s, void *item)
+{
+    struct store_worker *w = item;
+    sq_col_copy(s, 0, w->id, sizeof w->id);
+    sq_col_copy(s, 1, w->host, sizeof w->host);
+    w->pid = sqlite3_column_int64(s, 2);
+    w->started_at = sqlite3_column_int64(s, 3);
+    w->heartbeat_at = sqlite3_column_int64(s, 4);
+    return 0;
+}
+
+static void page_free_plain(void *items, size_t n)
+{
+    (void)n;
+    free(items);
+}
+
+static const struct sq_page worker_page = {sizeof(struct store_worker), worker_page_row,
+                                           page_free_plain};
+
 static enum store_status q_worker_list_active(struct store *st, struct store_worker **out,
                                               size_t *n)
 {
     sqlite3_stmt *s = sq_stmt(st, "SELECT id, host, pid, started_at, heartbeat_at FROM workers "
                                   "WHERE stopped_at IS NULL ORDER BY started_at");
-    struct store_worker *list = NULL;
-    size_t len = 0;
-    int r;
+    char no_cursor[STORE_CURSOR_LEN];
     if (!s)
         return STORE_ERROR;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
-        struct store_worker *grown = realloc(list, (len + 1) * sizeof *list);
-        if (!grown) {
-            free(list);
-            sq_done(s);
-            return STORE_ERROR;
-        }
-        list = grown;
-        struct store_worker *w = &list[len++];
-        memset(w, 0, sizeof *w);
-        sq_col_copy(s, 0, w->id, sizeof w->id);
-        sq_col_copy(s, 1, w->host, sizeof w->host);
-        w->pid = sqlite3_column_int64(s, 2);
-        w->started_at = sqlite3_column_int64(s, 3);
-        w->heartbeat_at = sqlite3_column_int64(s, 4);
-    }
-    sq_done(s);
-    if (r != SQLITE_DONE) {
-        free(list);
-        return sq_status(sq_db(st), r);
-    }
-    *out = list;
-    *n = len;
-    return STORE_OK;
+    return sq_read_page(st, s, SIZE_MAX, &worker_page, (void *)out, n, no_cursor);
 }
 
 /* ---- sessions (worker side) ---- */
@@ -1327,39 +1323,28 @@ static enum store_status q_worker_adopt(struct store *st, const struct store_ctx
     return q_end(db, q_adopt_in_tx(st, ctx, dead_worker_id, new_owner));
 }
 
+static int64_t shape_page_row(sqlite3_stmt *s, void *item)
+{
+    struct store_shape *sh = item;
+    sq_col_copy(s, 0, sh->driver, sizeof sh->driver);
+    sq_col_copy(s, 1, sh->image, sizeof sh->image);
+    sh->vcpu_count = sqlite3_column_int64(s, 2);
+    sh->mem_size_mib = sqlite3_column_int64(s, 3);
+    return 0;
+}
+
+static const struct sq_page shape_page = {sizeof(struct store_shape), shape_page_row,
+                                          page_free_plain};
+
 static enum store_status q_app_shapes(struct store *st, struct store_shape **out, size_t *n)
 {
     sqlite3_stmt *s = sq_stmt(st, "SELECT DISTINCT driver, image, vcpu_count, mem_size_mib "
                                   "FROM apps WHERE deleted_at IS NULL "
                                   "ORDER BY driver, image, vcpu_count, mem_size_mib");
-    struct store_shape *list = NULL;
-    size_t len = 0;
-    int r;
+    char no_cursor[STORE_CURSOR_LEN];
     if (!s)
         return STORE_ERROR;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
-        struct store_shape *grown = realloc(list, (len + 1) * sizeof *list);
-        if (!grown) {
-            free(list);
-            sq_done(s);
-            return STORE_ERROR;
-        }
-        list = grown;
-        struct store_shape *sh = &list[len++];
-        memset(sh, 0, sizeof *sh);
-        sq_col_copy(s, 0, sh->driver, sizeof sh->driver);
-        sq_col_copy(s, 1, sh->image, sizeof sh->image);
-        sh->vcpu_count = sqlite3_column_int64(s, 2);
-        sh->mem_size_mib = sqlite3_column_int64(s, 3);
-    }
-    sq_done(s);
-    if (r != SQLITE_DONE) {
-        free(list);
-        return sq_status(sq_db(st), r);
-    }
-    *out = list;
-    *n = len;
-    return STORE_OK;
+    return sq_read_page(st, s, SIZE_MAX, &shape_page, (void *)out, n, no_cursor);
 }
 
 void store_sqlite_queue_init(struct store *st)
