@@ -12,6 +12,7 @@
 #include "lifecycle.h"
 #include "log.h"
 #include "netns.h"
+#include "nfs_export.h"
 #include "notify.h"
 #include "pool.h"
 #include "reconcile.h"
@@ -230,6 +231,27 @@ int worker_init(struct worker *w, const struct sbx_config *cfg,
     return 0;
 }
 
+/* The NFS server serves every worker of this host (one data_dir): the last one to leave stops it,
+ * so that nothing of sbx keeps TCP 2049 open once sbx is down. A worker that starts later starts
+ * the server again at its first export. */
+static void nfs_stop_if_last(struct worker *w)
+{
+    struct store_worker *workers = NULL;
+    size_t n = 0;
+    bool others = false;
+    char err[256];
+    if (w->st->worker_list_active(w->st, &workers, &n) != STORE_OK) {
+        log_warn("worker: cannot list workers; leaving the NFS server running");
+        return;
+    }
+    for (size_t i = 0; i < n && !others; i++)
+        others = strcmp(workers[i].id, w->id) != 0 && strcmp(workers[i].host, w->hostname) == 0 &&
+                 reconcile_pid_is_worker(workers[i].pid);
+    free(workers);
+    if (!others && nfs_export_stop(&w->cfg, err, sizeof err) != 0)
+        log_warn("worker: stopping the NFS server: %s", err);
+}
+
 int worker_run(struct worker *w)
 {
     struct timeval poll = ms_tv(w->cfg.poll_ms), beat = ms_tv(w->cfg.heartbeat_ms);
@@ -252,6 +274,7 @@ int worker_run(struct worker *w)
     event_base_dispatch(w->base);
 
     w->st->worker_stop(w->st, w->id);
+    nfs_stop_if_last(w);
     log_info("worker %s stopped", w->id);
     return w->exit_code;
 }

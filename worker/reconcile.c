@@ -15,8 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Whether pid on this host is a live sbx-worker process (not a zombie, not a reused pid). */
-static bool pid_is_live_worker(int64_t pid)
+bool reconcile_pid_is_worker(int64_t pid)
 {
     char path[64], buf[512];
     FILE *f;
@@ -131,7 +130,7 @@ void reconcile_run(struct worker *w)
              * tells. */
             bool same_host = strcmp(o->host, w->hostname) == 0;
             bool stale = now - o->heartbeat_at > w->cfg.worker_stale_ms;
-            bool gone = same_host ? !pid_is_live_worker(o->pid) : stale;
+            bool gone = same_host ? !reconcile_pid_is_worker(o->pid) : stale;
             if (!gone)
                 continue;
             enum store_status rc = w->st->worker_adopt(w->st, &w->ctx, o->id, w->id);

@@ -12,4 +12,7 @@
  * and reaps what they left; also requeues expired leases. */
 void reconcile_run(struct worker *w);
 
+/* Whether pid on this host is a live sbx-worker process (not a zombie, not a reused pid). */
+bool reconcile_pid_is_worker(int64_t pid);
+
 #endif

@@ -20,12 +20,29 @@ function nfsElement(addr) {
   return out.includes(`${addr} `) || out.includes(`${addr},`) || out.includes(`${addr}\n`) || out.includes(`${addr} }`);
 }
 
-function stopGanesha(dataDir) {
+// The pid of sbx's ganesha for dataDir while it runs, else 0.
+function ganeshaPid(dataDir) {
   const pidFile = join(dataDir, 'run', 'ganesha', 'ganesha.pid');
-  if (!existsSync(pidFile)) return;
+  if (!existsSync(pidFile)) return 0;
   const pid = Number(readFileSync(pidFile, 'utf8').trim());
   try {
+    return readFileSync(`/proc/${pid}/comm`, 'utf8').startsWith('ganesha') ? pid : 0;
+  } catch {
+    return 0;
+  }
+}
+
+// Stops a ganesha the test left running (a failed assertion) and waits until it has exited: it
+// writes into its directory until then, and the data dir is removed next.
+async function stopGanesha(dataDir) {
+  const pid = ganeshaPid(dataDir);
+  if (!pid) return;
+  try {
     process.kill(pid, 'SIGTERM');
+  } catch {}
+  for (let i = 0; i < 100 && ganeshaPid(dataDir) === pid; i++) await new Promise((r) => setTimeout(r, 100));
+  try {
+    process.kill(pid, 'SIGKILL');
   } catch {}
 }
 
@@ -82,9 +99,11 @@ test('a Workspace file survives Sandbox replacement through the NFS export; anot
     const results = await sbx.stop();
     assert.deepEqual(results[0], { code: 0, signal: null });
     assert.equal(readdirExports(sbx.dataDir).length, 0, 'exports left after the worker stopped');
+    // The last worker of the host stopped the NFS server: nothing of sbx holds TCP 2049 now.
+    assert.equal(ganeshaPid(sbx.dataDir), 0, 'ganesha still runs after the last worker stopped');
   } finally {
     await sbx.stop();
-    stopGanesha(sbx.dataDir);
+    await stopGanesha(sbx.dataDir);
     sbx.cleanup();
   }
 });
