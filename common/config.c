@@ -37,6 +37,8 @@ struct setting {
 static const struct setting settings[] = {
     STR(data_dir, "./data", "directory of the database, Workspaces, jails and run files"),
     STR(db_path, "", "SQLite database file (default <data_dir>/sbx.db)"),
+    STR(store, "sqlite",
+        "store backend: sqlite (the file db_path, one host) or a postgres:// URL (several hosts)"),
     STR(listen, "127.0.0.1:8080", "address and port the gateway listens on"),
     STR(admin_token, "", "admin bearer token (generated and printed once when unset)"),
     STR(driver, "process", "driver of new Apps: process, qemu or firecracker"),
@@ -187,7 +189,8 @@ static int make_absolute(char *path, size_t size, char *err, size_t errlen)
     if (path[0] == '\0' || path[0] == '/')
         return 0;
     if (!getcwd(cwd, sizeof cwd)) {
-        snprintf(err, errlen, "cannot resolve %s: no working directory (%s)", path, strerror(errno));
+        snprintf(err, errlen, "cannot resolve %s: no working directory (%s)", path,
+                 strerror(errno));
         return -1;
     }
     const char *rel = path;
@@ -288,6 +291,14 @@ int config_load(struct sbx_config *cfg, int argc, char **argv, char *err, size_t
         strcmp(cfg->worker_synchronous, "NORMAL") != 0) {
         snprintf(err, errlen, "worker_synchronous must be FULL or NORMAL, not \"%s\"",
                  cfg->worker_synchronous);
+        return -1;
+    }
+    if (strcmp(cfg->store, "sqlite") != 0 && strncmp(cfg->store, "postgres://", 11) != 0 &&
+        strncmp(cfg->store, "postgresql://", 13) != 0) {
+        snprintf(
+            err, errlen,
+            "store must be sqlite or a postgres:// (postgresql://) connection URL, not \"%.64s\"",
+            cfg->store);
         return -1;
     }
     if (strcmp(cfg->driver, "process") != 0 && strcmp(cfg->driver, "qemu") != 0 &&

@@ -15,6 +15,7 @@
 struct sbx_config {
     char data_dir[512];          /* SBX_DATA_DIR: database, workspaces, jails, run/ */
     char db_path[512];           /* SBX_DB_PATH: default <data_dir>/sbx.db */
+    char store[1024];            /* SBX_STORE: "" or sqlite (db_path), or a postgres:// URL */
     char listen[128];            /* SBX_LISTEN: host:port of the gateway */
     char admin_token[256];       /* SBX_ADMIN_TOKEN: generated on first start when empty */
     char driver[16];             /* SBX_DRIVER: default driver of new Apps */

@@ -1,0 +1,200 @@
+/*
+ * sql.h: the SQL engines under the store (SQLite, PostgreSQL) behind one small statement API, so
+ * that the store's logic (store_sql_api.c for the gateway, store_sql_queue.c for the workers) is
+ * written once and runs on either database.
+ *
+ * Not for the gateway or the workers: they see only store.h. An engine provides a struct
+ * sql_engine; a store opened on it has a struct sql_store as its cls.
+ *
+ * The SQL the store writes is the common subset of SQLite and PostgreSQL: numbered parameters
+ * ?1..?N (the PostgreSQL engine rewrites them to $1..$N), integers for times and booleans, and an
+ * explicit `rowid` column where lists page (PostgreSQL has no implicit rowid; its migrations
+ * declare one). Where the two dialects differ, sql_dialect() tells which one runs.
+ *
+ * Connections are per thread (opened on first use). Statements are cached per connection, keyed
+ * by the address of their SQL text, which must therefore be a string literal.
+ */
+#ifndef SBX_SQL_H
+#define SBX_SQL_H
+
+#include "store.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* What sql_step() returns besides an error (which is negative: see sql_status()). */
+#define SQL_ROW 100
+#define SQL_DONE 101
+#define SQL_ERROR (-1) /* details (and the store status) are kept on the thread's connection */
+#define SQL_NOMEM (-2) /* out of memory in the caller: STORE_ERROR */
+
+enum sql_dialect { SQL_SQLITE, SQL_POSTGRES };
+
+struct sql_stmt; /* an engine's prepared statement; starts with its engine pointer */
+
+struct sql_engine {
+    const char *name;
+    enum sql_dialect dialect;
+    struct sql_stmt *(*stmt)(struct store *st, const char *sql);
+    /* Text binds: sql_bind_text keeps the pointer until the statement is stepped or done;
+     * sql_bind_text_copy copies. NULL binds SQL NULL. */
+    void (*bind_text)(struct sql_stmt *s, int idx, const char *v, bool copy);
+    void (*bind_int64)(struct sql_stmt *s, int idx, int64_t v);
+    void (*bind_null)(struct sql_stmt *s, int idx);
+    void (*bind_blob)(struct sql_stmt *s, int idx, const void *v, size_t len);
+    int (*step)(struct sql_stmt *s);
+    bool (*col_null)(struct sql_stmt *s, int col);
+    int64_t (*col_int64)(struct sql_stmt *s, int col);
+    const char *(*col_text)(struct sql_stmt *s, int col); /* NULL for NULL */
+    /* Copies a blob column into out (up to outlen bytes); returns its full length. */
+    size_t (*col_blob)(struct sql_stmt *s, int col, void *out, size_t outlen);
+    void (*done)(struct sql_stmt *s);
+    /* Rows changed by the last statement this thread stepped to its end. */
+    int64_t (*changes)(struct store *st);
+    /* A statement with no result rows (BEGIN, SAVEPOINT, ...), outside the cache. */
+    int (*exec)(struct store *st, const char *sql);
+    /* Writers take the database's write lock at BEGIN (SQLite: BEGIN IMMEDIATE; PostgreSQL:
+     * BEGIN and the store's transaction-level advisory lock), so a writer's reads stay true until
+     * it commits, exactly as on SQLite. Readers see one snapshot. */
+    enum store_status (*begin)(struct store *st, bool writer);
+    enum store_status (*commit)(struct store *st); /* rolls back on failure */
+    void (*rollback)(struct store *st);
+    /* The store status of rc: STORE_OK for SQL_ROW/SQL_DONE, else the last error's (logged). */
+    enum store_status (*status)(struct store *st, int rc);
+};
+
+/* What every engine's store keeps as its cls; engines extend it (first member). */
+struct sql_store {
+    const struct sql_engine *eng;
+    void *api; /* store_sql_api.c's own state (group commit) */
+};
+
+struct sql_stmt {
+    const struct sql_engine *eng;
+};
+
+static inline const struct sql_engine *sql_eng(struct store *st)
+{
+    return ((struct sql_store *)st->cls)->eng;
+}
+static inline enum sql_dialect sql_dialect(struct store *st)
+{
+    return sql_eng(st)->dialect;
+}
+/* A cached statement for sql (a string literal) on this thread's connection; NULL on failure. */
+static inline struct sql_stmt *sql_stmt(struct store *st, const char *sql)
+{
+    return sql_eng(st)->stmt(st, sql);
+}
+static inline void sql_bind_text(struct sql_stmt *s, int idx, const char *v)
+{
+    s->eng->bind_text(s, idx, v, false);
+}
+static inline void sql_bind_text_copy(struct sql_stmt *s, int idx, const char *v)
+{
+    s->eng->bind_text(s, idx, v, true);
+}
+/* Binds text, or NULL for NULL or "" (copied). */
+static inline void sql_bind_text_or_null(struct sql_stmt *s, int idx, const char *v)
+{
+    s->eng->bind_text(s, idx, v && *v ? v : NULL, true);
+}
+static inline void sql_bind_int64(struct sql_stmt *s, int idx, int64_t v)
+{
+    s->eng->bind_int64(s, idx, v);
+}
+static inline void sql_bind_null(struct sql_stmt *s, int idx)
+{
+    s->eng->bind_null(s, idx);
+}
+static inline void sql_bind_blob(struct sql_stmt *s, int idx, const void *v, size_t len)
+{
+    s->eng->bind_blob(s, idx, v, len);
+}
+static inline int sql_step(struct sql_stmt *s)
+{
+    return s->eng->step(s);
+}
+static inline bool sql_col_null(struct sql_stmt *s, int col)
+{
+    return s->eng->col_null(s, col);
+}
+static inline int64_t sql_col_int64(struct sql_stmt *s, int col)
+{
+    return s->eng->col_int64(s, col);
+}
+static inline const char *sql_col_text(struct sql_stmt *s, int col)
+{
+    return s->eng->col_text(s, col);
+}
+static inline size_t sql_col_blob(struct sql_stmt *s, int col, void *out, size_t outlen)
+{
+    return s->eng->col_blob(s, col, out, outlen);
+}
+/* Resets the statement (and its bindings) for its next use; NULL is allowed. */
+static inline void sql_done(struct sql_stmt *s)
+{
+    if (s)
+        s->eng->done(s);
+}
+static inline int64_t sql_changes(struct store *st)
+{
+    return sql_eng(st)->changes(st);
+}
+static inline int sql_exec(struct store *st, const char *sql)
+{
+    return sql_eng(st)->exec(st, sql);
+}
+static inline enum store_status sql_begin(struct store *st)
+{
+    return sql_eng(st)->begin(st, true);
+}
+static inline enum store_status sql_begin_read(struct store *st)
+{
+    return sql_eng(st)->begin(st, false);
+}
+static inline enum store_status sql_commit(struct store *st)
+{
+    return sql_eng(st)->commit(st);
+}
+static inline void sql_rollback(struct store *st)
+{
+    sql_eng(st)->rollback(st);
+}
+static inline enum store_status sql_status(struct store *st, int rc)
+{
+    return sql_eng(st)->status(st, rc);
+}
+
+/* ---- engine-independent helpers (store_sql.c) ---- */
+
+/* Column helpers: copy text into a fixed buffer ("" for NULL), or strdup it (NULL for NULL). */
+void sql_col_copy(struct sql_stmt *s, int col, char *out, size_t outlen);
+char *sql_col_dup(struct sql_stmt *s, int col);
+
+/* Appends an audit event inside the caller's transaction. data_json may be NULL. */
+enum store_status sql_event(struct store *st, const struct store_ctx *ctx, const char *kind,
+                            const char *object_type, const char *object_id, const char *app_id,
+                            const char *session_id, const char *data_json);
+
+/* One page of a list (limit SIZE_MAX: every row): steps s (bound, asking for limit + 1 rows) and
+ * turns each row into an item of elem_size with from_row, which returns the row's cursor key. A row
+ * beyond limit only means that there is a next page: its cursor is the last item's key. out is the
+ * caller's `struct store_x **`. On failure the items read so far are released with free_items. */
+struct sql_page {
+    size_t elem_size;
+    int64_t (*from_row)(struct sql_stmt *s, void *item);
+    void (*free_items)(void *items, size_t n);
+};
+enum store_status sql_read_page(struct store *st, struct sql_stmt *s, size_t limit,
+                                const struct sql_page *pg, void *out, size_t *n, char *next_cursor);
+
+/* Fills in the store's function table from the engine-independent logic; called by each engine's
+ * open function once its struct sql_store is the store's cls. */
+void store_sql_api_init(struct store *st);
+void store_sql_api_fini(struct store *st);
+void store_sql_queue_init(struct store *st);
+void store_sql_settings_init(struct store *st);
+
+#endif
