@@ -1,0 +1,34 @@
+/*
+ * sql_pg.h: the PostgreSQL engine's own entry points, for store_open.c (which assembles
+ * store_pg_open() from them and the engine-independent store logic) and for the engine's tests,
+ * which drive the engine on a schema of their own. Not for the gateway or the workers.
+ */
+#ifndef SBX_SQL_PG_H
+#define SBX_SQL_PG_H
+
+#include "migrations.h"
+#include "sql.h"
+
+/* The transaction-level advisory lock every sbx writer (and every migration) takes right after
+ * BEGIN: "sbx\0WRIT" as a big-endian int64. One key for the whole database makes PostgreSQL
+ * writers as serial as SQLite's, which the store's logic was written for. */
+#define SQL_PG_WRITE_LOCK_KEY INT64_C(0x7362780057524954)
+
+/* A store whose cls is the PostgreSQL engine's struct sql_store, connected once to check the URL,
+ * with st->close set to sql_pg_store_close and no store functions filled in. On failure writes a
+ * reason naming the URL (without its password) to err and returns NULL. */
+struct store *sql_pg_store_open(const char *url, char *err, size_t errlen);
+
+/* Closes every thread's connection and frees the store. */
+void sql_pg_store_close(struct store *st);
+
+/* Applies the migrations of list (in version order) that the database lacks, each in its own
+ * transaction under SQL_PG_WRITE_LOCK_KEY, recording them in schema_version; refuses a database
+ * whose version is newer than the last of list. 0, or -1 with a reason in err. */
+int sql_pg_migrate(struct store *st, const struct sbx_migration *list, size_t n, char *err,
+                   size_t errlen);
+
+/* The store's URL with any password removed, for messages. */
+const char *sql_pg_store_url(struct store *st);
+
+#endif

@@ -1,0 +1,642 @@
+/*
+ * test_sql_pg.c: the PostgreSQL engine (common/sql_pg.c) against a real server: the throwaway
+ * cluster tests/pg-run.sh starts (SBX_TEST_PG_URL). It drives the engine through sql.h on a small
+ * schema of its own, so it checks the engine's contract, not the store's logic: ?N rewriting,
+ * binds and columns, changes(), SQLSTATE mapping, the writers' lock, readers' snapshots,
+ * reconnection after the server restarts, and migrations (run once, newer schema refused).
+ */
+#include "log.h"
+#include "sql_pg.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const struct sbx_migration test_schema[] = {
+    {1, "items",
+     "CREATE TABLE items (rowid BIGSERIAL PRIMARY KEY, name TEXT NOT NULL UNIQUE, n BIGINT "
+     "CHECK (n IS NULL OR n >= -9223372036854775808), small INTEGER CHECK (small >= 0), "
+     "note TEXT, data BYTEA)"},
+    {2, "counters",
+     "CREATE TABLE counters (id INTEGER PRIMARY KEY, value BIGINT NOT NULL); "
+     "INSERT INTO counters (id, value) VALUES (1, 0)"},
+};
+
+/* The same and one more, which fails if it runs twice (no IF NOT EXISTS, and a row). */
+static const struct sbx_migration test_schema_v3[] = {
+    test_schema[0],
+    test_schema[1],
+    {3, "once", "CREATE TABLE once_t (id INTEGER PRIMARY KEY); INSERT INTO once_t (id) VALUES (1)"},
+};
+
+static const char *pg_url(void)
+{
+    const char *url = getenv("SBX_TEST_PG_URL");
+    if (!url || !*url)
+        fail_msg("SBX_TEST_PG_URL is not set: run this test under tests/pg-run.sh");
+    return url;
+}
+
+static struct store *open_store(void)
+{
+    char err[512];
+    struct store *st = sql_pg_store_open(pg_url(), err, sizeof err);
+    if (!st)
+        fail_msg("sql_pg_store_open: %s", err);
+    return st;
+}
+
+/* One statement that must succeed and return no row. */
+static void run_ok(struct store *st, const char *sql)
+{
+    struct sql_stmt *s = sql_stmt(st, sql);
+    assert_non_null(s);
+    int rc = sql_step(s);
+    if (rc != SQL_DONE)
+        fail_msg("\"%s\": %d (%s)", sql, rc, store_status_name(sql_status(st, rc)));
+    sql_done(s);
+}
+
+/* The one int64 a query returns. */
+static int64_t query_int(struct store *st, const char *sql)
+{
+    struct sql_stmt *s = sql_stmt(st, sql);
+    int64_t v;
+    assert_non_null(s);
+    assert_int_equal(sql_step(s), SQL_ROW);
+    v = sql_col_int64(s, 0);
+    assert_int_equal(sql_step(s), SQL_DONE);
+    sql_done(s);
+    return v;
+}
+
+static int setup(void **state)
+{
+    char err[512];
+    struct store *st = open_store();
+    if (sql_pg_migrate(st, test_schema, 2, err, sizeof err) != 0)
+        fail_msg("migrate: %s", err);
+    run_ok(st, "DELETE FROM items");
+    run_ok(st, "UPDATE counters SET value = 0");
+    *state = st;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct store *st = *state;
+    st->close(st);
+    return 0;
+}
+
+static void test_rewrites_numbered_parameters_outside_literals(void **state)
+{
+    struct store *st = *state;
+    struct sql_stmt *s = sql_stmt(st, "SELECT ?1 || '?2 it''s ?3' || ?2, 'a?b', ?10 -- ?11\n");
+    assert_non_null(s);
+    assert_int_equal(s->eng->dialect, SQL_POSTGRES);
+    sql_bind_text(s, 1, "x");
+    sql_bind_text(s, 2, "y");
+    sql_bind_int64(s, 10, 42);
+    assert_int_equal(sql_step(s), SQL_ROW);
+    assert_string_equal(sql_col_text(s, 0), "x?2 it's ?3y");
+    assert_string_equal(sql_col_text(s, 1), "a?b");
+    assert_int_equal(sql_col_int64(s, 2), 42);
+    assert_int_equal(sql_step(s), SQL_DONE);
+    sql_done(s);
+
+    /* The cache hands back the same statement for the same text, ready for new bindings. */
+    assert_ptr_equal(sql_stmt(st, "SELECT ?1 || '?2 it''s ?3' || ?2, 'a?b', ?10 -- ?11\n"), s);
+    sql_bind_text(s, 1, "p");
+    sql_bind_text(s, 2, "q");
+    sql_bind_int64(s, 10, -1);
+    assert_int_equal(sql_step(s), SQL_ROW);
+    assert_string_equal(sql_col_text(s, 0), "p?2 it's ?3q");
+    assert_int_equal(sql_col_int64(s, 2), -1);
+    sql_done(s);
+}
+
+static void test_binds_and_columns_round_trip(void **state)
+{
+    struct store *st = *state;
+    static const unsigned char blob[] = {0x00, 0xff, 0x5c, 0x78, 0x27, 0x00, 0x80, 0x01};
+    unsigned char out[16], small[3];
+    char kept[16], copied[16];
+    struct sql_stmt *s;
+
+    s = sql_stmt(st, "INSERT INTO items (name, n, small, note, data) VALUES (?1, ?2, ?3, ?4, ?5)");
+    assert_non_null(s);
+    /* A kept pointer is read when the statement runs; a copy is taken at the bind. */
+    snprintf(kept, sizeof kept, "kept");
+    snprintf(copied, sizeof copied, "copied");
+    sql_bind_text(s, 1, kept);
+    sql_bind_int64(s, 2, INT64_MIN);
+    sql_bind_int64(s, 3, 7);
+    sql_bind_text_copy(s, 4, copied);
+    sql_bind_blob(s, 5, blob, sizeof blob);
+    snprintf(copied, sizeof copied, "changed");
+    assert_int_equal(sql_step(s), SQL_DONE);
+    sql_done(s);
+
+    sql_bind_text_or_null(s, 1, "nulls");
+    sql_bind_null(s, 2);
+    sql_bind_null(s, 3);
+    sql_bind_text_or_null(s, 4, "");
+    sql_bind_null(s, 5);
+    assert_int_equal(sql_step(s), SQL_DONE);
+    sql_done(s);
+
+    sql_bind_text(s, 1, "max");
+    sql_bind_int64(s, 2, INT64_MAX);
+    sql_bind_blob(s, 5, "", 0);
+    /* ?3 and ?4 left unbound: NULL, as in SQLite. */
+    assert_int_equal(sql_step(s), SQL_DONE);
+    sql_done(s);
+
+    s = sql_stmt(st, "SELECT name, n, small, note, data FROM items ORDER BY rowid");
+    assert_non_null(s);
+    assert_int_equal(sql_step(s), SQL_ROW);
+    assert_string_equal(sql_col_text(s, 0), "kept");
+    assert_true(sql_col_int64(s, 1) == INT64_MIN);
+    assert_int_equal(sql_col_int64(s, 2), 7);
+    assert_string_equal(sql_col_text(s, 3), "copied");
+    assert_false(sql_col_null(s, 4));
+    assert_int_equal(sql_col_blob(s, 4, out, sizeof out), sizeof blob);
+    assert_memory_equal(out, blob, sizeof blob);
+    /* A short buffer gets the first bytes; the full length is still reported. */
+    assert_int_equal(sql_col_blob(s, 4, small, sizeof small), sizeof blob);
+    assert_memory_equal(small, blob, sizeof small);
+
+    assert_int_equal(sql_step(s), SQL_ROW);
+    assert_string_equal(sql_col_text(s, 0), "nulls");
+    for (int col = 1; col <= 4; col++) {
+        assert_true(sql_col_null(s, col));
+        assert_null(sql_col_text(s, col));
+    }
+    assert_int_equal(sql_col_int64(s, 1), 0);
+    assert_int_equal(sql_col_blob(s, 4, out, sizeof out), 0);
+
+    assert_int_equal(sql_step(s), SQL_ROW);
+    assert_true(sql_col_int64(s, 1) == INT64_MAX);
+    assert_true(sql_col_null(s, 2));
+    assert_false(sql_col_null(s, 4));
+    assert_int_equal(sql_col_blob(s, 4, out, sizeof out), 0);
+    assert_int_equal(sql_step(s), SQL_DONE);
+    sql_done(s);
+}
+
+static void test_nulls_are_typed_for_is_null(void **state)
+{
+    struct store *st = *state;
+    struct sql_stmt *s;
+
+    run_ok(st, "INSERT INTO items (name, n) VALUES ('typed', 5)");
+    /* `?N IS NULL` alone does not tell PostgreSQL a type: the engine must. */
+    s = sql_stmt(st, "UPDATE items SET n = CASE WHEN ?2 IS NULL THEN n ELSE GREATEST(n, ?2) END, "
+                     "note = COALESCE(?3, note) WHERE name = ?1 AND (?4 IS NULL OR note = ?4)");
+    assert_non_null(s);
+    sql_bind_text(s, 1, "typed");
+    sql_bind_null(s, 2);
+    sql_bind_text(s, 3, NULL);
+    sql_bind_text(s, 4, NULL);
+    assert_int_equal(sql_step(s), SQL_DONE);
+    assert_int_equal(sql_changes(st), 1);
+    sql_done(s);
+    sql_bind_text(s, 1, "typed");
+    sql_bind_int64(s, 2, 9);
+    sql_bind_text(s, 3, "noted");
+    assert_int_equal(sql_step(s), SQL_DONE);
+    sql_done(s);
+    assert_int_equal(query_int(st, "SELECT n FROM items WHERE name = 'typed' AND note = 'noted'"),
+                     9);
+}
+
+static void test_aggregates_and_booleans_read_as_integers(void **state)
+{
+    struct store *st = *state;
+    struct sql_stmt *s;
+
+    run_ok(st, "INSERT INTO items (name, n) VALUES ('a', 1), ('b', 2), ('c', 4)");
+    s = sql_stmt(st, "SELECT count(*), sum(n), sum(n) / 2.0, EXISTS (SELECT 1 FROM items WHERE "
+                     "n = ?1), ?1 = 3 FROM items");
+    assert_non_null(s);
+    sql_bind_int64(s, 1, 3);
+    assert_int_equal(sql_step(s), SQL_ROW);
+    assert_int_equal(sql_col_int64(s, 0), 3);
+    assert_int_equal(sql_col_int64(s, 1), 7); /* numeric */
+    assert_int_equal(sql_col_int64(s, 2), 3); /* 3.5: truncated, like SQLite's int64 read */
+    assert_int_equal(sql_col_int64(s, 3), 0); /* false */
+    assert_int_equal(sql_col_int64(s, 4), 1); /* true */
+    sql_done(s);
+}
+
+static void test_changes_counts_the_last_write(void **state)
+{
+    struct store *st = *state;
+    struct sql_stmt *s;
+
+    run_ok(st, "INSERT INTO items (name, n) VALUES ('a', 1), ('b', 1), ('c', 2)");
+    assert_int_equal(sql_changes(st), 3);
+    run_ok(st, "UPDATE items SET note = 'x' WHERE n = 1");
+    assert_int_equal(sql_changes(st), 2);
+    /* A SELECT in between does not count (as with sqlite3_changes()). */
+    assert_int_equal(query_int(st, "SELECT count(*) FROM items"), 3);
+    assert_int_equal(sql_changes(st), 2);
+    run_ok(st, "DELETE FROM items WHERE n = 99");
+    assert_int_equal(sql_changes(st), 0);
+
+    s = sql_stmt(st, "UPDATE items SET n = n + 10 WHERE n >= ?1 RETURNING name");
+    assert_non_null(s);
+    sql_bind_int64(s, 1, 1);
+    assert_int_equal(sql_step(s), SQL_ROW);
+    assert_int_equal(sql_step(s), SQL_ROW);
+    assert_int_equal(sql_step(s), SQL_ROW);
+    assert_int_equal(sql_step(s), SQL_DONE);
+    sql_done(s);
+    assert_int_equal(sql_changes(st), 3);
+}
+
+static void test_constraint_violations_map_to_statuses(void **state)
+{
+    struct store *st = *state;
+    struct sql_stmt *s;
+    int rc;
+
+    run_ok(st, "INSERT INTO items (name) VALUES ('taken')");
+    s = sql_stmt(st, "INSERT INTO items (name, small) VALUES (?1, ?2)");
+    assert_non_null(s);
+    sql_bind_text(s, 1, "taken");
+    rc = sql_step(s);
+    sql_done(s);
+    assert_int_equal(rc, SQL_ERROR);
+    assert_int_equal(sql_status(st, rc), STORE_CONFLICT);
+
+    sql_bind_text(s, 1, "negative");
+    sql_bind_int64(s, 2, -1);
+    rc = sql_step(s);
+    sql_done(s);
+    assert_int_equal(sql_status(st, rc), STORE_INVALID); /* check */
+
+    sql_bind_null(s, 1);
+    rc = sql_step(s);
+    sql_done(s);
+    assert_int_equal(sql_status(st, rc), STORE_INVALID); /* not null */
+
+    s = sql_stmt(st, "SELECT no_such_column FROM items");
+    assert_non_null(s);
+    rc = sql_step(s);
+    sql_done(s);
+    assert_int_equal(sql_status(st, rc), STORE_ERROR);
+    assert_int_equal(sql_status(st, SQL_NOMEM), STORE_ERROR);
+    assert_int_equal(sql_status(st, SQL_ROW), STORE_OK);
+    assert_int_equal(sql_status(st, SQL_DONE), STORE_OK);
+
+    /* In a transaction the failure aborts it: commit reports it and keeps nothing. */
+    assert_int_equal(sql_begin(st), STORE_OK);
+    run_ok(st, "INSERT INTO items (name) VALUES ('in-tx')");
+    s = sql_stmt(st, "INSERT INTO items (name, small) VALUES (?1, ?2)");
+    sql_bind_text(s, 1, "taken");
+    rc = sql_step(s);
+    sql_done(s);
+    assert_int_equal(sql_status(st, rc), STORE_CONFLICT);
+    assert_int_equal(sql_commit(st), STORE_CONFLICT);
+    assert_int_equal(query_int(st, "SELECT count(*) FROM items WHERE name = 'in-tx'"), 0);
+    /* And the connection is usable afterwards. */
+    assert_int_equal(sql_begin(st), STORE_OK);
+    run_ok(st, "INSERT INTO items (name) VALUES ('after')");
+    assert_int_equal(sql_commit(st), STORE_OK);
+    assert_int_equal(query_int(st, "SELECT count(*) FROM items WHERE name = 'after'"), 1);
+}
+
+static void test_commit_keeps_and_rollback_discards(void **state)
+{
+    struct store *st = *state;
+
+    assert_int_equal(sql_begin(st), STORE_OK);
+    run_ok(st, "INSERT INTO items (name) VALUES ('rolled back')");
+    sql_rollback(st);
+    assert_int_equal(query_int(st, "SELECT count(*) FROM items"), 0);
+
+    assert_int_equal(sql_begin(st), STORE_OK);
+    run_ok(st, "INSERT INTO items (name) VALUES ('committed')");
+    /* Savepoints, as the group commit uses them. */
+    assert_int_equal(sql_exec(st, "SAVEPOINT enqueue"), SQL_DONE);
+    run_ok(st, "INSERT INTO items (name) VALUES ('undone')");
+    assert_int_equal(sql_exec(st, "ROLLBACK TO enqueue"), SQL_DONE);
+    assert_int_equal(sql_exec(st, "RELEASE enqueue"), SQL_DONE);
+    assert_int_equal(sql_commit(st), STORE_OK);
+    assert_int_equal(query_int(st, "SELECT count(*) FROM items"), 1);
+    assert_int_equal(query_int(st, "SELECT count(*) FROM items WHERE name = 'committed'"), 1);
+
+    assert_int_equal(sql_exec(st, "SELECT no_such_function()"), SQL_ERROR);
+    assert_int_equal(sql_status(st, SQL_ERROR), STORE_ERROR);
+}
+
+static void test_session_settings(void **state)
+{
+    struct store *st = *state;
+    struct sql_stmt *s = sql_stmt(st, "SELECT current_setting('synchronous_commit'), "
+                                      "current_setting('TimeZone'), "
+                                      "current_setting('application_name'), "
+                                      "current_setting('lock_timeout')");
+    assert_non_null(s);
+    assert_int_equal(sql_step(s), SQL_ROW);
+    assert_string_equal(sql_col_text(s, 0), "on");
+    assert_string_equal(sql_col_text(s, 1), "UTC");
+    assert_string_equal(sql_col_text(s, 2), "sbx");
+    assert_string_equal(sql_col_text(s, 3), "5s");
+    sql_done(s);
+}
+
+/* ---- concurrency ---- */
+
+#define INCREMENTS 25
+
+/* What the helper threads below share with the test (cmocka's asserts work only on the test's own
+ * thread, so the threads count failures instead). */
+struct worker_arg {
+    struct store *st;
+    int failures;
+};
+
+/* The one int64 a query returns, or -1 (counted as a failure) in a helper thread. */
+static int64_t thread_query_int(struct worker_arg *w, const char *sql)
+{
+    struct sql_stmt *s = sql_stmt(w->st, sql);
+    int64_t v = -1;
+    if (s && sql_step(s) == SQL_ROW)
+        v = sql_col_int64(s, 0);
+    else
+        w->failures++;
+    sql_done(s);
+    return v;
+}
+
+static void thread_run(struct worker_arg *w, const char *sql, int64_t arg)
+{
+    struct sql_stmt *s = sql_stmt(w->st, sql);
+    if (!s) {
+        w->failures++;
+        return;
+    }
+    sql_bind_int64(s, 1, arg);
+    if (sql_step(s) != SQL_DONE)
+        w->failures++;
+    sql_done(s);
+}
+
+/* Read-modify-write of one counter in writer transactions, with a pause between the read and the
+ * write: without the writers' lock, READ COMMITTED loses updates. */
+static void *increment_counter(void *arg)
+{
+    struct worker_arg *w = arg;
+    for (int i = 0; i < INCREMENTS; i++) {
+        if (sql_begin(w->st) != STORE_OK) {
+            w->failures++;
+            continue;
+        }
+        int64_t v = thread_query_int(w, "SELECT value FROM counters WHERE id = 1");
+        usleep(2000);
+        thread_run(w, "UPDATE counters SET value = ?1 WHERE id = 1", v + 1);
+        if (sql_commit(w->st) != STORE_OK)
+            w->failures++;
+    }
+    return NULL;
+}
+
+static void test_writers_are_serialised(void **state)
+{
+    struct worker_arg wa = {*state, 0}, wb = {*state, 0};
+    pthread_t a, b;
+
+    assert_int_equal(pthread_create(&a, NULL, increment_counter, &wa), 0);
+    assert_int_equal(pthread_create(&b, NULL, increment_counter, &wb), 0);
+    pthread_join(a, NULL);
+    pthread_join(b, NULL);
+    assert_int_equal(wa.failures + wb.failures, 0);
+    assert_int_equal(query_int(wa.st, "SELECT value FROM counters WHERE id = 1"), 2 * INCREMENTS);
+}
+
+static void *write_counter(void *arg)
+{
+    struct worker_arg *w = arg;
+    if (sql_begin(w->st) != STORE_OK) {
+        w->failures++;
+        return NULL;
+    }
+    thread_run(w, "UPDATE counters SET value = value + ?1 WHERE id = 1", 100);
+    if (sql_commit(w->st) != STORE_OK)
+        w->failures++;
+    return NULL;
+}
+
+static void test_readers_see_one_snapshot(void **state)
+{
+    struct store *st = *state;
+    struct worker_arg wa = {st, 0};
+    pthread_t w;
+    int64_t before;
+    int rc;
+
+    assert_int_equal(sql_begin_read(st), STORE_OK);
+    before = query_int(st, "SELECT value FROM counters WHERE id = 1");
+    /* Another connection commits meanwhile (and is not blocked by the reader). */
+    assert_int_equal(pthread_create(&w, NULL, write_counter, &wa), 0);
+    pthread_join(w, NULL);
+    assert_int_equal(wa.failures, 0);
+    assert_int_equal(query_int(st, "SELECT value FROM counters WHERE id = 1"), before);
+    /* A reader cannot write. */
+    struct sql_stmt *s = sql_stmt(st, "UPDATE counters SET value = 0");
+    rc = sql_step(s);
+    sql_done(s);
+    assert_int_equal(rc, SQL_ERROR);
+    assert_int_not_equal(sql_status(st, rc), STORE_OK);
+    sql_rollback(st);
+    assert_int_equal(query_int(st, "SELECT value FROM counters WHERE id = 1"), before + 100);
+}
+
+/* ---- server restarts ---- */
+
+/* Runs pg_ctl on the fixture's cluster as the user that owns it. */
+static void pg_ctl(const char *action)
+{
+    const char *bin = getenv("SBX_TEST_PG_BIN"), *data = getenv("SBX_TEST_PG_DATA");
+    const char *owner = getenv("SBX_TEST_PG_OWNER"), *port = getenv("SBX_TEST_PG_PORT");
+    char cmd[2048];
+    if (!bin || !data || !port)
+        fail_msg("SBX_TEST_PG_BIN, SBX_TEST_PG_DATA and SBX_TEST_PG_PORT must be set");
+    snprintf(cmd, sizeof cmd,
+             "%s%s%s %s/pg_ctl -D %s -o '-p %s' -l %s/../server.log -w -m fast %s "
+             ">/dev/null",
+             getuid() == 0 && owner ? "runuser -u " : "", getuid() == 0 && owner ? owner : "",
+             getuid() == 0 && owner ? " --" : "", bin, data, port, data, action);
+    if (system(cmd) != 0)
+        fail_msg("%s failed", cmd);
+}
+
+static void test_reconnects_after_the_server_restarts(void **state)
+{
+    struct store *st = *state;
+    struct sql_stmt *s;
+    int rc;
+
+    run_ok(st, "INSERT INTO items (name) VALUES ('before restart')");
+
+    /* A transaction after a restart begins on a new connection at once. */
+    pg_ctl("restart");
+    assert_int_equal(sql_begin(st), STORE_OK);
+    run_ok(st, "INSERT INTO items (name) VALUES ('after restart')");
+    assert_int_equal(sql_commit(st), STORE_OK);
+    test_session_settings(state); /* set again on the new session */
+
+    /* So does a plain SELECT, which is safe to run again. */
+    pg_ctl("restart");
+    assert_int_equal(query_int(st, "SELECT count(*) FROM items"), 2);
+
+    /* A write outside a transaction may or may not have happened: busy, then the next works. */
+    pg_ctl("restart");
+    s = sql_stmt(st, "INSERT INTO items (name) VALUES (?1)");
+    sql_bind_text(s, 1, "maybe");
+    rc = sql_step(s);
+    sql_done(s);
+    assert_int_equal(rc, SQL_ERROR);
+    assert_int_equal(sql_status(st, rc), STORE_BUSY);
+    sql_bind_text(s, 1, "surely");
+    assert_int_equal(sql_step(s), SQL_DONE);
+    sql_done(s);
+
+    /* While the server is down: busy, and no reconnection loop; then back. */
+    pg_ctl("stop");
+    assert_int_equal(sql_begin(st), STORE_BUSY);
+    s = sql_stmt(st, "SELECT count(*) FROM items");
+    rc = sql_step(s);
+    sql_done(s);
+    assert_int_equal(sql_status(st, rc), STORE_BUSY);
+    pg_ctl("start");
+    assert_int_equal(sql_begin(st), STORE_OK);
+    assert_int_equal(query_int(st, "SELECT count(*) FROM items WHERE name <> 'maybe'"), 3);
+    assert_int_equal(sql_commit(st), STORE_OK);
+
+    /* A connection lost inside a transaction is not replaced until the transaction ends. */
+    assert_int_equal(sql_begin(st), STORE_OK);
+    pg_ctl("restart");
+    s = sql_stmt(st, "SELECT count(*) FROM items");
+    rc = sql_step(s);
+    sql_done(s);
+    assert_int_equal(sql_status(st, rc), STORE_BUSY);
+    /* Nor does a later statement of the transaction run on a new connection, outside it. */
+    s = sql_stmt(st, "INSERT INTO items (name) VALUES (?1)");
+    sql_bind_text(s, 1, "outside the transaction");
+    rc = sql_step(s);
+    sql_done(s);
+    assert_int_equal(sql_status(st, rc), STORE_BUSY);
+    assert_int_equal(sql_commit(st), STORE_BUSY);
+    assert_int_equal(sql_begin(st), STORE_OK);
+    assert_int_equal(query_int(st, "SELECT count(*) FROM items WHERE name LIKE 'outside%'"), 0);
+    assert_int_equal(sql_commit(st), STORE_OK);
+}
+
+/* ---- opening and migrations ---- */
+
+static void test_connection_error_names_the_url_without_password(void **state)
+{
+    char err[512];
+    (void)state;
+    struct store *st = sql_pg_store_open("postgres://sbx:s3cret@127.0.0.1:1/sbx?connect_timeout=2",
+                                         err, sizeof err);
+    assert_null(st);
+    assert_non_null(strstr(err, "postgres://sbx@127.0.0.1:1/sbx"));
+    assert_null(strstr(err, "s3cret"));
+
+    st = sql_pg_store_open("postgresql://127.0.0.1:1/sbx?user=sbx&password=s3cret&sslmode=disable",
+                           err, sizeof err);
+    assert_null(st);
+    assert_non_null(strstr(err, "postgresql://127.0.0.1:1/sbx?user=sbx&sslmode=disable"));
+    assert_null(strstr(err, "s3cret"));
+}
+
+static void *migrate_v3(void *arg)
+{
+    char err[512];
+    struct store *st = sql_pg_store_open(getenv("SBX_TEST_PG_URL"), err, sizeof err);
+    int *rc = arg;
+    *rc = st ? sql_pg_migrate(st, test_schema_v3, 3, err, sizeof err) : -1;
+    if (*rc != 0)
+        fprintf(stderr, "migrate: %s\n", err);
+    if (st)
+        st->close(st);
+    return NULL;
+}
+
+static void test_migrations_run_once_and_newer_schemas_are_refused(void **state)
+{
+    struct store *st = *state;
+    pthread_t t[4];
+    int rc[4];
+    char err[512];
+
+    /* Four processes' worth of stores migrating at once: each migration runs exactly once. */
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, migrate_v3, &rc[i]), 0);
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(rc[i], 0);
+    }
+    assert_int_equal(query_int(st, "SELECT count(*) FROM once_t"), 1);
+    assert_int_equal(query_int(st, "SELECT max(version) FROM schema_version"), 3);
+
+    /* A binary that knows only up to version 2 refuses the database. */
+    assert_int_equal(sql_pg_migrate(st, test_schema, 2, err, sizeof err), -1);
+    assert_non_null(strstr(err, "has schema version 3, newer than this sbx (which knows up to 2)"));
+    assert_null(strstr(err, "s3cret"));
+
+    /* A failing migration leaves the database at the last whole version. */
+    static const struct sbx_migration bad[] = {
+        test_schema_v3[0],
+        test_schema_v3[1],
+        test_schema_v3[2],
+        {4, "bad", "CREATE TABLE half_done (id INTEGER); SELECT no_such_function()"},
+    };
+    assert_int_equal(sql_pg_migrate(st, bad, 4, err, sizeof err), -1);
+    assert_non_null(strstr(err, "migration 0004_bad failed"));
+    assert_int_equal(query_int(st, "SELECT max(version) FROM schema_version"), 3);
+    assert_int_equal(query_int(st, "SELECT count(*) FROM pg_tables WHERE tablename = 'half_done'"),
+                     0);
+
+    run_ok(st, "DROP TABLE once_t");
+    run_ok(st, "DELETE FROM schema_version WHERE version = 3");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_rewrites_numbered_parameters_outside_literals, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_binds_and_columns_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_nulls_are_typed_for_is_null, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_aggregates_and_booleans_read_as_integers, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_changes_counts_the_last_write, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_constraint_violations_map_to_statuses, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_commit_keeps_and_rollback_discards, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_session_settings, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_writers_are_serialised, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_readers_see_one_snapshot, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reconnects_after_the_server_restarts, setup, teardown),
+        cmocka_unit_test(test_connection_error_names_the_url_without_password),
+        cmocka_unit_test_setup_teardown(test_migrations_run_once_and_newer_schemas_are_refused,
+                                        setup, teardown),
+    };
+    log_init("test", "warn");
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
