@@ -647,8 +647,10 @@ static int pg_execute_once(struct pg_stmt *s)
 static int pg_execute(struct pg_stmt *s)
 {
     struct pg_conn *c = s->conn;
+    bool was_connected = PQstatus(c->db) == CONNECTION_OK;
     int rc = pg_execute_once(s);
-    if (rc != SQL_DONE && s->read_only && !c->in_txn && PQstatus(c->db) != CONNECTION_OK)
+    if (rc != SQL_DONE && was_connected && s->read_only && !c->in_txn &&
+        PQstatus(c->db) != CONNECTION_OK)
         rc = pg_execute_once(s);
     s->ran = true;
     return rc;
