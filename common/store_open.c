@@ -1,6 +1,10 @@
 /*
- * store_open.c: picks the store backend that the `store` setting names.
+ * store_open.c: picks the store backend that the `store` setting names, and assembles the
+ * PostgreSQL one: its engine (sql_pg.c) under the store's engine-independent logic.
  */
+#include "log.h"
+#include "migrations.h"
+#include "sql_pg.h"
 #include "store.h"
 
 #include <stdio.h>
@@ -15,4 +19,27 @@ struct store *store_open(const char *store, const char *sqlite_path, int busy_ti
         return store_pg_open(store, err, errlen);
     snprintf(err, errlen, "unknown store \"%.64s\": sqlite or a postgres:// URL", store);
     return NULL;
+}
+
+static void store_pg_close(struct store *st)
+{
+    store_sql_api_fini(st);
+    sql_pg_store_close(st);
+}
+
+struct store *store_pg_open(const char *url, char *err, size_t errlen)
+{
+    struct store *st = sql_pg_store_open(url, err, errlen);
+    if (!st)
+        return NULL;
+    if (sql_pg_migrate(st, sbx_pg_migrations, sbx_pg_migrations_count, err, errlen) != 0) {
+        sql_pg_store_close(st);
+        return NULL;
+    }
+    st->close = store_pg_close;
+    store_sql_settings_init(st);
+    store_sql_api_init(st);
+    store_sql_queue_init(st);
+    log_info("store: PostgreSQL at %s", sql_pg_store_url(st));
+    return st;
 }
