@@ -616,6 +616,87 @@ static void test_migrations_run_once_and_newer_schemas_are_refused(void **state)
     run_ok(st, "DELETE FROM schema_version WHERE version = 3");
 }
 
+/* ---- the whole store on the engine ---- */
+
+/* A fresh, empty database `name` of the fixture's cluster; its URL in url. */
+static void create_database(const char *name, char *url, size_t urllen)
+{
+    const char *admin_url = getenv("SBX_TEST_PG_ADMIN_URL"), *slash;
+    char err[512], sql[128];
+    struct store *admin;
+
+    if (!admin_url)
+        fail_msg("SBX_TEST_PG_ADMIN_URL is not set: run this test under tests/pg-run.sh");
+    if (!(admin = sql_pg_store_open(admin_url, err, sizeof err)))
+        fail_msg("admin: %s", err);
+    snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s WITH (FORCE)", name);
+    assert_int_equal(sql_exec(admin, sql), SQL_DONE);
+    snprintf(sql, sizeof sql, "CREATE DATABASE %s OWNER sbx", name);
+    assert_int_equal(sql_exec(admin, sql), SQL_DONE);
+    admin->close(admin);
+    slash = strrchr(pg_url(), '/');
+    snprintf(url, urllen, "%.*s/%s", (int)(slash - pg_url()), pg_url(), name);
+}
+
+static void test_store_pg_open_migrates_and_runs_the_store(void **state)
+{
+    static const struct store_ctx admin = {"admin", "req_test"};
+    char url[512], err[512];
+    struct store *st;
+    struct store_app a;
+    struct store_session sess;
+    struct store_message m;
+    bool created = false, replayed = false;
+    (void)state;
+
+    create_database("t_store", url, sizeof url);
+    if (!(st = store_pg_open(url, err, sizeof err)))
+        fail_msg("store_pg_open: %s", err);
+    assert_int_equal(query_int(st, "SELECT max(version) FROM schema_version"),
+                     sbx_pg_migrations[sbx_pg_migrations_count - 1].version);
+
+    memset(&a, 0, sizeof a);
+    snprintf(a.name, sizeof a.name, "alpha");
+    a.keep_alive_seconds = 60;
+    a.vcpu_count = 1;
+    a.mem_size_mib = 256;
+    snprintf(a.driver, sizeof a.driver, "process");
+    snprintf(a.image, sizeof a.image, "default");
+    a.max_attempts = 3;
+    a.command_json = "[\"/usr/bin/sbx-echo-agent\"]";
+    assert_int_equal(st->app_create(st, &admin, &a), STORE_OK);
+    a.command_json = NULL;
+    assert_int_equal(st->session_create(st, &admin, a.id, NULL, 0, NULL, NULL, &sess, &created),
+                     STORE_OK);
+    assert_true(created);
+    for (int i = 1; i <= 3; i++) {
+        struct store_enqueue e = {a.id, sess.id, "{\"n\":1}", NULL, NULL};
+        assert_int_equal(st->message_enqueue(st, &admin, &e, &m, &replayed), STORE_OK);
+        assert_int_equal(m.seq, i);
+        store_message_clear(&m);
+    }
+    struct store_enqueue ik = {a.id, sess.id, "{\"n\":2}", "key-1", "hash-a"};
+    assert_int_equal(st->message_enqueue(st, &admin, &ik, &m, &replayed), STORE_OK);
+    assert_int_equal(m.seq, 4);
+    store_message_clear(&m);
+    assert_int_equal(st->message_enqueue(st, &admin, &ik, &m, &replayed), STORE_OK);
+    assert_true(replayed);
+    assert_int_equal(m.seq, 4);
+    store_message_clear(&m);
+    struct store_enqueue ic = {a.id, sess.id, "{\"n\":3}", "key-1", "hash-b"};
+    assert_int_equal(st->message_enqueue(st, &admin, &ic, &m, &replayed), STORE_CONFLICT);
+    store_session_clear(&sess);
+    st->close(st);
+
+    /* Opening again applies nothing; a database newer than this binary is refused. */
+    if (!(st = store_pg_open(url, err, sizeof err)))
+        fail_msg("store_pg_open again: %s", err);
+    run_ok(st, "INSERT INTO schema_version (version, name, applied_at) VALUES (9999, 'future', 0)");
+    st->close(st);
+    assert_null(store_pg_open(url, err, sizeof err));
+    assert_non_null(strstr(err, "has schema version 9999, newer than this sbx"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -636,6 +717,7 @@ int main(void)
         cmocka_unit_test(test_connection_error_names_the_url_without_password),
         cmocka_unit_test_setup_teardown(test_migrations_run_once_and_newer_schemas_are_refused,
                                         setup, teardown),
+        cmocka_unit_test(test_store_pg_open_migrates_and_runs_the_store),
     };
     log_init("test", "warn");
     return cmocka_run_group_tests(tests, NULL, NULL);
