@@ -29,6 +29,8 @@
 #define PG_STMT_SLOTS 512 /* per-connection statement table (open addressing); power of two */
 #define PG_STMT_MAX 384   /* beyond this the table would get slow; the store has ~100 */
 #define PG_VARIANTS 4     /* prepared type signatures per statement */
+#define PG_PENDING_MAX 8  /* savepoint commands held back per connection */
+#define PG_PENDING_LEN 64
 
 /* What sbx asks of every session; see pg_session_setup(). A lock wait beyond lock_timeout fails
  * with 55P03 (STORE_BUSY), like SQLite's busy timeout; a URL may override it through options. */
@@ -82,6 +84,10 @@ struct pg_conn {
     int64_t changes;
     enum store_status last_status; /* of the last failure on this connection */
     char last_error[512];
+    /* Savepoint commands (SAVEPOINT, RELEASE, ROLLBACK TO) held back until the transaction's next
+     * statement, which carries them in the same round trip: see pg_exec(). */
+    int npending;
+    char pending[PG_PENDING_MAX][PG_PENDING_LEN];
     unsigned next_prepared; /* names prepared statements uniquely within the session */
     unsigned nstmts;
     struct pg_stmt *slots[PG_STMT_SLOTS];
@@ -341,6 +347,88 @@ static int pg_run(struct pg_conn *c, const char *sql)
     }
     PQclear(res);
     return rc;
+}
+
+/* One query to send: a prepared statement (name), or text with parameters (types may be NULL). */
+struct pg_query {
+    const char *name;
+    const char *text;
+    int nparams;
+    const Oid *types;
+    const char *const *values;
+    const int *lengths;
+    const int *formats;
+};
+
+static int pg_send(struct pg_conn *c, const struct pg_query *q)
+{
+    if (q->name)
+        return PQsendQueryPrepared(c->db, q->name, q->nparams, q->values, q->lengths, q->formats,
+                                   0);
+    return PQsendQueryParams(c->db, q->text, q->nparams, q->types, q->values, q->lengths,
+                             q->formats, 0);
+}
+
+/* Runs q (NULL: nothing more) after the held-back savepoint commands, all in one round trip
+ * (libpq's pipeline mode). Returns q's result, or the first failure (a held-back command's
+ * failure is reported as q's: q did not run after it); NULL when the connection failed. */
+static PGresult *pg_pipeline(struct pg_conn *c, const struct pg_query *q)
+{
+    PGresult *first_failure = NULL, *main = NULL, *r;
+    int nsent = 0, npending = c->npending;
+
+    c->npending = 0;
+    if (!PQenterPipelineMode(c->db))
+        return NULL;
+    for (int i = 0; i < npending; i++, nsent++) {
+        struct pg_query cmd = {.text = c->pending[i]};
+        if (!pg_send(c, &cmd))
+            break;
+    }
+    if (nsent == npending && q && pg_send(c, q))
+        nsent++;
+    if (!PQpipelineSync(c->db)) {
+        PQexitPipelineMode(c->db);
+        return NULL;
+    }
+    for (int i = 0; i < nsent; i++) {
+        bool is_main = q && i == npending;
+        while ((r = PQgetResult(c->db))) {
+            ExecStatusType rs = PQresultStatus(r);
+            if (is_main && !main && rs != PGRES_PIPELINE_ABORTED) {
+                main = r;
+            } else if (!first_failure && rs == PGRES_FATAL_ERROR) {
+                first_failure = r;
+            } else {
+                PQclear(r);
+            }
+        }
+        if (PQstatus(c->db) != CONNECTION_OK)
+            break;
+    }
+    /* The end of the pipeline, then back to one query at a time. */
+    while ((r = PQgetResult(c->db))) {
+        bool sync = PQresultStatus(r) == PGRES_PIPELINE_SYNC;
+        PQclear(r);
+        if (sync)
+            break;
+    }
+    PQexitPipelineMode(c->db);
+    if (first_failure) {
+        PQclear(main);
+        return first_failure;
+    }
+    return main;
+}
+
+/* Runs q, after any held-back savepoint commands: one round trip either way. */
+static PGresult *pg_query_run(struct pg_conn *c, const struct pg_query *q)
+{
+    if (c->npending > 0)
+        return pg_pipeline(c, q);
+    if (q->name)
+        return PQexecPrepared(c->db, q->name, q->nparams, q->values, q->lengths, q->formats, 0);
+    return PQexecParams(c->db, q->text, q->nparams, q->types, q->values, q->lengths, q->formats, 0);
 }
 
 /* ---- statements ---- */
@@ -620,11 +708,8 @@ static int pg_execute_once(struct pg_stmt *s)
     name = pg_prepared_name(s);
     if (name && !*name)
         return SQL_ERROR; /* the prepare failed: recorded */
-    if (name)
-        s->res = PQexecPrepared(c->db, name, s->nparams, s->values, s->lengths, s->formats, 0);
-    else
-        s->res = PQexecParams(c->db, s->text, s->nparams, s->types, s->values, s->lengths,
-                              s->formats, 0);
+    struct pg_query q = {name, s->text, s->nparams, s->types, s->values, s->lengths, s->formats};
+    s->res = pg_query_run(c, &q);
     rs = PQresultStatus(s->res);
     if (rs != PGRES_TUPLES_OK && rs != PGRES_COMMAND_OK) {
         pg_fail(c, s->res);
@@ -751,13 +836,49 @@ static int64_t pg_changes(struct store *st)
     return c ? c->changes : 0;
 }
 
+/* A savepoint command inside a transaction that can wait for the next statement. */
+static bool pg_deferrable(struct pg_conn *c, const char *sql)
+{
+    return c->in_txn && c->npending < PG_PENDING_MAX && strlen(sql) < PG_PENDING_LEN &&
+           !strchr(sql, ';') &&
+           (strncasecmp(sql, "SAVEPOINT ", 10) == 0 || strncasecmp(sql, "RELEASE ", 8) == 0 ||
+            strncasecmp(sql, "ROLLBACK TO ", 12) == 0) &&
+           PQstatus(c->db) == CONNECTION_OK;
+}
+
+/* Savepoint commands (the group commit wraps every request in one) are held back and sent with
+ * the transaction's next statement or COMMIT, in one round trip: they return no rows, and a
+ * failure is reported by that statement, which could not have run after it anyway. This saves
+ * two round trips of the six or so that each enqueued message costs. */
 static int pg_exec(struct store *st, const char *sql)
 {
     struct pg_conn *c = pg_conn(st);
     if (!c)
         return SQL_NOMEM;
+    if (pg_deferrable(c, sql)) {
+        snprintf(c->pending[c->npending++], PG_PENDING_LEN, "%s", sql);
+        return SQL_DONE;
+    }
     if (!pg_conn_usable(c))
         return SQL_ERROR;
+    if (c->npending > 0 && !strchr(sql, ';')) {
+        struct pg_query q = {.text = sql};
+        PGresult *res = pg_pipeline(c, &q);
+        ExecStatusType rs = PQresultStatus(res);
+        int rc = rs == PGRES_COMMAND_OK || rs == PGRES_TUPLES_OK ? SQL_DONE : SQL_ERROR;
+        if (rc != SQL_DONE)
+            pg_fail(c, res);
+        PQclear(res);
+        return rc;
+    }
+    if (c->npending > 0) {
+        PGresult *res = pg_pipeline(c, NULL);
+        if (res) {
+            pg_fail(c, res);
+            PQclear(res);
+            return SQL_ERROR;
+        }
+    }
     return pg_run(c, sql);
 }
 
@@ -770,6 +891,7 @@ static void pg_rollback(struct store *st)
     if (!c)
         return;
     c->in_txn = false;
+    c->npending = 0; /* the savepoints go with the transaction */
     if (PQstatus(c->db) != CONNECTION_OK || PQtransactionStatus(c->db) == PQTRANS_IDLE)
         return;
     res = PQexec(c->db, "ROLLBACK");
@@ -824,13 +946,19 @@ static enum store_status pg_commit(struct store *st)
         c->in_txn = false;
         return STORE_BUSY;
     }
-    if (PQtransactionStatus(c->db) == PQTRANS_INERROR) {
-        /* A statement failed and aborted the transaction: COMMIT would only roll it back. */
+    if (PQtransactionStatus(c->db) == PQTRANS_INERROR && c->npending == 0) {
+        /* A statement failed and aborted the transaction: COMMIT would only roll it back. (With
+         * savepoint commands held back, a ROLLBACK TO among them may undo the failure.) */
         r = c->last_status != STORE_OK ? c->last_status : STORE_ERROR;
         pg_rollback(st);
         return r;
     }
-    res = PQexec(c->db, "COMMIT");
+    if (c->npending > 0) {
+        struct pg_query q = {.text = "COMMIT"};
+        res = pg_pipeline(c, &q);
+    } else {
+        res = PQexec(c->db, "COMMIT");
+    }
     if (PQresultStatus(res) != PGRES_COMMAND_OK) {
         pg_fail(c, res);
         r = c->last_status;

@@ -341,6 +341,51 @@ static void test_commit_keeps_and_rollback_discards(void **state)
     assert_int_equal(sql_status(st, SQL_ERROR), STORE_ERROR);
 }
 
+/* The group commit's pattern: each request in its own savepoint, a failed one undone alone. */
+static int insert_in_savepoint(struct store *st, const char *name)
+{
+    struct sql_stmt *s;
+    int rc;
+    assert_int_equal(sql_exec(st, "SAVEPOINT enqueue"), SQL_DONE);
+    s = sql_stmt(st, "INSERT INTO items (name) VALUES (?1)");
+    sql_bind_text(s, 1, name);
+    rc = sql_step(s);
+    sql_done(s);
+    if (rc != SQL_DONE)
+        assert_int_equal(sql_exec(st, "ROLLBACK TO enqueue"), SQL_DONE);
+    assert_int_equal(sql_exec(st, "RELEASE enqueue"), SQL_DONE);
+    return rc;
+}
+
+static void test_savepoints_isolate_a_failed_request(void **state)
+{
+    struct store *st = *state;
+    int rc;
+
+    run_ok(st, "INSERT INTO items (name) VALUES ('taken')");
+    assert_int_equal(sql_begin(st), STORE_OK);
+    assert_int_equal(insert_in_savepoint(st, "first"), SQL_DONE);
+    rc = insert_in_savepoint(st, "taken");
+    assert_int_equal(sql_status(st, rc), STORE_CONFLICT);
+    assert_int_equal(insert_in_savepoint(st, "third"), SQL_DONE);
+    rc = insert_in_savepoint(st, "taken"); /* the last one fails: COMMIT follows its ROLLBACK TO */
+    assert_int_equal(sql_status(st, rc), STORE_CONFLICT);
+    assert_int_equal(sql_commit(st), STORE_OK);
+    assert_int_equal(query_int(st, "SELECT count(*) FROM items"), 3);
+
+    /* A savepoint command that fails is reported by the statement that follows it. */
+    assert_int_equal(sql_begin(st), STORE_OK);
+    assert_int_equal(sql_exec(st, "RELEASE no_such_savepoint"), SQL_DONE);
+    struct sql_stmt *s = sql_stmt(st, "INSERT INTO items (name) VALUES (?1)");
+    sql_bind_text(s, 1, "never");
+    rc = sql_step(s);
+    sql_done(s);
+    assert_int_equal(rc, SQL_ERROR);
+    assert_int_equal(sql_status(st, rc), STORE_ERROR);
+    assert_int_not_equal(sql_commit(st), STORE_OK);
+    assert_int_equal(query_int(st, "SELECT count(*) FROM items WHERE name = 'never'"), 0);
+}
+
 static void test_session_settings(void **state)
 {
     struct store *st = *state;
@@ -710,6 +755,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_constraint_violations_map_to_statuses, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_commit_keeps_and_rollback_discards, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_savepoints_isolate_a_failed_request, setup, teardown),
         cmocka_unit_test_setup_teardown(test_session_settings, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writers_are_serialised, setup, teardown),
         cmocka_unit_test_setup_teardown(test_readers_see_one_snapshot, setup, teardown),
