@@ -588,6 +588,26 @@ static void test_reconnects_after_the_server_restarts(void **state)
     assert_int_equal(sql_begin(st), STORE_OK);
     assert_int_equal(query_int(st, "SELECT count(*) FROM items WHERE name LIKE 'outside%'"), 0);
     assert_int_equal(sql_commit(st), STORE_OK);
+
+    /* Lost with a savepoint command held back: the statement carrying it reports it. */
+    assert_int_equal(sql_begin(st), STORE_OK);
+    assert_int_equal(sql_exec(st, "SAVEPOINT enqueue"), SQL_DONE);
+    pg_ctl("restart");
+    s = sql_stmt(st, "INSERT INTO items (name) VALUES (?1)");
+    sql_bind_text(s, 1, "lost");
+    rc = sql_step(s);
+    sql_done(s);
+    assert_int_equal(sql_status(st, rc), STORE_BUSY);
+    sql_rollback(st);
+    assert_int_equal(sql_begin(st), STORE_OK);
+    assert_int_equal(sql_exec(st, "SAVEPOINT enqueue"), SQL_DONE);
+    sql_bind_text(s, 1, "found");
+    assert_int_equal(sql_step(s), SQL_DONE);
+    sql_done(s);
+    assert_int_equal(sql_exec(st, "RELEASE enqueue"), SQL_DONE);
+    assert_int_equal(sql_commit(st), STORE_OK);
+    assert_int_equal(query_int(st, "SELECT count(*) FROM items WHERE name IN ('lost', 'found')"),
+                     1);
 }
 
 /* ---- opening and migrations ---- */
