@@ -98,6 +98,7 @@ struct pg_store {
     char *url;
     char *safe_url;        /* without password, for messages */
     char writer_begin[96]; /* BEGIN and the write lock, in one query string */
+    char write_lock[64];   /* the write lock alone */
     pthread_key_t conn_key;
     pthread_mutex_t conns_lock;
     struct pg_conn *conns; /* every open connection, to close them all */
@@ -369,30 +370,32 @@ static int pg_send(struct pg_conn *c, const struct pg_query *q)
                              q->formats, 0);
 }
 
-/* Runs q (NULL: nothing more) after the held-back savepoint commands, all in one round trip
- * (libpq's pipeline mode). Returns q's result, or the first failure (a held-back command's
- * failure is reported as q's: q did not run after it); NULL when the connection failed. */
-static PGresult *pg_pipeline(struct pg_conn *c, const struct pg_query *q)
+/* Runs the held-back savepoint commands, then the commands of pre, then q (NULL: none), all in
+ * one round trip (libpq's pipeline mode). Returns q's result, or the first failure (q did not run
+ * after it: a held-back command's failure is reported as q's); NULL when the connection failed.
+ * Outside a transaction block, all of it is one implicit transaction, committed at its end. */
+static PGresult *pg_pipeline(struct pg_conn *c, const char *const *pre, int npre,
+                             const struct pg_query *q)
 {
     PGresult *first_failure = NULL, *main = NULL, *r;
-    int nsent = 0, npending = c->npending;
+    int nsent = 0, nbefore = c->npending + npre, npending = c->npending;
 
     c->npending = 0;
     if (!PQenterPipelineMode(c->db))
         return NULL;
-    for (int i = 0; i < npending; i++, nsent++) {
-        struct pg_query cmd = {.text = c->pending[i]};
+    for (int i = 0; i < nbefore; i++, nsent++) {
+        struct pg_query cmd = {.text = i < npending ? c->pending[i] : pre[i - npending]};
         if (!pg_send(c, &cmd))
             break;
     }
-    if (nsent == npending && q && pg_send(c, q))
+    if (nsent == nbefore && q && pg_send(c, q))
         nsent++;
     if (!PQpipelineSync(c->db)) {
         PQexitPipelineMode(c->db);
         return NULL;
     }
     for (int i = 0; i < nsent; i++) {
-        bool is_main = q && i == npending;
+        bool is_main = q && i == nbefore;
         while ((r = PQgetResult(c->db))) {
             ExecStatusType rs = PQresultStatus(r);
             if (is_main && !main && rs != PGRES_PIPELINE_ABORTED) {
@@ -406,11 +409,16 @@ static PGresult *pg_pipeline(struct pg_conn *c, const struct pg_query *q)
         if (PQstatus(c->db) != CONNECTION_OK)
             break;
     }
-    /* The end of the pipeline, then back to one query at a time. */
+    /* The end of the pipeline (where an implicit transaction commits, or fails to), then back to
+     * one query at a time. */
     while ((r = PQgetResult(c->db))) {
-        bool sync = PQresultStatus(r) == PGRES_PIPELINE_SYNC;
+        ExecStatusType rs = PQresultStatus(r);
+        if (!first_failure && rs == PGRES_FATAL_ERROR) {
+            first_failure = r;
+            continue;
+        }
         PQclear(r);
-        if (sync)
+        if (rs == PGRES_PIPELINE_SYNC)
             break;
     }
     PQexitPipelineMode(c->db);
@@ -425,7 +433,7 @@ static PGresult *pg_pipeline(struct pg_conn *c, const struct pg_query *q)
 static PGresult *pg_query_run(struct pg_conn *c, const struct pg_query *q)
 {
     if (c->npending > 0)
-        return pg_pipeline(c, q);
+        return pg_pipeline(c, NULL, 0, q);
     if (q->name)
         return PQexecPrepared(c->db, q->name, q->nparams, q->values, q->lengths, q->formats, 0);
     return PQexecParams(c->db, q->text, q->nparams, q->types, q->values, q->lengths, q->formats, 0);
@@ -709,7 +717,14 @@ static int pg_execute_once(struct pg_stmt *s)
     if (name && !*name)
         return SQL_ERROR; /* the prepare failed: recorded */
     struct pg_query q = {name, s->text, s->nparams, s->types, s->values, s->lengths, s->formats};
-    s->res = pg_query_run(c, &q);
+    if (!c->in_txn && !s->read_only) {
+        /* A write outside a transaction takes the write lock too, as it would on SQLite: the lock
+         * and the statement run as one implicit transaction, in the same one round trip. */
+        const char *lock = c->store->write_lock;
+        s->res = pg_pipeline(c, &lock, 1, &q);
+    } else {
+        s->res = pg_query_run(c, &q);
+    }
     rs = PQresultStatus(s->res);
     if (rs != PGRES_TUPLES_OK && rs != PGRES_COMMAND_OK) {
         pg_fail(c, s->res);
@@ -863,7 +878,7 @@ static int pg_exec(struct store *st, const char *sql)
         return SQL_ERROR;
     if (c->npending > 0 && !strchr(sql, ';')) {
         struct pg_query q = {.text = sql};
-        PGresult *res = pg_pipeline(c, &q);
+        PGresult *res = pg_pipeline(c, NULL, 0, &q);
         ExecStatusType rs = PQresultStatus(res);
         int rc = rs == PGRES_COMMAND_OK || rs == PGRES_TUPLES_OK ? SQL_DONE : SQL_ERROR;
         if (rc != SQL_DONE)
@@ -872,7 +887,7 @@ static int pg_exec(struct store *st, const char *sql)
         return rc;
     }
     if (c->npending > 0) {
-        PGresult *res = pg_pipeline(c, NULL);
+        PGresult *res = pg_pipeline(c, NULL, 0, NULL);
         if (res) {
             pg_fail(c, res);
             PQclear(res);
@@ -955,7 +970,7 @@ static enum store_status pg_commit(struct store *st)
     }
     if (c->npending > 0) {
         struct pg_query q = {.text = "COMMIT"};
-        res = pg_pipeline(c, &q);
+        res = pg_pipeline(c, NULL, 0, &q);
     } else {
         res = PQexec(c->db, "COMMIT");
     }
@@ -1055,8 +1070,9 @@ struct store *sql_pg_store_open(const char *url, char *err, size_t errlen)
         return NULL;
     }
     s->base.eng = &pg_engine;
-    snprintf(s->writer_begin, sizeof s->writer_begin,
-             "BEGIN; SELECT pg_advisory_xact_lock(%" PRId64 ")", SQL_PG_WRITE_LOCK_KEY);
+    snprintf(s->write_lock, sizeof s->write_lock, "SELECT pg_advisory_xact_lock(%" PRId64 ")",
+             SQL_PG_WRITE_LOCK_KEY);
+    snprintf(s->writer_begin, sizeof s->writer_begin, "BEGIN; %s", s->write_lock);
     pthread_mutex_init(&s->conns_lock, NULL);
     /* Connections are closed by sql_pg_store_close(), not when their thread exits: closing from
      * a destructor would race with it. */

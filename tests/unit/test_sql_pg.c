@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -471,6 +472,50 @@ static void test_writers_are_serialised(void **state)
     assert_int_equal(query_int(wa.st, "SELECT value FROM counters WHERE id = 1"), 2 * INCREMENTS);
 }
 
+struct slow_writer {
+    struct worker_arg w;
+    sem_t holding; /* posted once the writer holds the lock and has read the counter */
+};
+
+/* A writer that reads the counter, waits, and writes what it read plus one. */
+static void *slow_increment(void *arg)
+{
+    struct slow_writer *sw = arg;
+    struct worker_arg *w = &sw->w;
+    int64_t v;
+    if (sql_begin(w->st) != STORE_OK) {
+        w->failures++;
+        sem_post(&sw->holding);
+        return NULL;
+    }
+    v = thread_query_int(w, "SELECT value FROM counters WHERE id = 1");
+    sem_post(&sw->holding);
+    usleep(300 * 1000);
+    thread_run(w, "UPDATE counters SET value = ?1 WHERE id = 1", v + 1);
+    if (sql_commit(w->st) != STORE_OK)
+        w->failures++;
+    return NULL;
+}
+
+static void test_writes_outside_transactions_wait_for_writers(void **state)
+{
+    struct store *st = *state;
+    struct slow_writer sw = {.w = {st, 0}};
+    pthread_t t;
+
+    assert_int_equal(sem_init(&sw.holding, 0, 0), 0);
+    assert_int_equal(pthread_create(&t, NULL, slow_increment, &sw), 0);
+    sem_wait(&sw.holding);
+    /* On SQLite this write would wait for the writer's lock; it must here too, or the writer
+     * overwrites it with what it read before. */
+    run_ok(st, "UPDATE counters SET value = value + 100 WHERE id = 1");
+    assert_int_equal(sql_changes(st), 1);
+    pthread_join(t, NULL);
+    sem_destroy(&sw.holding);
+    assert_int_equal(sw.w.failures, 0);
+    assert_int_equal(query_int(st, "SELECT value FROM counters WHERE id = 1"), 101);
+}
+
 static void *write_counter(void *arg)
 {
     struct worker_arg *w = arg;
@@ -778,6 +823,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_savepoints_isolate_a_failed_request, setup, teardown),
         cmocka_unit_test_setup_teardown(test_session_settings, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writers_are_serialised, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_writes_outside_transactions_wait_for_writers, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_readers_see_one_snapshot, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reconnects_after_the_server_restarts, setup, teardown),
         cmocka_unit_test(test_connection_error_names_the_url_without_password),
