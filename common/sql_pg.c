@@ -7,6 +7,15 @@
  * Every execution is one round trip: a statement is prepared on its connection the first time it
  * runs with a given list of parameter types (one more round trip, once), then executed with
  * PQexecPrepared; results come back in text format and are read row by row from the PGresult.
+ *
+ * Where PostgreSQL behaves differently from SQLite under the same calls:
+ * - A failed statement aborts its whole transaction (until ROLLBACK TO a savepoint taken before
+ *   it); on SQLite only the statement fails. The transaction's later statements fail too, and
+ *   commit() rolls back and returns the first failure's status.
+ * - Parameters are typed: text binds are text, int64 binds int8, blobs bytea; a NULL takes the
+ *   type its position was last bound with (int8 if never), since `?N IS NULL` alone gives the
+ *   server no type. SQL that mixes types must say so (CAST) where SQLite would convert silently.
+ * - Rows come from the server all at once when the statement runs, not one per step.
  */
 #include "sql_pg.h"
 #include "log.h"
@@ -958,7 +967,7 @@ static enum store_status pg_commit(struct store *st)
         return STORE_ERROR;
     if (PQstatus(c->db) != CONNECTION_OK) {
         pg_set_error(c, STORE_BUSY, "the connection to PostgreSQL was lost before COMMIT");
-        c->in_txn = false;
+        pg_rollback(st); /* forgets the transaction's state; nothing to send */
         return STORE_BUSY;
     }
     if (PQtransactionStatus(c->db) == PQTRANS_INERROR && c->npending == 0) {

@@ -23,8 +23,11 @@ struct store *sql_pg_store_open(const char *url, char *err, size_t errlen);
 void sql_pg_store_close(struct store *st);
 
 /* Applies the migrations of list (in version order) that the database lacks, each in its own
- * transaction under SQL_PG_WRITE_LOCK_KEY, recording them in schema_version; refuses a database
- * whose version is newer than the last of list. 0, or -1 with a reason in err. */
+ * transaction under SQL_PG_WRITE_LOCK_KEY (so that processes starting together migrate once),
+ * recording each in the table schema_version (version INTEGER PRIMARY KEY, name TEXT, applied_at
+ * BIGINT ms), which this function creates: migrations must not. The database's version is the
+ * highest recorded. Refuses a database whose version is newer than the last of list. 0, or -1
+ * with a reason in err. */
 int sql_pg_migrate(struct store *st, const struct sbx_migration *list, size_t n, char *err,
                    size_t errlen);
 
