@@ -97,6 +97,9 @@ struct pg_conn {
      * statement, which carries them in the same round trip: see pg_exec(). */
     int npending;
     char pending[PG_PENDING_MAX][PG_PENDING_LEN];
+    /* begin() held back its BEGIN (first among pending): the transaction has not reached the
+     * server yet, so a connection found dead can be replaced and everything sent again. */
+    bool begin_pending;
     unsigned next_prepared; /* names prepared statements uniquely within the session */
     unsigned nstmts;
     struct pg_stmt *slots[PG_STMT_SLOTS];
@@ -105,9 +108,8 @@ struct pg_conn {
 struct pg_store {
     struct sql_store base; /* first: the store's cls is a struct sql_store */
     char *url;
-    char *safe_url;        /* without password, for messages */
-    char writer_begin[96]; /* BEGIN and the write lock, in one query string */
-    char write_lock[64];   /* the write lock alone */
+    char *safe_url;      /* without password, for messages */
+    char write_lock[64]; /* the write lock alone */
     pthread_key_t conn_key;
     pthread_mutex_t conns_lock;
     struct pg_conn *conns; /* every open connection, to close them all */
@@ -390,6 +392,7 @@ static PGresult *pg_pipeline(struct pg_conn *c, const char *const *pre, int npre
     int nsent = 0, nbefore = c->npending + npre, npending = c->npending;
 
     c->npending = 0;
+    c->begin_pending = false;
     if (!PQenterPipelineMode(c->db))
         return NULL;
     for (int i = 0; i < nbefore; i++, nsent++) {
@@ -757,10 +760,33 @@ static int pg_execute(struct pg_stmt *s)
 {
     struct pg_conn *c = s->conn;
     bool was_connected = PQstatus(c->db) == CONNECTION_OK;
-    int rc = pg_execute_once(s);
-    if (rc != SQL_DONE && was_connected && s->read_only && !c->in_txn &&
-        PQstatus(c->db) != CONNECTION_OK)
+    bool first_of_txn = c->begin_pending;
+    char held[PG_PENDING_MAX][PG_PENDING_LEN];
+    int nheld = c->npending;
+    int rc;
+
+    if (first_of_txn)
+        memcpy(held, c->pending, (size_t)nheld * sizeof held[0]);
+    rc = pg_execute_once(s);
+    if (rc == SQL_DONE || !was_connected || PQstatus(c->db) == CONNECTION_OK) {
+        s->ran = true;
+        return rc;
+    }
+    if (first_of_txn) {
+        /* The transaction's first statement found the connection dead: nothing of it reached
+         * the server, so it starts again, whole, on a new connection. */
+        c->in_txn = false;
+        if (pg_conn_usable(c)) {
+            memcpy(c->pending, held, (size_t)nheld * sizeof held[0]);
+            c->npending = nheld;
+            c->begin_pending = true;
+            c->in_txn = true;
+            rc = pg_execute_once(s);
+        }
+        c->in_txn = true; /* ended by the caller's rollback, as for any failure */
+    } else if (s->read_only && !c->in_txn) {
         rc = pg_execute_once(s);
+    }
     s->ran = true;
     return rc;
 }
@@ -860,7 +886,7 @@ static int64_t pg_changes(struct store *st)
     return c ? c->changes : 0;
 }
 
-/* A savepoint command inside a transaction that can wait for the next statement. */
+/* A command inside a transaction that can wait for the next statement. */
 static bool pg_deferrable(struct pg_conn *c, const char *sql)
 {
     return c->in_txn && c->npending < PG_PENDING_MAX && strlen(sql) < PG_PENDING_LEN &&
@@ -915,23 +941,28 @@ static void pg_rollback(struct store *st)
     if (!c)
         return;
     c->in_txn = false;
-    c->npending = 0; /* the savepoints go with the transaction */
+    c->npending = 0; /* the held-back commands go with the transaction */
+    if (c->begin_pending) {
+        c->begin_pending = false; /* the server never saw the transaction */
+        return;
+    }
     if (PQstatus(c->db) != CONNECTION_OK || PQtransactionStatus(c->db) == PQTRANS_IDLE)
         return;
     res = PQexec(c->db, "ROLLBACK");
     PQclear(res);
 }
 
-/* Writers: BEGIN (READ COMMITTED) and the one advisory lock, in one round trip. Holding the lock,
- * a writer is the only one, and each of its statements sees everything committed before it, so
- * what it reads stays true until it commits: SQLite's BEGIN IMMEDIATE, which the store's logic
- * relies on. (REPEATABLE READ would be wrong here: its snapshot would be taken by the lock's
- * SELECT, before the lock is granted.) Readers: one snapshot, no locks. */
+/* Writers: BEGIN (READ COMMITTED) and the one advisory lock. Holding the lock, a writer is the
+ * only one, and each of its statements sees everything committed before it, so what it reads
+ * stays true until it commits: SQLite's BEGIN IMMEDIATE, which the store's logic relies on.
+ * (REPEATABLE READ would be wrong here: its snapshot would be taken by the lock's SELECT, before
+ * the lock is granted.) Readers: one snapshot, no locks.
+ *
+ * Both are held back and sent with the transaction's first statement, in its round trip: a
+ * failure to begin (the lock's timeout: STORE_BUSY) is reported by that statement. */
 static enum store_status pg_begin(struct store *st, bool writer)
 {
     struct pg_conn *c = pg_conn(st);
-    const char *begin_sql;
-    int rc;
 
     if (!c)
         return STORE_ERROR;
@@ -942,17 +973,15 @@ static enum store_status pg_begin(struct store *st, bool writer)
     }
     if (!pg_conn_usable(c))
         return c->last_status;
-    begin_sql = writer ? c->store->writer_begin : "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
-    rc = pg_run(c, begin_sql);
-    /* A connection found dead by BEGIN (the server restarted since its last use) did nothing:
-     * begin again on a new one, so that the first transaction after a restart works. */
-    if (rc != SQL_DONE && PQstatus(c->db) != CONNECTION_OK && pg_conn_usable(c))
-        rc = pg_run(c, begin_sql);
-    if (rc != SQL_DONE) {
-        enum store_status r = c->last_status;
-        pg_rollback(st);
-        return r;
+    if (writer) {
+        snprintf(c->pending[0], PG_PENDING_LEN, "BEGIN");
+        snprintf(c->pending[1], PG_PENDING_LEN, "%s", c->store->write_lock);
+        c->npending = 2;
+    } else {
+        snprintf(c->pending[0], PG_PENDING_LEN, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
+        c->npending = 1;
     }
+    c->begin_pending = true;
     c->in_txn = true;
     return STORE_OK;
 }
@@ -965,6 +994,10 @@ static enum store_status pg_commit(struct store *st)
 
     if (!c)
         return STORE_ERROR;
+    if (c->begin_pending) {
+        pg_rollback(st); /* nothing was sent: nothing to commit */
+        return STORE_OK;
+    }
     if (PQstatus(c->db) != CONNECTION_OK) {
         pg_set_error(c, STORE_BUSY, "the connection to PostgreSQL was lost before COMMIT");
         pg_rollback(st); /* forgets the transaction's state; nothing to send */
@@ -1081,7 +1114,6 @@ struct store *sql_pg_store_open(const char *url, char *err, size_t errlen)
     s->base.eng = &pg_engine;
     snprintf(s->write_lock, sizeof s->write_lock, "SELECT pg_advisory_xact_lock(%" PRId64 ")",
              SQL_PG_WRITE_LOCK_KEY);
-    snprintf(s->writer_begin, sizeof s->writer_begin, "BEGIN; %s", s->write_lock);
     pthread_mutex_init(&s->conns_lock, NULL);
     /* Connections are closed by sql_pg_store_close(), not when their thread exits: closing from
      * a destructor would race with it. */

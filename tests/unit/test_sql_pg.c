@@ -529,6 +529,39 @@ static void *write_counter(void *arg)
     return NULL;
 }
 
+static void test_lock_wait_beyond_lock_timeout_is_busy(void **state)
+{
+    struct store *holder = *state, *waiter;
+    char url[1024], err[512];
+    int rc;
+
+    /* A URL's options override the engine's default lock_timeout (5 s). */
+    snprintf(url, sizeof url, "%s%soptions=-c%%20lock_timeout%%3D200", pg_url(),
+             strchr(pg_url(), '?') ? "&" : "?");
+    if (!(waiter = sql_pg_store_open(url, err, sizeof err)))
+        fail_msg("%s", err);
+    assert_int_equal(sql_begin(holder), STORE_OK);
+    run_ok(holder, "UPDATE counters SET value = 1");
+    assert_int_equal(sql_begin(waiter), STORE_OK);
+    struct sql_stmt *s = sql_stmt(waiter, "SELECT value FROM counters");
+    rc = sql_step(s);
+    sql_done(s);
+    assert_int_equal(rc, SQL_ERROR);
+    assert_int_equal(sql_status(waiter, rc), STORE_BUSY);
+    assert_int_not_equal(sql_commit(waiter), STORE_OK);
+    assert_int_equal(sql_commit(holder), STORE_OK);
+    /* Free again once the holder committed. */
+    assert_int_equal(sql_begin(waiter), STORE_OK);
+    assert_int_equal(query_int(waiter, "SELECT value FROM counters"), 1);
+    assert_int_equal(sql_commit(waiter), STORE_OK);
+    /* An empty transaction sends nothing and commits. */
+    assert_int_equal(sql_begin(waiter), STORE_OK);
+    assert_int_equal(sql_commit(waiter), STORE_OK);
+    assert_int_equal(sql_begin_read(waiter), STORE_OK);
+    assert_int_equal(sql_commit(waiter), STORE_OK);
+    waiter->close(waiter);
+}
+
 static void test_readers_see_one_snapshot(void **state)
 {
     struct store *st = *state;
@@ -606,8 +639,16 @@ static void test_reconnects_after_the_server_restarts(void **state)
 
     /* While the server is down: busy, and no reconnection loop; then back. */
     pg_ctl("stop");
-    assert_int_equal(sql_begin(st), STORE_BUSY);
+    /* begin() sends nothing yet: the transaction's first statement, which carries its BEGIN,
+     * finds the server gone and cannot reconnect. */
+    assert_int_equal(sql_begin(st), STORE_OK);
     s = sql_stmt(st, "SELECT count(*) FROM items");
+    rc = sql_step(s);
+    sql_done(s);
+    assert_int_equal(sql_status(st, rc), STORE_BUSY);
+    sql_rollback(st);
+    /* Now known to be lost: begin() tries to reconnect, once, at once. */
+    assert_int_equal(sql_begin(st), STORE_BUSY);
     rc = sql_step(s);
     sql_done(s);
     assert_int_equal(sql_status(st, rc), STORE_BUSY);
@@ -616,8 +657,10 @@ static void test_reconnects_after_the_server_restarts(void **state)
     assert_int_equal(query_int(st, "SELECT count(*) FROM items WHERE name <> 'maybe'"), 3);
     assert_int_equal(sql_commit(st), STORE_OK);
 
-    /* A connection lost inside a transaction is not replaced until the transaction ends. */
+    /* A connection lost inside a transaction (after its first statement) is not replaced until
+     * the transaction ends. */
     assert_int_equal(sql_begin(st), STORE_OK);
+    assert_int_equal(query_int(st, "SELECT count(*) FROM items WHERE name = 'surely'"), 1);
     pg_ctl("restart");
     s = sql_stmt(st, "SELECT count(*) FROM items");
     rc = sql_step(s);
@@ -636,6 +679,7 @@ static void test_reconnects_after_the_server_restarts(void **state)
 
     /* Lost with a savepoint command held back: the statement carrying it reports it. */
     assert_int_equal(sql_begin(st), STORE_OK);
+    assert_int_equal(query_int(st, "SELECT count(*) FROM items WHERE name = 'surely'"), 1);
     assert_int_equal(sql_exec(st, "SAVEPOINT enqueue"), SQL_DONE);
     pg_ctl("restart");
     s = sql_stmt(st, "INSERT INTO items (name) VALUES (?1)");
@@ -824,6 +868,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_session_settings, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writers_are_serialised, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writes_outside_transactions_wait_for_writers, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_lock_wait_beyond_lock_timeout_is_busy, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_readers_see_one_snapshot, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reconnects_after_the_server_restarts, setup, teardown),
