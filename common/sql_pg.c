@@ -93,8 +93,8 @@ struct pg_conn {
     int64_t changes;
     enum store_status last_status; /* of the last failure on this connection */
     char last_error[512];
-    /* Savepoint commands (SAVEPOINT, RELEASE, ROLLBACK TO) held back until the transaction's next
-     * statement, which carries them in the same round trip: see pg_exec(). */
+    /* Commands held back until the transaction's next statement, which carries them in the same
+     * round trip: its BEGIN (see pg_begin()) and savepoint commands (see pg_exec()). */
     int npending;
     char pending[PG_PENDING_MAX][PG_PENDING_LEN];
     /* begin() held back its BEGIN (first among pending): the transaction has not reached the
@@ -381,10 +381,11 @@ static int pg_send(struct pg_conn *c, const struct pg_query *q)
                              q->formats, 0);
 }
 
-/* Runs the held-back savepoint commands, then the commands of pre, then q (NULL: none), all in
- * one round trip (libpq's pipeline mode). Returns q's result, or the first failure (q did not run
- * after it: a held-back command's failure is reported as q's); NULL when the connection failed.
- * Outside a transaction block, all of it is one implicit transaction, committed at its end. */
+/* Runs the held-back commands (BEGIN, savepoints), then the commands of pre, then q (NULL: none),
+ * all in one round trip (libpq's pipeline mode). Returns q's result, or the first failure (q did
+ * not run after it: a held-back command's failure is reported as q's); NULL when the connection
+ * failed. Outside a transaction block, all of it is one implicit transaction, committed at its end.
+ */
 static PGresult *pg_pipeline(struct pg_conn *c, const char *const *pre, int npre,
                              const struct pg_query *q)
 {
@@ -441,7 +442,7 @@ static PGresult *pg_pipeline(struct pg_conn *c, const char *const *pre, int npre
     return main;
 }
 
-/* Runs q, after any held-back savepoint commands: one round trip either way. */
+/* Runs q, after any held-back commands: one round trip either way. */
 static PGresult *pg_query_run(struct pg_conn *c, const struct pg_query *q)
 {
     if (c->npending > 0)
