@@ -6,8 +6,8 @@
 --   - every integer is BIGINT (SQLite's INTEGER is 64-bit); the key hash is BYTEA, not BLOB;
 --   - apps, api_keys, workspaces, sessions and sandboxes have an explicit `rowid` identity column
 --     (SQLite's is implicit), by which their lists page; events.id is an identity column;
---   - events is kept append-only by statement triggers calling events_append_only(), which also
---     refuse TRUNCATE;
+--   - events is kept append-only by triggers calling events_append_only(), which also refuse
+--     TRUNCATE;
 --   - the views use sbx_utc(ms) for strftime(), sbx_json_field(doc, field) for json_valid() and
 --     json_extract(), and string_agg() for group_concat().
 
@@ -181,17 +181,17 @@ CREATE INDEX events_session ON events (session_id, id);
 CREATE INDEX events_object ON events (object_id, id);
 CREATE INDEX events_app ON events (app_id, id);
 
--- Statement triggers: they refuse even an UPDATE or DELETE that matches no row, and TRUNCATE
--- (which row triggers would not see).
+-- Row triggers, like SQLite's (and the kind PostgreSQL-compatible databases support), for UPDATE
+-- and DELETE; TRUNCATE, which row triggers do not see, has a statement trigger.
 CREATE FUNCTION events_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION 'events is append-only' USING ERRCODE = 'restrict_violation';
 END
 $$;
 CREATE TRIGGER events_no_update BEFORE UPDATE ON events
-    FOR EACH STATEMENT EXECUTE FUNCTION events_append_only();
+    FOR EACH ROW EXECUTE FUNCTION events_append_only();
 CREATE TRIGGER events_no_delete BEFORE DELETE ON events
-    FOR EACH STATEMENT EXECUTE FUNCTION events_append_only();
+    FOR EACH ROW EXECUTE FUNCTION events_append_only();
 CREATE TRIGGER events_no_truncate BEFORE TRUNCATE ON events
     FOR EACH STATEMENT EXECUTE FUNCTION events_append_only();
 
