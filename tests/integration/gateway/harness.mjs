@@ -21,18 +21,20 @@ export function tempDataDir() {
 // Whether the tests run on PostgreSQL (tests/pg-run.sh started a server for them).
 export const onPostgres = Boolean(process.env.SBX_TEST_PG_ADMIN_URL);
 
-// The store URL of dataDir: on PostgreSQL a database created for it on first use; else "sqlite".
+// The store URL of dataDir: on PostgreSQL a database created for it on first use (reached over the
+// fixture's unix socket, which also works from the network namespaces of the worker tests); else
+// "sqlite".
 export function storeFor(dataDir) {
   if (!onPostgres) return 'sqlite';
   const file = join(dataDir, 'store-url');
   if (existsSync(file)) return readFileSync(file, 'utf8').trim();
   const name = 'sbx_it_' + randomBytes(6).toString('hex');
   execFileSync('psql', ['-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', process.env.SBX_TEST_PG_ADMIN_URL,
-    '-c', `CREATE DATABASE ${name}`]);
-  const url = new URL(process.env.SBX_TEST_PG_ADMIN_URL);
-  url.pathname = '/' + name;
-  writeFileSync(file, url.toString() + '\n');
-  return url.toString();
+    '-c', `CREATE DATABASE ${name} OWNER sbx`]);
+  const base = process.env.SBX_TEST_PG_SOCKET_URL || process.env.SBX_TEST_PG_URL;
+  const url = base.replace(/^(postgres(?:ql)?:\/\/[^/]*\/)[^?]*/, `$1${name}`);
+  writeFileSync(file, url + '\n');
+  return url;
 }
 
 // Starts a gateway; resolves once it listens. extraArgs are flags such as ['--body-limit', '2048'].
