@@ -141,6 +141,7 @@ fi
 
 # Stops the cluster and removes it. The watchdog below does the same if this script is killed
 # with SIGKILL, so a crashed test leaves no server behind.
+# shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
     if [ -f "$dir/data/postmaster.pid" ]; then
         as_owner "$bin/pg_ctl" -D "$dir/data" -m immediate -w -t 30 stop >/dev/null 2>&1 || true
@@ -151,6 +152,7 @@ trap cleanup EXIT
 
 # Watchdog: if this script disappears without cleaning up (SIGKILL, e.g. a test timeout), stop
 # the cluster and remove it. In its own session, so a kill of our process group misses it.
+# shellcheck disable=SC2016 # expanded by the watchdog's own shell
 setsid bash -c '
     while kill -0 "$1" 2>/dev/null; do sleep 1; done
     if [ -d "$3/data" ]; then
@@ -191,7 +193,7 @@ EOF
 # A free port: pick one nobody listens on, and try another if someone takes it first (another
 # fixture starting at the same time).
 started=
-for attempt in 1 2 3 4 5 6 7 8 9 10; do
+for _ in 1 2 3 4 5 6 7 8 9 10; do
     port=$((20000 + $(od -An -tu2 -N2 /dev/urandom | tr -d ' ') % 40000))
     if ss -Hltn "sport = :$port" 2>/dev/null | grep -q .; then
         continue

@@ -176,16 +176,16 @@ CREATE INDEX events_session ON events (session_id, id);
 CREATE INDEX events_object ON events (object_id, id);
 CREATE INDEX events_app ON events (app_id, id);
 
--- Statement triggers: they refuse even an UPDATE or DELETE that matches no row, and TRUNCATE
--- (which row triggers would not see).
+-- Row triggers, like SQLite's (and the kind PostgreSQL-compatible databases support), for UPDATE
+-- and DELETE; TRUNCATE, which row triggers do not see, has a statement trigger.
 CREATE FUNCTION events_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION 'events is append-only' USING ERRCODE = 'restrict_violation';
 END
 $$;
 CREATE TRIGGER events_no_update BEFORE UPDATE ON events
-    FOR EACH STATEMENT EXECUTE FUNCTION events_append_only();
+    FOR EACH ROW EXECUTE FUNCTION events_append_only();
 CREATE TRIGGER events_no_delete BEFORE DELETE ON events
-    FOR EACH STATEMENT EXECUTE FUNCTION events_append_only();
+    FOR EACH ROW EXECUTE FUNCTION events_append_only();
 CREATE TRIGGER events_no_truncate BEFORE TRUNCATE ON events
     FOR EACH STATEMENT EXECUTE FUNCTION events_append_only();
