@@ -482,14 +482,16 @@ struct store {
 };
 
 /* Opens the backend that `store` names: "sqlite" (the file sqlite_path, on one host) or a
- * postgres:// (postgresql://) libpq connection URL (several hosts). busy_timeout_ms and synchronous
- * apply to SQLite. On failure writes a human-readable reason to err and returns NULL. */
+ * postgres:// (postgresql://) libpq connection URL (several hosts). busy_timeout_ms applies to
+ * both (how long a writer waits for the write lock before STORE_BUSY); synchronous to SQLite. On
+ * failure writes a human-readable reason to err and returns NULL. */
 struct store *store_open(const char *store, const char *sqlite_path, int busy_timeout_ms,
                          const char *synchronous, char *err, size_t errlen);
 
 /* Opens the PostgreSQL backend on a libpq connection URL (applying migrations under an advisory
- * lock). A database newer than this binary is refused. */
-struct store *store_pg_open(const char *url, char *err, size_t errlen);
+ * lock). busy_timeout_ms becomes the sessions' lock_timeout (unless the URL's options set it). A
+ * database newer than this binary is refused. */
+struct store *store_pg_open(const char *url, int busy_timeout_ms, char *err, size_t errlen);
 
 /* Opens the SQLite backend on path (creating it and applying migrations). On failure writes a
  * human-readable reason to err and returns NULL. A database newer than this binary is refused. */
