@@ -41,10 +41,6 @@
 #define PG_PENDING_MAX 8  /* savepoint commands held back per connection */
 #define PG_PENDING_LEN 64
 
-/* What sbx asks of every session; see pg_session_setup(). A lock wait beyond lock_timeout fails
- * with 55P03 (STORE_BUSY), like SQLite's busy timeout; a URL may override it through options. */
-#define PG_LOCK_TIMEOUT_OPTION "-c lock_timeout=5000"
-
 struct pg_conn;
 
 /* One parameter's storage: copied text or blob bytes, or an int64's digits. Reused between
@@ -110,6 +106,9 @@ struct pg_store {
     char *url;
     char *safe_url;      /* without password, for messages */
     char write_lock[64]; /* the write lock alone */
+    /* Session options: lock_timeout, so that a lock wait beyond it fails with 55P03 (STORE_BUSY),
+     * like SQLite's busy timeout. A URL's own options replace these. */
+    char options[64];
     pthread_key_t conn_key;
     pthread_mutex_t conns_lock;
     struct pg_conn *conns; /* every open connection, to close them all */
@@ -184,13 +183,13 @@ static int pg_session_setup(PGconn *db, char *err, size_t errlen)
 }
 
 /* A new connection (also when it failed: PQstatus says so, and PQreset() can retry it). */
-static PGconn *pg_connect(const char *url)
+static PGconn *pg_connect(const struct pg_store *s)
 {
     /* Ours first: with expand_dbname, what the URL says overrides them. */
     const char *const keys[] = {
         "fallback_application_name", "connect_timeout",  "options", "keepalives_idle",
         "keepalives_interval",       "keepalives_count", "dbname",  NULL};
-    const char *const values[] = {"sbx", "10", PG_LOCK_TIMEOUT_OPTION, "30", "10", "3", url, NULL};
+    const char *const values[] = {"sbx", "10", s->options, "30", "10", "3", s->url, NULL};
     PGconn *db = PQconnectdbParams(keys, values, 1);
     if (db)
         PQsetNoticeProcessor(db, pg_notice, NULL);
@@ -291,7 +290,7 @@ static struct pg_conn *pg_conn(struct store *st)
     if (c)
         return c;
     c = calloc(1, sizeof *c);
-    if (!c || !(c->db = pg_connect(s->url))) {
+    if (!c || !(c->db = pg_connect(s))) {
         log_error("store: out of memory");
         free(c);
         return NULL;
@@ -1098,7 +1097,7 @@ void sql_pg_store_close(struct store *st)
     free(st);
 }
 
-struct store *sql_pg_store_open(const char *url, char *err, size_t errlen)
+struct store *sql_pg_store_open(const char *url, int lock_timeout_ms, char *err, size_t errlen)
 {
     struct store *st = calloc(1, sizeof *st);
     struct pg_store *s = calloc(1, sizeof *s);
@@ -1113,6 +1112,9 @@ struct store *sql_pg_store_open(const char *url, char *err, size_t errlen)
         return NULL;
     }
     s->base.eng = &pg_engine;
+    /* 0 means "do not wait" for SQLite's busy timeout, but "wait forever" for lock_timeout. */
+    snprintf(s->options, sizeof s->options, "-c lock_timeout=%d",
+             lock_timeout_ms > 0 ? lock_timeout_ms : 1);
     snprintf(s->write_lock, sizeof s->write_lock, "SELECT pg_advisory_xact_lock(%" PRId64 ")",
              SQL_PG_WRITE_LOCK_KEY);
     pthread_mutex_init(&s->conns_lock, NULL);

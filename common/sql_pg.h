@@ -15,9 +15,10 @@
 #define SQL_PG_WRITE_LOCK_KEY INT64_C(0x7362780057524954)
 
 /* A store whose cls is the PostgreSQL engine's struct sql_store, connected once to check the URL,
- * with st->close set to sql_pg_store_close and no store functions filled in. On failure writes a
- * reason naming the URL (without its password) to err and returns NULL. */
-struct store *sql_pg_store_open(const char *url, char *err, size_t errlen);
+ * with st->close set to sql_pg_store_close and no store functions filled in. Lock waits longer
+ * than lock_timeout_ms fail with STORE_BUSY (unless the URL's options set lock_timeout). On
+ * failure writes a reason naming the URL (without its password) to err and returns NULL. */
+struct store *sql_pg_store_open(const char *url, int lock_timeout_ms, char *err, size_t errlen);
 
 /* Closes every thread's connection and frees the store. */
 void sql_pg_store_close(struct store *st);

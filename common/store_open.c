@@ -16,7 +16,7 @@ struct store *store_open(const char *store, const char *sqlite_path, int busy_ti
     if (!store || !*store || strcmp(store, "sqlite") == 0)
         return store_sqlite_open(sqlite_path, busy_timeout_ms, synchronous, err, errlen);
     if (strncmp(store, "postgres://", 11) == 0 || strncmp(store, "postgresql://", 13) == 0)
-        return store_pg_open(store, err, errlen);
+        return store_pg_open(store, busy_timeout_ms, err, errlen);
     snprintf(err, errlen, "unknown store \"%.64s\": sqlite or a postgres:// URL", store);
     return NULL;
 }
@@ -27,9 +27,9 @@ static void store_pg_close(struct store *st)
     sql_pg_store_close(st);
 }
 
-struct store *store_pg_open(const char *url, char *err, size_t errlen)
+struct store *store_pg_open(const char *url, int busy_timeout_ms, char *err, size_t errlen)
 {
-    struct store *st = sql_pg_store_open(url, err, errlen);
+    struct store *st = sql_pg_store_open(url, busy_timeout_ms, err, errlen);
     if (!st)
         return NULL;
     if (sql_pg_migrate(st, sbx_pg_migrations, sbx_pg_migrations_count, err, errlen) != 0) {

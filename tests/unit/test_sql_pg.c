@@ -50,7 +50,7 @@ static const char *pg_url(void)
 static struct store *open_store(void)
 {
     char err[512];
-    struct store *st = sql_pg_store_open(pg_url(), err, sizeof err);
+    struct store *st = sql_pg_store_open(pg_url(), 5000, err, sizeof err);
     if (!st)
         fail_msg("sql_pg_store_open: %s", err);
     return st;
@@ -538,7 +538,7 @@ static void test_lock_wait_beyond_lock_timeout_is_busy(void **state)
     /* A URL's options override the engine's default lock_timeout (5 s). */
     snprintf(url, sizeof url, "%s%soptions=-c%%20lock_timeout%%3D200", pg_url(),
              strchr(pg_url(), '?') ? "&" : "?");
-    if (!(waiter = sql_pg_store_open(url, err, sizeof err)))
+    if (!(waiter = sql_pg_store_open(url, 5000, err, sizeof err)))
         fail_msg("%s", err);
     assert_int_equal(sql_begin(holder), STORE_OK);
     run_ok(holder, "UPDATE counters SET value = 1");
@@ -559,6 +559,16 @@ static void test_lock_wait_beyond_lock_timeout_is_busy(void **state)
     assert_int_equal(sql_commit(waiter), STORE_OK);
     assert_int_equal(sql_begin_read(waiter), STORE_OK);
     assert_int_equal(sql_commit(waiter), STORE_OK);
+    waiter->close(waiter);
+
+    /* Without options in the URL, the lock timeout is the one given (the busy_timeout_ms
+     * setting). */
+    if (!(waiter = sql_pg_store_open(pg_url(), 300, err, sizeof err)))
+        fail_msg("%s", err);
+    s = sql_stmt(waiter, "SELECT current_setting('lock_timeout')");
+    assert_int_equal(sql_step(s), SQL_ROW);
+    assert_string_equal(sql_col_text(s, 0), "300ms");
+    sql_done(s);
     waiter->close(waiter);
 }
 
@@ -706,13 +716,13 @@ static void test_connection_error_names_the_url_without_password(void **state)
     char err[512];
     (void)state;
     struct store *st = sql_pg_store_open("postgres://sbx:s3cret@127.0.0.1:1/sbx?connect_timeout=2",
-                                         err, sizeof err);
+                                         5000, err, sizeof err);
     assert_null(st);
     assert_non_null(strstr(err, "postgres://sbx@127.0.0.1:1/sbx"));
     assert_null(strstr(err, "s3cret"));
 
     st = sql_pg_store_open("postgresql://127.0.0.1:1/sbx?user=sbx&password=s3cret&sslmode=disable",
-                           err, sizeof err);
+                           5000, err, sizeof err);
     assert_null(st);
     assert_non_null(strstr(err, "postgresql://127.0.0.1:1/sbx?user=sbx&sslmode=disable"));
     assert_null(strstr(err, "s3cret"));
@@ -721,7 +731,7 @@ static void test_connection_error_names_the_url_without_password(void **state)
 static void *migrate_v3(void *arg)
 {
     char err[512];
-    struct store *st = sql_pg_store_open(getenv("SBX_TEST_PG_URL"), err, sizeof err);
+    struct store *st = sql_pg_store_open(getenv("SBX_TEST_PG_URL"), 5000, err, sizeof err);
     int *rc = arg;
     *rc = st ? sql_pg_migrate(st, test_schema_v3, 3, err, sizeof err) : -1;
     if (*rc != 0)
@@ -781,7 +791,7 @@ static void create_database(const char *name, char *url, size_t urllen)
 
     if (!admin_url)
         fail_msg("SBX_TEST_PG_ADMIN_URL is not set: run this test under tests/pg-run.sh");
-    if (!(admin = sql_pg_store_open(admin_url, err, sizeof err)))
+    if (!(admin = sql_pg_store_open(admin_url, 5000, err, sizeof err)))
         fail_msg("admin: %s", err);
     snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s WITH (FORCE)", name);
     assert_int_equal(sql_exec(admin, sql), SQL_DONE);
@@ -804,7 +814,7 @@ static void test_store_pg_open_migrates_and_runs_the_store(void **state)
     (void)state;
 
     create_database("t_store", url, sizeof url);
-    if (!(st = store_pg_open(url, err, sizeof err)))
+    if (!(st = store_pg_open(url, 5000, err, sizeof err)))
         fail_msg("store_pg_open: %s", err);
     assert_int_equal(query_int(st, "SELECT max(version) FROM schema_version"),
                      sbx_pg_migrations[sbx_pg_migrations_count - 1].version);
@@ -843,11 +853,11 @@ static void test_store_pg_open_migrates_and_runs_the_store(void **state)
     st->close(st);
 
     /* Opening again applies nothing; a database newer than this binary is refused. */
-    if (!(st = store_pg_open(url, err, sizeof err)))
+    if (!(st = store_pg_open(url, 5000, err, sizeof err)))
         fail_msg("store_pg_open again: %s", err);
     run_ok(st, "INSERT INTO schema_version (version, name, applied_at) VALUES (9999, 'future', 0)");
     st->close(st);
-    assert_null(store_pg_open(url, err, sizeof err));
+    assert_null(store_pg_open(url, 5000, err, sizeof err));
     assert_non_null(strstr(err, "has schema version 9999, newer than this sbx"));
 }
 
