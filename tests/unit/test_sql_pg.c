@@ -13,6 +13,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdio.h>
@@ -401,6 +403,34 @@ static void test_session_settings(void **state)
     assert_string_equal(sql_col_text(s, 2), "sbx");
     assert_string_equal(sql_col_text(s, 3), "5s");
     sql_done(s);
+}
+
+/* The workers fork and exec Sandboxes: a database connection must never leak into one. */
+static void test_connections_are_closed_on_exec(void **state)
+{
+    struct store *st = *state;
+    char path[64], target[256];
+    struct dirent *e;
+    DIR *d;
+    int sockets = 0;
+
+    assert_int_equal(query_int(st, "SELECT 1"), 1);
+    assert_non_null(d = opendir("/proc/self/fd"));
+    while ((e = readdir(d))) {
+        int fd = atoi(e->d_name);
+        ssize_t n;
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        n = readlink(path, target, sizeof target - 1);
+        if (n <= 0 || fd == dirfd(d))
+            continue;
+        target[n] = '\0';
+        if (strncmp(target, "socket:", 7) != 0)
+            continue;
+        sockets++;
+        assert_true(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+    }
+    closedir(d);
+    assert_true(sockets >= 1);
 }
 
 /* ---- concurrency ---- */
@@ -876,6 +906,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_commit_keeps_and_rollback_discards, setup, teardown),
         cmocka_unit_test_setup_teardown(test_savepoints_isolate_a_failed_request, setup, teardown),
         cmocka_unit_test_setup_teardown(test_session_settings, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_connections_are_closed_on_exec, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writers_are_serialised, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writes_outside_transactions_wait_for_writers, setup,
                                         teardown),
