@@ -7,6 +7,8 @@
  * Every execution is one round trip: a statement is prepared on its connection the first time it
  * runs with a given list of parameter types (one more round trip, once), then executed with
  * PQexecPrepared; results come back in text format and are read row by row from the PGresult.
+ * Commands that return nothing (a transaction's BEGIN and its lock, savepoints) are held back and
+ * sent with the next statement in the same round trip (libpq's pipeline mode).
  *
  * Where PostgreSQL behaves differently from SQLite under the same calls:
  * - A failed statement aborts its whole transaction (until ROLLBACK TO a savepoint taken before
@@ -38,7 +40,7 @@
 #define PG_STMT_SLOTS 512 /* per-connection statement table (open addressing); power of two */
 #define PG_STMT_MAX 384   /* beyond this the table would get slow; the store has ~100 */
 #define PG_VARIANTS 4     /* prepared type signatures per statement */
-#define PG_PENDING_MAX 8  /* savepoint commands held back per connection */
+#define PG_PENDING_MAX 8  /* commands held back per connection (BEGIN, lock, savepoints) */
 #define PG_PENDING_LEN 64
 
 struct pg_conn;
@@ -62,7 +64,8 @@ struct pg_stmt {
     const char *key; /* the store's SQL text (its address is the cache key) */
     char *text;      /* the same with $N for ?N */
     int nparams;
-    bool read_only; /* a plain SELECT: safe to run again after a lost connection */
+    bool read_only;   /* a plain SELECT: safe to run again after a lost connection */
+    bool bind_failed; /* a value could not be bound (out of memory): the step fails */
     /* The current bindings, in PQexecPrepared's form. */
     Oid *types;
     const char **values;
@@ -503,6 +506,7 @@ static unsigned pg_slot_of(const char *key)
 
 static void pg_bind_reset(struct pg_stmt *s)
 {
+    s->bind_failed = false;
     for (int i = 0; i < s->nparams; i++) {
         s->types[i] = s->null_types[i];
         s->values[i] = NULL;
@@ -578,8 +582,8 @@ static struct pg_stmt *pg_s(struct sql_stmt *s)
     return (struct pg_stmt *)s;
 }
 
-/* The parameter at idx (1-based), or NULL when the SQL has no such ?N. A bind after the statement
- * ran starts a new execution, as a reset would. */
+/* The index of parameter idx (1-based), or -1 when the SQL has no such ?N. A bind after the
+ * statement ran starts a new execution, as a reset would. */
 static int pg_param(struct pg_stmt *s, int idx)
 {
     if (idx < 1 || idx > s->nparams)
@@ -617,9 +621,8 @@ static void pg_bind_text(struct sql_stmt *ss, int idx, const char *v, bool copy)
     if (v && copy) {
         size_t len = strlen(v) + 1;
         if (!pg_param_reserve(&s->bufs[i], len)) {
-            /* Sent as NULL; the caller sees the error when the statement refuses it. */
             log_error("store: out of memory binding parameter %d", idx);
-            s->values[i] = NULL;
+            s->bind_failed = true;
             return;
         }
         memcpy(s->bufs[i].data, v, len);
@@ -674,7 +677,7 @@ static void pg_bind_blob(struct sql_stmt *ss, int idx, const void *v, size_t len
         return;
     if (len > INT32_MAX || !pg_param_reserve(&s->bufs[i], len ? len : 1)) {
         log_error("store: cannot bind a blob of %zu bytes to parameter %d", len, idx);
-        s->values[i] = NULL;
+        s->bind_failed = true;
         return;
     }
     if (len)
@@ -794,6 +797,8 @@ static int pg_execute(struct pg_stmt *s)
 static int pg_step(struct sql_stmt *ss)
 {
     struct pg_stmt *s = pg_s(ss);
+    if (s->bind_failed)
+        return SQL_NOMEM; /* not run with a value missing */
     if (!s->ran && pg_execute(s) != SQL_DONE)
         return SQL_ERROR;
     if (!s->res)
