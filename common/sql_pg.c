@@ -42,6 +42,7 @@
 #define PG_VARIANTS 4     /* prepared type signatures per statement */
 #define PG_PENDING_MAX 8  /* commands held back per connection (BEGIN, lock, savepoints) */
 #define PG_PENDING_LEN 64
+#define PG_IDLE_IN_TXN_TIMEOUT_MS 30000 /* see pg_session_setup_sql() */
 
 struct pg_conn;
 
@@ -107,11 +108,9 @@ struct pg_conn {
 struct pg_store {
     struct sql_store base; /* first: the store's cls is a struct sql_store */
     char *url;
-    char *safe_url;      /* without password, for messages */
-    char write_lock[64]; /* the write lock alone */
-    /* Session options: lock_timeout, so that a lock wait beyond it fails with 55P03 (STORE_BUSY),
-     * like SQLite's busy timeout. A URL's own options replace these. */
-    char options[64];
+    char *safe_url;          /* without password, for messages */
+    char write_lock[64];     /* the write lock alone */
+    char session_setup[512]; /* see pg_session_setup() */
     pthread_key_t conn_key;
     pthread_mutex_t conns_lock;
     struct pg_conn *conns; /* every open connection, to close them all */
@@ -170,15 +169,32 @@ static void pg_notice(void *arg, const char *message)
     log_debug("store: postgres: %s", line);
 }
 
-/* What every session of sbx runs with, set again after each reconnection. synchronous_commit on
- * (PostgreSQL's default, but a server or role may have changed it) is what makes a 202 durable:
- * COMMIT returns once the commit record is flushed. Times are integers in the schema, but now()
- * and log lines stay in UTC. bytea in hex is what pg_col_blob() decodes. */
-static int pg_session_setup(PGconn *db, char *err, size_t errlen)
+/* What every session of sbx runs with, set again after each reconnection (one round trip):
+ * - synchronous_commit on (PostgreSQL's default, but a server or role may have changed it) is what
+ *   makes a 202 durable: COMMIT returns once the commit record is flushed;
+ * - times are integers in the schema, but now() and log lines stay in UTC;
+ * - bytea in hex is what pg_col_blob() decodes;
+ * - lock_timeout, unless the URL's options or the role's or database's settings give one: a lock
+ *   wait beyond it fails with 55P03 (STORE_BUSY), like SQLite's busy timeout;
+ * - idle_in_transaction_session_timeout, likewise: a process that stops in the middle of a writer
+ *   transaction (SIGSTOP, a paused VM) would otherwise hold the one write lock of every host until
+ *   it died; the server ends its session instead (sbx's transactions last milliseconds). */
+static void pg_session_setup_sql(struct pg_store *s, int lock_timeout_ms)
 {
-    PGresult *res = PQexec(db, "SET synchronous_commit = on; SET TIME ZONE 'UTC'; "
-                               "SET bytea_output = 'hex'");
-    int rc = PQresultStatus(res) == PGRES_COMMAND_OK ? 0 : -1;
+    snprintf(s->session_setup, sizeof s->session_setup,
+             "SET synchronous_commit = on; SET TIME ZONE 'UTC'; SET bytea_output = 'hex'; "
+             "SELECT set_config('lock_timeout', '%d', false) "
+             "WHERE current_setting('lock_timeout') = '0'; "
+             "SELECT set_config('idle_in_transaction_session_timeout', '%d', false) "
+             "WHERE current_setting('idle_in_transaction_session_timeout') = '0'",
+             lock_timeout_ms, PG_IDLE_IN_TXN_TIMEOUT_MS);
+}
+
+static int pg_session_setup(const struct pg_store *s, PGconn *db, char *err, size_t errlen)
+{
+    PGresult *res = PQexec(db, s->session_setup);
+    ExecStatusType rs = PQresultStatus(res);
+    int rc = rs == PGRES_COMMAND_OK || rs == PGRES_TUPLES_OK ? 0 : -1;
     if (rc != 0)
         pg_copy_message(err, errlen, PQerrorMessage(db));
     PQclear(res);
@@ -189,10 +205,14 @@ static int pg_session_setup(PGconn *db, char *err, size_t errlen)
 static PGconn *pg_connect(const struct pg_store *s)
 {
     /* Ours first: with expand_dbname, what the URL says overrides them. */
-    const char *const keys[] = {
-        "fallback_application_name", "connect_timeout",  "options", "keepalives_idle",
-        "keepalives_interval",       "keepalives_count", "dbname",  NULL};
-    const char *const values[] = {"sbx", "10", s->options, "30", "10", "3", s->url, NULL};
+    const char *const keys[] = {"fallback_application_name",
+                                "connect_timeout",
+                                "keepalives_idle",
+                                "keepalives_interval",
+                                "keepalives_count",
+                                "dbname",
+                                NULL};
+    const char *const values[] = {"sbx", "10", "30", "10", "3", s->url, NULL};
     PGconn *db = PQconnectdbParams(keys, values, 1);
     if (db)
         PQsetNoticeProcessor(db, pg_notice, NULL);
@@ -273,7 +293,7 @@ static bool pg_conn_usable(struct pg_conn *c)
         pg_set_error(c, STORE_BUSY, err);
         return false;
     }
-    if (pg_session_setup(c->db, err, sizeof err) != 0) {
+    if (pg_session_setup(c->store, c->db, err, sizeof err) != 0) {
         log_warn("store: cannot set up the session on %s: %s", c->store->safe_url, err);
         pg_set_error(c, STORE_BUSY, err);
         return false;
@@ -302,7 +322,7 @@ static struct pg_conn *pg_conn(struct store *st)
     if (PQstatus(c->db) != CONNECTION_OK) {
         pg_copy_message(err, sizeof err, PQerrorMessage(c->db));
         log_error("store: cannot connect to %s: %s", s->safe_url, err);
-    } else if (pg_session_setup(c->db, err, sizeof err) != 0) {
+    } else if (pg_session_setup(c->store, c->db, err, sizeof err) != 0) {
         log_error("store: cannot set up the session on %s: %s", s->safe_url, err);
         PQfinish(c->db);
         free(c);
@@ -1118,8 +1138,7 @@ struct store *sql_pg_store_open(const char *url, int lock_timeout_ms, char *err,
     }
     s->base.eng = &pg_engine;
     /* 0 means "do not wait" for SQLite's busy timeout, but "wait forever" for lock_timeout. */
-    snprintf(s->options, sizeof s->options, "-c lock_timeout=%d",
-             lock_timeout_ms > 0 ? lock_timeout_ms : 1);
+    pg_session_setup_sql(s, lock_timeout_ms > 0 ? lock_timeout_ms : 1);
     snprintf(s->write_lock, sizeof s->write_lock, "SELECT pg_advisory_xact_lock(%" PRId64 ")",
              SQL_PG_WRITE_LOCK_KEY);
     pthread_mutex_init(&s->conns_lock, NULL);

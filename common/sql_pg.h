@@ -16,7 +16,8 @@
 
 /* A store whose cls is the PostgreSQL engine's struct sql_store, connected once to check the URL,
  * with st->close set to sql_pg_store_close and no store functions filled in. Lock waits longer
- * than lock_timeout_ms fail with STORE_BUSY (unless the URL's options set lock_timeout). On
+ * than lock_timeout_ms fail with STORE_BUSY (unless the URL's options, or the role's or
+ * database's settings, give a lock_timeout). On
  * failure writes a reason naming the URL (without its password) to err and returns NULL. */
 struct store *sql_pg_store_open(const char *url, int lock_timeout_ms, char *err, size_t errlen);
 

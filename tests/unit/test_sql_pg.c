@@ -395,13 +395,15 @@ static void test_session_settings(void **state)
     struct sql_stmt *s = sql_stmt(st, "SELECT current_setting('synchronous_commit'), "
                                       "current_setting('TimeZone'), "
                                       "current_setting('application_name'), "
-                                      "current_setting('lock_timeout')");
+                                      "current_setting('lock_timeout'), "
+                                      "current_setting('idle_in_transaction_session_timeout')");
     assert_non_null(s);
     assert_int_equal(sql_step(s), SQL_ROW);
     assert_string_equal(sql_col_text(s, 0), "on");
     assert_string_equal(sql_col_text(s, 1), "UTC");
     assert_string_equal(sql_col_text(s, 2), "sbx");
     assert_string_equal(sql_col_text(s, 3), "5s");
+    assert_string_equal(sql_col_text(s, 4), "30s");
     sql_done(s);
 }
 
@@ -600,6 +602,36 @@ static void test_lock_wait_beyond_lock_timeout_is_busy(void **state)
     assert_string_equal(sql_col_text(s, 0), "300ms");
     sql_done(s);
     waiter->close(waiter);
+}
+
+/* A process stopped in the middle of a transaction must not hold the write lock for ever: the
+ * server ends its session (here after 300 ms, set by the URL), and the process recovers. */
+static void test_a_transaction_left_idle_is_ended_by_the_server(void **state)
+{
+    struct store *other = *state, *idle;
+    char url[1024], err[512];
+    int rc;
+
+    snprintf(url, sizeof url, "%s%soptions=-c%%20idle_in_transaction_session_timeout%%3D300",
+             pg_url(), strchr(pg_url(), '?') ? "&" : "?");
+    if (!(idle = sql_pg_store_open(url, 5000, err, sizeof err)))
+        fail_msg("%s", err);
+    assert_int_equal(sql_begin(idle), STORE_OK);
+    run_ok(idle, "UPDATE counters SET value = 7");
+    usleep(1000 * 1000);
+    /* The lock was released with the session: another writer goes ahead. */
+    assert_int_equal(sql_begin(other), STORE_OK);
+    assert_int_equal(query_int(other, "SELECT value FROM counters"), 0);
+    assert_int_equal(sql_commit(other), STORE_OK);
+    struct sql_stmt *s = sql_stmt(idle, "SELECT value FROM counters");
+    rc = sql_step(s);
+    sql_done(s);
+    assert_int_equal(sql_status(idle, rc), STORE_BUSY);
+    sql_rollback(idle);
+    assert_int_equal(sql_begin(idle), STORE_OK);
+    assert_int_equal(query_int(idle, "SELECT value FROM counters"), 0);
+    assert_int_equal(sql_commit(idle), STORE_OK);
+    idle->close(idle);
 }
 
 static void test_readers_see_one_snapshot(void **state)
@@ -911,6 +943,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_writes_outside_transactions_wait_for_writers, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_lock_wait_beyond_lock_timeout_is_busy, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_transaction_left_idle_is_ended_by_the_server, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_readers_see_one_snapshot, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reconnects_after_the_server_restarts, setup, teardown),
