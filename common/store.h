@@ -489,8 +489,8 @@ struct store *store_open(const char *store, const char *sqlite_path, int busy_ti
                          const char *synchronous, char *err, size_t errlen);
 
 /* Opens the PostgreSQL backend on a libpq connection URL (applying migrations under an advisory
- * lock). busy_timeout_ms becomes the sessions' lock_timeout (unless the URL's options set it). A
- * database newer than this binary is refused. */
+ * lock). busy_timeout_ms becomes the sessions' lock_timeout (unless the URL's options or the
+ * role's or database's settings give one). A database newer than this binary is refused. */
 struct store *store_pg_open(const char *url, int busy_timeout_ms, char *err, size_t errlen);
 
 /* Opens the SQLite backend on path (creating it and applying migrations). On failure writes a
