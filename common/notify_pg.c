@@ -40,10 +40,21 @@ static const char *const conn_keys[] = {
     "application_name", "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count",
     "dbname",           NULL};
 
+/* libpq prints notices, and the FATAL a server sends as it shuts down, on stderr; here they go
+ * to the log (the loss itself is logged when notify_recv() sees it). */
+static void log_notice(void *arg, const char *message)
+{
+    (void)arg;
+    log_debug("notify: PostgreSQL says: %.*s", (int)strcspn(message, "\n"), message);
+}
+
 static PGconn *connect_start(const char *url, const char *app)
 {
     const char *values[] = {app, "1", "30", "10", "3", url, NULL};
-    return PQconnectStartParams(conn_keys, values, 1);
+    PGconn *c = PQconnectStartParams(conn_keys, values, 1);
+    if (c)
+        PQsetNoticeProcessor(c, log_notice, NULL);
+    return c;
 }
 
 /* The error of a connection, on one line. */
@@ -52,8 +63,11 @@ static const char *conn_error(const PGconn *c)
     static __thread char line[256];
     const char *e = c ? PQerrorMessage(c) : "out of memory";
     size_t n = 0;
-    for (; *e && n + 1 < sizeof line; e++)
-        line[n++] = (*e == '\n') ? ' ' : *e;
+    for (; *e && n + 1 < sizeof line; e++) {
+        char ch = (*e == '\n' || *e == '\t') ? ' ' : *e;
+        if (ch != ' ' || (n > 0 && line[n - 1] != ' '))
+            line[n++] = ch;
+    }
     while (n > 0 && line[n - 1] == ' ')
         n--;
     line[n] = '\0';
