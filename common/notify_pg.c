@@ -255,13 +255,14 @@ static bool socket_ready(const struct pg_listener *l, short events)
 
 static void send_listen(struct pg_listener *l)
 {
+    int unsent;
     if (PQsetnonblocking(l->conn, 1) != 0 || PQsendQuery(l->conn, l->listen_sql) == 0 ||
-        PQflush(l->conn) < 0) {
+        (unsent = PQflush(l->conn)) < 0) {
         lost(l, conn_error(l->conn));
         return;
     }
     l->state = LISTENER_LISTENING;
-    if (watch_socket(l, EPOLLIN) != 0)
+    if (watch_socket(l, EPOLLIN | (unsent ? EPOLLOUT : 0)) != 0)
         lost(l, "cannot watch its socket");
 }
 
@@ -289,8 +290,13 @@ static void advance_connecting(struct pg_listener *l)
 /* Reads LISTEN's result once it is there; from then on notifications arrive. */
 static void advance_listening(struct pg_listener *l)
 {
-    if (PQflush(l->conn) < 0 || PQconsumeInput(l->conn) == 0) {
+    int unsent = PQflush(l->conn);
+    if (unsent < 0 || PQconsumeInput(l->conn) == 0) {
         lost(l, conn_error(l->conn));
+        return;
+    }
+    if (unsent == 0 && watch_socket(l, EPOLLIN) != 0) {
+        lost(l, "cannot watch its socket");
         return;
     }
     int failed = 0;
@@ -330,20 +336,21 @@ int pg_listener_recv(struct pg_listener *l, char *buf, size_t buflen)
 {
     bool consumed = false;
     uint64_t expirations;
-    if (read(l->timerfd, &expirations, sizeof expirations) < 0) {
-        /* EAGAIN: the timer has not fired since the last read. */
-    }
+    /* The timer's expiry is what is due, not a clock comparison: a timer that fires a fraction of
+     * a millisecond early must still start the retry, or nothing would wake the caller again. */
+    bool timer_fired = read(l->timerfd, &expirations, sizeof expirations) > 0;
     for (;;) {
         enum listener_state before = l->state;
         switch (l->state) {
         case LISTENER_DOWN:
-            if (mono_ms() < l->deadline)
+            if (!timer_fired && mono_ms() < l->deadline)
                 return 0;
+            timer_fired = false; /* that was the retry timer; next it measures the attempt */
             start_connecting(l);
             break;
         case LISTENER_CONNECTING:
         case LISTENER_LISTENING:
-            if (mono_ms() >= l->deadline) {
+            if (timer_fired || mono_ms() >= l->deadline) {
                 lost(l, "timed out");
                 return 0;
             }
