@@ -46,9 +46,11 @@ void notify_listener_close(struct notify_listener *l);
  * when out of memory or sockets, or for a malformed URL. Connects lazily, on the first send. */
 struct notify_peer *notify_peer_new(const char *store, const char *run_dir, const char *role);
 void notify_peer_free(struct notify_peer *p);
-/* Sends msg to every listener of the role. Blocks at most about a second (PostgreSQL unreachable)
- * and usually for one round trip; a failed send is dropped (hints only) and the connection is
- * made again on a later send. */
+/* Sends msg (under 128 bytes) to every listener of the role, after whatever the caller committed
+ * before. Never waits for the network: a Unix datagram is sent at once (dropped when a receiver's
+ * queue is full); on PostgreSQL, msg is queued for the peer's thread, which sends what queued in
+ * one round trip, drops it when the server cannot be reached within a second (hints only), and
+ * connects again for a later send. notify_peer_free() sends what is still queued first. */
 void notify_send(struct notify_peer *p, const char *msg);
 
 #endif

@@ -7,9 +7,9 @@
  * a lost connection arms the timer, the timer makes the fd readable, and notify_recv() advances
  * a non-blocking reconnection (PQconnectStart/PQconnectPoll, then LISTEN) one step per call.
  *
- * A sender owns another connection and runs SELECT pg_notify(channel, msg) on it under a mutex,
- * with deadlines on every wait, so that an unreachable server costs a caller about a second once
- * and then nothing while sends are dropped until the next retry.
+ * A sender owns another connection and a thread that runs SELECT pg_notify(channel, msg) on it,
+ * with deadlines on every wait; callers only queue their message. An unreachable server costs the
+ * thread about a second per attempt, and messages are dropped until the next one.
  */
 #include "notify_pg.h"
 #include "log.h"
@@ -454,14 +454,110 @@ void pg_listener_free(struct pg_listener *l)
 
 /* ---- the sender ---- */
 
+/* Callers only queue their message and return: one thread per sender makes the round trips, and
+ * sends whatever queued meanwhile in one statement. Each message is still sent after its caller's
+ * commit, so no wake-up comes too early; a burst of enqueues from many HTTP threads costs a few
+ * round trips, and no caller ever waits for PostgreSQL. Equal messages waiting together are sent
+ * once (PostgreSQL folds them within one transaction anyway). */
+#define SEND_QUEUE 256
+#define SEND_MSG_MAX 128
+
 struct pg_sender {
-    pthread_mutex_t lock;
+    pthread_mutex_t lock; /* guards the queue and stopping */
+    pthread_cond_t work;  /* the queue got a message, or stopping */
+    pthread_cond_t space; /* the queue was taken */
+    char queue[SEND_QUEUE][SEND_MSG_MAX];
+    size_t n_queued;
+    bool stopping;
+    pthread_t thread;
     char *url;
     char channel[64];
+    /* Only the thread touches these: */
+    char batch[SEND_QUEUE][SEND_MSG_MAX]; /* the queue it took */
+    const char *params[SEND_QUEUE + 1];
+    char sql[SEND_QUEUE * 24 + 16];
     PGconn *conn;
     int64_t retry_at; /* monotonic ms: no connection attempt before (sends are dropped) */
     bool logged_down; /* one warning per outage */
 };
+
+/* Makes the connection if there is none, unless a recent attempt failed; 0 when there is one. */
+static int ensure_connection(struct pg_sender *s, int64_t deadline)
+{
+    char why[256];
+    if (s->conn)
+        return 0;
+    if (mono_ms() < s->retry_at)
+        return -1;
+    s->conn = connect_within(s->url, "sbx-notify-send", deadline, why, sizeof why);
+    if (!s->conn) {
+        if (!s->logged_down)
+            log_warn("notify: cannot reach PostgreSQL to notify %s (%s); dropping wake-ups, "
+                     "receivers poll",
+                     s->channel, why);
+        s->logged_down = true;
+        s->retry_at = mono_ms() + SEND_RETRY_MS;
+        return -1;
+    }
+    if (s->logged_down)
+        log_info("notify: PostgreSQL reachable again for %s", s->channel);
+    s->logged_down = false;
+    return 0;
+}
+
+/* SELECT pg_notify($1, $2), pg_notify($1, $3), ... for msgs, in one round trip on the current
+ * connection (made first if needed); 0 when it was sent. */
+static int send_batch_once(struct pg_sender *s, size_t n, int64_t deadline)
+{
+    size_t len = (size_t)snprintf(s->sql, sizeof s->sql, "SELECT ");
+    if (ensure_connection(s, deadline) != 0)
+        return -1;
+    s->params[0] = s->channel;
+    for (size_t i = 0; i < n; i++) {
+        s->params[i + 1] = s->batch[i];
+        len += (size_t)snprintf(s->sql + len, sizeof s->sql - len, "%spg_notify($1, $%zu)",
+                                i ? ", " : "", i + 2);
+    }
+    if (PQsendQueryParams(s->conn, s->sql, (int)n + 1, NULL, s->params, NULL, NULL, 0) == 0 ||
+        finish_query(s->conn, deadline) != 0) {
+        PQfinish(s->conn);
+        s->conn = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* Sends the first n messages of s->batch. */
+static void send_batch(struct pg_sender *s, size_t n)
+{
+    int64_t deadline = mono_ms() + SEND_TIMEOUT_MS;
+    bool had_connection = s->conn != NULL;
+    /* A connection idle across a server restart fails on its first use: one more try on a new
+     * connection, within the same deadline. */
+    if (send_batch_once(s, n, deadline) != 0 && had_connection && mono_ms() < deadline)
+        send_batch_once(s, n, deadline);
+}
+
+static void *sender_main(void *arg)
+{
+    struct pg_sender *s = arg;
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        while (s->n_queued == 0 && !s->stopping)
+            pthread_cond_wait(&s->work, &s->lock);
+        size_t n = s->n_queued;
+        if (n == 0)
+            break; /* stopping, and everything queued was sent */
+        memcpy(s->batch, s->queue, n * sizeof s->queue[0]);
+        s->n_queued = 0;
+        pthread_cond_broadcast(&s->space);
+        pthread_mutex_unlock(&s->lock);
+        send_batch(s, n);
+        pthread_mutex_lock(&s->lock);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
 
 struct pg_sender *pg_sender_new(const char *url, const char *channel)
 {
@@ -477,51 +573,39 @@ struct pg_sender *pg_sender_new(const char *url, const char *channel)
         return NULL;
     }
     pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->work, NULL);
+    pthread_cond_init(&s->space, NULL);
     snprintf(s->channel, sizeof s->channel, "%s", channel);
+    if (pthread_create(&s->thread, NULL, sender_main, s) != 0) {
+        pthread_cond_destroy(&s->space);
+        pthread_cond_destroy(&s->work);
+        pthread_mutex_destroy(&s->lock);
+        free(s->url);
+        free(s);
+        return NULL;
+    }
     return s;
-}
-
-/* One pg_notify on the current connection, made first if there is none; 0 when it was sent. */
-static int send_once(struct pg_sender *s, const char *msg, int64_t deadline)
-{
-    const char *params[] = {s->channel, msg};
-    if (!s->conn) {
-        char why[256];
-        if (mono_ms() < s->retry_at)
-            return -1;
-        s->conn = connect_within(s->url, "sbx-notify-send", deadline, why, sizeof why);
-        if (!s->conn) {
-            if (!s->logged_down)
-                log_warn("notify: cannot reach PostgreSQL to notify %s (%s); dropping wake-ups, "
-                         "receivers poll",
-                         s->channel, why);
-            s->logged_down = true;
-            s->retry_at = mono_ms() + SEND_RETRY_MS;
-            return -1;
-        }
-        if (s->logged_down)
-            log_info("notify: PostgreSQL reachable again for %s", s->channel);
-        s->logged_down = false;
-    }
-    if (PQsendQueryParams(s->conn, "SELECT pg_notify($1, $2)", 2, NULL, params, NULL, NULL, 0) ==
-            0 ||
-        finish_query(s->conn, deadline) != 0) {
-        PQfinish(s->conn);
-        s->conn = NULL;
-        return -1;
-    }
-    return 0;
 }
 
 void pg_sender_send(struct pg_sender *s, const char *msg)
 {
     pthread_mutex_lock(&s->lock);
-    int64_t deadline = mono_ms() + SEND_TIMEOUT_MS;
-    bool had_connection = s->conn != NULL;
-    /* A connection idle across a server restart fails on its first use: one more try on a new
-     * connection, within the same deadline. */
-    if (send_once(s, msg, deadline) != 0 && had_connection && mono_ms() < deadline)
-        send_once(s, msg, deadline);
+    for (;;) {
+        bool queued = false;
+        for (size_t i = 0; i < s->n_queued && !queued; i++)
+            queued = strncmp(s->queue[i], msg, SEND_MSG_MAX - 1) == 0;
+        if (queued)
+            break;
+        if (s->n_queued < SEND_QUEUE) {
+            /* Longer messages are cut: they are hints, and ours are ids of a few dozen bytes. */
+            snprintf(s->queue[s->n_queued++], SEND_MSG_MAX, "%s", msg);
+            pthread_cond_signal(&s->work);
+            break;
+        }
+        /* Full: the thread is in a round trip (bounded by SEND_TIMEOUT_MS); it takes the whole
+         * queue next. */
+        pthread_cond_wait(&s->space, &s->lock);
+    }
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -529,7 +613,15 @@ void pg_sender_free(struct pg_sender *s)
 {
     if (!s)
         return;
+    /* The thread sends what is queued before it ends (a process's last wake-ups matter too). */
+    pthread_mutex_lock(&s->lock);
+    s->stopping = true;
+    pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->thread, NULL);
     PQfinish(s->conn);
+    pthread_cond_destroy(&s->space);
+    pthread_cond_destroy(&s->work);
     pthread_mutex_destroy(&s->lock);
     free(s->url);
     free(s);

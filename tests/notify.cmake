@@ -1,7 +1,8 @@
 # Wake-ups (common/notify.[ch]) on both transports: Unix datagrams on their own, PostgreSQL
 # LISTEN/NOTIFY on a throwaway cluster started by tests/pg-run.sh (restarted by the test).
 add_executable(test_notify ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_notify.c)
-target_link_libraries(test_notify PRIVATE sbxcommon PkgConfig::CMOCKA) # libpq comes with sbxcommon
+target_link_libraries(test_notify PRIVATE sbxcommon PkgConfig::CMOCKA PkgConfig::EVENT
+                                          Threads::Threads) # libpq comes with sbxcommon
 add_test(NAME unit.notify.unix COMMAND test_notify unix)
 
 if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh)
