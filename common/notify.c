@@ -123,6 +123,11 @@ int notify_listener_fd(const struct notify_listener *l)
     return l->pg ? pg_listener_fd(l->pg) : l->fd;
 }
 
+bool notify_listener_reliable(const struct notify_listener *l)
+{
+    return l->pg && pg_listener_ready(l->pg);
+}
+
 int notify_recv(struct notify_listener *l, char *buf, size_t buflen)
 {
     if (buflen == 0)

@@ -20,6 +20,7 @@
 #ifndef SBX_NOTIFY_H
 #define SBX_NOTIFY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* What notify_recv() returns after a lost LISTEN connection is back: re-read the store. */
@@ -37,6 +38,11 @@ struct notify_listener *notify_listen(const char *store, const char *run_dir, co
 /* The fd to wait on for readability (poll, libevent); it stays the same for the listener's life,
  * across reconnections. When it is readable, call notify_recv() until it returns 0. */
 int notify_listener_fd(const struct notify_listener *l);
+/* True while a message to this listener can be lost only when its sender cannot reach the server:
+ * PostgreSQL with the LISTEN connection up (the server queues notifications for it). False for
+ * Unix datagrams (a full receive queue drops them: 10 by default) and while reconnecting. A caller
+ * may re-read the store less often while it is true. */
+bool notify_listener_reliable(const struct notify_listener *l);
 /* Copies the next pending message into buf (NUL-terminated, truncated to buflen - 1) and returns
  * its length; 0 when none is pending. Never blocks; also drives the reconnection. */
 int notify_recv(struct notify_listener *l, char *buf, size_t buflen);

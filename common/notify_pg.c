@@ -439,6 +439,11 @@ int pg_listener_fd(const struct pg_listener *l)
     return l->epfd;
 }
 
+bool pg_listener_ready(const struct pg_listener *l)
+{
+    return l->state == LISTENER_READY;
+}
+
 void pg_listener_free(struct pg_listener *l)
 {
     if (!l)

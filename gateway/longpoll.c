@@ -15,7 +15,12 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+/* How often the store is re-read for every waiter, in case a wake-up was lost: each second when
+ * wake-ups are datagrams (a burst overflows a socket's queue) or while a LISTEN connection is
+ * being made again; every 5 s while PostgreSQL queues them for us, so that thousands of parked
+ * requests on several gateways are not a loop of queries against the shared database. */
 #define RECHECK_MS 1000
+#define RECHECK_RELIABLE_MS 5000
 
 struct waiter {
     struct request *r;
@@ -161,7 +166,8 @@ static void *longpoll_main(void *arg)
 
     for (;;) {
         int64_t now = mono_ms();
-        int64_t timeout = last_recheck + RECHECK_MS - now;
+        int64_t every = notify_listener_reliable(lp->notify) ? RECHECK_RELIABLE_MS : RECHECK_MS;
+        int64_t timeout = last_recheck + every - now;
         int64_t d = next_deadline(lp);
         if (d != INT64_MAX && d - now < timeout)
             timeout = d - now;
@@ -186,7 +192,8 @@ static void *longpoll_main(void *arg)
         }
         mark(lp, "", now); /* deadlines only: no message id is "" */
         /* After a lost LISTEN connection, "msg" hints may have been missed: recheck now. */
-        if (resync || now - last_recheck >= RECHECK_MS) {
+        every = notify_listener_reliable(lp->notify) ? RECHECK_RELIABLE_MS : RECHECK_MS;
+        if (resync || now - last_recheck >= every) {
             recheck(lp);
             last_recheck = now;
         }

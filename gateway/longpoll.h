@@ -3,8 +3,8 @@
  * request (MHD_suspend_connection); one thread listens for "msg <messageId>" wake-ups from
  * workers (notify.h: a Unix socket on one host, LISTEN on PostgreSQL across hosts) and resumes the
  * requests waiting for that message, or those whose wait ran out. Wake-ups are hints that can be
- * lost, so about once a second, and at once after a lost LISTEN connection is back, the thread
- * also re-reads the state of every waited-for message from the store.
+ * lost, so the thread also re-reads the state of every waited-for message from the store: once a
+ * second (every 5 s while a LISTEN connection is up), and at once when a lost one is back.
  */
 #ifndef SBX_LONGPOLL_H
 #define SBX_LONGPOLL_H
