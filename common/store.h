@@ -229,8 +229,8 @@ struct store_counts {
     int64_t sessions_by_state[4]; /* idle, activating, active, deleted */
     int64_t messages_by_state[4]; /* queued, delivering, completed, failed */
     int64_t sandboxes_by_state[7];
-    int64_t oldest_queued_at; /* 0 when the queue is empty */
-    int64_t retrying;         /* queued messages waiting for another attempt */
+    int64_t oldest_queued_at;        /* 0 when the queue is empty */
+    int64_t retrying;                /* queued messages waiting for another attempt */
     struct store_histogram boot;     /* Sandboxes' boot to agent-ready */
     struct store_histogram lifetime; /* ended Sandboxes' claim to termination */
 };

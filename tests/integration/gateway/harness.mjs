@@ -1,8 +1,13 @@
 // harness.mjs: starts the real sbx-gateway (path in SBX_GATEWAY_BIN) on a free loopback port with
 // a temporary data directory, reads the admin token and the bootstrap key it prints once, and
-// offers small helpers for requests and for poking the database with the sqlite3 CLI.
+// offers small helpers for requests and for poking the database with the sqlite3 CLI (or psql).
+//
+// On PostgreSQL: under tests/pg-run.sh (SBX_TEST_PG_ADMIN_URL set) every fresh data directory
+// gets a fresh database of its own, named in <dataDir>/store-url so that a restart on the same
+// data directory finds the same database, and the gateway runs with SBX_STORE set to it.
 import { spawn, execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -13,13 +18,33 @@ export function tempDataDir() {
   return mkdtempSync(join(tmpdir(), 'sbx-it-gateway-'));
 }
 
+// Whether the tests run on PostgreSQL (tests/pg-run.sh started a server for them).
+export const onPostgres = Boolean(process.env.SBX_TEST_PG_ADMIN_URL);
+
+// The store URL of dataDir: on PostgreSQL a database created for it on first use (reached over the
+// fixture's unix socket, which also works from the network namespaces of the worker tests); else
+// "sqlite".
+export function storeFor(dataDir) {
+  if (!onPostgres) return 'sqlite';
+  const file = join(dataDir, 'store-url');
+  if (existsSync(file)) return readFileSync(file, 'utf8').trim();
+  const name = 'sbx_it_' + randomBytes(6).toString('hex');
+  execFileSync('psql', ['-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', process.env.SBX_TEST_PG_ADMIN_URL,
+    '-c', `CREATE DATABASE ${name} OWNER sbx`]);
+  const base = process.env.SBX_TEST_PG_SOCKET_URL || process.env.SBX_TEST_PG_URL;
+  const url = base.replace(/^(postgres(?:ql)?:\/\/[^/]*\/)[^?]*/, `$1${name}`);
+  writeFileSync(file, url + '\n');
+  return url;
+}
+
 // Starts a gateway; resolves once it listens. extraArgs are flags such as ['--body-limit', '2048'].
 export async function startGateway({ dataDir = tempDataDir(), extraArgs = [], env = {} } = {}) {
   // A first start prints the bootstrap block on stdout; stdout and stderr are separate pipes, so
   // "listening" on stderr may arrive before it: then wait for the block's last line as well.
-  const fresh = !existsSync(join(dataDir, 'sbx.db'));
+  const fresh = onPostgres ? !existsSync(join(dataDir, 'store-url')) : !existsSync(join(dataDir, 'sbx.db'));
+  const store = storeFor(dataDir);
   const proc = spawn(BIN, ['--data-dir', dataDir, '--listen', '127.0.0.1:0', ...extraArgs], {
-    env: { ...process.env, SBX_ADMIN_TOKEN: '', ...env },
+    env: { ...process.env, SBX_ADMIN_TOKEN: '', SBX_STORE: store, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let stdout = '';
@@ -40,7 +65,7 @@ export async function startGateway({ dataDir = tempDataDir(), extraArgs = [], en
   const admin = /sbx_admin_[A-Za-z0-9_-]+/.exec(stdout)?.[0] ?? null;
   const key = /KEY=(sbx_[A-Za-z0-9_-]+)/.exec(stdout)?.[1] ?? null;
   const gw = {
-    proc, port, dataDir, admin, key, url: `http://127.0.0.1:${port}`,
+    proc, port, dataDir, store, admin, key, url: `http://127.0.0.1:${port}`,
     get stdout() { return stdout; },
     get stderr() { return stderr; },
     exited,
@@ -78,8 +103,12 @@ export async function req(gw, method, path, { token, body, headers = {} } = {}) 
   return { status: res.status, headers: res.headers, json, text };
 }
 
-// Runs SQL against the gateway's database with the sqlite3 CLI, as an operator or worker would.
+// Runs SQL against the gateway's database with the sqlite3 CLI (psql on PostgreSQL), as an
+// operator or worker would. Rows come back as lines of '|'-separated values with either.
 export function sql(gw, statement) {
+  if (gw.store && gw.store !== 'sqlite')
+    return execFileSync('psql', ['-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-d', gw.store, '-c', statement],
+      { encoding: 'utf8' }).trim();
   return execFileSync('sqlite3', ['-cmd', '.timeout 5000', join(gw.dataDir, 'sbx.db'), statement],
     { encoding: 'utf8' }).trim();
 }

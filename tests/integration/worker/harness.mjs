@@ -37,7 +37,7 @@ export async function startSbx({ workers = 1, env = {} } = {}) {
     gw,
     dataDir: gw.dataDir,
     workers: [],
-    env: { ...process.env, ...FAST, SBX_DATA_DIR: gw.dataDir, SBX_LOG_LEVEL: 'info', ...env },
+    env: { ...process.env, ...FAST, SBX_DATA_DIR: gw.dataDir, SBX_STORE: gw.store, SBX_LOG_LEVEL: 'info', ...env },
     startWorker() {
       const p = spawn(WORKER_BIN, [], { env: this.env, stdio: ['ignore', 'ignore', 'pipe'] });
       p.log = '';

@@ -1,11 +1,12 @@
 /*
- * store_sqlite_api.c: the SQLite backend's functions that the gateway calls: Apps, API keys,
- * Workspaces, Sessions, messages (with idempotency and group commit), Sandbox listing and stop
- * requests, pool statistics, the audit trail and the counts behind /metrics.
+ * store_sql_api.c: the store's functions that the gateway calls, on either SQL engine (sql.h):
+ * Apps, API keys, Workspaces, Sessions, messages (with idempotency and group commit), Sandbox
+ * listing and stop requests, pool statistics, the audit trail and the counts behind /metrics.
  *
- * Every mutation runs in one BEGIN IMMEDIATE transaction together with its audit event(s), so an
- * event exists exactly when its change does. List cursors are the decimal rowid (for messages: the
- * seq) of the last row of the previous page.
+ * Every mutation runs in one writer transaction (sql_begin: the database's write lock is taken at
+ * BEGIN, SQLite's BEGIN IMMEDIATE or PostgreSQL's advisory lock) together with its audit event(s),
+ * so an event exists exactly when its change does. List cursors are the decimal rowid (for
+ * messages: the seq) of the last row of the previous page.
  *
  * Message enqueues use group commit: with synchronous=FULL every COMMIT is an fsync, so one
  * transaction per message would cap the gateway at the disk's fsync rate. Callers hand their
@@ -15,9 +16,10 @@
  */
 #include "id.h"
 #include "log.h"
-#include "store_sqlite_int.h"
+#include "sql.h"
 #include "timefmt.h"
 
+#include <pthread.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,9 +29,9 @@
 
 /* ---- small helpers ---- */
 
-static int64_t col_i64_or(sqlite3_stmt *s, int col, int64_t when_null)
+static int64_t col_i64_or(struct sql_stmt *s, int col, int64_t when_null)
 {
-    return sqlite3_column_type(s, col) == SQLITE_NULL ? when_null : sqlite3_column_int64(s, col);
+    return sql_col_null(s, col) ? when_null : sql_col_int64(s, col);
 }
 
 /* Parses a cursor ("" = start). Returns -1 for a malformed one. */
@@ -45,29 +47,29 @@ static int64_t cursor_parse(const char *after)
 }
 
 /* Binds the App scope: "" or NULL means any App. */
-static void bind_app(sqlite3_stmt *s, int idx, const char *app_id)
+static void bind_app(struct sql_stmt *s, int idx, const char *app_id)
 {
-    sqlite3_bind_text(s, idx, app_id ? app_id : "", -1, SQLITE_TRANSIENT);
+    sql_bind_text_copy(s, idx, app_id ? app_id : "");
 }
 
 /* Runs a statement that returns no rows; resets it. */
-static enum store_status step_done(struct store *st, sqlite3_stmt *s)
+static enum store_status step_done(struct store *st, struct sql_stmt *s)
 {
-    int rc = sqlite3_step(s);
-    sq_done(s);
-    return rc == SQLITE_DONE ? STORE_OK : sq_status(sq_db(st), rc);
+    int rc = sql_step(s);
+    sql_done(s);
+    return rc == SQL_DONE ? STORE_OK : sql_status(st, rc);
 }
 
 /* Runs a "SELECT count(*)"-like statement; resets it. */
-static enum store_status step_int(struct store *st, sqlite3_stmt *s, int64_t *out)
+static enum store_status step_int(struct store *st, struct sql_stmt *s, int64_t *out)
 {
-    int rc = sqlite3_step(s);
+    int rc = sql_step(s);
     enum store_status r = STORE_OK;
-    if (rc == SQLITE_ROW)
-        *out = sqlite3_column_int64(s, 0);
+    if (rc == SQL_ROW)
+        *out = sql_col_int64(s, 0);
     else
-        r = rc == SQLITE_DONE ? STORE_NOT_FOUND : sq_status(sq_db(st), rc);
-    sq_done(s);
+        r = rc == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, rc);
+    sql_done(s);
     return r;
 }
 
@@ -81,11 +83,11 @@ static void *list_grow(void *arr, size_t n, size_t elem)
 }
 
 /* Ends a transaction: COMMIT when rc is OK, ROLLBACK otherwise. Returns the final status. */
-static enum store_status finish(sqlite3 *db, enum store_status rc)
+static enum store_status finish(struct store *st, enum store_status rc)
 {
     if (rc == STORE_OK)
-        return sq_commit(db);
-    sq_rollback(db);
+        return sql_commit(st);
+    sql_rollback(st);
     return rc;
 }
 
@@ -117,83 +119,82 @@ static void json_str(char *out, size_t outlen, const char *s)
     "rowid, id, name, keep_alive_seconds, vcpu_count, mem_size_mib, driver, image, max_attempts, " \
     "command, created_at, updated_at"
 
-static int64_t app_from_row(sqlite3_stmt *s, struct store_app *a)
+static int64_t app_from_row(struct sql_stmt *s, struct store_app *a)
 {
     memset(a, 0, sizeof *a);
-    sq_col_copy(s, 1, a->id, sizeof a->id);
-    sq_col_copy(s, 2, a->name, sizeof a->name);
-    a->keep_alive_seconds = sqlite3_column_int64(s, 3);
-    a->vcpu_count = sqlite3_column_int64(s, 4);
-    a->mem_size_mib = sqlite3_column_int64(s, 5);
-    sq_col_copy(s, 6, a->driver, sizeof a->driver);
-    sq_col_copy(s, 7, a->image, sizeof a->image);
-    a->max_attempts = sqlite3_column_int64(s, 8);
-    a->command_json = sq_col_dup(s, 9);
-    a->created_at = sqlite3_column_int64(s, 10);
-    a->updated_at = sqlite3_column_int64(s, 11);
-    return sqlite3_column_int64(s, 0);
+    sql_col_copy(s, 1, a->id, sizeof a->id);
+    sql_col_copy(s, 2, a->name, sizeof a->name);
+    a->keep_alive_seconds = sql_col_int64(s, 3);
+    a->vcpu_count = sql_col_int64(s, 4);
+    a->mem_size_mib = sql_col_int64(s, 5);
+    sql_col_copy(s, 6, a->driver, sizeof a->driver);
+    sql_col_copy(s, 7, a->image, sizeof a->image);
+    a->max_attempts = sql_col_int64(s, 8);
+    a->command_json = sql_col_dup(s, 9);
+    a->created_at = sql_col_int64(s, 10);
+    a->updated_at = sql_col_int64(s, 11);
+    return sql_col_int64(s, 0);
 }
 
 static enum store_status sq_app_get(struct store *st, const char *app_id, struct store_app *out)
 {
-    sqlite3_stmt *s =
-        sq_stmt(st, "SELECT " APP_COLS " FROM apps WHERE id = ?1 AND deleted_at IS NULL");
+    struct sql_stmt *s =
+        sql_stmt(st, "SELECT " APP_COLS " FROM apps WHERE id = ?1 AND deleted_at IS NULL");
     enum store_status r;
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, app_id, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW) {
+    sql_bind_text_copy(s, 1, app_id);
+    int rc = sql_step(s);
+    if (rc == SQL_ROW) {
         app_from_row(s, out);
         r = STORE_OK;
     } else {
-        r = rc == SQLITE_DONE ? STORE_NOT_FOUND : sq_status(sq_db(st), rc);
+        r = rc == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, rc);
     }
-    sq_done(s);
+    sql_done(s);
     return r;
 }
 
 static enum store_status sq_app_create(struct store *st, const struct store_ctx *ctx,
                                        struct store_app *app)
 {
-    sqlite3 *db = sq_db(st);
-    sqlite3_stmt *s;
+    struct sql_stmt *s;
     enum store_status r;
     char data[STORE_NAME_LEN * 2 + 32], name_json[STORE_NAME_LEN * 2 + 8];
     int64_t now = now_ms();
 
-    if (!db || id_new("app", app->id, sizeof app->id) != 0)
+    if (id_new("app", app->id, sizeof app->id) != 0)
         return STORE_ERROR;
-    if ((r = sq_begin(db)) != STORE_OK)
+    if ((r = sql_begin(st)) != STORE_OK)
         return r;
-    s = sq_stmt(st, "INSERT INTO apps (id, name, keep_alive_seconds, vcpu_count, mem_size_mib, "
-                    "driver, image, max_attempts, command, created_at, updated_at) "
-                    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)");
+    s = sql_stmt(st, "INSERT INTO apps (id, name, keep_alive_seconds, vcpu_count, mem_size_mib, "
+                     "driver, image, max_attempts, command, created_at, updated_at) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)");
     if (!s)
-        return finish(db, STORE_ERROR);
-    sqlite3_bind_text(s, 1, app->id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 2, app->name, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 3, app->keep_alive_seconds);
-    sqlite3_bind_int64(s, 4, app->vcpu_count);
-    sqlite3_bind_int64(s, 5, app->mem_size_mib);
-    sqlite3_bind_text(s, 6, app->driver, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 7, app->image, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 8, app->max_attempts);
-    sqlite3_bind_text(s, 9, app->command_json ? app->command_json : "[]", -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 10, now);
+        return finish(st, STORE_ERROR);
+    sql_bind_text(s, 1, app->id);
+    sql_bind_text(s, 2, app->name);
+    sql_bind_int64(s, 3, app->keep_alive_seconds);
+    sql_bind_int64(s, 4, app->vcpu_count);
+    sql_bind_int64(s, 5, app->mem_size_mib);
+    sql_bind_text(s, 6, app->driver);
+    sql_bind_text(s, 7, app->image);
+    sql_bind_int64(s, 8, app->max_attempts);
+    sql_bind_text(s, 9, app->command_json ? app->command_json : "[]");
+    sql_bind_int64(s, 10, now);
     r = step_done(st, s);
     if (r == STORE_OK) {
         json_str(name_json, sizeof name_json, app->name);
         snprintf(data, sizeof data, "{\"name\":%s}", name_json);
-        r = sq_event(st, ctx, "app.created", "app", app->id, app->id, NULL, data);
+        r = sql_event(st, ctx, "app.created", "app", app->id, app->id, NULL, data);
     }
-    r = finish(db, r);
+    r = finish(st, r);
     if (r == STORE_OK)
         app->created_at = app->updated_at = now;
     return r;
 }
 
-static int64_t app_page_row(sqlite3_stmt *s, void *item)
+static int64_t app_page_row(struct sql_stmt *s, void *item)
 {
     return app_from_row(s, item);
 }
@@ -203,67 +204,64 @@ static void app_page_free(void *items, size_t n)
     store_app_list_free(items, n);
 }
 
-static const struct sq_page app_page = {sizeof(struct store_app), app_page_row, app_page_free};
+static const struct sql_page app_page = {sizeof(struct store_app), app_page_row, app_page_free};
 
 static enum store_status sq_app_list(struct store *st, const char *after, size_t limit,
                                      struct store_app **out, size_t *n, char *next_cursor)
 {
-    sqlite3_stmt *s = sq_stmt(st, "SELECT " APP_COLS " FROM apps WHERE deleted_at IS NULL "
-                                  "AND rowid > ?1 ORDER BY rowid LIMIT ?2");
+    struct sql_stmt *s = sql_stmt(st, "SELECT " APP_COLS " FROM apps WHERE deleted_at IS NULL "
+                                      "AND rowid > ?1 ORDER BY rowid LIMIT ?2");
     int64_t from = cursor_parse(after);
 
     if (from < 0)
         return STORE_INVALID;
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_int64(s, 1, from);
-    sqlite3_bind_int64(s, 2, (int64_t)limit + 1);
-    return sq_read_page(st, s, limit, &app_page, (void *)out, n, next_cursor);
+    sql_bind_int64(s, 1, from);
+    sql_bind_int64(s, 2, (int64_t)limit + 1);
+    return sql_read_page(st, s, limit, &app_page, (void *)out, n, next_cursor);
 }
 
 static enum store_status sq_app_update(struct store *st, const struct store_ctx *ctx,
                                        const char *app_id, const struct store_app_patch *p,
                                        struct store_app *out)
 {
-    sqlite3 *db = sq_db(st);
-    sqlite3_stmt *s;
+    struct sql_stmt *s;
     enum store_status r;
     char data[512];
     size_t n = 0;
 
-    if (!db)
-        return STORE_ERROR;
-    if ((r = sq_begin(db)) != STORE_OK)
+    if ((r = sql_begin(st)) != STORE_OK)
         return r;
-    s = sq_stmt(st, "UPDATE apps SET name = COALESCE(?2, name), "
-                    "keep_alive_seconds = COALESCE(?3, keep_alive_seconds), "
-                    "vcpu_count = COALESCE(?4, vcpu_count), "
-                    "mem_size_mib = COALESCE(?5, mem_size_mib), driver = COALESCE(?6, driver), "
-                    "image = COALESCE(?7, image), max_attempts = COALESCE(?8, max_attempts), "
-                    "command = COALESCE(?9, command), updated_at = ?10 "
-                    "WHERE id = ?1 AND deleted_at IS NULL");
+    s = sql_stmt(st, "UPDATE apps SET name = COALESCE(?2, name), "
+                     "keep_alive_seconds = COALESCE(?3, keep_alive_seconds), "
+                     "vcpu_count = COALESCE(?4, vcpu_count), "
+                     "mem_size_mib = COALESCE(?5, mem_size_mib), driver = COALESCE(?6, driver), "
+                     "image = COALESCE(?7, image), max_attempts = COALESCE(?8, max_attempts), "
+                     "command = COALESCE(?9, command), updated_at = ?10 "
+                     "WHERE id = ?1 AND deleted_at IS NULL");
     if (!s)
-        return finish(db, STORE_ERROR);
-    sqlite3_bind_text(s, 1, app_id, -1, SQLITE_STATIC);
+        return finish(st, STORE_ERROR);
+    sql_bind_text(s, 1, app_id);
     if (p->name)
-        sqlite3_bind_text(s, 2, p->name, -1, SQLITE_STATIC);
+        sql_bind_text(s, 2, p->name);
     if (p->keep_alive_seconds)
-        sqlite3_bind_int64(s, 3, *p->keep_alive_seconds);
+        sql_bind_int64(s, 3, *p->keep_alive_seconds);
     if (p->vcpu_count)
-        sqlite3_bind_int64(s, 4, *p->vcpu_count);
+        sql_bind_int64(s, 4, *p->vcpu_count);
     if (p->mem_size_mib)
-        sqlite3_bind_int64(s, 5, *p->mem_size_mib);
+        sql_bind_int64(s, 5, *p->mem_size_mib);
     if (p->driver)
-        sqlite3_bind_text(s, 6, p->driver, -1, SQLITE_STATIC);
+        sql_bind_text(s, 6, p->driver);
     if (p->image)
-        sqlite3_bind_text(s, 7, p->image, -1, SQLITE_STATIC);
+        sql_bind_text(s, 7, p->image);
     if (p->max_attempts)
-        sqlite3_bind_int64(s, 8, *p->max_attempts);
+        sql_bind_int64(s, 8, *p->max_attempts);
     if (p->command_json)
-        sqlite3_bind_text(s, 9, p->command_json, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 10, now_ms());
+        sql_bind_text(s, 9, p->command_json);
+    sql_bind_int64(s, 10, now_ms());
     r = step_done(st, s);
-    if (r == STORE_OK && sqlite3_changes(db) == 0)
+    if (r == STORE_OK && sql_changes(st) == 0)
         r = STORE_NOT_FOUND;
     if (r == STORE_OK) {
         /* The event names the fields that changed (not their values: the command may be long). */
@@ -281,12 +279,12 @@ static enum store_status sq_app_update(struct store *st, const struct store_ctx 
                 n += (size_t)snprintf(data + n, sizeof data - n, "%s\"%s\"", k++ ? "," : "",
                                       fields[i]);
         snprintf(data + n, sizeof data - n, "]}");
-        r = sq_event(st, ctx, "app.updated", "app", app_id, app_id, NULL, data);
+        r = sql_event(st, ctx, "app.updated", "app", app_id, app_id, NULL, data);
     }
     struct store_app fresh = {0};
     if (r == STORE_OK)
         r = sq_app_get(st, app_id, &fresh);
-    r = finish(db, r);
+    r = finish(st, r);
     if (r == STORE_OK)
         *out = fresh;
     else
@@ -297,102 +295,99 @@ static enum store_status sq_app_update(struct store *st, const struct store_ctx 
 static enum store_status sq_app_delete(struct store *st, const struct store_ctx *ctx,
                                        const char *app_id)
 {
-    sqlite3 *db = sq_db(st);
-    sqlite3_stmt *s;
+    struct sql_stmt *s;
     enum store_status r;
     int64_t live = 0, now = now_ms();
     struct store_app app;
 
-    if (!db)
-        return STORE_ERROR;
-    if ((r = sq_begin(db)) != STORE_OK)
+    if ((r = sql_begin(st)) != STORE_OK)
         return r;
     r = sq_app_get(st, app_id, &app);
     if (r == STORE_OK)
         store_app_clear(&app);
     if (r == STORE_OK) {
-        s = sq_stmt(st, "SELECT (SELECT count(*) FROM sessions WHERE app_id = ?1 "
-                        "AND state <> 'deleted') + (SELECT count(*) FROM workspaces "
-                        "WHERE app_id = ?1 AND deleted_at IS NULL)");
+        s = sql_stmt(st, "SELECT (SELECT count(*) FROM sessions WHERE app_id = ?1 "
+                         "AND state <> 'deleted') + (SELECT count(*) FROM workspaces "
+                         "WHERE app_id = ?1 AND deleted_at IS NULL)");
         if (!s)
-            return finish(db, STORE_ERROR);
-        sqlite3_bind_text(s, 1, app_id, -1, SQLITE_STATIC);
+            return finish(st, STORE_ERROR);
+        sql_bind_text(s, 1, app_id);
         r = step_int(st, s, &live);
         if (r == STORE_OK && live > 0)
             r = STORE_CONFLICT;
     }
     if (r == STORE_OK) {
         /* Revoke its keys one by one so that each revocation has its own event. */
-        s = sq_stmt(st, "SELECT id FROM api_keys WHERE app_id = ?1 AND revoked_at IS NULL");
+        s = sql_stmt(st, "SELECT id FROM api_keys WHERE app_id = ?1 AND revoked_at IS NULL");
         if (!s)
-            return finish(db, STORE_ERROR);
-        sqlite3_bind_text(s, 1, app_id, -1, SQLITE_STATIC);
+            return finish(st, STORE_ERROR);
+        sql_bind_text(s, 1, app_id);
         char(*ids)[STORE_ID_LEN] = NULL;
         size_t nids = 0;
         int rc;
-        while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        while ((rc = sql_step(s)) == SQL_ROW) {
             void *grown = list_grow(ids, nids, sizeof *ids);
             if (!grown) {
-                rc = SQLITE_NOMEM;
+                rc = SQL_NOMEM;
                 break;
             }
             ids = grown;
-            sq_col_copy(s, 0, ids[nids++], STORE_ID_LEN);
+            sql_col_copy(s, 0, ids[nids++], STORE_ID_LEN);
         }
-        sq_done(s);
-        if (rc != SQLITE_DONE)
-            r = sq_status(db, rc);
+        sql_done(s);
+        if (rc != SQL_DONE)
+            r = sql_status(st, rc);
         for (size_t i = 0; r == STORE_OK && i < nids; i++) {
-            s = sq_stmt(st, "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1");
+            s = sql_stmt(st, "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1");
             if (!s) {
                 r = STORE_ERROR;
                 break;
             }
-            sqlite3_bind_text(s, 1, ids[i], -1, SQLITE_STATIC);
-            sqlite3_bind_int64(s, 2, now);
+            sql_bind_text(s, 1, ids[i]);
+            sql_bind_int64(s, 2, now);
             r = step_done(st, s);
             if (r == STORE_OK)
-                r = sq_event(st, ctx, "key.revoked", "key", ids[i], app_id, NULL,
-                             "{\"reason\":\"app deleted\"}");
+                r = sql_event(st, ctx, "key.revoked", "key", ids[i], app_id, NULL,
+                              "{\"reason\":\"app deleted\"}");
         }
         free(ids);
     }
     if (r == STORE_OK) {
-        s = sq_stmt(st, "UPDATE apps SET deleted_at = ?2, updated_at = ?2 WHERE id = ?1");
+        s = sql_stmt(st, "UPDATE apps SET deleted_at = ?2, updated_at = ?2 WHERE id = ?1");
         if (!s)
-            return finish(db, STORE_ERROR);
-        sqlite3_bind_text(s, 1, app_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(s, 2, now);
+            return finish(st, STORE_ERROR);
+        sql_bind_text(s, 1, app_id);
+        sql_bind_int64(s, 2, now);
         r = step_done(st, s);
     }
     if (r == STORE_OK)
-        r = sq_event(st, ctx, "app.deleted", "app", app_id, app_id, NULL, NULL);
-    return finish(db, r);
+        r = sql_event(st, ctx, "app.deleted", "app", app_id, app_id, NULL, NULL);
+    return finish(st, r);
 }
 
 /* ---- api keys ---- */
 
 #define KEY_COLS "id, app_id, name, prefix, created_at, revoked_at"
 
-static void key_from_row(sqlite3_stmt *s, struct store_key *k)
+static void key_from_row(struct sql_stmt *s, struct store_key *k)
 {
     memset(k, 0, sizeof *k);
-    sq_col_copy(s, 0, k->id, sizeof k->id);
-    sq_col_copy(s, 1, k->app_id, sizeof k->app_id);
-    sq_col_copy(s, 2, k->name, sizeof k->name);
-    sq_col_copy(s, 3, k->prefix, sizeof k->prefix);
-    k->created_at = sqlite3_column_int64(s, 4);
+    sql_col_copy(s, 0, k->id, sizeof k->id);
+    sql_col_copy(s, 1, k->app_id, sizeof k->app_id);
+    sql_col_copy(s, 2, k->name, sizeof k->name);
+    sql_col_copy(s, 3, k->prefix, sizeof k->prefix);
+    k->created_at = sql_col_int64(s, 4);
     k->revoked_at = col_i64_or(s, 5, 0);
 }
 
 /* STORE_OK when the App exists and is not deleted. */
 static enum store_status app_exists(struct store *st, const char *app_id)
 {
-    sqlite3_stmt *s = sq_stmt(st, "SELECT 1 FROM apps WHERE id = ?1 AND deleted_at IS NULL");
+    struct sql_stmt *s = sql_stmt(st, "SELECT 1 FROM apps WHERE id = ?1 AND deleted_at IS NULL");
     int64_t one;
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, app_id, -1, SQLITE_TRANSIENT);
+    sql_bind_text_copy(s, 1, app_id);
     return step_int(st, s, &one);
 }
 
@@ -400,39 +395,38 @@ static enum store_status sq_key_create(struct store *st, const struct store_ctx 
                                        const char *app_id, const char *name, const char *prefix,
                                        const uint8_t hash[32], struct store_key *out)
 {
-    sqlite3 *db = sq_db(st);
-    sqlite3_stmt *s;
+    struct sql_stmt *s;
     enum store_status r;
     struct store_key k = {0};
     char data[64];
 
-    if (!db || id_new("key", k.id, sizeof k.id) != 0)
+    if (id_new("key", k.id, sizeof k.id) != 0)
         return STORE_ERROR;
     snprintf(k.app_id, sizeof k.app_id, "%s", app_id);
     snprintf(k.name, sizeof k.name, "%s", name ? name : "");
     snprintf(k.prefix, sizeof k.prefix, "%s", prefix);
     k.created_at = now_ms();
-    if ((r = sq_begin(db)) != STORE_OK)
+    if ((r = sql_begin(st)) != STORE_OK)
         return r;
     r = app_exists(st, app_id);
     if (r == STORE_OK) {
-        s = sq_stmt(st, "INSERT INTO api_keys (id, app_id, name, prefix, hash, created_at) "
-                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+        s = sql_stmt(st, "INSERT INTO api_keys (id, app_id, name, prefix, hash, created_at) "
+                         "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
         if (!s)
-            return finish(db, STORE_ERROR);
-        sqlite3_bind_text(s, 1, k.id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, 2, app_id, -1, SQLITE_STATIC);
-        sq_bind_text_or_null(s, 3, name);
-        sqlite3_bind_text(s, 4, prefix, -1, SQLITE_STATIC);
-        sqlite3_bind_blob(s, 5, hash, 32, SQLITE_STATIC);
-        sqlite3_bind_int64(s, 6, k.created_at);
+            return finish(st, STORE_ERROR);
+        sql_bind_text(s, 1, k.id);
+        sql_bind_text(s, 2, app_id);
+        sql_bind_text_or_null(s, 3, name);
+        sql_bind_text(s, 4, prefix);
+        sql_bind_blob(s, 5, hash, 32);
+        sql_bind_int64(s, 6, k.created_at);
         r = step_done(st, s);
     }
     if (r == STORE_OK) {
         snprintf(data, sizeof data, "{\"prefix\":\"%s\"}", k.prefix);
-        r = sq_event(st, ctx, "key.created", "key", k.id, app_id, NULL, data);
+        r = sql_event(st, ctx, "key.created", "key", k.id, app_id, NULL, data);
     }
-    r = finish(db, r);
+    r = finish(st, r);
     if (r == STORE_OK)
         *out = k;
     return r;
@@ -441,7 +435,7 @@ static enum store_status sq_key_create(struct store *st, const struct store_ctx 
 static enum store_status sq_key_list(struct store *st, const char *app_id, struct store_key **out,
                                      size_t *n)
 {
-    sqlite3_stmt *s;
+    struct sql_stmt *s;
     struct store_key *items = NULL;
     size_t count = 0;
     enum store_status r = app_exists(st, app_id);
@@ -449,23 +443,23 @@ static enum store_status sq_key_list(struct store *st, const char *app_id, struc
 
     if (r != STORE_OK)
         return r;
-    s = sq_stmt(st, "SELECT " KEY_COLS " FROM api_keys WHERE app_id = ?1 ORDER BY rowid");
+    s = sql_stmt(st, "SELECT " KEY_COLS " FROM api_keys WHERE app_id = ?1 ORDER BY rowid");
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, app_id, -1, SQLITE_TRANSIENT);
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    sql_bind_text_copy(s, 1, app_id);
+    while ((rc = sql_step(s)) == SQL_ROW) {
         struct store_key *grown = list_grow(items, count, sizeof *items);
         if (!grown) {
-            rc = SQLITE_NOMEM;
+            rc = SQL_NOMEM;
             break;
         }
         items = grown;
         key_from_row(s, &items[count++]);
     }
-    sq_done(s);
-    if (rc != SQLITE_DONE) {
+    sql_done(s);
+    if (rc != SQL_DONE) {
         free(items);
-        return sq_status(sq_db(st), rc);
+        return sql_status(st, rc);
     }
     *out = items;
     *n = count;
@@ -475,36 +469,33 @@ static enum store_status sq_key_list(struct store *st, const char *app_id, struc
 static enum store_status sq_key_revoke(struct store *st, const struct store_ctx *ctx,
                                        const char *app_id, const char *key_id)
 {
-    sqlite3 *db = sq_db(st);
-    sqlite3_stmt *s;
+    struct sql_stmt *s;
     enum store_status r;
     int64_t revoked_at = 0;
 
-    if (!db)
-        return STORE_ERROR;
-    if ((r = sq_begin(db)) != STORE_OK)
+    if ((r = sql_begin(st)) != STORE_OK)
         return r;
     r = app_exists(st, app_id);
     if (r == STORE_OK) {
-        s = sq_stmt(st, "SELECT COALESCE(revoked_at, 0) FROM api_keys "
-                        "WHERE id = ?1 AND app_id = ?2");
+        s = sql_stmt(st, "SELECT COALESCE(revoked_at, 0) FROM api_keys "
+                         "WHERE id = ?1 AND app_id = ?2");
         if (!s)
-            return finish(db, STORE_ERROR);
-        sqlite3_bind_text(s, 1, key_id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, 2, app_id, -1, SQLITE_STATIC);
+            return finish(st, STORE_ERROR);
+        sql_bind_text(s, 1, key_id);
+        sql_bind_text(s, 2, app_id);
         r = step_int(st, s, &revoked_at);
     }
     if (r == STORE_OK && revoked_at == 0) {
-        s = sq_stmt(st, "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1");
+        s = sql_stmt(st, "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1");
         if (!s)
-            return finish(db, STORE_ERROR);
-        sqlite3_bind_text(s, 1, key_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(s, 2, now_ms());
+            return finish(st, STORE_ERROR);
+        sql_bind_text(s, 1, key_id);
+        sql_bind_int64(s, 2, now_ms());
         r = step_done(st, s);
         if (r == STORE_OK)
-            r = sq_event(st, ctx, "key.revoked", "key", key_id, app_id, NULL, NULL);
+            r = sql_event(st, ctx, "key.revoked", "key", key_id, app_id, NULL, NULL);
     }
-    return finish(db, r);
+    return finish(st, r);
 }
 
 /* Compares two hashes without an early exit, so the time taken says nothing about where they
@@ -521,25 +512,27 @@ static int hash_equal(const uint8_t *a, const uint8_t *b, size_t n)
 static enum store_status sq_key_lookup(struct store *st, const uint8_t hash[32],
                                        struct store_key *out)
 {
-    sqlite3_stmt *s = sq_stmt(st, "SELECT k.id, k.app_id, k.name, k.prefix, k.created_at, "
-                                  "k.revoked_at, k.hash FROM api_keys k JOIN apps a "
-                                  "ON a.id = k.app_id WHERE k.hash = ?1 AND k.revoked_at IS NULL "
-                                  "AND a.deleted_at IS NULL");
+    struct sql_stmt *s =
+        sql_stmt(st, "SELECT k.id, k.app_id, k.name, k.prefix, k.created_at, "
+                     "k.revoked_at, k.hash FROM api_keys k JOIN apps a "
+                     "ON a.id = k.app_id WHERE k.hash = ?1 AND k.revoked_at IS NULL "
+                     "AND a.deleted_at IS NULL");
     enum store_status r;
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_blob(s, 1, hash, 32, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW && sqlite3_column_bytes(s, 6) == 32 &&
-        hash_equal(sqlite3_column_blob(s, 6), hash, 32)) {
+    sql_bind_blob(s, 1, hash, 32);
+    int rc = sql_step(s);
+    uint8_t stored[32];
+    if (rc == SQL_ROW && sql_col_blob(s, 6, stored, sizeof stored) == 32 &&
+        hash_equal(stored, hash, 32)) {
         key_from_row(s, out);
         r = STORE_OK;
-    } else if (rc == SQLITE_ROW || rc == SQLITE_DONE) {
+    } else if (rc == SQL_ROW || rc == SQL_DONE) {
         r = STORE_NOT_FOUND;
     } else {
-        r = sq_status(sq_db(st), rc);
+        r = sql_status(st, rc);
     }
-    sq_done(s);
+    sql_done(s);
     return r;
 }
 
@@ -549,36 +542,36 @@ static enum store_status sq_key_lookup(struct store *st, const uint8_t hash[32],
     "w.rowid, w.id, w.app_id, w.name, w.path, w.created_at, (SELECT count(*) FROM sessions x "     \
     "WHERE x.workspace_id = w.id AND x.state <> 'deleted')"
 
-static int64_t ws_from_row(sqlite3_stmt *s, struct store_workspace *w)
+static int64_t ws_from_row(struct sql_stmt *s, struct store_workspace *w)
 {
     memset(w, 0, sizeof *w);
-    sq_col_copy(s, 1, w->id, sizeof w->id);
-    sq_col_copy(s, 2, w->app_id, sizeof w->app_id);
-    sq_col_copy(s, 3, w->name, sizeof w->name);
-    sq_col_copy(s, 4, w->path, sizeof w->path);
-    w->created_at = sqlite3_column_int64(s, 5);
-    w->attached_sessions = sqlite3_column_int64(s, 6);
-    return sqlite3_column_int64(s, 0);
+    sql_col_copy(s, 1, w->id, sizeof w->id);
+    sql_col_copy(s, 2, w->app_id, sizeof w->app_id);
+    sql_col_copy(s, 3, w->name, sizeof w->name);
+    sql_col_copy(s, 4, w->path, sizeof w->path);
+    w->created_at = sql_col_int64(s, 5);
+    w->attached_sessions = sql_col_int64(s, 6);
+    return sql_col_int64(s, 0);
 }
 
 static enum store_status sq_workspace_get(struct store *st, const char *app_id, const char *ws_id,
                                           struct store_workspace *out)
 {
-    sqlite3_stmt *s = sq_stmt(st, "SELECT " WS_COLS " FROM workspaces w WHERE w.id = ?1 "
-                                  "AND (?2 = '' OR w.app_id = ?2) AND w.deleted_at IS NULL");
+    struct sql_stmt *s = sql_stmt(st, "SELECT " WS_COLS " FROM workspaces w WHERE w.id = ?1 "
+                                      "AND (?2 = '' OR w.app_id = ?2) AND w.deleted_at IS NULL");
     enum store_status r;
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, ws_id, -1, SQLITE_TRANSIENT);
+    sql_bind_text_copy(s, 1, ws_id);
     bind_app(s, 2, app_id);
-    int rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW) {
+    int rc = sql_step(s);
+    if (rc == SQL_ROW) {
         ws_from_row(s, out);
         r = STORE_OK;
     } else {
-        r = rc == SQLITE_DONE ? STORE_NOT_FOUND : sq_status(sq_db(st), rc);
+        r = rc == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, rc);
     }
-    sq_done(s);
+    sql_done(s);
     return r;
 }
 
@@ -586,12 +579,11 @@ static enum store_status sq_workspace_create(struct store *st, const struct stor
                                              const char *app_id, const char *name,
                                              const char *data_dir, struct store_workspace *out)
 {
-    sqlite3 *db = sq_db(st);
-    sqlite3_stmt *s;
+    struct sql_stmt *s;
     enum store_status r;
     struct store_workspace w = {0};
 
-    if (!db || id_new("wsp", w.id, sizeof w.id) != 0)
+    if (id_new("wsp", w.id, sizeof w.id) != 0)
         return STORE_ERROR;
     if ((size_t)snprintf(w.path, sizeof w.path, "%s/workspaces/%s/%s", data_dir, app_id, w.id) >=
         sizeof w.path)
@@ -599,30 +591,30 @@ static enum store_status sq_workspace_create(struct store *st, const struct stor
     snprintf(w.app_id, sizeof w.app_id, "%s", app_id);
     snprintf(w.name, sizeof w.name, "%s", name ? name : "");
     w.created_at = now_ms();
-    if ((r = sq_begin(db)) != STORE_OK)
+    if ((r = sql_begin(st)) != STORE_OK)
         return r;
     r = app_exists(st, app_id);
     if (r == STORE_OK) {
-        s = sq_stmt(st, "INSERT INTO workspaces (id, app_id, name, path, created_at) "
-                        "VALUES (?1, ?2, ?3, ?4, ?5)");
+        s = sql_stmt(st, "INSERT INTO workspaces (id, app_id, name, path, created_at) "
+                         "VALUES (?1, ?2, ?3, ?4, ?5)");
         if (!s)
-            return finish(db, STORE_ERROR);
-        sqlite3_bind_text(s, 1, w.id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, 2, app_id, -1, SQLITE_STATIC);
-        sq_bind_text_or_null(s, 3, name);
-        sqlite3_bind_text(s, 4, w.path, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(s, 5, w.created_at);
+            return finish(st, STORE_ERROR);
+        sql_bind_text(s, 1, w.id);
+        sql_bind_text(s, 2, app_id);
+        sql_bind_text_or_null(s, 3, name);
+        sql_bind_text(s, 4, w.path);
+        sql_bind_int64(s, 5, w.created_at);
         r = step_done(st, s);
     }
     if (r == STORE_OK)
-        r = sq_event(st, ctx, "workspace.created", "workspace", w.id, app_id, NULL, NULL);
-    r = finish(db, r);
+        r = sql_event(st, ctx, "workspace.created", "workspace", w.id, app_id, NULL, NULL);
+    r = finish(st, r);
     if (r == STORE_OK)
         *out = w;
     return r;
 }
 
-static int64_t workspace_page_row(sqlite3_stmt *s, void *item)
+static int64_t workspace_page_row(struct sql_stmt *s, void *item)
 {
     return ws_from_row(s, item);
 }
@@ -633,16 +625,16 @@ static void page_free_plain(void *items, size_t n)
     free(items);
 }
 
-static const struct sq_page workspace_page = {sizeof(struct store_workspace), workspace_page_row,
-                                              page_free_plain};
+static const struct sql_page workspace_page = {sizeof(struct store_workspace), workspace_page_row,
+                                               page_free_plain};
 
 static enum store_status sq_workspace_list(struct store *st, const char *app_id, const char *after,
                                            size_t limit, struct store_workspace **out, size_t *n,
                                            char *next_cursor)
 {
-    sqlite3_stmt *s = sq_stmt(st, "SELECT " WS_COLS " FROM workspaces w WHERE "
-                                  "(?1 = '' OR w.app_id = ?1) AND w.deleted_at IS NULL "
-                                  "AND w.rowid > ?2 ORDER BY w.rowid LIMIT ?3");
+    struct sql_stmt *s = sql_stmt(st, "SELECT " WS_COLS " FROM workspaces w WHERE "
+                                      "(?1 = '' OR w.app_id = ?1) AND w.deleted_at IS NULL "
+                                      "AND w.rowid > ?2 ORDER BY w.rowid LIMIT ?3");
     int64_t from = cursor_parse(after);
 
     if (from < 0)
@@ -650,38 +642,35 @@ static enum store_status sq_workspace_list(struct store *st, const char *app_id,
     if (!s)
         return STORE_ERROR;
     bind_app(s, 1, app_id);
-    sqlite3_bind_int64(s, 2, from);
-    sqlite3_bind_int64(s, 3, (int64_t)limit + 1);
-    return sq_read_page(st, s, limit, &workspace_page, (void *)out, n, next_cursor);
+    sql_bind_int64(s, 2, from);
+    sql_bind_int64(s, 3, (int64_t)limit + 1);
+    return sql_read_page(st, s, limit, &workspace_page, (void *)out, n, next_cursor);
 }
 
 static enum store_status sq_workspace_delete(struct store *st, const struct store_ctx *ctx,
                                              const char *app_id, const char *ws_id,
                                              struct store_workspace *out)
 {
-    sqlite3 *db = sq_db(st);
-    sqlite3_stmt *s;
+    struct sql_stmt *s;
     enum store_status r;
     struct store_workspace w;
 
-    if (!db)
-        return STORE_ERROR;
-    if ((r = sq_begin(db)) != STORE_OK)
+    if ((r = sql_begin(st)) != STORE_OK)
         return r;
     r = sq_workspace_get(st, app_id, ws_id, &w);
     if (r == STORE_OK && w.attached_sessions > 0)
         r = STORE_CONFLICT;
     if (r == STORE_OK) {
-        s = sq_stmt(st, "UPDATE workspaces SET deleted_at = ?2 WHERE id = ?1");
+        s = sql_stmt(st, "UPDATE workspaces SET deleted_at = ?2 WHERE id = ?1");
         if (!s)
-            return finish(db, STORE_ERROR);
-        sqlite3_bind_text(s, 1, ws_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(s, 2, now_ms());
+            return finish(st, STORE_ERROR);
+        sql_bind_text(s, 1, ws_id);
+        sql_bind_int64(s, 2, now_ms());
         r = step_done(st, s);
     }
     if (r == STORE_OK)
-        r = sq_event(st, ctx, "workspace.deleted", "workspace", ws_id, w.app_id, NULL, NULL);
-    r = finish(db, r);
+        r = sql_event(st, ctx, "workspace.deleted", "workspace", ws_id, w.app_id, NULL, NULL);
+    r = finish(st, r);
     if (r == STORE_OK && out)
         *out = w;
     return r;
@@ -696,48 +685,48 @@ static enum store_status sq_workspace_delete(struct store *st, const struct stor
     "s.stop_requested_at, s.created_at, s.updated_at, s.last_activity_at "                         \
     "FROM sessions s JOIN apps a ON a.id = s.app_id "
 
-static int64_t session_from_row(sqlite3_stmt *s, struct store_session *x)
+static int64_t session_from_row(struct sql_stmt *s, struct store_session *x)
 {
     memset(x, 0, sizeof *x);
-    sq_col_copy(s, 1, x->id, sizeof x->id);
-    sq_col_copy(s, 2, x->app_id, sizeof x->app_id);
-    sq_col_copy(s, 3, x->name, sizeof x->name);
-    sq_col_copy(s, 4, x->state, sizeof x->state);
-    sq_col_copy(s, 5, x->sandbox_id, sizeof x->sandbox_id);
+    sql_col_copy(s, 1, x->id, sizeof x->id);
+    sql_col_copy(s, 2, x->app_id, sizeof x->app_id);
+    sql_col_copy(s, 3, x->name, sizeof x->name);
+    sql_col_copy(s, 4, x->state, sizeof x->state);
+    sql_col_copy(s, 5, x->sandbox_id, sizeof x->sandbox_id);
     x->keep_alive_seconds = col_i64_or(s, 6, 0);
-    x->effective_keep_alive_seconds = sqlite3_column_int64(s, 7);
-    sq_col_copy(s, 8, x->workspace_id, sizeof x->workspace_id);
-    x->metadata_json = sq_col_dup(s, 9);
-    x->activation_count = sqlite3_column_int64(s, 10);
-    x->cpu_usec = sqlite3_column_int64(s, 11);
+    x->effective_keep_alive_seconds = sql_col_int64(s, 7);
+    sql_col_copy(s, 8, x->workspace_id, sizeof x->workspace_id);
+    x->metadata_json = sql_col_dup(s, 9);
+    x->activation_count = sql_col_int64(s, 10);
+    x->cpu_usec = sql_col_int64(s, 11);
     x->mem_peak_bytes = col_i64_or(s, 12, -1);
-    sq_col_copy(s, 13, x->worker_id, sizeof x->worker_id);
+    sql_col_copy(s, 13, x->worker_id, sizeof x->worker_id);
     x->expires_at = col_i64_or(s, 14, 0);
     x->stop_requested_at = col_i64_or(s, 15, 0);
-    x->created_at = sqlite3_column_int64(s, 16);
-    x->updated_at = sqlite3_column_int64(s, 17);
+    x->created_at = sql_col_int64(s, 16);
+    x->updated_at = sql_col_int64(s, 17);
     x->last_activity_at = col_i64_or(s, 18, 0);
-    return sqlite3_column_int64(s, 0);
+    return sql_col_int64(s, 0);
 }
 
 static enum store_status sq_session_get(struct store *st, const char *app_id,
                                         const char *session_id, struct store_session *out)
 {
-    sqlite3_stmt *s = sq_stmt(st, "SELECT " SES_COLS "WHERE s.id = ?1 AND (?2 = '' OR "
-                                  "s.app_id = ?2) AND s.state <> 'deleted'");
+    struct sql_stmt *s = sql_stmt(st, "SELECT " SES_COLS "WHERE s.id = ?1 AND (?2 = '' OR "
+                                      "s.app_id = ?2) AND s.state <> 'deleted'");
     enum store_status r;
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, session_id, -1, SQLITE_TRANSIENT);
+    sql_bind_text_copy(s, 1, session_id);
     bind_app(s, 2, app_id);
-    int rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW) {
+    int rc = sql_step(s);
+    if (rc == SQL_ROW) {
         session_from_row(s, out);
         r = STORE_OK;
     } else {
-        r = rc == SQLITE_DONE ? STORE_NOT_FOUND : sq_status(sq_db(st), rc);
+        r = rc == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, rc);
     }
-    sq_done(s);
+    sql_done(s);
     return r;
 }
 
@@ -745,21 +734,21 @@ static enum store_status sq_session_get(struct store *st, const char *app_id,
 static enum store_status session_by_name(struct store *st, const char *app_id, const char *name,
                                          struct store_session *out)
 {
-    sqlite3_stmt *s = sq_stmt(st, "SELECT " SES_COLS "WHERE s.app_id = ?1 AND s.name = ?2 "
-                                  "AND s.state <> 'deleted'");
+    struct sql_stmt *s = sql_stmt(st, "SELECT " SES_COLS "WHERE s.app_id = ?1 AND s.name = ?2 "
+                                      "AND s.state <> 'deleted'");
     enum store_status r;
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, app_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW) {
+    sql_bind_text(s, 1, app_id);
+    sql_bind_text(s, 2, name);
+    int rc = sql_step(s);
+    if (rc == SQL_ROW) {
         session_from_row(s, out);
         r = STORE_OK;
     } else {
-        r = rc == SQLITE_DONE ? STORE_NOT_FOUND : sq_status(sq_db(st), rc);
+        r = rc == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, rc);
     }
-    sq_done(s);
+    sql_done(s);
     return r;
 }
 
@@ -769,22 +758,21 @@ static enum store_status sq_session_create(struct store *st, const struct store_
                                            const char *metadata_json, struct store_session *out,
                                            bool *created)
 {
-    sqlite3 *db = sq_db(st);
-    sqlite3_stmt *s;
+    struct sql_stmt *s;
     enum store_status r;
     char id[STORE_ID_LEN], data[STORE_ID_LEN + 32];
     int64_t now = now_ms();
 
-    if (!db || id_new("ses", id, sizeof id) != 0)
+    if (id_new("ses", id, sizeof id) != 0)
         return STORE_ERROR;
-    if ((r = sq_begin(db)) != STORE_OK)
+    if ((r = sql_begin(st)) != STORE_OK)
         return r;
     r = app_exists(st, app_id);
     if (r == STORE_OK && name && *name) {
         r = session_by_name(st, app_id, name, out);
         if (r == STORE_OK) {
             *created = false;
-            return finish(db, STORE_OK);
+            return finish(st, STORE_OK);
         }
         if (r == STORE_NOT_FOUND)
             r = STORE_OK;
@@ -796,31 +784,31 @@ static enum store_status sq_session_create(struct store *st, const struct store_
             r = STORE_INVALID; /* the caller names the workspaceId field */
     }
     if (r == STORE_OK) {
-        s = sq_stmt(st, "INSERT INTO sessions (id, app_id, name, keep_alive_seconds, "
-                        "workspace_id, metadata, created_at, updated_at) "
-                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)");
+        s = sql_stmt(st, "INSERT INTO sessions (id, app_id, name, keep_alive_seconds, "
+                         "workspace_id, metadata, created_at, updated_at) "
+                         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)");
         if (!s)
-            return finish(db, STORE_ERROR);
-        sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, 2, app_id, -1, SQLITE_STATIC);
-        sq_bind_text_or_null(s, 3, name);
+            return finish(st, STORE_ERROR);
+        sql_bind_text(s, 1, id);
+        sql_bind_text(s, 2, app_id);
+        sql_bind_text_or_null(s, 3, name);
         if (keep_alive_seconds > 0)
-            sqlite3_bind_int64(s, 4, keep_alive_seconds);
-        sq_bind_text_or_null(s, 5, workspace_id);
-        sqlite3_bind_text(s, 6, metadata_json ? metadata_json : "{}", -1, SQLITE_STATIC);
-        sqlite3_bind_int64(s, 7, now);
+            sql_bind_int64(s, 4, keep_alive_seconds);
+        sql_bind_text_or_null(s, 5, workspace_id);
+        sql_bind_text(s, 6, metadata_json ? metadata_json : "{}");
+        sql_bind_int64(s, 7, now);
         r = step_done(st, s);
     }
     if (r == STORE_OK) {
         if (workspace_id && *workspace_id)
             snprintf(data, sizeof data, "{\"workspaceId\":\"%s\"}", workspace_id);
-        r = sq_event(st, ctx, "session.created", "session", id, app_id, id,
-                     workspace_id && *workspace_id ? data : NULL);
+        r = sql_event(st, ctx, "session.created", "session", id, app_id, id,
+                      workspace_id && *workspace_id ? data : NULL);
     }
     struct store_session fresh = {0};
     if (r == STORE_OK)
         r = sq_session_get(st, app_id, id, &fresh);
-    r = finish(db, r);
+    r = finish(st, r);
     if (r == STORE_OK) {
         *out = fresh;
         *created = true;
@@ -830,7 +818,7 @@ static enum store_status sq_session_create(struct store *st, const struct store_
     return r;
 }
 
-static int64_t session_page_row(sqlite3_stmt *s, void *item)
+static int64_t session_page_row(struct sql_stmt *s, void *item)
 {
     return session_from_row(s, item);
 }
@@ -840,16 +828,16 @@ static void session_page_free(void *items, size_t n)
     store_session_list_free(items, n);
 }
 
-static const struct sq_page session_page = {sizeof(struct store_session), session_page_row,
-                                            session_page_free};
+static const struct sql_page session_page = {sizeof(struct store_session), session_page_row,
+                                             session_page_free};
 
 static enum store_status sq_session_list(struct store *st, const char *app_id, const char *after,
                                          size_t limit, struct store_session **out, size_t *n,
                                          char *next_cursor)
 {
-    sqlite3_stmt *s = sq_stmt(st, "SELECT " SES_COLS "WHERE (?1 = '' OR s.app_id = ?1) "
-                                  "AND s.state <> 'deleted' AND s.rowid > ?2 "
-                                  "ORDER BY s.rowid LIMIT ?3");
+    struct sql_stmt *s = sql_stmt(st, "SELECT " SES_COLS "WHERE (?1 = '' OR s.app_id = ?1) "
+                                      "AND s.state <> 'deleted' AND s.rowid > ?2 "
+                                      "ORDER BY s.rowid LIMIT ?3");
     int64_t from = cursor_parse(after);
 
     if (from < 0)
@@ -857,9 +845,9 @@ static enum store_status sq_session_list(struct store *st, const char *app_id, c
     if (!s)
         return STORE_ERROR;
     bind_app(s, 1, app_id);
-    sqlite3_bind_int64(s, 2, from);
-    sqlite3_bind_int64(s, 3, (int64_t)limit + 1);
-    return sq_read_page(st, s, limit, &session_page, (void *)out, n, next_cursor);
+    sql_bind_int64(s, 2, from);
+    sql_bind_int64(s, 3, (int64_t)limit + 1);
+    return sql_read_page(st, s, limit, &session_page, (void *)out, n, next_cursor);
 }
 
 static enum store_status sq_session_update(struct store *st, const struct store_ctx *ctx,
@@ -867,45 +855,42 @@ static enum store_status sq_session_update(struct store *st, const struct store_
                                            const struct store_session_patch *p,
                                            struct store_session *out)
 {
-    sqlite3 *db = sq_db(st);
-    sqlite3_stmt *s;
+    struct sql_stmt *s;
     enum store_status r;
     struct store_session cur = {0};
     char data[128];
 
-    if (!db)
-        return STORE_ERROR;
-    if ((r = sq_begin(db)) != STORE_OK)
+    if ((r = sql_begin(st)) != STORE_OK)
         return r;
     r = sq_session_get(st, app_id, session_id, &cur);
     store_session_clear(&cur);
     if (r == STORE_OK) {
         /* ?3: 1 = set the override to ?4 (NULL clears it), 0 = keep it. */
-        s = sq_stmt(st, "UPDATE sessions SET metadata = COALESCE(?2, metadata), "
-                        "keep_alive_seconds = CASE WHEN ?3 THEN ?4 ELSE keep_alive_seconds END, "
-                        "updated_at = ?5 WHERE id = ?1");
+        s = sql_stmt(st, "UPDATE sessions SET metadata = COALESCE(?2, metadata), "
+                         "keep_alive_seconds = CASE WHEN ?3 THEN ?4 ELSE keep_alive_seconds END, "
+                         "updated_at = ?5 WHERE id = ?1");
         if (!s)
-            return finish(db, STORE_ERROR);
-        sqlite3_bind_text(s, 1, session_id, -1, SQLITE_STATIC);
+            return finish(st, STORE_ERROR);
+        sql_bind_text(s, 1, session_id);
         if (p->metadata_json)
-            sqlite3_bind_text(s, 2, p->metadata_json, -1, SQLITE_STATIC);
-        sqlite3_bind_int(s, 3, p->keep_alive_seconds != NULL);
+            sql_bind_text(s, 2, p->metadata_json);
+        sql_bind_int64(s, 3, p->keep_alive_seconds != NULL);
         if (p->keep_alive_seconds && *p->keep_alive_seconds > 0)
-            sqlite3_bind_int64(s, 4, *p->keep_alive_seconds);
-        sqlite3_bind_int64(s, 5, now_ms());
+            sql_bind_int64(s, 4, *p->keep_alive_seconds);
+        sql_bind_int64(s, 5, now_ms());
         r = step_done(st, s);
     }
     if (r == STORE_OK) {
         snprintf(data, sizeof data, "{\"fields\":[%s%s%s]}", p->metadata_json ? "\"metadata\"" : "",
                  p->metadata_json && p->keep_alive_seconds ? "," : "",
                  p->keep_alive_seconds ? "\"keepAliveSeconds\"" : "");
-        r = sq_event(st, ctx, "session.updated", "session", session_id, cur.app_id, session_id,
-                     data);
+        r = sql_event(st, ctx, "session.updated", "session", session_id, cur.app_id, session_id,
+                      data);
     }
     struct store_session fresh = {0};
     if (r == STORE_OK)
         r = sq_session_get(st, app_id, session_id, &fresh);
-    r = finish(db, r);
+    r = finish(st, r);
     if (r == STORE_OK)
         *out = fresh;
     else
@@ -918,8 +903,8 @@ static enum store_status fail_unfinished_messages(struct store *st, const struct
                                                   const char *app_id, const char *session_id,
                                                   int64_t now)
 {
-    sqlite3_stmt *s = sq_stmt(st, "SELECT id FROM messages WHERE session_id = ?1 "
-                                  "AND state IN ('queued', 'delivering') ORDER BY seq");
+    struct sql_stmt *s = sql_stmt(st, "SELECT id FROM messages WHERE session_id = ?1 "
+                                      "AND state IN ('queued', 'delivering') ORDER BY seq");
     char(*ids)[STORE_ID_LEN] = NULL;
     size_t n = 0;
     enum store_status r = STORE_OK;
@@ -927,33 +912,33 @@ static enum store_status fail_unfinished_messages(struct store *st, const struct
 
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, session_id, -1, SQLITE_STATIC);
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    sql_bind_text(s, 1, session_id);
+    while ((rc = sql_step(s)) == SQL_ROW) {
         void *grown = list_grow(ids, n, sizeof *ids);
         if (!grown) {
-            rc = SQLITE_NOMEM;
+            rc = SQL_NOMEM;
             break;
         }
         ids = grown;
-        sq_col_copy(s, 0, ids[n++], STORE_ID_LEN);
+        sql_col_copy(s, 0, ids[n++], STORE_ID_LEN);
     }
-    sq_done(s);
-    if (rc != SQLITE_DONE)
-        r = sq_status(sq_db(st), rc);
+    sql_done(s);
+    if (rc != SQL_DONE)
+        r = sql_status(st, rc);
     for (size_t i = 0; r == STORE_OK && i < n; i++) {
-        s = sq_stmt(st, "UPDATE messages SET state = 'failed', error = 'session deleted', "
-                        "lease_owner = NULL, lease_expires_at = NULL, updated_at = ?2, "
-                        "completed_at = ?2 WHERE id = ?1");
+        s = sql_stmt(st, "UPDATE messages SET state = 'failed', error = 'session deleted', "
+                         "lease_owner = NULL, lease_expires_at = NULL, updated_at = ?2, "
+                         "completed_at = ?2 WHERE id = ?1");
         if (!s) {
             r = STORE_ERROR;
             break;
         }
-        sqlite3_bind_text(s, 1, ids[i], -1, SQLITE_STATIC);
-        sqlite3_bind_int64(s, 2, now);
+        sql_bind_text(s, 1, ids[i]);
+        sql_bind_int64(s, 2, now);
         r = step_done(st, s);
         if (r == STORE_OK)
-            r = sq_event(st, ctx, "message.failed", "message", ids[i], app_id, session_id,
-                         "{\"reason\":\"session deleted\"}");
+            r = sql_event(st, ctx, "message.failed", "message", ids[i], app_id, session_id,
+                          "{\"reason\":\"session deleted\"}");
     }
     free(ids);
     return r;
@@ -962,15 +947,12 @@ static enum store_status fail_unfinished_messages(struct store *st, const struct
 static enum store_status sq_session_delete(struct store *st, const struct store_ctx *ctx,
                                            const char *app_id, const char *session_id)
 {
-    sqlite3 *db = sq_db(st);
-    sqlite3_stmt *s;
+    struct sql_stmt *s;
     enum store_status r;
     struct store_session cur = {0};
     int64_t now = now_ms();
 
-    if (!db)
-        return STORE_ERROR;
-    if ((r = sq_begin(db)) != STORE_OK)
+    if ((r = sql_begin(st)) != STORE_OK)
         return r;
     r = sq_session_get(st, app_id, session_id, &cur);
     store_session_clear(&cur);
@@ -979,27 +961,27 @@ static enum store_status sq_session_delete(struct store *st, const struct store_
     if (r == STORE_OK) {
         /* Only the audit trail keeps what happened: the caller's data (bodies, replies,
          * metadata, the client's name) is scrubbed now, not at some later purge. */
-        s = sq_stmt(st, "UPDATE messages SET body = 'null', reply = NULL, updated_at = ?2 "
-                        "WHERE session_id = ?1");
+        s = sql_stmt(st, "UPDATE messages SET body = 'null', reply = NULL, updated_at = ?2 "
+                         "WHERE session_id = ?1");
         if (!s)
-            return finish(db, STORE_ERROR);
-        sqlite3_bind_text(s, 1, session_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(s, 2, now);
+            return finish(st, STORE_ERROR);
+        sql_bind_text(s, 1, session_id);
+        sql_bind_int64(s, 2, now);
         r = step_done(st, s);
     }
     if (r == STORE_OK) {
-        s = sq_stmt(st, "UPDATE sessions SET state = 'deleted', name = NULL, metadata = '{}', "
-                        "stop_requested_at = ?2, deleted_at = ?2, updated_at = ?2 WHERE id = ?1");
+        s = sql_stmt(st, "UPDATE sessions SET state = 'deleted', name = NULL, metadata = '{}', "
+                         "stop_requested_at = ?2, deleted_at = ?2, updated_at = ?2 WHERE id = ?1");
         if (!s)
-            return finish(db, STORE_ERROR);
-        sqlite3_bind_text(s, 1, session_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(s, 2, now);
+            return finish(st, STORE_ERROR);
+        sql_bind_text(s, 1, session_id);
+        sql_bind_int64(s, 2, now);
         r = step_done(st, s);
     }
     if (r == STORE_OK)
-        r = sq_event(st, ctx, "session.deleted", "session", session_id, cur.app_id, session_id,
-                     NULL);
-    return finish(db, r);
+        r = sql_event(st, ctx, "session.deleted", "session", session_id, cur.app_id, session_id,
+                      NULL);
+    return finish(st, r);
 }
 
 /* ---- messages ---- */
@@ -1009,27 +991,27 @@ static enum store_status sq_session_delete(struct store *st, const struct store_
     "m.max_attempts, m.idempotency_key, m.request_id, m.sandbox_id, m.lease_owner, "               \
     "m.lease_expires_at, m.not_before, m.created_at, m.updated_at, m.completed_at "
 
-static void message_from_row(sqlite3_stmt *s, struct store_message *m)
+static void message_from_row(struct sql_stmt *s, struct store_message *m)
 {
     memset(m, 0, sizeof *m);
-    sq_col_copy(s, 0, m->id, sizeof m->id);
-    sq_col_copy(s, 1, m->session_id, sizeof m->session_id);
-    sq_col_copy(s, 2, m->app_id, sizeof m->app_id);
-    m->seq = sqlite3_column_int64(s, 3);
-    sq_col_copy(s, 4, m->state, sizeof m->state);
-    m->body_json = sq_col_dup(s, 5);
-    m->reply_json = sq_col_dup(s, 6);
-    m->error = sq_col_dup(s, 7);
-    m->attempts = sqlite3_column_int64(s, 8);
-    m->max_attempts = sqlite3_column_int64(s, 9);
-    sq_col_copy(s, 10, m->idempotency_key, sizeof m->idempotency_key);
-    sq_col_copy(s, 11, m->request_id, sizeof m->request_id);
-    sq_col_copy(s, 12, m->sandbox_id, sizeof m->sandbox_id);
-    sq_col_copy(s, 13, m->lease_owner, sizeof m->lease_owner);
+    sql_col_copy(s, 0, m->id, sizeof m->id);
+    sql_col_copy(s, 1, m->session_id, sizeof m->session_id);
+    sql_col_copy(s, 2, m->app_id, sizeof m->app_id);
+    m->seq = sql_col_int64(s, 3);
+    sql_col_copy(s, 4, m->state, sizeof m->state);
+    m->body_json = sql_col_dup(s, 5);
+    m->reply_json = sql_col_dup(s, 6);
+    m->error = sql_col_dup(s, 7);
+    m->attempts = sql_col_int64(s, 8);
+    m->max_attempts = sql_col_int64(s, 9);
+    sql_col_copy(s, 10, m->idempotency_key, sizeof m->idempotency_key);
+    sql_col_copy(s, 11, m->request_id, sizeof m->request_id);
+    sql_col_copy(s, 12, m->sandbox_id, sizeof m->sandbox_id);
+    sql_col_copy(s, 13, m->lease_owner, sizeof m->lease_owner);
     m->lease_expires_at = col_i64_or(s, 14, 0);
-    m->not_before = sqlite3_column_int64(s, 15);
-    m->created_at = sqlite3_column_int64(s, 16);
-    m->updated_at = sqlite3_column_int64(s, 17);
+    m->not_before = sql_col_int64(s, 15);
+    m->created_at = sql_col_int64(s, 16);
+    m->updated_at = sql_col_int64(s, 17);
     m->completed_at = col_i64_or(s, 18, 0);
 }
 
@@ -1037,27 +1019,27 @@ static enum store_status sq_message_get(struct store *st, const char *app_id,
                                         const char *session_id, const char *message_id,
                                         struct store_message *out)
 {
-    sqlite3_stmt *s = sq_stmt(st, "SELECT " MSG_COLS "FROM messages m JOIN sessions s ON "
-                                  "s.id = m.session_id WHERE m.id = ?1 AND m.session_id = ?2 "
-                                  "AND (?3 = '' OR m.app_id = ?3) AND s.state <> 'deleted'");
+    struct sql_stmt *s = sql_stmt(st, "SELECT " MSG_COLS "FROM messages m JOIN sessions s ON "
+                                      "s.id = m.session_id WHERE m.id = ?1 AND m.session_id = ?2 "
+                                      "AND (?3 = '' OR m.app_id = ?3) AND s.state <> 'deleted'");
     enum store_status r;
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, message_id, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(s, 2, session_id, -1, SQLITE_TRANSIENT);
+    sql_bind_text_copy(s, 1, message_id);
+    sql_bind_text_copy(s, 2, session_id);
     bind_app(s, 3, app_id);
-    int rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW) {
+    int rc = sql_step(s);
+    if (rc == SQL_ROW) {
         message_from_row(s, out);
         r = STORE_OK;
     } else {
-        r = rc == SQLITE_DONE ? STORE_NOT_FOUND : sq_status(sq_db(st), rc);
+        r = rc == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, rc);
     }
-    sq_done(s);
+    sql_done(s);
     return r;
 }
 
-static int64_t message_page_row(sqlite3_stmt *s, void *item)
+static int64_t message_page_row(struct sql_stmt *s, void *item)
 {
     struct store_message *m = item;
     message_from_row(s, m);
@@ -1069,14 +1051,14 @@ static void message_page_free(void *items, size_t n)
     store_message_list_free(items, n);
 }
 
-static const struct sq_page message_page = {sizeof(struct store_message), message_page_row,
-                                            message_page_free};
+static const struct sql_page message_page = {sizeof(struct store_message), message_page_row,
+                                             message_page_free};
 
 static enum store_status sq_message_list(struct store *st, const char *app_id,
                                          const char *session_id, const char *after, size_t limit,
                                          struct store_message **out, size_t *n, char *next_cursor)
 {
-    sqlite3_stmt *s;
+    struct sql_stmt *s;
     int64_t from = cursor_parse(after);
     struct store_session ses;
     enum store_status r;
@@ -1088,14 +1070,14 @@ static enum store_status sq_message_list(struct store *st, const char *app_id,
         return r;
     store_session_clear(&ses);
     /* Messages page by seq (their delivery order), not rowid. */
-    s = sq_stmt(st, "SELECT " MSG_COLS "FROM messages m WHERE m.session_id = ?1 AND m.seq > ?2 "
-                    "ORDER BY m.seq LIMIT ?3");
+    s = sql_stmt(st, "SELECT " MSG_COLS "FROM messages m WHERE m.session_id = ?1 AND m.seq > ?2 "
+                     "ORDER BY m.seq LIMIT ?3");
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, session_id, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(s, 2, from);
-    sqlite3_bind_int64(s, 3, (int64_t)limit + 1);
-    return sq_read_page(st, s, limit, &message_page, (void *)out, n, next_cursor);
+    sql_bind_text_copy(s, 1, session_id);
+    sql_bind_int64(s, 2, from);
+    sql_bind_int64(s, 3, (int64_t)limit + 1);
+    return sql_read_page(st, s, limit, &message_page, (void *)out, n, next_cursor);
 }
 
 /* One caller's enqueue, waiting for the committer: either a blocked caller (done_cb NULL: it
@@ -1129,102 +1111,101 @@ struct sq_api {
 static enum store_status enqueue_one(struct store *st, struct sq_enqueue_req *e)
 {
     const struct store_enqueue *q = e->req;
-    sqlite3_stmt *s;
+    struct sql_stmt *s;
     enum store_status r;
     int64_t seq = 0, max_attempts = 0, now = now_ms();
     char id[STORE_ID_LEN], data[64], app_id[STORE_ID_LEN];
     int rc;
 
-    s = sq_stmt(st, "SELECT s.next_seq, a.max_attempts, s.app_id FROM sessions s JOIN apps a "
-                    "ON a.id = s.app_id WHERE s.id = ?1 AND (?2 = '' OR s.app_id = ?2) "
-                    "AND s.state <> 'deleted'");
+    s = sql_stmt(st, "SELECT s.next_seq, a.max_attempts, s.app_id FROM sessions s JOIN apps a "
+                     "ON a.id = s.app_id WHERE s.id = ?1 AND (?2 = '' OR s.app_id = ?2) "
+                     "AND s.state <> 'deleted'");
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, q->session_id, -1, SQLITE_STATIC);
+    sql_bind_text(s, 1, q->session_id);
     bind_app(s, 2, q->app_id);
-    rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW) {
-        seq = sqlite3_column_int64(s, 0);
-        max_attempts = sqlite3_column_int64(s, 1);
-        sq_col_copy(s, 2, app_id, sizeof app_id);
+    rc = sql_step(s);
+    if (rc == SQL_ROW) {
+        seq = sql_col_int64(s, 0);
+        max_attempts = sql_col_int64(s, 1);
+        sql_col_copy(s, 2, app_id, sizeof app_id);
     }
-    sq_done(s);
-    if (rc != SQLITE_ROW)
-        return rc == SQLITE_DONE ? STORE_NOT_FOUND : sq_status(sq_db(st), rc);
+    sql_done(s);
+    if (rc != SQL_ROW)
+        return rc == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, rc);
 
     if (q->idempotency_key && *q->idempotency_key) {
-        s = sq_stmt(st, "SELECT " MSG_COLS ", m.request_hash FROM messages m "
-                        "WHERE m.session_id = ?1 AND m.idempotency_key = ?2");
+        s = sql_stmt(st, "SELECT " MSG_COLS ", m.request_hash FROM messages m "
+                         "WHERE m.session_id = ?1 AND m.idempotency_key = ?2");
         if (!s)
             return STORE_ERROR;
-        sqlite3_bind_text(s, 1, q->session_id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, 2, q->idempotency_key, -1, SQLITE_STATIC);
-        rc = sqlite3_step(s);
-        if (rc == SQLITE_ROW) {
-            const unsigned char *hash = sqlite3_column_text(s, 19);
-            if (hash && q->request_hash && strcmp((const char *)hash, q->request_hash) == 0) {
+        sql_bind_text(s, 1, q->session_id);
+        sql_bind_text(s, 2, q->idempotency_key);
+        rc = sql_step(s);
+        if (rc == SQL_ROW) {
+            const char *hash = sql_col_text(s, 19);
+            if (hash && q->request_hash && strcmp(hash, q->request_hash) == 0) {
                 message_from_row(s, e->out);
                 *e->replayed = true;
                 r = STORE_OK;
             } else {
                 r = STORE_CONFLICT;
             }
-            sq_done(s);
+            sql_done(s);
             return r;
         }
-        sq_done(s);
-        if (rc != SQLITE_DONE)
-            return sq_status(sq_db(st), rc);
+        sql_done(s);
+        if (rc != SQL_DONE)
+            return sql_status(st, rc);
     }
 
     if (id_new_ordered("msg", id, sizeof id) != 0)
         return STORE_ERROR;
-    s = sq_stmt(st, "INSERT INTO messages (id, session_id, app_id, seq, body, max_attempts, "
-                    "idempotency_key, request_hash, request_id, created_at, updated_at) "
-                    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)");
+    s = sql_stmt(st, "INSERT INTO messages (id, session_id, app_id, seq, body, max_attempts, "
+                     "idempotency_key, request_hash, request_id, created_at, updated_at) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)");
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 2, q->session_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 3, app_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 4, seq);
-    sqlite3_bind_text(s, 5, q->body_json, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 6, max_attempts);
-    sq_bind_text_or_null(s, 7, q->idempotency_key);
-    sq_bind_text_or_null(s, 8, q->idempotency_key ? q->request_hash : NULL);
-    sq_bind_text_or_null(s, 9, e->ctx ? e->ctx->request_id : NULL);
-    sqlite3_bind_int64(s, 10, now);
+    sql_bind_text(s, 1, id);
+    sql_bind_text(s, 2, q->session_id);
+    sql_bind_text(s, 3, app_id);
+    sql_bind_int64(s, 4, seq);
+    sql_bind_text(s, 5, q->body_json);
+    sql_bind_int64(s, 6, max_attempts);
+    sql_bind_text_or_null(s, 7, q->idempotency_key);
+    sql_bind_text_or_null(s, 8, q->idempotency_key ? q->request_hash : NULL);
+    sql_bind_text_or_null(s, 9, e->ctx ? e->ctx->request_id : NULL);
+    sql_bind_int64(s, 10, now);
     if ((r = step_done(st, s)) != STORE_OK)
         return r;
-    s = sq_stmt(st, "UPDATE sessions SET next_seq = next_seq + 1 WHERE id = ?1");
+    s = sql_stmt(st, "UPDATE sessions SET next_seq = next_seq + 1 WHERE id = ?1");
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, q->session_id, -1, SQLITE_STATIC);
+    sql_bind_text(s, 1, q->session_id);
     if ((r = step_done(st, s)) != STORE_OK)
         return r;
     snprintf(data, sizeof data, "{\"seq\":%" PRId64 "}", seq);
-    if ((r = sq_event(st, e->ctx, "message.queued", "message", id, app_id, q->session_id, data)) !=
+    if ((r = sql_event(st, e->ctx, "message.queued", "message", id, app_id, q->session_id, data)) !=
         STORE_OK)
         return r;
 
-    s = sq_stmt(st, "SELECT " MSG_COLS "FROM messages m WHERE m.id = ?1");
+    s = sql_stmt(st, "SELECT " MSG_COLS "FROM messages m WHERE m.id = ?1");
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
-    rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW) {
+    sql_bind_text(s, 1, id);
+    rc = sql_step(s);
+    if (rc == SQL_ROW) {
         message_from_row(s, e->out);
         *e->replayed = false;
     }
-    sq_done(s);
-    return rc == SQLITE_ROW ? STORE_OK : sq_status(sq_db(st), rc);
+    sql_done(s);
+    return rc == SQL_ROW ? STORE_OK : sql_status(st, rc);
 }
 
 /* Writes a batch in one transaction; each request gets its own status. */
 static void commit_batch(struct store *st, struct sq_enqueue_req **batch, size_t n)
 {
-    sqlite3 *db = sq_db(st);
-    enum store_status r = db ? sq_begin(db) : STORE_ERROR;
+    enum store_status r = sql_begin(st);
     bool any_ok = false;
 
     for (size_t i = 0; i < n; i++) {
@@ -1233,23 +1214,24 @@ static void commit_batch(struct store *st, struct sq_enqueue_req **batch, size_t
             e->status = r;
             continue;
         }
-        if (sqlite3_exec(db, "SAVEPOINT enqueue", NULL, NULL, NULL) != SQLITE_OK) {
-            e->status = sq_status(db, sqlite3_errcode(db));
+        int x = sql_exec(st, "SAVEPOINT enqueue");
+        if (x != SQL_DONE) {
+            e->status = sql_status(st, x);
             continue;
         }
         e->status = enqueue_one(st, e);
         if (e->status != STORE_OK) {
-            sqlite3_exec(db, "ROLLBACK TO enqueue", NULL, NULL, NULL);
+            sql_exec(st, "ROLLBACK TO enqueue");
             if (e->out->body_json || e->out->reply_json || e->out->error)
                 store_message_clear(e->out);
         } else {
             any_ok = true;
         }
-        sqlite3_exec(db, "RELEASE enqueue", NULL, NULL, NULL);
+        sql_exec(st, "RELEASE enqueue");
     }
     if (r != STORE_OK)
         return;
-    r = any_ok ? sq_commit(db) : (sq_rollback(db), STORE_OK);
+    r = any_ok ? sql_commit(st) : (sql_rollback(st), STORE_OK);
     if (r != STORE_OK) {
         /* The COMMIT failed (disk full, I/O error): nothing of the batch is durable. */
         for (size_t i = 0; i < n; i++) {
@@ -1264,7 +1246,7 @@ static void commit_batch(struct store *st, struct sq_enqueue_req **batch, size_t
 static void *committer_main(void *arg)
 {
     struct store *st = arg;
-    struct sq_store *s = st->cls;
+    struct sql_store *s = st->cls;
     struct sq_api *api = s->api;
     struct sq_enqueue_req *batch[SQ_BATCH_MAX];
 
@@ -1333,7 +1315,7 @@ static enum store_status sq_message_enqueue(struct store *st, const struct store
                                             const struct store_enqueue *req,
                                             struct store_message *out, bool *replayed)
 {
-    struct sq_store *s = st->cls;
+    struct sql_store *s = st->cls;
     struct sq_api *api = s->api;
     struct store_message m = {0};
     bool rep = false;
@@ -1360,7 +1342,7 @@ static enum store_status sq_message_enqueue_async(struct store *st, const struct
                                                   const struct store_enqueue *req,
                                                   store_enqueue_done_fn done, void *arg)
 {
-    struct sq_store *s = st->cls;
+    struct sql_store *s = st->cls;
     struct sq_api *api = s->api;
     struct sq_enqueue_req *e;
 
@@ -1392,71 +1374,71 @@ static enum store_status sq_message_enqueue_async(struct store *st, const struct
     "mem_peak_bytes, termination_reason, stop_requested_at, created_at, ready_at, claimed_at, "    \
     "terminated_at "
 
-static int64_t sandbox_from_row(sqlite3_stmt *s, struct store_sandbox *b)
+static int64_t sandbox_from_row(struct sql_stmt *s, struct store_sandbox *b)
 {
     memset(b, 0, sizeof *b);
-    sq_col_copy(s, 1, b->id, sizeof b->id);
-    sq_col_copy(s, 2, b->state, sizeof b->state);
-    sq_col_copy(s, 3, b->shape.driver, sizeof b->shape.driver);
-    sq_col_copy(s, 4, b->shape.image, sizeof b->shape.image);
-    sq_col_copy(s, 5, b->image_hash, sizeof b->image_hash);
-    b->shape.vcpu_count = sqlite3_column_int64(s, 6);
-    b->shape.mem_size_mib = sqlite3_column_int64(s, 7);
-    sq_col_copy(s, 8, b->worker_id, sizeof b->worker_id);
-    sq_col_copy(s, 9, b->app_id, sizeof b->app_id);
-    sq_col_copy(s, 10, b->session_id, sizeof b->session_id);
+    sql_col_copy(s, 1, b->id, sizeof b->id);
+    sql_col_copy(s, 2, b->state, sizeof b->state);
+    sql_col_copy(s, 3, b->shape.driver, sizeof b->shape.driver);
+    sql_col_copy(s, 4, b->shape.image, sizeof b->shape.image);
+    sql_col_copy(s, 5, b->image_hash, sizeof b->image_hash);
+    b->shape.vcpu_count = sql_col_int64(s, 6);
+    b->shape.mem_size_mib = sql_col_int64(s, 7);
+    sql_col_copy(s, 8, b->worker_id, sizeof b->worker_id);
+    sql_col_copy(s, 9, b->app_id, sizeof b->app_id);
+    sql_col_copy(s, 10, b->session_id, sizeof b->session_id);
     b->pid = col_i64_or(s, 11, 0);
-    sq_col_copy(s, 12, b->jail_dir, sizeof b->jail_dir);
-    sq_col_copy(s, 13, b->cgroup_path, sizeof b->cgroup_path);
-    sq_col_copy(s, 14, b->net_address, sizeof b->net_address);
-    b->cold = sqlite3_column_int(s, 15) != 0;
+    sql_col_copy(s, 12, b->jail_dir, sizeof b->jail_dir);
+    sql_col_copy(s, 13, b->cgroup_path, sizeof b->cgroup_path);
+    sql_col_copy(s, 14, b->net_address, sizeof b->net_address);
+    b->cold = (int)sql_col_int64(s, 15) != 0;
     b->boot_ms = col_i64_or(s, 16, -1);
     b->cpu_usec = col_i64_or(s, 17, -1);
     b->mem_peak_bytes = col_i64_or(s, 18, -1);
-    sq_col_copy(s, 19, b->termination_reason, sizeof b->termination_reason);
+    sql_col_copy(s, 19, b->termination_reason, sizeof b->termination_reason);
     b->stop_requested_at = col_i64_or(s, 20, 0);
-    b->created_at = sqlite3_column_int64(s, 21);
+    b->created_at = sql_col_int64(s, 21);
     b->ready_at = col_i64_or(s, 22, 0);
     b->claimed_at = col_i64_or(s, 23, 0);
     b->terminated_at = col_i64_or(s, 24, 0);
-    return sqlite3_column_int64(s, 0);
+    return sql_col_int64(s, 0);
 }
 
 static enum store_status sq_sandbox_get(struct store *st, const char *app_id,
                                         const char *sandbox_id, struct store_sandbox *out)
 {
-    sqlite3_stmt *s = sq_stmt(st, "SELECT " SBX_COLS "FROM sandboxes WHERE id = ?1 "
-                                  "AND (?2 = '' OR app_id = ?2)");
+    struct sql_stmt *s = sql_stmt(st, "SELECT " SBX_COLS "FROM sandboxes WHERE id = ?1 "
+                                      "AND (?2 = '' OR app_id = ?2)");
     enum store_status r;
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, sandbox_id, -1, SQLITE_TRANSIENT);
+    sql_bind_text_copy(s, 1, sandbox_id);
     bind_app(s, 2, app_id);
-    int rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW) {
+    int rc = sql_step(s);
+    if (rc == SQL_ROW) {
         sandbox_from_row(s, out);
         r = STORE_OK;
     } else {
-        r = rc == SQLITE_DONE ? STORE_NOT_FOUND : sq_status(sq_db(st), rc);
+        r = rc == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, rc);
     }
-    sq_done(s);
+    sql_done(s);
     return r;
 }
 
-static int64_t sandbox_page_row(sqlite3_stmt *s, void *item)
+static int64_t sandbox_page_row(struct sql_stmt *s, void *item)
 {
     return sandbox_from_row(s, item);
 }
 
-static const struct sq_page sandbox_page = {sizeof(struct store_sandbox), sandbox_page_row,
-                                            page_free_plain};
+static const struct sql_page sandbox_page = {sizeof(struct store_sandbox), sandbox_page_row,
+                                             page_free_plain};
 
 static enum store_status sq_sandbox_list(struct store *st, const char *app_id, const char *after,
                                          size_t limit, struct store_sandbox **out, size_t *n,
                                          char *next_cursor)
 {
-    sqlite3_stmt *s = sq_stmt(st, "SELECT " SBX_COLS "FROM sandboxes WHERE (?1 = '' OR "
-                                  "app_id = ?1) AND rowid > ?2 ORDER BY rowid LIMIT ?3");
+    struct sql_stmt *s = sql_stmt(st, "SELECT " SBX_COLS "FROM sandboxes WHERE (?1 = '' OR "
+                                      "app_id = ?1) AND rowid > ?2 ORDER BY rowid LIMIT ?3");
     int64_t from = cursor_parse(after);
 
     if (from < 0)
@@ -1464,49 +1446,46 @@ static enum store_status sq_sandbox_list(struct store *st, const char *app_id, c
     if (!s)
         return STORE_ERROR;
     bind_app(s, 1, app_id);
-    sqlite3_bind_int64(s, 2, from);
-    sqlite3_bind_int64(s, 3, (int64_t)limit + 1);
-    return sq_read_page(st, s, limit, &sandbox_page, (void *)out, n, next_cursor);
+    sql_bind_int64(s, 2, from);
+    sql_bind_int64(s, 3, (int64_t)limit + 1);
+    return sql_read_page(st, s, limit, &sandbox_page, (void *)out, n, next_cursor);
 }
 
 static enum store_status sq_sandbox_request_stop(struct store *st, const struct store_ctx *ctx,
                                                  const char *app_id, const char *sandbox_id,
                                                  struct store_sandbox *out)
 {
-    sqlite3 *db = sq_db(st);
-    sqlite3_stmt *s;
+    struct sql_stmt *s;
     enum store_status r;
     struct store_sandbox b;
 
-    if (!db)
-        return STORE_ERROR;
-    if ((r = sq_begin(db)) != STORE_OK)
+    if ((r = sql_begin(st)) != STORE_OK)
         return r;
     r = sq_sandbox_get(st, app_id, sandbox_id, &b);
     if (r == STORE_OK && (strcmp(b.state, "terminated") == 0 || strcmp(b.state, "failed") == 0))
         r = STORE_CONFLICT;
     /* A second request while the first is pending changes nothing and writes no event. */
     if (r == STORE_OK && b.stop_requested_at == 0) {
-        s = sq_stmt(st, "UPDATE sandboxes SET stop_requested_at = ?2, updated_at = ?2 "
-                        "WHERE id = ?1");
+        s = sql_stmt(st, "UPDATE sandboxes SET stop_requested_at = ?2, updated_at = ?2 "
+                         "WHERE id = ?1");
         if (!s)
-            return finish(db, STORE_ERROR);
-        sqlite3_bind_text(s, 1, sandbox_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(s, 2, now_ms());
+            return finish(st, STORE_ERROR);
+        sql_bind_text(s, 1, sandbox_id);
+        sql_bind_int64(s, 2, now_ms());
         r = step_done(st, s);
         if (r == STORE_OK)
-            r = sq_event(st, ctx, "sandbox.stop_requested", "sandbox", sandbox_id, b.app_id,
-                         b.session_id, NULL);
+            r = sql_event(st, ctx, "sandbox.stop_requested", "sandbox", sandbox_id, b.app_id,
+                          b.session_id, NULL);
     }
     if (r == STORE_OK)
         r = sq_sandbox_get(st, app_id, sandbox_id, out);
-    return finish(db, r);
+    return finish(st, r);
 }
 
 static enum store_status sq_pool_stats(struct store *st, struct store_pool_stat **out, size_t *n)
 {
     /* Every shape a live App asks for, plus every shape that has Sandboxes. */
-    sqlite3_stmt *s = sq_stmt(
+    struct sql_stmt *s = sql_stmt(
         st, "WITH shapes AS (SELECT driver, image, vcpu_count, mem_size_mib FROM apps "
             "WHERE deleted_at IS NULL UNION SELECT driver, image, vcpu_count, mem_size_mib "
             "FROM sandboxes) "
@@ -1526,28 +1505,28 @@ static enum store_status sq_pool_stats(struct store *st, struct store_pool_stat 
 
     if (!s)
         return STORE_ERROR;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    while ((rc = sql_step(s)) == SQL_ROW) {
         struct store_pool_stat *grown = list_grow(items, count, sizeof *items);
         if (!grown) {
-            rc = SQLITE_NOMEM;
+            rc = SQL_NOMEM;
             break;
         }
         items = grown;
         struct store_pool_stat *p = &items[count++];
-        sq_col_copy(s, 0, p->shape.driver, sizeof p->shape.driver);
-        sq_col_copy(s, 1, p->shape.image, sizeof p->shape.image);
-        p->shape.vcpu_count = sqlite3_column_int64(s, 2);
-        p->shape.mem_size_mib = sqlite3_column_int64(s, 3);
-        p->warm = sqlite3_column_int64(s, 4);
-        p->booting = sqlite3_column_int64(s, 5);
-        p->claimed = sqlite3_column_int64(s, 6);
-        p->cold_activations = sqlite3_column_int64(s, 7);
-        p->boot_failures = sqlite3_column_int64(s, 8);
+        sql_col_copy(s, 0, p->shape.driver, sizeof p->shape.driver);
+        sql_col_copy(s, 1, p->shape.image, sizeof p->shape.image);
+        p->shape.vcpu_count = sql_col_int64(s, 2);
+        p->shape.mem_size_mib = sql_col_int64(s, 3);
+        p->warm = sql_col_int64(s, 4);
+        p->booting = sql_col_int64(s, 5);
+        p->claimed = sql_col_int64(s, 6);
+        p->cold_activations = sql_col_int64(s, 7);
+        p->boot_failures = sql_col_int64(s, 8);
     }
-    sq_done(s);
-    if (rc != SQLITE_DONE) {
+    sql_done(s);
+    if (rc != SQL_DONE) {
         free(items);
-        return sq_status(sq_db(st), rc);
+        return sql_status(st, rc);
     }
     *out = items;
     *n = count;
@@ -1560,43 +1539,44 @@ static enum store_status sq_event_list(struct store *st, const char *app_id, con
                                        int64_t after, size_t limit, struct store_event **out,
                                        size_t *n)
 {
-    sqlite3_stmt *s = sq_stmt(st, "SELECT id, at, actor, kind, object_type, object_id, app_id, "
-                                  "session_id, request_id, data FROM events WHERE id > ?1 "
-                                  "AND (?2 = '' OR app_id = ?2) AND (?3 = '' OR session_id = ?3) "
-                                  "ORDER BY id LIMIT ?4");
+    struct sql_stmt *s =
+        sql_stmt(st, "SELECT id, at, actor, kind, object_type, object_id, app_id, "
+                     "session_id, request_id, data FROM events WHERE id > ?1 "
+                     "AND (?2 = '' OR app_id = ?2) AND (?3 = '' OR session_id = ?3) "
+                     "ORDER BY id LIMIT ?4");
     struct store_event *items = NULL;
     size_t count = 0;
     int rc;
 
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_int64(s, 1, after);
+    sql_bind_int64(s, 1, after);
     bind_app(s, 2, app_id);
-    sqlite3_bind_text(s, 3, session_id ? session_id : "", -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(s, 4, (int64_t)limit);
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    sql_bind_text_copy(s, 3, session_id ? session_id : "");
+    sql_bind_int64(s, 4, (int64_t)limit);
+    while ((rc = sql_step(s)) == SQL_ROW) {
         struct store_event *grown = list_grow(items, count, sizeof *items);
         if (!grown) {
-            rc = SQLITE_NOMEM;
+            rc = SQL_NOMEM;
             break;
         }
         items = grown;
         struct store_event *e = &items[count++];
-        e->id = sqlite3_column_int64(s, 0);
-        e->at = sqlite3_column_int64(s, 1);
-        sq_col_copy(s, 2, e->actor, sizeof e->actor);
-        sq_col_copy(s, 3, e->kind, sizeof e->kind);
-        sq_col_copy(s, 4, e->object_type, sizeof e->object_type);
-        sq_col_copy(s, 5, e->object_id, sizeof e->object_id);
-        sq_col_copy(s, 6, e->app_id, sizeof e->app_id);
-        sq_col_copy(s, 7, e->session_id, sizeof e->session_id);
-        sq_col_copy(s, 8, e->request_id, sizeof e->request_id);
-        e->data_json = sq_col_dup(s, 9);
+        e->id = sql_col_int64(s, 0);
+        e->at = sql_col_int64(s, 1);
+        sql_col_copy(s, 2, e->actor, sizeof e->actor);
+        sql_col_copy(s, 3, e->kind, sizeof e->kind);
+        sql_col_copy(s, 4, e->object_type, sizeof e->object_type);
+        sql_col_copy(s, 5, e->object_id, sizeof e->object_id);
+        sql_col_copy(s, 6, e->app_id, sizeof e->app_id);
+        sql_col_copy(s, 7, e->session_id, sizeof e->session_id);
+        sql_col_copy(s, 8, e->request_id, sizeof e->request_id);
+        e->data_json = sql_col_dup(s, 9);
     }
-    sq_done(s);
-    if (rc != SQLITE_DONE) {
+    sql_done(s);
+    if (rc != SQL_DONE) {
         store_event_list_free(items, count);
-        return sq_status(sq_db(st), rc);
+        return sql_status(st, rc);
     }
     *out = items;
     *n = count;
@@ -1604,20 +1584,20 @@ static enum store_status sq_event_list(struct store *st, const char *app_id, con
 }
 
 /* Adds "SELECT state, count(*) ... GROUP BY state" rows to the matching slot of counts. */
-static enum store_status count_states(struct store *st, sqlite3_stmt *s, const char *const *states,
-                                      size_t nstates, int64_t *counts)
+static enum store_status count_states(struct store *st, struct sql_stmt *s,
+                                      const char *const *states, size_t nstates, int64_t *counts)
 {
     int rc;
     if (!s)
         return STORE_ERROR;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        const char *state = (const char *)sqlite3_column_text(s, 0);
+    while ((rc = sql_step(s)) == SQL_ROW) {
+        const char *state = sql_col_text(s, 0);
         for (size_t i = 0; state && i < nstates; i++)
             if (strcmp(state, states[i]) == 0)
-                counts[i] = sqlite3_column_int64(s, 1);
+                counts[i] = sql_col_int64(s, 1);
     }
-    sq_done(s);
-    return rc == SQLITE_DONE ? STORE_OK : sq_status(sq_db(st), rc);
+    sql_done(s);
+    return rc == SQL_DONE ? STORE_OK : sql_status(st, rc);
 }
 
 const int64_t store_duration_bounds_ms[STORE_DURATION_BUCKETS] = {10,   50,   100,  250,   500,
@@ -1636,53 +1616,50 @@ static void histogram_add(struct store_histogram *h, int64_t ms)
 /* Boot durations and lifetimes of every Sandbox, in one pass over the sandboxes table. */
 static enum store_status sandbox_histograms(struct store *st, struct store_counts *c)
 {
-    sqlite3_stmt *s = sq_stmt(st, "SELECT boot_ms, terminated_at - claimed_at FROM sandboxes "
-                                  "WHERE boot_ms IS NOT NULL OR terminated_at IS NOT NULL");
+    struct sql_stmt *s = sql_stmt(st, "SELECT boot_ms, terminated_at - claimed_at FROM sandboxes "
+                                      "WHERE boot_ms IS NOT NULL OR terminated_at IS NOT NULL");
     int rc;
     if (!s)
         return STORE_ERROR;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (sqlite3_column_type(s, 0) != SQLITE_NULL)
-            histogram_add(&c->boot, sqlite3_column_int64(s, 0));
-        if (sqlite3_column_type(s, 1) != SQLITE_NULL)
-            histogram_add(&c->lifetime, sqlite3_column_int64(s, 1));
+    while ((rc = sql_step(s)) == SQL_ROW) {
+        if (!sql_col_null(s, 0))
+            histogram_add(&c->boot, sql_col_int64(s, 0));
+        if (!sql_col_null(s, 1))
+            histogram_add(&c->lifetime, sql_col_int64(s, 1));
     }
-    sq_done(s);
-    return rc == SQLITE_DONE ? STORE_OK : sq_status(sq_db(st), rc);
+    sql_done(s);
+    return rc == SQL_DONE ? STORE_OK : sql_status(st, rc);
 }
 
 static enum store_status sq_counts(struct store *st, struct store_counts *out)
 {
     struct store_counts c = {0};
     enum store_status r;
-    sqlite3 *db = sq_db(st);
 
-    if (!db)
-        return STORE_ERROR;
     /* One read transaction, so the numbers are one consistent snapshot. */
-    if (sqlite3_exec(db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK)
-        return sq_status(db, sqlite3_errcode(db));
-    r = count_states(st, sq_stmt(st, "SELECT state, count(*) FROM sessions GROUP BY state"),
+    if ((r = sql_begin_read(st)) != STORE_OK)
+        return r;
+    r = count_states(st, sql_stmt(st, "SELECT state, count(*) FROM sessions GROUP BY state"),
                      store_session_states, 4, c.sessions_by_state);
     if (r == STORE_OK)
-        r = count_states(st, sq_stmt(st, "SELECT state, count(*) FROM messages GROUP BY state"),
+        r = count_states(st, sql_stmt(st, "SELECT state, count(*) FROM messages GROUP BY state"),
                          store_message_states, 4, c.messages_by_state);
     if (r == STORE_OK)
-        r = count_states(st, sq_stmt(st, "SELECT state, count(*) FROM sandboxes GROUP BY state"),
+        r = count_states(st, sql_stmt(st, "SELECT state, count(*) FROM sandboxes GROUP BY state"),
                          store_sandbox_states, 7, c.sandboxes_by_state);
     if (r == STORE_OK) {
-        sqlite3_stmt *s = sq_stmt(st, "SELECT COALESCE(min(created_at), 0) FROM messages "
-                                      "WHERE state = 'queued'");
+        struct sql_stmt *s = sql_stmt(st, "SELECT COALESCE(min(created_at), 0) FROM messages "
+                                          "WHERE state = 'queued'");
         r = s ? step_int(st, s, &c.oldest_queued_at) : STORE_ERROR;
     }
     if (r == STORE_OK) {
-        sqlite3_stmt *s = sq_stmt(st, "SELECT count(*) FROM messages WHERE state = 'queued' "
-                                      "AND attempts > 0");
+        struct sql_stmt *s = sql_stmt(st, "SELECT count(*) FROM messages WHERE state = 'queued' "
+                                          "AND attempts > 0");
         r = s ? step_int(st, s, &c.retrying) : STORE_ERROR;
     }
     if (r == STORE_OK)
         r = sandbox_histograms(st, &c);
-    sq_rollback(db);
+    sql_rollback(st);
     if (r == STORE_OK)
         *out = c;
     return r;
@@ -1690,9 +1667,9 @@ static enum store_status sq_counts(struct store *st, struct store_counts *out)
 
 /* ---- setup ---- */
 
-void store_sqlite_api_init(struct store *st)
+void store_sql_api_init(struct store *st)
 {
-    struct sq_store *s = st->cls;
+    struct sql_store *s = st->cls;
     struct sq_api *api = calloc(1, sizeof *api);
 
     st->app_create = sq_app_create;
@@ -1734,9 +1711,9 @@ void store_sqlite_api_init(struct store *st)
     pthread_cond_init(&api->done, NULL);
 }
 
-void store_sqlite_api_fini(struct store *st)
+void store_sql_api_fini(struct store *st)
 {
-    struct sq_store *s = st->cls;
+    struct sql_store *s = st->cls;
     struct sq_api *api = s->api;
 
     if (!api)

@@ -1,13 +1,14 @@
 /*
- * store_sqlite_queue.c: the SQLite backend's functions that the workers call: worker registration
- * and liveness, the message queue (claims with leases, completion, retries, requeues) and the
- * Sandbox lifecycle.
+ * store_sql_queue.c: the store's functions that the workers call, on either SQL engine (sql.h):
+ * worker registration and liveness, the message queue (claims with leases, completion, retries,
+ * requeues) and the Sandbox lifecycle.
  *
- * Every claim is one BEGIN IMMEDIATE transaction: SQLite then holds the single write lock from
- * the first read, so two worker processes can never both see a message (or a warm Sandbox) as
- * free and both take it. Every state change writes its audit event in the same transaction.
+ * Every claim is one writer transaction (sql_begin): the database's write lock is held from the
+ * first read (SQLite's BEGIN IMMEDIATE, PostgreSQL's advisory lock), so two worker processes, on
+ * one host or several, can never both see a message (or a warm Sandbox) as free and both take it.
+ * Every state change writes its audit event in the same transaction.
  */
-#include "store_sqlite_int.h"
+#include "sql.h"
 #include "id.h"
 #include "log.h"
 #include "timefmt.h"
@@ -21,34 +22,29 @@
 /* ---- small helpers ---- */
 
 /* Steps a statement that returns no row and resets it. */
-static enum store_status q_step_done(struct store *st, sqlite3_stmt *s)
+static enum store_status q_step_done(struct store *st, struct sql_stmt *s)
 {
     int rc;
     if (!s)
         return STORE_ERROR;
-    rc = sqlite3_step(s);
-    sq_done(s);
-    return rc == SQLITE_DONE ? STORE_OK : sq_status(sq_db(st), rc);
+    rc = sql_step(s);
+    sql_done(s);
+    return rc == SQL_DONE ? STORE_OK : sql_status(st, rc);
 }
 
 /* Opens a write transaction on the calling thread's connection. */
-static sqlite3 *q_begin(struct store *st, enum store_status *rc)
+static bool q_begin(struct store *st, enum store_status *rc)
 {
-    sqlite3 *db = sq_db(st);
-    if (!db) {
-        *rc = STORE_ERROR;
-        return NULL;
-    }
-    *rc = sq_begin(db);
-    return *rc == STORE_OK ? db : NULL;
+    *rc = sql_begin(st);
+    return *rc == STORE_OK;
 }
 
 /* Commits when rc is OK, rolls back otherwise; returns the final status. */
-static enum store_status q_end(sqlite3 *db, enum store_status rc)
+static enum store_status q_end(struct store *st, enum store_status rc)
 {
     if (rc == STORE_OK)
-        return sq_commit(db);
-    sq_rollback(db);
+        return sql_commit(st);
+    sql_rollback(st);
     return rc;
 }
 
@@ -61,9 +57,9 @@ static char *q_json(json_t *obj)
     return s;
 }
 
-static int64_t q_col_i64_or(sqlite3_stmt *s, int col, int64_t dflt)
+static int64_t q_col_i64_or(struct sql_stmt *s, int col, int64_t dflt)
 {
-    return sqlite3_column_type(s, col) == SQLITE_NULL ? dflt : sqlite3_column_int64(s, col);
+    return sql_col_null(s, col) ? dflt : sql_col_int64(s, col);
 }
 
 /* ---- row readers ---- */
@@ -72,20 +68,20 @@ static int64_t q_col_i64_or(sqlite3_stmt *s, int col, int64_t dflt)
     "a.id, a.name, a.keep_alive_seconds, a.vcpu_count, a.mem_size_mib, a.driver, a.image, "        \
     "a.max_attempts, a.command, a.created_at, a.updated_at"
 
-static void q_read_app(sqlite3_stmt *s, int c, struct store_app *a)
+static void q_read_app(struct sql_stmt *s, int c, struct store_app *a)
 {
     memset(a, 0, sizeof *a);
-    sq_col_copy(s, c + 0, a->id, sizeof a->id);
-    sq_col_copy(s, c + 1, a->name, sizeof a->name);
-    a->keep_alive_seconds = sqlite3_column_int64(s, c + 2);
-    a->vcpu_count = sqlite3_column_int64(s, c + 3);
-    a->mem_size_mib = sqlite3_column_int64(s, c + 4);
-    sq_col_copy(s, c + 5, a->driver, sizeof a->driver);
-    sq_col_copy(s, c + 6, a->image, sizeof a->image);
-    a->max_attempts = sqlite3_column_int64(s, c + 7);
-    a->command_json = sq_col_dup(s, c + 8);
-    a->created_at = sqlite3_column_int64(s, c + 9);
-    a->updated_at = sqlite3_column_int64(s, c + 10);
+    sql_col_copy(s, c + 0, a->id, sizeof a->id);
+    sql_col_copy(s, c + 1, a->name, sizeof a->name);
+    a->keep_alive_seconds = sql_col_int64(s, c + 2);
+    a->vcpu_count = sql_col_int64(s, c + 3);
+    a->mem_size_mib = sql_col_int64(s, c + 4);
+    sql_col_copy(s, c + 5, a->driver, sizeof a->driver);
+    sql_col_copy(s, c + 6, a->image, sizeof a->image);
+    a->max_attempts = sql_col_int64(s, c + 7);
+    a->command_json = sql_col_dup(s, c + 8);
+    a->created_at = sql_col_int64(s, c + 9);
+    a->updated_at = sql_col_int64(s, c + 10);
 }
 
 #define Q_SESSION_COLS                                                                             \
@@ -94,26 +90,26 @@ static void q_read_app(sqlite3_stmt *s, int c, struct store_app *a)
     "s.activation_count, s.cpu_usec, s.mem_peak_bytes, s.worker_id, s.expires_at, "                \
     "s.stop_requested_at, s.created_at, s.updated_at, s.last_activity_at"
 
-static void q_read_session(sqlite3_stmt *s, int c, struct store_session *o)
+static void q_read_session(struct sql_stmt *s, int c, struct store_session *o)
 {
     memset(o, 0, sizeof *o);
-    sq_col_copy(s, c + 0, o->id, sizeof o->id);
-    sq_col_copy(s, c + 1, o->app_id, sizeof o->app_id);
-    sq_col_copy(s, c + 2, o->name, sizeof o->name);
-    sq_col_copy(s, c + 3, o->state, sizeof o->state);
-    sq_col_copy(s, c + 4, o->sandbox_id, sizeof o->sandbox_id);
+    sql_col_copy(s, c + 0, o->id, sizeof o->id);
+    sql_col_copy(s, c + 1, o->app_id, sizeof o->app_id);
+    sql_col_copy(s, c + 2, o->name, sizeof o->name);
+    sql_col_copy(s, c + 3, o->state, sizeof o->state);
+    sql_col_copy(s, c + 4, o->sandbox_id, sizeof o->sandbox_id);
     o->keep_alive_seconds = q_col_i64_or(s, c + 5, 0);
-    o->effective_keep_alive_seconds = sqlite3_column_int64(s, c + 6);
-    sq_col_copy(s, c + 7, o->workspace_id, sizeof o->workspace_id);
-    o->metadata_json = sq_col_dup(s, c + 8);
-    o->activation_count = sqlite3_column_int64(s, c + 9);
-    o->cpu_usec = sqlite3_column_int64(s, c + 10);
+    o->effective_keep_alive_seconds = sql_col_int64(s, c + 6);
+    sql_col_copy(s, c + 7, o->workspace_id, sizeof o->workspace_id);
+    o->metadata_json = sql_col_dup(s, c + 8);
+    o->activation_count = sql_col_int64(s, c + 9);
+    o->cpu_usec = sql_col_int64(s, c + 10);
     o->mem_peak_bytes = q_col_i64_or(s, c + 11, -1);
-    sq_col_copy(s, c + 12, o->worker_id, sizeof o->worker_id);
+    sql_col_copy(s, c + 12, o->worker_id, sizeof o->worker_id);
     o->expires_at = q_col_i64_or(s, c + 13, 0);
     o->stop_requested_at = q_col_i64_or(s, c + 14, 0);
-    o->created_at = sqlite3_column_int64(s, c + 15);
-    o->updated_at = sqlite3_column_int64(s, c + 16);
+    o->created_at = sql_col_int64(s, c + 15);
+    o->updated_at = sql_col_int64(s, c + 16);
     o->last_activity_at = q_col_i64_or(s, c + 17, 0);
 }
 
@@ -122,27 +118,27 @@ static void q_read_session(sqlite3_stmt *s, int c, struct store_session *o)
     "m.max_attempts, m.idempotency_key, m.request_id, m.sandbox_id, m.lease_owner, "               \
     "m.lease_expires_at, m.not_before, m.created_at, m.updated_at, m.completed_at"
 
-static void q_read_message(sqlite3_stmt *s, int c, struct store_message *m)
+static void q_read_message(struct sql_stmt *s, int c, struct store_message *m)
 {
     memset(m, 0, sizeof *m);
-    sq_col_copy(s, c + 0, m->id, sizeof m->id);
-    sq_col_copy(s, c + 1, m->session_id, sizeof m->session_id);
-    sq_col_copy(s, c + 2, m->app_id, sizeof m->app_id);
-    m->seq = sqlite3_column_int64(s, c + 3);
-    sq_col_copy(s, c + 4, m->state, sizeof m->state);
-    m->body_json = sq_col_dup(s, c + 5);
-    m->reply_json = sq_col_dup(s, c + 6);
-    m->error = sq_col_dup(s, c + 7);
-    m->attempts = sqlite3_column_int64(s, c + 8);
-    m->max_attempts = sqlite3_column_int64(s, c + 9);
-    sq_col_copy(s, c + 10, m->idempotency_key, sizeof m->idempotency_key);
-    sq_col_copy(s, c + 11, m->request_id, sizeof m->request_id);
-    sq_col_copy(s, c + 12, m->sandbox_id, sizeof m->sandbox_id);
-    sq_col_copy(s, c + 13, m->lease_owner, sizeof m->lease_owner);
+    sql_col_copy(s, c + 0, m->id, sizeof m->id);
+    sql_col_copy(s, c + 1, m->session_id, sizeof m->session_id);
+    sql_col_copy(s, c + 2, m->app_id, sizeof m->app_id);
+    m->seq = sql_col_int64(s, c + 3);
+    sql_col_copy(s, c + 4, m->state, sizeof m->state);
+    m->body_json = sql_col_dup(s, c + 5);
+    m->reply_json = sql_col_dup(s, c + 6);
+    m->error = sql_col_dup(s, c + 7);
+    m->attempts = sql_col_int64(s, c + 8);
+    m->max_attempts = sql_col_int64(s, c + 9);
+    sql_col_copy(s, c + 10, m->idempotency_key, sizeof m->idempotency_key);
+    sql_col_copy(s, c + 11, m->request_id, sizeof m->request_id);
+    sql_col_copy(s, c + 12, m->sandbox_id, sizeof m->sandbox_id);
+    sql_col_copy(s, c + 13, m->lease_owner, sizeof m->lease_owner);
     m->lease_expires_at = q_col_i64_or(s, c + 14, 0);
-    m->not_before = sqlite3_column_int64(s, c + 15);
-    m->created_at = sqlite3_column_int64(s, c + 16);
-    m->updated_at = sqlite3_column_int64(s, c + 17);
+    m->not_before = sql_col_int64(s, c + 15);
+    m->created_at = sql_col_int64(s, c + 16);
+    m->updated_at = sql_col_int64(s, c + 17);
     m->completed_at = q_col_i64_or(s, c + 18, 0);
 }
 
@@ -152,30 +148,30 @@ static void q_read_message(sqlite3_stmt *s, int c, struct store_message *m)
     "mem_peak_bytes, termination_reason, stop_requested_at, created_at, ready_at, claimed_at, "    \
     "terminated_at"
 
-static void q_read_sandbox(sqlite3_stmt *s, struct store_sandbox *o)
+static void q_read_sandbox(struct sql_stmt *s, struct store_sandbox *o)
 {
     memset(o, 0, sizeof *o);
-    sq_col_copy(s, 0, o->id, sizeof o->id);
-    sq_col_copy(s, 1, o->state, sizeof o->state);
-    sq_col_copy(s, 2, o->shape.driver, sizeof o->shape.driver);
-    sq_col_copy(s, 3, o->shape.image, sizeof o->shape.image);
-    o->shape.vcpu_count = sqlite3_column_int64(s, 4);
-    o->shape.mem_size_mib = sqlite3_column_int64(s, 5);
-    sq_col_copy(s, 6, o->image_hash, sizeof o->image_hash);
-    sq_col_copy(s, 7, o->worker_id, sizeof o->worker_id);
-    sq_col_copy(s, 8, o->app_id, sizeof o->app_id);
-    sq_col_copy(s, 9, o->session_id, sizeof o->session_id);
+    sql_col_copy(s, 0, o->id, sizeof o->id);
+    sql_col_copy(s, 1, o->state, sizeof o->state);
+    sql_col_copy(s, 2, o->shape.driver, sizeof o->shape.driver);
+    sql_col_copy(s, 3, o->shape.image, sizeof o->shape.image);
+    o->shape.vcpu_count = sql_col_int64(s, 4);
+    o->shape.mem_size_mib = sql_col_int64(s, 5);
+    sql_col_copy(s, 6, o->image_hash, sizeof o->image_hash);
+    sql_col_copy(s, 7, o->worker_id, sizeof o->worker_id);
+    sql_col_copy(s, 8, o->app_id, sizeof o->app_id);
+    sql_col_copy(s, 9, o->session_id, sizeof o->session_id);
     o->pid = q_col_i64_or(s, 10, 0);
-    sq_col_copy(s, 11, o->jail_dir, sizeof o->jail_dir);
-    sq_col_copy(s, 12, o->cgroup_path, sizeof o->cgroup_path);
-    sq_col_copy(s, 13, o->net_address, sizeof o->net_address);
-    o->cold = sqlite3_column_int(s, 14) != 0;
+    sql_col_copy(s, 11, o->jail_dir, sizeof o->jail_dir);
+    sql_col_copy(s, 12, o->cgroup_path, sizeof o->cgroup_path);
+    sql_col_copy(s, 13, o->net_address, sizeof o->net_address);
+    o->cold = (int)sql_col_int64(s, 14) != 0;
     o->boot_ms = q_col_i64_or(s, 15, 0);
     o->cpu_usec = q_col_i64_or(s, 16, -1);
     o->mem_peak_bytes = q_col_i64_or(s, 17, -1);
-    sq_col_copy(s, 18, o->termination_reason, sizeof o->termination_reason);
+    sql_col_copy(s, 18, o->termination_reason, sizeof o->termination_reason);
     o->stop_requested_at = q_col_i64_or(s, 19, 0);
-    o->created_at = sqlite3_column_int64(s, 20);
+    o->created_at = sql_col_int64(s, 20);
     o->ready_at = q_col_i64_or(s, 21, 0);
     o->claimed_at = q_col_i64_or(s, 22, 0);
     o->terminated_at = q_col_i64_or(s, 23, 0);
@@ -185,20 +181,20 @@ static void q_read_sandbox(sqlite3_stmt *s, struct store_sandbox *o)
 static enum store_status q_sandbox_load(struct store *st, const char *sandbox_id,
                                         struct store_sandbox *out)
 {
-    sqlite3_stmt *s = sq_stmt(st, "SELECT " Q_SANDBOX_COLS " FROM sandboxes WHERE id = ?1");
+    struct sql_stmt *s = sql_stmt(st, "SELECT " Q_SANDBOX_COLS " FROM sandboxes WHERE id = ?1");
     enum store_status rc;
     int r;
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, sandbox_id, -1, SQLITE_STATIC);
-    r = sqlite3_step(s);
-    if (r == SQLITE_ROW) {
+    sql_bind_text(s, 1, sandbox_id);
+    r = sql_step(s);
+    if (r == SQL_ROW) {
         q_read_sandbox(s, out);
         rc = STORE_OK;
     } else {
-        rc = r == SQLITE_DONE ? STORE_NOT_FOUND : sq_status(sq_db(st), r);
+        rc = r == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, r);
     }
-    sq_done(s);
+    sql_done(s);
     return rc;
 }
 
@@ -206,20 +202,20 @@ static enum store_status q_sandbox_load(struct store *st, const char *sandbox_id
 static enum store_status q_sandbox_list(struct store *st, const char *sql, const char *arg,
                                         struct store_sandbox **out, size_t *n)
 {
-    sqlite3_stmt *s = sq_stmt(st, sql);
+    struct sql_stmt *s = sql_stmt(st, sql);
     struct store_sandbox *list = NULL;
     size_t len = 0, cap = 0;
     int r;
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, arg ? arg : "", -1, SQLITE_STATIC);
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    sql_bind_text(s, 1, arg ? arg : "");
+    while ((r = sql_step(s)) == SQL_ROW) {
         if (len == cap) {
             size_t ncap = cap ? cap * 2 : 8;
             struct store_sandbox *grown = realloc(list, ncap * sizeof *list);
             if (!grown) {
                 free(list);
-                sq_done(s);
+                sql_done(s);
                 return STORE_ERROR;
             }
             list = grown;
@@ -227,10 +223,10 @@ static enum store_status q_sandbox_list(struct store *st, const char *sql, const
         }
         q_read_sandbox(s, &list[len++]);
     }
-    sq_done(s);
-    if (r != SQLITE_DONE) {
+    sql_done(s);
+    if (r != SQL_DONE) {
         free(list);
-        return sq_status(sq_db(st), r);
+        return sql_status(st, r);
     }
     *out = list;
     *n = len;
@@ -242,82 +238,83 @@ static enum store_status q_sandbox_list(struct store *st, const char *sql, const
 static enum store_status q_worker_register(struct store *st, const char *worker_id,
                                            const char *host, int64_t pid)
 {
-    sqlite3_stmt *s = sq_stmt(st, "INSERT INTO workers (id, host, pid, started_at, heartbeat_at) "
-                                  "VALUES (?1, ?2, ?3, ?4, ?4)");
+    struct sql_stmt *s =
+        sql_stmt(st, "INSERT INTO workers (id, host, pid, started_at, heartbeat_at) "
+                     "VALUES (?1, ?2, ?3, ?4, ?4)");
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, worker_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 2, host, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 3, pid);
-    sqlite3_bind_int64(s, 4, now_ms());
+    sql_bind_text(s, 1, worker_id);
+    sql_bind_text(s, 2, host);
+    sql_bind_int64(s, 3, pid);
+    sql_bind_int64(s, 4, now_ms());
     return q_step_done(st, s);
 }
 
 static enum store_status q_worker_heartbeat(struct store *st, const char *worker_id)
 {
     /* A worker that was taken for dead and adopted must not carry on: its heartbeat fails. */
-    sqlite3_stmt *s = sq_stmt(st, "UPDATE workers SET heartbeat_at = ?2 WHERE id = ?1 AND "
-                                  "stopped_at IS NULL");
+    struct sql_stmt *s = sql_stmt(st, "UPDATE workers SET heartbeat_at = ?2 WHERE id = ?1 AND "
+                                      "stopped_at IS NULL");
     enum store_status rc;
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, worker_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 2, now_ms());
+    sql_bind_text(s, 1, worker_id);
+    sql_bind_int64(s, 2, now_ms());
     rc = q_step_done(st, s);
-    if (rc == STORE_OK && sqlite3_changes(sq_db(st)) == 0)
+    if (rc == STORE_OK && sql_changes(st) == 0)
         return STORE_CONFLICT;
     return rc;
 }
 
 static enum store_status q_worker_stop(struct store *st, const char *worker_id)
 {
-    sqlite3_stmt *s = sq_stmt(st, "UPDATE workers SET stopped_at = ?2 WHERE id = ?1");
+    struct sql_stmt *s = sql_stmt(st, "UPDATE workers SET stopped_at = ?2 WHERE id = ?1");
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, worker_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 2, now_ms());
+    sql_bind_text(s, 1, worker_id);
+    sql_bind_int64(s, 2, now_ms());
     return q_step_done(st, s);
 }
 
 static enum store_status q_worker_list_dead(struct store *st, int64_t stale_ms,
                                             char (**ids)[STORE_ID_LEN], size_t *n)
 {
-    sqlite3_stmt *s = sq_stmt(st, "SELECT id FROM workers WHERE stopped_at IS NULL AND "
-                                  "heartbeat_at < ?1 ORDER BY started_at");
+    struct sql_stmt *s = sql_stmt(st, "SELECT id FROM workers WHERE stopped_at IS NULL AND "
+                                      "heartbeat_at < ?1 ORDER BY started_at");
     char(*list)[STORE_ID_LEN] = NULL;
     size_t len = 0;
     int r;
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_int64(s, 1, now_ms() - stale_ms);
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    sql_bind_int64(s, 1, now_ms() - stale_ms);
+    while ((r = sql_step(s)) == SQL_ROW) {
         char(*grown)[STORE_ID_LEN] = realloc(list, (len + 1) * sizeof *list);
         if (!grown) {
             free(list);
-            sq_done(s);
+            sql_done(s);
             return STORE_ERROR;
         }
         list = grown;
-        sq_col_copy(s, 0, list[len++], STORE_ID_LEN);
+        sql_col_copy(s, 0, list[len++], STORE_ID_LEN);
     }
-    sq_done(s);
-    if (r != SQLITE_DONE) {
+    sql_done(s);
+    if (r != SQL_DONE) {
         free(list);
-        return sq_status(sq_db(st), r);
+        return sql_status(st, r);
     }
     *ids = list;
     *n = len;
     return STORE_OK;
 }
 
-static int64_t worker_page_row(sqlite3_stmt *s, void *item)
+static int64_t worker_page_row(struct sql_stmt *s, void *item)
 {
     struct store_worker *w = item;
-    sq_col_copy(s, 0, w->id, sizeof w->id);
-    sq_col_copy(s, 1, w->host, sizeof w->host);
-    w->pid = sqlite3_column_int64(s, 2);
-    w->started_at = sqlite3_column_int64(s, 3);
-    w->heartbeat_at = sqlite3_column_int64(s, 4);
+    sql_col_copy(s, 0, w->id, sizeof w->id);
+    sql_col_copy(s, 1, w->host, sizeof w->host);
+    w->pid = sql_col_int64(s, 2);
+    w->started_at = sql_col_int64(s, 3);
+    w->heartbeat_at = sql_col_int64(s, 4);
     return 0;
 }
 
@@ -327,18 +324,18 @@ static void page_free_plain(void *items, size_t n)
     free(items);
 }
 
-static const struct sq_page worker_page = {sizeof(struct store_worker), worker_page_row,
-                                           page_free_plain};
+static const struct sql_page worker_page = {sizeof(struct store_worker), worker_page_row,
+                                            page_free_plain};
 
 static enum store_status q_worker_list_active(struct store *st, struct store_worker **out,
                                               size_t *n)
 {
-    sqlite3_stmt *s = sq_stmt(st, "SELECT id, host, pid, started_at, heartbeat_at FROM workers "
-                                  "WHERE stopped_at IS NULL ORDER BY started_at");
+    struct sql_stmt *s = sql_stmt(st, "SELECT id, host, pid, started_at, heartbeat_at FROM workers "
+                                      "WHERE stopped_at IS NULL ORDER BY started_at");
     char no_cursor[STORE_CURSOR_LEN];
     if (!s)
         return STORE_ERROR;
-    return sq_read_page(st, s, SIZE_MAX, &worker_page, (void *)out, n, no_cursor);
+    return sql_read_page(st, s, SIZE_MAX, &worker_page, (void *)out, n, no_cursor);
 }
 
 /* ---- sessions (worker side) ---- */
@@ -348,20 +345,20 @@ static enum store_status q_session_to_idle(struct store *st, const struct store_
                                            const char *session_id, const char *app_id,
                                            const char *sandbox_id)
 {
-    sqlite3_stmt *s = sq_stmt(st, "UPDATE sessions SET state = 'idle', sandbox_id = NULL, "
-                                  "worker_id = NULL, expires_at = NULL, updated_at = ?2 "
-                                  "WHERE id = ?1 AND state <> 'deleted'");
+    struct sql_stmt *s = sql_stmt(st, "UPDATE sessions SET state = 'idle', sandbox_id = NULL, "
+                                      "worker_id = NULL, expires_at = NULL, updated_at = ?2 "
+                                      "WHERE id = ?1 AND state <> 'deleted'");
     enum store_status rc;
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, session_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 2, now_ms());
+    sql_bind_text(s, 1, session_id);
+    sql_bind_int64(s, 2, now_ms());
     rc = q_step_done(st, s);
-    if (rc != STORE_OK || sqlite3_changes(sq_db(st)) == 0)
+    if (rc != STORE_OK || sql_changes(st) == 0)
         return rc;
     char *data =
         q_json(json_pack("{s:s?}", "sandboxId", sandbox_id && *sandbox_id ? sandbox_id : NULL));
-    rc = sq_event(st, ctx, "session.idle", "session", session_id, app_id, session_id, data);
+    rc = sql_event(st, ctx, "session.idle", "session", session_id, app_id, session_id, data);
     free(data);
     return rc;
 }
@@ -369,13 +366,13 @@ static enum store_status q_session_to_idle(struct store *st, const struct store_
 static enum store_status q_session_touch(struct store *st, const char *session_id,
                                          int64_t expires_at)
 {
-    sqlite3_stmt *s = sq_stmt(st, "UPDATE sessions SET expires_at = ?2, last_activity_at = ?3, "
-                                  "updated_at = ?3 WHERE id = ?1");
+    struct sql_stmt *s = sql_stmt(st, "UPDATE sessions SET expires_at = ?2, last_activity_at = ?3, "
+                                      "updated_at = ?3 WHERE id = ?1");
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, session_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 2, expires_at);
-    sqlite3_bind_int64(s, 3, now_ms());
+    sql_bind_text(s, 1, session_id);
+    sql_bind_int64(s, 2, expires_at);
+    sql_bind_int64(s, 3, now_ms());
     return q_step_done(st, s);
 }
 
@@ -397,24 +394,24 @@ static const char q_claim_pick_sql[] =
 static enum store_status q_delivery_load(struct store *st, const char *message_id,
                                          struct store_delivery *out)
 {
-    sqlite3_stmt *s = sq_stmt(st, "SELECT " Q_MESSAGE_COLS ", " Q_SESSION_COLS ", " Q_APP_COLS
-                                  " FROM messages m JOIN sessions s ON s.id = m.session_id "
-                                  "JOIN apps a ON a.id = s.app_id WHERE m.id = ?1");
+    struct sql_stmt *s = sql_stmt(st, "SELECT " Q_MESSAGE_COLS ", " Q_SESSION_COLS ", " Q_APP_COLS
+                                      " FROM messages m JOIN sessions s ON s.id = m.session_id "
+                                      "JOIN apps a ON a.id = s.app_id WHERE m.id = ?1");
     enum store_status rc;
     int r;
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, message_id, -1, SQLITE_STATIC);
-    r = sqlite3_step(s);
-    if (r == SQLITE_ROW) {
+    sql_bind_text(s, 1, message_id);
+    r = sql_step(s);
+    if (r == SQL_ROW) {
         q_read_message(s, 0, &out->message);
         q_read_session(s, 19, &out->session);
         q_read_app(s, 37, &out->app);
         rc = STORE_OK;
     } else {
-        rc = r == SQLITE_DONE ? STORE_NOT_FOUND : sq_status(sq_db(st), r);
+        rc = r == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, r);
     }
-    sq_done(s);
+    sql_done(s);
     return rc;
 }
 
@@ -422,7 +419,7 @@ static enum store_status q_claim_in_tx(struct store *st, const struct store_ctx 
                                        const char *worker_id, int64_t lease_ms, bool owned_only,
                                        struct store_delivery *out)
 {
-    sqlite3_stmt *pick = sq_stmt(st, q_claim_pick_sql);
+    struct sql_stmt *pick = sql_stmt(st, q_claim_pick_sql);
     char message_id[STORE_ID_LEN], session_id[STORE_ID_LEN];
     bool session_free;
     int64_t now = now_ms();
@@ -431,39 +428,41 @@ static enum store_status q_claim_in_tx(struct store *st, const struct store_ctx 
 
     if (!pick)
         return STORE_ERROR;
-    sqlite3_bind_int64(pick, 1, now);
-    sqlite3_bind_text(pick, 2, worker_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int(pick, 3, owned_only ? 1 : 0);
-    r = sqlite3_step(pick);
-    if (r != SQLITE_ROW) {
-        sq_done(pick);
-        return r == SQLITE_DONE ? STORE_EMPTY : sq_status(sq_db(st), r);
+    sql_bind_int64(pick, 1, now);
+    sql_bind_text(pick, 2, worker_id);
+    sql_bind_int64(pick, 3, owned_only ? 1 : 0);
+    r = sql_step(pick);
+    if (r != SQL_ROW) {
+        sql_done(pick);
+        return r == SQL_DONE ? STORE_EMPTY : sql_status(st, r);
     }
-    sq_col_copy(pick, 0, message_id, sizeof message_id);
-    sq_col_copy(pick, 1, session_id, sizeof session_id);
-    session_free = sqlite3_column_int(pick, 2) != 0;
-    sq_done(pick);
+    sql_col_copy(pick, 0, message_id, sizeof message_id);
+    sql_col_copy(pick, 1, session_id, sizeof session_id);
+    session_free = (int)sql_col_int64(pick, 2) != 0;
+    sql_done(pick);
 
-    sqlite3_stmt *lease = sq_stmt(st, "UPDATE messages SET state = 'delivering', lease_owner = ?2, "
-                                      "lease_expires_at = ?3, attempts = attempts + 1, "
-                                      "updated_at = ?4 WHERE id = ?1 AND state = 'queued'");
+    struct sql_stmt *lease =
+        sql_stmt(st, "UPDATE messages SET state = 'delivering', lease_owner = ?2, "
+                     "lease_expires_at = ?3, attempts = attempts + 1, "
+                     "updated_at = ?4 WHERE id = ?1 AND state = 'queued'");
     if (!lease)
         return STORE_ERROR;
-    sqlite3_bind_text(lease, 1, message_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(lease, 2, worker_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(lease, 3, now + lease_ms);
-    sqlite3_bind_int64(lease, 4, now);
+    sql_bind_text(lease, 1, message_id);
+    sql_bind_text(lease, 2, worker_id);
+    sql_bind_int64(lease, 3, now + lease_ms);
+    sql_bind_int64(lease, 4, now);
     if ((rc = q_step_done(st, lease)) != STORE_OK)
         return rc;
 
     if (session_free) {
-        sqlite3_stmt *own = sq_stmt(st, "UPDATE sessions SET state = 'activating', worker_id = ?2, "
-                                        "updated_at = ?3 WHERE id = ?1");
+        struct sql_stmt *own =
+            sql_stmt(st, "UPDATE sessions SET state = 'activating', worker_id = ?2, "
+                         "updated_at = ?3 WHERE id = ?1");
         if (!own)
             return STORE_ERROR;
-        sqlite3_bind_text(own, 1, session_id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(own, 2, worker_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(own, 3, now);
+        sql_bind_text(own, 1, session_id);
+        sql_bind_text(own, 2, worker_id);
+        sql_bind_int64(own, 3, now);
         if ((rc = q_step_done(st, own)) != STORE_OK)
             return rc;
     }
@@ -471,15 +470,15 @@ static enum store_status q_claim_in_tx(struct store *st, const struct store_ctx 
         return rc;
     if (session_free) {
         char *data = q_json(json_pack("{s:s}", "workerId", worker_id));
-        rc = sq_event(st, ctx, "session.activating", "session", session_id, out->app.id, session_id,
-                      data);
+        rc = sql_event(st, ctx, "session.activating", "session", session_id, out->app.id,
+                       session_id, data);
         free(data);
     }
     if (rc == STORE_OK) {
         char *data = q_json(json_pack("{s:I,s:s}", "attempt", (json_int_t)out->message.attempts,
                                       "workerId", worker_id));
-        rc = sq_event(st, ctx, "message.delivering", "message", message_id, out->app.id, session_id,
-                      data);
+        rc = sql_event(st, ctx, "message.delivering", "message", message_id, out->app.id,
+                       session_id, data);
         free(data);
     }
     if (rc != STORE_OK)
@@ -491,18 +490,18 @@ static enum store_status q_claim_in_tx(struct store *st, const struct store_ctx 
  * waits, so the many wake-ups that find nothing to do do not queue behind the gateway's commits. */
 static enum store_status q_claim_peek(struct store *st, const char *worker_id, bool owned_only)
 {
-    sqlite3_stmt *pick = sq_stmt(st, q_claim_pick_sql);
+    struct sql_stmt *pick = sql_stmt(st, q_claim_pick_sql);
     int r;
     if (!pick)
         return STORE_ERROR;
-    sqlite3_bind_int64(pick, 1, now_ms());
-    sqlite3_bind_text(pick, 2, worker_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int(pick, 3, owned_only ? 1 : 0);
-    r = sqlite3_step(pick);
-    sq_done(pick);
-    if (r == SQLITE_ROW)
+    sql_bind_int64(pick, 1, now_ms());
+    sql_bind_text(pick, 2, worker_id);
+    sql_bind_int64(pick, 3, owned_only ? 1 : 0);
+    r = sql_step(pick);
+    sql_done(pick);
+    if (r == SQL_ROW)
         return STORE_OK;
-    return r == SQLITE_DONE ? STORE_EMPTY : sq_status(sq_db(st), r);
+    return r == SQL_DONE ? STORE_EMPTY : sql_status(st, r);
 }
 
 static enum store_status q_claim(struct store *st, const struct store_ctx *ctx,
@@ -510,15 +509,14 @@ static enum store_status q_claim(struct store *st, const struct store_ctx *ctx,
                                  struct store_delivery *out)
 {
     enum store_status rc = q_claim_peek(st, worker_id, owned_only);
-    sqlite3 *db;
     struct store_delivery d;
     if (rc != STORE_OK)
         return rc;
     /* Something looked deliverable: claim it for real under the write lock (it may be gone). */
-    if (!(db = q_begin(st, &rc)))
+    if (!q_begin(st, &rc))
         return rc;
     memset(&d, 0, sizeof d);
-    rc = q_end(db, q_claim_in_tx(st, ctx, worker_id, lease_ms, owned_only, &d));
+    rc = q_end(st, q_claim_in_tx(st, ctx, worker_id, lease_ms, owned_only, &d));
     if (rc == STORE_OK)
         *out = d;
     else if (rc != STORE_EMPTY)
@@ -543,16 +541,16 @@ static enum store_status q_queue_claim_owned(struct store *st, const struct stor
 static enum store_status q_queue_extend_lease(struct store *st, const char *message_id,
                                               const char *worker_id, int64_t lease_ms)
 {
-    sqlite3_stmt *s = sq_stmt(st, "UPDATE messages SET lease_expires_at = ?3 WHERE id = ?1 AND "
-                                  "state = 'delivering' AND lease_owner = ?2");
+    struct sql_stmt *s = sql_stmt(st, "UPDATE messages SET lease_expires_at = ?3 WHERE id = ?1 AND "
+                                      "state = 'delivering' AND lease_owner = ?2");
     enum store_status rc;
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, message_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 2, worker_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 3, now_ms() + lease_ms);
+    sql_bind_text(s, 1, message_id);
+    sql_bind_text(s, 2, worker_id);
+    sql_bind_int64(s, 3, now_ms() + lease_ms);
     rc = q_step_done(st, s);
-    if (rc == STORE_OK && sqlite3_changes(sq_db(st)) == 0)
+    if (rc == STORE_OK && sql_changes(st) == 0)
         return STORE_CONFLICT;
     return rc;
 }
@@ -561,24 +559,24 @@ static enum store_status q_queue_extend_lease(struct store *st, const char *mess
 static enum store_status q_message_owner(struct store *st, const char *message_id, char *session_id,
                                          char *app_id, int64_t *attempts, int64_t *max_attempts)
 {
-    sqlite3_stmt *s = sq_stmt(st, "SELECT session_id, app_id, attempts, max_attempts "
-                                  "FROM messages WHERE id = ?1");
+    struct sql_stmt *s = sql_stmt(st, "SELECT session_id, app_id, attempts, max_attempts "
+                                      "FROM messages WHERE id = ?1");
     enum store_status rc;
     int r;
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, message_id, -1, SQLITE_STATIC);
-    r = sqlite3_step(s);
-    if (r == SQLITE_ROW) {
-        sq_col_copy(s, 0, session_id, STORE_ID_LEN);
-        sq_col_copy(s, 1, app_id, STORE_ID_LEN);
-        *attempts = sqlite3_column_int64(s, 2);
-        *max_attempts = sqlite3_column_int64(s, 3);
+    sql_bind_text(s, 1, message_id);
+    r = sql_step(s);
+    if (r == SQL_ROW) {
+        sql_col_copy(s, 0, session_id, STORE_ID_LEN);
+        sql_col_copy(s, 1, app_id, STORE_ID_LEN);
+        *attempts = sql_col_int64(s, 2);
+        *max_attempts = sql_col_int64(s, 3);
         rc = STORE_OK;
     } else {
-        rc = r == SQLITE_DONE ? STORE_NOT_FOUND : sq_status(sq_db(st), r);
+        rc = r == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, r);
     }
-    sq_done(s);
+    sql_done(s);
     return rc;
 }
 
@@ -586,30 +584,31 @@ static enum store_status q_complete_in_tx(struct store *st, const struct store_c
                                           const char *message_id, const char *worker_id,
                                           const char *sandbox_id, const char *reply_json)
 {
-    sqlite3_stmt *s = sq_stmt(st, "UPDATE messages SET state = 'completed', reply = ?3, "
-                                  "error = NULL, sandbox_id = ?4, lease_owner = NULL, "
-                                  "lease_expires_at = NULL, completed_at = ?5, updated_at = ?5 "
-                                  "WHERE id = ?1 AND state = 'delivering' AND lease_owner = ?2");
+    struct sql_stmt *s =
+        sql_stmt(st, "UPDATE messages SET state = 'completed', reply = ?3, "
+                     "error = NULL, sandbox_id = ?4, lease_owner = NULL, "
+                     "lease_expires_at = NULL, completed_at = ?5, updated_at = ?5 "
+                     "WHERE id = ?1 AND state = 'delivering' AND lease_owner = ?2");
     char session_id[STORE_ID_LEN], app_id[STORE_ID_LEN];
     int64_t attempts, max_attempts;
     enum store_status rc;
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, message_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 2, worker_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 3, reply_json ? reply_json : "null", -1, SQLITE_STATIC);
-    sq_bind_text_or_null(s, 4, sandbox_id);
-    sqlite3_bind_int64(s, 5, now_ms());
+    sql_bind_text(s, 1, message_id);
+    sql_bind_text(s, 2, worker_id);
+    sql_bind_text(s, 3, reply_json ? reply_json : "null");
+    sql_bind_text_or_null(s, 4, sandbox_id);
+    sql_bind_int64(s, 5, now_ms());
     if ((rc = q_step_done(st, s)) != STORE_OK)
         return rc;
-    if (sqlite3_changes(sq_db(st)) == 0)
+    if (sql_changes(st) == 0)
         return STORE_CONFLICT; /* the lease moved on: someone else owns this delivery now */
     if ((rc = q_message_owner(st, message_id, session_id, app_id, &attempts, &max_attempts)) !=
         STORE_OK)
         return rc;
     char *data = q_json(json_pack("{s:I,s:s?}", "attempt", (json_int_t)attempts, "sandboxId",
                                   sandbox_id && *sandbox_id ? sandbox_id : NULL));
-    rc = sq_event(st, ctx, "message.completed", "message", message_id, app_id, session_id, data);
+    rc = sql_event(st, ctx, "message.completed", "message", message_id, app_id, session_id, data);
     free(data);
     return rc;
 }
@@ -619,10 +618,10 @@ static enum store_status q_queue_complete(struct store *st, const struct store_c
                                           const char *sandbox_id, const char *reply_json)
 {
     enum store_status rc;
-    sqlite3 *db = q_begin(st, &rc);
-    if (!db)
+    bool began = q_begin(st, &rc);
+    if (!began)
         return rc;
-    return q_end(db, q_complete_in_tx(st, ctx, message_id, worker_id, sandbox_id, reply_json));
+    return q_end(st, q_complete_in_tx(st, ctx, message_id, worker_id, sandbox_id, reply_json));
 }
 
 /* Ends an attempt that did not produce a reply: back to queued after backoff, or failed for good
@@ -635,41 +634,42 @@ static enum store_status q_fail_in_tx(struct store *st, const struct store_ctx *
     char session_id[STORE_ID_LEN], app_id[STORE_ID_LEN];
     int64_t attempts, max_attempts, now = now_ms();
     enum store_status rc;
-    sqlite3_stmt *check = sq_stmt(st, "SELECT 1 FROM messages WHERE id = ?1 AND "
-                                      "state = 'delivering' AND (?2 IS NULL OR lease_owner = ?2)");
+    struct sql_stmt *check =
+        sql_stmt(st, "SELECT 1 FROM messages WHERE id = ?1 AND "
+                     "state = 'delivering' AND (?2 IS NULL OR lease_owner = ?2)");
     int r;
     if (!check)
         return STORE_ERROR;
-    sqlite3_bind_text(check, 1, message_id, -1, SQLITE_STATIC);
-    sq_bind_text_or_null(check, 2, worker_id);
-    r = sqlite3_step(check);
-    sq_done(check);
-    if (r == SQLITE_DONE)
+    sql_bind_text(check, 1, message_id);
+    sql_bind_text_or_null(check, 2, worker_id);
+    r = sql_step(check);
+    sql_done(check);
+    if (r == SQL_DONE)
         return STORE_CONFLICT;
-    if (r != SQLITE_ROW)
-        return sq_status(sq_db(st), r);
+    if (r != SQL_ROW)
+        return sql_status(st, r);
     if ((rc = q_message_owner(st, message_id, session_id, app_id, &attempts, &max_attempts)) !=
         STORE_OK)
         return rc;
 
     bool give_up = attempts >= max_attempts;
-    sqlite3_stmt *s;
+    struct sql_stmt *s;
     if (give_up)
-        s = sq_stmt(st, "UPDATE messages SET state = 'failed', error = ?2, sandbox_id = "
-                        "COALESCE(?3, sandbox_id), lease_owner = NULL, lease_expires_at = NULL, "
-                        "completed_at = ?4, updated_at = ?4 WHERE id = ?1");
+        s = sql_stmt(st, "UPDATE messages SET state = 'failed', error = ?2, sandbox_id = "
+                         "COALESCE(?3, sandbox_id), lease_owner = NULL, lease_expires_at = NULL, "
+                         "completed_at = ?4, updated_at = ?4 WHERE id = ?1");
     else
-        s = sq_stmt(st, "UPDATE messages SET state = 'queued', error = ?2, sandbox_id = "
-                        "COALESCE(?3, sandbox_id), lease_owner = NULL, lease_expires_at = NULL, "
-                        "not_before = ?5, updated_at = ?4 WHERE id = ?1");
+        s = sql_stmt(st, "UPDATE messages SET state = 'queued', error = ?2, sandbox_id = "
+                         "COALESCE(?3, sandbox_id), lease_owner = NULL, lease_expires_at = NULL, "
+                         "not_before = ?5, updated_at = ?4 WHERE id = ?1");
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, message_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 2, reason ? reason : "unknown failure", -1, SQLITE_STATIC);
-    sq_bind_text_or_null(s, 3, sandbox_id);
-    sqlite3_bind_int64(s, 4, now);
+    sql_bind_text(s, 1, message_id);
+    sql_bind_text(s, 2, reason ? reason : "unknown failure");
+    sql_bind_text_or_null(s, 3, sandbox_id);
+    sql_bind_int64(s, 4, now);
     if (!give_up)
-        sqlite3_bind_int64(s, 5, now + (backoff_ms > 0 ? backoff_ms : 0));
+        sql_bind_int64(s, 5, now + (backoff_ms > 0 ? backoff_ms : 0));
     if ((rc = q_step_done(st, s)) != STORE_OK)
         return rc;
     char *data =
@@ -677,8 +677,8 @@ static enum store_status q_fail_in_tx(struct store *st, const struct store_ctx *
             ? q_json(json_pack("{s:I,s:s?}", "attempts", (json_int_t)attempts, "reason", reason))
             : q_json(json_pack("{s:I,s:s?,s:I}", "attempt", (json_int_t)attempts, "reason", reason,
                                "backoffMs", (json_int_t)backoff_ms));
-    rc = sq_event(st, ctx, give_up ? "message.failed" : "message.retry", "message", message_id,
-                  app_id, session_id, data);
+    rc = sql_event(st, ctx, give_up ? "message.failed" : "message.retry", "message", message_id,
+                   app_id, session_id, data);
     free(data);
     if (rc == STORE_OK && final)
         *final = give_up;
@@ -691,11 +691,11 @@ static enum store_status q_queue_fail(struct store *st, const struct store_ctx *
                                       int64_t backoff_ms, bool *final)
 {
     enum store_status rc;
-    sqlite3 *db = q_begin(st, &rc);
+    bool began = q_begin(st, &rc);
     bool fin = false;
-    if (!db)
+    if (!began)
         return rc;
-    rc = q_end(db, q_fail_in_tx(st, ctx, message_id, worker_id ? worker_id : "", sandbox_id, reason,
+    rc = q_end(st, q_fail_in_tx(st, ctx, message_id, worker_id ? worker_id : "", sandbox_id, reason,
                                 backoff_ms, &fin));
     if (rc == STORE_OK && final)
         *final = fin;
@@ -706,51 +706,52 @@ static enum store_status q_queue_release(struct store *st, const struct store_ct
                                          const char *message_id, const char *worker_id)
 {
     enum store_status rc;
-    sqlite3 *db = q_begin(st, &rc);
+    bool began = q_begin(st, &rc);
     char session_id[STORE_ID_LEN], app_id[STORE_ID_LEN];
     int64_t attempts, max_attempts;
-    if (!db)
+    if (!began)
         return rc;
-    sqlite3_stmt *s = sq_stmt(st, "UPDATE messages SET state = 'queued', lease_owner = NULL, "
-                                  "lease_expires_at = NULL, attempts = MAX(attempts - 1, 0), "
-                                  "updated_at = ?3 WHERE id = ?1 AND state = 'delivering' AND "
-                                  "lease_owner = ?2");
+    struct sql_stmt *s = sql_stmt(st, "UPDATE messages SET state = 'queued', lease_owner = NULL, "
+                                      "lease_expires_at = NULL, attempts = MAX(attempts - 1, 0), "
+                                      "updated_at = ?3 WHERE id = ?1 AND state = 'delivering' AND "
+                                      "lease_owner = ?2");
     if (!s)
-        return q_end(db, STORE_ERROR);
-    sqlite3_bind_text(s, 1, message_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 2, worker_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 3, now_ms());
+        return q_end(st, STORE_ERROR);
+    sql_bind_text(s, 1, message_id);
+    sql_bind_text(s, 2, worker_id);
+    sql_bind_int64(s, 3, now_ms());
     rc = q_step_done(st, s);
-    if (rc == STORE_OK && sqlite3_changes(sq_db(st)) == 0)
+    if (rc == STORE_OK && sql_changes(st) == 0)
         rc = STORE_CONFLICT;
     if (rc == STORE_OK)
         rc = q_message_owner(st, message_id, session_id, app_id, &attempts, &max_attempts);
     if (rc == STORE_OK)
-        rc = sq_event(st, ctx, "message.released", "message", message_id, app_id, session_id, NULL);
-    return q_end(db, rc);
+        rc =
+            sql_event(st, ctx, "message.released", "message", message_id, app_id, session_id, NULL);
+    return q_end(st, rc);
 }
 
 /* Collects message ids of a query with one text parameter (may be NULL) into a list. */
-static enum store_status q_collect_ids(struct store *st, sqlite3_stmt *s,
+static enum store_status q_collect_ids(struct store *st, struct sql_stmt *s,
                                        char (**ids)[STORE_ID_LEN], size_t *n)
 {
     char(*list)[STORE_ID_LEN] = NULL;
     size_t len = 0;
     int r;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    while ((r = sql_step(s)) == SQL_ROW) {
         char(*grown)[STORE_ID_LEN] = realloc(list, (len + 1) * sizeof *list);
         if (!grown) {
             free(list);
-            sq_done(s);
+            sql_done(s);
             return STORE_ERROR;
         }
         list = grown;
-        sq_col_copy(s, 0, list[len++], STORE_ID_LEN);
+        sql_col_copy(s, 0, list[len++], STORE_ID_LEN);
     }
-    sq_done(s);
-    if (r != SQLITE_DONE) {
+    sql_done(s);
+    if (r != SQL_DONE) {
         free(list);
-        return sq_status(sq_db(st), r);
+        return sql_status(st, r);
     }
     *ids = list;
     *n = len;
@@ -775,22 +776,22 @@ static enum store_status q_queue_requeue_expired(struct store *st, const struct 
                                                  size_t *n)
 {
     enum store_status rc;
-    sqlite3 *db = q_begin(st, &rc);
+    bool began = q_begin(st, &rc);
     char(*ids)[STORE_ID_LEN] = NULL;
     size_t count = 0;
-    if (!db)
+    if (!began)
         return rc;
-    sqlite3_stmt *s = sq_stmt(st, "SELECT id FROM messages WHERE state = 'delivering' AND "
-                                  "lease_expires_at < ?1");
+    struct sql_stmt *s = sql_stmt(st, "SELECT id FROM messages WHERE state = 'delivering' AND "
+                                      "lease_expires_at < ?1");
     if (!s)
-        return q_end(db, STORE_ERROR);
-    sqlite3_bind_int64(s, 1, now_ms());
+        return q_end(st, STORE_ERROR);
+    sql_bind_int64(s, 1, now_ms());
     rc = q_collect_ids(st, s, &ids, &count);
     if (rc == STORE_OK)
         rc =
             q_requeue_list(st, ctx, ids, count, "lease expired: the worker delivering it was lost");
     free(ids);
-    rc = q_end(db, rc);
+    rc = q_end(st, rc);
     if (rc == STORE_OK && n)
         *n = count;
     return rc;
@@ -799,18 +800,18 @@ static enum store_status q_queue_requeue_expired(struct store *st, const struct 
 static enum store_status q_queue_next_due(struct store *st, int64_t *at)
 {
     /* Only the head of each Session's queue counts: a later message waits for it anyway. */
-    sqlite3_stmt *s = sq_stmt(st, "SELECT MIN(m.not_before) FROM messages m WHERE m.state = "
-                                  "'queued' AND NOT EXISTS (SELECT 1 FROM messages e WHERE "
-                                  "e.session_id = m.session_id AND e.seq < m.seq AND "
-                                  "e.state IN ('queued', 'delivering'))");
+    struct sql_stmt *s = sql_stmt(st, "SELECT MIN(m.not_before) FROM messages m WHERE m.state = "
+                                      "'queued' AND NOT EXISTS (SELECT 1 FROM messages e WHERE "
+                                      "e.session_id = m.session_id AND e.seq < m.seq AND "
+                                      "e.state IN ('queued', 'delivering'))");
     int r;
     if (!s)
         return STORE_ERROR;
-    r = sqlite3_step(s);
-    if (r == SQLITE_ROW)
+    r = sql_step(s);
+    if (r == SQL_ROW)
         *at = q_col_i64_or(s, 0, 0);
-    sq_done(s);
-    return r == SQLITE_ROW ? STORE_OK : sq_status(sq_db(st), r);
+    sql_done(s);
+    return r == SQL_ROW ? STORE_OK : sql_status(st, r);
 }
 
 /* ---- Sandbox lifecycle ---- */
@@ -821,7 +822,7 @@ static enum store_status q_sandbox_event(struct store *st, const struct store_ct
 {
     char *text = q_json(data);
     enum store_status rc =
-        sq_event(st, ctx, kind, "sandbox", sb->id, sb->app_id, sb->session_id, text);
+        sql_event(st, ctx, kind, "sandbox", sb->id, sb->app_id, sb->session_id, text);
     free(text);
     return rc;
 }
@@ -832,26 +833,26 @@ static enum store_status q_sandbox_insert(struct store *st, const struct store_c
 {
     enum store_status rc;
     struct store_sandbox sb;
-    sqlite3 *db;
 
     memset(&sb, 0, sizeof sb);
     if (id_new("sbx", sb.id, sizeof sb.id) != 0)
         return STORE_ERROR;
-    if (!(db = q_begin(st, &rc)))
+    if (!q_begin(st, &rc))
         return rc;
-    sqlite3_stmt *s = sq_stmt(st, "INSERT INTO sandboxes (id, state, driver, image, vcpu_count, "
-                                  "mem_size_mib, worker_id, cold, created_at, updated_at) "
-                                  "VALUES (?1, 'booting', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)");
+    struct sql_stmt *s =
+        sql_stmt(st, "INSERT INTO sandboxes (id, state, driver, image, vcpu_count, "
+                     "mem_size_mib, worker_id, cold, created_at, updated_at) "
+                     "VALUES (?1, 'booting', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)");
     if (!s)
-        return q_end(db, STORE_ERROR);
-    sqlite3_bind_text(s, 1, sb.id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 2, shape->driver, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 3, shape->image, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 4, shape->vcpu_count);
-    sqlite3_bind_int64(s, 5, shape->mem_size_mib);
-    sqlite3_bind_text(s, 6, worker_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int(s, 7, cold ? 1 : 0);
-    sqlite3_bind_int64(s, 8, now_ms());
+        return q_end(st, STORE_ERROR);
+    sql_bind_text(s, 1, sb.id);
+    sql_bind_text(s, 2, shape->driver);
+    sql_bind_text(s, 3, shape->image);
+    sql_bind_int64(s, 4, shape->vcpu_count);
+    sql_bind_int64(s, 5, shape->mem_size_mib);
+    sql_bind_text(s, 6, worker_id);
+    sql_bind_int64(s, 7, cold ? 1 : 0);
+    sql_bind_int64(s, 8, now_ms());
     rc = q_step_done(st, s);
     if (rc == STORE_OK)
         rc = q_sandbox_load(st, sb.id, &sb);
@@ -861,7 +862,7 @@ static enum store_status q_sandbox_insert(struct store *st, const struct store_c
             json_pack("{s:s,s:s,s:I,s:I,s:b,s:s}", "driver", shape->driver, "image", shape->image,
                       "vcpuCount", (json_int_t)shape->vcpu_count, "memSizeMib",
                       (json_int_t)shape->mem_size_mib, "cold", cold, "workerId", worker_id));
-    rc = q_end(db, rc);
+    rc = q_end(st, rc);
     if (rc == STORE_OK)
         *out = sb;
     return rc;
@@ -869,24 +870,25 @@ static enum store_status q_sandbox_insert(struct store *st, const struct store_c
 
 static enum store_status q_sandbox_set_runtime(struct store *st, const struct store_sandbox *sb)
 {
-    sqlite3_stmt *s = sq_stmt(st, "UPDATE sandboxes SET pid = ?2, jail_dir = ?3, cgroup_path = ?4, "
-                                  "net_address = ?5, image_hash = ?6, updated_at = ?7 "
-                                  "WHERE id = ?1");
+    struct sql_stmt *s =
+        sql_stmt(st, "UPDATE sandboxes SET pid = ?2, jail_dir = ?3, cgroup_path = ?4, "
+                     "net_address = ?5, image_hash = ?6, updated_at = ?7 "
+                     "WHERE id = ?1");
     enum store_status rc;
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, sb->id, -1, SQLITE_STATIC);
+    sql_bind_text(s, 1, sb->id);
     if (sb->pid > 0)
-        sqlite3_bind_int64(s, 2, sb->pid);
+        sql_bind_int64(s, 2, sb->pid);
     else
-        sqlite3_bind_null(s, 2);
-    sq_bind_text_or_null(s, 3, sb->jail_dir);
-    sq_bind_text_or_null(s, 4, sb->cgroup_path);
-    sq_bind_text_or_null(s, 5, sb->net_address);
-    sq_bind_text_or_null(s, 6, sb->image_hash);
-    sqlite3_bind_int64(s, 7, now_ms());
+        sql_bind_null(s, 2);
+    sql_bind_text_or_null(s, 3, sb->jail_dir);
+    sql_bind_text_or_null(s, 4, sb->cgroup_path);
+    sql_bind_text_or_null(s, 5, sb->net_address);
+    sql_bind_text_or_null(s, 6, sb->image_hash);
+    sql_bind_int64(s, 7, now_ms());
     rc = q_step_done(st, s);
-    if (rc == STORE_OK && sqlite3_changes(sq_db(st)) == 0)
+    if (rc == STORE_OK && sql_changes(st) == 0)
         return STORE_NOT_FOUND;
     return rc;
 }
@@ -895,45 +897,45 @@ static enum store_status q_sandbox_mark_warm(struct store *st, const struct stor
                                              const char *sandbox_id, int64_t boot_ms)
 {
     enum store_status rc;
-    sqlite3 *db = q_begin(st, &rc);
+    bool began = q_begin(st, &rc);
     struct store_sandbox sb;
-    if (!db)
+    if (!began)
         return rc;
-    sqlite3_stmt *s = sq_stmt(st, "UPDATE sandboxes SET state = 'warm', boot_ms = ?2, "
-                                  "ready_at = ?3, updated_at = ?3 "
-                                  "WHERE id = ?1 AND state = 'booting'");
+    struct sql_stmt *s = sql_stmt(st, "UPDATE sandboxes SET state = 'warm', boot_ms = ?2, "
+                                      "ready_at = ?3, updated_at = ?3 "
+                                      "WHERE id = ?1 AND state = 'booting'");
     if (!s)
-        return q_end(db, STORE_ERROR);
-    sqlite3_bind_text(s, 1, sandbox_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 2, boot_ms);
-    sqlite3_bind_int64(s, 3, now_ms());
+        return q_end(st, STORE_ERROR);
+    sql_bind_text(s, 1, sandbox_id);
+    sql_bind_int64(s, 2, boot_ms);
+    sql_bind_int64(s, 3, now_ms());
     rc = q_step_done(st, s);
-    if (rc == STORE_OK && sqlite3_changes(sq_db(st)) == 0)
+    if (rc == STORE_OK && sql_changes(st) == 0)
         rc = STORE_CONFLICT;
     if (rc == STORE_OK)
         rc = q_sandbox_load(st, sandbox_id, &sb);
     if (rc == STORE_OK)
         rc = q_sandbox_event(st, ctx, "sandbox.warm", &sb,
                              json_pack("{s:I}", "bootMs", (json_int_t)boot_ms));
-    return q_end(db, rc);
+    return q_end(st, rc);
 }
 
 /* Points the Session at its new Sandbox (still activating) while this worker owns it. */
 static enum store_status q_session_point_at(struct store *st, const char *session_id,
                                             const char *sandbox_id, const char *worker_id)
 {
-    sqlite3_stmt *s = sq_stmt(st, "UPDATE sessions SET sandbox_id = ?2, state = 'activating', "
-                                  "updated_at = ?4 WHERE id = ?1 AND worker_id = ?3 "
-                                  "AND state <> 'deleted'");
+    struct sql_stmt *s = sql_stmt(st, "UPDATE sessions SET sandbox_id = ?2, state = 'activating', "
+                                      "updated_at = ?4 WHERE id = ?1 AND worker_id = ?3 "
+                                      "AND state <> 'deleted'");
     enum store_status rc;
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, session_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 2, sandbox_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 3, worker_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 4, now_ms());
+    sql_bind_text(s, 1, session_id);
+    sql_bind_text(s, 2, sandbox_id);
+    sql_bind_text(s, 3, worker_id);
+    sql_bind_int64(s, 4, now_ms());
     rc = q_step_done(st, s);
-    if (rc == STORE_OK && sqlite3_changes(sq_db(st)) == 0)
+    if (rc == STORE_OK && sql_changes(st) == 0)
         return STORE_CONFLICT; /* deleted meanwhile, or no longer ours */
     return rc;
 }
@@ -943,39 +945,39 @@ static enum store_status q_claim_warm_in_tx(struct store *st, const struct store
                                             const char *app_id, const char *session_id,
                                             struct store_sandbox *out)
 {
-    sqlite3_stmt *pick = sq_stmt(st, "SELECT id FROM sandboxes WHERE state = 'warm' AND "
-                                     "worker_id = ?1 AND driver = ?2 AND image = ?3 AND "
-                                     "vcpu_count = ?4 AND mem_size_mib = ?5 AND "
-                                     "stop_requested_at IS NULL ORDER BY ready_at LIMIT 1");
+    struct sql_stmt *pick = sql_stmt(st, "SELECT id FROM sandboxes WHERE state = 'warm' AND "
+                                         "worker_id = ?1 AND driver = ?2 AND image = ?3 AND "
+                                         "vcpu_count = ?4 AND mem_size_mib = ?5 AND "
+                                         "stop_requested_at IS NULL ORDER BY ready_at LIMIT 1");
     char sandbox_id[STORE_ID_LEN];
     enum store_status rc;
     int64_t now = now_ms();
     int r;
     if (!pick)
         return STORE_ERROR;
-    sqlite3_bind_text(pick, 1, worker_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(pick, 2, shape->driver, -1, SQLITE_STATIC);
-    sqlite3_bind_text(pick, 3, shape->image, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(pick, 4, shape->vcpu_count);
-    sqlite3_bind_int64(pick, 5, shape->mem_size_mib);
-    r = sqlite3_step(pick);
-    if (r == SQLITE_ROW)
-        sq_col_copy(pick, 0, sandbox_id, sizeof sandbox_id);
-    sq_done(pick);
-    if (r == SQLITE_DONE)
+    sql_bind_text(pick, 1, worker_id);
+    sql_bind_text(pick, 2, shape->driver);
+    sql_bind_text(pick, 3, shape->image);
+    sql_bind_int64(pick, 4, shape->vcpu_count);
+    sql_bind_int64(pick, 5, shape->mem_size_mib);
+    r = sql_step(pick);
+    if (r == SQL_ROW)
+        sql_col_copy(pick, 0, sandbox_id, sizeof sandbox_id);
+    sql_done(pick);
+    if (r == SQL_DONE)
         return STORE_EMPTY;
-    if (r != SQLITE_ROW)
-        return sq_status(sq_db(st), r);
+    if (r != SQL_ROW)
+        return sql_status(st, r);
 
-    sqlite3_stmt *s = sq_stmt(st, "UPDATE sandboxes SET state = 'claimed', app_id = ?2, "
-                                  "session_id = ?3, claimed_at = ?4, updated_at = ?4 "
-                                  "WHERE id = ?1 AND state = 'warm'");
+    struct sql_stmt *s = sql_stmt(st, "UPDATE sandboxes SET state = 'claimed', app_id = ?2, "
+                                      "session_id = ?3, claimed_at = ?4, updated_at = ?4 "
+                                      "WHERE id = ?1 AND state = 'warm'");
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, sandbox_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 2, app_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 3, session_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 4, now);
+    sql_bind_text(s, 1, sandbox_id);
+    sql_bind_text(s, 2, app_id);
+    sql_bind_text(s, 3, session_id);
+    sql_bind_int64(s, 4, now);
     if ((rc = q_step_done(st, s)) != STORE_OK)
         return rc;
     if ((rc = q_session_point_at(st, session_id, sandbox_id, worker_id)) != STORE_OK)
@@ -991,11 +993,11 @@ static enum store_status q_sandbox_claim_warm(struct store *st, const struct sto
                                               const char *session_id, struct store_sandbox *out)
 {
     enum store_status rc;
-    sqlite3 *db = q_begin(st, &rc);
+    bool began = q_begin(st, &rc);
     struct store_sandbox sb;
-    if (!db)
+    if (!began)
         return rc;
-    rc = q_end(db, q_claim_warm_in_tx(st, ctx, worker_id, shape, app_id, session_id, &sb));
+    rc = q_end(st, q_claim_warm_in_tx(st, ctx, worker_id, shape, app_id, session_id, &sb));
     if (rc == STORE_OK)
         *out = sb;
     return rc;
@@ -1006,23 +1008,23 @@ static enum store_status q_sandbox_assign(struct store *st, const struct store_c
                                           const char *session_id)
 {
     enum store_status rc;
-    sqlite3 *db = q_begin(st, &rc);
+    bool began = q_begin(st, &rc);
     struct store_sandbox sb;
     int64_t now = now_ms();
-    if (!db)
+    if (!began)
         return rc;
-    sqlite3_stmt *s = sq_stmt(st, "UPDATE sandboxes SET state = 'claimed', app_id = ?2, "
-                                  "session_id = ?3, ready_at = ?4, claimed_at = ?4, "
-                                  "boot_ms = ?4 - created_at, updated_at = ?4 "
-                                  "WHERE id = ?1 AND state = 'booting'");
+    struct sql_stmt *s = sql_stmt(st, "UPDATE sandboxes SET state = 'claimed', app_id = ?2, "
+                                      "session_id = ?3, ready_at = ?4, claimed_at = ?4, "
+                                      "boot_ms = ?4 - created_at, updated_at = ?4 "
+                                      "WHERE id = ?1 AND state = 'booting'");
     if (!s)
-        return q_end(db, STORE_ERROR);
-    sqlite3_bind_text(s, 1, sandbox_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 2, app_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 3, session_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 4, now);
+        return q_end(st, STORE_ERROR);
+    sql_bind_text(s, 1, sandbox_id);
+    sql_bind_text(s, 2, app_id);
+    sql_bind_text(s, 3, session_id);
+    sql_bind_int64(s, 4, now);
     rc = q_step_done(st, s);
-    if (rc == STORE_OK && sqlite3_changes(sq_db(st)) == 0)
+    if (rc == STORE_OK && sql_changes(st) == 0)
         rc = STORE_CONFLICT;
     if (rc == STORE_OK)
         rc = q_sandbox_load(st, sandbox_id, &sb);
@@ -1031,72 +1033,73 @@ static enum store_status q_sandbox_assign(struct store *st, const struct store_c
     if (rc == STORE_OK)
         rc = q_sandbox_event(st, ctx, "sandbox.claimed", &sb,
                              json_pack("{s:b,s:I}", "cold", 1, "bootMs", (json_int_t)sb.boot_ms));
-    return q_end(db, rc);
+    return q_end(st, rc);
 }
 
 static enum store_status q_sandbox_mark_running(struct store *st, const struct store_ctx *ctx,
                                                 const char *sandbox_id, const char *session_id)
 {
     enum store_status rc;
-    sqlite3 *db = q_begin(st, &rc);
+    bool began = q_begin(st, &rc);
     struct store_sandbox sb;
     int64_t now = now_ms();
-    if (!db)
+    if (!began)
         return rc;
-    sqlite3_stmt *s = sq_stmt(st, "UPDATE sandboxes SET state = 'running', updated_at = ?2 "
-                                  "WHERE id = ?1 AND state = 'claimed'");
+    struct sql_stmt *s = sql_stmt(st, "UPDATE sandboxes SET state = 'running', updated_at = ?2 "
+                                      "WHERE id = ?1 AND state = 'claimed'");
     if (!s)
-        return q_end(db, STORE_ERROR);
-    sqlite3_bind_text(s, 1, sandbox_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 2, now);
+        return q_end(st, STORE_ERROR);
+    sql_bind_text(s, 1, sandbox_id);
+    sql_bind_int64(s, 2, now);
     rc = q_step_done(st, s);
-    if (rc == STORE_OK && sqlite3_changes(sq_db(st)) == 0)
+    if (rc == STORE_OK && sql_changes(st) == 0)
         rc = STORE_CONFLICT;
     if (rc == STORE_OK)
         rc = q_sandbox_load(st, sandbox_id, &sb);
     if (rc == STORE_OK)
         rc = q_sandbox_event(st, ctx, "sandbox.running", &sb, NULL);
     if (rc == STORE_OK) {
-        sqlite3_stmt *u = sq_stmt(st, "UPDATE sessions SET state = 'active', sandbox_id = ?2, "
-                                      "activation_count = activation_count + 1, "
-                                      "last_activity_at = ?3, updated_at = ?3 "
-                                      "WHERE id = ?1 AND state <> 'deleted'");
+        struct sql_stmt *u = sql_stmt(st, "UPDATE sessions SET state = 'active', sandbox_id = ?2, "
+                                          "activation_count = activation_count + 1, "
+                                          "last_activity_at = ?3, updated_at = ?3 "
+                                          "WHERE id = ?1 AND state <> 'deleted'");
         if (!u)
-            return q_end(db, STORE_ERROR);
-        sqlite3_bind_text(u, 1, session_id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(u, 2, sandbox_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(u, 3, now);
+            return q_end(st, STORE_ERROR);
+        sql_bind_text(u, 1, session_id);
+        sql_bind_text(u, 2, sandbox_id);
+        sql_bind_int64(u, 3, now);
         rc = q_step_done(st, u);
-        if (rc == STORE_OK && sqlite3_changes(sq_db(st)) == 0)
+        if (rc == STORE_OK && sql_changes(st) == 0)
             rc = STORE_CONFLICT; /* the Session was deleted meanwhile */
     }
     if (rc == STORE_OK) {
         char *data = q_json(json_pack("{s:s,s:b}", "sandboxId", sandbox_id, "cold", sb.cold));
-        rc =
-            sq_event(st, ctx, "session.active", "session", session_id, sb.app_id, session_id, data);
+        rc = sql_event(st, ctx, "session.active", "session", session_id, sb.app_id, session_id,
+                       data);
         free(data);
     }
-    return q_end(db, rc);
+    return q_end(st, rc);
 }
 
 static enum store_status q_sandbox_mark_stopping(struct store *st, const struct store_ctx *ctx,
                                                  const char *sandbox_id, const char *reason)
 {
     enum store_status rc;
-    sqlite3 *db = q_begin(st, &rc);
+    bool began = q_begin(st, &rc);
     struct store_sandbox sb;
-    if (!db)
+    if (!began)
         return rc;
-    sqlite3_stmt *s = sq_stmt(st, "UPDATE sandboxes SET state = 'stopping', termination_reason = "
-                                  "?2, updated_at = ?3 WHERE id = ?1 AND state IN "
-                                  "('booting', 'warm', 'claimed', 'running')");
+    struct sql_stmt *s =
+        sql_stmt(st, "UPDATE sandboxes SET state = 'stopping', termination_reason = "
+                     "?2, updated_at = ?3 WHERE id = ?1 AND state IN "
+                     "('booting', 'warm', 'claimed', 'running')");
     if (!s)
-        return q_end(db, STORE_ERROR);
-    sqlite3_bind_text(s, 1, sandbox_id, -1, SQLITE_STATIC);
-    sq_bind_text_or_null(s, 2, reason);
-    sqlite3_bind_int64(s, 3, now_ms());
+        return q_end(st, STORE_ERROR);
+    sql_bind_text(s, 1, sandbox_id);
+    sql_bind_text_or_null(s, 2, reason);
+    sql_bind_int64(s, 3, now_ms());
     rc = q_step_done(st, s);
-    if (rc == STORE_OK && sqlite3_changes(sq_db(st)) == 0)
+    if (rc == STORE_OK && sql_changes(st) == 0)
         rc = STORE_CONFLICT;
     if (rc == STORE_OK)
         rc = q_sandbox_load(st, sandbox_id, &sb);
@@ -1106,20 +1109,21 @@ static enum store_status q_sandbox_mark_stopping(struct store *st, const struct 
     /* The Session lets go of a stopping Sandbox at once, so its next message can activate a new
      * one while this one is still being torn down. */
     if (rc == STORE_OK && sb.session_id[0]) {
-        sqlite3_stmt *cur = sq_stmt(st, "SELECT 1 FROM sessions WHERE id = ?1 AND sandbox_id = ?2");
+        struct sql_stmt *cur =
+            sql_stmt(st, "SELECT 1 FROM sessions WHERE id = ?1 AND sandbox_id = ?2");
         int r;
         if (!cur)
-            return q_end(db, STORE_ERROR);
-        sqlite3_bind_text(cur, 1, sb.session_id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(cur, 2, sandbox_id, -1, SQLITE_STATIC);
-        r = sqlite3_step(cur);
-        sq_done(cur);
-        if (r == SQLITE_ROW)
+            return q_end(st, STORE_ERROR);
+        sql_bind_text(cur, 1, sb.session_id);
+        sql_bind_text(cur, 2, sandbox_id);
+        r = sql_step(cur);
+        sql_done(cur);
+        if (r == SQL_ROW)
             rc = q_session_to_idle(st, ctx, sb.session_id, sb.app_id, sandbox_id);
-        else if (r != SQLITE_DONE)
-            rc = sq_status(sq_db(st), r);
+        else if (r != SQL_DONE)
+            rc = sql_status(st, r);
     }
-    return q_end(db, rc);
+    return q_end(st, rc);
 }
 
 static enum store_status q_finish_in_tx(struct store *st, const struct store_ctx *ctx,
@@ -1135,24 +1139,24 @@ static enum store_status q_finish_in_tx(struct store *st, const struct store_ctx
         return rc;
     if (strcmp(sb.state, "terminated") == 0 || strcmp(sb.state, "failed") == 0)
         return STORE_CONFLICT;
-    sqlite3_stmt *s = sq_stmt(st, "UPDATE sandboxes SET state = ?2, termination_reason = "
-                                  "COALESCE(termination_reason, ?3), cpu_usec = ?4, "
-                                  "mem_peak_bytes = ?5, terminated_at = ?6, updated_at = ?6 "
-                                  "WHERE id = ?1");
+    struct sql_stmt *s = sql_stmt(st, "UPDATE sandboxes SET state = ?2, termination_reason = "
+                                      "COALESCE(termination_reason, ?3), cpu_usec = ?4, "
+                                      "mem_peak_bytes = ?5, terminated_at = ?6, updated_at = ?6 "
+                                      "WHERE id = ?1");
     if (!s)
         return STORE_ERROR;
-    sqlite3_bind_text(s, 1, sandbox_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 2, failed ? "failed" : "terminated", -1, SQLITE_STATIC);
-    sq_bind_text_or_null(s, 3, reason);
+    sql_bind_text(s, 1, sandbox_id);
+    sql_bind_text(s, 2, failed ? "failed" : "terminated");
+    sql_bind_text_or_null(s, 3, reason);
     if (cpu >= 0)
-        sqlite3_bind_int64(s, 4, cpu);
+        sql_bind_int64(s, 4, cpu);
     else
-        sqlite3_bind_null(s, 4);
+        sql_bind_null(s, 4);
     if (mem >= 0)
-        sqlite3_bind_int64(s, 5, mem);
+        sql_bind_int64(s, 5, mem);
     else
-        sqlite3_bind_null(s, 5);
-    sqlite3_bind_int64(s, 6, now);
+        sql_bind_null(s, 5);
+    sql_bind_int64(s, 6, now);
     if ((rc = q_step_done(st, s)) != STORE_OK)
         return rc;
     if ((rc = q_sandbox_load(st, sandbox_id, &sb)) != STORE_OK)
@@ -1166,33 +1170,34 @@ static enum store_status q_finish_in_tx(struct store *st, const struct store_ctx
         return rc;
 
     /* The Session accumulates what its Sandboxes used, even when it has moved on to another. */
-    sqlite3_stmt *u = sq_stmt(st, "UPDATE sessions SET cpu_usec = cpu_usec + ?2, mem_peak_bytes = "
-                                  "CASE WHEN ?3 IS NULL THEN mem_peak_bytes ELSE "
-                                  "MAX(COALESCE(mem_peak_bytes, 0), ?3) END, updated_at = ?4 "
-                                  "WHERE id = ?1");
+    struct sql_stmt *u =
+        sql_stmt(st, "UPDATE sessions SET cpu_usec = cpu_usec + ?2, mem_peak_bytes = "
+                     "CASE WHEN ?3 IS NULL THEN mem_peak_bytes ELSE "
+                     "MAX(COALESCE(mem_peak_bytes, 0), ?3) END, updated_at = ?4 "
+                     "WHERE id = ?1");
     if (!u)
         return STORE_ERROR;
-    sqlite3_bind_text(u, 1, sb.session_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(u, 2, cpu > 0 ? cpu : 0);
+    sql_bind_text(u, 1, sb.session_id);
+    sql_bind_int64(u, 2, cpu > 0 ? cpu : 0);
     if (mem >= 0)
-        sqlite3_bind_int64(u, 3, mem);
+        sql_bind_int64(u, 3, mem);
     else
-        sqlite3_bind_null(u, 3);
-    sqlite3_bind_int64(u, 4, now);
+        sql_bind_null(u, 3);
+    sql_bind_int64(u, 4, now);
     if ((rc = q_step_done(st, u)) != STORE_OK)
         return rc;
 
-    sqlite3_stmt *cur = sq_stmt(st, "SELECT 1 FROM sessions WHERE id = ?1 AND sandbox_id = ?2");
+    struct sql_stmt *cur = sql_stmt(st, "SELECT 1 FROM sessions WHERE id = ?1 AND sandbox_id = ?2");
     int r;
     if (!cur)
         return STORE_ERROR;
-    sqlite3_bind_text(cur, 1, sb.session_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(cur, 2, sandbox_id, -1, SQLITE_STATIC);
-    r = sqlite3_step(cur);
-    sq_done(cur);
-    if (r == SQLITE_ROW)
+    sql_bind_text(cur, 1, sb.session_id);
+    sql_bind_text(cur, 2, sandbox_id);
+    r = sql_step(cur);
+    sql_done(cur);
+    if (r == SQL_ROW)
         return q_session_to_idle(st, ctx, sb.session_id, sb.app_id, sandbox_id);
-    return r == SQLITE_DONE ? STORE_OK : sq_status(sq_db(st), r);
+    return r == SQL_DONE ? STORE_OK : sql_status(st, r);
 }
 
 static enum store_status q_sandbox_finish(struct store *st, const struct store_ctx *ctx,
@@ -1200,10 +1205,10 @@ static enum store_status q_sandbox_finish(struct store *st, const struct store_c
                                           const struct store_usage *usage)
 {
     enum store_status rc;
-    sqlite3 *db = q_begin(st, &rc);
-    if (!db)
+    bool began = q_begin(st, &rc);
+    if (!began)
         return rc;
-    return q_end(db, q_finish_in_tx(st, ctx, sandbox_id, failed, reason, usage));
+    return q_end(st, q_finish_in_tx(st, ctx, sandbox_id, failed, reason, usage));
 }
 
 static enum store_status q_sandbox_list_live(struct store *st, const char *worker_id,
@@ -1232,25 +1237,25 @@ static enum store_status q_adopt_in_tx(struct store *st, const struct store_ctx 
 {
     enum store_status rc;
     int64_t now = now_ms();
-    sqlite3_stmt *stop = sq_stmt(st, "UPDATE workers SET stopped_at = ?2 WHERE id = ?1 AND "
-                                     "stopped_at IS NULL");
+    struct sql_stmt *stop = sql_stmt(st, "UPDATE workers SET stopped_at = ?2 WHERE id = ?1 AND "
+                                         "stopped_at IS NULL");
     if (!stop)
         return STORE_ERROR;
-    sqlite3_bind_text(stop, 1, dead_worker_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(stop, 2, now);
+    sql_bind_text(stop, 1, dead_worker_id);
+    sql_bind_int64(stop, 2, now);
     if ((rc = q_step_done(st, stop)) != STORE_OK)
         return rc;
-    if (sqlite3_changes(sq_db(st)) == 0)
+    if (sql_changes(st) == 0)
         return STORE_NOT_FOUND; /* already adopted by another worker, or stopped cleanly */
 
     /* Its leases: the attempts it was making are over. */
     char(*ids)[STORE_ID_LEN] = NULL;
     size_t n = 0;
-    sqlite3_stmt *leased = sq_stmt(st, "SELECT id FROM messages WHERE state = 'delivering' AND "
-                                       "lease_owner = ?1");
+    struct sql_stmt *leased = sql_stmt(st, "SELECT id FROM messages WHERE state = 'delivering' AND "
+                                           "lease_owner = ?1");
     if (!leased)
         return STORE_ERROR;
-    sqlite3_bind_text(leased, 1, dead_worker_id, -1, SQLITE_STATIC);
+    sql_bind_text(leased, 1, dead_worker_id);
     if ((rc = q_collect_ids(st, leased, &ids, &n)) != STORE_OK)
         return rc;
     rc = q_requeue_list(st, ctx, ids, n, "worker lost while delivering (worker restart)");
@@ -1259,56 +1264,57 @@ static enum store_status q_adopt_in_tx(struct store *st, const struct store_ctx 
         return rc;
 
     /* Its Sessions: idle again, free for any worker. */
-    sqlite3_stmt *ses = sq_stmt(st, "SELECT id, app_id, sandbox_id FROM sessions WHERE "
-                                    "worker_id = ?1 AND state <> 'deleted'");
+    struct sql_stmt *ses = sql_stmt(st, "SELECT id, app_id, sandbox_id FROM sessions WHERE "
+                                        "worker_id = ?1 AND state <> 'deleted'");
     if (!ses)
         return STORE_ERROR;
-    sqlite3_bind_text(ses, 1, dead_worker_id, -1, SQLITE_STATIC);
+    sql_bind_text(ses, 1, dead_worker_id);
     struct owned {
         char id[STORE_ID_LEN], app_id[STORE_ID_LEN], sandbox_id[STORE_ID_LEN];
     } *list = NULL;
     size_t len = 0;
     int r;
-    while ((r = sqlite3_step(ses)) == SQLITE_ROW) {
+    while ((r = sql_step(ses)) == SQL_ROW) {
         struct owned *grown = realloc(list, (len + 1) * sizeof *list);
         if (!grown) {
             free(list);
-            sq_done(ses);
+            sql_done(ses);
             return STORE_ERROR;
         }
         list = grown;
-        sq_col_copy(ses, 0, list[len].id, STORE_ID_LEN);
-        sq_col_copy(ses, 1, list[len].app_id, STORE_ID_LEN);
-        sq_col_copy(ses, 2, list[len].sandbox_id, STORE_ID_LEN);
+        sql_col_copy(ses, 0, list[len].id, STORE_ID_LEN);
+        sql_col_copy(ses, 1, list[len].app_id, STORE_ID_LEN);
+        sql_col_copy(ses, 2, list[len].sandbox_id, STORE_ID_LEN);
         len++;
     }
-    sq_done(ses);
-    rc = r == SQLITE_DONE ? STORE_OK : sq_status(sq_db(st), r);
+    sql_done(ses);
+    rc = r == SQL_DONE ? STORE_OK : sql_status(st, r);
     for (size_t i = 0; i < len && rc == STORE_OK; i++)
         rc = q_session_to_idle(st, ctx, list[i].id, list[i].app_id, list[i].sandbox_id);
     free(list);
     if (rc != STORE_OK)
         return rc;
     /* Deleted Sessions it owned keep their state but lose the owner. */
-    sqlite3_stmt *del = sq_stmt(st, "UPDATE sessions SET worker_id = NULL WHERE worker_id = ?1");
+    struct sql_stmt *del =
+        sql_stmt(st, "UPDATE sessions SET worker_id = NULL WHERE worker_id = ?1");
     if (!del)
         return STORE_ERROR;
-    sqlite3_bind_text(del, 1, dead_worker_id, -1, SQLITE_STATIC);
+    sql_bind_text(del, 1, dead_worker_id);
     if ((rc = q_step_done(st, del)) != STORE_OK)
         return rc;
 
     /* Its Sandboxes: the new owner reaps them. */
-    sqlite3_stmt *sb = sq_stmt(st, "UPDATE sandboxes SET worker_id = ?2, updated_at = ?3 WHERE "
-                                   "worker_id = ?1 AND state NOT IN ('terminated', 'failed')");
+    struct sql_stmt *sb = sql_stmt(st, "UPDATE sandboxes SET worker_id = ?2, updated_at = ?3 WHERE "
+                                       "worker_id = ?1 AND state NOT IN ('terminated', 'failed')");
     if (!sb)
         return STORE_ERROR;
-    sqlite3_bind_text(sb, 1, dead_worker_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(sb, 2, new_owner, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(sb, 3, now);
+    sql_bind_text(sb, 1, dead_worker_id);
+    sql_bind_text(sb, 2, new_owner);
+    sql_bind_int64(sb, 3, now);
     if ((rc = q_step_done(st, sb)) != STORE_OK)
         return rc;
     char *data = q_json(json_pack("{s:s,s:I}", "adoptedBy", new_owner, "requeued", (json_int_t)n));
-    rc = sq_event(st, ctx, "worker.adopted", "worker", dead_worker_id, NULL, NULL, data);
+    rc = sql_event(st, ctx, "worker.adopted", "worker", dead_worker_id, NULL, NULL, data);
     free(data);
     return rc;
 }
@@ -1317,37 +1323,37 @@ static enum store_status q_worker_adopt(struct store *st, const struct store_ctx
                                         const char *dead_worker_id, const char *new_owner)
 {
     enum store_status rc;
-    sqlite3 *db = q_begin(st, &rc);
-    if (!db)
+    bool began = q_begin(st, &rc);
+    if (!began)
         return rc;
-    return q_end(db, q_adopt_in_tx(st, ctx, dead_worker_id, new_owner));
+    return q_end(st, q_adopt_in_tx(st, ctx, dead_worker_id, new_owner));
 }
 
-static int64_t shape_page_row(sqlite3_stmt *s, void *item)
+static int64_t shape_page_row(struct sql_stmt *s, void *item)
 {
     struct store_shape *sh = item;
-    sq_col_copy(s, 0, sh->driver, sizeof sh->driver);
-    sq_col_copy(s, 1, sh->image, sizeof sh->image);
-    sh->vcpu_count = sqlite3_column_int64(s, 2);
-    sh->mem_size_mib = sqlite3_column_int64(s, 3);
+    sql_col_copy(s, 0, sh->driver, sizeof sh->driver);
+    sql_col_copy(s, 1, sh->image, sizeof sh->image);
+    sh->vcpu_count = sql_col_int64(s, 2);
+    sh->mem_size_mib = sql_col_int64(s, 3);
     return 0;
 }
 
-static const struct sq_page shape_page = {sizeof(struct store_shape), shape_page_row,
-                                          page_free_plain};
+static const struct sql_page shape_page = {sizeof(struct store_shape), shape_page_row,
+                                           page_free_plain};
 
 static enum store_status q_app_shapes(struct store *st, struct store_shape **out, size_t *n)
 {
-    sqlite3_stmt *s = sq_stmt(st, "SELECT DISTINCT driver, image, vcpu_count, mem_size_mib "
-                                  "FROM apps WHERE deleted_at IS NULL "
-                                  "ORDER BY driver, image, vcpu_count, mem_size_mib");
+    struct sql_stmt *s = sql_stmt(st, "SELECT DISTINCT driver, image, vcpu_count, mem_size_mib "
+                                      "FROM apps WHERE deleted_at IS NULL "
+                                      "ORDER BY driver, image, vcpu_count, mem_size_mib");
     char no_cursor[STORE_CURSOR_LEN];
     if (!s)
         return STORE_ERROR;
-    return sq_read_page(st, s, SIZE_MAX, &shape_page, (void *)out, n, no_cursor);
+    return sql_read_page(st, s, SIZE_MAX, &shape_page, (void *)out, n, no_cursor);
 }
 
-void store_sqlite_queue_init(struct store *st)
+void store_sql_queue_init(struct store *st)
 {
     st->worker_register = q_worker_register;
     st->worker_heartbeat = q_worker_heartbeat;

@@ -1,0 +1,440 @@
+/*
+ * sql_sqlite.c: the SQLite engine under the store (sql.h) and store_sqlite_open(): opening the file
+ * with the pragmas that make a 202 durable, applying migrations, one connection per thread, and
+ * cached statements.
+ */
+#include "sql.h"
+#include "log.h"
+#include "migrations.h"
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SQ_STMT_CACHE 128
+
+struct sq_conn;
+
+struct sq_stmt {
+    struct sql_stmt base;
+    sqlite3_stmt *h;
+    struct sq_conn *conn;
+};
+
+struct sq_conn {
+    sqlite3 *db;
+    struct sq_conn *next;
+    int last_rc; /* the extended result code of the last failure on this connection */
+    size_t nstmts;
+    const char *sqls[SQ_STMT_CACHE];
+    struct sq_stmt stmts[SQ_STMT_CACHE];
+};
+
+struct sq_store {
+    struct sql_store base; /* first: the store's cls is a struct sql_store */
+    char path[1024];
+    int busy_timeout_ms;
+    char synchronous[16];
+    pthread_key_t conn_key; /* this thread's connection */
+    pthread_mutex_t conns_lock;
+    struct sq_conn *conns; /* every open connection, to close them all */
+};
+
+static const struct sql_engine sq_engine;
+
+int store_schema_version(void)
+{
+    return sbx_migrations_count > 0 ? sbx_migrations[sbx_migrations_count - 1].version : 0;
+}
+
+static int sq_exec_err(sqlite3 *db, const char *sql, char *err, size_t errlen)
+{
+    char *msg = NULL;
+    int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+    if (rc != SQLITE_OK) {
+        snprintf(err, errlen, "%s", msg ? msg : sqlite3_errstr(rc));
+        sqlite3_free(msg);
+    }
+    return rc;
+}
+
+static sqlite3 *sq_open_conn(struct sq_store *s, char *err, size_t errlen)
+{
+    sqlite3 *db = NULL;
+    char pragmas[256];
+    int rc = sqlite3_open_v2(
+        s->path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        snprintf(err, errlen, "cannot open %s: %s", s->path,
+                 db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+        sqlite3_close(db);
+        return NULL;
+    }
+    sqlite3_busy_timeout(db, s->busy_timeout_ms);
+    sqlite3_extended_result_codes(db, 1);
+    snprintf(pragmas, sizeof pragmas,
+             "PRAGMA journal_mode=WAL; PRAGMA foreign_keys=ON; PRAGMA synchronous=%s;",
+             s->synchronous);
+    if (sq_exec_err(db, pragmas, err, errlen) != SQLITE_OK) {
+        sqlite3_close(db);
+        return NULL;
+    }
+    return db;
+}
+
+static void sq_conn_close(struct sq_conn *c)
+{
+    for (size_t i = 0; i < c->nstmts; i++)
+        sqlite3_finalize(c->stmts[i].h);
+    sqlite3_close(c->db);
+    free(c);
+}
+
+/* The calling thread's connection, opened on first use; NULL on failure (logged). */
+static struct sq_conn *sq_conn(struct store *st)
+{
+    struct sq_store *s = st->cls;
+    struct sq_conn *c = pthread_getspecific(s->conn_key);
+    char err[512];
+
+    if (c)
+        return c;
+    c = calloc(1, sizeof *c);
+    if (!c) {
+        log_error("store: out of memory");
+        return NULL;
+    }
+    c->db = sq_open_conn(s, err, sizeof err);
+    if (!c->db) {
+        log_error("store: %s", err);
+        free(c);
+        return NULL;
+    }
+    pthread_mutex_lock(&s->conns_lock);
+    c->next = s->conns;
+    s->conns = c;
+    pthread_mutex_unlock(&s->conns_lock);
+    pthread_setspecific(s->conn_key, c);
+    return c;
+}
+
+static struct sql_stmt *sq_stmt(struct store *st, const char *sql)
+{
+    struct sq_conn *c = sq_conn(st);
+    sqlite3_stmt *h = NULL;
+
+    if (!c)
+        return NULL;
+    for (size_t i = 0; i < c->nstmts; i++)
+        if (c->sqls[i] == sql)
+            return &c->stmts[i].base;
+    if (c->nstmts == SQ_STMT_CACHE) {
+        /* Never expected: the store has fewer distinct statements than the cache holds. */
+        log_error("store: statement cache full");
+        return NULL;
+    }
+    if (sqlite3_prepare_v3(c->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &h, NULL) != SQLITE_OK) {
+        log_error("store: cannot prepare \"%.80s\": %s", sql, sqlite3_errmsg(c->db));
+        return NULL;
+    }
+    c->sqls[c->nstmts] = sql;
+    c->stmts[c->nstmts] = (struct sq_stmt){{&sq_engine}, h, c};
+    return &c->stmts[c->nstmts++].base;
+}
+
+static sqlite3_stmt *sq_h(struct sql_stmt *s)
+{
+    return ((struct sq_stmt *)s)->h;
+}
+
+static void sq_bind_text(struct sql_stmt *s, int idx, const char *v, bool copy)
+{
+    if (!v)
+        sqlite3_bind_null(sq_h(s), idx);
+    else
+        sqlite3_bind_text(sq_h(s), idx, v, -1, copy ? SQLITE_TRANSIENT : SQLITE_STATIC);
+}
+
+static void sq_bind_int64(struct sql_stmt *s, int idx, int64_t v)
+{
+    sqlite3_bind_int64(sq_h(s), idx, v);
+}
+
+static void sq_bind_null(struct sql_stmt *s, int idx)
+{
+    sqlite3_bind_null(sq_h(s), idx);
+}
+
+static void sq_bind_blob(struct sql_stmt *s, int idx, const void *v, size_t len)
+{
+    sqlite3_bind_blob(sq_h(s), idx, v, (int)len, SQLITE_TRANSIENT);
+}
+
+static int sq_step(struct sql_stmt *s)
+{
+    int rc = sqlite3_step(sq_h(s));
+    if (rc == SQLITE_ROW)
+        return SQL_ROW;
+    if (rc == SQLITE_DONE)
+        return SQL_DONE;
+    ((struct sq_stmt *)s)->conn->last_rc = rc;
+    return SQL_ERROR;
+}
+
+static bool sq_col_null(struct sql_stmt *s, int col)
+{
+    return sqlite3_column_type(sq_h(s), col) == SQLITE_NULL;
+}
+
+static int64_t sq_col_int64(struct sql_stmt *s, int col)
+{
+    return sqlite3_column_int64(sq_h(s), col);
+}
+
+static const char *sq_col_text(struct sql_stmt *s, int col)
+{
+    return (const char *)sqlite3_column_text(sq_h(s), col);
+}
+
+static size_t sq_col_blob(struct sql_stmt *s, int col, void *out, size_t outlen)
+{
+    const void *b = sqlite3_column_blob(sq_h(s), col);
+    size_t n = (size_t)sqlite3_column_bytes(sq_h(s), col);
+    if (b)
+        memcpy(out, b, n < outlen ? n : outlen);
+    return b ? n : 0;
+}
+
+static void sq_done(struct sql_stmt *s)
+{
+    sqlite3_reset(sq_h(s));
+    sqlite3_clear_bindings(sq_h(s));
+}
+
+static int64_t sq_changes(struct store *st)
+{
+    struct sq_conn *c = sq_conn(st);
+    return c ? sqlite3_changes(c->db) : 0;
+}
+
+static int sq_exec(struct store *st, const char *sql)
+{
+    struct sq_conn *c = sq_conn(st);
+    int rc;
+    if (!c)
+        return SQL_NOMEM;
+    rc = sqlite3_exec(c->db, sql, NULL, NULL, NULL);
+    if (rc == SQLITE_OK)
+        return SQL_DONE;
+    c->last_rc = sqlite3_extended_errcode(c->db);
+    return SQL_ERROR;
+}
+
+static enum store_status sq_status(struct store *st, int rc)
+{
+    struct sq_conn *c;
+    int code;
+    if (rc == SQL_ROW || rc == SQL_DONE)
+        return STORE_OK;
+    if (rc != SQL_ERROR || !(c = sq_conn(st)))
+        return STORE_ERROR;
+    code = c->last_rc;
+    switch (code & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+        return STORE_BUSY;
+    case SQLITE_FULL:
+        return STORE_FULL;
+    case SQLITE_CONSTRAINT:
+        if (code == SQLITE_CONSTRAINT_UNIQUE || code == SQLITE_CONSTRAINT_PRIMARYKEY)
+            return STORE_CONFLICT;
+        return STORE_INVALID;
+    default:
+        log_error("store: sqlite error %d: %s", code, sqlite3_errmsg(c->db));
+        return STORE_ERROR;
+    }
+}
+
+/* Writers take SQLite's one write lock at BEGIN (IMMEDIATE), not at their first write: what a
+ * writer read stays true until it commits, which the store's claims rely on. */
+static enum store_status sq_begin(struct store *st, bool writer)
+{
+    int rc = sq_exec(st, writer ? "BEGIN IMMEDIATE" : "BEGIN");
+    return sq_status(st, rc);
+}
+
+static void sq_rollback(struct store *st)
+{
+    struct sq_conn *c = sq_conn(st);
+    if (c && !sqlite3_get_autocommit(c->db))
+        sqlite3_exec(c->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+static enum store_status sq_commit(struct store *st)
+{
+    int rc = sq_exec(st, "COMMIT");
+    if (rc != SQL_DONE) {
+        enum store_status r = sq_status(st, rc);
+        sq_rollback(st);
+        return r;
+    }
+    return STORE_OK;
+}
+
+static const struct sql_engine sq_engine = {
+    .name = "sqlite",
+    .dialect = SQL_SQLITE,
+    .stmt = sq_stmt,
+    .bind_text = sq_bind_text,
+    .bind_int64 = sq_bind_int64,
+    .bind_null = sq_bind_null,
+    .bind_blob = sq_bind_blob,
+    .step = sq_step,
+    .col_null = sq_col_null,
+    .col_int64 = sq_col_int64,
+    .col_text = sq_col_text,
+    .col_blob = sq_col_blob,
+    .done = sq_done,
+    .changes = sq_changes,
+    .exec = sq_exec,
+    .begin = sq_begin,
+    .commit = sq_commit,
+    .rollback = sq_rollback,
+    .status = sq_status,
+};
+
+/* ---- opening and migrations ---- */
+
+static int sq_user_version(sqlite3 *db)
+{
+    sqlite3_stmt *s;
+    int v = -1;
+    if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &s, NULL) != SQLITE_OK)
+        return -1;
+    if (sqlite3_step(s) == SQLITE_ROW)
+        v = sqlite3_column_int(s, 0);
+    sqlite3_finalize(s);
+    return v;
+}
+
+/* Applies every migration newer than the database's user_version, each in its own transaction
+ * together with the user_version bump, so a crash leaves the database at a whole version. */
+static int sq_migrate(sqlite3 *db, const char *path, char *err, size_t errlen)
+{
+    char msg[512], bump[64];
+    int have;
+
+    if (sq_exec_err(db, "BEGIN IMMEDIATE", msg, sizeof msg) != SQLITE_OK) {
+        snprintf(err, errlen, "%s: cannot lock for migration: %s", path, msg);
+        return -1;
+    }
+    have = sq_user_version(db);
+    sq_exec_err(db, "COMMIT", msg, sizeof msg);
+    if (have < 0) {
+        snprintf(err, errlen, "%s: cannot read the schema version", path);
+        return -1;
+    }
+    if (have > store_schema_version()) {
+        snprintf(err, errlen,
+                 "%s has schema version %d, newer than this sbx (which knows up to %d): "
+                 "run a newer sbx, or restore a backup made by this version",
+                 path, have, store_schema_version());
+        return -1;
+    }
+    for (size_t i = 0; i < sbx_migrations_count; i++) {
+        const struct sbx_migration *m = &sbx_migrations[i];
+        if (sq_exec_err(db, "BEGIN IMMEDIATE", msg, sizeof msg) != SQLITE_OK) {
+            snprintf(err, errlen, "%s: cannot lock for migration: %s", path, msg);
+            return -1;
+        }
+        /* Re-read under the lock: another process may have migrated meanwhile. */
+        if (sq_user_version(db) >= m->version) {
+            sq_exec_err(db, "COMMIT", msg, sizeof msg);
+            continue;
+        }
+        snprintf(bump, sizeof bump, "PRAGMA user_version = %d", m->version);
+        if (sq_exec_err(db, m->sql, msg, sizeof msg) != SQLITE_OK ||
+            sq_exec_err(db, bump, msg, sizeof msg) != SQLITE_OK) {
+            sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+            snprintf(err, errlen, "%s: migration %04d_%s failed: %s", path, m->version, m->name,
+                     msg);
+            return -1;
+        }
+        if (sq_exec_err(db, "COMMIT", msg, sizeof msg) != SQLITE_OK) {
+            snprintf(err, errlen, "%s: migration %04d_%s did not commit: %s", path, m->version,
+                     m->name, msg);
+            return -1;
+        }
+        log_info("store: applied migration %04d_%s", m->version, m->name);
+    }
+    return 0;
+}
+
+static void sq_close(struct store *st)
+{
+    struct sq_store *s = st->cls;
+    struct sq_conn *c, *next;
+
+    store_sql_api_fini(st);
+    pthread_mutex_lock(&s->conns_lock);
+    for (c = s->conns; c; c = next) {
+        next = c->next;
+        sq_conn_close(c);
+    }
+    s->conns = NULL;
+    pthread_mutex_unlock(&s->conns_lock);
+    pthread_key_delete(s->conn_key);
+    pthread_mutex_destroy(&s->conns_lock);
+    free(s);
+    free(st);
+}
+
+struct store *store_sqlite_open(const char *path, int busy_timeout_ms, const char *synchronous,
+                                char *err, size_t errlen)
+{
+    struct store *st = calloc(1, sizeof *st);
+    struct sq_store *s = calloc(1, sizeof *s);
+    sqlite3 *db;
+
+    if (!st || !s) {
+        snprintf(err, errlen, "out of memory");
+        free(st);
+        free(s);
+        return NULL;
+    }
+    if (strlen(path) >= sizeof s->path) {
+        snprintf(err, errlen, "database path too long");
+        free(st);
+        free(s);
+        return NULL;
+    }
+    s->base.eng = &sq_engine;
+    strcpy(s->path, path);
+    s->busy_timeout_ms = busy_timeout_ms;
+    snprintf(s->synchronous, sizeof s->synchronous, "%s", synchronous ? synchronous : "FULL");
+    pthread_mutex_init(&s->conns_lock, NULL);
+    /* Connections are closed by sq_close(), not when their thread exits: the store may outlive
+     * short-lived threads only as long as it is open, and closing from a destructor would race
+     * with sq_close(). */
+    pthread_key_create(&s->conn_key, NULL);
+    st->cls = s;
+
+    db = sq_open_conn(s, err, errlen);
+    if (!db || sq_migrate(db, path, err, errlen) != 0) {
+        sqlite3_close(db);
+        pthread_key_delete(s->conn_key);
+        pthread_mutex_destroy(&s->conns_lock);
+        free(s);
+        free(st);
+        return NULL;
+    }
+    sqlite3_close(db);
+
+    st->close = sq_close;
+    store_sql_settings_init(st);
+    store_sql_api_init(st);
+    store_sql_queue_init(st);
+    return st;
+}

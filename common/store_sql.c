@@ -1,0 +1,193 @@
+/*
+ * store_sql.c: the parts of the store that do not depend on the SQL engine (sql.h): state names,
+ * column helpers, the audit event writer that every mutation calls inside its own transaction,
+ * the page reader behind every list, the records' clear()s, and the settings table.
+ */
+#include "sql.h"
+#include "timefmt.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const store_session_states[4] = {"idle", "activating", "active", "deleted"};
+const char *const store_message_states[4] = {"queued", "delivering", "completed", "failed"};
+const char *const store_sandbox_states[7] = {"booting",  "warm",       "claimed", "running",
+                                             "stopping", "terminated", "failed"};
+
+const char *store_status_name(enum store_status st)
+{
+    static const char *const names[] = {"ok",   "not found", "conflict", "busy",
+                                        "full", "invalid",   "empty",    "error"};
+    return (unsigned)st < sizeof names / sizeof names[0] ? names[st] : "unknown";
+}
+
+void sql_col_copy(struct sql_stmt *s, int col, char *out, size_t outlen)
+{
+    const char *t = sql_col_text(s, col);
+    snprintf(out, outlen, "%s", t ? t : "");
+}
+
+char *sql_col_dup(struct sql_stmt *s, int col)
+{
+    const char *t = sql_col_text(s, col);
+    return t ? strdup(t) : NULL;
+}
+
+enum store_status sql_event(struct store *st, const struct store_ctx *ctx, const char *kind,
+                            const char *object_type, const char *object_id, const char *app_id,
+                            const char *session_id, const char *data_json)
+{
+    struct sql_stmt *s =
+        sql_stmt(st, "INSERT INTO events (at, actor, kind, object_type, object_id, "
+                     "app_id, session_id, request_id, data) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+    int rc;
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_int64(s, 1, now_ms());
+    sql_bind_text(s, 2, ctx && ctx->actor ? ctx->actor : "unknown");
+    sql_bind_text(s, 3, kind);
+    sql_bind_text(s, 4, object_type);
+    sql_bind_text(s, 5, object_id);
+    sql_bind_text_or_null(s, 6, app_id);
+    sql_bind_text_or_null(s, 7, session_id);
+    sql_bind_text_or_null(s, 8, ctx ? ctx->request_id : NULL);
+    sql_bind_text_or_null(s, 9, data_json);
+    rc = sql_step(s);
+    sql_done(s);
+    return rc == SQL_DONE ? STORE_OK : sql_status(st, rc);
+}
+
+enum store_status sql_read_page(struct store *st, struct sql_stmt *s, size_t limit,
+                                const struct sql_page *pg, void *out, size_t *n, char *next_cursor)
+{
+    char *items = NULL;
+    size_t count = 0;
+    int64_t last = 0;
+    int rc;
+
+    next_cursor[0] = '\0';
+    while ((rc = sql_step(s)) == SQL_ROW) {
+        if (count == limit) {
+            snprintf(next_cursor, STORE_CURSOR_LEN, "%" PRId64, last);
+            break;
+        }
+        char *grown = realloc(items, (count + 1) * pg->elem_size);
+        if (!grown) {
+            rc = SQL_NOMEM;
+            break;
+        }
+        items = grown;
+        memset(items + count * pg->elem_size, 0, pg->elem_size);
+        last = pg->from_row(s, items + count++ * pg->elem_size);
+    }
+    sql_done(s);
+    if (rc != SQL_ROW && rc != SQL_DONE) {
+        pg->free_items(items, count);
+        return sql_status(st, rc);
+    }
+    /* out is the caller's `struct store_x **`: every object pointer has the same representation
+     * here, and storing through a void * would be an aliasing violation. */
+    memcpy(out, &items, sizeof items);
+    *n = count;
+    return STORE_OK;
+}
+
+/* ---- records ---- */
+
+void store_app_clear(struct store_app *a)
+{
+    free(a->command_json);
+    a->command_json = NULL;
+}
+
+void store_app_list_free(struct store_app *a, size_t n)
+{
+    for (size_t i = 0; a && i < n; i++)
+        store_app_clear(&a[i]);
+    free(a);
+}
+
+void store_session_clear(struct store_session *s)
+{
+    free(s->metadata_json);
+    s->metadata_json = NULL;
+}
+
+void store_session_list_free(struct store_session *s, size_t n)
+{
+    for (size_t i = 0; s && i < n; i++)
+        store_session_clear(&s[i]);
+    free(s);
+}
+
+void store_message_clear(struct store_message *m)
+{
+    free(m->body_json);
+    free(m->reply_json);
+    free(m->error);
+    m->body_json = m->reply_json = m->error = NULL;
+}
+
+void store_message_list_free(struct store_message *m, size_t n)
+{
+    for (size_t i = 0; m && i < n; i++)
+        store_message_clear(&m[i]);
+    free(m);
+}
+
+void store_event_list_free(struct store_event *e, size_t n)
+{
+    for (size_t i = 0; e && i < n; i++)
+        free(e[i].data_json);
+    free(e);
+}
+
+void store_delivery_clear(struct store_delivery *d)
+{
+    store_message_clear(&d->message);
+    store_session_clear(&d->session);
+    store_app_clear(&d->app);
+}
+/* ---- settings ---- */
+
+static enum store_status sq_setting_get(struct store *st, const char *key, char *out, size_t outlen)
+{
+    struct sql_stmt *s = sql_stmt(st, "SELECT value FROM settings WHERE key = ?1");
+    enum store_status rc;
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, key);
+    int r = sql_step(s);
+    if (r == SQL_ROW) {
+        sql_col_copy(s, 0, out, outlen);
+        rc = STORE_OK;
+    } else {
+        rc = r == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, r);
+    }
+    sql_done(s);
+    return rc;
+}
+
+static enum store_status sq_setting_put(struct store *st, const char *key, const char *value)
+{
+    struct sql_stmt *s = sql_stmt(st, "INSERT INTO settings (key, value) VALUES (?1, ?2) "
+                                      "ON CONFLICT (key) DO UPDATE SET value = excluded.value");
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, key);
+    sql_bind_text(s, 2, value);
+    int r = sql_step(s);
+    sql_done(s);
+    return r == SQL_DONE ? STORE_OK : sql_status(st, r);
+}
+
+/* ---- opening and migrations ---- */
+
+void store_sql_settings_init(struct store *st)
+{
+    st->setting_get = sq_setting_get;
+    st->setting_put = sq_setting_put;
+}
