@@ -865,9 +865,11 @@ static enum store_status sq_session_update(struct store *st, const struct store_
     r = sq_session_get(st, app_id, session_id, &cur);
     store_session_clear(&cur);
     if (r == STORE_OK) {
-        /* ?3: 1 = set the override to ?4 (NULL clears it), 0 = keep it. */
+        /* ?3: 1 = set the override to ?4 (NULL clears it), 0 = keep it. (`<> 0`: PostgreSQL
+         * takes no integer as a condition.) */
         s = sql_stmt(st, "UPDATE sessions SET metadata = COALESCE(?2, metadata), "
-                         "keep_alive_seconds = CASE WHEN ?3 THEN ?4 ELSE keep_alive_seconds END, "
+                         "keep_alive_seconds = CASE WHEN ?3 <> 0 THEN ?4 "
+                         "ELSE keep_alive_seconds END, "
                          "updated_at = ?5 WHERE id = ?1");
         if (!s)
             return finish(st, STORE_ERROR);

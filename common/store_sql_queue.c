@@ -381,15 +381,26 @@ static enum store_status q_session_touch(struct store *st, const char *session_i
 /* The next deliverable message. A message is deliverable when it is queued and due, its Session is
  * not deleted and is free or ours, and no earlier message of its Session is unfinished: that one
  * rule gives both per-Session order and one-at-a-time delivery, since a delivering message is
- * unfinished and blocks every later one. */
-static const char q_claim_pick_sql[] =
-    "SELECT m.id, m.session_id, s.worker_id IS NULL FROM messages m "
-    "JOIN sessions s ON s.id = m.session_id "
-    "WHERE m.state = 'queued' AND m.not_before <= ?1 AND s.state <> 'deleted' "
-    "AND (s.worker_id IS NULL OR s.worker_id = ?2) AND (?3 = 0 OR s.worker_id = ?2) "
-    "AND NOT EXISTS (SELECT 1 FROM messages e WHERE e.session_id = m.session_id "
-    "AND e.seq < m.seq AND e.state IN ('queued', 'delivering')) "
-    "ORDER BY m.not_before, m.created_at LIMIT 1";
+ * unfinished and blocks every later one. The third column is 1 when the Session is free (a CASE,
+ * not `IS NULL`, which PostgreSQL returns as a boolean). */
+#define Q_CLAIM_PICK_SQL                                                                           \
+    "SELECT m.id, m.session_id, CASE WHEN s.worker_id IS NULL THEN 1 ELSE 0 END FROM messages m "  \
+    "JOIN sessions s ON s.id = m.session_id "                                                      \
+    "WHERE m.state = 'queued' AND m.not_before <= ?1 AND s.state <> 'deleted' "                    \
+    "AND (s.worker_id IS NULL OR s.worker_id = ?2) AND (?3 = 0 OR s.worker_id = ?2) "              \
+    "AND NOT EXISTS (SELECT 1 FROM messages e WHERE e.session_id = m.session_id "                  \
+    "AND e.seq < m.seq AND e.state IN ('queued', 'delivering')) "                                  \
+    "ORDER BY m.not_before, m.created_at LIMIT 1"
+static const char q_claim_pick_sql[] = Q_CLAIM_PICK_SQL;
+/* PostgreSQL: the claim also locks the message row and passes over one that another transaction
+ * holds, so claimers never queue behind each other on a row (SQLite has no row locks: its one
+ * writer at a time is the whole lock). */
+static const char q_claim_pick_pg_sql[] = Q_CLAIM_PICK_SQL " FOR UPDATE OF m SKIP LOCKED";
+
+static const char *q_claim_pick(struct store *st)
+{
+    return sql_dialect(st) == SQL_POSTGRES ? q_claim_pick_pg_sql : q_claim_pick_sql;
+}
 
 static enum store_status q_delivery_load(struct store *st, const char *message_id,
                                          struct store_delivery *out)
@@ -419,7 +430,7 @@ static enum store_status q_claim_in_tx(struct store *st, const struct store_ctx 
                                        const char *worker_id, int64_t lease_ms, bool owned_only,
                                        struct store_delivery *out)
 {
-    struct sql_stmt *pick = sql_stmt(st, q_claim_pick_sql);
+    struct sql_stmt *pick = sql_stmt(st, q_claim_pick(st));
     char message_id[STORE_ID_LEN], session_id[STORE_ID_LEN];
     bool session_free;
     int64_t now = now_ms();
@@ -487,7 +498,8 @@ static enum store_status q_claim_in_tx(struct store *st, const struct store_ctx 
 }
 
 /* Whether anything is deliverable, read without taking the write lock: in WAL mode this never
- * waits, so the many wake-ups that find nothing to do do not queue behind the gateway's commits. */
+ * waits, so the many wake-ups that find nothing to do do not queue behind the gateway's commits.
+ * (Without FOR UPDATE on PostgreSQL too: a peek locks nothing.) */
 static enum store_status q_claim_peek(struct store *st, const char *worker_id, bool owned_only)
 {
     struct sql_stmt *pick = sql_stmt(st, q_claim_pick_sql);
@@ -636,7 +648,7 @@ static enum store_status q_fail_in_tx(struct store *st, const struct store_ctx *
     enum store_status rc;
     struct sql_stmt *check =
         sql_stmt(st, "SELECT 1 FROM messages WHERE id = ?1 AND "
-                     "state = 'delivering' AND (?2 IS NULL OR lease_owner = ?2)");
+                     "state = 'delivering' AND (CAST(?2 AS TEXT) IS NULL OR lease_owner = ?2)");
     int r;
     if (!check)
         return STORE_ERROR;
@@ -712,7 +724,8 @@ static enum store_status q_queue_release(struct store *st, const struct store_ct
     if (!began)
         return rc;
     struct sql_stmt *s = sql_stmt(st, "UPDATE messages SET state = 'queued', lease_owner = NULL, "
-                                      "lease_expires_at = NULL, attempts = MAX(attempts - 1, 0), "
+                                      "lease_expires_at = NULL, attempts = CASE WHEN attempts > 0 "
+                                      "THEN attempts - 1 ELSE 0 END, "
                                       "updated_at = ?3 WHERE id = ?1 AND state = 'delivering' AND "
                                       "lease_owner = ?2");
     if (!s)
@@ -1172,8 +1185,9 @@ static enum store_status q_finish_in_tx(struct store *st, const struct store_ctx
     /* The Session accumulates what its Sandboxes used, even when it has moved on to another. */
     struct sql_stmt *u =
         sql_stmt(st, "UPDATE sessions SET cpu_usec = cpu_usec + ?2, mem_peak_bytes = "
-                     "CASE WHEN ?3 IS NULL THEN mem_peak_bytes ELSE "
-                     "MAX(COALESCE(mem_peak_bytes, 0), ?3) END, updated_at = ?4 "
+                     "CASE WHEN CAST(?3 AS BIGINT) IS NULL THEN mem_peak_bytes "
+                     "WHEN COALESCE(mem_peak_bytes, 0) > ?3 THEN mem_peak_bytes ELSE ?3 END, "
+                     "updated_at = ?4 "
                      "WHERE id = ?1");
     if (!u)
         return STORE_ERROR;

@@ -1,0 +1,505 @@
+-- postgres.sql: the full current PostgreSQL schema of sbx, the result of applying every migration
+-- in migrations/postgres/ to an empty database (tests/unit/test_schema_pg.c checks that they
+-- agree, and that its tables and views have the columns of schema.sql, SQLite's).
+-- It documents each table (README.md explains every column); the migrations are what the store
+-- actually applies. It differs from schema.sql only where the dialects do:
+--   - every integer is BIGINT (SQLite's INTEGER is 64-bit); the key hash is BYTEA, not BLOB;
+--   - apps, api_keys, workspaces, sessions and sandboxes have an explicit `rowid` identity column
+--     (SQLite's is implicit), by which their lists page; events.id is an identity column;
+--   - events is kept append-only by triggers calling events_append_only(), which also refuse
+--     TRUNCATE;
+--   - the views use sbx_utc(ms) for strftime(), sbx_json_field(doc, field) for json_valid() and
+--     json_extract(), and string_agg() for group_concat().
+
+-- Settings owned by sbx itself, such as the admin token's hash.
+CREATE TABLE settings (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+
+CREATE TABLE apps (
+    rowid              BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+    id                 TEXT PRIMARY KEY,
+    name               TEXT NOT NULL,
+    keep_alive_seconds BIGINT NOT NULL DEFAULT 60 CHECK (keep_alive_seconds BETWEEN 1 AND 86400),
+    vcpu_count         BIGINT NOT NULL DEFAULT 1 CHECK (vcpu_count BETWEEN 1 AND 32),
+    mem_size_mib       BIGINT NOT NULL DEFAULT 256 CHECK (mem_size_mib BETWEEN 32 AND 65536),
+    driver             TEXT NOT NULL DEFAULT 'process' CHECK (driver IN ('process', 'qemu', 'firecracker')),
+    image              TEXT NOT NULL DEFAULT 'default',
+    max_attempts       BIGINT NOT NULL DEFAULT 3 CHECK (max_attempts BETWEEN 1 AND 100),
+    command            TEXT NOT NULL, -- JSON array of strings: the agent's argv inside the Sandbox
+    created_at         BIGINT NOT NULL,
+    updated_at         BIGINT NOT NULL,
+    deleted_at         BIGINT
+);
+CREATE UNIQUE INDEX apps_name ON apps (name) WHERE deleted_at IS NULL;
+
+CREATE TABLE api_keys (
+    rowid      BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+    id         TEXT PRIMARY KEY,
+    app_id     TEXT NOT NULL REFERENCES apps (id),
+    name       TEXT,
+    prefix     TEXT NOT NULL,            -- first characters of the key, to recognise it; not secret
+    hash       BYTEA NOT NULL UNIQUE,    -- SHA-256 of the whole key; the key itself is never stored
+    created_at BIGINT NOT NULL,
+    revoked_at BIGINT
+);
+CREATE INDEX api_keys_app ON api_keys (app_id);
+
+CREATE TABLE workspaces (
+    rowid      BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+    id         TEXT PRIMARY KEY,
+    app_id     TEXT NOT NULL REFERENCES apps (id),
+    name       TEXT,
+    path       TEXT NOT NULL,            -- host directory that holds the Workspace's data
+    created_at BIGINT NOT NULL,
+    deleted_at BIGINT
+);
+CREATE INDEX workspaces_app ON workspaces (app_id);
+
+-- Worker processes, so that the leases and Sandboxes of one that died can be recognised.
+CREATE TABLE workers (
+    id           TEXT PRIMARY KEY,
+    host         TEXT NOT NULL,
+    pid          BIGINT NOT NULL,
+    started_at   BIGINT NOT NULL,
+    heartbeat_at BIGINT NOT NULL,
+    stopped_at   BIGINT
+);
+
+CREATE TABLE sessions (
+    rowid              BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+    id                 TEXT PRIMARY KEY,
+    app_id             TEXT NOT NULL REFERENCES apps (id),
+    name               TEXT,
+    state              TEXT NOT NULL DEFAULT 'idle'
+                       CHECK (state IN ('idle', 'activating', 'active', 'deleted')),
+    sandbox_id         TEXT,             -- the current Sandbox while activating or active
+    keep_alive_seconds BIGINT CHECK (keep_alive_seconds BETWEEN 1 AND 86400), -- NULL: the App's
+    workspace_id       TEXT REFERENCES workspaces (id),
+    metadata           TEXT NOT NULL DEFAULT '{}',
+    next_seq           BIGINT NOT NULL DEFAULT 1,
+    activation_count   BIGINT NOT NULL DEFAULT 0,
+    cpu_usec           BIGINT NOT NULL DEFAULT 0, -- accumulated over all its Sandboxes
+    mem_peak_bytes     BIGINT,                    -- highest peak of its Sandboxes, where measured
+    worker_id          TEXT,             -- the worker that owns its Sandbox while activating/active
+    expires_at         BIGINT,           -- keep-alive deadline of the current Sandbox
+    stop_requested_at  BIGINT,           -- set by DELETE; the owning worker terminates the Sandbox
+    created_at         BIGINT NOT NULL,
+    updated_at         BIGINT NOT NULL,
+    last_activity_at   BIGINT,
+    deleted_at         BIGINT
+);
+CREATE UNIQUE INDEX sessions_app_name ON sessions (app_id, name)
+    WHERE name IS NOT NULL AND state <> 'deleted';
+CREATE INDEX sessions_app ON sessions (app_id);
+CREATE INDEX sessions_state ON sessions (state);
+-- How many live Sessions name a Workspace (attachedSessions, and the 409 on DELETE).
+CREATE INDEX sessions_workspace ON sessions (workspace_id) WHERE workspace_id IS NOT NULL;
+
+CREATE TABLE messages (
+    id               TEXT PRIMARY KEY,
+    session_id       TEXT NOT NULL REFERENCES sessions (id),
+    app_id           TEXT NOT NULL REFERENCES apps (id),
+    seq              BIGINT NOT NULL,
+    state            TEXT NOT NULL DEFAULT 'queued'
+                     CHECK (state IN ('queued', 'delivering', 'completed', 'failed')),
+    body             TEXT NOT NULL,      -- JSON
+    reply            TEXT,               -- JSON, once completed
+    error            TEXT,               -- why the last attempt failed, or why the message failed
+    attempts         BIGINT NOT NULL DEFAULT 0,
+    max_attempts     BIGINT NOT NULL,
+    idempotency_key  TEXT,
+    request_hash     TEXT,               -- SHA-256 of the request, to tell a replay from a conflict
+    request_id       TEXT,
+    sandbox_id       TEXT,               -- the Sandbox of the last attempt
+    lease_owner      TEXT,               -- worker id while delivering
+    lease_expires_at BIGINT,
+    not_before       BIGINT NOT NULL DEFAULT 0, -- retry backoff
+    created_at       BIGINT NOT NULL,
+    updated_at       BIGINT NOT NULL,
+    completed_at     BIGINT,
+    UNIQUE (session_id, seq)
+);
+CREATE UNIQUE INDEX messages_idempotency ON messages (session_id, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+-- The queue: messages waiting to be delivered (by due time), and leases (by expiry).
+CREATE INDEX messages_queued ON messages (not_before) WHERE state = 'queued';
+CREATE INDEX messages_delivering ON messages (lease_expires_at) WHERE state = 'delivering';
+
+CREATE TABLE sandboxes (
+    rowid              BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+    id                 TEXT PRIMARY KEY,
+    state              TEXT NOT NULL
+                       CHECK (state IN ('booting', 'warm', 'claimed', 'running', 'stopping',
+                                        'terminated', 'failed')),
+    driver             TEXT NOT NULL,
+    image              TEXT NOT NULL,
+    image_hash         TEXT,
+    vcpu_count         BIGINT NOT NULL,
+    mem_size_mib       BIGINT NOT NULL,
+    worker_id          TEXT NOT NULL,    -- the worker that booted it and owns its process
+    app_id             TEXT REFERENCES apps (id),      -- NULL while in the warm pool
+    session_id         TEXT REFERENCES sessions (id),  -- the one Session it ever serves
+    pid                BIGINT,
+    jail_dir           TEXT,
+    cgroup_path        TEXT,
+    net_address        TEXT,
+    cold               BIGINT NOT NULL DEFAULT 0,      -- 1: booted on demand, the pool was empty
+    boot_ms            BIGINT,
+    cpu_usec           BIGINT,
+    mem_peak_bytes     BIGINT,
+    termination_reason TEXT,
+    stop_requested_at  BIGINT,           -- set by DELETE; the owning worker terminates it
+    created_at         BIGINT NOT NULL,
+    ready_at           BIGINT,
+    claimed_at         BIGINT,
+    terminated_at      BIGINT,
+    updated_at         BIGINT NOT NULL
+);
+CREATE INDEX sandboxes_state ON sandboxes (state, driver, image, vcpu_count, mem_size_mib);
+CREATE INDEX sandboxes_session ON sandboxes (session_id);
+CREATE INDEX sandboxes_app ON sandboxes (app_id);
+
+-- The audit trail. Append-only: the triggers below refuse UPDATE, DELETE and TRUNCATE.
+-- id comes from an identity sequence that never goes back (like SQLite's AUTOINCREMENT); writers
+-- hold the store's advisory lock, so ids also grow in commit order and a reader paging by id
+-- never skips an event that commits later with a smaller id.
+CREATE TABLE events (
+    id          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at          BIGINT NOT NULL,
+    actor       TEXT NOT NULL,           -- 'admin', 'key:<keyId>', 'gateway', 'worker:<workerId>'
+    kind        TEXT NOT NULL,           -- e.g. 'session.created', 'message.completed'
+    object_type TEXT NOT NULL,           -- app, key, session, message, sandbox, workspace
+    object_id   TEXT NOT NULL,
+    app_id      TEXT,
+    session_id  TEXT,
+    request_id  TEXT,
+    data        TEXT                     -- JSON with the details of the change
+);
+CREATE INDEX events_session ON events (session_id, id);
+CREATE INDEX events_object ON events (object_id, id);
+CREATE INDEX events_app ON events (app_id, id);
+
+-- Row triggers, like SQLite's (and the kind PostgreSQL-compatible databases support), for UPDATE
+-- and DELETE; TRUNCATE, which row triggers do not see, has a statement trigger.
+CREATE FUNCTION events_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'events is append-only' USING ERRCODE = 'restrict_violation';
+END
+$$;
+CREATE TRIGGER events_no_update BEFORE UPDATE ON events
+    FOR EACH ROW EXECUTE FUNCTION events_append_only();
+CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+    FOR EACH ROW EXECUTE FUNCTION events_append_only();
+CREATE TRIGGER events_no_truncate BEFORE TRUNCATE ON events
+    FOR EACH STATEMENT EXECUTE FUNCTION events_append_only();
+
+-- ---- auditor views: migrations/postgres/0002_auditor_views.sql, documented in README.md ----
+-- The *_utc columns are the millisecond columns as ISO 8601 UTC text. The integrity views
+-- (sandbox_reuse_violations, orphan_rows) are empty when all is well.
+
+-- Milliseconds since the epoch as ISO 8601 UTC text with milliseconds, like SQLite's
+-- strftime('%Y-%m-%dT%H:%M:%fZ', ms / 1000.0, 'unixepoch'); NULL for NULL. Integer arithmetic on a
+-- timestamp without time zone: exact, and independent of the session's TimeZone.
+CREATE FUNCTION sbx_utc(ms BIGINT) RETURNS TEXT
+    LANGUAGE sql STABLE STRICT PARALLEL SAFE AS $$
+SELECT to_char(TIMESTAMP '1970-01-01 00:00:00' + ms * INTERVAL '1 millisecond',
+               'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+$$;
+
+-- One top-level field of a JSON text as text, like SQLite's
+-- CASE WHEN json_valid(doc) THEN json_extract(doc, '$.' || field) END for a string field: NULL when
+-- doc is NULL, is not valid JSON, is not an object or has no such field.
+CREATE FUNCTION sbx_json_field(doc TEXT, field TEXT) RETURNS TEXT
+    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+BEGIN
+    RETURN doc::jsonb ->> field;
+EXCEPTION WHEN invalid_text_representation THEN
+    RETURN NULL;
+END
+$$;
+
+-- Which messages a Sandbox served: for sandbox_lifetimes.messages_served and `sbxctl sandbox`.
+CREATE INDEX messages_sandbox ON messages (sandbox_id) WHERE sandbox_id IS NOT NULL;
+
+-- Everything that happened to each Session, one row per fact, in time order when sorted by
+-- (session_id, at, ord): its audit events, its messages and the Sandboxes that served it.
+-- source: 'event' (a row of events), 'message' (a message's arrival, and its end once it has
+-- one) or 'sandbox' (a Sandbox's claim, and its end once it has one). Events about a Sandbox
+-- that served the Session are included even when the event itself names no Session.
+CREATE VIEW session_timeline AS
+SELECT e.session_id AS session_id,
+       e.at AS at,
+       sbx_utc(e.at) AS at_utc,
+       'event' AS source,
+       e.kind AS kind,
+       e.object_type AS object_type,
+       e.object_id AS object_id,
+       CASE WHEN e.object_type = 'sandbox' THEN e.object_id
+            ELSE sbx_json_field(e.data, 'sandboxId') END AS sandbox_id,
+       e.actor AS actor,
+       e.request_id AS request_id,
+       e.data AS detail,
+       e.id AS ord
+FROM events e
+WHERE e.session_id IS NOT NULL
+UNION ALL
+SELECT b.session_id, e.at, sbx_utc(e.at), 'event',
+       e.kind, e.object_type, e.object_id, e.object_id, e.actor, e.request_id, e.data, e.id
+-- (SQLite's view says CROSS JOIN ... ON to fix the join order; PostgreSQL allows no ON after CROSS
+-- JOIN and picks the order itself: from the Session's few Sandboxes to their events.)
+FROM sandboxes b
+JOIN events e ON e.object_id = b.id
+WHERE e.object_type = 'sandbox' AND e.session_id IS NULL AND b.session_id IS NOT NULL
+UNION ALL
+SELECT m.session_id, m.created_at, sbx_utc(m.created_at),
+       'message', 'message received', 'message', m.id, NULL, NULL, m.request_id,
+       'seq ' || m.seq || CASE WHEN m.idempotency_key IS NOT NULL
+                               THEN ', idempotency key ' || m.idempotency_key ELSE '' END,
+       0
+FROM messages m
+UNION ALL
+SELECT m.session_id, m.completed_at,
+       sbx_utc(m.completed_at),
+       'message', 'message ' || m.state, 'message', m.id, m.sandbox_id, NULL, m.request_id,
+       'seq ' || m.seq || ', ' || m.attempts || '/' || m.max_attempts || ' attempts'
+           || coalesce(', sandbox ' || m.sandbox_id, '')
+           || coalesce(', error: ' || m.error, ''),
+       0
+FROM messages m
+WHERE m.completed_at IS NOT NULL
+UNION ALL
+SELECT b.session_id, b.claimed_at,
+       sbx_utc(b.claimed_at), 'sandbox',
+       'sandbox claimed', 'sandbox', b.id, b.id, 'worker:' || b.worker_id, NULL,
+       b.driver || ' ' || b.image || ', ' || b.vcpu_count || ' vCPU, ' || b.mem_size_mib || ' MiB, '
+           || CASE WHEN b.cold <> 0 THEN 'cold' ELSE 'warm' END
+           || CASE WHEN b.boot_ms IS NOT NULL THEN ', booted in ' || b.boot_ms || ' ms' ELSE '' END,
+       0
+FROM sandboxes b
+WHERE b.session_id IS NOT NULL AND b.claimed_at IS NOT NULL
+UNION ALL
+SELECT b.session_id, b.terminated_at,
+       sbx_utc(b.terminated_at), 'sandbox',
+       'sandbox ' || b.state, 'sandbox', b.id, b.id, 'worker:' || b.worker_id, NULL,
+       'reason: ' || coalesce(b.termination_reason, '?')
+           || ', cpu ' || coalesce(b.cpu_usec || ' us', 'not measured')
+           || ', mem peak ' || coalesce(b.mem_peak_bytes || ' bytes', 'not measured'),
+       0
+FROM sandboxes b
+WHERE b.session_id IS NOT NULL AND b.terminated_at IS NOT NULL;
+
+-- Which Sandbox served which message (the Sandbox of its last attempt), and whether that Sandbox
+-- belonged to the message's own Session (served_by_own_session is 0 only if something is wrong).
+CREATE VIEW message_deliveries AS
+SELECT m.id AS message_id,
+       m.session_id AS session_id,
+       m.app_id AS app_id,
+       m.seq AS seq,
+       m.state AS state,
+       m.attempts AS attempts,
+       m.max_attempts AS max_attempts,
+       m.sandbox_id AS sandbox_id,
+       b.state AS sandbox_state,
+       b.session_id AS sandbox_session_id,
+       CASE WHEN m.sandbox_id IS NULL THEN NULL
+            WHEN b.session_id = m.session_id THEN 1 ELSE 0 END AS served_by_own_session,
+       m.request_id AS request_id,
+       m.created_at AS created_at,
+       sbx_utc(m.created_at) AS created_utc,
+       m.completed_at AS completed_at,
+       sbx_utc(m.completed_at) AS completed_utc,
+       m.completed_at - m.created_at AS latency_ms,
+       m.error AS error
+FROM messages m
+LEFT JOIN sandboxes b ON b.id = m.sandbox_id;
+
+-- Each Sandbox from boot to end: whom it served, for how long, why it ended and what it used.
+-- lifetime_ms runs from creation to termination (to now while it lives); served_ms from claim to
+-- termination. cpu_usec and mem_peak_bytes are NULL where not measured.
+CREATE VIEW sandbox_lifetimes AS
+SELECT b.id AS sandbox_id,
+       b.state AS state,
+       b.driver AS driver,
+       b.image AS image,
+       b.vcpu_count AS vcpu_count,
+       b.mem_size_mib AS mem_size_mib,
+       b.worker_id AS worker_id,
+       b.app_id AS app_id,
+       b.session_id AS session_id,
+       CASE WHEN b.cold <> 0 THEN 'cold' ELSE 'warm' END AS activation,
+       b.boot_ms AS boot_ms,
+       b.created_at AS created_at,
+       sbx_utc(b.created_at) AS created_utc,
+       sbx_utc(b.ready_at) AS ready_utc,
+       sbx_utc(b.claimed_at) AS claimed_utc,
+       b.terminated_at AS terminated_at,
+       sbx_utc(b.terminated_at) AS terminated_utc,
+       coalesce(b.terminated_at, CAST(floor(EXTRACT(EPOCH FROM CURRENT_TIMESTAMP) * 1000) AS BIGINT))
+           - b.created_at AS lifetime_ms,
+       b.terminated_at - b.claimed_at AS served_ms,
+       b.termination_reason AS termination_reason,
+       b.cpu_usec AS cpu_usec,
+       b.mem_peak_bytes AS mem_peak_bytes,
+       (SELECT count(*) FROM messages m WHERE m.sandbox_id = b.id) AS messages_served
+FROM sandboxes b;
+
+-- API key creations and revocations, with who did it and the request that did it (from the
+-- matching audit event, where there is one).
+CREATE VIEW key_audit AS
+SELECT k.created_at AS at,
+       sbx_utc(k.created_at) AS at_utc,
+       'created' AS action,
+       k.id AS key_id,
+       k.app_id AS app_id,
+       a.name AS app_name,
+       k.name AS key_name,
+       k.prefix AS prefix,
+       (SELECT e.actor FROM events e
+        WHERE e.object_id = k.id AND e.kind = 'key.created' ORDER BY e.id LIMIT 1) AS actor,
+       (SELECT e.request_id FROM events e
+        WHERE e.object_id = k.id AND e.kind = 'key.created' ORDER BY e.id LIMIT 1) AS request_id
+FROM api_keys k
+LEFT JOIN apps a ON a.id = k.app_id
+UNION ALL
+SELECT k.revoked_at, sbx_utc(k.revoked_at),
+       'revoked', k.id, k.app_id, a.name, k.name, k.prefix,
+       (SELECT e.actor FROM events e
+        WHERE e.object_id = k.id AND e.kind = 'key.revoked' ORDER BY e.id LIMIT 1),
+       (SELECT e.request_id FROM events e
+        WHERE e.object_id = k.id AND e.kind = 'key.revoked' ORDER BY e.id LIMIT 1)
+FROM api_keys k
+LEFT JOIN apps a ON a.id = k.app_id
+WHERE k.revoked_at IS NOT NULL;
+
+-- Every trace of a Sandbox serving a Session, one row per trace: the Sandbox's own record, the
+-- messages it delivered, the Sessions that point at it and the audit events that name both.
+-- (UNION ALL, not UNION: it lets a filter on session_id or sandbox_id reach each branch's index.) The rules say one
+-- Sandbox serves at most one Session; sandbox_reuse_violations checks that against this.
+CREATE VIEW sandbox_session_links AS
+SELECT id AS sandbox_id, session_id, 'sandboxes.session_id' AS evidence, created_at AS at
+FROM sandboxes WHERE session_id IS NOT NULL
+UNION ALL
+SELECT sandbox_id, session_id, 'messages.sandbox_id', updated_at
+FROM messages WHERE sandbox_id IS NOT NULL
+UNION ALL
+SELECT sandbox_id, id, 'sessions.sandbox_id', updated_at
+FROM sessions WHERE sandbox_id IS NOT NULL
+UNION ALL
+SELECT object_id, session_id, 'events:' || kind, at
+FROM events WHERE object_type = 'sandbox' AND session_id IS NOT NULL
+UNION ALL
+SELECT sbx_json_field(data, 'sandboxId'), session_id, 'events:' || kind, at
+FROM events
+WHERE session_id IS NOT NULL AND sbx_json_field(data, 'sandboxId') IS NOT NULL;
+
+-- Integrity: one row per breach of "a Sandbox serves one Session and is never used again after it
+-- ends". Empty when all is well. violation is one of:
+--   served-two-sessions        traces of more than one Session on one Sandbox (detail lists them)
+--   claimed-after-termination  claimed_at later than terminated_at
+--   alive-after-termination    terminated_at set but the state is not terminated/failed
+--   back-in-pool-after-use     warm or booting although it has served a Session
+--   used-after-termination     after its sandbox.terminated/sandbox.failed event, an event that
+--                              means use (sandbox.warm, .claimed, .running, message.delivering or
+--                              .completed naming it), or a message it completed after it ended;
+--                              bookkeeping that may follow an end (session.idle, message.failed,
+--                              message.retry naming it) is not use
+CREATE VIEW sandbox_reuse_violations AS
+SELECT l.sandbox_id AS sandbox_id,
+       'served-two-sessions' AS violation,
+       string_agg(DISTINCT l.session_id, ',') AS session_ids,
+       min(l.at) AS at,
+       sbx_utc(min(l.at)) AS at_utc,
+       string_agg(DISTINCT l.session_id || ' via ' || l.evidence, ',') AS detail
+FROM sandbox_session_links l
+GROUP BY l.sandbox_id
+HAVING count(DISTINCT l.session_id) > 1
+UNION ALL
+SELECT id, 'claimed-after-termination', session_id, claimed_at,
+       sbx_utc(claimed_at),
+       'claimed ' || sbx_utc(claimed_at)
+           || ' after termination at '
+           || sbx_utc(terminated_at)
+FROM sandboxes
+WHERE terminated_at IS NOT NULL AND claimed_at > terminated_at
+UNION ALL
+SELECT id, 'alive-after-termination', session_id, terminated_at,
+       sbx_utc(terminated_at),
+       'state ' || state || ' although terminated at '
+           || sbx_utc(terminated_at)
+FROM sandboxes
+WHERE terminated_at IS NOT NULL AND state NOT IN ('terminated', 'failed')
+UNION ALL
+SELECT id, 'back-in-pool-after-use', session_id, updated_at,
+       sbx_utc(updated_at),
+       'state ' || state || ' although it served ' || coalesce(session_id, 'a Session')
+FROM sandboxes
+WHERE state IN ('warm', 'booting') AND (session_id IS NOT NULL OR claimed_at IS NOT NULL)
+UNION ALL
+SELECT b.id, 'used-after-termination', coalesce(e.session_id, b.session_id), e.at,
+       sbx_utc(e.at),
+       'event #' || e.id || ' ' || e.kind || ' after event #' || t.id || ' ' || t.kind
+FROM sandboxes b
+JOIN (SELECT object_id, min(id) AS id FROM events
+      WHERE object_type = 'sandbox' AND kind IN ('sandbox.terminated', 'sandbox.failed')
+      GROUP BY object_id) tid ON tid.object_id = b.id
+JOIN events t ON t.id = tid.id
+JOIN events e ON e.id > t.id
+    AND ((e.object_type = 'sandbox' AND e.object_id = b.id)
+         OR sbx_json_field(e.data, 'sandboxId') = b.id)
+WHERE e.kind IN ('sandbox.warm', 'sandbox.claimed', 'sandbox.running', 'message.delivering',
+                 'message.completed')
+UNION ALL
+SELECT b.id, 'used-after-termination', m.session_id, m.completed_at,
+       sbx_utc(m.completed_at),
+       'message ' || m.id || ' ' || m.state || ' at '
+           || sbx_utc(m.completed_at)
+           || ' after the Sandbox ended at '
+           || sbx_utc(b.terminated_at)
+FROM sandboxes b
+JOIN messages m ON m.sandbox_id = b.id
+WHERE b.terminated_at IS NOT NULL AND m.completed_at > b.terminated_at AND m.state = 'completed';
+
+-- Integrity: rows that point at something missing or dead. Empty when all is well (while sbx
+-- runs, and after a clean stop). problem is one of:
+--   message-without-session, sandbox-without-session, session-without-sandbox (a live Session
+--   whose Sandbox does not exist), session-on-ended-sandbox (an active Session whose Sandbox has
+--   ended), sandbox-of-stopped-worker (a live Sandbox whose worker stopped or is unknown),
+--   lease-of-stopped-worker (a message leased by a worker that stopped or is unknown),
+--   message-of-missing-sandbox (a message naming a Sandbox that does not exist).
+CREATE VIEW orphan_rows AS
+SELECT 'message-without-session' AS problem, 'messages' AS table_name, m.id AS row_id,
+       'session ' || m.session_id || ' does not exist' AS detail
+FROM messages m WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = m.session_id)
+UNION ALL
+SELECT 'sandbox-without-session', 'sandboxes', b.id, 'session ' || b.session_id || ' does not exist'
+FROM sandboxes b
+WHERE b.session_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = b.session_id)
+UNION ALL
+SELECT 'session-without-sandbox', 'sessions', s.id, 'sandbox ' || s.sandbox_id || ' does not exist'
+FROM sessions s
+WHERE s.sandbox_id IS NOT NULL AND s.state <> 'deleted'
+  AND NOT EXISTS (SELECT 1 FROM sandboxes b WHERE b.id = s.sandbox_id)
+UNION ALL
+SELECT 'session-on-ended-sandbox', 'sessions', s.id,
+       'state ' || s.state || ' but sandbox ' || s.sandbox_id || ' is ' || b.state
+FROM sessions s JOIN sandboxes b ON b.id = s.sandbox_id
+WHERE s.state = 'active' AND b.state IN ('terminated', 'failed')
+UNION ALL
+SELECT 'sandbox-of-stopped-worker', 'sandboxes', b.id,
+       'state ' || b.state || ' but worker ' || b.worker_id
+           || CASE WHEN w.id IS NULL THEN ' is unknown' ELSE ' stopped at '
+               || sbx_utc(w.stopped_at) END
+FROM sandboxes b LEFT JOIN workers w ON w.id = b.worker_id
+WHERE b.state NOT IN ('terminated', 'failed') AND (w.id IS NULL OR w.stopped_at IS NOT NULL)
+UNION ALL
+SELECT 'lease-of-stopped-worker', 'messages', m.id,
+       'delivering under worker ' || m.lease_owner
+           || CASE WHEN w.id IS NULL THEN ' which is unknown' ELSE ' which stopped' END
+FROM messages m LEFT JOIN workers w ON w.id = m.lease_owner
+WHERE m.state = 'delivering' AND (w.id IS NULL OR w.stopped_at IS NOT NULL)
+UNION ALL
+SELECT 'message-of-missing-sandbox', 'messages', m.id, 'sandbox ' || m.sandbox_id || ' does not exist'
+FROM messages m
+WHERE m.sandbox_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM sandboxes b WHERE b.id = m.sandbox_id);
