@@ -43,16 +43,17 @@ test('a waiting GET returns early once the message is completed', async () => {
   assert.ok(elapsed < 10000, `did not return early (${elapsed} ms of a 20 s wait)`);
 });
 
-test('a worker\'s "msg <id>" datagram wakes the wait at once (not the 1 s fallback)', { skip: !process.env.SBX_NOTIFY_BIN }, async () => {
-  // Three rounds: the fallback recheck runs once a second, so it alone would answer within
-  // 300 ms of the completion only by chance, and not three times in a row.
+test('a worker\'s "msg <id>" wake-up wakes the wait at once (not the fallback recheck)', { skip: !process.env.SBX_NOTIFY_BIN }, async () => {
+  // Three rounds: the fallback recheck runs once a second (every 5 s on PostgreSQL), so it alone
+  // would answer within 300 ms of the completion only by chance, and not three times in a row.
+  // The wake-up goes the way the store says: a datagram on SQLite, a NOTIFY on PostgreSQL.
   for (let round = 0; round < 3; round++) {
     const { mid, path } = await newMessage();
     const pending = req(gw, 'GET', `${path}?wait=20`, { token: gw.key });
     await new Promise((r) => setTimeout(r, 150));
     completeInDb(mid, { round });
     const t0 = Date.now();
-    execFileSync(process.env.SBX_NOTIFY_BIN, [join(gw.dataDir, 'run'), 'gateway', `msg ${mid}`]);
+    execFileSync(process.env.SBX_NOTIFY_BIN, [join(gw.dataDir, 'run'), 'gateway', `msg ${mid}`, gw.store]);
     const res = await pending;
     const elapsed = Date.now() - t0;
     assert.equal(res.json.state, 'completed');
