@@ -20,11 +20,12 @@ async function newMessage(body = { q: 1 }) {
   return { sid: s.id, mid: m.id, path: `/v1/sessions/${s.id}/messages/${m.id}` };
 }
 
-// Completes a message the way a worker does, but straight in the database, without a wake-up
-// datagram: the gateway must notice through its fallback recheck.
+// Completes a message the way a worker does, but straight in the database, without a wake-up:
+// the gateway must notice through its fallback recheck. SQL both SQLite and PostgreSQL run.
 function completeInDb(mid, reply) {
+  const now = Date.now();
   sql(gw, `UPDATE messages SET state='completed', reply='${JSON.stringify(reply)}', attempts=1,
-           completed_at=strftime('%s','now')*1000, updated_at=strftime('%s','now')*1000 WHERE id='${mid}'`);
+           completed_at=${now}, updated_at=${now} WHERE id='${mid}'`);
 }
 
 test('a waiting GET returns early once the message is completed', async () => {
