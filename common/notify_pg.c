@@ -6,6 +6,8 @@
  * (with poll or libevent) stays valid while the connection underneath is lost and made again:
  * a lost connection arms the timer, the timer makes the fd readable, and notify_recv() advances
  * a non-blocking reconnection (PQconnectStart/PQconnectPoll, then LISTEN) one step per call.
+ * (Only a host name's lookup inside PQconnectStart can block: URLs with an address or a socket
+ * directory avoid it.)
  *
  * A sender owns another connection and a thread that runs SELECT pg_notify(channel, msg) on it,
  * with deadlines on every wait; callers only queue their message. An unreachable server costs the
@@ -106,7 +108,7 @@ static PGconn *connect_within(const char *url, const char *app, int64_t deadline
             return NULL;
         }
         if (wait_fd(PQsocket(c), st == PGRES_POLLING_READING ? POLLIN : POLLOUT, deadline) <= 0) {
-            snprintf(err, errlen, "no connection within %d ms", CONNECT_TIMEOUT_MS);
+            snprintf(err, errlen, "timed out connecting");
             PQfinish(c);
             return NULL;
         }
@@ -126,10 +128,10 @@ static int finish_query(PGconn *c, int64_t deadline)
 {
     int ok = 0;
     for (;;) {
-        int flushed = PQflush(c);
-        if (flushed < 0)
+        int unsent = PQflush(c); /* 1: part of the query is still to be written */
+        if (unsent < 0)
             return -1;
-        while (flushed == 0 && !PQisBusy(c)) {
+        while (unsent == 0 && !PQisBusy(c)) {
             PGresult *r = PQgetResult(c);
             if (!r)
                 return ok;
@@ -138,7 +140,7 @@ static int finish_query(PGconn *c, int64_t deadline)
                 ok = -1;
             PQclear(r);
         }
-        if (wait_fd(PQsocket(c), (short)(POLLIN | (flushed ? POLLOUT : 0)), deadline) <= 0)
+        if (wait_fd(PQsocket(c), (short)(POLLIN | (unsent ? POLLOUT : 0)), deadline) <= 0)
             return -1;
         if (PQconsumeInput(c) == 0)
             return -1;
