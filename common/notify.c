@@ -1,14 +1,17 @@
 /*
- * notify.c: Unix datagram wake-ups (see notify.h). The sender caches the directory listing for a
- * second, so a burst of enqueues costs one sendto() per receiver and not a readdir() each.
+ * notify.c: the handles of notify.h and their Unix datagram transport (one host); the PostgreSQL
+ * transport is in notify_pg.c. The Unix sender caches the directory listing for a second, so a
+ * burst of enqueues costs one sendto() per receiver and not a readdir() each.
  */
 #include "notify.h"
+#include "notify_pg.h"
 #include "timefmt.h"
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +22,14 @@
 
 #define NOTIFY_MAX_PEERS 256
 
+struct notify_listener {
+    struct pg_listener *pg; /* the PostgreSQL transport, or NULL for the Unix one: */
+    int fd;
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+};
+
 struct notify_peer {
+    struct pg_sender *pg; /* the PostgreSQL transport, or NULL for the Unix one: */
     pthread_mutex_t lock;
     char run_dir[400];
     char role[32];
@@ -29,58 +39,141 @@ struct notify_peer {
     struct sockaddr_un addrs[NOTIFY_MAX_PEERS];
 };
 
-int notify_listen(const char *run_dir, const char *role, char *path_out, size_t pathlen)
+static bool store_is_postgres(const char *store)
 {
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    int fd;
-
-    if (mkdir(run_dir, 0700) != 0 && errno != EEXIST)
-        return -1;
-    if ((size_t)snprintf(sa.sun_path, sizeof sa.sun_path, "%s/%s-%d.sock", run_dir, role,
-                         (int)getpid()) >= sizeof sa.sun_path) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    unlink(sa.sun_path);
-    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        close(fd);
-        return -1;
-    }
-    snprintf(path_out, pathlen, "%s", sa.sun_path);
-    return fd;
+    return store &&
+           (strncmp(store, "postgres://", 11) == 0 || strncmp(store, "postgresql://", 13) == 0);
 }
 
-int notify_recv(int fd, char *buf, size_t buflen)
+/* Roles become channel names (sbx_<role>) and file names: keep them plain identifiers. */
+static bool role_is_valid(const char *role)
 {
-    ssize_t n = recv(fd, buf, buflen - 1, 0);
+    size_t n = strlen(role);
+    if (n == 0 || n > 24)
+        return false;
+    for (const char *c = role; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_'))
+            return false;
+    return true;
+}
+
+static int unix_bind(struct notify_listener *l, const char *run_dir, const char *role, char *err,
+                     size_t errlen)
+{
+    /* Several listeners of one role may live in one process (tests do): each gets its own name. */
+    static unsigned seq;
+    unsigned n = __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+
+    if (mkdir(run_dir, 0700) != 0 && errno != EEXIST) {
+        snprintf(err, errlen, "cannot make %s: %s", run_dir, strerror(errno));
+        return -1;
+    }
+    if ((size_t)snprintf(sa.sun_path, sizeof sa.sun_path, "%s/%s-%d-%u.sock", run_dir, role,
+                         (int)getpid(), n) >= sizeof sa.sun_path) {
+        snprintf(err, errlen, "the notify socket path in %s is too long", run_dir);
+        return -1;
+    }
+    l->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (l->fd < 0) {
+        snprintf(err, errlen, "socket: %s", strerror(errno));
+        return -1;
+    }
+    unlink(sa.sun_path);
+    if (bind(l->fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        snprintf(err, errlen, "cannot bind %s: %s", sa.sun_path, strerror(errno));
+        return -1;
+    }
+    snprintf(l->path, sizeof l->path, "%s", sa.sun_path);
+    return 0;
+}
+
+struct notify_listener *notify_listen(const char *store, const char *run_dir, const char *role,
+                                      char *err, size_t errlen)
+{
+    struct notify_listener *l;
+    if (!role_is_valid(role)) {
+        snprintf(err, errlen, "invalid notify role \"%.32s\"", role);
+        return NULL;
+    }
+    if (!(l = calloc(1, sizeof *l))) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    l->fd = -1;
+    if (store_is_postgres(store)) {
+        char channel[32];
+        snprintf(channel, sizeof channel, "sbx_%s", role);
+        l->pg = pg_listener_new(store, channel, err, errlen);
+        if (!l->pg) {
+            free(l);
+            return NULL;
+        }
+        return l;
+    }
+    if (unix_bind(l, run_dir, role, err, errlen) != 0) {
+        notify_listener_close(l);
+        return NULL;
+    }
+    return l;
+}
+
+int notify_listener_fd(const struct notify_listener *l)
+{
+    return l->pg ? pg_listener_fd(l->pg) : l->fd;
+}
+
+bool notify_listener_reliable(const struct notify_listener *l)
+{
+    return l->pg && pg_listener_ready(l->pg);
+}
+
+int notify_recv(struct notify_listener *l, char *buf, size_t buflen)
+{
+    if (buflen == 0)
+        return 0;
+    if (l->pg)
+        return pg_listener_recv(l->pg, buf, buflen);
+    ssize_t n = recv(l->fd, buf, buflen - 1, 0);
     if (n <= 0)
         return 0;
     buf[n] = '\0';
     return (int)n;
 }
 
-void notify_close(int fd, const char *path)
+void notify_listener_close(struct notify_listener *l)
 {
-    if (fd >= 0)
-        close(fd);
-    if (path && *path)
-        unlink(path);
+    if (!l)
+        return;
+    pg_listener_free(l->pg);
+    if (l->fd >= 0)
+        close(l->fd);
+    if (l->path[0])
+        unlink(l->path);
+    free(l);
 }
 
-struct notify_peer *notify_peer_new(const char *run_dir, const char *role)
+struct notify_peer *notify_peer_new(const char *store, const char *run_dir, const char *role)
 {
-    struct notify_peer *p = calloc(1, sizeof *p);
-    if (!p)
+    struct notify_peer *p;
+    if (!role_is_valid(role) || !(p = calloc(1, sizeof *p)))
         return NULL;
+    p->fd = -1;
     pthread_mutex_init(&p->lock, NULL);
+    if (store_is_postgres(store)) {
+        char channel[32];
+        snprintf(channel, sizeof channel, "sbx_%s", role);
+        if (!(p->pg = pg_sender_new(store, channel))) {
+            notify_peer_free(p);
+            return NULL;
+        }
+        return p;
+    }
     snprintf(p->run_dir, sizeof p->run_dir, "%s", run_dir);
     snprintf(p->role, sizeof p->role, "%s", role);
     p->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (p->fd < 0) {
-        free(p);
+        notify_peer_free(p);
         return NULL;
     }
     return p;
@@ -90,12 +183,14 @@ void notify_peer_free(struct notify_peer *p)
 {
     if (!p)
         return;
-    close(p->fd);
+    pg_sender_free(p->pg);
+    if (p->fd >= 0)
+        close(p->fd);
     pthread_mutex_destroy(&p->lock);
     free(p);
 }
 
-static void notify_refresh(struct notify_peer *p)
+static void unix_refresh(struct notify_peer *p)
 {
     DIR *d = opendir(p->run_dir);
     struct dirent *de;
@@ -119,12 +214,12 @@ static void notify_refresh(struct notify_peer *p)
     closedir(d);
 }
 
-void notify_send(struct notify_peer *p, const char *msg)
+static void unix_send(struct notify_peer *p, const char *msg)
 {
     size_t len = strlen(msg);
     pthread_mutex_lock(&p->lock);
     if (mono_ms() - p->listed_at > 1000)
-        notify_refresh(p);
+        unix_refresh(p);
     for (size_t i = 0; i < p->n; i++) {
         if (sendto(p->fd, msg, len, 0, (struct sockaddr *)&p->addrs[i], sizeof p->addrs[i]) < 0 &&
             errno == ECONNREFUSED) {
@@ -135,4 +230,12 @@ void notify_send(struct notify_peer *p, const char *msg)
         }
     }
     pthread_mutex_unlock(&p->lock);
+}
+
+void notify_send(struct notify_peer *p, const char *msg)
+{
+    if (p->pg)
+        pg_sender_send(p->pg, msg);
+    else
+        unix_send(p, msg);
 }

@@ -1,30 +1,62 @@
 /*
- * notify.h: wake-ups between the gateway and the workers, which otherwise meet only in the store.
+ * notify.h: wake-ups between the gateways and the workers, which otherwise meet only in the store.
  *
- * Each process that wants to be woken binds a Unix datagram socket <run_dir>/<role>-<pid>.sock.
- * After a commit, the other side sends a short datagram to every socket of that role:
- *   - the gateway tells "worker" sockets "queue" after it enqueues a message;
- *   - a worker tells "gateway" sockets "msg <messageId>" when a message ends, to answer long polls.
- * A datagram is a hint, never the truth: the receiver re-reads the store, and both sides keep a
- * slow poll as a fallback, so a lost datagram only delays. Sockets whose owner died are removed.
+ * The messages:
+ *   - a gateway tells role "worker" "queue" after it enqueues a message, "stop" after a DELETE;
+ *   - a worker tells role "gateway" "msg <messageId>" when a message ends and "sandbox <id>" when
+ *     a Sandbox changes, to answer long polls.
+ * A message is a hint, never the truth: the receiver re-reads the store, and both sides keep a
+ * slow poll as a fallback, so a lost message only delays.
+ *
+ * Two transports, chosen by the `store` setting, behind the same handles:
+ *   - "sqlite" (or empty): Unix datagrams, one host. Each listener binds
+ *     <run_dir>/<role>-<pid>-<n>.sock; a sender sends to every socket of the role and removes
+ *     sockets whose owner died.
+ *   - a postgres:// URL: LISTEN/NOTIFY, any number of hosts. Channel "sbx_<role>", payload = the
+ *     message. A listener holds its own connection for LISTEN and re-establishes it when it is
+ *     lost; meanwhile callers rely on their slow poll, and once it listens again notify_recv()
+ *     returns NOTIFY_RESYNC (hints may have been lost: re-read the store).
  */
 #ifndef SBX_NOTIFY_H
 #define SBX_NOTIFY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
-struct notify_peer; /* the sender's cached list of receivers */
+/* What notify_recv() returns after a lost LISTEN connection is back: re-read the store. */
+#define NOTIFY_RESYNC "resync"
 
-/* Binds this process's socket; returns a non-blocking fd or -1. path_out receives its path. */
-int notify_listen(const char *run_dir, const char *role, char *path_out, size_t pathlen);
-/* Reads one datagram into buf (NUL-terminated); returns its length, 0 when none is pending. */
-int notify_recv(int fd, char *buf, size_t buflen);
-void notify_close(int fd, const char *path);
+struct notify_listener; /* one receiving end; used by one thread */
+struct notify_peer;     /* a sender to one role; thread-safe */
 
-/* A sender for one role; thread-safe. */
-struct notify_peer *notify_peer_new(const char *run_dir, const char *role);
+/* Starts listening for the messages of role (lowercase letters, digits, '_'). store is the
+ * `store` setting; run_dir (<data_dir>/run) is used by the Unix transport only. Returns NULL with
+ * the reason in err when it cannot (no socket, a malformed URL); an unreachable PostgreSQL is not
+ * an error: the listener keeps trying in the background. */
+struct notify_listener *notify_listen(const char *store, const char *run_dir, const char *role,
+                                      char *err, size_t errlen);
+/* The fd to wait on for readability (poll, libevent); it stays the same for the listener's life,
+ * across reconnections. When it is readable, call notify_recv() until it returns 0. */
+int notify_listener_fd(const struct notify_listener *l);
+/* True while a message to this listener can be lost only when its sender cannot reach the server:
+ * PostgreSQL with the LISTEN connection up (the server queues notifications for it). False for
+ * Unix datagrams (a full receive queue drops them: 10 by default) and while reconnecting. A caller
+ * may re-read the store less often while it is true. */
+bool notify_listener_reliable(const struct notify_listener *l);
+/* Copies the next pending message into buf (NUL-terminated, truncated to buflen - 1) and returns
+ * its length; 0 when none is pending. Never blocks; also drives the reconnection. */
+int notify_recv(struct notify_listener *l, char *buf, size_t buflen);
+void notify_listener_close(struct notify_listener *l);
+
+/* A sender to every listener of role; see notify_listen() for store and run_dir. Returns NULL
+ * when out of memory or sockets, or for a malformed URL. Connects lazily, on the first send. */
+struct notify_peer *notify_peer_new(const char *store, const char *run_dir, const char *role);
 void notify_peer_free(struct notify_peer *p);
-/* Sends msg to every receiver of the role. Never blocks; failures are dropped (hints only). */
+/* Sends msg (under 128 bytes) to every listener of the role, after whatever the caller committed
+ * before. Never waits for the network: a Unix datagram is sent at once (dropped when a receiver's
+ * queue is full); on PostgreSQL, msg is queued for the peer's thread, which sends what queued in
+ * one round trip, drops it when the server cannot be reached within a second (hints only), and
+ * connects again for a later send. notify_peer_free() sends what is still queued first. */
 void notify_send(struct notify_peer *p, const char *msg);
 
 #endif

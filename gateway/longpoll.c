@@ -15,7 +15,12 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+/* How often the store is re-read for every waiter, in case a wake-up was lost: each second when
+ * wake-ups are datagrams (a burst overflows a socket's queue) or while a LISTEN connection is
+ * being made again; every 5 s while PostgreSQL queues them for us, so that thousands of parked
+ * requests on several gateways are not a loop of queries against the shared database. */
 #define RECHECK_MS 1000
+#define RECHECK_RELIABLE_MS 5000
 
 struct waiter {
     struct request *r;
@@ -29,9 +34,8 @@ struct waiter {
 
 struct longpoll {
     struct gateway *gw;
-    int notify_fd;
-    char notify_path[256];
-    int wake_fd; /* eventfd: stop */
+    struct notify_listener *notify; /* "msg <id>" from workers, on any host */
+    int wake_fd;                    /* eventfd: stop */
     pthread_t thread;
     bool thread_started;
     pthread_mutex_t lock;
@@ -106,7 +110,7 @@ static void mark(struct longpoll *lp, const char *message_id, int64_t now)
     pthread_mutex_unlock(&lp->lock);
 }
 
-/* The fallback for lost datagrams: reads each waited-for message's state from the store. Only
+/* The fallback for lost wake-ups: reads each waited-for message's state from the store. Only
  * this thread unlinks waiters, so the snapshot's pointers stay valid without the lock. */
 static void recheck(struct longpoll *lp)
 {
@@ -162,13 +166,15 @@ static void *longpoll_main(void *arg)
 
     for (;;) {
         int64_t now = mono_ms();
-        int64_t timeout = last_recheck + RECHECK_MS - now;
+        int64_t every = notify_listener_reliable(lp->notify) ? RECHECK_RELIABLE_MS : RECHECK_MS;
+        int64_t timeout = last_recheck + every - now;
         int64_t d = next_deadline(lp);
         if (d != INT64_MAX && d - now < timeout)
             timeout = d - now;
         if (timeout < 0)
             timeout = 0;
-        struct pollfd fds[2] = {{lp->notify_fd, POLLIN, 0}, {lp->wake_fd, POLLIN, 0}};
+        struct pollfd fds[2] = {{notify_listener_fd(lp->notify), POLLIN, 0},
+                                {lp->wake_fd, POLLIN, 0}};
         int rc = poll(fds, 2, (int)timeout);
         if (rc < 0 && errno != EINTR) {
             log_error("longpoll: poll: %s", strerror(errno));
@@ -177,11 +183,17 @@ static void *longpoll_main(void *arg)
         if (fds[1].revents)
             break;
         now = mono_ms();
-        while (fds[0].revents && notify_recv(lp->notify_fd, buf, sizeof buf) > 0)
+        bool resync = false;
+        while (fds[0].revents && notify_recv(lp->notify, buf, sizeof buf) > 0) {
             if (strncmp(buf, "msg ", 4) == 0)
                 mark(lp, buf + 4, now);
+            else if (strcmp(buf, NOTIFY_RESYNC) == 0)
+                resync = true;
+        }
         mark(lp, "", now); /* deadlines only: no message id is "" */
-        if (now - last_recheck >= RECHECK_MS) {
+        /* After a lost LISTEN connection, "msg" hints may have been missed: recheck now. */
+        every = notify_listener_reliable(lp->notify) ? RECHECK_RELIABLE_MS : RECHECK_MS;
+        if (resync || now - last_recheck >= every) {
             recheck(lp);
             last_recheck = now;
         }
@@ -193,18 +205,24 @@ static void *longpoll_main(void *arg)
 struct longpoll *longpoll_start(struct gateway *gw, char *err, size_t errlen)
 {
     struct longpoll *lp = calloc(1, sizeof *lp);
-    char run_dir[600];
+    char run_dir[600], why[512];
     if (!lp) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
     lp->gw = gw;
+    lp->wake_fd = -1;
     pthread_mutex_init(&lp->lock, NULL);
-    snprintf(run_dir, sizeof run_dir, "%s/run", gw->cfg.data_dir);
-    lp->notify_fd = notify_listen(run_dir, "gateway", lp->notify_path, sizeof lp->notify_path);
     lp->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (lp->notify_fd < 0 || lp->wake_fd < 0) {
-        snprintf(err, errlen, "cannot bind the notify socket in %s: %s", run_dir, strerror(errno));
+    if (lp->wake_fd < 0) {
+        snprintf(err, errlen, "eventfd: %s", strerror(errno));
+        longpoll_free(lp);
+        return NULL;
+    }
+    snprintf(run_dir, sizeof run_dir, "%s/run", gw->cfg.data_dir);
+    lp->notify = notify_listen(gw->cfg.store, run_dir, "gateway", why, sizeof why);
+    if (!lp->notify) {
+        snprintf(err, errlen, "cannot listen for wake-ups: %s", why);
         longpoll_free(lp);
         return NULL;
     }
@@ -250,7 +268,7 @@ void longpoll_free(struct longpoll *lp)
         return;
     if (lp->thread_started)
         longpoll_stop(lp, 0);
-    notify_close(lp->notify_fd, lp->notify_path);
+    notify_listener_close(lp->notify);
     if (lp->wake_fd >= 0)
         close(lp->wake_fd);
     pthread_mutex_destroy(&lp->lock);

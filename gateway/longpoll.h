@@ -1,9 +1,10 @@
 /*
  * longpoll.h: GET .../messages/{id}?wait=N without holding a thread. The handler parks the
- * request (MHD_suspend_connection); one thread listens on the gateway's notify socket for
- * "msg <messageId>" datagrams from workers and resumes the requests waiting for that message, or
- * those whose wait ran out. Datagrams are hints that can be lost, so about once a second the
- * thread also re-reads the state of every waited-for message from the store.
+ * request (MHD_suspend_connection); one thread listens for "msg <messageId>" wake-ups from
+ * workers (notify.h: a Unix socket on one host, LISTEN on PostgreSQL across hosts) and resumes the
+ * requests waiting for that message, or those whose wait ran out. Wake-ups are hints that can be
+ * lost, so the thread also re-reads the state of every waited-for message from the store: once a
+ * second (every 5 s while a LISTEN connection is up), and at once when a lost one is back.
  */
 #ifndef SBX_LONGPOLL_H
 #define SBX_LONGPOLL_H

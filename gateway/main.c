@@ -224,7 +224,7 @@ int main(int argc, char **argv)
         log_error("cannot set up the admin token in the store");
         goto out;
     }
-    gw.workers = notify_peer_new(run_dir, "worker");
+    gw.workers = notify_peer_new(gw.cfg.store, run_dir, "worker");
     gw.metrics = metrics_new();
     gw.rl = ratelimit_new(gw.cfg.auth_fail_limit, gw.cfg.auth_fail_window * 1000);
     gw.lp = longpoll_start(&gw, err, sizeof err);

@@ -1,6 +1,6 @@
 /*
- * loop.c: the worker process around its libevent loop: registration in the store, the wake-up
- * socket, the heartbeat and fallback-poll timers, signals, and the orderly shutdown on SIGTERM
+ * loop.c: the worker process around its libevent loop: registration in the store, wake-ups
+ * (notify.h), the heartbeat and fallback-poll timers, signals, and the orderly shutdown on SIGTERM
  * (stop claiming, let deliveries in flight finish for shutdown_grace, release what is left,
  * terminate every Sandbox, exit 0).
  */
@@ -78,8 +78,11 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
     struct worker *w = arg;
     char buf[256];
     bool any = false;
+    (void)fd;
     (void)what;
-    while (notify_recv(fd, buf, sizeof buf) > 0)
+    /* Whatever arrived ("queue", "stop", or NOTIFY_RESYNC after a lost LISTEN connection) means
+     * the same: the store may hold something new. */
+    while (notify_recv(w->notify, buf, sizeof buf) > 0)
         any = true;
     if (!any || w->stopping)
         return;
@@ -173,11 +176,10 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 int worker_init(struct worker *w, const struct sbx_config *cfg,
                 const struct driver *(*find_driver)(const char *name), char *err, size_t errlen)
 {
-    char run_dir[600];
+    char run_dir[600], why[512];
     memset(w, 0, sizeof *w);
     w->cfg = *cfg;
     w->find_driver = find_driver;
-    w->notify_fd = -1;
     if (id_new("wrk", w->id, sizeof w->id) != 0) {
         snprintf(err, errlen, "cannot make a worker id: no randomness");
         return -1;
@@ -209,11 +211,11 @@ int worker_init(struct worker *w, const struct sbx_config *cfg,
         return -1;
     }
     snprintf(run_dir, sizeof run_dir, "%.500s/run", cfg->data_dir);
-    w->notify_fd = notify_listen(run_dir, "worker", w->notify_path, sizeof w->notify_path);
-    if (w->notify_fd < 0)
-        log_warn("worker: no wake-up socket in %s (%m); relying on the %lld ms poll", run_dir,
+    w->notify = notify_listen(cfg->store, run_dir, "worker", why, sizeof why);
+    if (!w->notify)
+        log_warn("worker: no wake-ups (%s); relying on the %lld ms poll", why,
                  (long long)cfg->poll_ms);
-    w->gateway_peer = notify_peer_new(run_dir, "gateway");
+    w->gateway_peer = notify_peer_new(cfg->store, run_dir, "gateway");
     w->kick_ev = event_new(w->base, -1, 0, on_kick, w);
     w->poll_ev = event_new(w->base, -1, EV_PERSIST, on_poll, w);
     w->heartbeat_ev = event_new(w->base, -1, EV_PERSIST, on_heartbeat, w);
@@ -221,10 +223,11 @@ int worker_init(struct worker *w, const struct sbx_config *cfg,
     w->grace_ev = evtimer_new(w->base, on_grace, w);
     w->sigterm_ev = evsignal_new(w->base, SIGTERM, on_signal, w);
     w->sigint_ev = evsignal_new(w->base, SIGINT, on_signal, w);
-    if (w->notify_fd >= 0)
-        w->notify_ev = event_new(w->base, w->notify_fd, EV_READ | EV_PERSIST, on_notify, w);
+    if (w->notify)
+        w->notify_ev =
+            event_new(w->base, notify_listener_fd(w->notify), EV_READ | EV_PERSIST, on_notify, w);
     if (!w->kick_ev || !w->poll_ev || !w->heartbeat_ev || !w->due_ev || !w->grace_ev ||
-        !w->sigterm_ev || !w->sigint_ev || (w->notify_fd >= 0 && !w->notify_ev)) {
+        !w->sigterm_ev || !w->sigint_ev || (w->notify && !w->notify_ev)) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -302,7 +305,7 @@ void worker_fini(struct worker *w)
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
         if (evs[i])
             event_free(evs[i]);
-    notify_close(w->notify_fd, w->notify_path);
+    notify_listener_close(w->notify);
     notify_peer_free(w->gateway_peer);
     free(w->shapes);
     if (w->base)

@@ -21,6 +21,7 @@
 
 struct jobs;
 struct sandbox;
+struct notify_listener;
 struct notify_peer;
 
 struct worker {
@@ -35,9 +36,8 @@ struct worker {
     struct store_ctx ctx;
     char hostname[256];
 
-    int notify_fd;
-    char notify_path[512];
-    struct notify_peer *gateway_peer;
+    struct notify_listener *notify;   /* "queue"/"stop" from gateways; NULL: poll only */
+    struct notify_peer *gateway_peer; /* "msg <id>"/"sandbox <id>" to gateways */
     struct event *notify_ev, *poll_ev, *heartbeat_ev, *kick_ev, *due_ev, *grace_ev, *sigterm_ev,
         *sigint_ev;
 

@@ -20,11 +20,12 @@ async function newMessage(body = { q: 1 }) {
   return { sid: s.id, mid: m.id, path: `/v1/sessions/${s.id}/messages/${m.id}` };
 }
 
-// Completes a message the way a worker does, but straight in the database, without a wake-up
-// datagram: the gateway must notice through its fallback recheck.
+// Completes a message the way a worker does, but straight in the database, without a wake-up:
+// the gateway must notice through its fallback recheck. SQL both SQLite and PostgreSQL run.
 function completeInDb(mid, reply) {
+  const now = Date.now();
   sql(gw, `UPDATE messages SET state='completed', reply='${JSON.stringify(reply)}', attempts=1,
-           completed_at=strftime('%s','now')*1000, updated_at=strftime('%s','now')*1000 WHERE id='${mid}'`);
+           completed_at=${now}, updated_at=${now} WHERE id='${mid}'`);
 }
 
 test('a waiting GET returns early once the message is completed', async () => {
@@ -43,16 +44,17 @@ test('a waiting GET returns early once the message is completed', async () => {
   assert.ok(elapsed < 10000, `did not return early (${elapsed} ms of a 20 s wait)`);
 });
 
-test('a worker\'s "msg <id>" datagram wakes the wait at once (not the 1 s fallback)', { skip: !process.env.SBX_NOTIFY_BIN }, async () => {
-  // Three rounds: the fallback recheck runs once a second, so it alone would answer within
-  // 300 ms of the completion only by chance, and not three times in a row.
+test('a worker\'s "msg <id>" wake-up wakes the wait at once (not the fallback recheck)', { skip: !process.env.SBX_NOTIFY_BIN }, async () => {
+  // Three rounds: the fallback recheck runs once a second (every 5 s on PostgreSQL), so it alone
+  // would answer within 300 ms of the completion only by chance, and not three times in a row.
+  // The wake-up goes the way the store says: a datagram on SQLite, a NOTIFY on PostgreSQL.
   for (let round = 0; round < 3; round++) {
     const { mid, path } = await newMessage();
     const pending = req(gw, 'GET', `${path}?wait=20`, { token: gw.key });
     await new Promise((r) => setTimeout(r, 150));
     completeInDb(mid, { round });
     const t0 = Date.now();
-    execFileSync(process.env.SBX_NOTIFY_BIN, [join(gw.dataDir, 'run'), 'gateway', `msg ${mid}`]);
+    execFileSync(process.env.SBX_NOTIFY_BIN, [join(gw.dataDir, 'run'), 'gateway', `msg ${mid}`, gw.store]);
     const res = await pending;
     const elapsed = Date.now() - t0;
     assert.equal(res.json.state, 'completed');
