@@ -92,6 +92,7 @@ struct pg_conn {
     bool in_txn;
     int64_t changes;
     enum store_status last_status; /* of the last failure on this connection */
+    char last_sqlstate[6];
     char last_error[512];
     /* Commands held back until the transaction's next statement, which carries them in the same
      * round trip: its BEGIN (see pg_begin()) and savepoint commands (see pg_exec()). */
@@ -270,6 +271,7 @@ static void pg_conn_forget_prepared(struct pg_conn *c)
 static void pg_set_error(struct pg_conn *c, enum store_status status, const char *msg)
 {
     c->last_status = status;
+    c->last_sqlstate[0] = '\0';
     pg_copy_message(c->last_error, sizeof c->last_error, msg);
 }
 
@@ -346,6 +348,10 @@ static enum store_status pg_sqlstate_status(const char *code)
         return STORE_CONFLICT; /* unique_violation */
     if (strncmp(code, "23", 2) == 0)
         return STORE_INVALID; /* not null, check, foreign key */
+    /* Data exceptions: a value the database refuses that SQLite would have stored or compared,
+     * such as text that is not UTF-8 (22021) from a hostile header or path. */
+    if (strncmp(code, "22", 2) == 0)
+        return STORE_INVALID;
     if (strncmp(code, "53", 2) == 0)
         return STORE_FULL; /* disk_full, out of memory, too many connections */
     if (strcmp(code, "40001") == 0 || strcmp(code, "40P01") == 0 || strcmp(code, "55P03") == 0 ||
@@ -365,6 +371,7 @@ static void pg_fail(struct pg_conn *c, const PGresult *res)
     if (PQstatus(c->db) != CONNECTION_OK)
         status = STORE_BUSY;
     pg_set_error(c, status, res ? PQresultErrorMessage(res) : PQerrorMessage(c->db));
+    snprintf(c->last_sqlstate, sizeof c->last_sqlstate, "%s", code ? code : "");
     if (!*c->last_error || strcmp(c->last_error, "unknown error") == 0)
         pg_copy_message(c->last_error, sizeof c->last_error, PQerrorMessage(c->db));
 }
@@ -1068,6 +1075,8 @@ static enum store_status pg_status(struct store *st, int rc)
         return STORE_ERROR;
     if (c->last_status == STORE_ERROR)
         log_error("store: postgres: %s", c->last_error);
+    else if (c->last_status == STORE_INVALID && strncmp(c->last_sqlstate, "22", 2) == 0)
+        log_warn("store: postgres: %s", c->last_error); /* also a store bug's symptom */
     else if (c->last_status == STORE_BUSY || c->last_status == STORE_FULL)
         log_warn("store: postgres: %s", c->last_error);
     return c->last_status == STORE_OK ? STORE_ERROR : c->last_status;

@@ -294,6 +294,13 @@ static void test_constraint_violations_map_to_statuses(void **state)
     sql_done(s);
     assert_int_equal(sql_status(st, rc), STORE_INVALID); /* not null */
 
+    /* Text that is not UTF-8 (a hostile header or path) is a value the database refuses. */
+    s = sql_stmt(st, "SELECT count(*) FROM items WHERE name = ?1");
+    sql_bind_text(s, 1, "\xff\xfe");
+    rc = sql_step(s);
+    sql_done(s);
+    assert_int_equal(sql_status(st, rc), STORE_INVALID);
+
     s = sql_stmt(st, "SELECT no_such_column FROM items");
     assert_non_null(s);
     rc = sql_step(s);
