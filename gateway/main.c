@@ -214,8 +214,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "sbx-gateway: %s\n", err);
         return 1;
     }
-    gw.st = store_sqlite_open(gw.cfg.db_path, (int)gw.cfg.busy_timeout_ms, gw.cfg.synchronous, err,
-                              sizeof err);
+    gw.st = store_open(gw.cfg.store, gw.cfg.db_path, (int)gw.cfg.busy_timeout_ms,
+                       gw.cfg.synchronous, err, sizeof err);
     if (!gw.st) {
         fprintf(stderr, "sbx-gateway: %s\n", err);
         return 1;

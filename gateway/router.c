@@ -13,6 +13,7 @@
 #include "id.h"
 #include "timefmt.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,8 +53,20 @@ const struct route gateway_routes[] = {
 };
 const int gateway_route_count = (int)(sizeof gateway_routes / sizeof gateway_routes[0]);
 
+/* Whether a path segment can be an id at all: ids are ASCII letters, digits and '_' (with '-' and
+ * '.' allowed for names a caller may choose). Anything else (bytes that are not even UTF-8, which
+ * PostgreSQL refuses as text) names no object. */
+static bool id_chars_ok(const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '-' && s[i] != '.')
+            return false;
+    return true;
+}
+
 /* Matches path against a template; writes the {parameters}. A parameter is one non-empty
- * segment that fits an id buffer (anything longer cannot be an id: no match, so 404). */
+ * segment that fits an id buffer and has only id characters (anything else cannot be an id: no
+ * match, so 404). */
 static bool path_matches(const char *tmpl, const char *path, char params[][STORE_ID_LEN])
 {
     int np = 0;
@@ -61,7 +74,8 @@ static bool path_matches(const char *tmpl, const char *path, char params[][STORE
         if (*tmpl == '{') {
             const char *end = strchr(path, '/');
             size_t len = end ? (size_t)(end - path) : strlen(path);
-            if (len == 0 || len >= STORE_ID_LEN || np >= ROUTE_MAX_PARAMS)
+            if (len == 0 || len >= STORE_ID_LEN || np >= ROUTE_MAX_PARAMS ||
+                !id_chars_ok(path, len))
                 return false;
             memcpy(params[np], path, len);
             params[np++][len] = '\0';

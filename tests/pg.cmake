@@ -5,3 +5,36 @@ target_link_libraries(test_sql_pg PRIVATE sbxcommon PkgConfig::CMOCKA PkgConfig:
                                           Threads::Threads)
 add_test(NAME unit.pg.engine COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh $<TARGET_FILE:test_sql_pg>)
 set_tests_properties(unit.pg.engine PROPERTIES TIMEOUT 300)
+
+# The API integration suite again, on PostgreSQL: the same test files, each under a throwaway
+# cluster in which the harness (tests/integration/gateway/harness.mjs) gives every fresh data
+# directory a database of its own and runs the gateway and workers with SBX_STORE set to it.
+find_program(NODE_EXECUTABLE node)
+if(NODE_EXECUTABLE)
+  foreach(it api isolation longpoll durability limits)
+    add_test(NAME it.pg.gateway.${it}
+             COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh ${NODE_EXECUTABLE} --test
+                     ${CMAKE_CURRENT_SOURCE_DIR}/integration/gateway/${it}.test.mjs)
+    set_tests_properties(it.pg.gateway.${it} PROPERTIES
+      ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_NOTIFY_BIN=$<TARGET_FILE:sbx-test-notify>"
+      TIMEOUT 180)
+  endforeach()
+  foreach(it lifecycle faults)
+    add_test(NAME it.pg.worker.fork_${it}
+             COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh ${NODE_EXECUTABLE} --test
+                     --test-concurrency=1
+                     ${CMAKE_CURRENT_SOURCE_DIR}/integration/worker/fork_${it}.test.mjs)
+    set_tests_properties(it.pg.worker.fork_${it} PROPERTIES
+      ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker-fork>"
+      TIMEOUT 300)
+  endforeach()
+  if(TARGET sbx-worker AND TARGET sbx-echo-agent)
+    add_test(NAME it.pg.worker.process_e2e
+             COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh ${CMAKE_CURRENT_SOURCE_DIR}/in-netns.sh
+                     ${NODE_EXECUTABLE} --test --test-concurrency=1
+                     ${CMAKE_CURRENT_SOURCE_DIR}/integration/worker/process_e2e.test.mjs)
+    set_tests_properties(it.pg.worker.process_e2e PROPERTIES
+      ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>"
+      TIMEOUT 300)
+  endif()
+endif()

@@ -195,8 +195,8 @@ int worker_init(struct worker *w, const struct sbx_config *cfg,
      * are written in order, so the gateway's next FULL commit makes them durable too; a power
      * loss can only undo the latest ones, and undoing a completion means a redelivery (the lease
      * expires), never a message lost or recorded completed twice. */
-    w->st = store_sqlite_open(cfg->db_path, (int)cfg->busy_timeout_ms, cfg->worker_synchronous, err,
-                              errlen);
+    w->st = store_open(cfg->store, cfg->db_path, (int)cfg->busy_timeout_ms, cfg->worker_synchronous,
+                       err, errlen);
     if (!w->st)
         return -1;
     enum store_status rc = w->st->worker_register(w->st, w->id, w->hostname, (int64_t)getpid());

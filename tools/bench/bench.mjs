@@ -3,20 +3,21 @@
 //
 //   node tools/bench/bench.mjs <build dir> <output dir> [scenario ...]
 //
-// Scenarios: ingestion, warm, burst, cold, expiry, scale (default: all).
+// Scenarios: ingestion, warm, burst, cold, expiry, scale, postgres (default: all). The postgres
+// scenario needs a PostgreSQL server: run under tests/pg-run.sh (tools/sbx bench does).
 import { spawn, execFileSync } from 'node:child_process';
 import { mkdirSync, writeFileSync, appendFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import net from 'node:net';
-import { Sbx, runWrk, summarize, sleep, freePort, writeJson } from './lib.mjs';
+import { Sbx, runWrk, runWrkAsync, summarize, sleep, freePort, writeJson } from './lib.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const buildDir = resolve(process.argv[2] || 'build');
 const outDir = resolve(process.argv[3] || join(buildDir, 'bench'));
 const wanted = process.argv.slice(4);
-const all = ['ingestion', 'warm', 'burst', 'cold', 'expiry', 'scale'];
+const all = ['ingestion', 'warm', 'burst', 'cold', 'expiry', 'scale', 'postgres'];
 const scenarios = wanted.length ? wanted : all;
 // wrk run length per connection count (SBX_BENCH_SECONDS), short enough for a few-minute run.
 const wrkSeconds = Number(process.env.SBX_BENCH_SECONDS) || 5;
@@ -413,8 +414,87 @@ function plot() {
   }
 }
 
+// ---- PostgreSQL beside SQLite ----
+
+// One ingestion run on a fresh store: c connections spread over `gateways` gateways (one wrk per
+// gateway, at once); the sum of their throughput, the worst of their percentiles, and the check
+// that every 202 is a row.
+async function ingestOnce(store, c, gateways = 1) {
+  const sbx = new Sbx(buildDir, { SBX_POOL_SIZE: '0', SBX_SYNCHRONOUS: 'FULL', SBX_STORE: store });
+  await sbx.start({ gatewayOnly: true });
+  try {
+    await sbx.app();
+    const ids = [];
+    for (let i = 0; i < 100; i++) ids.push((await sbx.session()).id);
+    const sessionsFile = join(outDir, 'sessions.txt');
+    writeFileSync(sessionsFile, ids.join('\n') + '\n');
+    const bases = [sbx.base];
+    while (bases.length < gateways) bases.push(await sbx.addGateway());
+    const before = Number(sbx.sql('SELECT count(*) AS n FROM messages')[0].n);
+    const env = { SBX_BENCH_KEY: sbx.key, SBX_BENCH_SESSIONS: sessionsFile };
+    const runs = await Promise.all(bases.map((url) =>
+      runWrkAsync({ url, connections: Math.max(1, Math.round(c / gateways)), seconds: wrkSeconds, script: join(here, 'post.lua'), env })));
+    const stored = Number(sbx.sql('SELECT count(*) AS n FROM messages')[0].n) - before;
+    const accepted = runs.reduce((a, r) => a + r.requests - r.non2xx, 0);
+    return {
+      rps: runs.reduce((a, r) => a + r.rps, 0),
+      p50: Math.max(...runs.map((r) => r.p50)),
+      p99: Math.max(...runs.map((r) => r.p99)),
+      accepted, stored, runs,
+      note: stored >= accepted ? `${accepted} 202s, ${stored} rows` : `ONLY ${stored} rows for ${accepted} 202s!`,
+    };
+  } finally {
+    await sbx.stop();
+  }
+}
+
+async function warmOn(store, runs) {
+  const sbx = new Sbx(buildDir, { SBX_POOL_SIZE: '2', SBX_STORE: store });
+  await sbx.start();
+  try {
+    await sbx.app({ keepAliveSeconds: 1 });
+    await warmRuns(sbx, 3);
+    const lat = await warmRuns(sbx, runs);
+    const cold = Number(sbx.sql('SELECT count(*) AS n FROM sandboxes WHERE cold = 1')[0].n);
+    return { ...summarize(lat), lat, cold };
+  } finally {
+    await sbx.stop();
+  }
+}
+
+// The ingestion and warm scenarios on PostgreSQL (one gateway, then two on the same database),
+// each against the same scenario on SQLite in this run. Each PostgreSQL run gets a fresh database
+// of the cluster tests/pg-run.sh started for the benchmark.
+async function postgres() {
+  if (!process.env.SBX_TEST_PG_URL) {
+    console.log(`${'postgres'.padEnd(11)} skipped: no PostgreSQL (run the benchmark under tests/pg-run.sh, as tools/sbx bench does)`);
+    return;
+  }
+  const freshDb = () => execFileSync(join(here, '../../tests/pg-run.sh'), ['--createdb'], { encoding: 'utf8' }).trim();
+  const out = {};
+  for (const c of [16, 64]) {
+    const lite = await ingestOnce('sqlite', c);
+    const pg1 = await ingestOnce(freshDb(), c);
+    const pg2 = await ingestOnce(freshDb(), c, 2);
+    out[c] = { sqlite: lite, pg1, pg2 };
+    row('postgres', `POST msg c=${c} PG throughput`, pg1.rps, 'SQLite, same run', lite.rps, 'req/s', `${pg1.note}; SQLite ${lite.note}`);
+    row('postgres', `POST msg c=${c} PG p99`, pg1.p99, 'SQLite, same run', lite.p99, 'ms');
+    row('postgres', `POST msg c=${c} PG 2 gateways`, pg2.rps, 'SQLite, same run', lite.rps, 'req/s', pg2.note);
+    row('postgres', `POST msg c=${c} PG 2 gw p99`, pg2.p99, 'SQLite, same run', lite.p99, 'ms');
+  }
+  const runs = 30;
+  const lite = await warmOn('sqlite', runs);
+  const pg = await warmOn(freshDb(), runs);
+  samples['warm (PostgreSQL)'] = pg.lat;
+  out.warm = { sqlite: { ...lite, lat: undefined }, postgres: { ...pg, lat: undefined } };
+  const note = (w) => `n=${runs}${w.cold ? `, ${w.cold} cold!` : ', all warm'}`;
+  row('postgres', 'warm POST to reply p50', pg.p50, 'SQLite, same run', lite.p50, 'ms', note(pg));
+  row('postgres', 'warm POST to reply p99', pg.p99, 'SQLite, same run', lite.p99, 'ms', note(lite));
+  results.scenarios.postgres = out;
+}
+
 header();
-const fns = { ingestion, warm, burst, cold, expiry, scale };
+const fns = { ingestion, warm, burst, cold, expiry, scale, postgres };
 for (const name of scenarios) {
   if (!fns[name]) {
     console.error(`unknown scenario ${name}; known: ${all.join(', ')}`);

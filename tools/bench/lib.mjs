@@ -71,6 +71,20 @@ export class Sbx {
     return this.spawn(join(this.buildDir, 'worker/sbx-worker'), this.procEnv);
   }
 
+  // Another gateway on the same store (stateless gateways: PostgreSQL); returns its base URL.
+  async addGateway() {
+    const port = await freePort();
+    const base = `http://127.0.0.1:${port}`;
+    this.spawn(join(this.buildDir, 'gateway/sbx-gateway'), { ...this.procEnv, SBX_LISTEN: `127.0.0.1:${port}` });
+    for (let i = 0; i < 200; i++) {
+      try {
+        if ((await fetch(base + '/healthz')).ok) return base;
+      } catch {}
+      await sleep(50);
+    }
+    throw new Error('the second gateway did not become healthy');
+  }
+
   async waitHealthy() {
     for (let i = 0; i < 200; i++) {
       try {
@@ -165,7 +179,14 @@ export class Sbx {
     throw new Error(`pool did not reach ${n} warm ${driver} Sandboxes in ${timeoutMs} ms (${warm} warm)`);
   }
 
+  // Rows of a query as objects, from the sqlite3 CLI or, on a PostgreSQL store, psql.
   sql(query) {
+    const store = this.env.SBX_STORE;
+    if (store && store !== 'sqlite') {
+      const out = execFileSync('psql', ['-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-d', store, '-c',
+        `SELECT coalesce(json_agg(t), '[]') FROM (${query}) t`], { encoding: 'utf8', maxBuffer: 64 << 20 });
+      return JSON.parse(out.trim() || '[]');
+    }
     const out = execFileSync('sqlite3', ['-json', join(this.dataDir, 'sbx.db'), query], {
       encoding: 'utf8',
       maxBuffer: 64 << 20,
@@ -188,6 +209,25 @@ export function runWrk({ url, connections, seconds, script, env }) {
     ['-t', String(threads), '-c', String(connections), '-d', `${seconds}s`, '--latency', '-s', script, url],
     { encoding: 'utf8', env: { ...process.env, ...env } },
   );
+  return parseWrk(out);
+}
+
+// The same run without blocking, so that several wrk processes (one per gateway) run at once.
+export function runWrkAsync({ url, connections, seconds, script, env }) {
+  const threads = Math.min(2, connections);
+  return new Promise((resolve, reject) => {
+    const p = spawn(
+      'wrk',
+      ['-t', String(threads), '-c', String(connections), '-d', `${seconds}s`, '--latency', '-s', script, url],
+      { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    let out = '';
+    p.stdout.on('data', (d) => (out += d));
+    p.on('exit', (code) => (code === 0 ? resolve(parseWrk(out)) : reject(new Error(`wrk exited ${code}`))));
+  });
+}
+
+function parseWrk(out) {
   const rps = Number((out.match(/Requests\/sec:\s+([\d.]+)/) || [])[1]);
   const lat = (p) => {
     const m = out.match(new RegExp(`\\s${p}%\\s+([\\d.]+)(us|ms|s)`));

@@ -132,7 +132,7 @@ test('apps: create, defaults, validation, conflict, list, get, patch, delete', a
   assert.equal((await req(gw, 'DELETE', `/v1/apps/${app.id}`, { token: gw.admin })).status, 204);
   assertProblem(assert, await req(gw, 'GET', `/v1/apps/${app.id}`, { token: gw.admin }), 404, 'not-found');
   assertProblem(assert, await req(gw, 'DELETE', `/v1/apps/${app.id}`, { token: gw.admin }), 404, 'not-found');
-  assert.equal(sql(gw, `SELECT group_concat(kind) FROM (SELECT kind FROM events WHERE object_id='${app.id}' ORDER BY id)`),
+  assert.equal(sql(gw, `SELECT kind FROM events WHERE object_id='${app.id}' ORDER BY id`).split('\n').join(','),
     'app.created,app.updated,app.deleted');
 });
 
@@ -240,7 +240,7 @@ test('sessions: create, by name, list, get, patch, delete', async () => {
   assert.deepEqual((await req(gw, 'GET', '/v1/sessions', { token: key })).json.items.map((x) => x.id), [s.id]);
   // The name is free again after delete.
   assert.equal((await req(gw, 'POST', '/v1/sessions', { token: key, body: { name: 'alice' } })).status, 201);
-  const kinds = sql(gw, `SELECT group_concat(kind) FROM (SELECT kind FROM events WHERE object_id='${named.json.id}' ORDER BY id)`);
+  const kinds = sql(gw, `SELECT kind FROM events WHERE object_id='${named.json.id}' ORDER BY id`).split('\n').join(',');
   assert.equal(kinds, 'session.created,session.updated,session.updated,session.deleted');
 });
 
@@ -379,7 +379,7 @@ test('workspaces: directory created with owner and mode, attach, 409 while attac
   assert.ok(!existsSync(dir));
   assertProblem(assert, await req(gw, 'GET', `/v1/workspaces/${w.id}`, { token: key }), 404, 'not-found');
   assertProblem(assert, await req(gw, 'DELETE', `/v1/workspaces/${w.id}`, { token: key }), 404, 'not-found');
-  assert.equal(sql(gw, `SELECT group_concat(kind) FROM (SELECT kind FROM events WHERE object_id='${w.id}' ORDER BY id)`),
+  assert.equal(sql(gw, `SELECT kind FROM events WHERE object_id='${w.id}' ORDER BY id`).split('\n').join(','),
     'workspace.created,workspace.deleted');
 });
 

@@ -6,21 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
-import { startGateway, removeDataDir, req, sql, tempDataDir } from './harness.mjs';
-
-// Holds the database's write lock from a sqlite3 process until release() is called.
-async function holdWriteLock(dataDir) {
-  const p = spawn('sqlite3', [join(dataDir, 'sbx.db')], { stdio: ['pipe', 'pipe', 'inherit'] });
-  let out = '';
-  const locked = new Promise((resolve) => p.stdout.on('data', (d) => {
-    out += d;
-    if (out.includes('locked')) resolve();
-  }));
-  p.stdin.write(".timeout 5000\nBEGIN IMMEDIATE;\nSELECT 'locked';\n");
-  await locked;
-  const exited = new Promise((resolve) => p.on('exit', resolve));
-  return { release: async () => { p.stdin.end('COMMIT;\n.quit\n'); await exited; } };
-}
+import { startGateway, removeDataDir, req, sql, tempDataDir, holdWriteLock } from './harness.mjs';
 
 test('messages acknowledged with 202 survive kill -9 of the gateway', async () => {
   const dataDir = tempDataDir();
@@ -69,7 +55,7 @@ test('enqueues waiting for their commit hold no HTTP thread and share it', async
   const { key } = gw;
   try {
     const s = (await req(gw, 'POST', '/v1/sessions', { token: key, body: { name: 'one-thread' } })).json;
-    const lock = await holdWriteLock(gw.dataDir);
+    const lock = await holdWriteLock(gw);
     const n = 40;
     const posts = Promise.all(Array.from({ length: n }, (_, i) =>
       req(gw, 'POST', `/v1/sessions/${s.id}/messages`, { token: key, body: { body: { i } } })));

@@ -29,8 +29,13 @@ export function storeFor(dataDir) {
   const file = join(dataDir, 'store-url');
   if (existsSync(file)) return readFileSync(file, 'utf8').trim();
   const name = 'sbx_it_' + randomBytes(6).toString('hex');
-  execFileSync('psql', ['-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', process.env.SBX_TEST_PG_ADMIN_URL,
-    '-c', `CREATE DATABASE ${name} OWNER sbx`]);
+  // The admin connection goes over the socket too when there is one: the worker tests run in a
+  // network namespace of their own, where the fixture's loopback address is not reachable.
+  const env = process.env;
+  const admin = env.SBX_TEST_PG_SOCKET_DIR
+    ? `postgres:///postgres?host=${env.SBX_TEST_PG_SOCKET_DIR}&port=${env.SBX_TEST_PG_PORT}&user=postgres`
+    : env.SBX_TEST_PG_ADMIN_URL;
+  execFileSync('psql', ['-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', admin, '-c', `CREATE DATABASE ${name} OWNER sbx`]);
   const base = process.env.SBX_TEST_PG_SOCKET_URL || process.env.SBX_TEST_PG_URL;
   const url = base.replace(/^(postgres(?:ql)?:\/\/[^/]*\/)[^?]*/, `$1${name}`);
   writeFileSync(file, url + '\n');
@@ -111,6 +116,30 @@ export function sql(gw, statement) {
       { encoding: 'utf8' }).trim();
   return execFileSync('sqlite3', ['-cmd', '.timeout 5000', join(gw.dataDir, 'sbx.db'), statement],
     { encoding: 'utf8' }).trim();
+}
+
+// The PostgreSQL engine's writer lock (SQL_PG_WRITE_LOCK_KEY in common/sql_pg.h).
+const PG_WRITE_LOCK_KEY = '8314339804939700564';
+
+// Holds the store's write lock from another process (as a stuck writer would) until release():
+// SQLite's BEGIN IMMEDIATE from the sqlite3 CLI, or on PostgreSQL the writers' advisory lock from
+// psql.
+export async function holdWriteLock(gw) {
+  const pg = gw.store && gw.store !== 'sqlite';
+  const p = pg
+    ? spawn('psql', ['-X', '-q', '-A', '-t', '-d', gw.store], { stdio: ['pipe', 'pipe', 'inherit'] })
+    : spawn('sqlite3', [join(gw.dataDir, 'sbx.db')], { stdio: ['pipe', 'pipe', 'inherit'] });
+  let out = '';
+  const locked = new Promise((resolve) => p.stdout.on('data', (d) => {
+    out += d;
+    if (out.includes('locked')) resolve();
+  }));
+  p.stdin.write(pg
+    ? `BEGIN;\nSELECT pg_advisory_xact_lock(${PG_WRITE_LOCK_KEY});\nSELECT 'locked';\n`
+    : ".timeout 5000\nBEGIN IMMEDIATE;\nSELECT 'locked';\n");
+  await locked;
+  const exited = new Promise((resolve) => p.on('exit', resolve));
+  return { release: async () => { p.stdin.end(pg ? 'COMMIT;\n\\q\n' : 'COMMIT;\n.quit\n'); await exited; } };
 }
 
 // Creates an App (admin) and a key for it; returns { app, key }.

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
-import { startGateway, removeDataDir, req, assertProblem } from './harness.mjs';
+import { startGateway, removeDataDir, req, assertProblem, holdWriteLock } from './harness.mjs';
 
 async function withGateway(extraArgs, fn) {
   const gw = await startGateway({ extraArgs });
@@ -123,20 +123,17 @@ test('a database locked beyond busy_timeout_ms answers 503 store-busy; reads go 
     const s = (await req(gw, 'POST', '/v1/sessions', { token: gw.key })).json;
     const path = `/v1/sessions/${s.id}/messages`;
     // Another process holds the write lock (as a stuck writer would).
-    const holder = spawn('sqlite3', [join(gw.dataDir, 'sbx.db')], { stdio: ['pipe', 'pipe', 'inherit'] });
-    holder.stdin.write("BEGIN IMMEDIATE;\nSELECT 'locked';\n");
-    await new Promise((resolve) => holder.stdout.once('data', resolve));
+    const holder = await holdWriteLock(gw);
     try {
       const busy = await req(gw, 'POST', path, { token: gw.key, body: { body: 1 } });
       assertProblem(assert, busy, 503, 'store-busy');
       assert.equal(busy.headers.get('retry-after'), '1');
       assertProblem(assert, await req(gw, 'POST', '/v1/sessions', { token: gw.key }), 503, 'store-busy');
-      // WAL: readers are not blocked by the writer.
+      // Readers are not blocked by the writer (SQLite's WAL; PostgreSQL's MVCC).
       assert.equal((await req(gw, 'GET', `/v1/sessions/${s.id}`, { token: gw.key })).status, 200);
       assert.equal((await req(gw, 'GET', '/healthz')).status, 200);
     } finally {
-      holder.stdin.end('COMMIT;\n.quit\n');
-      await new Promise((resolve) => holder.on('exit', resolve));
+      await holder.release();
     }
     const ok = await req(gw, 'POST', path, { token: gw.key, body: { body: 1 } });
     assert.equal(ok.status, 202);

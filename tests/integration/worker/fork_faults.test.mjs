@@ -72,7 +72,7 @@ test('kill -9 of a worker mid-flight, restart: every message completed exactly o
       assert.equal(m.state, 'completed', `${mid}: ${m.state} ${m.error}`);
     }
     // Exactly once: one completion event per message, and in seq order within each Session.
-    assert.equal(sbx.sql(`SELECT COUNT(*) FROM (SELECT object_id FROM events WHERE kind = 'message.completed' GROUP BY object_id HAVING COUNT(*) <> 1)`), '0');
+    assert.equal(sbx.sql(`SELECT COUNT(*) FROM (SELECT object_id FROM events WHERE kind = 'message.completed' GROUP BY object_id HAVING COUNT(*) <> 1) AS sub`), '0');
     assert.equal(Number(sbx.sql(`SELECT COUNT(*) FROM events WHERE kind = 'message.completed'`)), posted.length);
     assert.equal(sbx.sql(`SELECT COUNT(*) FROM messages a JOIN messages b ON a.session_id = b.session_id AND a.seq < b.seq AND a.completed_at > b.completed_at`), '0');
     // The dead worker's Sandboxes were reaped: terminated with reason "worker restart", processes gone.

@@ -53,7 +53,7 @@ test('kill -9 of the worker mid-flight, restart: exactly once, nothing left behi
       const m = await sbx.wait(key, sid, mid, 60);
       assert.equal(m.state, 'completed', `${mid}: ${m.error}`);
     }
-    assert.equal(sbx.sql(`SELECT COUNT(*) FROM (SELECT object_id FROM events WHERE kind = 'message.completed' GROUP BY object_id HAVING COUNT(*) <> 1)`), '0');
+    assert.equal(sbx.sql(`SELECT COUNT(*) FROM (SELECT object_id FROM events WHERE kind = 'message.completed' GROUP BY object_id HAVING COUNT(*) <> 1) AS sub`), '0');
     assert.equal(Number(sbx.sql(`SELECT COUNT(*) FROM events WHERE kind = 'message.completed'`)), posted.length);
     assert.ok(Number(sbx.sql(`SELECT COUNT(*) FROM sandboxes WHERE termination_reason = 'worker restart'`)) >= 1);
     for (const j of jails) assert.ok(!existsSync(j), `jail ${j} of the dead worker left behind`);

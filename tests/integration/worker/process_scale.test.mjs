@@ -32,7 +32,7 @@ test('4 workers, 2,000 messages across 200 Sessions: none lost, none out of orde
     assert.equal(sbx.sql(`SELECT COUNT(*) FROM events e1 JOIN events e2 ON e1.session_id = e2.session_id AND e1.kind = 'message.completed' AND e2.kind = 'message.completed' AND e1.id < e2.id JOIN messages m1 ON m1.id = e1.object_id JOIN messages m2 ON m2.id = e2.object_id WHERE m1.seq > m2.seq`), '0');
     assert.equal(sbx.sql(`SELECT COUNT(*) FROM messages WHERE json_extract(reply, '$.echo.n') <> seq`), '0');
     // Sandboxes never shared between Sessions; the work was spread over the workers.
-    assert.equal(sbx.sql(`SELECT COUNT(*) FROM (SELECT sandbox_id FROM messages GROUP BY sandbox_id HAVING COUNT(DISTINCT session_id) > 1)`), '0');
+    assert.equal(sbx.sql(`SELECT COUNT(*) FROM (SELECT sandbox_id FROM messages GROUP BY sandbox_id HAVING COUNT(DISTINCT session_id) > 1) AS sub`), '0');
     const workersUsed = Number(sbx.sql(`SELECT COUNT(DISTINCT worker_id) FROM sandboxes WHERE session_id IS NOT NULL`));
     assert.ok(workersUsed >= 2, `only ${workersUsed} worker(s) served Sessions`);
 
