@@ -431,18 +431,24 @@ static enum store_status q_worker_host(struct store *st, const char *worker_id, 
     return r == SQL_ROW || r == SQL_DONE ? STORE_OK : sql_status(st, r);
 }
 
-/* How many hosts placement can choose from (live: not lost, heartbeat fresh). */
-static enum store_status q_live_host_count(struct store *st, int64_t fresh_since, int64_t *n)
+/* How many hosts placement can choose from (live: not lost, heartbeat fresh), and whether the
+ * claimer's own host is one of them. */
+static enum store_status q_live_hosts(struct store *st, const char *host_id, int64_t fresh_since,
+                                      int64_t *n, bool *ours_live)
 {
-    struct sql_stmt *s = sql_stmt(st, "SELECT COUNT(*) FROM hosts WHERE lost_at IS NULL AND "
-                                      "heartbeat_at >= ?1");
+    struct sql_stmt *s =
+        sql_stmt(st, "SELECT COUNT(*), COALESCE(SUM(CASE WHEN id = ?2 THEN 1 ELSE 0 END), 0) "
+                     "FROM hosts WHERE lost_at IS NULL AND heartbeat_at >= ?1");
     int r;
     if (!s)
         return STORE_ERROR;
     sql_bind_int64(s, 1, fresh_since);
+    sql_bind_text(s, 2, host_id);
     r = sql_step(s);
-    if (r == SQL_ROW)
+    if (r == SQL_ROW) {
         *n = sql_col_int64(s, 0);
+        *ours_live = sql_col_int64(s, 1) > 0;
+    }
     sql_done(s);
     return r == SQL_ROW ? STORE_OK : sql_status(st, r);
 }
@@ -497,7 +503,8 @@ static enum store_status q_best_host(struct store *st, const struct store_shape 
  * placement that is the first one. With placement, a message of a Session this worker owns is
  * always ours; one of an idle Session is ours when our host is where placement puts it, or when
  * it has waited for its host longer than the grace (so that a slow or dying host never starves a
- * Session). The best host is computed once per shape per pick; with one live host it is ours. */
+ * Session). The best host is computed once per shape per pick; when ours is the only live host, it
+ * is ours. */
 static enum store_status q_claim_choose(struct store *st, const char *worker_id, bool owned_only,
                                         const struct store_placement *placement, int64_t now,
                                         struct q_pick *out)
@@ -509,17 +516,18 @@ static enum store_status q_claim_choose(struct store *st, const char *worker_id,
     enum store_status rc;
 
     if (placement) {
-        bool stopped;
+        bool stopped, ours_live = false;
         int64_t live = 0;
         if ((rc = q_worker_host(st, worker_id, host_id, sizeof host_id, &stopped)) != STORE_OK)
             return rc;
         if (stopped)
             return STORE_EMPTY;
         fresh_since = now - placement->host_lost_ms;
-        if ((rc = q_live_host_count(st, fresh_since, &live)) != STORE_OK)
+        if ((rc = q_live_hosts(st, host_id, fresh_since, &live, &ours_live)) != STORE_OK)
             return rc;
-        /* A worker without a host (registered the old way) places nothing: it takes any. */
-        single_host = live <= 1 || !host_id[0];
+        /* Nothing to choose between when this is the only live host, or when no host is live;
+         * a worker without a host (registered the old way) places nothing either. */
+        single_host = !host_id[0] || live == 0 || (live == 1 && ours_live);
     }
     struct sql_stmt *pick = sql_stmt(st, q_claim_pick_sql);
     int r;

@@ -4,7 +4,8 @@
  *   queue_consumer.c  claiming messages and routing each to its Session's Sandbox;
  *   lifecycle.c       a Sandbox's life: boot, activate, deliver, expire, terminate;
  *   pool.c            keeping warm Sandboxes ready per shape;
- *   reconcile.c       adopting and cleaning up after dead workers;
+ *   reconcile.c       adopting and cleaning up after dead workers of this host, declaring
+ *                     other hosts lost, reaping what this host's own loss left behind;
  *   backoff.c         retry delays.
  * Everything here is touched only on the event loop thread; the job threads get copies.
  */
@@ -34,6 +35,7 @@ struct worker {
     char actor[64];
     struct store_ctx ctx;
     char hostname[256];
+    int64_t host_was_lost_at; /* when this host had been declared lost before it came back (0) */
 
     int notify_fd;
     char notify_path[512];
