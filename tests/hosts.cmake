@@ -4,3 +4,15 @@
 add_executable(test_store_hosts ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_store_hosts.c)
 target_link_libraries(test_store_hosts PRIVATE sbxcommon PkgConfig::CMOCKA PkgConfig::SQLITE)
 add_test(NAME unit.hosts.store COMMAND test_store_hosts)
+
+find_program(NODE_EXECUTABLE node)
+if(NODE_EXECUTABLE)
+  foreach(it placement two_hosts)
+    add_test(NAME it.hosts.${it}
+             COMMAND ${NODE_EXECUTABLE} --test --test-concurrency=1
+                     ${CMAKE_CURRENT_SOURCE_DIR}/integration/hosts/${it}.test.mjs)
+    set_tests_properties(it.hosts.${it} PROPERTIES
+      ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker-fork>"
+      TIMEOUT 180)
+  endforeach()
+endif()
