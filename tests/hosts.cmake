@@ -12,7 +12,7 @@ if(NODE_EXECUTABLE)
              COMMAND ${NODE_EXECUTABLE} --test --test-concurrency=1
                      ${CMAKE_CURRENT_SOURCE_DIR}/integration/hosts/${it}.test.mjs)
     set_tests_properties(it.hosts.${it} PROPERTIES
-      ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker-fork>"
+      ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker-fork>;SBX_SBXCTL_BIN=$<TARGET_FILE:sbxctl>"
       TIMEOUT 180)
   endforeach()
 endif()

@@ -5,9 +5,10 @@
 // on one machine behave like several machines here: the store is the only thing they share.
 //
 // The store is chosen like sbx chooses it: SBX_STORE unset or "sqlite" uses one SQLite file in the
-// test's directory; a postgres:// URL uses that database (the caller provides an empty one, e.g.
-// from tests/pg-run.sh). sql() runs a query with the sqlite3 CLI or psql accordingly, so the
-// tests' queries stay in the SQL both understand (no json_extract, no boolean results).
+// test's directory; a postgres:// URL names a server (e.g. one from tests/pg-run.sh) on which each
+// cluster makes a database of its own. sql() runs a query with the sqlite3 CLI or psql
+// accordingly, so the tests' queries stay in the SQL both understand (no json_extract, no boolean
+// results).
 import { spawn, execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
@@ -51,13 +52,25 @@ function spawnLogged(bin, args, env) {
   return p;
 }
 
+// On PostgreSQL each cluster gets a database of its own, made on the server SBX_STORE names and
+// dropped at cleanup, so that tests never see each other's hosts.
+function pgCreateDatabase() {
+  const name = 'sbx_it_hosts_' + randomBytes(6).toString('hex');
+  execFileSync('psql', ['-X', '-q', '-v', 'ON_ERROR_STOP=1', STORE, '-c', `CREATE DATABASE ${name}`]);
+  const url = new URL(STORE);
+  url.pathname = '/' + name;
+  return { name, url: url.toString() };
+}
+
 export function startCluster({ env = {} } = {}) {
   const root = mkdtempSync(join(tmpdir(), 'sbx-it-hosts-'));
   const admin = 'sbx_admin_hosts_it_' + randomBytes(12).toString('hex');
   const dbPath = join(root, 'sbx.db');
-  const base = { ...process.env, ...FAST, SBX_LOG_LEVEL: 'info', SBX_STORE: STORE, SBX_DB_PATH: dbPath, SBX_ADMIN_TOKEN: admin, ...env };
+  const pgdb = PG ? pgCreateDatabase() : null;
+  const store = pgdb ? pgdb.url : STORE;
+  const base = { ...process.env, ...FAST, SBX_LOG_LEVEL: 'info', SBX_STORE: store, SBX_DB_PATH: dbPath, SBX_ADMIN_TOKEN: admin, ...env };
   const cluster = {
-    root, admin, dbPath, gateways: [], hosts: {},
+    root, admin, dbPath, store, gateways: [], hosts: {},
 
     // A gateway; resolves once it listens. Its data directory is its own, or a host's (give
     // host: id): then it wakes that host's workers and they wake its long polls, as on one
@@ -119,11 +132,12 @@ export function startCluster({ env = {} } = {}) {
 
     cleanup() {
       rmSync(root, { recursive: true, force: true });
+      if (pgdb) execFileSync('psql', ['-X', '-q', STORE, '-c', `DROP DATABASE IF EXISTS ${pgdb.name} WITH (FORCE)`]);
     },
 
     // One query against the shared store; rows separated by newlines, columns by '|'.
     sql(q) {
-      if (PG) return execFileSync('psql', ['-X', '-A', '-t', '-q', '-v', 'ON_ERROR_STOP=1', STORE, '-c', q], { encoding: 'utf8' }).trim();
+      if (PG) return execFileSync('psql', ['-X', '-A', '-t', '-q', '-v', 'ON_ERROR_STOP=1', store, '-c', q], { encoding: 'utf8' }).trim();
       return execFileSync('sqlite3', ['-cmd', '.timeout 10000', dbPath, q], { encoding: 'utf8' }).trim();
     },
     num(q) {

@@ -7,6 +7,7 @@
 // jail root, and nothing of it is touched by host a.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
 import { startCluster, sleep } from './harness.mjs';
 
@@ -91,6 +92,18 @@ test('two hosts, two gateways, 1,000 messages; kill -9 of one host mid-run loses
     // Host a never touched host b's jail root: the jails b left are still there.
     const leftOnB = readdirSync(c.hosts.b.jailRoot);
     assert.ok(leftOnB.length > 0, 'host b left no jail behind (nothing to reconcile)');
+
+    // sbxctl (on SQLite, which it reads) shows the same.
+    if (process.env.SBX_SBXCTL_BIN && c.store === 'sqlite') {
+      const out = execFileSync(process.env.SBX_SBXCTL_BIN, ['--db', c.dbPath, '--json', 'hosts'], { encoding: 'utf8' });
+      const hosts = Object.fromEntries(JSON.parse(out).map((h) => [h.host_id, h]));
+      assert.equal(hosts.a.state, 'live');
+      assert.equal(hosts.a.workers, 1);
+      assert.equal(hosts.b.state, 'lost');
+      assert.equal(hosts.b.workers, 0);
+      assert.equal(hosts.b.live_sandboxes, 0);
+      assert.equal(hosts.b.lost_at, lostAt);
+    }
 
     // Host b comes back: it re-registers and reaps only its own leftovers.
     c.hosts.b.procs = [];
