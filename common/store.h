@@ -536,6 +536,10 @@ struct store {
                                             const char *worker_id, int64_t lease_ms,
                                             const struct store_placement *placement,
                                             struct store_delivery *out);
+    /* The host worker_id belongs to ("" for a worker registered before hosts), stopped or not.
+     * STORE_NOT_FOUND for an unknown worker. */
+    enum store_status (*worker_host)(struct store *st, const char *worker_id, char *host_id,
+                                     size_t len);
 };
 
 /* Opens the backend that `store` names: "sqlite" (the file sqlite_path, on one host) or a

@@ -385,16 +385,26 @@ static enum store_status q_session_touch(struct store *st, const char *session_i
  * unfinished and blocks every later one. Placement (q_claim_choose) may pass over the first ones,
  * so up to ?4 come, each with what placement needs: when it became claimable (its creation, its
  * retry time, or its Session's return to idle, whichever is last) and its App's shape. */
-static const char q_claim_pick_sql[] =
-    "SELECT m.id, m.session_id, s.worker_id IS NULL, "
-    "CASE WHEN m.not_before > m.created_at THEN m.not_before ELSE m.created_at END, "
-    "s.updated_at, a.driver, a.image, a.vcpu_count, a.mem_size_mib FROM messages m "
-    "JOIN sessions s ON s.id = m.session_id JOIN apps a ON a.id = s.app_id "
-    "WHERE m.state = 'queued' AND m.not_before <= ?1 AND s.state <> 'deleted' "
-    "AND (s.worker_id IS NULL OR s.worker_id = ?2) AND (?3 = 0 OR s.worker_id = ?2) "
-    "AND NOT EXISTS (SELECT 1 FROM messages e WHERE e.session_id = m.session_id "
-    "AND e.seq < m.seq AND e.state IN ('queued', 'delivering')) "
-    "ORDER BY m.not_before, m.created_at LIMIT ?4";
+#define Q_CLAIM_PICK_SQL                                                                           \
+    "SELECT m.id, m.session_id, CASE WHEN s.worker_id IS NULL THEN 1 ELSE 0 END, "                 \
+    "CASE WHEN m.not_before > m.created_at THEN m.not_before ELSE m.created_at END, "              \
+    "s.updated_at, a.driver, a.image, a.vcpu_count, a.mem_size_mib FROM messages m "               \
+    "JOIN sessions s ON s.id = m.session_id JOIN apps a ON a.id = s.app_id "                       \
+    "WHERE m.state = 'queued' AND m.not_before <= ?1 AND s.state <> 'deleted' "                    \
+    "AND (s.worker_id IS NULL OR s.worker_id = ?2) AND (?3 = 0 OR s.worker_id = ?2) "              \
+    "AND NOT EXISTS (SELECT 1 FROM messages e WHERE e.session_id = m.session_id "                  \
+    "AND e.seq < m.seq AND e.state IN ('queued', 'delivering')) "                                  \
+    "ORDER BY m.not_before, m.created_at LIMIT ?4"
+static const char q_claim_pick_sql[] = Q_CLAIM_PICK_SQL;
+/* PostgreSQL: the claim also locks the message rows it reads and passes over those another
+ * transaction holds, so claimers never queue behind each other on a row (SQLite has no row
+ * locks: its one writer at a time is the whole lock). A peek locks nothing. */
+static const char q_claim_pick_pg_sql[] = Q_CLAIM_PICK_SQL " FOR UPDATE OF m SKIP LOCKED";
+
+static const char *q_claim_pick(struct store *st, bool lock)
+{
+    return lock && sql_dialect(st) == SQL_POSTGRES ? q_claim_pick_pg_sql : q_claim_pick_sql;
+}
 
 /* How many deliverable messages a placed claim looks at before giving up: the ones it passes over
  * belong to other hosts for at most the placement grace. */
@@ -412,7 +422,7 @@ struct q_pick {
 /* The claiming worker's host, and whether the worker may claim at all (not stopped: a worker of a
  * host declared lost, or one taken for dead, must not start anything new). */
 static enum store_status q_worker_host(struct store *st, const char *worker_id, char *host_id,
-                                       size_t len, bool *stopped)
+                                       size_t len, bool *stopped, bool *known)
 {
     struct sql_stmt *s = sql_stmt(st, "SELECT host_id, CASE WHEN stopped_at IS NULL "
                                       "THEN 0 ELSE 1 END FROM workers WHERE id = ?1");
@@ -428,7 +438,12 @@ static enum store_status q_worker_host(struct store *st, const char *worker_id, 
         *stopped = sql_col_int64(s, 1) != 0;
     }
     sql_done(s);
-    return r == SQL_ROW || r == SQL_DONE ? STORE_OK : sql_status(st, r);
+    if (r != SQL_ROW && r != SQL_DONE)
+        return sql_status(st, r);
+    if (!known)
+        return r == SQL_ROW ? STORE_OK : STORE_NOT_FOUND;
+    *known = r == SQL_ROW;
+    return STORE_OK;
 }
 
 /* How many hosts placement can choose from (live: not lost, heartbeat fresh), and whether the
@@ -507,7 +522,7 @@ static enum store_status q_best_host(struct store *st, const struct store_shape 
  * is ours. */
 static enum store_status q_claim_choose(struct store *st, const char *worker_id, bool owned_only,
                                         const struct store_placement *placement, int64_t now,
-                                        struct q_pick *out)
+                                        bool lock, struct q_pick *out)
 {
     char host_id[STORE_HOST_ID_LEN] = "", best[STORE_HOST_ID_LEN] = "";
     struct store_shape best_for = {0};
@@ -518,7 +533,9 @@ static enum store_status q_claim_choose(struct store *st, const char *worker_id,
     if (placement) {
         bool stopped, ours_live = false;
         int64_t live = 0;
-        if ((rc = q_worker_host(st, worker_id, host_id, sizeof host_id, &stopped)) != STORE_OK)
+        bool known;
+        if ((rc = q_worker_host(st, worker_id, host_id, sizeof host_id, &stopped, &known)) !=
+            STORE_OK)
             return rc;
         if (stopped)
             return STORE_EMPTY;
@@ -529,7 +546,7 @@ static enum store_status q_claim_choose(struct store *st, const char *worker_id,
          * a worker without a host (registered the old way) places nothing either. */
         single_host = !host_id[0] || live == 0 || (live == 1 && ours_live);
     }
-    struct sql_stmt *pick = sql_stmt(st, q_claim_pick_sql);
+    struct sql_stmt *pick = sql_stmt(st, q_claim_pick(st, lock));
     int r;
     if (!pick)
         return STORE_ERROR;
@@ -609,7 +626,7 @@ static enum store_status q_claim_in_tx(struct store *st, const struct store_ctx 
 {
     struct q_pick pick;
     int64_t now = now_ms();
-    enum store_status rc = q_claim_choose(st, worker_id, owned_only, placement, now, &pick);
+    enum store_status rc = q_claim_choose(st, worker_id, owned_only, placement, now, true, &pick);
     if (rc != STORE_OK)
         return rc;
     const char *message_id = pick.message_id, *session_id = pick.session_id;
@@ -666,7 +683,7 @@ static enum store_status q_claim_peek(struct store *st, const char *worker_id, b
                                       const struct store_placement *placement)
 {
     struct q_pick pick;
-    return q_claim_choose(st, worker_id, owned_only, placement, now_ms(), &pick);
+    return q_claim_choose(st, worker_id, owned_only, placement, now_ms(), false, &pick);
 }
 
 static enum store_status q_claim(struct store *st, const struct store_ctx *ctx,
@@ -1728,6 +1745,13 @@ static enum store_status q_host_lose_in_tx(struct store *st, const struct store_
     return rc;
 }
 
+static enum store_status q_worker_host_public(struct store *st, const char *worker_id,
+                                              char *host_id, size_t len)
+{
+    bool stopped;
+    return q_worker_host(st, worker_id, host_id, len, &stopped, NULL);
+}
+
 /* Collects the host ids a query returns. */
 static enum store_status q_collect_host_ids(struct store *st, struct sql_stmt *s,
                                             char (**ids)[STORE_HOST_ID_LEN], size_t *n)
@@ -1875,4 +1899,5 @@ void store_sql_queue_init(struct store *st)
     st->host_declare_lost = q_host_declare_lost;
     st->sandbox_list_host_lost = q_sandbox_list_host_lost;
     st->queue_claim_placed = q_queue_claim_placed;
+    st->worker_host = q_worker_host_public;
 }

@@ -96,22 +96,59 @@ static void reconcile_nfs_exports(struct worker *w)
     free(l.v);
 }
 
-/* Once per worker process, at its first pass: links and firewall elements of Sandboxes that no
- * longer run (their worker died, or was stopped between a Sandbox's end and its cleanup). */
+/* Whether this host must keep a Sandbox's links and firewall elements: while the Sandbox is live
+ * on any host (its owner, here or on a host sharing this kernel, still uses them), and when it
+ * ended on another host: that host reaps its own leftovers (two host ids on one machine share one
+ * nftables table and one set of links, and neither cleans up after the other). Only a Sandbox of
+ * this host that ended, or one the store does not know, is this host's to remove. Unknown (a
+ * store error) counts as kept. */
+struct net_keep {
+    struct live_list live;
+    const struct worker *w;
+};
+
+static bool net_keep(const char *sandbox_id, void *arg)
+{
+    struct net_keep *k = arg;
+    struct store *st = k->live.st;
+    struct store_sandbox sb;
+    char host[STORE_HOST_ID_LEN];
+    if (listed_live(sandbox_id, &k->live))
+        return true;
+    enum store_status rc = st->sandbox_get(st, "", sandbox_id, &sb);
+    if (rc == STORE_NOT_FOUND)
+        return false;
+    if (rc != STORE_OK)
+        return true;
+    rc = st->worker_host(st, sb.worker_id, host, sizeof host);
+    if (rc == STORE_NOT_FOUND)
+        return false;
+    return rc != STORE_OK || (host[0] && strcmp(host, k->w->cfg.host_id) != 0);
+}
+
+/* Once per worker process, at its first pass: links and firewall elements of this host's
+ * Sandboxes that no longer run (their worker died, or was stopped between a Sandbox's end and its
+ * cleanup). */
 static void reconcile_network(struct worker *w)
 {
     static bool done;
     struct net_reconcile_report report = {0};
+    struct net_keep keep = {.live = {.st = w->st}, .w = w};
     char err[512];
     if (done || !net_firewall())
         return;
     done = true;
-    if (net_reconcile_store(w->st, &report, err, sizeof err) != 0)
+    int rc = net_reconcile(net_keep, &keep, &report, err, sizeof err);
+    if (rc == 0 && keep.live.loaded && keep.live.status != STORE_OK)
+        log_warn("worker: network reconciliation: store: live Sandboxes: %s (nothing removed)",
+                 store_status_name(keep.live.status));
+    else if (rc != 0)
         log_warn("worker: network reconciliation: %s", err);
     else if (report.links_removed + report.elements_removed > 0)
         log_info("worker: removed %zu links and %zu firewall elements of Sandboxes no longer "
                  "running",
                  report.links_removed, report.elements_removed);
+    free(keep.live.v);
 }
 
 /* Once per worker process, at its first pass, when this host had been declared lost before it
