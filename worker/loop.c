@@ -9,6 +9,7 @@
 #include "id.h"
 #include "jobs.h"
 #include "firewall.h"
+#include "host_beat.h"
 #include "lifecycle.h"
 #include "log.h"
 #include "netns.h"
@@ -138,19 +139,22 @@ static void on_heartbeat(evutil_socket_t fd, short what, void *arg)
     }
     if (rc != STORE_OK)
         log_warn("worker: heartbeat failed: %s", store_status_name(rc));
-    if (reconcile_host_heartbeat(w) != 0) {
-        /* This host was declared lost: its Sandboxes are ended in the store and its Sessions
-         * and leases moved to other hosts. Carrying on would deliver twice. Leave at once,
-         * touching nothing: a restarted worker of this host reaps what is left here. */
-        log_error("worker %s: host %s was declared lost (heartbeat too late); exiting", w->id,
-                  w->cfg.host_id);
-        w->exit_code = 1;
-        w->stopping = true;
-        event_base_loopbreak(w->base);
-        return;
-    }
+    reconcile_other_hosts(w);
     lifecycle_renew_leases(w);
     publish_firewall_metrics(w);
+}
+
+/* The host heartbeat thread found this host declared lost: its Sandboxes are ended in the store
+ * and its Sessions and leases moved to other hosts. Carrying on would deliver twice. Leave at
+ * once, touching nothing: a restarted worker of this host reaps what is left here. */
+static void on_host_lost(void *arg)
+{
+    struct worker *w = arg;
+    log_error("worker %s: host %s was declared lost (heartbeat too late); exiting", w->id,
+              w->cfg.host_id);
+    w->exit_code = 1;
+    w->stopping = true;
+    event_base_loopbreak(w->base);
 }
 
 static void on_grace(evutil_socket_t fd, short what, void *arg)
@@ -285,6 +289,11 @@ int worker_run(struct worker *w)
         event_add(w->notify_ev, NULL);
     event_add(w->poll_ev, &poll);
     event_add(w->heartbeat_ev, &beat);
+    w->host_beat =
+        host_beat_start(w->st, w->cfg.host_id, w->cfg.heartbeat_ms, w->base, on_host_lost, w);
+    if (!w->host_beat)
+        log_warn("worker: no host heartbeat thread (%m): other hosts will declare host %s lost",
+                 w->cfg.host_id);
 
     log_info("worker %s started on host %s (pid %d, pool %lld per shape, at most %lld sandboxes)",
              w->id, w->cfg.host_id, (int)getpid(), (long long)w->cfg.pool_size,
@@ -296,6 +305,8 @@ int worker_run(struct worker *w)
     consumer_kick(w);
 
     event_base_dispatch(w->base);
+    host_beat_stop(w->host_beat);
+    w->host_beat = NULL;
 
     w->st->worker_stop(w->st, w->id);
     nfs_stop_if_last(w);

@@ -176,17 +176,11 @@ static void reap_host_lost(struct worker *w)
     free(list);
 }
 
-int reconcile_host_heartbeat(struct worker *w)
+void reconcile_other_hosts(struct worker *w)
 {
     size_t lost = 0;
-    enum store_status rc = w->st->host_heartbeat(w->st, w->cfg.host_id);
-    if (rc == STORE_CONFLICT)
-        return -1;
-    if (rc != STORE_OK) {
-        log_warn("worker: host heartbeat failed: %s", store_status_name(rc));
-        return 0;
-    }
-    rc = w->st->host_declare_lost(w->st, &w->ctx, w->cfg.host_id, w->cfg.host_lost_ms, &lost);
+    enum store_status rc =
+        w->st->host_declare_lost(w->st, &w->ctx, w->cfg.host_id, w->cfg.host_lost_ms, &lost);
     if (rc != STORE_OK)
         log_warn("worker: declaring stale hosts lost failed: %s", store_status_name(rc));
     else if (lost > 0) {
@@ -195,7 +189,6 @@ int reconcile_host_heartbeat(struct worker *w)
                  lost, (long long)w->cfg.host_lost_ms);
         consumer_kick(w);
     }
-    return 0;
 }
 
 /* Whether another worker of this host is gone. On this machine the process table is the truth: a

@@ -14,10 +14,9 @@
  * back from being declared lost, reaps what the loss left on this machine. */
 void reconcile_run(struct worker *w);
 
-/* The host's side of the heartbeat: heartbeats this host, then declares other hosts lost whose
- * heartbeat is older than host_lost_ms. -1 when this host itself was declared lost (the worker
- * must exit at once). */
-int reconcile_host_heartbeat(struct worker *w);
+/* Declares other hosts lost whose heartbeat is older than host_lost_ms (on the heartbeat timer;
+ * this host's own heartbeat runs on its thread, host_beat.h). */
+void reconcile_other_hosts(struct worker *w);
 
 /* Whether pid on this host is a live sbx-worker process (not a zombie, not a reused pid). */
 bool reconcile_pid_is_worker(int64_t pid);
