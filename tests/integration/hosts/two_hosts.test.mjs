@@ -4,7 +4,8 @@
 // host a declares b lost: b's Sandboxes are terminated "host lost", its leases requeued, its
 // Sessions idle, and they complete on host a. Every accepted message completes exactly once, in
 // order per Session. Host b then restarts: it comes back and reaps what its loss left in its own
-// jail root, and nothing of it is touched by host a.
+// jail root, and nothing of it is touched by host a. A second test pauses a host (SIGSTOP) past
+// host_lost_ms: its Session moves, and when it resumes it learns it was lost and exits.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -118,6 +119,44 @@ test('two hosts, two gateways, 1,000 messages; kill -9 of one host mid-run loses
     for (const h of ['a', 'b'])
       if (existsSync(c.hosts[h].jailRoot)) assert.deepEqual(readdirSync(c.hosts[h].jailRoot), [], `jails left on host ${h}`);
     assert.equal(c.num(`SELECT COUNT(*) FROM orphan_rows`), 0, c.sql(`SELECT problem || ' ' || detail FROM orphan_rows LIMIT 5`));
+  } finally {
+    await c.stop();
+    c.cleanup();
+  }
+});
+
+test('a paused host is declared lost, its Session moves, and on resuming it exits touching nothing', async () => {
+  const c = startCluster({ env: { SBX_HOST_LOST_MS: String(LOST_MS), SBX_PLACEMENT_GRACE_MS: '20000' } });
+  try {
+    const gw = await c.startGateway('1', { host: 'a' });
+    c.startHost('a', { env: { SBX_POOL_SIZE: '0' } });
+    const b = c.startHost('b', { env: { SBX_POOL_SIZE: '1' } });
+    const { key } = await c.app(gw, 'paused', { keepAliveSeconds: 60 });
+    await c.until(() => c.num(`SELECT COUNT(*) FROM sandboxes b JOIN workers w ON w.id = b.worker_id WHERE w.host_id = 'b' AND b.state = 'warm'`) >= 1, 15000, 'a warm Sandbox on host b');
+    const s = await c.session(gw, key);
+    const m1 = await c.post(gw, key, s.id, { n: 1 });
+    assert.equal((await c.wait(gw, key, s.id, m1.id)).state, 'completed');
+    const sb1 = c.sql(`SELECT sandbox_id FROM messages WHERE id = '${m1.id}'`);
+    assert.equal(c.hostOfSandbox(sb1), 'b');
+
+    // Host b stops answering (SIGSTOP: a frozen machine or a partition): after host_lost_ms it is
+    // declared lost and its active Session's next message activates on host a.
+    b.procs[0].kill('SIGSTOP');
+    await c.until(() => c.sql(`SELECT COUNT(*) FROM hosts WHERE id = 'b' AND lost_at IS NOT NULL`) === '1', LOST_MS + 10000, 'host b declared lost');
+    assert.equal(c.sql(`SELECT state || ' ' || termination_reason FROM sandboxes WHERE id = '${sb1}'`), 'terminated host lost');
+    const m2 = await c.post(gw, key, s.id, { n: 2 });
+    assert.equal((await c.wait(gw, key, s.id, m2.id)).state, 'completed');
+    assert.equal(c.hostOfSandbox(c.sql(`SELECT sandbox_id FROM messages WHERE id = '${m2.id}'`)), 'a');
+
+    // Host b resumes: its heartbeat says it was declared lost, and it exits (status 1) without
+    // delivering or recording anything more.
+    const events = c.num(`SELECT COUNT(*) FROM events`);
+    b.procs[0].kill('SIGCONT');
+    const exit = await Promise.race([b.procs[0].exited, sleep(10000).then(() => 'still running')]);
+    assert.deepEqual(exit, { code: 1, signal: null }, b.procs[0].log.slice(-2000));
+    assert.match(b.procs[0].log, /host b was declared lost|stopped by another worker/);
+    assert.equal(c.num(`SELECT COUNT(*) FROM events WHERE id > ${events} AND actor IN (SELECT 'worker:' || id FROM workers WHERE host_id = 'b')`), 0, 'the lost host wrote to the store after it resumed');
+    assert.equal(c.sql(`SELECT state FROM sessions WHERE id = '${s.id}'`), 'active');
   } finally {
     await c.stop();
     c.cleanup();
