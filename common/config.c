@@ -84,7 +84,7 @@ static const struct setting settings[] = {
     STR(host_id, "", "this worker's host in the store (default: the machine's hostname)"),
     STR(host_address, "", "address other components reach this host at (recorded only)"),
     INT(host_capacity, "0", 0, 10000000,
-        "Sandboxes this host serves at once, for placement (0: max_sandboxes x workers)"),
+        "Sessions this host serves at once, for placement (0: max_sandboxes x workers)"),
     INT(host_lost_ms, "15000", 200, 3600000,
         "heartbeat age after which a host is lost: its Sandboxes end, its Sessions move (ms)"),
     INT(placement_grace_ms, "2000", 0, 3600000,
@@ -292,6 +292,15 @@ int config_load(struct sbx_config *cfg, int argc, char **argv, char *err, size_t
     if (cfg->host_id[0] == '\0' && gethostname(cfg->host_id, sizeof cfg->host_id) != 0)
         snprintf(cfg->host_id, sizeof cfg->host_id, "localhost");
     cfg->host_id[sizeof cfg->host_id - 1] = '\0';
+    /* The host id names the host in the store, in metrics labels and in logs: a hostname's
+     * characters only. */
+    if (cfg->host_id[strspn(cfg->host_id, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                          "0123456789._-")] != '\0') {
+        snprintf(err, errlen,
+                 "host_id may hold letters, digits, '.', '_' and '-' only, not \"%.64s\"",
+                 cfg->host_id);
+        return -1;
+    }
     if (cfg->host_capacity == 0)
         cfg->host_capacity = cfg->max_sandboxes * cfg->workers;
     if (cfg->guest_dir[0] == '\0')
