@@ -180,14 +180,15 @@ export function startCluster({ env = {} } = {}) {
         if (Date.now() > until) throw new Error(`message ${mid} still ${r.json.state}`);
       }
     },
-    // Polls fn until it returns a truthy value or timeoutMs passes.
+    // Polls fn until it returns a truthy value or timeoutMs passes. On PostgreSQL every query is
+    // a psql process: poll less often, so that the test does not take the CPU sbx needs.
     async until(fn, timeoutMs = 10000, what = 'condition') {
       const end = Date.now() + timeoutMs;
       for (;;) {
         const v = await fn();
         if (v) return v;
         if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-        await sleep(50);
+        await sleep(PG ? 250 : 50);
       }
     },
     // The host whose worker booted the Sandbox.

@@ -94,7 +94,11 @@ test('two hosts, two gateways, 1,000 messages; kill -9 of one host mid-run loses
     const leftOnB = readdirSync(c.hosts.b.jailRoot);
     assert.ok(leftOnB.length > 0, 'host b left no jail behind (nothing to reconcile)');
 
-    // sbxctl (on SQLite, which it reads) shows the same.
+    // The gateways' /metrics and sbxctl (on SQLite, which it reads) show the same.
+    const metrics = await (await fetch(`${gws[1].url}/metrics`)).text();
+    assert.match(metrics, /^sbx_host_up\{host="a"\} 1$/m);
+    assert.match(metrics, /^sbx_host_up\{host="b"\} 0$/m);
+    assert.match(metrics, /^sbx_host_workers\{host="b"\} 0$/m);
     if (process.env.SBX_SBXCTL_BIN && c.store === 'sqlite') {
       const out = execFileSync(process.env.SBX_SBXCTL_BIN, ['--db', c.dbPath, '--json', 'hosts'], { encoding: 'utf8' });
       const hosts = Object.fromEntries(JSON.parse(out).map((h) => [h.host_id, h]));
