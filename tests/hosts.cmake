@@ -16,3 +16,17 @@ if(NODE_EXECUTABLE)
       TIMEOUT 180)
   endforeach()
 endif()
+
+# The same on PostgreSQL, under the throwaway cluster of tests/pg-run.sh (the harness makes a
+# database per cluster on it). Registered where the PostgreSQL store and its fixture exist.
+if(NODE_EXECUTABLE AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh)
+  foreach(it placement two_hosts)
+    add_test(NAME it.pg.hosts.${it}
+             COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh ${NODE_EXECUTABLE} --test
+                     --test-concurrency=1
+                     ${CMAKE_CURRENT_SOURCE_DIR}/integration/hosts/${it}.test.mjs)
+    set_tests_properties(it.pg.hosts.${it} PROPERTIES
+      ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker-fork>;SBX_SBXCTL_BIN=$<TARGET_FILE:sbxctl>"
+      TIMEOUT 300)
+  endforeach()
+endif()

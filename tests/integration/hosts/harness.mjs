@@ -5,8 +5,8 @@
 // on one machine behave like several machines here: the store is the only thing they share.
 //
 // The store is chosen like sbx chooses it: SBX_STORE unset or "sqlite" uses one SQLite file in the
-// test's directory; a postgres:// URL names a server (e.g. one from tests/pg-run.sh) on which each
-// cluster makes a database of its own. sql() runs a query with the sqlite3 CLI or psql
+// test's directory; a postgres:// URL (SBX_STORE, or SBX_TEST_PG_URL under tests/pg-run.sh) names
+// a server on which each cluster makes a database of its own. sql() runs a query with the sqlite3 CLI or psql
 // accordingly, so the tests' queries stay in the SQL both understand (no json_extract, no boolean
 // results).
 import { spawn, execFileSync } from 'node:child_process';
@@ -18,7 +18,8 @@ import { join } from 'node:path';
 export const GATEWAY_BIN = process.env.SBX_GATEWAY_BIN;
 export const WORKER_BIN = process.env.SBX_WORKER_BIN;
 if (!GATEWAY_BIN || !WORKER_BIN) throw new Error('SBX_GATEWAY_BIN and SBX_WORKER_BIN must be set');
-export const STORE = process.env.SBX_STORE || 'sqlite';
+// Under tests/pg-run.sh (SBX_TEST_PG_URL set) PostgreSQL is the default.
+export const STORE = process.env.SBX_STORE || process.env.SBX_TEST_PG_URL || 'sqlite';
 const PG = /^postgres(ql)?:\/\//.test(STORE);
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
