@@ -419,53 +419,58 @@ struct q_pick {
 
 /* ---- placement ---- */
 
-/* The claiming worker's host, and whether the worker may claim at all (not stopped: a worker of a
- * host declared lost, or one taken for dead, must not start anything new). */
+/* The host of a worker, stopped or not ("" for one registered before hosts). */
 static enum store_status q_worker_host(struct store *st, const char *worker_id, char *host_id,
-                                       size_t len, bool *stopped, bool *known)
+                                       size_t len)
 {
-    struct sql_stmt *s = sql_stmt(st, "SELECT host_id, CASE WHEN stopped_at IS NULL "
-                                      "THEN 0 ELSE 1 END FROM workers WHERE id = ?1");
+    struct sql_stmt *s = sql_stmt(st, "SELECT host_id FROM workers WHERE id = ?1");
     int r;
     if (!s)
         return STORE_ERROR;
     sql_bind_text(s, 1, worker_id);
     host_id[0] = '\0';
-    *stopped = false;
     r = sql_step(s);
-    if (r == SQL_ROW) {
+    if (r == SQL_ROW)
         sql_col_copy(s, 0, host_id, len);
-        *stopped = sql_col_int64(s, 1) != 0;
-    }
     sql_done(s);
-    if (r != SQL_ROW && r != SQL_DONE)
-        return sql_status(st, r);
-    if (!known)
-        return r == SQL_ROW ? STORE_OK : STORE_NOT_FOUND;
-    *known = r == SQL_ROW;
-    return STORE_OK;
+    if (r == SQL_ROW)
+        return STORE_OK;
+    return r == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, r);
 }
 
-/* How many hosts placement can choose from (live: not lost, heartbeat fresh), and whether the
- * claimer's own host is one of them. */
-static enum store_status q_live_hosts(struct store *st, const char *host_id, int64_t fresh_since,
-                                      int64_t *n, bool *ours_live)
+/* What placement needs to know about the claimer, in one read: its host, whether it was stopped
+ * (a worker of a host declared lost, or one taken for dead, must not start anything new), how
+ * many hosts are live (not lost, heartbeat fresh) and whether its own is one of them. */
+struct q_claimer {
+    char host_id[STORE_HOST_ID_LEN];
+    bool stopped;
+    int64_t live_hosts;
+    bool host_live;
+};
+
+static enum store_status q_claimer_load(struct store *st, const char *worker_id,
+                                        int64_t fresh_since, struct q_claimer *c)
 {
-    struct sql_stmt *s =
-        sql_stmt(st, "SELECT COUNT(*), COALESCE(SUM(CASE WHEN id = ?2 THEN 1 ELSE 0 END), 0) "
-                     "FROM hosts WHERE lost_at IS NULL AND heartbeat_at >= ?1");
+    struct sql_stmt *s = sql_stmt(
+        st, "SELECT w.host_id, CASE WHEN w.stopped_at IS NULL THEN 0 ELSE 1 END, "
+            "(SELECT COUNT(*) FROM hosts h WHERE h.lost_at IS NULL AND h.heartbeat_at >= ?2), "
+            "(SELECT COUNT(*) FROM hosts h WHERE h.id = w.host_id AND h.lost_at IS NULL AND "
+            "h.heartbeat_at >= ?2) FROM workers w WHERE w.id = ?1");
     int r;
     if (!s)
         return STORE_ERROR;
-    sql_bind_int64(s, 1, fresh_since);
-    sql_bind_text(s, 2, host_id);
+    sql_bind_text(s, 1, worker_id);
+    sql_bind_int64(s, 2, fresh_since);
+    memset(c, 0, sizeof *c);
     r = sql_step(s);
     if (r == SQL_ROW) {
-        *n = sql_col_int64(s, 0);
-        *ours_live = sql_col_int64(s, 1) > 0;
+        sql_col_copy(s, 0, c->host_id, sizeof c->host_id);
+        c->stopped = sql_col_int64(s, 1) != 0;
+        c->live_hosts = sql_col_int64(s, 2);
+        c->host_live = sql_col_int64(s, 3) > 0;
     }
     sql_done(s);
-    return r == SQL_ROW ? STORE_OK : sql_status(st, r);
+    return r == SQL_ROW || r == SQL_DONE ? STORE_OK : sql_status(st, r);
 }
 
 /* The host placement chooses for an idle Session of this shape, into best ("" when every live
@@ -531,20 +536,16 @@ static enum store_status q_claim_choose(struct store *st, const char *worker_id,
     enum store_status rc;
 
     if (placement) {
-        bool stopped, ours_live = false;
-        int64_t live = 0;
-        bool known;
-        if ((rc = q_worker_host(st, worker_id, host_id, sizeof host_id, &stopped, &known)) !=
-            STORE_OK)
-            return rc;
-        if (stopped)
-            return STORE_EMPTY;
+        struct q_claimer c;
         fresh_since = now - placement->host_lost_ms;
-        if ((rc = q_live_hosts(st, host_id, fresh_since, &live, &ours_live)) != STORE_OK)
+        if ((rc = q_claimer_load(st, worker_id, fresh_since, &c)) != STORE_OK)
             return rc;
+        if (c.stopped)
+            return STORE_EMPTY;
+        snprintf(host_id, sizeof host_id, "%s", c.host_id);
         /* Nothing to choose between when this is the only live host, or when no host is live;
          * a worker without a host (registered the old way) places nothing either. */
-        single_host = !host_id[0] || live == 0 || (live == 1 && ours_live);
+        single_host = !host_id[0] || c.live_hosts == 0 || (c.live_hosts == 1 && c.host_live);
     }
     struct sql_stmt *pick = sql_stmt(st, q_claim_pick(st, lock));
     int r;
@@ -1745,13 +1746,6 @@ static enum store_status q_host_lose_in_tx(struct store *st, const struct store_
     return rc;
 }
 
-static enum store_status q_worker_host_public(struct store *st, const char *worker_id,
-                                              char *host_id, size_t len)
-{
-    bool stopped;
-    return q_worker_host(st, worker_id, host_id, len, &stopped, NULL);
-}
-
 /* Collects the host ids a query returns. */
 static enum store_status q_collect_host_ids(struct store *st, struct sql_stmt *s,
                                             char (**ids)[STORE_HOST_ID_LEN], size_t *n)
@@ -1899,5 +1893,5 @@ void store_sql_queue_init(struct store *st)
     st->host_declare_lost = q_host_declare_lost;
     st->sandbox_list_host_lost = q_sandbox_list_host_lost;
     st->queue_claim_placed = q_queue_claim_placed;
-    st->worker_host = q_worker_host_public;
+    st->worker_host = q_worker_host;
 }
