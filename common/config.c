@@ -77,10 +77,18 @@ static const struct setting settings[] = {
     INT(poll_ms, "1000", 50, 600000, "fallback poll of the queue and stop requests (ms)"),
     INT(heartbeat_ms, "1000", 50, 600000, "worker heartbeat and lease renewal interval (ms)"),
     INT(worker_stale_ms, "30000", 200, 3600000,
-        "heartbeat age after which a worker on another host is dead (ms)"),
+        "heartbeat age after which a worker of this host id on another machine is dead (ms)"),
     INT(retry_base_ms, "1000", 0, 3600000, "backoff before the first retry (doubles, jittered)"),
     INT(retry_max_ms, "60000", 0, 86400000, "largest retry backoff (ms)"),
     INT(shutdown_grace, "10", 0, 3600, "seconds SIGTERM waits for deliveries in flight"),
+    STR(host_id, "", "this worker's host in the store (default: the machine's hostname)"),
+    STR(host_address, "", "address other components reach this host at (recorded only)"),
+    INT(host_capacity, "0", 0, 10000000,
+        "Sessions this host serves at once, for placement (0: max_sandboxes x workers)"),
+    INT(host_lost_ms, "15000", 200, 3600000,
+        "heartbeat age after which a host is lost: its Sandboxes end, its Sessions move (ms)"),
+    INT(placement_grace_ms, "2000", 0, 3600000,
+        "wait for the placed host before any host may take an idle Session's message (ms)"),
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 
@@ -281,6 +289,20 @@ int config_load(struct sbx_config *cfg, int argc, char **argv, char *err, size_t
         snprintf(cfg->db_path, sizeof cfg->db_path, "%.500s/sbx.db", cfg->data_dir);
     if (cfg->chroot_base[0] == '\0')
         snprintf(cfg->chroot_base, sizeof cfg->chroot_base, "%.500s/jail", cfg->data_dir);
+    if (cfg->host_id[0] == '\0' && gethostname(cfg->host_id, sizeof cfg->host_id) != 0)
+        snprintf(cfg->host_id, sizeof cfg->host_id, "localhost");
+    cfg->host_id[sizeof cfg->host_id - 1] = '\0';
+    /* The host id names the host in the store, in metrics labels and in logs: a hostname's
+     * characters only. */
+    if (cfg->host_id[strspn(cfg->host_id, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                          "0123456789._-")] != '\0') {
+        snprintf(err, errlen,
+                 "host_id may hold letters, digits, '.', '_' and '-' only, not \"%.64s\"",
+                 cfg->host_id);
+        return -1;
+    }
+    if (cfg->host_capacity == 0)
+        cfg->host_capacity = cfg->max_sandboxes * cfg->workers;
     if (cfg->guest_dir[0] == '\0')
         snprintf(cfg->guest_dir, sizeof cfg->guest_dir, "%.500s/guest", cfg->data_dir);
     if (strcmp(cfg->synchronous, "FULL") != 0 && strcmp(cfg->synchronous, "NORMAL") != 0) {

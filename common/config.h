@@ -56,6 +56,12 @@ struct sbx_config {
     int64_t retry_base_ms;   /* SBX_RETRY_BASE_MS: first retry backoff (doubles per attempt) */
     int64_t retry_max_ms;    /* SBX_RETRY_MAX_MS: largest retry backoff */
     int64_t shutdown_grace;  /* SBX_SHUTDOWN_GRACE: seconds SIGTERM waits for deliveries */
+    /* hosts: one host is one machine's workers, which share its kernel state */
+    char host_id[128];          /* SBX_HOST_ID: default the machine's hostname */
+    char host_address[256];     /* SBX_HOST_ADDRESS: how others reach this host (recorded only) */
+    int64_t host_capacity;      /* SBX_HOST_CAPACITY: 0 = max_sandboxes x workers */
+    int64_t host_lost_ms;       /* SBX_HOST_LOST_MS: heartbeat age after which a host is lost */
+    int64_t placement_grace_ms; /* SBX_PLACEMENT_GRACE_MS: then any host may take a message */
 };
 
 /* Fills cfg from defaults, the file, the environment and argv (in that order of precedence,

@@ -249,6 +249,27 @@ struct store_worker {
     int64_t pid;
     int64_t started_at;
     int64_t heartbeat_at;
+    char host_id[STORE_NAME_LEN]; /* the host it belongs to ("" for a worker before hosts) */
+};
+
+/* A worker host: one machine's (or one host id's) workers, which share its kernel state. */
+#define STORE_HOST_ID_LEN 128
+struct store_host {
+    char id[STORE_HOST_ID_LEN];
+    char address[256];      /* "" when none */
+    int64_t capacity;       /* Sessions it serves at once; placement skips it when full */
+    int64_t registered_at;  /* (out) */
+    int64_t heartbeat_at;   /* (out) */
+    int64_t lost_at;        /* (out) 0: live */
+    int64_t workers;        /* (out) its live workers */
+    int64_t serving;        /* (out) Sessions its workers own (activating or active) */
+    int64_t live_sandboxes; /* (out) its Sandboxes not ended */
+};
+
+/* How a worker's claim places idle Sessions on hosts (queue_claim_placed). */
+struct store_placement {
+    int64_t grace_ms;     /* after this wait for the chosen host, any host may take the message */
+    int64_t host_lost_ms; /* a host whose heartbeat is older is not chosen */
 };
 
 /* What a worker claims: the next message to deliver, with its Session and App. */
@@ -479,6 +500,46 @@ struct store {
                                        const char *message_id, const char *worker_id);
     /* The distinct shapes of live Apps: what the warm pool keeps ready. */
     enum store_status (*app_shapes)(struct store *st, struct store_shape **out, size_t *n);
+
+    /* ---- hosts (several worker hosts on one store), added by the hosts area ---- */
+    /* Registers (or refreshes) host->id with its address and capacity, heartbeat now, and records
+     * that worker_id (registered before) runs on it. A host that had been declared lost comes
+     * back: lost_at is cleared and *was_lost_at (may be NULL) says when it was lost (0: it was
+     * not), so that its worker can reap what the loss left on this machine. */
+    enum store_status (*host_register)(struct store *st, const struct store_ctx *ctx,
+                                       const struct store_host *host, const char *worker_id,
+                                       int64_t *was_lost_at);
+    /* Heartbeats the host. STORE_CONFLICT when it was declared lost: its workers must exit. */
+    enum store_status (*host_heartbeat)(struct store *st, const char *host_id);
+    /* Every registered host, lost ones too, by id. */
+    enum store_status (*host_list)(struct store *st, struct store_host **out, size_t *n);
+    /* In one writer transaction, for each host other than self_host_id whose heartbeat is older
+     * than stale_ms and that is not lost yet: lost_at = now; its live Sandboxes are terminated
+     * with reason "host lost"; its workers are stopped; the messages they were delivering go back
+     * to the queue (the attempt counts, as for a lost worker); their Sessions go back to idle so
+     * that their next message activates on another host. *n_lost (may be NULL): how many hosts.
+     * Reads first without the write lock, so that the common case (nothing lost) writes nothing. */
+    enum store_status (*host_declare_lost)(struct store *st, const struct store_ctx *ctx,
+                                           const char *self_host_id, int64_t stale_ms,
+                                           size_t *n_lost);
+    /* Sandboxes of host_id's workers that its loss at lost_at terminated in the store (their
+     * processes, jails, cgroups and network state may still be on the machine). */
+    enum store_status (*sandbox_list_host_lost)(struct store *st, const char *host_id,
+                                                int64_t lost_at, struct store_sandbox **out,
+                                                size_t *n);
+    /* queue_claim with placement: a message of an idle Session is claimed only when this
+     * worker's host is where it belongs (a live host with a warm Sandbox of the App's shape,
+     * least loaded first; else the least loaded live host; never a full one), or once the
+     * message has waited longer than grace_ms for that host. Messages of Sessions this worker
+     * owns are claimed as by queue_claim. STORE_EMPTY too when this worker was stopped. */
+    enum store_status (*queue_claim_placed)(struct store *st, const struct store_ctx *ctx,
+                                            const char *worker_id, int64_t lease_ms,
+                                            const struct store_placement *placement,
+                                            struct store_delivery *out);
+    /* The host worker_id belongs to ("" for a worker registered before hosts), stopped or not.
+     * STORE_NOT_FOUND for an unknown worker. */
+    enum store_status (*worker_host)(struct store *st, const char *worker_id, char *host_id,
+                                     size_t len);
 };
 
 /* Opens the backend that `store` names: "sqlite" (the file sqlite_path, on one host) or a

@@ -315,6 +315,7 @@ static int64_t worker_page_row(struct sql_stmt *s, void *item)
     w->pid = sql_col_int64(s, 2);
     w->started_at = sql_col_int64(s, 3);
     w->heartbeat_at = sql_col_int64(s, 4);
+    sql_col_copy(s, 5, w->host_id, sizeof w->host_id);
     return 0;
 }
 
@@ -330,8 +331,8 @@ static const struct sql_page worker_page = {sizeof(struct store_worker), worker_
 static enum store_status q_worker_list_active(struct store *st, struct store_worker **out,
                                               size_t *n)
 {
-    struct sql_stmt *s = sql_stmt(st, "SELECT id, host, pid, started_at, heartbeat_at FROM workers "
-                                      "WHERE stopped_at IS NULL ORDER BY started_at");
+    struct sql_stmt *s = sql_stmt(st, "SELECT id, host, pid, started_at, heartbeat_at, host_id "
+                                      "FROM workers WHERE stopped_at IS NULL ORDER BY started_at");
     char no_cursor[STORE_CURSOR_LEN];
     if (!s)
         return STORE_ERROR;
@@ -378,28 +379,221 @@ static enum store_status q_session_touch(struct store *st, const char *session_i
 
 /* ---- the queue ---- */
 
-/* The next deliverable message. A message is deliverable when it is queued and due, its Session is
- * not deleted and is free or ours, and no earlier message of its Session is unfinished: that one
- * rule gives both per-Session order and one-at-a-time delivery, since a delivering message is
- * unfinished and blocks every later one. The third column is 1 when the Session is free (a CASE,
- * not `IS NULL`, which PostgreSQL returns as a boolean). */
+/* The next deliverable messages. A message is deliverable when it is queued and due, its Session
+ * is not deleted and is free or ours, and no earlier message of its Session is unfinished: that
+ * one rule gives both per-Session order and one-at-a-time delivery, since a delivering message is
+ * unfinished and blocks every later one. Placement (q_claim_choose) may pass over the first ones,
+ * so up to ?4 come, each with what placement needs: when it became claimable (its creation, its
+ * retry time, or its Session's return to idle, whichever is last) and its App's shape. */
 #define Q_CLAIM_PICK_SQL                                                                           \
-    "SELECT m.id, m.session_id, CASE WHEN s.worker_id IS NULL THEN 1 ELSE 0 END FROM messages m "  \
-    "JOIN sessions s ON s.id = m.session_id "                                                      \
+    "SELECT m.id, m.session_id, CASE WHEN s.worker_id IS NULL THEN 1 ELSE 0 END, "                 \
+    "CASE WHEN m.not_before > m.created_at THEN m.not_before ELSE m.created_at END, "              \
+    "s.updated_at, a.driver, a.image, a.vcpu_count, a.mem_size_mib FROM messages m "               \
+    "JOIN sessions s ON s.id = m.session_id JOIN apps a ON a.id = s.app_id "                       \
     "WHERE m.state = 'queued' AND m.not_before <= ?1 AND s.state <> 'deleted' "                    \
     "AND (s.worker_id IS NULL OR s.worker_id = ?2) AND (?3 = 0 OR s.worker_id = ?2) "              \
     "AND NOT EXISTS (SELECT 1 FROM messages e WHERE e.session_id = m.session_id "                  \
     "AND e.seq < m.seq AND e.state IN ('queued', 'delivering')) "                                  \
-    "ORDER BY m.not_before, m.created_at LIMIT 1"
+    "ORDER BY m.not_before, m.created_at LIMIT ?4"
 static const char q_claim_pick_sql[] = Q_CLAIM_PICK_SQL;
-/* PostgreSQL: the claim also locks the message row and passes over one that another transaction
- * holds, so claimers never queue behind each other on a row (SQLite has no row locks: its one
- * writer at a time is the whole lock). */
+/* PostgreSQL: the claim also locks the message rows it reads and passes over those another
+ * transaction holds, so claimers never queue behind each other on a row (SQLite has no row
+ * locks: its one writer at a time is the whole lock). A peek locks nothing. */
 static const char q_claim_pick_pg_sql[] = Q_CLAIM_PICK_SQL " FOR UPDATE OF m SKIP LOCKED";
 
-static const char *q_claim_pick(struct store *st)
+static const char *q_claim_pick(struct store *st, bool lock)
 {
-    return sql_dialect(st) == SQL_POSTGRES ? q_claim_pick_pg_sql : q_claim_pick_sql;
+    return lock && sql_dialect(st) == SQL_POSTGRES ? q_claim_pick_pg_sql : q_claim_pick_sql;
+}
+
+/* How many deliverable messages a placed claim looks at before giving up: the ones it passes over
+ * belong to other hosts for at most the placement grace. */
+#define Q_PLACED_CANDIDATES 32
+
+/* What a claim picked. */
+struct q_pick {
+    char message_id[STORE_ID_LEN];
+    char session_id[STORE_ID_LEN];
+    bool session_free;
+};
+
+/* ---- placement ---- */
+
+/* The host of a worker, stopped or not ("" for one registered before hosts). */
+static enum store_status q_worker_host(struct store *st, const char *worker_id, char *host_id,
+                                       size_t len)
+{
+    struct sql_stmt *s = sql_stmt(st, "SELECT host_id FROM workers WHERE id = ?1");
+    int r;
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, worker_id);
+    host_id[0] = '\0';
+    r = sql_step(s);
+    if (r == SQL_ROW)
+        sql_col_copy(s, 0, host_id, len);
+    sql_done(s);
+    if (r == SQL_ROW)
+        return STORE_OK;
+    return r == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, r);
+}
+
+/* What placement needs to know about the claimer, in one read: its host, whether it was stopped
+ * (a worker of a host declared lost, or one taken for dead, must not start anything new), how
+ * many hosts are live (not lost, heartbeat fresh) and whether its own is one of them. */
+struct q_claimer {
+    char host_id[STORE_HOST_ID_LEN];
+    bool stopped;
+    int64_t live_hosts;
+    bool host_live;
+};
+
+static enum store_status q_claimer_load(struct store *st, const char *worker_id,
+                                        int64_t fresh_since, struct q_claimer *c)
+{
+    struct sql_stmt *s = sql_stmt(
+        st, "SELECT w.host_id, CASE WHEN w.stopped_at IS NULL THEN 0 ELSE 1 END, "
+            "(SELECT COUNT(*) FROM hosts h WHERE h.lost_at IS NULL AND h.heartbeat_at >= ?2), "
+            "(SELECT COUNT(*) FROM hosts h WHERE h.id = w.host_id AND h.lost_at IS NULL AND "
+            "h.heartbeat_at >= ?2) FROM workers w WHERE w.id = ?1");
+    int r;
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, worker_id);
+    sql_bind_int64(s, 2, fresh_since);
+    memset(c, 0, sizeof *c);
+    r = sql_step(s);
+    if (r == SQL_ROW) {
+        sql_col_copy(s, 0, c->host_id, sizeof c->host_id);
+        c->stopped = sql_col_int64(s, 1) != 0;
+        c->live_hosts = sql_col_int64(s, 2);
+        c->host_live = sql_col_int64(s, 3) > 0;
+    }
+    sql_done(s);
+    return r == SQL_ROW || r == SQL_DONE ? STORE_OK : sql_status(st, r);
+}
+
+/* The host placement chooses for an idle Session of this shape, into best ("" when every live
+ * host is full): among live hosts with a live worker and room (Sessions served < capacity), one
+ * holding a warm Sandbox of the shape first, then the least loaded (served / capacity, compared
+ * exactly by cross-multiplying), then the smallest id, so that every worker computes the same. */
+static enum store_status q_best_host(struct store *st, const struct store_shape *shape,
+                                     int64_t fresh_since, char *best, size_t len)
+{
+    struct sql_stmt *s = sql_stmt(
+        st, "SELECT h.id, h.capacity, "
+            "(SELECT COUNT(*) FROM workers w JOIN sessions s ON s.worker_id = w.id "
+            "WHERE w.host_id = h.id AND s.state IN ('activating', 'active')), "
+            "(SELECT COUNT(*) FROM sandboxes b JOIN workers w ON w.id = b.worker_id "
+            "WHERE b.state = 'warm' AND b.driver = ?1 AND b.image = ?2 AND b.vcpu_count = ?3 "
+            "AND b.mem_size_mib = ?4 AND b.stop_requested_at IS NULL AND w.host_id = h.id) "
+            "FROM hosts h WHERE h.lost_at IS NULL AND h.heartbeat_at >= ?5 AND EXISTS "
+            "(SELECT 1 FROM workers w WHERE w.host_id = h.id AND w.stopped_at IS NULL) "
+            "ORDER BY h.id");
+    int64_t best_cap = 0, best_serving = 0;
+    bool best_warm = false;
+    int r;
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, shape->driver);
+    sql_bind_text(s, 2, shape->image);
+    sql_bind_int64(s, 3, shape->vcpu_count);
+    sql_bind_int64(s, 4, shape->mem_size_mib);
+    sql_bind_int64(s, 5, fresh_since);
+    best[0] = '\0';
+    while ((r = sql_step(s)) == SQL_ROW) {
+        int64_t cap = sql_col_int64(s, 1), serving = sql_col_int64(s, 2);
+        bool warm = sql_col_int64(s, 3) > 0;
+        if (serving >= cap)
+            continue; /* full: never chosen */
+        bool better = !best[0] || (warm && !best_warm) ||
+                      (warm == best_warm && serving * best_cap < best_serving * cap);
+        if (!better)
+            continue;
+        sql_col_copy(s, 0, best, len);
+        best_cap = cap;
+        best_serving = serving;
+        best_warm = warm;
+    }
+    sql_done(s);
+    return r == SQL_DONE ? STORE_OK : sql_status(st, r);
+}
+
+/* Picks the message to claim: the first deliverable one that this worker may take. Without
+ * placement that is the first one. With placement, a message of a Session this worker owns is
+ * always ours; one of an idle Session is ours when our host is where placement puts it, or when
+ * it has waited for its host longer than the grace (so that a slow or dying host never starves a
+ * Session). The best host is computed once per shape per pick; when ours is the only live host, it
+ * is ours. */
+static enum store_status q_claim_choose(struct store *st, const char *worker_id, bool owned_only,
+                                        const struct store_placement *placement, int64_t now,
+                                        bool lock, struct q_pick *out)
+{
+    char host_id[STORE_HOST_ID_LEN] = "", best[STORE_HOST_ID_LEN] = "";
+    struct store_shape best_for = {0};
+    bool have_best = false, single_host = false;
+    int64_t fresh_since = 0;
+    enum store_status rc;
+
+    if (placement) {
+        struct q_claimer c;
+        fresh_since = now - placement->host_lost_ms;
+        if ((rc = q_claimer_load(st, worker_id, fresh_since, &c)) != STORE_OK)
+            return rc;
+        if (c.stopped)
+            return STORE_EMPTY;
+        snprintf(host_id, sizeof host_id, "%s", c.host_id);
+        /* Nothing to choose between when this is the only live host, or when no host is live;
+         * a worker without a host (registered the old way) places nothing either. */
+        single_host = !host_id[0] || c.live_hosts == 0 || (c.live_hosts == 1 && c.host_live);
+    }
+    struct sql_stmt *pick = sql_stmt(st, q_claim_pick(st, lock));
+    int r;
+    if (!pick)
+        return STORE_ERROR;
+    sql_bind_int64(pick, 1, now);
+    sql_bind_text(pick, 2, worker_id);
+    sql_bind_int64(pick, 3, owned_only ? 1 : 0);
+    sql_bind_int64(pick, 4, placement && !single_host ? Q_PLACED_CANDIDATES : 1);
+    rc = STORE_EMPTY;
+    while ((r = sql_step(pick)) == SQL_ROW) {
+        bool session_free = sql_col_int64(pick, 2) != 0;
+        int64_t since = sql_col_int64(pick, 3), idle_since = sql_col_int64(pick, 4);
+        bool ours = !placement || single_host || !session_free;
+        if (!ours) {
+            if (idle_since > since)
+                since = idle_since;
+            ours = now - since >= placement->grace_ms;
+        }
+        if (!ours) {
+            struct store_shape shape = {0};
+            sql_col_copy(pick, 5, shape.driver, sizeof shape.driver);
+            sql_col_copy(pick, 6, shape.image, sizeof shape.image);
+            shape.vcpu_count = sql_col_int64(pick, 7);
+            shape.mem_size_mib = sql_col_int64(pick, 8);
+            if (!have_best || memcmp(&shape, &best_for, sizeof shape) != 0) {
+                enum store_status brc = q_best_host(st, &shape, fresh_since, best, sizeof best);
+                if (brc != STORE_OK) {
+                    rc = brc;
+                    break;
+                }
+                best_for = shape;
+                have_best = true;
+            }
+            ours = strcmp(best, host_id) == 0;
+        }
+        if (!ours)
+            continue;
+        sql_col_copy(pick, 0, out->message_id, sizeof out->message_id);
+        sql_col_copy(pick, 1, out->session_id, sizeof out->session_id);
+        out->session_free = session_free;
+        rc = STORE_OK;
+        break;
+    }
+    if (r != SQL_ROW && r != SQL_DONE)
+        rc = sql_status(st, r);
+    sql_done(pick);
+    return rc;
 }
 
 static enum store_status q_delivery_load(struct store *st, const char *message_id,
@@ -428,30 +622,16 @@ static enum store_status q_delivery_load(struct store *st, const char *message_i
 
 static enum store_status q_claim_in_tx(struct store *st, const struct store_ctx *ctx,
                                        const char *worker_id, int64_t lease_ms, bool owned_only,
+                                       const struct store_placement *placement,
                                        struct store_delivery *out)
 {
-    struct sql_stmt *pick = sql_stmt(st, q_claim_pick(st));
-    char message_id[STORE_ID_LEN], session_id[STORE_ID_LEN];
-    bool session_free;
+    struct q_pick pick;
     int64_t now = now_ms();
-    enum store_status rc;
-    int r;
-
-    if (!pick)
-        return STORE_ERROR;
-    sql_bind_int64(pick, 1, now);
-    sql_bind_text(pick, 2, worker_id);
-    sql_bind_int64(pick, 3, owned_only ? 1 : 0);
-    r = sql_step(pick);
-    if (r != SQL_ROW) {
-        sql_done(pick);
-        return r == SQL_DONE ? STORE_EMPTY : sql_status(st, r);
-    }
-    sql_col_copy(pick, 0, message_id, sizeof message_id);
-    sql_col_copy(pick, 1, session_id, sizeof session_id);
-    session_free = (int)sql_col_int64(pick, 2) != 0;
-    sql_done(pick);
-
+    enum store_status rc = q_claim_choose(st, worker_id, owned_only, placement, now, true, &pick);
+    if (rc != STORE_OK)
+        return rc;
+    const char *message_id = pick.message_id, *session_id = pick.session_id;
+    bool session_free = pick.session_free;
     struct sql_stmt *lease =
         sql_stmt(st, "UPDATE messages SET state = 'delivering', lease_owner = ?2, "
                      "lease_expires_at = ?3, attempts = attempts + 1, "
@@ -497,30 +677,22 @@ static enum store_status q_claim_in_tx(struct store *st, const struct store_ctx 
     return rc;
 }
 
-/* Whether anything is deliverable, read without taking the write lock: in WAL mode this never
- * waits, so the many wake-ups that find nothing to do do not queue behind the gateway's commits.
- * (Without FOR UPDATE on PostgreSQL too: a peek locks nothing.) */
-static enum store_status q_claim_peek(struct store *st, const char *worker_id, bool owned_only)
+/* Whether anything is deliverable to this worker, read without taking the write lock: in WAL mode
+ * this never waits, so the many wake-ups that find nothing to do do not queue behind the gateway's
+ * commits (nor, with placement, behind other hosts' claims). */
+static enum store_status q_claim_peek(struct store *st, const char *worker_id, bool owned_only,
+                                      const struct store_placement *placement)
 {
-    struct sql_stmt *pick = sql_stmt(st, q_claim_pick_sql);
-    int r;
-    if (!pick)
-        return STORE_ERROR;
-    sql_bind_int64(pick, 1, now_ms());
-    sql_bind_text(pick, 2, worker_id);
-    sql_bind_int64(pick, 3, owned_only ? 1 : 0);
-    r = sql_step(pick);
-    sql_done(pick);
-    if (r == SQL_ROW)
-        return STORE_OK;
-    return r == SQL_DONE ? STORE_EMPTY : sql_status(st, r);
+    struct q_pick pick;
+    return q_claim_choose(st, worker_id, owned_only, placement, now_ms(), false, &pick);
 }
 
 static enum store_status q_claim(struct store *st, const struct store_ctx *ctx,
                                  const char *worker_id, int64_t lease_ms, bool owned_only,
+                                 const struct store_placement *placement,
                                  struct store_delivery *out)
 {
-    enum store_status rc = q_claim_peek(st, worker_id, owned_only);
+    enum store_status rc = q_claim_peek(st, worker_id, owned_only, placement);
     struct store_delivery d;
     if (rc != STORE_OK)
         return rc;
@@ -528,7 +700,7 @@ static enum store_status q_claim(struct store *st, const struct store_ctx *ctx,
     if (!q_begin(st, &rc))
         return rc;
     memset(&d, 0, sizeof d);
-    rc = q_end(st, q_claim_in_tx(st, ctx, worker_id, lease_ms, owned_only, &d));
+    rc = q_end(st, q_claim_in_tx(st, ctx, worker_id, lease_ms, owned_only, placement, &d));
     if (rc == STORE_OK)
         *out = d;
     else if (rc != STORE_EMPTY)
@@ -540,14 +712,22 @@ static enum store_status q_queue_claim(struct store *st, const struct store_ctx 
                                        const char *worker_id, int64_t lease_ms,
                                        struct store_delivery *out)
 {
-    return q_claim(st, ctx, worker_id, lease_ms, false, out);
+    return q_claim(st, ctx, worker_id, lease_ms, false, NULL, out);
 }
 
 static enum store_status q_queue_claim_owned(struct store *st, const struct store_ctx *ctx,
                                              const char *worker_id, int64_t lease_ms,
                                              struct store_delivery *out)
 {
-    return q_claim(st, ctx, worker_id, lease_ms, true, out);
+    return q_claim(st, ctx, worker_id, lease_ms, true, NULL, out);
+}
+
+static enum store_status q_queue_claim_placed(struct store *st, const struct store_ctx *ctx,
+                                              const char *worker_id, int64_t lease_ms,
+                                              const struct store_placement *placement,
+                                              struct store_delivery *out)
+{
+    return q_claim(st, ctx, worker_id, lease_ms, false, placement, out);
 }
 
 static enum store_status q_queue_extend_lease(struct store *st, const char *message_id,
@@ -648,7 +828,7 @@ static enum store_status q_fail_in_tx(struct store *st, const struct store_ctx *
     enum store_status rc;
     struct sql_stmt *check =
         sql_stmt(st, "SELECT 1 FROM messages WHERE id = ?1 AND "
-                     "state = 'delivering' AND (CAST(?2 AS TEXT) IS NULL OR lease_owner = ?2)");
+                     "state = 'delivering' AND (?2 IS NULL OR lease_owner = ?2)");
     int r;
     if (!check)
         return STORE_ERROR;
@@ -724,8 +904,7 @@ static enum store_status q_queue_release(struct store *st, const struct store_ct
     if (!began)
         return rc;
     struct sql_stmt *s = sql_stmt(st, "UPDATE messages SET state = 'queued', lease_owner = NULL, "
-                                      "lease_expires_at = NULL, attempts = CASE WHEN attempts > 0 "
-                                      "THEN attempts - 1 ELSE 0 END, "
+                                      "lease_expires_at = NULL, attempts = MAX(attempts - 1, 0), "
                                       "updated_at = ?3 WHERE id = ?1 AND state = 'delivering' AND "
                                       "lease_owner = ?2");
     if (!s)
@@ -855,7 +1034,8 @@ static enum store_status q_sandbox_insert(struct store *st, const struct store_c
     struct sql_stmt *s =
         sql_stmt(st, "INSERT INTO sandboxes (id, state, driver, image, vcpu_count, "
                      "mem_size_mib, worker_id, cold, created_at, updated_at) "
-                     "VALUES (?1, 'booting', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)");
+                     "SELECT ?1, 'booting', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8 WHERE NOT EXISTS "
+                     "(SELECT 1 FROM workers WHERE id = ?6 AND stopped_at IS NOT NULL)");
     if (!s)
         return q_end(st, STORE_ERROR);
     sql_bind_text(s, 1, sb.id);
@@ -867,6 +1047,10 @@ static enum store_status q_sandbox_insert(struct store *st, const struct store_c
     sql_bind_int64(s, 7, cold ? 1 : 0);
     sql_bind_int64(s, 8, now_ms());
     rc = q_step_done(st, s);
+    /* A worker that was stopped (its host declared lost, or itself taken for dead) records no new
+     * Sandbox: nobody would ever end it. */
+    if (rc == STORE_OK && sql_changes(st) == 0)
+        rc = STORE_CONFLICT;
     if (rc == STORE_OK)
         rc = q_sandbox_load(st, sb.id, &sb);
     if (rc == STORE_OK)
@@ -1185,9 +1369,8 @@ static enum store_status q_finish_in_tx(struct store *st, const struct store_ctx
     /* The Session accumulates what its Sandboxes used, even when it has moved on to another. */
     struct sql_stmt *u =
         sql_stmt(st, "UPDATE sessions SET cpu_usec = cpu_usec + ?2, mem_peak_bytes = "
-                     "CASE WHEN CAST(?3 AS BIGINT) IS NULL THEN mem_peak_bytes "
-                     "WHEN COALESCE(mem_peak_bytes, 0) > ?3 THEN mem_peak_bytes ELSE ?3 END, "
-                     "updated_at = ?4 "
+                     "CASE WHEN ?3 IS NULL THEN mem_peak_bytes ELSE "
+                     "MAX(COALESCE(mem_peak_bytes, 0), ?3) END, updated_at = ?4 "
                      "WHERE id = ?1");
     if (!u)
         return STORE_ERROR;
@@ -1246,16 +1429,20 @@ static enum store_status q_sandbox_list_stop_requested(struct store *st, const c
                           worker_id, out, n);
 }
 
-static enum store_status q_adopt_in_tx(struct store *st, const struct store_ctx *ctx,
-                                       const char *dead_worker_id, const char *new_owner)
+/* Lets go of everything a worker that is gone held in the queue (inside the caller's writer
+ * transaction): marks it stopped, requeues the messages it was delivering (the attempt counts, with
+ * reason), sends its Sessions back to idle and unowns its deleted ones. *requeued grows by the
+ * leases requeued. STORE_NOT_FOUND when it was stopped already. */
+static enum store_status q_release_worker_in_tx(struct store *st, const struct store_ctx *ctx,
+                                                const char *worker_id, int64_t now,
+                                                const char *reason, size_t *requeued)
 {
     enum store_status rc;
-    int64_t now = now_ms();
     struct sql_stmt *stop = sql_stmt(st, "UPDATE workers SET stopped_at = ?2 WHERE id = ?1 AND "
                                          "stopped_at IS NULL");
     if (!stop)
         return STORE_ERROR;
-    sql_bind_text(stop, 1, dead_worker_id);
+    sql_bind_text(stop, 1, worker_id);
     sql_bind_int64(stop, 2, now);
     if ((rc = q_step_done(st, stop)) != STORE_OK)
         return rc;
@@ -1269,20 +1456,21 @@ static enum store_status q_adopt_in_tx(struct store *st, const struct store_ctx 
                                            "lease_owner = ?1");
     if (!leased)
         return STORE_ERROR;
-    sql_bind_text(leased, 1, dead_worker_id);
+    sql_bind_text(leased, 1, worker_id);
     if ((rc = q_collect_ids(st, leased, &ids, &n)) != STORE_OK)
         return rc;
-    rc = q_requeue_list(st, ctx, ids, n, "worker lost while delivering (worker restart)");
+    rc = q_requeue_list(st, ctx, ids, n, reason);
     free(ids);
     if (rc != STORE_OK)
         return rc;
+    *requeued += n;
 
     /* Its Sessions: idle again, free for any worker. */
     struct sql_stmt *ses = sql_stmt(st, "SELECT id, app_id, sandbox_id FROM sessions WHERE "
                                         "worker_id = ?1 AND state <> 'deleted'");
     if (!ses)
         return STORE_ERROR;
-    sql_bind_text(ses, 1, dead_worker_id);
+    sql_bind_text(ses, 1, worker_id);
     struct owned {
         char id[STORE_ID_LEN], app_id[STORE_ID_LEN], sandbox_id[STORE_ID_LEN];
     } *list = NULL;
@@ -1313,8 +1501,18 @@ static enum store_status q_adopt_in_tx(struct store *st, const struct store_ctx 
         sql_stmt(st, "UPDATE sessions SET worker_id = NULL WHERE worker_id = ?1");
     if (!del)
         return STORE_ERROR;
-    sql_bind_text(del, 1, dead_worker_id);
-    if ((rc = q_step_done(st, del)) != STORE_OK)
+    sql_bind_text(del, 1, worker_id);
+    return q_step_done(st, del);
+}
+
+static enum store_status q_adopt_in_tx(struct store *st, const struct store_ctx *ctx,
+                                       const char *dead_worker_id, const char *new_owner)
+{
+    int64_t now = now_ms();
+    size_t n = 0;
+    enum store_status rc = q_release_worker_in_tx(
+        st, ctx, dead_worker_id, now, "worker lost while delivering (worker restart)", &n);
+    if (rc != STORE_OK)
         return rc;
 
     /* Its Sandboxes: the new owner reaps them. */
@@ -1367,6 +1565,300 @@ static enum store_status q_app_shapes(struct store *st, struct store_shape **out
     return sql_read_page(st, s, SIZE_MAX, &shape_page, (void *)out, n, no_cursor);
 }
 
+/* ---- hosts ---- */
+
+static enum store_status q_host_register(struct store *st, const struct store_ctx *ctx,
+                                         const struct store_host *host, const char *worker_id,
+                                         int64_t *was_lost_at)
+{
+    enum store_status rc;
+    int64_t now = now_ms(), lost_at = 0;
+    bool known = false;
+    int r;
+    if (!host->id[0] || host->capacity < 1)
+        return STORE_INVALID;
+    if (!q_begin(st, &rc))
+        return rc;
+    struct sql_stmt *get = sql_stmt(st, "SELECT lost_at FROM hosts WHERE id = ?1");
+    if (!get)
+        return q_end(st, STORE_ERROR);
+    sql_bind_text(get, 1, host->id);
+    r = sql_step(get);
+    if (r == SQL_ROW) {
+        known = true;
+        lost_at = q_col_i64_or(get, 0, 0);
+    }
+    sql_done(get);
+    if (r != SQL_ROW && r != SQL_DONE)
+        return q_end(st, sql_status(st, r));
+
+    struct sql_stmt *up =
+        known ? sql_stmt(st, "UPDATE hosts SET address = ?2, capacity = ?3, heartbeat_at = ?4, "
+                             "registered_at = CASE WHEN lost_at IS NULL THEN registered_at "
+                             "ELSE ?4 END, lost_at = NULL WHERE id = ?1")
+              : sql_stmt(st, "INSERT INTO hosts (id, address, capacity, registered_at, "
+                             "heartbeat_at) VALUES (?1, ?2, ?3, ?4, ?4)");
+    if (!up)
+        return q_end(st, STORE_ERROR);
+    sql_bind_text(up, 1, host->id);
+    sql_bind_text(up, 2, host->address);
+    sql_bind_int64(up, 3, host->capacity);
+    sql_bind_int64(up, 4, now);
+    rc = q_step_done(st, up);
+
+    if (rc == STORE_OK && worker_id) {
+        struct sql_stmt *w = sql_stmt(st, "UPDATE workers SET host_id = ?2 WHERE id = ?1");
+        if (!w)
+            return q_end(st, STORE_ERROR);
+        sql_bind_text(w, 1, worker_id);
+        sql_bind_text(w, 2, host->id);
+        rc = q_step_done(st, w);
+        if (rc == STORE_OK && sql_changes(st) == 0)
+            rc = STORE_NOT_FOUND;
+    }
+    if (rc == STORE_OK && (!known || lost_at)) {
+        char *data = q_json(json_pack("{s:s,s:I,s:s?,s:o}", "address", host->address, "capacity",
+                                      (json_int_t)host->capacity, "workerId", worker_id,
+                                      "wasLostAt", lost_at ? json_integer(lost_at) : json_null()));
+        rc = sql_event(st, ctx, lost_at ? "host.returned" : "host.registered", "host", host->id,
+                       NULL, NULL, data);
+        free(data);
+    }
+    rc = q_end(st, rc);
+    if (rc == STORE_OK && was_lost_at)
+        *was_lost_at = lost_at;
+    return rc;
+}
+
+static enum store_status q_host_heartbeat(struct store *st, const char *host_id)
+{
+    struct sql_stmt *s = sql_stmt(st, "UPDATE hosts SET heartbeat_at = ?2 WHERE id = ?1 AND "
+                                      "lost_at IS NULL");
+    enum store_status rc;
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, host_id);
+    sql_bind_int64(s, 2, now_ms());
+    rc = q_step_done(st, s);
+    if (rc == STORE_OK && sql_changes(st) == 0)
+        return STORE_CONFLICT; /* declared lost (or never registered) */
+    return rc;
+}
+
+static int64_t host_page_row(struct sql_stmt *s, void *item)
+{
+    struct store_host *h = item;
+    sql_col_copy(s, 0, h->id, sizeof h->id);
+    sql_col_copy(s, 1, h->address, sizeof h->address);
+    h->capacity = sql_col_int64(s, 2);
+    h->registered_at = sql_col_int64(s, 3);
+    h->heartbeat_at = sql_col_int64(s, 4);
+    h->lost_at = q_col_i64_or(s, 5, 0);
+    h->workers = sql_col_int64(s, 6);
+    h->serving = sql_col_int64(s, 7);
+    h->live_sandboxes = sql_col_int64(s, 8);
+    return 0;
+}
+
+static const struct sql_page host_page = {sizeof(struct store_host), host_page_row,
+                                          page_free_plain};
+
+static enum store_status q_host_list(struct store *st, struct store_host **out, size_t *n)
+{
+    struct sql_stmt *s = sql_stmt(
+        st, "SELECT h.id, h.address, h.capacity, h.registered_at, h.heartbeat_at, h.lost_at, "
+            "(SELECT COUNT(*) FROM workers w WHERE w.host_id = h.id AND w.stopped_at IS NULL), "
+            "(SELECT COUNT(*) FROM workers w JOIN sessions s ON s.worker_id = w.id "
+            "WHERE w.host_id = h.id AND s.state IN ('activating', 'active')), "
+            "(SELECT COUNT(*) FROM sandboxes b JOIN workers w ON w.id = b.worker_id "
+            "WHERE w.host_id = h.id AND b.state NOT IN ('terminated', 'failed')) "
+            "FROM hosts h ORDER BY h.id");
+    char no_cursor[STORE_CURSOR_LEN];
+    if (!s)
+        return STORE_ERROR;
+    return sql_read_page(st, s, SIZE_MAX, &host_page, (void *)out, n, no_cursor);
+}
+
+/* Ends one lost host in the store (inside the caller's writer transaction): see
+ * host_declare_lost in store.h. */
+static enum store_status q_host_lose_in_tx(struct store *st, const struct store_ctx *ctx,
+                                           const char *host_id, int64_t now)
+{
+    enum store_status rc;
+    char(*ids)[STORE_ID_LEN] = NULL;
+    size_t n_workers = 0, n_requeued = 0, n_sandboxes = 0;
+
+    struct sql_stmt *mark = sql_stmt(st, "UPDATE hosts SET lost_at = ?2 WHERE id = ?1 AND "
+                                         "lost_at IS NULL");
+    if (!mark)
+        return STORE_ERROR;
+    sql_bind_text(mark, 1, host_id);
+    sql_bind_int64(mark, 2, now);
+    if ((rc = q_step_done(st, mark)) != STORE_OK)
+        return rc;
+    if (sql_changes(st) == 0)
+        return STORE_OK; /* declared lost already */
+
+    /* Its live Sandboxes end here, in the store: nobody can reach their processes any more. The
+     * Sessions pointing at them go back to idle (q_finish_in_tx). Usage is not measured. */
+    struct sql_stmt *sbs = sql_stmt(st, "SELECT b.id FROM sandboxes b JOIN workers w ON "
+                                        "w.id = b.worker_id WHERE w.host_id = ?1 AND "
+                                        "b.state NOT IN ('terminated', 'failed')");
+    if (!sbs)
+        return STORE_ERROR;
+    sql_bind_text(sbs, 1, host_id);
+    if ((rc = q_collect_ids(st, sbs, &ids, &n_sandboxes)) != STORE_OK)
+        return rc;
+    for (size_t i = 0; i < n_sandboxes && rc == STORE_OK; i++) {
+        rc = q_finish_in_tx(st, ctx, ids[i], false, "host lost", NULL);
+        if (rc == STORE_CONFLICT)
+            rc = STORE_OK;
+    }
+    free(ids);
+    ids = NULL;
+    if (rc != STORE_OK)
+        return rc;
+
+    /* Its workers: stopped, their leases requeued and their Sessions idle, as when one worker
+     * is adopted (their Sandboxes are already ended above). */
+    struct sql_stmt *wk = sql_stmt(st, "SELECT id FROM workers WHERE host_id = ?1 AND "
+                                       "stopped_at IS NULL");
+    if (!wk)
+        return STORE_ERROR;
+    sql_bind_text(wk, 1, host_id);
+    if ((rc = q_collect_ids(st, wk, &ids, &n_workers)) != STORE_OK)
+        return rc;
+    for (size_t i = 0; i < n_workers && rc == STORE_OK; i++)
+        rc =
+            q_release_worker_in_tx(st, ctx, ids[i], now, "host lost while delivering", &n_requeued);
+    free(ids);
+    if (rc != STORE_OK)
+        return rc;
+
+    char *data = q_json(json_pack("{s:I,s:I,s:I}", "workers", (json_int_t)n_workers, "sandboxes",
+                                  (json_int_t)n_sandboxes, "requeued", (json_int_t)n_requeued));
+    rc = sql_event(st, ctx, "host.lost", "host", host_id, NULL, NULL, data);
+    free(data);
+    if (rc == STORE_OK)
+        log_warn("store: host %s declared lost: %zu workers stopped, %zu Sandboxes ended, %zu "
+                 "messages requeued",
+                 host_id, n_workers, n_sandboxes, n_requeued);
+    return rc;
+}
+
+/* Collects the host ids a query returns. */
+static enum store_status q_collect_host_ids(struct store *st, struct sql_stmt *s,
+                                            char (**ids)[STORE_HOST_ID_LEN], size_t *n)
+{
+    char(*list)[STORE_HOST_ID_LEN] = NULL;
+    size_t len = 0;
+    int r;
+    while ((r = sql_step(s)) == SQL_ROW) {
+        char(*grown)[STORE_HOST_ID_LEN] = realloc(list, (len + 1) * sizeof *list);
+        if (!grown) {
+            free(list);
+            sql_done(s);
+            return STORE_ERROR;
+        }
+        list = grown;
+        sql_col_copy(s, 0, list[len++], STORE_HOST_ID_LEN);
+    }
+    sql_done(s);
+    if (r != SQL_DONE) {
+        free(list);
+        return sql_status(st, r);
+    }
+    *ids = list;
+    *n = len;
+    return STORE_OK;
+}
+
+static const char q_stale_hosts_sql[] =
+    "SELECT id FROM hosts WHERE lost_at IS NULL AND heartbeat_at < ?1 AND id <> ?2 ORDER BY id";
+
+static enum store_status q_host_declare_lost(struct store *st, const struct store_ctx *ctx,
+                                             const char *self_host_id, int64_t stale_ms,
+                                             size_t *n_lost)
+{
+    enum store_status rc;
+    char(*ids)[STORE_HOST_ID_LEN] = NULL;
+    size_t n = 0;
+    int64_t now = now_ms();
+    int r;
+
+    if (n_lost)
+        *n_lost = 0;
+    /* The common case, no stale host, costs one read and no write lock. */
+    struct sql_stmt *peek = sql_stmt(st, q_stale_hosts_sql);
+    if (!peek)
+        return STORE_ERROR;
+    sql_bind_int64(peek, 1, now - stale_ms);
+    sql_bind_text(peek, 2, self_host_id ? self_host_id : "");
+    r = sql_step(peek);
+    sql_done(peek);
+    if (r == SQL_DONE)
+        return STORE_OK;
+    if (r != SQL_ROW)
+        return sql_status(st, r);
+
+    if (!q_begin(st, &rc))
+        return rc;
+    /* Again under the write lock: the host may have heartbeated, or been declared lost by
+     * another host, since. */
+    struct sql_stmt *stale = sql_stmt(st, q_stale_hosts_sql);
+    if (!stale)
+        return q_end(st, STORE_ERROR);
+    sql_bind_int64(stale, 1, now - stale_ms);
+    sql_bind_text(stale, 2, self_host_id ? self_host_id : "");
+    rc = q_collect_host_ids(st, stale, &ids, &n);
+    for (size_t i = 0; i < n && rc == STORE_OK; i++)
+        rc = q_host_lose_in_tx(st, ctx, ids[i], now);
+    free(ids);
+    rc = q_end(st, rc);
+    if (rc == STORE_OK && n_lost)
+        *n_lost = n;
+    return rc;
+}
+
+static enum store_status q_sandbox_list_host_lost(struct store *st, const char *host_id,
+                                                  int64_t lost_at, struct store_sandbox **out,
+                                                  size_t *n)
+{
+    struct sql_stmt *s = sql_stmt(st, "SELECT " Q_SANDBOX_COLS " FROM sandboxes WHERE "
+                                      "termination_reason = 'host lost' AND terminated_at >= ?2 "
+                                      "AND worker_id IN (SELECT id FROM workers WHERE "
+                                      "host_id = ?1) ORDER BY created_at");
+    struct store_sandbox *list = NULL;
+    size_t len = 0, cap = 0;
+    int r;
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, host_id);
+    sql_bind_int64(s, 2, lost_at);
+    while ((r = sql_step(s)) == SQL_ROW) {
+        if (len == cap) {
+            size_t ncap = cap ? cap * 2 : 8;
+            struct store_sandbox *grown = realloc(list, ncap * sizeof *list);
+            if (!grown) {
+                free(list);
+                sql_done(s);
+                return STORE_ERROR;
+            }
+            list = grown;
+            cap = ncap;
+        }
+        q_read_sandbox(s, &list[len++]);
+    }
+    sql_done(s);
+    if (r != SQL_DONE) {
+        free(list);
+        return sql_status(st, r);
+    }
+    *out = list;
+    *n = len;
+    return STORE_OK;
+}
+
 void store_sql_queue_init(struct store *st)
 {
     st->worker_register = q_worker_register;
@@ -1395,4 +1887,11 @@ void store_sql_queue_init(struct store *st)
     st->sandbox_list_live = q_sandbox_list_live;
     st->sandbox_list_stop_requested = q_sandbox_list_stop_requested;
     st->app_shapes = q_app_shapes;
+    st->host_register = q_host_register;
+    st->host_heartbeat = q_host_heartbeat;
+    st->host_list = q_host_list;
+    st->host_declare_lost = q_host_declare_lost;
+    st->sandbox_list_host_lost = q_sandbox_list_host_lost;
+    st->queue_claim_placed = q_queue_claim_placed;
+    st->worker_host = q_worker_host;
 }

@@ -264,6 +264,42 @@ static void render_pool(struct store *st, struct buf *b)
     free(shapes);
 }
 
+/* The worker hosts (docs/hosts.md): whether each is live, its capacity and load, its heartbeat's
+ * age. A lost host stays listed with up 0 until it comes back. */
+static void render_hosts(struct store *st, struct buf *b)
+{
+    struct store_host *hosts = NULL;
+    size_t n = 0;
+    int64_t now = now_ms();
+    if (!st->host_list || st->host_list(st, &hosts, &n) != STORE_OK)
+        return;
+    static const struct {
+        const char *name, *help;
+    } metric[5] = {
+        {"sbx_host_up", "1 while the host is live, 0 once it was declared lost."},
+        {"sbx_host_capacity", "Sessions the host serves at once (placement skips it when full)."},
+        {"sbx_host_serving", "Sessions activating or active on the host."},
+        {"sbx_host_workers", "Running worker processes of the host."},
+        {"sbx_host_heartbeat_age_seconds", "Time since the host's last heartbeat."},
+    };
+    for (int k = 0; k < 5; k++) {
+        out(b, "# HELP %s %s\n# TYPE %s gauge\n", metric[k].name, metric[k].help, metric[k].name);
+        for (size_t i = 0; i < n; i++) {
+            const struct store_host *h = &hosts[i];
+            if (k == 4)
+                out(b, "%s{host=\"%s\"} %.3f\n", metric[k].name, h->id,
+                    (double)(now - h->heartbeat_at) / 1000.0);
+            else
+                out(b, "%s{host=\"%s\"} %lld\n", metric[k].name, h->id,
+                    (long long)(k == 0   ? h->lost_at == 0
+                                : k == 1 ? h->capacity
+                                : k == 2 ? h->serving
+                                         : h->workers));
+        }
+    }
+    free(hosts);
+}
+
 /* The firewall's drop counters per reason, as the workers last published them in the store
  * (settings key firewall_metrics, Prometheus text written by worker/loop.c). Absent until a worker
  * with a firewall has run. */
@@ -282,6 +318,7 @@ char *metrics_render(struct metrics *m, struct store *st, size_t *len)
     render_http(m, &b);
     render_store(st, &b);
     render_pool(st, &b);
+    render_hosts(st, &b);
     render_firewall(st, &b);
     if (b.failed) {
         free(b.p);

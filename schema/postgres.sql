@@ -503,3 +503,19 @@ UNION ALL
 SELECT 'message-of-missing-sandbox', 'messages', m.id, 'sandbox ' || m.sandbox_id || ' does not exist'
 FROM messages m
 WHERE m.sandbox_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM sandboxes b WHERE b.id = m.sandbox_id);
+
+-- ---- hosts (migration 0004) ----
+CREATE TABLE hosts (
+    id            TEXT PRIMARY KEY,           -- host_id: the machine's hostname unless configured
+    address       TEXT NOT NULL DEFAULT '',   -- how other components reach it ('' none); recorded
+    capacity      BIGINT NOT NULL,            -- Sessions it serves at once (placement skips it full)
+    registered_at BIGINT NOT NULL,            -- first registration, or the last after a loss
+    heartbeat_at  BIGINT NOT NULL,            -- last heartbeat of any of its workers
+    lost_at       BIGINT                      -- declared lost (NULL: live); cleared on return
+);
+-- The host a worker process belongs to (NULL for workers registered before hosts existed).
+ALTER TABLE workers ADD COLUMN host_id TEXT;
+-- A host's live workers (placement, host loss).
+CREATE INDEX workers_host ON workers (host_id, stopped_at);
+-- The Sessions a worker owns (placement counts a host's load; host loss releases them).
+CREATE INDEX sessions_worker ON sessions (worker_id) WHERE worker_id IS NOT NULL;

@@ -48,6 +48,11 @@ static const struct ctl_command commands[] = {
      "The warm pool per shape: warm, booting, in use, cold activations, boot failures, boot "
      "times, and the configured target (pool_size).",
      cmd_pool},
+    {"hosts", "sbxctl hosts",
+     "The worker hosts on this store: address, capacity, running workers, Sessions served, live "
+     "Sandboxes, last heartbeat and state (live; stale: heartbeat older than host_lost_ms, about "
+     "to be declared lost; lost: declared lost at lost_utc).",
+     cmd_hosts},
     {"keys", "sbxctl keys [--app ID] [--history]",
      "List API keys (never their secrets); --history: every creation and revocation, with who "
      "did it and the request id.",

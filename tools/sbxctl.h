@@ -96,6 +96,7 @@ int cmd_sandbox(struct ctl *ctl, int argc, char **argv);
 int cmd_messages(struct ctl *ctl, int argc, char **argv);
 int cmd_events(struct ctl *ctl, int argc, char **argv);
 int cmd_pool(struct ctl *ctl, int argc, char **argv);
+int cmd_hosts(struct ctl *ctl, int argc, char **argv);
 int cmd_keys(struct ctl *ctl, int argc, char **argv);
 int cmd_db(struct ctl *ctl, int argc, char **argv);
 int cmd_firewall(struct ctl *ctl, int argc, char **argv);

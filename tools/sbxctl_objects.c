@@ -538,6 +538,51 @@ int cmd_pool(struct ctl *ctl, int argc, char **argv)
         cols);
 }
 
+/* ---- hosts ---- */
+
+int cmd_hosts(struct ctl *ctl, int argc, char **argv)
+{
+    const struct ctl_command *cmd = ctl_find_command("hosts");
+    const char *pos[1];
+    int npos, rc;
+    if (ctl_parse(cmd, argc, argv, NULL, pos, 0, &npos, &rc) != 0)
+        return rc;
+    if ((rc = ctl_open(ctl)) != CTL_OK)
+        return rc;
+    static const struct ctl_col cols[] = {{"host_id", "HOST"},
+                                          {"state", "STATE"},
+                                          {"address", "ADDRESS"},
+                                          {"capacity", "CAPACITY"},
+                                          {"workers", "WORKERS"},
+                                          {"serving", "SERVING"},
+                                          {"live_sandboxes", "SANDBOXES"},
+                                          {"heartbeat_utc", "HEARTBEAT"},
+                                          {"lost_utc", "LOST"},
+                                          {0}};
+    /* Serving: Sessions activating or active on the host (what placement weighs against its
+     * capacity). */
+    return emit_rows(
+        ctl,
+        ctl_query(ctl,
+                  "SELECT h.id AS host_id, "
+                  "CASE WHEN h.lost_at IS NOT NULL THEN 'lost' WHEN h.heartbeat_at < "
+                  "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) - ?1 "
+                  "THEN 'stale' ELSE 'live' END AS state, h.address, h.capacity, "
+                  "(SELECT count(*) FROM workers w WHERE w.host_id = h.id AND w.stopped_at IS "
+                  "NULL) AS workers, "
+                  "(SELECT count(*) FROM workers w JOIN sessions s ON s.worker_id = w.id WHERE "
+                  "w.host_id = h.id AND s.state IN ('activating', 'active')) AS serving, "
+                  "(SELECT count(*) FROM sandboxes b JOIN workers w ON w.id = b.worker_id WHERE "
+                  "w.host_id = h.id AND b.state NOT IN ('terminated', 'failed')) AS "
+                  "live_sandboxes, "
+                  "strftime('%Y-%m-%dT%H:%M:%fZ', h.heartbeat_at / 1000.0, 'unixepoch') AS "
+                  "heartbeat_utc, "
+                  "strftime('%Y-%m-%dT%H:%M:%fZ', h.lost_at / 1000.0, 'unixepoch') AS lost_utc, "
+                  "h.heartbeat_at, h.lost_at, h.registered_at FROM hosts h ORDER BY h.id",
+                  "i", ctl->cfg.host_lost_ms),
+        cols);
+}
+
 /* ---- keys ---- */
 
 int cmd_keys(struct ctl *ctl, int argc, char **argv)

@@ -9,6 +9,7 @@
 #include "id.h"
 #include "jobs.h"
 #include "firewall.h"
+#include "host_beat.h"
 #include "lifecycle.h"
 #include "log.h"
 #include "netns.h"
@@ -131,7 +132,9 @@ static void on_heartbeat(evutil_socket_t fd, short what, void *arg)
     if (rc == STORE_CONFLICT) {
         /* Another worker took this one for dead and adopted its Sandboxes and leases (it reaps
          * them): carrying on would deliver twice. Leave at once, touching nothing. */
-        log_error("worker %s: adopted by another worker (heartbeat too late); exiting", w->id);
+        log_error("worker %s: stopped by another worker (adopted, or its host declared lost: "
+                  "heartbeat too late); exiting",
+                  w->id);
         w->exit_code = 1;
         w->stopping = true;
         event_base_loopbreak(w->base);
@@ -139,8 +142,22 @@ static void on_heartbeat(evutil_socket_t fd, short what, void *arg)
     }
     if (rc != STORE_OK)
         log_warn("worker: heartbeat failed: %s", store_status_name(rc));
+    reconcile_other_hosts(w);
     lifecycle_renew_leases(w);
     publish_firewall_metrics(w);
+}
+
+/* The host heartbeat thread found this host declared lost: its Sandboxes are ended in the store
+ * and its Sessions and leases moved to other hosts. Carrying on would deliver twice. Leave at
+ * once, touching nothing: a restarted worker of this host reaps what is left here. */
+static void on_host_lost(void *arg)
+{
+    struct worker *w = arg;
+    log_error("worker %s: host %s was declared lost (heartbeat too late); exiting", w->id,
+              w->cfg.host_id);
+    w->exit_code = 1;
+    w->stopping = true;
+    event_base_loopbreak(w->base);
 }
 
 static void on_grace(evutil_socket_t fd, short what, void *arg)
@@ -205,6 +222,15 @@ int worker_init(struct worker *w, const struct sbx_config *cfg,
                  store_status_name(rc));
         return -1;
     }
+    struct store_host host = {.capacity = cfg->host_capacity};
+    snprintf(host.id, sizeof host.id, "%s", cfg->host_id);
+    snprintf(host.address, sizeof host.address, "%s", cfg->host_address);
+    rc = w->st->host_register(w->st, &w->ctx, &host, w->id, &w->host_was_lost_at);
+    if (rc != STORE_OK) {
+        snprintf(err, errlen, "cannot register host %s in %s: %s", cfg->host_id, cfg->db_path,
+                 store_status_name(rc));
+        return -1;
+    }
     w->base = event_base_new();
     if (!w->base || !(w->jobs = jobs_new(w->base, (size_t)cfg->job_threads))) {
         snprintf(err, errlen, "cannot start the event loop or its threads");
@@ -248,8 +274,9 @@ static void nfs_stop_if_last(struct worker *w)
         return;
     }
     for (size_t i = 0; i < n && !others; i++)
-        others = strcmp(workers[i].id, w->id) != 0 && strcmp(workers[i].host, w->hostname) == 0 &&
-                 reconcile_pid_is_worker(workers[i].pid);
+        others =
+            strcmp(workers[i].id, w->id) != 0 && strcmp(workers[i].host_id, w->cfg.host_id) == 0 &&
+            strcmp(workers[i].host, w->hostname) == 0 && reconcile_pid_is_worker(workers[i].pid);
     free(workers);
     if (!others && nfs_export_stop(&w->cfg, err, sizeof err) != 0)
         log_warn("worker: stopping the NFS server: %s", err);
@@ -265,9 +292,15 @@ int worker_run(struct worker *w)
         event_add(w->notify_ev, NULL);
     event_add(w->poll_ev, &poll);
     event_add(w->heartbeat_ev, &beat);
+    w->host_beat =
+        host_beat_start(w->st, w->cfg.host_id, w->cfg.heartbeat_ms, w->base, on_host_lost, w);
+    if (!w->host_beat)
+        log_warn("worker: no host heartbeat thread (%m): other hosts will declare host %s lost",
+                 w->cfg.host_id);
 
-    log_info("worker %s started (pid %d, pool %lld per shape, at most %lld sandboxes)", w->id,
-             (int)getpid(), (long long)w->cfg.pool_size, (long long)w->cfg.max_sandboxes);
+    log_info("worker %s started on host %s (pid %d, pool %lld per shape, at most %lld sandboxes)",
+             w->id, w->cfg.host_id, (int)getpid(), (long long)w->cfg.pool_size,
+             (long long)w->cfg.max_sandboxes);
     worker_driver(w, w->cfg.driver); /* says at start what this host cannot do */
     reconcile_run(w);
     pool_refresh_shapes(w);
@@ -275,6 +308,8 @@ int worker_run(struct worker *w)
     consumer_kick(w);
 
     event_base_dispatch(w->base);
+    host_beat_stop(w->host_beat);
+    w->host_beat = NULL;
 
     w->st->worker_stop(w->st, w->id);
     nfs_stop_if_last(w);

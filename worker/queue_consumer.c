@@ -76,9 +76,12 @@ void consumer_run(struct worker *w)
         /* The lease covers the agent's time to answer from the start, so delivery needs no extra
          * write; the heartbeat renews it for as long as this worker lives. */
         int64_t lease = w->cfg.lease_ms + w->cfg.message_timeout * 1000;
-        enum store_status rc = owned_only
-                                   ? w->st->queue_claim_owned(w->st, &w->ctx, w->id, lease, d)
-                                   : w->st->queue_claim(w->st, &w->ctx, w->id, lease, d);
+        /* Placement: an idle Session's message goes to the host with a warm Sandbox of its
+         * shape, else the least loaded one (or to any host once it has waited the grace). */
+        struct store_placement placement = {w->cfg.placement_grace_ms, w->cfg.host_lost_ms};
+        enum store_status rc =
+            owned_only ? w->st->queue_claim_owned(w->st, &w->ctx, w->id, lease, d)
+                       : w->st->queue_claim_placed(w->st, &w->ctx, w->id, lease, &placement, d);
         if (rc != STORE_OK) {
             free(d);
             if (rc != STORE_EMPTY)

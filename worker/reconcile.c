@@ -1,6 +1,9 @@
 /*
- * reconcile.c: adopting what dead workers left behind (reconcile.h). Two live workers may both see
- * the same dead one; worker_adopt() lets exactly one of them take it.
+ * reconcile.c: adopting what dead workers of this host left behind, declaring other hosts lost,
+ * and reaping what this host's own loss left on this machine (reconcile.h). Two live workers may
+ * both see the same dead one; worker_adopt() lets exactly one of them take it. A worker never
+ * adopts a worker of another host: it could not kill that machine's processes, and must not touch
+ * its own kernel state for them; other hosts are handled by host loss (host_declare_lost).
  */
 #include "reconcile.h"
 #include "lifecycle.h"
@@ -93,28 +96,117 @@ static void reconcile_nfs_exports(struct worker *w)
     free(l.v);
 }
 
-/* Once per worker process, at its first pass: links and firewall elements of Sandboxes that no
- * longer run (their worker died, or was stopped between a Sandbox's end and its cleanup). */
+/* Whether this host must keep a Sandbox's links and firewall elements: while the Sandbox is live
+ * on any host (its owner, here or on a host sharing this kernel, still uses them), and when it
+ * ended on another host: that host reaps its own leftovers (two host ids on one machine share one
+ * nftables table and one set of links, and neither cleans up after the other). Only a Sandbox of
+ * this host that ended, or one the store does not know, is this host's to remove. Unknown (a
+ * store error) counts as kept. */
+struct net_keep {
+    struct live_list live;
+    const struct worker *w;
+};
+
+static bool net_keep(const char *sandbox_id, void *arg)
+{
+    struct net_keep *k = arg;
+    struct store *st = k->live.st;
+    struct store_sandbox sb;
+    char host[STORE_HOST_ID_LEN];
+    if (listed_live(sandbox_id, &k->live))
+        return true;
+    enum store_status rc = st->sandbox_get(st, "", sandbox_id, &sb);
+    if (rc == STORE_NOT_FOUND)
+        return false;
+    if (rc != STORE_OK)
+        return true;
+    rc = st->worker_host(st, sb.worker_id, host, sizeof host);
+    if (rc == STORE_NOT_FOUND)
+        return false;
+    return rc != STORE_OK || (host[0] && strcmp(host, k->w->cfg.host_id) != 0);
+}
+
+/* Once per worker process, at its first pass: links and firewall elements of this host's
+ * Sandboxes that no longer run (their worker died, or was stopped between a Sandbox's end and its
+ * cleanup). */
 static void reconcile_network(struct worker *w)
 {
     static bool done;
     struct net_reconcile_report report = {0};
+    struct net_keep keep = {.live = {.st = w->st}, .w = w};
     char err[512];
     if (done || !net_firewall())
         return;
     done = true;
-    if (net_reconcile_store(w->st, &report, err, sizeof err) != 0)
+    int rc = net_reconcile(net_keep, &keep, &report, err, sizeof err);
+    if (rc == 0 && keep.live.loaded && keep.live.status != STORE_OK)
+        log_warn("worker: network reconciliation: store: live Sandboxes: %s (nothing removed)",
+                 store_status_name(keep.live.status));
+    else if (rc != 0)
         log_warn("worker: network reconciliation: %s", err);
     else if (report.links_removed + report.elements_removed > 0)
         log_info("worker: removed %zu links and %zu firewall elements of Sandboxes no longer "
                  "running",
                  report.links_removed, report.elements_removed);
+    free(keep.live.v);
+}
+
+/* Once per worker process, at its first pass, when this host had been declared lost before it
+ * came back (host_register said when): the Sandboxes its loss ended in the store may still have
+ * processes, jails, cgroups, links and exports here. Reap them like a dead worker's; the store
+ * already records them terminated ("host lost"), so only the machine is cleaned. */
+static void reap_host_lost(struct worker *w)
+{
+    static bool done;
+    struct store_sandbox *list = NULL;
+    size_t n = 0;
+    if (done || !w->host_was_lost_at)
+        return;
+    done = true;
+    if (w->st->sandbox_list_host_lost(w->st, w->cfg.host_id, w->host_was_lost_at, &list, &n) !=
+        STORE_OK) {
+        log_warn("worker: cannot list the Sandboxes host %s lost", w->cfg.host_id);
+        return;
+    }
+    if (n > 0)
+        log_info("worker: host %s had been declared lost; reaping the %zu Sandboxes it left here",
+                 w->cfg.host_id, n);
+    for (size_t i = 0; i < n; i++)
+        lifecycle_reap(w, &list[i]);
+    free(list);
+}
+
+void reconcile_other_hosts(struct worker *w)
+{
+    size_t lost = 0;
+    enum store_status rc =
+        w->st->host_declare_lost(w->st, &w->ctx, w->cfg.host_id, w->cfg.host_lost_ms, &lost);
+    if (rc != STORE_OK)
+        log_warn("worker: declaring stale hosts lost failed: %s", store_status_name(rc));
+    else if (lost > 0) {
+        log_warn("worker: declared %zu host(s) lost (no heartbeat for %lld ms); their Sessions "
+                 "and messages are free for this host",
+                 lost, (long long)w->cfg.host_lost_ms);
+        consumer_kick(w);
+    }
+}
+
+/* Whether another worker of this host is gone. On this machine the process table is the truth: a
+ * live worker whose loop was held up (a long SQLite busy wait) is never taken for dead. A worker
+ * of this host id on another machine (the host id moved, e.g. a container rescheduled) is judged
+ * by its heartbeat. */
+static bool same_host_worker_gone(const struct worker *w, const struct store_worker *o, int64_t now)
+{
+    if (strcmp(o->host, w->hostname) == 0)
+        return !reconcile_pid_is_worker(o->pid);
+    return now - o->heartbeat_at > w->cfg.worker_stale_ms;
 }
 
 void reconcile_run(struct worker *w)
 {
     reconcile_nfs_exports(w);
     reconcile_network(w);
+    reap_host_lost(w);
     struct store_worker *workers = NULL;
     size_t n = 0, requeued = 0;
     bool adopted = false;
@@ -123,20 +215,13 @@ void reconcile_run(struct worker *w)
     if (w->st->worker_list_active(w->st, &workers, &n) == STORE_OK) {
         for (size_t i = 0; i < n; i++) {
             const struct store_worker *o = &workers[i];
-            if (strcmp(o->id, w->id) == 0)
-                continue;
-            /* On this host the process table is the truth: a live worker whose loop was held up
-             * (a long SQLite busy wait) is never taken for dead. Elsewhere only the heartbeat
-             * tells. */
-            bool same_host = strcmp(o->host, w->hostname) == 0;
-            bool stale = now - o->heartbeat_at > w->cfg.worker_stale_ms;
-            bool gone = same_host ? !reconcile_pid_is_worker(o->pid) : stale;
-            if (!gone)
+            if (strcmp(o->id, w->id) == 0 || strcmp(o->host_id, w->cfg.host_id) != 0)
+                continue; /* another host's workers end with their host (host_declare_lost) */
+            if (!same_host_worker_gone(w, o, now))
                 continue;
             enum store_status rc = w->st->worker_adopt(w->st, &w->ctx, o->id, w->id);
             if (rc == STORE_OK) {
-                log_info("worker: adopted dead worker %s (pid %lld, %s)", o->id, (long long)o->pid,
-                         gone ? "process gone" : "heartbeat stale");
+                log_info("worker: adopted dead worker %s (pid %lld)", o->id, (long long)o->pid);
                 adopted = true;
             } else if (rc != STORE_NOT_FOUND) {
                 log_warn("worker: cannot adopt %s: %s", o->id, store_status_name(rc));

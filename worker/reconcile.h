@@ -2,15 +2,21 @@
  * reconcile.h: making the store and the host agree after a worker died: its leases go back to the
  * queue, its Sessions become idle, and its Sandboxes are reaped by this worker (their processes,
  * jails, cgroups and network state removed) and recorded terminated with reason "worker restart".
+ * Only workers of this host are adopted; another host whose heartbeat stops is declared lost.
  */
 #ifndef SBX_RECONCILE_H
 #define SBX_RECONCILE_H
 
 #include "worker.h"
 
-/* Finds dead workers (stale heartbeat, or a pid on this host that is no longer a worker), adopts
- * and reaps what they left; also requeues expired leases. */
+/* Finds dead workers of this host (a pid on this machine that is no longer a worker), adopts and
+ * reaps what they left; also requeues expired leases. At its first pass after this host came
+ * back from being declared lost, reaps what the loss left on this machine. */
 void reconcile_run(struct worker *w);
+
+/* Declares other hosts lost whose heartbeat is older than host_lost_ms (on the heartbeat timer;
+ * this host's own heartbeat runs on its thread, host_beat.h). */
+void reconcile_other_hosts(struct worker *w);
 
 /* Whether pid on this host is a live sbx-worker process (not a zombie, not a reused pid). */
 bool reconcile_pid_is_worker(int64_t pid);

@@ -4,7 +4,9 @@
  *   queue_consumer.c  claiming messages and routing each to its Session's Sandbox;
  *   lifecycle.c       a Sandbox's life: boot, activate, deliver, expire, terminate;
  *   pool.c            keeping warm Sandboxes ready per shape;
- *   reconcile.c       adopting and cleaning up after dead workers;
+ *   reconcile.c       adopting and cleaning up after dead workers of this host, declaring
+ *                     other hosts lost, reaping what this host's own loss left behind;
+ *   host_beat.c       the host heartbeat, on a thread of its own;
  *   backoff.c         retry delays.
  * Everything here is touched only on the event loop thread; the job threads get copies.
  */
@@ -23,6 +25,7 @@ struct jobs;
 struct sandbox;
 struct notify_listener;
 struct notify_peer;
+struct host_beat;
 
 struct worker {
     struct sbx_config cfg;
@@ -35,6 +38,8 @@ struct worker {
     char actor[64];
     struct store_ctx ctx;
     char hostname[256];
+    int64_t host_was_lost_at;    /* when this host had been declared lost before it came back (0) */
+    struct host_beat *host_beat; /* the host heartbeat thread (host_beat.h) while the loop runs */
 
     struct notify_listener *notify;   /* "queue"/"stop" from gateways; NULL: poll only */
     struct notify_peer *gateway_peer; /* "msg <id>"/"sandbox <id>" to gateways */

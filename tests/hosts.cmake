@@ -1,0 +1,32 @@
+# The hosts area: several worker hosts on one store. Unit: registration, host loss and placement
+# in the store (cmocka, SQLite). Integration: worker processes of two hosts (different host ids
+# and jail roots) and two gateways on one database, on the fork test driver.
+add_executable(test_store_hosts ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_store_hosts.c)
+target_link_libraries(test_store_hosts PRIVATE sbxcommon PkgConfig::CMOCKA PkgConfig::SQLITE)
+add_test(NAME unit.hosts.store COMMAND test_store_hosts)
+
+find_program(NODE_EXECUTABLE node)
+if(NODE_EXECUTABLE)
+  foreach(it placement two_hosts)
+    add_test(NAME it.hosts.${it}
+             COMMAND ${NODE_EXECUTABLE} --test --test-concurrency=1
+                     ${CMAKE_CURRENT_SOURCE_DIR}/integration/hosts/${it}.test.mjs)
+    set_tests_properties(it.hosts.${it} PROPERTIES
+      ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker-fork>;SBX_SBXCTL_BIN=$<TARGET_FILE:sbxctl>"
+      TIMEOUT 180)
+  endforeach()
+endif()
+
+# The same on PostgreSQL, under the throwaway cluster of tests/pg-run.sh (the harness makes a
+# database per cluster on it). Registered where the PostgreSQL store and its fixture exist.
+if(NODE_EXECUTABLE AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh)
+  foreach(it placement two_hosts)
+    add_test(NAME it.pg.hosts.${it}
+             COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh ${NODE_EXECUTABLE} --test
+                     --test-concurrency=1
+                     ${CMAKE_CURRENT_SOURCE_DIR}/integration/hosts/${it}.test.mjs)
+    set_tests_properties(it.pg.hosts.${it} PROPERTIES
+      ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker-fork>;SBX_SBXCTL_BIN=$<TARGET_FILE:sbxctl>"
+      TIMEOUT 300)
+  endforeach()
+endif()
