@@ -112,7 +112,7 @@ CREATE TABLE messages (
 CREATE UNIQUE INDEX messages_idempotency ON messages (session_id, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 -- The queue: messages waiting to be delivered (by due time), and leases (by expiry).
-CREATE INDEX messages_queued ON messages (not_before) WHERE state = 'queued';
+CREATE INDEX messages_queued ON messages (not_before, created_at) WHERE state = 'queued';  -- 0005
 CREATE INDEX messages_delivering ON messages (lease_expires_at) WHERE state = 'delivering';
 
 CREATE TABLE sandboxes (
