@@ -828,7 +828,7 @@ static enum store_status q_fail_in_tx(struct store *st, const struct store_ctx *
     enum store_status rc;
     struct sql_stmt *check =
         sql_stmt(st, "SELECT 1 FROM messages WHERE id = ?1 AND "
-                     "state = 'delivering' AND (?2 IS NULL OR lease_owner = ?2)");
+                     "state = 'delivering' AND (CAST(?2 AS TEXT) IS NULL OR lease_owner = ?2)");
     int r;
     if (!check)
         return STORE_ERROR;
@@ -904,7 +904,8 @@ static enum store_status q_queue_release(struct store *st, const struct store_ct
     if (!began)
         return rc;
     struct sql_stmt *s = sql_stmt(st, "UPDATE messages SET state = 'queued', lease_owner = NULL, "
-                                      "lease_expires_at = NULL, attempts = MAX(attempts - 1, 0), "
+                                      "lease_expires_at = NULL, attempts = CASE WHEN attempts > 0 "
+                                      "THEN attempts - 1 ELSE 0 END, "
                                       "updated_at = ?3 WHERE id = ?1 AND state = 'delivering' AND "
                                       "lease_owner = ?2");
     if (!s)
@@ -1369,8 +1370,9 @@ static enum store_status q_finish_in_tx(struct store *st, const struct store_ctx
     /* The Session accumulates what its Sandboxes used, even when it has moved on to another. */
     struct sql_stmt *u =
         sql_stmt(st, "UPDATE sessions SET cpu_usec = cpu_usec + ?2, mem_peak_bytes = "
-                     "CASE WHEN ?3 IS NULL THEN mem_peak_bytes ELSE "
-                     "MAX(COALESCE(mem_peak_bytes, 0), ?3) END, updated_at = ?4 "
+                     "CASE WHEN CAST(?3 AS BIGINT) IS NULL THEN mem_peak_bytes "
+                     "WHEN COALESCE(mem_peak_bytes, 0) > ?3 THEN mem_peak_bytes ELSE ?3 END, "
+                     "updated_at = ?4 "
                      "WHERE id = ?1");
     if (!u)
         return STORE_ERROR;
