@@ -38,3 +38,17 @@ if(NODE_EXECUTABLE)
       TIMEOUT 300)
   endif()
 endif()
+
+# The contract test (responses validated against openapi.yaml through the generated client) with
+# its gateways and worker on PostgreSQL.
+if(TARGET sbx-gateway AND SBX_NODE AND SBX_NPM)
+  add_test(NAME it.pg.contract.api
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh ${CMAKE_COMMAND} -E env
+                   SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>
+                   SBX_OPENAPI=${CMAKE_SOURCE_DIR}/openapi.yaml
+                   "SBX_WORKER_BIN=$<$<TARGET_EXISTS:sbx-worker-fork>:$<TARGET_FILE:sbx-worker-fork>>"
+                   sh -c "'${SBX_NODE}' node_modules/typescript/bin/tsc -p tsconfig.json && '${SBX_NODE}' --test dist/src/contract.test.js"
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests/contract)
+  set_tests_properties(it.pg.contract.api PROPERTIES FIXTURES_REQUIRED "contract_node_modules;contract_types"
+                       TIMEOUT 180 RUN_SERIAL TRUE)
+endif()

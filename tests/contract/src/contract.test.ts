@@ -8,7 +8,7 @@
 // default ../../openapi.yaml next to this package).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import { request as httpRequest } from "node:http";
 import { existsSync } from "node:fs";
 import { join, dirname, resolve } from "node:path";
@@ -17,7 +17,7 @@ import { randomBytes } from "node:crypto";
 import createClient, { type Client, type Middleware } from "openapi-fetch";
 import type { paths, components } from "../generated/schema.js";
 import { Contract } from "./spec.js";
-import { startGateway, type RunningGateway } from "./gateway.js";
+import { onPostgres, startGateway, storeSql, type RunningGateway } from "./gateway.js";
 
 type Schemas = components["schemas"];
 type Problem = Schemas["Problem"];
@@ -510,7 +510,7 @@ function seedSandbox(state: string, appId: string | null, sessionId: string | nu
   const sql =
     "INSERT INTO sandboxes (id, state, driver, image, vcpu_count, mem_size_mib, worker_id, app_id, session_id, cold, boot_ms, created_at, ready_at, claimed_at, terminated_at, termination_reason, updated_at) " +
     `VALUES ('${id}', '${state}', 'process', 'default', 1, 256, 'contract-test', ${q(appId)}, ${q(sessionId)}, 0, 40, ${now}, ${now}, ${appId ? now : "NULL"}, ${terminated ?? "NULL"}, ${terminated ? "'deleted'" : "NULL"}, ${now});`;
-  execFileSync("sqlite3", ["-cmd", ".timeout 10000", join(gw.dataDir, "sbx.db"), sql]);
+  storeSql(gw, sql);
   return id;
 }
 
@@ -646,11 +646,14 @@ test("rate limit: repeated failed auths from one address get 429 with Retry-Afte
 
 test("store busy: a write blocked beyond the busy timeout answers 503 store-busy with Retry-After", async () => {
   const busy = await startGateway(gatewayBin, { SBX_BUSY_TIMEOUT_MS: "200" });
-  // Another process holds the database's write lock (WAL: reads go on, writes wait and time out).
-  const locker = spawn("sqlite3", [join(busy.dataDir, "sbx.db")], { stdio: ["pipe", "ignore", "inherit"] });
+  // Another process holds the store's write lock (SQLite's, or on PostgreSQL the writers' advisory
+  // lock, SQL_PG_WRITE_LOCK_KEY in common/sql_pg.h): reads go on, writes wait and time out.
+  const locker = onPostgres
+    ? spawn("psql", ["-X", "-q", "-d", busy.store], { stdio: ["pipe", "ignore", "inherit"] })
+    : spawn("sqlite3", [join(busy.dataDir, "sbx.db")], { stdio: ["pipe", "ignore", "inherit"] });
   try {
     const asAdmin = client(busy.baseUrl, busy.adminToken);
-    locker.stdin.write(".timeout 5000\nBEGIN EXCLUSIVE;\nSELECT 1;\n");
+    locker.stdin.write(onPostgres ? "BEGIN;\nSELECT pg_advisory_xact_lock(8314339804939700564);\n" : ".timeout 5000\nBEGIN EXCLUSIVE;\nSELECT 1;\n");
     let result = await asAdmin.POST("/v1/apps", { body: { name: "busy-probe" } });
     // The lock is taken asynchronously: retry briefly until the write is refused.
     for (let i = 0; i < 50 && result.response.status === 201; i++) {
@@ -659,7 +662,7 @@ test("store busy: a write blocked beyond the busy timeout answers 503 store-busy
     }
     expectProblem(result, 503, "store-busy");
     assert.equal(result.response.headers.get("retry-after"), "1");
-    locker.stdin.write("COMMIT;\n.quit\n");
+    locker.stdin.write(onPostgres ? "COMMIT;\n\\q\n" : "COMMIT;\n.quit\n");
     locker.stdin.end();
     await new Promise((r) => locker.once("exit", r));
     const after = await asAdmin.POST("/v1/apps", { body: { name: "busy-after" } });
@@ -671,6 +674,13 @@ test("store busy: a write blocked beyond the busy timeout answers 503 store-busy
 });
 
 test("storage full: a write on a full disk answers 507 storage-full and nothing half-written", async (t) => {
+  if (onPostgres) {
+    // The data dir's tmpfs does not hold a PostgreSQL store. The engine maps the server's
+    // insufficient-resources errors (SQLSTATE class 53, disk_full among them) to the store's
+    // "full", which the gateway answers with 507; filling a server's disk is not tested here.
+    t.skip("on PostgreSQL the store is not on the gateway's data dir");
+    return;
+  }
   if (process.getuid?.() !== 0 || !existsSync("/usr/bin/unshare")) {
     t.skip("needs root and unshare(1) to give the gateway a tiny private tmpfs");
     return;
@@ -720,7 +730,7 @@ test("with a worker: replies, failures, Sandboxes and the pool as a real worker 
     SBX_MAX_WAIT: "20",
   };
   const live = await startGateway(gatewayBin, fast);
-  const worker = spawn(workerBin, [], { env: { ...process.env, ...fast, SBX_DATA_DIR: live.dataDir }, stdio: ["ignore", "ignore", "pipe"] });
+  const worker = spawn(workerBin, [], { env: { ...process.env, ...fast, SBX_DATA_DIR: live.dataDir, SBX_STORE: live.store }, stdio: ["ignore", "ignore", "pipe"] });
   let workerLog = "";
   worker.stderr?.on("data", (d: Buffer) => (workerLog += d.toString()));
   try {
@@ -804,8 +814,9 @@ test("coverage: every problem code of the spec was provoked (but internal)", () 
   const codes = schemas["ProblemCode"]?.enum ?? [];
   assert.ok(codes.length > 0);
   const notProvoked = codes.filter((code) => !problemCodesSeen.has(code));
-  // internal is a bug by definition; storage-full needs root for its private tmpfs.
-  const expectedMissing = ["internal", ...(process.getuid?.() === 0 ? [] : ["storage-full"])];
+  // internal is a bug by definition; storage-full needs root for its private tmpfs, and SQLite
+  // (the test fills the gateway's data dir, which holds no PostgreSQL store).
+  const expectedMissing = ["internal", ...(process.getuid?.() === 0 && !onPostgres ? [] : ["storage-full"])];
   assert.deepEqual(notProvoked.sort(), expectedMissing.sort(), `codes never seen: ${notProvoked.join(", ")}`);
 });
 

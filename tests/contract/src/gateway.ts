@@ -1,6 +1,8 @@
 // gateway.ts: runs the real sbx-gateway for a test: a free loopback port, a temporary data dir,
 // a known admin token; waits until /healthz answers and stops it with SIGTERM afterwards.
-import { spawn, type ChildProcess } from "node:child_process";
+// Under tests/pg-run.sh (SBX_TEST_PG_ADMIN_URL set) each gateway gets a fresh PostgreSQL database
+// of its own as its store; otherwise the SQLite file in its data dir.
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -11,11 +13,32 @@ export interface RunningGateway {
   baseUrl: string;
   adminToken: string;
   dataDir: string;
+  /** The store setting the gateway runs with: "sqlite" or a postgres:// URL (for workers too). */
+  store: string;
   process: ChildProcess;
   /** Everything the gateway wrote to stdout and stderr so far (for failure messages). */
   output(): string;
   /** SIGTERM, then waits for the exit; returns the exit code (null when killed by a signal). */
   stop(): Promise<number | null>;
+}
+
+/** Whether the tests run on PostgreSQL (tests/pg-run.sh started a server for them). */
+export const onPostgres = Boolean(process.env["SBX_TEST_PG_ADMIN_URL"]);
+
+/** A fresh PostgreSQL database owned by the fixture's sbx role, reached over its unix socket. */
+function freshDatabase(): string {
+  const env = process.env;
+  const name = `sbx_ct_${randomBytes(6).toString("hex")}`;
+  const admin = `postgres:///postgres?host=${env["SBX_TEST_PG_SOCKET_DIR"]}&port=${env["SBX_TEST_PG_PORT"]}&user=postgres`;
+  execFileSync("psql", ["-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", admin, "-c", `CREATE DATABASE ${name} OWNER sbx`]);
+  return `postgres:///${name}?host=${env["SBX_TEST_PG_SOCKET_DIR"]}&port=${env["SBX_TEST_PG_PORT"]}&user=sbx`;
+}
+
+/** Runs one SQL statement on the gateway's store, as a worker or an operator would. */
+export function storeSql(gw: RunningGateway, statement: string): string {
+  if (gw.store !== "sqlite")
+    return execFileSync("psql", ["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", gw.store, "-c", statement], { encoding: "utf8" }).trim();
+  return execFileSync("sqlite3", ["-cmd", ".timeout 10000", join(gw.dataDir, "sbx.db"), statement], { encoding: "utf8" }).trim();
 }
 
 /** Asks the kernel for a free loopback port (bind to port 0, read it, close). */
@@ -62,6 +85,7 @@ export async function startGateway(
   wrapper: string[] = [],
 ): Promise<RunningGateway> {
   const adminToken = `sbx_admin_${randomBytes(32).toString("base64url")}`;
+  const store = onPostgres ? freshDatabase() : "sqlite";
   for (let attempt = 0; ; attempt++) {
     const dataDir = mkdtempSync(join(tmpdir(), "sbx-contract-"));
     const port = await freePort();
@@ -75,6 +99,7 @@ export async function startGateway(
         SBX_DATA_DIR: dataDir,
         SBX_LISTEN: `127.0.0.1:${port}`,
         SBX_ADMIN_TOKEN: adminToken,
+        SBX_STORE: store,
         ...env,
       },
       stdio: ["ignore", "pipe", "pipe"],
@@ -92,7 +117,7 @@ export async function startGateway(
     };
     try {
       await waitHealthy(baseUrl, child, 30000);
-      return { baseUrl, adminToken, dataDir, process: child, output: () => output, stop };
+      return { baseUrl, adminToken, dataDir, store, process: child, output: () => output, stop };
     } catch (err) {
       await stop();
       if (attempt < 2 && /address already in use|EADDRINUSE/i.test(output)) continue;
