@@ -587,6 +587,47 @@ static void test_session_names_and_workspaces(void **state)
     store_session_clear(&s1);
 }
 
+/* Settings (the admin token's hash lives there) are read back as written and overwritten in
+ * place; Workspaces list in creation order, a page at a time, per App. */
+static void test_settings_and_workspace_list(void **state)
+{
+    struct store_fixture *f = *state;
+    struct store *st = f->st;
+    struct store_app a, b;
+    struct store_workspace w, *items;
+    char value[64], cursor[STORE_CURSOR_LEN], after[STORE_CURSOR_LEN], name[16];
+    size_t n;
+
+    assert_int_equal(st->setting_get(st, "admin_token_hash", value, sizeof value), STORE_NOT_FOUND);
+    assert_int_equal(st->setting_put(st, "admin_token_hash", "aa11"), STORE_OK);
+    assert_int_equal(st->setting_put(st, "other", "x"), STORE_OK);
+    assert_int_equal(st->setting_put(st, "admin_token_hash", "bb22"), STORE_OK);
+    assert_int_equal(st->setting_get(st, "admin_token_hash", value, sizeof value), STORE_OK);
+    assert_string_equal(value, "bb22");
+    assert_int_equal(db_int(f, "SELECT count(*) FROM settings"), 2);
+
+    make_app(st, "ws", &a);
+    make_app(st, "ws-other", &b);
+    assert_int_equal(st->workspace_create(st, &admin, b.id, "theirs", "/tmp/b", &w), STORE_OK);
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "w%d", i);
+        assert_int_equal(st->workspace_create(st, &admin, a.id, name, "/tmp/a", &w), STORE_OK);
+    }
+    assert_int_equal(st->workspace_list(st, a.id, "", 2, &items, &n, cursor), STORE_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(items[0].name, "w0");
+    assert_string_equal(items[1].name, "w1");
+    assert_string_not_equal(cursor, "");
+    free(items);
+    snprintf(after, sizeof after, "%s", cursor);
+    assert_int_equal(st->workspace_list(st, a.id, after, 2, &items, &n, cursor), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(items[0].name, "w2");
+    assert_string_equal(items[0].app_id, a.id);
+    assert_string_equal(cursor, "");
+    free(items);
+}
+
 static void test_sandbox_stop_and_pool(void **state)
 {
     struct store_fixture *f = *state;
@@ -667,6 +708,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_batch_failure_is_isolated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cross_app_scoping, setup, teardown),
         cmocka_unit_test_setup_teardown(test_session_names_and_workspaces, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_settings_and_workspace_list, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sandbox_stop_and_pool, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -134,6 +134,15 @@ static void test_register_heartbeat_and_list(void **state)
     assert_string_equal(workers[1].host_id, "host-b");
     free(workers);
     assert_int_equal(db_int(f, "SELECT COUNT(*) FROM events WHERE kind = 'host.registered'"), 2);
+
+    /* Each worker knows its host; one registered without a host has none. */
+    char host[STORE_HOST_ID_LEN];
+    assert_int_equal(f->st->worker_host(f->st, "wrk_b", host, sizeof host), STORE_OK);
+    assert_string_equal(host, "host-b");
+    assert_int_equal(f->st->worker_register(f->st, "wrk_solo", "machine", 3), STORE_OK);
+    assert_int_equal(f->st->worker_host(f->st, "wrk_solo", host, sizeof host), STORE_OK);
+    assert_string_equal(host, "");
+    assert_int_equal(f->st->worker_host(f->st, "wrk_nobody", host, sizeof host), STORE_NOT_FOUND);
 }
 
 static void test_declare_lost_ends_the_hosts_work_in_one_transaction(void **state)

@@ -415,6 +415,34 @@ static void test_adopt_requeues_and_frees_a_dead_workers_work(void **state)
     store_delivery_clear(&d);
 }
 
+/* A worker that shuts down says so: it is neither active nor taken for dead, and its heartbeat
+ * tells it (or a twin with its id) to exit. */
+static void test_worker_stop_leaves_the_active_and_dead_lists(void **state)
+{
+    struct store_fixture *f = *state;
+    struct store_worker *workers = NULL;
+    char(*dead)[STORE_ID_LEN] = NULL;
+    size_t n = 9;
+    assert_int_equal(f->st->worker_register(f->st, "wrk_a", "host", 1), STORE_OK);
+    assert_int_equal(f->st->worker_register(f->st, "wrk_b", "host", 2), STORE_OK);
+    assert_int_equal(f->st->worker_stop(f->st, "wrk_a"), STORE_OK);
+    assert_int_equal(
+        db_int(f,
+               "SELECT CASE WHEN stopped_at > 0 THEN 1 ELSE 0 END FROM workers WHERE id = 'wrk_a'"),
+        1);
+    assert_int_equal(f->st->worker_heartbeat(f->st, "wrk_a"), STORE_CONFLICT);
+    assert_int_equal(f->st->worker_heartbeat(f->st, "wrk_b"), STORE_OK);
+    assert_int_equal(f->st->worker_list_active(f->st, &workers, &n), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(workers[0].id, "wrk_b");
+    free(workers);
+    db_exec(f, "UPDATE workers SET heartbeat_at = 1");
+    assert_int_equal(f->st->worker_list_dead(f->st, 10000, &dead, &n), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(dead[0], "wrk_b");
+    free(dead);
+}
+
 /* ---- concurrency ---- */
 
 #define CONC_THREADS 4
@@ -635,6 +663,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sandbox_lifecycle_moves_the_session, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cold_assign_and_stop_requests, setup, teardown),
         cmocka_unit_test_setup_teardown(test_adopt_requeues_and_frees_a_dead_workers_work, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_worker_stop_leaves_the_active_and_dead_lists, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_claim_loops_never_double_claim, setup,
                                         teardown),
