@@ -52,3 +52,14 @@ if(TARGET sbx-gateway AND SBX_NODE AND SBX_NPM)
   set_tests_properties(it.pg.contract.api PROPERTIES FIXTURES_REQUIRED "contract_node_modules;contract_types"
                        TIMEOUT 180 RUN_SERIAL TRUE)
 endif()
+
+# The store's unit tests again, on PostgreSQL: the same binaries as unit.gateway.store_api,
+# unit.worker.store_queue and unit.hosts.store, whose fixture (tests/unit/store_fixture.c) gives
+# each test a fresh database of the throwaway cluster when SBX_TEST_PG_URL is set.
+foreach(pair store_api:test_store_api store_queue:test_store_queue hosts_store:test_store_hosts)
+  string(REPLACE ":" ";" pair ${pair})
+  list(GET pair 0 name)
+  list(GET pair 1 target)
+  add_test(NAME unit.pg.${name} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh $<TARGET_FILE:${target}>)
+  set_tests_properties(unit.pg.${name} PROPERTIES TIMEOUT 180)
+endforeach()

@@ -1,7 +1,8 @@
 /*
- * test_store_api.c: the gateway side of the SQLite store on real database files: migrations,
- * Apps and keys, Sessions, enqueue order and idempotency, group commit under concurrent threads,
- * App scoping, session deletion scrubbing, and that every mutation leaves its audit event.
+ * test_store_api.c: the gateway side of the store on a real database (a SQLite file, or a
+ * PostgreSQL database when run under tests/pg-run.sh: see store_fixture.h): migrations, Apps and
+ * keys, Sessions, enqueue order and idempotency, group commit under concurrent threads, App
+ * scoping, session deletion scrubbing, and that every mutation leaves its audit event.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,10 +13,10 @@
 #include "id.h"
 #include "sha256.h"
 #include "store.h"
+#include "store_fixture.h"
 #include "timefmt.h"
 
 #include <pthread.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,39 +24,15 @@
 
 static const struct store_ctx admin = {"admin", "req_test"};
 
-struct fixture {
-    char path[256];
-    struct store *st;
-};
-
 static int setup(void **state)
 {
-    struct fixture *f = calloc(1, sizeof *f);
-    char err[512];
-    snprintf(f->path, sizeof f->path, "/tmp/sbx-test-store-XXXXXX");
-    int fd = mkstemp(f->path);
-    close(fd);
-    unlink(f->path);
-    f->st = store_sqlite_open(f->path, 5000, "FULL", err, sizeof err);
-    if (!f->st) {
-        fprintf(stderr, "open: %s\n", err);
-        return -1;
-    }
-    *state = f;
+    *state = store_fixture_open("store", 5000, "FULL");
     return 0;
 }
 
 static int teardown(void **state)
 {
-    struct fixture *f = *state;
-    char p[300];
-    f->st->close(f->st);
-    unlink(f->path);
-    snprintf(p, sizeof p, "%s-wal", f->path);
-    unlink(p);
-    snprintf(p, sizeof p, "%s-shm", f->path);
-    unlink(p);
-    free(f);
+    store_fixture_close(*state);
     return 0;
 }
 
@@ -82,34 +59,17 @@ static void make_session(struct store *st, const char *app_id, struct store_sess
     assert_true(created);
 }
 
-/* Counts rows with the raw sqlite3 API, as an auditor would. */
-static int64_t count_sql(const char *path, const char *sql)
-{
-    sqlite3 *db;
-    sqlite3_stmt *s;
-    int64_t n = -1;
-    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK);
-    if (sqlite3_step(s) == SQLITE_ROW)
-        n = sqlite3_column_int64(s, 0);
-    sqlite3_finalize(s);
-    sqlite3_close(db);
-    return n;
-}
-
 static void test_migrations_applied(void **state)
 {
-    struct fixture *f = *state;
-    char sql[64];
-    snprintf(sql, sizeof sql, "PRAGMA user_version");
-    assert_int_equal(count_sql(f->path, sql), store_schema_version());
-    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM sqlite_master WHERE name='messages'"),
-                     1);
+    struct store_fixture *f = *state;
+    assert_int_equal(db_schema_version(f), store_schema_version());
+    assert_true(db_has_table(f, "messages"));
+    assert_false(db_has_table(f, "no_such_table"));
 }
 
 static void test_app_crud_and_events(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct store *st = f->st;
     struct store_app a, b, got;
     make_app(st, "alpha", &a);
@@ -151,17 +111,17 @@ static void test_app_crud_and_events(void **state)
     /* The name is free again. */
     make_app(st, "alpha", &got);
 
-    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM events WHERE kind='app.created'"), 3);
-    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM events WHERE kind='app.updated'"), 1);
-    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM events WHERE kind='app.deleted'"), 1);
-    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM events WHERE kind='key.revoked' "
-                                        "AND actor='admin' AND request_id='req_test'"),
+    assert_int_equal(db_int(f, "SELECT count(*) FROM events WHERE kind='app.created'"), 3);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM events WHERE kind='app.updated'"), 1);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM events WHERE kind='app.deleted'"), 1);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM events WHERE kind='key.revoked' "
+                               "AND actor='admin' AND request_id='req_test'"),
                      1);
 }
 
 static void test_app_list_pagination(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct store *st = f->st;
     char name[32], cursor[STORE_CURSOR_LEN] = "";
     struct store_app a;
@@ -193,7 +153,7 @@ static void test_app_list_pagination(void **state)
 
 static void test_keys_revoke(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct store *st = f->st;
     struct store_app a;
     struct store_key k, found, *keys;
@@ -207,7 +167,7 @@ static void test_keys_revoke(void **state)
     assert_int_equal(st->key_lookup(st, hash, &found), STORE_NOT_FOUND);
     /* Revoking twice is fine and writes one event. */
     assert_int_equal(st->key_revoke(st, &admin, a.id, k.id), STORE_OK);
-    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM events WHERE kind='key.revoked'"), 1);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM events WHERE kind='key.revoked'"), 1);
     assert_int_equal(st->key_revoke(st, &admin, a.id, "key_nope"), STORE_NOT_FOUND);
     assert_int_equal(st->key_list(st, a.id, &keys, &n), STORE_OK);
     assert_int_equal(n, 1);
@@ -220,7 +180,7 @@ static void test_keys_revoke(void **state)
 
 static void test_enqueue_order_and_idempotency(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct store *st = f->st;
     struct store_app a;
     struct store_session s;
@@ -270,8 +230,7 @@ static void test_enqueue_order_and_idempotency(void **state)
     assert_int_equal(items[0].seq, 4);
     assert_string_equal(cursor, "");
     store_message_list_free(items, n);
-    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM events WHERE kind='message.queued'"),
-                     5);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM events WHERE kind='message.queued'"), 5);
     store_session_clear(&s);
 }
 
@@ -301,7 +260,7 @@ static void *enqueue_worker(void *arg)
 
 static void test_group_commit_concurrent(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct store *st = f->st;
     struct store_app a;
     struct store_session s;
@@ -331,75 +290,46 @@ static void test_group_commit_concurrent(void **state)
         }
     }
     /* Every acknowledged message is in the file, read by an independent connection. */
-    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM messages"), THREADS * EACH);
-    assert_int_equal(count_sql(f->path, "SELECT count(DISTINCT seq) FROM messages"),
-                     THREADS * EACH);
-    assert_int_equal(count_sql(f->path, "SELECT next_seq FROM sessions"), THREADS * EACH + 1);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM messages"), THREADS * EACH);
+    assert_int_equal(db_int(f, "SELECT count(DISTINCT seq) FROM messages"), THREADS * EACH);
+    assert_int_equal(db_int(f, "SELECT next_seq FROM sessions"), THREADS * EACH + 1);
     /* Fewer transactions than messages: the committer batched them (events record each). */
-    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM events WHERE kind='message.queued'"),
+    assert_int_equal(db_int(f, "SELECT count(*) FROM events WHERE kind='message.queued'"),
                      THREADS * EACH);
     store_session_clear(&s);
-}
-
-/* Commits recorded in the WAL file: frames whose header says "database size after commit". */
-static int count_wal_commits(const char *db_path)
-{
-    char wal[300];
-    unsigned char hdr[32], fh[24];
-    snprintf(wal, sizeof wal, "%s-wal", db_path);
-    FILE *f = fopen(wal, "rb");
-    int commits = 0;
-    if (!f)
-        return 0;
-    if (fread(hdr, 1, 32, f) == 32) {
-        uint32_t page = (uint32_t)hdr[8] << 24 | hdr[9] << 16 | hdr[10] << 8 | hdr[11];
-        while (fread(fh, 1, 24, f) == 24) {
-            if (fh[4] | fh[5] | fh[6] | fh[7])
-                commits++;
-            if (fseek(f, (long)page, SEEK_CUR) != 0)
-                break;
-        }
-    }
-    fclose(f);
-    return commits;
 }
 
 /* Enqueues that pile up while the database is locked go out in one transaction, not one each. */
 static void test_group_commit_batches(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct store *st = f->st;
     struct store_app a;
     struct store_session s;
     enum { THREADS = 16 };
     struct enqueue_thread t[THREADS];
     pthread_t th[THREADS];
-    sqlite3 *blocker;
     make_app(st, "batch", &a);
     make_session(st, a.id, &s);
 
-    assert_int_equal(sqlite3_open(f->path, &blocker), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(blocker, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL),
-                     SQLITE_OK);
-    assert_int_equal(count_wal_commits(f->path), 0);
+    db_mark_transactions(f);
     /* Hold the write lock so that every request queues up behind the committer. */
-    assert_int_equal(sqlite3_exec(blocker, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    db_lock_writers(f);
     for (int i = 0; i < THREADS; i++) {
         t[i] = (struct enqueue_thread){st, a.id, s.id, 1, {0}, STORE_ERROR};
         assert_int_equal(pthread_create(&th[i], NULL, enqueue_worker, &t[i]), 0);
     }
     usleep(300 * 1000);
-    assert_int_equal(sqlite3_exec(blocker, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    db_unlock_writers(f);
     for (int i = 0; i < THREADS; i++) {
         pthread_join(th[i], NULL);
         assert_int_equal(t[i].status, STORE_OK);
     }
-    sqlite3_close(blocker);
-    int commits = count_wal_commits(f->path);
+    int64_t commits = db_message_transactions(f);
     /* One transaction for the request the committer held while blocked, one for the rest. */
     assert_true(commits >= 1);
     assert_true(commits <= 3);
-    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM messages"), THREADS);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM messages"), THREADS);
     store_session_clear(&s);
 }
 
@@ -461,7 +391,7 @@ static void async_done(void *arg, enum store_status status, struct store_message
  * one transaction, a bad one fails alone through its callback, and all are on disk after. */
 static void test_enqueue_async_one_caller_batches(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct store *st = f->st;
     struct store_app a;
     struct store_session s;
@@ -469,17 +399,14 @@ static void test_enqueue_async_one_caller_batches(void **state)
     static struct async_results res;
     struct async_slot slots[N];
     struct store_enqueue reqs[N];
-    sqlite3 *blocker;
     make_app(st, "async", &a);
     make_session(st, a.id, &s);
     memset(&res, 0, sizeof res);
     pthread_mutex_init(&res.lock, NULL);
     pthread_cond_init(&res.cond, NULL);
 
-    assert_int_equal(sqlite3_open(f->path, &blocker), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(blocker, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL),
-                     SQLITE_OK);
-    assert_int_equal(sqlite3_exec(blocker, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    db_mark_transactions(f);
+    db_lock_writers(f);
     for (int i = 0; i < N; i++) {
         slots[i] = (struct async_slot){&res, i};
         reqs[i] =
@@ -491,12 +418,11 @@ static void test_enqueue_async_one_caller_batches(void **state)
     pthread_mutex_lock(&res.lock);
     assert_int_equal(res.done, 0); /* nothing is answered before its commit */
     pthread_mutex_unlock(&res.lock);
-    assert_int_equal(sqlite3_exec(blocker, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    db_unlock_writers(f);
     pthread_mutex_lock(&res.lock);
     while (res.done < N)
         pthread_cond_wait(&res.cond, &res.lock);
     pthread_mutex_unlock(&res.lock);
-    sqlite3_close(blocker);
 
     static char seen[N];
     memset(seen, 0, sizeof seen);
@@ -511,10 +437,9 @@ static void test_enqueue_async_one_caller_batches(void **state)
         seen[res.seq[i]] = 1;
     }
     /* The first request (taken while the lock was held) alone, then the rest together. */
-    assert_true(count_wal_commits(f->path) <= 3);
-    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM messages"), N - 1);
-    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM events WHERE kind='message.queued'"),
-                     N - 1);
+    assert_true(db_message_transactions(f) <= 3);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM messages"), N - 1);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM events WHERE kind='message.queued'"), N - 1);
     pthread_mutex_destroy(&res.lock);
     pthread_cond_destroy(&res.cond);
     store_session_clear(&s);
@@ -522,21 +447,19 @@ static void test_enqueue_async_one_caller_batches(void **state)
 
 static void test_batch_failure_is_isolated(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct store *st = f->st;
     struct store_app a;
     struct store_session s;
     enum { GOOD = 6 };
     struct enqueue_thread good[GOOD], bad = {0};
     pthread_t th[GOOD], bad_th;
-    sqlite3 *blocker;
     make_app(st, "iso", &a);
     make_session(st, a.id, &s);
 
     /* Hold the lock so that the good requests and a failing one (unknown Session) share a
      * batch: the failing row is rolled back to its savepoint, the others commit. */
-    assert_int_equal(sqlite3_open(f->path, &blocker), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(blocker, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    db_lock_writers(f);
     for (int i = 0; i < GOOD / 2; i++) {
         good[i] = (struct enqueue_thread){st, a.id, s.id, 1, {0}, STORE_ERROR};
         assert_int_equal(pthread_create(&th[i], NULL, enqueue_worker, &good[i]), 0);
@@ -550,8 +473,7 @@ static void test_batch_failure_is_isolated(void **state)
         assert_int_equal(pthread_create(&th[i], NULL, enqueue_worker, &good[i]), 0);
     }
     usleep(100 * 1000);
-    assert_int_equal(sqlite3_exec(blocker, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
-    sqlite3_close(blocker);
+    db_unlock_writers(f);
     pthread_join(bad_th, NULL);
     assert_int_equal(bad.status, STORE_NOT_FOUND);
     for (int i = 0; i < GOOD; i++) {
@@ -559,16 +481,15 @@ static void test_batch_failure_is_isolated(void **state)
         assert_int_equal(good[i].status, STORE_OK);
     }
     /* Seqs 1..GOOD, no gap left by the failed row. */
-    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM messages"), GOOD);
-    assert_int_equal(count_sql(f->path, "SELECT max(seq) FROM messages"), GOOD);
-    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM events WHERE kind='message.queued'"),
-                     GOOD);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM messages"), GOOD);
+    assert_int_equal(db_int(f, "SELECT max(seq) FROM messages"), GOOD);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM events WHERE kind='message.queued'"), GOOD);
     store_session_clear(&s);
 }
 
 static void test_cross_app_scoping(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct store *st = f->st;
     struct store_app a, b;
     struct store_session s, got;
@@ -608,7 +529,7 @@ static void test_cross_app_scoping(void **state)
 
 static void test_session_names_and_workspaces(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct store *st = f->st;
     struct store_app a;
     struct store_session s1, s2;
@@ -648,14 +569,13 @@ static void test_session_names_and_workspaces(void **state)
     struct store_message gm;
     assert_int_equal(st->message_get(st, a.id, s1.id, m.id, &gm), STORE_NOT_FOUND);
     /* Scrubbed: no body, no metadata; the unfinished message failed; stop requested. */
-    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM messages WHERE body LIKE '%secret%'"),
-                     0);
-    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM messages WHERE state='failed'"), 1);
-    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM sessions WHERE state='deleted' "
-                                        "AND stop_requested_at IS NOT NULL AND metadata='{}'"),
+    assert_int_equal(db_int(f, "SELECT count(*) FROM messages WHERE body LIKE '%%secret%%'"), 0);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM messages WHERE state='failed'"), 1);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM sessions WHERE state='deleted' "
+                               "AND stop_requested_at IS NOT NULL AND metadata='{}'"),
                      1);
-    assert_int_equal(count_sql(f->path, "SELECT count(*) FROM events WHERE kind IN "
-                                        "('session.deleted','message.failed')"),
+    assert_int_equal(db_int(f, "SELECT count(*) FROM events WHERE kind IN "
+                               "('session.deleted','message.failed')"),
                      2);
     /* Detached now: the Workspace can go, and the name is free. */
     assert_int_equal(st->workspace_delete(st, &admin, a.id, w.id, NULL), STORE_OK);
@@ -667,9 +587,50 @@ static void test_session_names_and_workspaces(void **state)
     store_session_clear(&s1);
 }
 
+/* Settings (the admin token's hash lives there) are read back as written and overwritten in
+ * place; Workspaces list in creation order, a page at a time, per App. */
+static void test_settings_and_workspace_list(void **state)
+{
+    struct store_fixture *f = *state;
+    struct store *st = f->st;
+    struct store_app a, b;
+    struct store_workspace w, *items;
+    char value[64], cursor[STORE_CURSOR_LEN], after[STORE_CURSOR_LEN], name[16];
+    size_t n;
+
+    assert_int_equal(st->setting_get(st, "admin_token_hash", value, sizeof value), STORE_NOT_FOUND);
+    assert_int_equal(st->setting_put(st, "admin_token_hash", "aa11"), STORE_OK);
+    assert_int_equal(st->setting_put(st, "other", "x"), STORE_OK);
+    assert_int_equal(st->setting_put(st, "admin_token_hash", "bb22"), STORE_OK);
+    assert_int_equal(st->setting_get(st, "admin_token_hash", value, sizeof value), STORE_OK);
+    assert_string_equal(value, "bb22");
+    assert_int_equal(db_int(f, "SELECT count(*) FROM settings"), 2);
+
+    make_app(st, "ws", &a);
+    make_app(st, "ws-other", &b);
+    assert_int_equal(st->workspace_create(st, &admin, b.id, "theirs", "/tmp/b", &w), STORE_OK);
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "w%d", i);
+        assert_int_equal(st->workspace_create(st, &admin, a.id, name, "/tmp/a", &w), STORE_OK);
+    }
+    assert_int_equal(st->workspace_list(st, a.id, "", 2, &items, &n, cursor), STORE_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(items[0].name, "w0");
+    assert_string_equal(items[1].name, "w1");
+    assert_string_not_equal(cursor, "");
+    free(items);
+    snprintf(after, sizeof after, "%s", cursor);
+    assert_int_equal(st->workspace_list(st, a.id, after, 2, &items, &n, cursor), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(items[0].name, "w2");
+    assert_string_equal(items[0].app_id, a.id);
+    assert_string_equal(cursor, "");
+    free(items);
+}
+
 static void test_sandbox_stop_and_pool(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct store *st = f->st;
     struct store_app a, b;
     struct store_session s;
@@ -678,18 +639,13 @@ static void test_sandbox_stop_and_pool(void **state)
     make_app(st, "sb2", &b);
     make_session(st, a.id, &s);
     /* Sandboxes are written by workers; insert them as a worker would. */
-    sqlite3 *db;
-    char sql[1024];
-    assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
-    snprintf(sql, sizeof sql,
-             "INSERT INTO sandboxes (id, state, driver, image, vcpu_count, mem_size_mib, "
-             "worker_id, app_id, session_id, created_at, updated_at) VALUES "
-             "('sbx_run', 'running', 'process', 'default', 1, 256, 'wrk_1', '%s', '%s', 1, 1),"
-             "('sbx_warm', 'warm', 'process', 'default', 1, 256, 'wrk_1', NULL, NULL, 1, 1),"
-             "('sbx_dead', 'terminated', 'process', 'default', 1, 256, 'wrk_1', '%s', '%s', 1, 1)",
-             a.id, s.id, a.id, s.id);
-    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
-    sqlite3_close(db);
+    db_exec(f,
+            "INSERT INTO sandboxes (id, state, driver, image, vcpu_count, mem_size_mib, "
+            "worker_id, app_id, session_id, created_at, updated_at) VALUES "
+            "('sbx_run', 'running', 'process', 'default', 1, 256, 'wrk_1', '%s', '%s', 1, 1),"
+            "('sbx_warm', 'warm', 'process', 'default', 1, 256, 'wrk_1', NULL, NULL, 1, 1),"
+            "('sbx_dead', 'terminated', 'process', 'default', 1, 256, 'wrk_1', '%s', '%s', 1, 1)",
+            a.id, s.id, a.id, s.id);
 
     assert_int_equal(st->sandbox_get(st, b.id, "sbx_run", &sb), STORE_NOT_FOUND);
     assert_int_equal(st->sandbox_get(st, a.id, "sbx_warm", &sb), STORE_NOT_FOUND);
@@ -698,8 +654,8 @@ static void test_sandbox_stop_and_pool(void **state)
     assert_int_equal(st->sandbox_request_stop(st, &admin, a.id, "sbx_run", &sb), STORE_OK);
     assert_true(sb.stop_requested_at > 0);
     assert_int_equal(st->sandbox_request_stop(st, &admin, a.id, "sbx_run", &sb), STORE_OK);
-    assert_int_equal(
-        count_sql(f->path, "SELECT count(*) FROM events WHERE kind='sandbox.stop_requested'"), 1);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM events WHERE kind='sandbox.stop_requested'"),
+                     1);
 
     struct store_sandbox *items;
     size_t n;
@@ -752,6 +708,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_batch_failure_is_isolated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cross_app_scoping, setup, teardown),
         cmocka_unit_test_setup_teardown(test_session_names_and_workspaces, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_settings_and_workspace_list, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sandbox_stop_and_pool, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,7 +1,8 @@
 /*
- * test_store_queue.c: the worker side of the SQLite store on a real database file: per-Session
- * order, leases and their expiry, retries with backoff, maxAttempts, exactly-once completion,
- * no double claims from concurrent claim loops, the Sandbox lifecycle and worker adoption.
+ * test_store_queue.c: the worker side of the store on a real database (a SQLite file, or a
+ * PostgreSQL database when run under tests/pg-run.sh: see store_fixture.h): per-Session order,
+ * leases and their expiry, retries with backoff, maxAttempts, exactly-once completion, no double
+ * claims from concurrent claim loops, the Sandbox lifecycle and worker adoption.
  *
  * Apps, Sessions and messages are written with plain SQL so these tests depend only on the
  * worker-side functions they test.
@@ -14,121 +15,58 @@
 
 #include "id.h"
 #include "store.h"
+#include "store_fixture.h"
 #include "timefmt.h"
 
 #include <pthread.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-struct fixture {
-    char dir[64];
-    char path[128];
-    struct store *st;
-    sqlite3 *raw;
-};
-
 static const struct store_ctx ctx = {"worker:test", NULL};
 static const struct store_shape shape = {"process", "default", 1, 256};
 
-static void sql(struct fixture *f, const char *fmt, ...)
-{
-    char buf[2048];
-    va_list ap;
-    char *err = NULL;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    if (sqlite3_exec(f->raw, buf, NULL, NULL, &err) != SQLITE_OK)
-        fail_msg("%s: %s", buf, err);
-}
-
-static int64_t sql_int(struct fixture *f, const char *fmt, ...)
-{
-    char buf[1024];
-    va_list ap;
-    sqlite3_stmt *s;
-    int64_t v = -1;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    assert_int_equal(sqlite3_prepare_v2(f->raw, buf, -1, &s, NULL), SQLITE_OK);
-    if (sqlite3_step(s) == SQLITE_ROW)
-        v = sqlite3_column_int64(s, 0);
-    sqlite3_finalize(s);
-    return v;
-}
-
-static void sql_text(struct fixture *f, char *out, size_t outlen, const char *fmt, ...)
-{
-    char buf[1024];
-    va_list ap;
-    sqlite3_stmt *s;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    out[0] = '\0';
-    assert_int_equal(sqlite3_prepare_v2(f->raw, buf, -1, &s, NULL), SQLITE_OK);
-    if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_text(s, 0))
-        snprintf(out, outlen, "%s", sqlite3_column_text(s, 0));
-    sqlite3_finalize(s);
-}
-
 static int setup(void **state)
 {
-    struct fixture *f = calloc(1, sizeof *f);
-    char err[256];
-    snprintf(f->dir, sizeof f->dir, "/tmp/sbx-test-queue-XXXXXX");
-    assert_non_null(mkdtemp(f->dir));
-    snprintf(f->path, sizeof f->path, "%s/sbx.db", f->dir);
-    f->st = store_sqlite_open(f->path, 10000, "NORMAL", err, sizeof err);
-    if (!f->st)
-        fail_msg("open: %s", err);
-    assert_int_equal(sqlite3_open(f->path, &f->raw), SQLITE_OK);
-    sqlite3_busy_timeout(f->raw, 10000);
-    sql(f, "INSERT INTO apps (id, name, command, max_attempts, keep_alive_seconds, created_at, "
-           "updated_at) VALUES ('app_a', 'a', '[\"/bin/echo\"]', 3, 5, 1, 1)");
+    struct store_fixture *f = store_fixture_open("queue", 10000, "NORMAL");
+    db_exec(f, "INSERT INTO apps (id, name, command, max_attempts, keep_alive_seconds, created_at, "
+               "updated_at) VALUES ('app_a', 'a', '[\"/bin/echo\"]', 3, 5, 1, 1)");
     *state = f;
     return 0;
 }
 
 static int teardown(void **state)
 {
-    struct fixture *f = *state;
-    char cmd[128];
-    sqlite3_close(f->raw);
-    f->st->close(f->st);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", f->dir);
-    assert_int_equal(system(cmd), 0);
-    free(f);
+    store_fixture_close(*state);
     return 0;
 }
 
-static void add_session(struct fixture *f, const char *id)
+static void add_session(struct store_fixture *f, const char *id)
 {
-    sql(f, "INSERT INTO sessions (id, app_id, created_at, updated_at) VALUES ('%s', 'app_a', 1, 1)",
+    db_exec(
+        f, "INSERT INTO sessions (id, app_id, created_at, updated_at) VALUES ('%s', 'app_a', 1, 1)",
         id);
 }
 
 /* Enqueues like the gateway: the Session's next seq. */
-static void add_message(struct fixture *f, const char *session, int seq, int max_attempts)
+static void add_message(struct store_fixture *f, const char *session, int seq, int max_attempts)
 {
-    sql(f,
-        "INSERT INTO messages (id, session_id, app_id, seq, body, max_attempts, created_at, "
-        "updated_at) VALUES ('msg_%s_%d', '%s', 'app_a', %d, '{\"n\":%d}', %d, %d, %d)",
-        session, seq, session, seq, seq, max_attempts, seq, seq);
+    db_exec(f,
+            "INSERT INTO messages (id, session_id, app_id, seq, body, max_attempts, created_at, "
+            "updated_at) VALUES ('msg_%s_%d', '%s', 'app_a', %d, '{\"n\":%d}', %d, %d, %d)",
+            session, seq, session, seq, seq, max_attempts, seq, seq);
 }
 
-static enum store_status claim(struct fixture *f, const char *worker, struct store_delivery *d)
+static enum store_status claim(struct store_fixture *f, const char *worker,
+                               struct store_delivery *d)
 {
     return f->st->queue_claim(f->st, &ctx, worker, 30000, d);
 }
 
 static void test_claims_in_seq_order_one_at_a_time(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct store_delivery d;
     add_session(f, "ses_1");
     add_message(f, "ses_1", 2, 3);
@@ -157,7 +95,7 @@ static void test_claims_in_seq_order_one_at_a_time(void **state)
 
 static void test_session_owned_by_another_worker_is_not_claimable(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct store_delivery d;
     add_session(f, "ses_1");
     add_session(f, "ses_2");
@@ -183,7 +121,7 @@ static void test_session_owned_by_another_worker_is_not_claimable(void **state)
 
 static void test_completion_is_exactly_once_and_only_for_the_lease_holder(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct store_delivery d;
     char reply[64];
     add_session(f, "ses_1");
@@ -198,16 +136,18 @@ static void test_completion_is_exactly_once_and_only_for_the_lease_holder(void *
         STORE_OK);
     assert_int_equal(f->st->queue_complete(f->st, &ctx, "msg_ses_1_1", "wrk_a", "sbx_1", "\"y\""),
                      STORE_CONFLICT);
-    sql_text(f, reply, sizeof reply, "SELECT reply FROM messages WHERE id = 'msg_ses_1_1'");
+    db_text(f, reply, sizeof reply, "SELECT reply FROM messages WHERE id = 'msg_ses_1_1'");
     assert_string_equal(reply, "{\"ok\":true}");
-    assert_int_equal(sql_int(f, "SELECT COUNT(*) FROM events WHERE kind = 'message.completed'"), 1);
-    assert_int_equal(sql_int(f, "SELECT completed_at > 0 AND lease_owner IS NULL FROM messages"),
-                     1);
+    assert_int_equal(db_int(f, "SELECT COUNT(*) FROM events WHERE kind = 'message.completed'"), 1);
+    assert_int_equal(
+        db_int(f, "SELECT CASE WHEN completed_at > 0 AND lease_owner IS NULL THEN 1 ELSE 0 END "
+                  "FROM messages"),
+        1);
 }
 
 static void test_expired_lease_is_requeued_and_old_holder_cannot_complete(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct store_delivery d;
     size_t n = 99;
     add_session(f, "ses_1");
@@ -218,16 +158,18 @@ static void test_expired_lease_is_requeued_and_old_holder_cannot_complete(void *
     usleep(5000);
     assert_int_equal(f->st->queue_requeue_expired(f->st, &ctx, &n), STORE_OK);
     assert_int_equal(n, 1);
-    assert_int_equal(sql_int(f, "SELECT state = 'queued' AND lease_owner IS NULL FROM messages"),
-                     1);
+    assert_int_equal(
+        db_int(f, "SELECT CASE WHEN state = 'queued' AND lease_owner IS NULL THEN 1 ELSE 0 END "
+                  "FROM messages"),
+        1);
     assert_int_equal(f->st->queue_complete(f->st, &ctx, "msg_ses_1_1", "wrk_a", NULL, "1"),
                      STORE_CONFLICT);
-    assert_int_equal(sql_int(f, "SELECT COUNT(*) FROM events WHERE kind = 'message.retry'"), 1);
+    assert_int_equal(db_int(f, "SELECT COUNT(*) FROM events WHERE kind = 'message.retry'"), 1);
 }
 
 static void test_extend_lease_keeps_it_from_expiring(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct store_delivery d;
     size_t n = 99;
     add_session(f, "ses_1");
@@ -244,7 +186,7 @@ static void test_extend_lease_keeps_it_from_expiring(void **state)
 
 static void test_failed_attempt_backs_off_then_retries(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct store_delivery d;
     bool final = true;
     int64_t due = 0, before = now_ms();
@@ -262,7 +204,7 @@ static void test_failed_attempt_backs_off_then_retries(void **state)
     assert_int_equal(f->st->queue_next_due(f->st, &due), STORE_OK);
     assert_true(due >= before + 100000);
     /* Once due it is claimed again, and the attempt counts. */
-    sql(f, "UPDATE messages SET not_before = 0 WHERE id = 'msg_ses_1_1'");
+    db_exec(f, "UPDATE messages SET not_before = 0 WHERE id = 'msg_ses_1_1'");
     assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
     assert_string_equal(d.message.id, "msg_ses_1_1");
     assert_int_equal(d.message.attempts, 2);
@@ -272,7 +214,7 @@ static void test_failed_attempt_backs_off_then_retries(void **state)
 
 static void test_max_attempts_fails_with_reason_and_unblocks_next(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct store_delivery d;
     bool final = false;
     char error[128], state_text[16];
@@ -288,12 +230,12 @@ static void test_max_attempts_fails_with_reason_and_unblocks_next(void **state)
                          STORE_OK);
         assert_int_equal(final, attempt == 2);
     }
-    sql_text(f, state_text, sizeof state_text, "SELECT state FROM messages WHERE seq = 1");
-    sql_text(f, error, sizeof error, "SELECT error FROM messages WHERE seq = 1");
+    db_text(f, state_text, sizeof state_text, "SELECT state FROM messages WHERE seq = 1");
+    db_text(f, error, sizeof error, "SELECT error FROM messages WHERE seq = 1");
     assert_string_equal(state_text, "failed");
     assert_string_equal(error, "agent exited with status 3");
-    assert_int_equal(sql_int(f, "SELECT COUNT(*) FROM events WHERE kind = 'message.failed'"), 1);
-    assert_int_equal(sql_int(f, "SELECT COUNT(*) FROM events WHERE kind = 'message.retry'"), 1);
+    assert_int_equal(db_int(f, "SELECT COUNT(*) FROM events WHERE kind = 'message.failed'"), 1);
+    assert_int_equal(db_int(f, "SELECT COUNT(*) FROM events WHERE kind = 'message.retry'"), 1);
     /* A failed message is finished: the next one flows. */
     assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
     assert_string_equal(d.message.id, "msg_ses_1_2");
@@ -302,7 +244,7 @@ static void test_max_attempts_fails_with_reason_and_unblocks_next(void **state)
 
 static void test_release_gives_back_without_counting(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct store_delivery d;
     add_session(f, "ses_1");
     add_message(f, "ses_1", 1, 1);
@@ -310,7 +252,7 @@ static void test_release_gives_back_without_counting(void **state)
     store_delivery_clear(&d);
     assert_int_equal(f->st->queue_release(f->st, &ctx, "msg_ses_1_1", "wrk_b"), STORE_CONFLICT);
     assert_int_equal(f->st->queue_release(f->st, &ctx, "msg_ses_1_1", "wrk_a"), STORE_OK);
-    assert_int_equal(sql_int(f, "SELECT attempts FROM messages"), 0);
+    assert_int_equal(db_int(f, "SELECT attempts FROM messages"), 0);
     assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
     store_delivery_clear(&d);
 }
@@ -319,7 +261,7 @@ static void test_release_gives_back_without_counting(void **state)
  * the Session following along and accumulating usage. */
 static void test_sandbox_lifecycle_moves_the_session(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct store_delivery d;
     struct store_sandbox sb, claimed;
     struct store_usage usage = {1500, 4096};
@@ -352,30 +294,33 @@ static void test_sandbox_lifecycle_moves_the_session(void **state)
         f->st->sandbox_claim_warm(f->st, &ctx, "wrk_a", &shape, "app_a", "ses_1", &claimed),
         STORE_EMPTY);
     assert_int_equal(f->st->sandbox_mark_running(f->st, &ctx, sb.id, "ses_1"), STORE_OK);
-    sql_text(f, text, sizeof text, "SELECT state FROM sessions");
+    db_text(f, text, sizeof text, "SELECT state FROM sessions");
     assert_string_equal(text, "active");
-    assert_int_equal(sql_int(f, "SELECT activation_count FROM sessions"), 1);
-    assert_int_equal(sql_int(f, "SELECT sandbox_id = '%s' FROM sessions", sb.id), 1);
+    assert_int_equal(db_int(f, "SELECT activation_count FROM sessions"), 1);
+    assert_int_equal(
+        db_int(f, "SELECT CASE WHEN sandbox_id = '%s' THEN 1 ELSE 0 END FROM sessions", sb.id), 1);
     assert_int_equal(f->st->queue_complete(f->st, &ctx, d.message.id, "wrk_a", sb.id, "1"),
                      STORE_OK);
     store_delivery_clear(&d);
     assert_int_equal(f->st->session_touch(f->st, "ses_1", 123456), STORE_OK);
-    assert_int_equal(sql_int(f, "SELECT expires_at FROM sessions"), 123456);
+    assert_int_equal(db_int(f, "SELECT expires_at FROM sessions"), 123456);
 
     assert_int_equal(f->st->sandbox_mark_stopping(f->st, &ctx, sb.id, "keep-alive expired"),
                      STORE_OK);
     /* The Session is idle again at once, free for any worker. */
-    sql_text(f, text, sizeof text, "SELECT state FROM sessions");
+    db_text(f, text, sizeof text, "SELECT state FROM sessions");
     assert_string_equal(text, "idle");
-    assert_int_equal(sql_int(f, "SELECT sandbox_id IS NULL AND worker_id IS NULL FROM sessions"),
-                     1);
+    assert_int_equal(
+        db_int(f, "SELECT CASE WHEN sandbox_id IS NULL AND worker_id IS NULL THEN 1 ELSE 0 END "
+                  "FROM sessions"),
+        1);
     assert_int_equal(f->st->sandbox_finish(f->st, &ctx, sb.id, false, "ignored", &usage), STORE_OK);
     assert_int_equal(f->st->sandbox_finish(f->st, &ctx, sb.id, false, NULL, &usage),
                      STORE_CONFLICT);
-    sql_text(f, text, sizeof text, "SELECT state || ':' || termination_reason FROM sandboxes");
+    db_text(f, text, sizeof text, "SELECT state || ':' || termination_reason FROM sandboxes");
     assert_string_equal(text, "terminated:keep-alive expired");
-    assert_int_equal(sql_int(f, "SELECT cpu_usec FROM sessions"), 1500);
-    assert_int_equal(sql_int(f, "SELECT mem_peak_bytes FROM sessions"), 4096);
+    assert_int_equal(db_int(f, "SELECT cpu_usec FROM sessions"), 1500);
+    assert_int_equal(db_int(f, "SELECT mem_peak_bytes FROM sessions"), 4096);
     for (const char *kind = "sandbox.booting sandbox.warm sandbox.claimed sandbox.running "
                             "sandbox.stopping sandbox.terminated session.activating "
                             "session.active session.idle message.delivering message.completed";
@@ -383,7 +328,7 @@ static void test_sandbox_lifecycle_moves_the_session(void **state)
         char one[40];
         size_t len = strcspn(kind, " ");
         snprintf(one, sizeof one, "%.*s", (int)len, kind);
-        if (sql_int(f, "SELECT COUNT(*) FROM events WHERE kind = '%s'", one) != 1)
+        if (db_int(f, "SELECT COUNT(*) FROM events WHERE kind = '%s'", one) != 1)
             fail_msg("expected exactly one %s event", one);
         kind += len + (kind[len] == ' ');
     }
@@ -396,7 +341,7 @@ static void test_sandbox_lifecycle_moves_the_session(void **state)
 
 static void test_cold_assign_and_stop_requests(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct store_delivery d;
     struct store_sandbox sb, *list = NULL;
     size_t n = 0;
@@ -406,13 +351,14 @@ static void test_cold_assign_and_stop_requests(void **state)
     store_delivery_clear(&d);
     assert_int_equal(f->st->sandbox_insert(f->st, &ctx, "wrk_a", &shape, true, &sb), STORE_OK);
     assert_int_equal(f->st->sandbox_assign(f->st, &ctx, sb.id, "app_a", "ses_1"), STORE_OK);
-    assert_int_equal(sql_int(f, "SELECT cold FROM sandboxes"), 1);
-    assert_int_equal(sql_int(f, "SELECT sandbox_id = '%s' FROM sessions", sb.id), 1);
+    assert_int_equal(db_int(f, "SELECT cold FROM sandboxes"), 1);
+    assert_int_equal(
+        db_int(f, "SELECT CASE WHEN sandbox_id = '%s' THEN 1 ELSE 0 END FROM sessions", sb.id), 1);
     assert_int_equal(f->st->sandbox_list_stop_requested(f->st, "wrk_a", &list, &n), STORE_OK);
     assert_int_equal(n, 0);
     free(list);
     /* DELETE /v1/sessions marks the Session deleted: its worker must see the Sandbox to stop. */
-    sql(f, "UPDATE sessions SET state = 'deleted', stop_requested_at = 1");
+    db_exec(f, "UPDATE sessions SET state = 'deleted', stop_requested_at = 1");
     assert_int_equal(f->st->sandbox_list_stop_requested(f->st, "wrk_a", &list, &n), STORE_OK);
     assert_int_equal(n, 1);
     assert_string_equal(list[0].id, sb.id);
@@ -424,7 +370,7 @@ static void test_cold_assign_and_stop_requests(void **state)
 
 static void test_adopt_requeues_and_frees_a_dead_workers_work(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct store_delivery d;
     struct store_sandbox sb, *live = NULL;
     struct store_worker *workers = NULL;
@@ -439,7 +385,7 @@ static void test_adopt_requeues_and_frees_a_dead_workers_work(void **state)
     assert_int_equal(f->st->sandbox_insert(f->st, &ctx, "wrk_dead", &shape, true, &sb), STORE_OK);
     assert_int_equal(f->st->sandbox_assign(f->st, &ctx, sb.id, "app_a", "ses_1"), STORE_OK);
 
-    sql(f, "UPDATE workers SET heartbeat_at = 1 WHERE id = 'wrk_dead'");
+    db_exec(f, "UPDATE workers SET heartbeat_at = 1 WHERE id = 'wrk_dead'");
     assert_int_equal(f->st->worker_list_dead(f->st, 10000, &dead, &n), STORE_OK);
     assert_int_equal(n, 1);
     assert_string_equal(dead[0], "wrk_dead");
@@ -450,8 +396,12 @@ static void test_adopt_requeues_and_frees_a_dead_workers_work(void **state)
     /* Fenced: if it was only slow, its next heartbeat tells it to go. */
     assert_int_equal(f->st->worker_heartbeat(f->st, "wrk_dead"), STORE_CONFLICT);
     assert_int_equal(f->st->worker_heartbeat(f->st, "wrk_new"), STORE_OK);
-    assert_int_equal(sql_int(f, "SELECT state = 'queued' FROM messages"), 1);
-    assert_int_equal(sql_int(f, "SELECT state = 'idle' AND worker_id IS NULL FROM sessions"), 1);
+    assert_int_equal(db_int(f, "SELECT CASE WHEN state = 'queued' THEN 1 ELSE 0 END FROM messages"),
+                     1);
+    assert_int_equal(
+        db_int(f, "SELECT CASE WHEN state = 'idle' AND worker_id IS NULL THEN 1 ELSE 0 END "
+                  "FROM sessions"),
+        1);
     assert_int_equal(f->st->sandbox_list_live(f->st, "wrk_new", &live, &n), STORE_OK);
     assert_int_equal(n, 1);
     assert_string_equal(live[0].id, sb.id);
@@ -465,6 +415,34 @@ static void test_adopt_requeues_and_frees_a_dead_workers_work(void **state)
     store_delivery_clear(&d);
 }
 
+/* A worker that shuts down says so: it is neither active nor taken for dead, and its heartbeat
+ * tells it (or a twin with its id) to exit. */
+static void test_worker_stop_leaves_the_active_and_dead_lists(void **state)
+{
+    struct store_fixture *f = *state;
+    struct store_worker *workers = NULL;
+    char(*dead)[STORE_ID_LEN] = NULL;
+    size_t n = 9;
+    assert_int_equal(f->st->worker_register(f->st, "wrk_a", "host", 1), STORE_OK);
+    assert_int_equal(f->st->worker_register(f->st, "wrk_b", "host", 2), STORE_OK);
+    assert_int_equal(f->st->worker_stop(f->st, "wrk_a"), STORE_OK);
+    assert_int_equal(
+        db_int(f,
+               "SELECT CASE WHEN stopped_at > 0 THEN 1 ELSE 0 END FROM workers WHERE id = 'wrk_a'"),
+        1);
+    assert_int_equal(f->st->worker_heartbeat(f->st, "wrk_a"), STORE_CONFLICT);
+    assert_int_equal(f->st->worker_heartbeat(f->st, "wrk_b"), STORE_OK);
+    assert_int_equal(f->st->worker_list_active(f->st, &workers, &n), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(workers[0].id, "wrk_b");
+    free(workers);
+    db_exec(f, "UPDATE workers SET heartbeat_at = 1");
+    assert_int_equal(f->st->worker_list_dead(f->st, 10000, &dead, &n), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(dead[0], "wrk_b");
+    free(dead);
+}
+
 /* ---- concurrency ---- */
 
 #define CONC_THREADS 4
@@ -472,7 +450,7 @@ static void test_adopt_requeues_and_frees_a_dead_workers_work(void **state)
 #define CONC_PER_SESSION 10
 
 struct claimer {
-    struct fixture *f;
+    struct store_fixture *f;
     char worker_id[STORE_ID_LEN];
     int completed;
     int errors;
@@ -528,12 +506,12 @@ static void *claim_loop(void *arg)
 
 static void test_concurrent_claim_loops_never_double_claim(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct claimer c[CONC_THREADS];
     pthread_t t[CONC_THREADS];
     int total = 0;
 
-    sql(f, "BEGIN");
+    db_exec(f, "BEGIN");
     for (int s = 0; s < CONC_SESSIONS; s++) {
         char id[32];
         snprintf(id, sizeof id, "ses_%d", s);
@@ -541,7 +519,7 @@ static void test_concurrent_claim_loops_never_double_claim(void **state)
         for (int m = 1; m <= CONC_PER_SESSION; m++)
             add_message(f, id, m, 3);
     }
-    sql(f, "COMMIT");
+    db_exec(f, "COMMIT");
     for (int i = 0; i < CONC_THREADS; i++) {
         memset(&c[i], 0, sizeof c[i]);
         c[i].f = f;
@@ -554,32 +532,32 @@ static void test_concurrent_claim_loops_never_double_claim(void **state)
         total += c[i].completed;
     }
     assert_int_equal(total, CONC_SESSIONS * CONC_PER_SESSION);
-    assert_int_equal(sql_int(f, "SELECT COUNT(*) FROM messages WHERE state = 'completed'"),
+    assert_int_equal(db_int(f, "SELECT COUNT(*) FROM messages WHERE state = 'completed'"),
                      CONC_SESSIONS * CONC_PER_SESSION);
     /* Each message was claimed once and completed once. */
-    assert_int_equal(sql_int(f, "SELECT COUNT(*) FROM events WHERE kind = 'message.delivering'"),
+    assert_int_equal(db_int(f, "SELECT COUNT(*) FROM events WHERE kind = 'message.delivering'"),
                      CONC_SESSIONS * CONC_PER_SESSION);
-    assert_int_equal(sql_int(f, "SELECT COUNT(*) FROM events WHERE kind = 'message.completed'"),
+    assert_int_equal(db_int(f, "SELECT COUNT(*) FROM events WHERE kind = 'message.completed'"),
                      CONC_SESSIONS * CONC_PER_SESSION);
     /* In each Session, completion order is seq order. */
-    assert_int_equal(sql_int(f, "SELECT COUNT(*) FROM messages a JOIN messages b ON "
-                                "a.session_id = b.session_id AND a.seq < b.seq "
-                                "WHERE a.completed_at > b.completed_at"),
+    assert_int_equal(db_int(f, "SELECT COUNT(*) FROM messages a JOIN messages b ON "
+                               "a.session_id = b.session_id AND a.seq < b.seq "
+                               "WHERE a.completed_at > b.completed_at"),
                      0);
-    assert_int_equal(sql_int(f, "SELECT COUNT(*) FROM events e1 JOIN events e2 ON "
-                                "e1.session_id = e2.session_id AND e1.kind = 'message.completed' "
-                                "AND e2.kind = 'message.completed' AND e1.id < e2.id "
-                                "JOIN messages m1 ON m1.id = e1.object_id "
-                                "JOIN messages m2 ON m2.id = e2.object_id WHERE m1.seq > m2.seq"),
+    assert_int_equal(db_int(f, "SELECT COUNT(*) FROM events e1 JOIN events e2 ON "
+                               "e1.session_id = e2.session_id AND e1.kind = 'message.completed' "
+                               "AND e2.kind = 'message.completed' AND e1.id < e2.id "
+                               "JOIN messages m1 ON m1.id = e1.object_id "
+                               "JOIN messages m2 ON m2.id = e2.object_id WHERE m1.seq > m2.seq"),
                      0);
     /* Each Sandbox served one Session only. */
-    assert_int_equal(sql_int(f, "SELECT COUNT(*) FROM (SELECT sandbox_id FROM messages GROUP BY "
-                                "sandbox_id HAVING COUNT(DISTINCT session_id) > 1)"),
+    assert_int_equal(db_int(f, "SELECT COUNT(*) FROM (SELECT sandbox_id FROM messages GROUP BY "
+                               "sandbox_id HAVING COUNT(DISTINCT session_id) > 1) AS shared"),
                      0);
 }
 
 struct warm_claimer {
-    struct fixture *f;
+    struct store_fixture *f;
     int index;
     int claimed;
     char ids[64][STORE_ID_LEN];
@@ -608,7 +586,7 @@ static void *warm_claim_loop(void *arg)
 
 static void test_concurrent_warm_claims_never_share_a_sandbox(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct warm_claimer c[CONC_THREADS];
     pthread_t t[CONC_THREADS];
     const int warm = 40;
@@ -619,14 +597,14 @@ static void test_concurrent_warm_claims_never_share_a_sandbox(void **state)
         assert_int_equal(f->st->sandbox_insert(f->st, &ctx, "wrk_a", &shape, false, &sb), STORE_OK);
         assert_int_equal(f->st->sandbox_mark_warm(f->st, &ctx, sb.id, 1), STORE_OK);
     }
-    sql(f, "BEGIN");
+    db_exec(f, "BEGIN");
     for (int i = 0; i < CONC_THREADS; i++)
         for (int k = 0; k < 64; k++)
-            sql(f,
-                "INSERT INTO sessions (id, app_id, worker_id, state, created_at, updated_at) "
-                "VALUES ('ses_w%d_%d', 'app_a', 'wrk_a', 'activating', 1, 1)",
-                i, k);
-    sql(f, "COMMIT");
+            db_exec(f,
+                    "INSERT INTO sessions (id, app_id, worker_id, state, created_at, updated_at) "
+                    "VALUES ('ses_w%d_%d', 'app_a', 'wrk_a', 'activating', 1, 1)",
+                    i, k);
+    db_exec(f, "COMMIT");
     for (int i = 0; i < CONC_THREADS; i++) {
         memset(&c[i], 0, sizeof c[i]);
         c[i].f = f;
@@ -644,20 +622,20 @@ static void test_concurrent_warm_claims_never_share_a_sandbox(void **state)
                 for (int b = 0; b < c[j].claimed; b++)
                     if ((i != j || a != b) && strcmp(c[i].ids[a], c[j].ids[b]) == 0)
                         fail_msg("Sandbox %s claimed twice", c[i].ids[a]);
-    assert_int_equal(sql_int(f, "SELECT COUNT(*) FROM sandboxes WHERE state = 'claimed'"), warm);
+    assert_int_equal(db_int(f, "SELECT COUNT(*) FROM sandboxes WHERE state = 'claimed'"), warm);
 }
 
 static void test_app_shapes_lists_distinct_live_shapes(void **state)
 {
-    struct fixture *f = *state;
+    struct store_fixture *f = *state;
     struct store_shape *shapes = NULL;
     size_t n = 0;
-    sql(f, "INSERT INTO apps (id, name, command, created_at, updated_at) VALUES "
-           "('app_b', 'b', '[]', 1, 1)");
-    sql(f, "INSERT INTO apps (id, name, command, mem_size_mib, created_at, updated_at) VALUES "
-           "('app_c', 'c', '[]', 512, 1, 1)");
-    sql(f, "INSERT INTO apps (id, name, command, mem_size_mib, created_at, updated_at, "
-           "deleted_at) VALUES ('app_d', 'd', '[]', 1024, 1, 1, 5)");
+    db_exec(f, "INSERT INTO apps (id, name, command, created_at, updated_at) VALUES "
+               "('app_b', 'b', '[]', 1, 1)");
+    db_exec(f, "INSERT INTO apps (id, name, command, mem_size_mib, created_at, updated_at) VALUES "
+               "('app_c', 'c', '[]', 512, 1, 1)");
+    db_exec(f, "INSERT INTO apps (id, name, command, mem_size_mib, created_at, updated_at, "
+               "deleted_at) VALUES ('app_d', 'd', '[]', 1024, 1, 1, 5)");
     assert_int_equal(f->st->app_shapes(f->st, &shapes, &n), STORE_OK);
     assert_int_equal(n, 2);
     assert_int_equal(shapes[0].mem_size_mib, 256);
@@ -685,6 +663,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sandbox_lifecycle_moves_the_session, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cold_assign_and_stop_requests, setup, teardown),
         cmocka_unit_test_setup_teardown(test_adopt_requeues_and_frees_a_dead_workers_work, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_worker_stop_leaves_the_active_and_dead_lists, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_claim_loops_never_double_claim, setup,
                                         teardown),
