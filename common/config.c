@@ -52,7 +52,9 @@ static const struct setting settings[] = {
     INT(auth_fail_limit, "100", 1, 1000000,
         "failed auths from one address per window (429 beyond)"),
     INT(auth_fail_window, "60", 1, 86400, "seconds of the failed-auth window"),
-    INT(busy_timeout_ms, "5000", 0, 600000, "how long a write waits for the store's write lock (SQLite busy timeout, PostgreSQL lock_timeout); 503 beyond it"),
+    INT(busy_timeout_ms, "5000", 0, 600000,
+        "how long a write waits for the store's write lock (SQLite busy timeout, PostgreSQL "
+        "lock_timeout); 503 beyond it"),
     STR(synchronous, "FULL", "SQLite synchronous mode: FULL (a 202 is on disk) or NORMAL"),
     STR(worker_synchronous, "NORMAL",
         "workers' SQLite synchronous mode: NORMAL (fsync at the next FULL commit) or FULL"),
