@@ -1424,10 +1424,14 @@ static enum store_status q_sandbox_list_stop_requested(struct store *st, const c
                                                        struct store_sandbox **out, size_t *n)
 {
     return q_sandbox_list(st,
+                          /* EXISTS per Sandbox (a worker holds few), by the Session's key:
+                           * `session_id IN (SELECT ... WHERE state = 'deleted' OR ...)` read
+                           * every Session, on every wake-up (20 ms at 100,000 Sessions). */
                           "SELECT " Q_SANDBOX_COLS " FROM sandboxes WHERE state NOT IN "
                           "('terminated', 'failed') AND worker_id = ?1 AND "
-                          "(stop_requested_at IS NOT NULL OR session_id IN (SELECT id FROM "
-                          "sessions WHERE state = 'deleted' OR stop_requested_at IS NOT NULL))",
+                          "(stop_requested_at IS NOT NULL OR EXISTS (SELECT 1 FROM sessions s "
+                          "WHERE s.id = sandboxes.session_id AND (s.state = 'deleted' OR "
+                          "s.stop_requested_at IS NOT NULL)))",
                           worker_id, out, n);
 }
 

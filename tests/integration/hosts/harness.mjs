@@ -118,7 +118,8 @@ export function startCluster({ env = {} } = {}) {
       const results = {};
       const live = (p) => p.exitCode === null && p.signalCode === null;
       for (const h of Object.values(this.hosts))
-        for (const p of h.procs) if (live(p)) { p.kill('SIGTERM'); (results[h.id] ??= []).push(p); }
+        // SIGCONT too: a test may have paused a host (SIGSTOP) and failed before resuming it.
+        for (const p of h.procs) if (live(p)) { p.kill('SIGTERM'); p.kill('SIGCONT'); (results[h.id] ??= []).push(p); }
       for (const [id, procs] of Object.entries(results)) {
         results[id] = [];
         for (const p of procs) {
