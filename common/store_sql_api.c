@@ -52,6 +52,25 @@ static void bind_app(struct sql_stmt *s, int idx, const char *app_id)
     sql_bind_text_copy(s, idx, app_id ? app_id : "");
 }
 
+/* One page of an App-scoped list whose statement takes (?1 app id or "", ?2 the cursor's rowid,
+ * ?3 the row limit): what the workspace, Session and Sandbox lists share. */
+static enum store_status app_list_page(struct store *st, const char *sql, const char *app_id,
+                                       const char *after, size_t limit, const struct sql_page *pg,
+                                       void *out, size_t *n, char *next_cursor)
+{
+    struct sql_stmt *s = sql_stmt(st, sql);
+    int64_t from = cursor_parse(after);
+
+    if (from < 0)
+        return STORE_INVALID;
+    if (!s)
+        return STORE_ERROR;
+    bind_app(s, 1, app_id);
+    sql_bind_int64(s, 2, from);
+    sql_bind_int64(s, 3, (int64_t)limit + 1);
+    return sql_read_page(st, s, limit, pg, out, n, next_cursor);
+}
+
 /* Runs a statement that returns no rows; resets it. */
 static enum store_status step_done(struct store *st, struct sql_stmt *s)
 {
@@ -632,19 +651,11 @@ static enum store_status sq_workspace_list(struct store *st, const char *app_id,
                                            size_t limit, struct store_workspace **out, size_t *n,
                                            char *next_cursor)
 {
-    struct sql_stmt *s = sql_stmt(st, "SELECT " WS_COLS " FROM workspaces w WHERE "
-                                      "(?1 = '' OR w.app_id = ?1) AND w.deleted_at IS NULL "
-                                      "AND w.rowid > ?2 ORDER BY w.rowid LIMIT ?3");
-    int64_t from = cursor_parse(after);
-
-    if (from < 0)
-        return STORE_INVALID;
-    if (!s)
-        return STORE_ERROR;
-    bind_app(s, 1, app_id);
-    sql_bind_int64(s, 2, from);
-    sql_bind_int64(s, 3, (int64_t)limit + 1);
-    return sql_read_page(st, s, limit, &workspace_page, (void *)out, n, next_cursor);
+    return app_list_page(st,
+                         "SELECT " WS_COLS " FROM workspaces w WHERE "
+                         "(?1 = '' OR w.app_id = ?1) AND w.deleted_at IS NULL "
+                         "AND w.rowid > ?2 ORDER BY w.rowid LIMIT ?3",
+                         app_id, after, limit, &workspace_page, (void *)out, n, next_cursor);
 }
 
 static enum store_status sq_workspace_delete(struct store *st, const struct store_ctx *ctx,
@@ -835,19 +846,11 @@ static enum store_status sq_session_list(struct store *st, const char *app_id, c
                                          size_t limit, struct store_session **out, size_t *n,
                                          char *next_cursor)
 {
-    struct sql_stmt *s = sql_stmt(st, "SELECT " SES_COLS "WHERE (?1 = '' OR s.app_id = ?1) "
-                                      "AND s.state <> 'deleted' AND s.rowid > ?2 "
-                                      "ORDER BY s.rowid LIMIT ?3");
-    int64_t from = cursor_parse(after);
-
-    if (from < 0)
-        return STORE_INVALID;
-    if (!s)
-        return STORE_ERROR;
-    bind_app(s, 1, app_id);
-    sql_bind_int64(s, 2, from);
-    sql_bind_int64(s, 3, (int64_t)limit + 1);
-    return sql_read_page(st, s, limit, &session_page, (void *)out, n, next_cursor);
+    return app_list_page(st,
+                         "SELECT " SES_COLS "WHERE (?1 = '' OR s.app_id = ?1) "
+                         "AND s.state <> 'deleted' AND s.rowid > ?2 "
+                         "ORDER BY s.rowid LIMIT ?3",
+                         app_id, after, limit, &session_page, (void *)out, n, next_cursor);
 }
 
 static enum store_status sq_session_update(struct store *st, const struct store_ctx *ctx,
@@ -1489,18 +1492,10 @@ static enum store_status sq_sandbox_list(struct store *st, const char *app_id, c
                                          size_t limit, struct store_sandbox **out, size_t *n,
                                          char *next_cursor)
 {
-    struct sql_stmt *s = sql_stmt(st, "SELECT " SBX_COLS "FROM sandboxes WHERE (?1 = '' OR "
-                                      "app_id = ?1) AND rowid > ?2 ORDER BY rowid LIMIT ?3");
-    int64_t from = cursor_parse(after);
-
-    if (from < 0)
-        return STORE_INVALID;
-    if (!s)
-        return STORE_ERROR;
-    bind_app(s, 1, app_id);
-    sql_bind_int64(s, 2, from);
-    sql_bind_int64(s, 3, (int64_t)limit + 1);
-    return sql_read_page(st, s, limit, &sandbox_page, (void *)out, n, next_cursor);
+    return app_list_page(st,
+                         "SELECT " SBX_COLS "FROM sandboxes WHERE (?1 = '' OR "
+                         "app_id = ?1) AND rowid > ?2 ORDER BY rowid LIMIT ?3",
+                         app_id, after, limit, &sandbox_page, (void *)out, n, next_cursor);
 }
 
 static enum store_status sq_sandbox_request_stop(struct store *st, const struct store_ctx *ctx,
