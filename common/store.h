@@ -540,6 +540,12 @@ struct store {
      * STORE_NOT_FOUND for an unknown worker. */
     enum store_status (*worker_host)(struct store *st, const char *worker_id, char *host_id,
                                      size_t len);
+
+    /* Stores value under key unless the key has a value already; either way writes the value the
+     * store now holds to out. Several gateways starting at once on one database agree on one
+     * value (the first one's). */
+    enum store_status (*setting_init)(struct store *st, const char *key, const char *value,
+                                      char *out, size_t outlen);
 };
 
 /* Opens the backend that `store` names: "sqlite" (the file sqlite_path, on one host) or a

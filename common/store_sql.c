@@ -184,10 +184,25 @@ static enum store_status sq_setting_put(struct store *st, const char *key, const
     return r == SQL_DONE ? STORE_OK : sql_status(st, r);
 }
 
-/* ---- opening and migrations ---- */
+static enum store_status sq_setting_init(struct store *st, const char *key, const char *value,
+                                         char *out, size_t outlen)
+{
+    struct sql_stmt *s = sql_stmt(st, "INSERT INTO settings (key, value) VALUES (?1, ?2) "
+                                      "ON CONFLICT (key) DO NOTHING");
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, key);
+    sql_bind_text(s, 2, value);
+    int r = sql_step(s);
+    sql_done(s);
+    if (r != SQL_DONE)
+        return sql_status(st, r);
+    return sq_setting_get(st, key, out, outlen);
+}
 
 void store_sql_settings_init(struct store *st)
 {
     st->setting_get = sq_setting_get;
     st->setting_put = sq_setting_put;
+    st->setting_init = sq_setting_init;
 }

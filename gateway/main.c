@@ -64,7 +64,7 @@ static void raise_fd_limit(int64_t conn_limit)
 static int bootstrap_admin(struct gateway *gw)
 {
     struct store *st = gw->st;
-    char hex[80], token[96];
+    char hex[80], token[96], stored[80];
     enum store_status s;
 
     if (gw->cfg.admin_token[0]) {
@@ -79,8 +79,15 @@ static int bootstrap_admin(struct gateway *gw)
         return -1;
     auth_hash(token, gw->admin_hash);
     sha256_hex(gw->admin_hash, hex);
-    if (st->setting_put(st, "admin_token_sha256", hex) != STORE_OK)
+    /* Another gateway starting on the same empty database at this moment may store its own
+     * token first: then that one is the admin token, and this one is never shown. */
+    if (st->setting_init(st, "admin_token_sha256", hex, stored, sizeof stored) != STORE_OK)
         return -1;
+    if (strcmp(stored, hex) != 0) {
+        memset(token, 0, sizeof token);
+        log_info("the admin token was set by another gateway at the same time; it is that one");
+        return hex_decode(stored, gw->admin_hash, 32);
+    }
     printf("sbx: admin token (shown once, only its hash is stored):\n    %s\n", token);
     fflush(stdout);
     memset(token, 0, sizeof token);

@@ -605,6 +605,14 @@ static void test_settings_and_workspace_list(void **state)
     assert_int_equal(st->setting_get(st, "admin_token_hash", value, sizeof value), STORE_OK);
     assert_string_equal(value, "bb22");
     assert_int_equal(db_int(f, "SELECT count(*) FROM settings"), 2);
+    /* setting_init: the first value stays; every caller learns which one it is. */
+    assert_int_equal(st->setting_init(st, "first", "one", value, sizeof value), STORE_OK);
+    assert_string_equal(value, "one");
+    assert_int_equal(st->setting_init(st, "first", "two", value, sizeof value), STORE_OK);
+    assert_string_equal(value, "one");
+    assert_int_equal(st->setting_get(st, "first", value, sizeof value), STORE_OK);
+    assert_string_equal(value, "one");
+    assert_int_equal(db_int(f, "SELECT count(*) FROM settings"), 3);
 
     make_app(st, "ws", &a);
     make_app(st, "ws-other", &b);

@@ -3,7 +3,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { startGateway, removeDataDir, req, sql, newApp, assertProblem } from './harness.mjs';
+import { startGateway, removeDataDir, req, sql, newApp, assertProblem, tempDataDir } from './harness.mjs';
 
 let gw;
 before(async () => { gw = await startGateway(); });
@@ -453,4 +453,22 @@ test('events: audit trail in order, by session, with cursor', async () => {
   // Admin sees every App's events.
   const adm = await req(gw, 'GET', '/v1/events?limit=200', { token: gw.admin });
   assert.ok(adm.json.items.some((e) => e.kind === 'app.created'));
+});
+
+test('two gateways starting at once on one empty store agree on one admin token', async () => {
+  // Stateless gateways: several may start together on a fresh database (PostgreSQL, or one SQLite
+  // file). Exactly one admin token may be printed, and it must work on both.
+  const dataDir = tempDataDir();
+  const [a, b] = await Promise.all([startGateway({ dataDir }), startGateway({ dataDir })]);
+  try {
+    const printed = [a.admin, b.admin].filter(Boolean);
+    assert.equal(printed.length, 1, `admin tokens printed: ${printed.length}\n${a.stdout}\n${b.stdout}`);
+    for (const gw of [a, b])
+      assert.equal((await req(gw, 'GET', '/v1/apps', { token: printed[0] })).status, 200);
+    assert.equal(sql(a, "SELECT count(*) FROM apps WHERE name = 'echo'"), '1');
+  } finally {
+    await a.stop();
+    await b.stop();
+    removeDataDir(dataDir);
+  }
 });
