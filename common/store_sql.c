@@ -95,6 +95,123 @@ enum store_status sql_read_page(struct store *st, struct sql_stmt *s, size_t lim
     return STORE_OK;
 }
 
+enum store_status sql_read_one(struct store *st, struct sql_stmt *s, const struct sql_page *pg,
+                               void *out)
+{
+    int rc = sql_step(s);
+    enum store_status r = STORE_OK;
+    if (rc == SQL_ROW) {
+        memset(out, 0, pg->elem_size);
+        pg->from_row(s, out);
+    } else {
+        r = rc == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, rc);
+    }
+    sql_done(s);
+    return r;
+}
+
+void sql_app_from_row(struct sql_stmt *s, int c, struct store_app *a)
+{
+    memset(a, 0, sizeof *a);
+    sql_col_copy(s, c + 0, a->id, sizeof a->id);
+    sql_col_copy(s, c + 1, a->name, sizeof a->name);
+    a->keep_alive_seconds = sql_col_int64(s, c + 2);
+    a->vcpu_count = sql_col_int64(s, c + 3);
+    a->mem_size_mib = sql_col_int64(s, c + 4);
+    sql_col_copy(s, c + 5, a->driver, sizeof a->driver);
+    sql_col_copy(s, c + 6, a->image, sizeof a->image);
+    a->max_attempts = sql_col_int64(s, c + 7);
+    a->command_json = sql_col_dup(s, c + 8);
+    a->created_at = sql_col_int64(s, c + 9);
+    a->updated_at = sql_col_int64(s, c + 10);
+}
+
+void sql_session_from_row(struct sql_stmt *s, int c, struct store_session *o)
+{
+    memset(o, 0, sizeof *o);
+    sql_col_copy(s, c + 0, o->id, sizeof o->id);
+    sql_col_copy(s, c + 1, o->app_id, sizeof o->app_id);
+    sql_col_copy(s, c + 2, o->name, sizeof o->name);
+    sql_col_copy(s, c + 3, o->state, sizeof o->state);
+    sql_col_copy(s, c + 4, o->sandbox_id, sizeof o->sandbox_id);
+    o->keep_alive_seconds = sql_col_int64_or(s, c + 5, 0);
+    o->effective_keep_alive_seconds = sql_col_int64(s, c + 6);
+    sql_col_copy(s, c + 7, o->workspace_id, sizeof o->workspace_id);
+    o->metadata_json = sql_col_dup(s, c + 8);
+    o->activation_count = sql_col_int64(s, c + 9);
+    o->cpu_usec = sql_col_int64(s, c + 10);
+    o->mem_peak_bytes = sql_col_int64_or(s, c + 11, -1);
+    sql_col_copy(s, c + 12, o->worker_id, sizeof o->worker_id);
+    o->expires_at = sql_col_int64_or(s, c + 13, 0);
+    o->stop_requested_at = sql_col_int64_or(s, c + 14, 0);
+    o->created_at = sql_col_int64(s, c + 15);
+    o->updated_at = sql_col_int64(s, c + 16);
+    o->last_activity_at = sql_col_int64_or(s, c + 17, 0);
+}
+
+void sql_message_from_row(struct sql_stmt *s, int c, struct store_message *m)
+{
+    memset(m, 0, sizeof *m);
+    sql_col_copy(s, c + 0, m->id, sizeof m->id);
+    sql_col_copy(s, c + 1, m->session_id, sizeof m->session_id);
+    sql_col_copy(s, c + 2, m->app_id, sizeof m->app_id);
+    m->seq = sql_col_int64(s, c + 3);
+    sql_col_copy(s, c + 4, m->state, sizeof m->state);
+    m->body_json = sql_col_dup(s, c + 5);
+    m->reply_json = sql_col_dup(s, c + 6);
+    m->error = sql_col_dup(s, c + 7);
+    m->attempts = sql_col_int64(s, c + 8);
+    m->max_attempts = sql_col_int64(s, c + 9);
+    sql_col_copy(s, c + 10, m->idempotency_key, sizeof m->idempotency_key);
+    sql_col_copy(s, c + 11, m->request_id, sizeof m->request_id);
+    sql_col_copy(s, c + 12, m->sandbox_id, sizeof m->sandbox_id);
+    sql_col_copy(s, c + 13, m->lease_owner, sizeof m->lease_owner);
+    m->lease_expires_at = sql_col_int64_or(s, c + 14, 0);
+    m->not_before = sql_col_int64(s, c + 15);
+    m->created_at = sql_col_int64(s, c + 16);
+    m->updated_at = sql_col_int64(s, c + 17);
+    m->completed_at = sql_col_int64_or(s, c + 18, 0);
+}
+
+static int64_t sandbox_from_row(struct sql_stmt *s, void *item)
+{
+    struct store_sandbox *b = item;
+    sql_col_copy(s, 1, b->id, sizeof b->id);
+    sql_col_copy(s, 2, b->state, sizeof b->state);
+    sql_col_copy(s, 3, b->shape.driver, sizeof b->shape.driver);
+    sql_col_copy(s, 4, b->shape.image, sizeof b->shape.image);
+    sql_col_copy(s, 5, b->image_hash, sizeof b->image_hash);
+    b->shape.vcpu_count = sql_col_int64(s, 6);
+    b->shape.mem_size_mib = sql_col_int64(s, 7);
+    sql_col_copy(s, 8, b->worker_id, sizeof b->worker_id);
+    sql_col_copy(s, 9, b->app_id, sizeof b->app_id);
+    sql_col_copy(s, 10, b->session_id, sizeof b->session_id);
+    b->pid = sql_col_int64_or(s, 11, 0);
+    sql_col_copy(s, 12, b->jail_dir, sizeof b->jail_dir);
+    sql_col_copy(s, 13, b->cgroup_path, sizeof b->cgroup_path);
+    sql_col_copy(s, 14, b->net_address, sizeof b->net_address);
+    b->cold = sql_col_int64(s, 15) != 0;
+    b->boot_ms = sql_col_int64_or(s, 16, -1);
+    b->cpu_usec = sql_col_int64_or(s, 17, -1);
+    b->mem_peak_bytes = sql_col_int64_or(s, 18, -1);
+    sql_col_copy(s, 19, b->termination_reason, sizeof b->termination_reason);
+    b->stop_requested_at = sql_col_int64_or(s, 20, 0);
+    b->created_at = sql_col_int64(s, 21);
+    b->ready_at = sql_col_int64_or(s, 22, 0);
+    b->claimed_at = sql_col_int64_or(s, 23, 0);
+    b->terminated_at = sql_col_int64_or(s, 24, 0);
+    return sql_col_int64(s, 0);
+}
+
+static void sandbox_items_free(void *items, size_t n)
+{
+    (void)n;
+    free(items);
+}
+
+const struct sql_page sql_sandbox_page = {sizeof(struct store_sandbox), sandbox_from_row,
+                                          sandbox_items_free};
+
 /* ---- records ---- */
 
 void store_app_clear(struct store_app *a)

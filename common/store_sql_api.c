@@ -29,11 +29,6 @@
 
 /* ---- small helpers ---- */
 
-static int64_t col_i64_or(struct sql_stmt *s, int col, int64_t when_null)
-{
-    return sql_col_null(s, col) ? when_null : sql_col_int64(s, col);
-}
-
 /* Parses a cursor ("" = start). Returns -1 for a malformed one. */
 static int64_t cursor_parse(const char *after)
 {
@@ -134,31 +129,18 @@ static void json_str(char *out, size_t outlen, const char *s)
 
 /* ---- apps ---- */
 
-#define APP_COLS                                                                                   \
-    "rowid, id, name, keep_alive_seconds, vcpu_count, mem_size_mib, driver, image, max_attempts, " \
-    "command, created_at, updated_at"
+#define APP_COLS "a.rowid, " SQL_APP_COLS
 
 static int64_t app_from_row(struct sql_stmt *s, struct store_app *a)
 {
-    memset(a, 0, sizeof *a);
-    sql_col_copy(s, 1, a->id, sizeof a->id);
-    sql_col_copy(s, 2, a->name, sizeof a->name);
-    a->keep_alive_seconds = sql_col_int64(s, 3);
-    a->vcpu_count = sql_col_int64(s, 4);
-    a->mem_size_mib = sql_col_int64(s, 5);
-    sql_col_copy(s, 6, a->driver, sizeof a->driver);
-    sql_col_copy(s, 7, a->image, sizeof a->image);
-    a->max_attempts = sql_col_int64(s, 8);
-    a->command_json = sql_col_dup(s, 9);
-    a->created_at = sql_col_int64(s, 10);
-    a->updated_at = sql_col_int64(s, 11);
+    sql_app_from_row(s, 1, a);
     return sql_col_int64(s, 0);
 }
 
 static enum store_status sq_app_get(struct store *st, const char *app_id, struct store_app *out)
 {
     struct sql_stmt *s =
-        sql_stmt(st, "SELECT " APP_COLS " FROM apps WHERE id = ?1 AND deleted_at IS NULL");
+        sql_stmt(st, "SELECT " APP_COLS " FROM apps a WHERE id = ?1 AND deleted_at IS NULL");
     enum store_status r;
     if (!s)
         return STORE_ERROR;
@@ -228,7 +210,7 @@ static const struct sql_page app_page = {sizeof(struct store_app), app_page_row,
 static enum store_status sq_app_list(struct store *st, const char *after, size_t limit,
                                      struct store_app **out, size_t *n, char *next_cursor)
 {
-    struct sql_stmt *s = sql_stmt(st, "SELECT " APP_COLS " FROM apps WHERE deleted_at IS NULL "
+    struct sql_stmt *s = sql_stmt(st, "SELECT " APP_COLS " FROM apps a WHERE deleted_at IS NULL "
                                       "AND rowid > ?1 ORDER BY rowid LIMIT ?2");
     int64_t from = cursor_parse(after);
 
@@ -396,7 +378,7 @@ static void key_from_row(struct sql_stmt *s, struct store_key *k)
     sql_col_copy(s, 2, k->name, sizeof k->name);
     sql_col_copy(s, 3, k->prefix, sizeof k->prefix);
     k->created_at = sql_col_int64(s, 4);
-    k->revoked_at = col_i64_or(s, 5, 0);
+    k->revoked_at = sql_col_int64_or(s, 5, 0);
 }
 
 /* STORE_OK when the App exists and is not deleted. */
@@ -689,34 +671,11 @@ static enum store_status sq_workspace_delete(struct store *st, const struct stor
 
 /* ---- sessions ---- */
 
-#define SES_COLS                                                                                   \
-    "s.rowid, s.id, s.app_id, s.name, s.state, s.sandbox_id, s.keep_alive_seconds, "               \
-    "COALESCE(s.keep_alive_seconds, a.keep_alive_seconds), s.workspace_id, s.metadata, "           \
-    "s.activation_count, s.cpu_usec, s.mem_peak_bytes, s.worker_id, s.expires_at, "                \
-    "s.stop_requested_at, s.created_at, s.updated_at, s.last_activity_at "                         \
-    "FROM sessions s JOIN apps a ON a.id = s.app_id "
+#define SES_COLS "s.rowid, " SQL_SESSION_COLS " FROM sessions s JOIN apps a ON a.id = s.app_id "
 
 static int64_t session_from_row(struct sql_stmt *s, struct store_session *x)
 {
-    memset(x, 0, sizeof *x);
-    sql_col_copy(s, 1, x->id, sizeof x->id);
-    sql_col_copy(s, 2, x->app_id, sizeof x->app_id);
-    sql_col_copy(s, 3, x->name, sizeof x->name);
-    sql_col_copy(s, 4, x->state, sizeof x->state);
-    sql_col_copy(s, 5, x->sandbox_id, sizeof x->sandbox_id);
-    x->keep_alive_seconds = col_i64_or(s, 6, 0);
-    x->effective_keep_alive_seconds = sql_col_int64(s, 7);
-    sql_col_copy(s, 8, x->workspace_id, sizeof x->workspace_id);
-    x->metadata_json = sql_col_dup(s, 9);
-    x->activation_count = sql_col_int64(s, 10);
-    x->cpu_usec = sql_col_int64(s, 11);
-    x->mem_peak_bytes = col_i64_or(s, 12, -1);
-    sql_col_copy(s, 13, x->worker_id, sizeof x->worker_id);
-    x->expires_at = col_i64_or(s, 14, 0);
-    x->stop_requested_at = col_i64_or(s, 15, 0);
-    x->created_at = sql_col_int64(s, 16);
-    x->updated_at = sql_col_int64(s, 17);
-    x->last_activity_at = col_i64_or(s, 18, 0);
+    sql_session_from_row(s, 1, x);
     return sql_col_int64(s, 0);
 }
 
@@ -991,33 +950,11 @@ static enum store_status sq_session_delete(struct store *st, const struct store_
 
 /* ---- messages ---- */
 
-#define MSG_COLS                                                                                   \
-    "m.id, m.session_id, m.app_id, m.seq, m.state, m.body, m.reply, m.error, m.attempts, "         \
-    "m.max_attempts, m.idempotency_key, m.request_id, m.sandbox_id, m.lease_owner, "               \
-    "m.lease_expires_at, m.not_before, m.created_at, m.updated_at, m.completed_at "
+#define MSG_COLS SQL_MESSAGE_COLS " "
 
 static void message_from_row(struct sql_stmt *s, struct store_message *m)
 {
-    memset(m, 0, sizeof *m);
-    sql_col_copy(s, 0, m->id, sizeof m->id);
-    sql_col_copy(s, 1, m->session_id, sizeof m->session_id);
-    sql_col_copy(s, 2, m->app_id, sizeof m->app_id);
-    m->seq = sql_col_int64(s, 3);
-    sql_col_copy(s, 4, m->state, sizeof m->state);
-    m->body_json = sql_col_dup(s, 5);
-    m->reply_json = sql_col_dup(s, 6);
-    m->error = sql_col_dup(s, 7);
-    m->attempts = sql_col_int64(s, 8);
-    m->max_attempts = sql_col_int64(s, 9);
-    sql_col_copy(s, 10, m->idempotency_key, sizeof m->idempotency_key);
-    sql_col_copy(s, 11, m->request_id, sizeof m->request_id);
-    sql_col_copy(s, 12, m->sandbox_id, sizeof m->sandbox_id);
-    sql_col_copy(s, 13, m->lease_owner, sizeof m->lease_owner);
-    m->lease_expires_at = col_i64_or(s, 14, 0);
-    m->not_before = sql_col_int64(s, 15);
-    m->created_at = sql_col_int64(s, 16);
-    m->updated_at = sql_col_int64(s, 17);
-    m->completed_at = col_i64_or(s, 18, 0);
+    sql_message_from_row(s, 0, m);
 }
 
 static enum store_status sq_message_get(struct store *st, const char *app_id,
@@ -1423,79 +1360,26 @@ static enum store_status sq_message_enqueue_async(struct store *st, const struct
 
 /* ---- sandboxes and pool ---- */
 
-#define SBX_COLS                                                                                   \
-    "rowid, id, state, driver, image, image_hash, vcpu_count, mem_size_mib, worker_id, app_id, "   \
-    "session_id, pid, jail_dir, cgroup_path, net_address, cold, boot_ms, cpu_usec, "               \
-    "mem_peak_bytes, termination_reason, stop_requested_at, created_at, ready_at, claimed_at, "    \
-    "terminated_at "
-
-static int64_t sandbox_from_row(struct sql_stmt *s, struct store_sandbox *b)
-{
-    memset(b, 0, sizeof *b);
-    sql_col_copy(s, 1, b->id, sizeof b->id);
-    sql_col_copy(s, 2, b->state, sizeof b->state);
-    sql_col_copy(s, 3, b->shape.driver, sizeof b->shape.driver);
-    sql_col_copy(s, 4, b->shape.image, sizeof b->shape.image);
-    sql_col_copy(s, 5, b->image_hash, sizeof b->image_hash);
-    b->shape.vcpu_count = sql_col_int64(s, 6);
-    b->shape.mem_size_mib = sql_col_int64(s, 7);
-    sql_col_copy(s, 8, b->worker_id, sizeof b->worker_id);
-    sql_col_copy(s, 9, b->app_id, sizeof b->app_id);
-    sql_col_copy(s, 10, b->session_id, sizeof b->session_id);
-    b->pid = col_i64_or(s, 11, 0);
-    sql_col_copy(s, 12, b->jail_dir, sizeof b->jail_dir);
-    sql_col_copy(s, 13, b->cgroup_path, sizeof b->cgroup_path);
-    sql_col_copy(s, 14, b->net_address, sizeof b->net_address);
-    b->cold = (int)sql_col_int64(s, 15) != 0;
-    b->boot_ms = col_i64_or(s, 16, -1);
-    b->cpu_usec = col_i64_or(s, 17, -1);
-    b->mem_peak_bytes = col_i64_or(s, 18, -1);
-    sql_col_copy(s, 19, b->termination_reason, sizeof b->termination_reason);
-    b->stop_requested_at = col_i64_or(s, 20, 0);
-    b->created_at = sql_col_int64(s, 21);
-    b->ready_at = col_i64_or(s, 22, 0);
-    b->claimed_at = col_i64_or(s, 23, 0);
-    b->terminated_at = col_i64_or(s, 24, 0);
-    return sql_col_int64(s, 0);
-}
-
 static enum store_status sq_sandbox_get(struct store *st, const char *app_id,
                                         const char *sandbox_id, struct store_sandbox *out)
 {
-    struct sql_stmt *s = sql_stmt(st, "SELECT " SBX_COLS "FROM sandboxes WHERE id = ?1 "
+    struct sql_stmt *s = sql_stmt(st, "SELECT " SQL_SANDBOX_COLS "FROM sandboxes WHERE id = ?1 "
                                       "AND (?2 = '' OR app_id = ?2)");
-    enum store_status r;
     if (!s)
         return STORE_ERROR;
     sql_bind_text_copy(s, 1, sandbox_id);
     bind_app(s, 2, app_id);
-    int rc = sql_step(s);
-    if (rc == SQL_ROW) {
-        sandbox_from_row(s, out);
-        r = STORE_OK;
-    } else {
-        r = rc == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, rc);
-    }
-    sql_done(s);
-    return r;
+    return sql_read_one(st, s, &sql_sandbox_page, out);
 }
-
-static int64_t sandbox_page_row(struct sql_stmt *s, void *item)
-{
-    return sandbox_from_row(s, item);
-}
-
-static const struct sql_page sandbox_page = {sizeof(struct store_sandbox), sandbox_page_row,
-                                             page_free_plain};
 
 static enum store_status sq_sandbox_list(struct store *st, const char *app_id, const char *after,
                                          size_t limit, struct store_sandbox **out, size_t *n,
                                          char *next_cursor)
 {
     return app_list_page(st,
-                         "SELECT " SBX_COLS "FROM sandboxes WHERE (?1 = '' OR "
+                         "SELECT " SQL_SANDBOX_COLS "FROM sandboxes WHERE (?1 = '' OR "
                          "app_id = ?1) AND rowid > ?2 ORDER BY rowid LIMIT ?3",
-                         app_id, after, limit, &sandbox_page, (void *)out, n, next_cursor);
+                         app_id, after, limit, &sql_sandbox_page, (void *)out, n, next_cursor);
 }
 
 static enum store_status sq_sandbox_request_stop(struct store *st, const struct store_ctx *ctx,

@@ -57,145 +57,17 @@ static char *q_json(json_t *obj)
     return s;
 }
 
-static int64_t q_col_i64_or(struct sql_stmt *s, int col, int64_t dflt)
-{
-    return sql_col_null(s, col) ? dflt : sql_col_int64(s, col);
-}
-
 /* ---- row readers ---- */
-
-#define Q_APP_COLS                                                                                 \
-    "a.id, a.name, a.keep_alive_seconds, a.vcpu_count, a.mem_size_mib, a.driver, a.image, "        \
-    "a.max_attempts, a.command, a.created_at, a.updated_at"
-
-static void q_read_app(struct sql_stmt *s, int c, struct store_app *a)
-{
-    memset(a, 0, sizeof *a);
-    sql_col_copy(s, c + 0, a->id, sizeof a->id);
-    sql_col_copy(s, c + 1, a->name, sizeof a->name);
-    a->keep_alive_seconds = sql_col_int64(s, c + 2);
-    a->vcpu_count = sql_col_int64(s, c + 3);
-    a->mem_size_mib = sql_col_int64(s, c + 4);
-    sql_col_copy(s, c + 5, a->driver, sizeof a->driver);
-    sql_col_copy(s, c + 6, a->image, sizeof a->image);
-    a->max_attempts = sql_col_int64(s, c + 7);
-    a->command_json = sql_col_dup(s, c + 8);
-    a->created_at = sql_col_int64(s, c + 9);
-    a->updated_at = sql_col_int64(s, c + 10);
-}
-
-#define Q_SESSION_COLS                                                                             \
-    "s.id, s.app_id, s.name, s.state, s.sandbox_id, s.keep_alive_seconds, "                        \
-    "COALESCE(s.keep_alive_seconds, a.keep_alive_seconds), s.workspace_id, s.metadata, "           \
-    "s.activation_count, s.cpu_usec, s.mem_peak_bytes, s.worker_id, s.expires_at, "                \
-    "s.stop_requested_at, s.created_at, s.updated_at, s.last_activity_at"
-
-static void q_read_session(struct sql_stmt *s, int c, struct store_session *o)
-{
-    memset(o, 0, sizeof *o);
-    sql_col_copy(s, c + 0, o->id, sizeof o->id);
-    sql_col_copy(s, c + 1, o->app_id, sizeof o->app_id);
-    sql_col_copy(s, c + 2, o->name, sizeof o->name);
-    sql_col_copy(s, c + 3, o->state, sizeof o->state);
-    sql_col_copy(s, c + 4, o->sandbox_id, sizeof o->sandbox_id);
-    o->keep_alive_seconds = q_col_i64_or(s, c + 5, 0);
-    o->effective_keep_alive_seconds = sql_col_int64(s, c + 6);
-    sql_col_copy(s, c + 7, o->workspace_id, sizeof o->workspace_id);
-    o->metadata_json = sql_col_dup(s, c + 8);
-    o->activation_count = sql_col_int64(s, c + 9);
-    o->cpu_usec = sql_col_int64(s, c + 10);
-    o->mem_peak_bytes = q_col_i64_or(s, c + 11, -1);
-    sql_col_copy(s, c + 12, o->worker_id, sizeof o->worker_id);
-    o->expires_at = q_col_i64_or(s, c + 13, 0);
-    o->stop_requested_at = q_col_i64_or(s, c + 14, 0);
-    o->created_at = sql_col_int64(s, c + 15);
-    o->updated_at = sql_col_int64(s, c + 16);
-    o->last_activity_at = q_col_i64_or(s, c + 17, 0);
-}
-
-#define Q_MESSAGE_COLS                                                                             \
-    "m.id, m.session_id, m.app_id, m.seq, m.state, m.body, m.reply, m.error, m.attempts, "         \
-    "m.max_attempts, m.idempotency_key, m.request_id, m.sandbox_id, m.lease_owner, "               \
-    "m.lease_expires_at, m.not_before, m.created_at, m.updated_at, m.completed_at"
-
-static void q_read_message(struct sql_stmt *s, int c, struct store_message *m)
-{
-    memset(m, 0, sizeof *m);
-    sql_col_copy(s, c + 0, m->id, sizeof m->id);
-    sql_col_copy(s, c + 1, m->session_id, sizeof m->session_id);
-    sql_col_copy(s, c + 2, m->app_id, sizeof m->app_id);
-    m->seq = sql_col_int64(s, c + 3);
-    sql_col_copy(s, c + 4, m->state, sizeof m->state);
-    m->body_json = sql_col_dup(s, c + 5);
-    m->reply_json = sql_col_dup(s, c + 6);
-    m->error = sql_col_dup(s, c + 7);
-    m->attempts = sql_col_int64(s, c + 8);
-    m->max_attempts = sql_col_int64(s, c + 9);
-    sql_col_copy(s, c + 10, m->idempotency_key, sizeof m->idempotency_key);
-    sql_col_copy(s, c + 11, m->request_id, sizeof m->request_id);
-    sql_col_copy(s, c + 12, m->sandbox_id, sizeof m->sandbox_id);
-    sql_col_copy(s, c + 13, m->lease_owner, sizeof m->lease_owner);
-    m->lease_expires_at = q_col_i64_or(s, c + 14, 0);
-    m->not_before = sql_col_int64(s, c + 15);
-    m->created_at = sql_col_int64(s, c + 16);
-    m->updated_at = sql_col_int64(s, c + 17);
-    m->completed_at = q_col_i64_or(s, c + 18, 0);
-}
-
-#define Q_SANDBOX_COLS                                                                             \
-    "id, state, driver, image, vcpu_count, mem_size_mib, image_hash, worker_id, app_id, "          \
-    "session_id, pid, jail_dir, cgroup_path, net_address, cold, boot_ms, cpu_usec, "               \
-    "mem_peak_bytes, termination_reason, stop_requested_at, created_at, ready_at, claimed_at, "    \
-    "terminated_at"
-
-static void q_read_sandbox(struct sql_stmt *s, struct store_sandbox *o)
-{
-    memset(o, 0, sizeof *o);
-    sql_col_copy(s, 0, o->id, sizeof o->id);
-    sql_col_copy(s, 1, o->state, sizeof o->state);
-    sql_col_copy(s, 2, o->shape.driver, sizeof o->shape.driver);
-    sql_col_copy(s, 3, o->shape.image, sizeof o->shape.image);
-    o->shape.vcpu_count = sql_col_int64(s, 4);
-    o->shape.mem_size_mib = sql_col_int64(s, 5);
-    sql_col_copy(s, 6, o->image_hash, sizeof o->image_hash);
-    sql_col_copy(s, 7, o->worker_id, sizeof o->worker_id);
-    sql_col_copy(s, 8, o->app_id, sizeof o->app_id);
-    sql_col_copy(s, 9, o->session_id, sizeof o->session_id);
-    o->pid = q_col_i64_or(s, 10, 0);
-    sql_col_copy(s, 11, o->jail_dir, sizeof o->jail_dir);
-    sql_col_copy(s, 12, o->cgroup_path, sizeof o->cgroup_path);
-    sql_col_copy(s, 13, o->net_address, sizeof o->net_address);
-    o->cold = (int)sql_col_int64(s, 14) != 0;
-    o->boot_ms = q_col_i64_or(s, 15, 0);
-    o->cpu_usec = q_col_i64_or(s, 16, -1);
-    o->mem_peak_bytes = q_col_i64_or(s, 17, -1);
-    sql_col_copy(s, 18, o->termination_reason, sizeof o->termination_reason);
-    o->stop_requested_at = q_col_i64_or(s, 19, 0);
-    o->created_at = sql_col_int64(s, 20);
-    o->ready_at = q_col_i64_or(s, 21, 0);
-    o->claimed_at = q_col_i64_or(s, 22, 0);
-    o->terminated_at = q_col_i64_or(s, 23, 0);
-}
 
 /* Reads one Sandbox by id inside the current transaction. */
 static enum store_status q_sandbox_load(struct store *st, const char *sandbox_id,
                                         struct store_sandbox *out)
 {
-    struct sql_stmt *s = sql_stmt(st, "SELECT " Q_SANDBOX_COLS " FROM sandboxes WHERE id = ?1");
-    enum store_status rc;
-    int r;
+    struct sql_stmt *s = sql_stmt(st, "SELECT " SQL_SANDBOX_COLS "FROM sandboxes WHERE id = ?1");
     if (!s)
         return STORE_ERROR;
     sql_bind_text(s, 1, sandbox_id);
-    r = sql_step(s);
-    if (r == SQL_ROW) {
-        q_read_sandbox(s, out);
-        rc = STORE_OK;
-    } else {
-        rc = r == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, r);
-    }
-    sql_done(s);
-    return rc;
+    return sql_read_one(st, s, &sql_sandbox_page, out);
 }
 
 /* Runs a Sandbox list query whose first parameter is a text argument (may be ""). */
@@ -203,34 +75,11 @@ static enum store_status q_sandbox_list(struct store *st, const char *sql, const
                                         struct store_sandbox **out, size_t *n)
 {
     struct sql_stmt *s = sql_stmt(st, sql);
-    struct store_sandbox *list = NULL;
-    size_t len = 0, cap = 0;
-    int r;
+    char no_cursor[STORE_CURSOR_LEN];
     if (!s)
         return STORE_ERROR;
     sql_bind_text(s, 1, arg ? arg : "");
-    while ((r = sql_step(s)) == SQL_ROW) {
-        if (len == cap) {
-            size_t ncap = cap ? cap * 2 : 8;
-            struct store_sandbox *grown = realloc(list, ncap * sizeof *list);
-            if (!grown) {
-                free(list);
-                sql_done(s);
-                return STORE_ERROR;
-            }
-            list = grown;
-            cap = ncap;
-        }
-        q_read_sandbox(s, &list[len++]);
-    }
-    sql_done(s);
-    if (r != SQL_DONE) {
-        free(list);
-        return sql_status(st, r);
-    }
-    *out = list;
-    *n = len;
-    return STORE_OK;
+    return sql_read_page(st, s, SIZE_MAX, &sql_sandbox_page, (void *)out, n, no_cursor);
 }
 
 /* ---- workers ---- */
@@ -599,9 +448,10 @@ static enum store_status q_claim_choose(struct store *st, const char *worker_id,
 static enum store_status q_delivery_load(struct store *st, const char *message_id,
                                          struct store_delivery *out)
 {
-    struct sql_stmt *s = sql_stmt(st, "SELECT " Q_MESSAGE_COLS ", " Q_SESSION_COLS ", " Q_APP_COLS
-                                      " FROM messages m JOIN sessions s ON s.id = m.session_id "
-                                      "JOIN apps a ON a.id = s.app_id WHERE m.id = ?1");
+    struct sql_stmt *s =
+        sql_stmt(st, "SELECT " SQL_MESSAGE_COLS ", " SQL_SESSION_COLS ", " SQL_APP_COLS
+                     " FROM messages m JOIN sessions s ON s.id = m.session_id "
+                     "JOIN apps a ON a.id = s.app_id WHERE m.id = ?1");
     enum store_status rc;
     int r;
     if (!s)
@@ -609,9 +459,9 @@ static enum store_status q_delivery_load(struct store *st, const char *message_i
     sql_bind_text(s, 1, message_id);
     r = sql_step(s);
     if (r == SQL_ROW) {
-        q_read_message(s, 0, &out->message);
-        q_read_session(s, 19, &out->session);
-        q_read_app(s, 37, &out->app);
+        sql_message_from_row(s, 0, &out->message);
+        sql_session_from_row(s, 19, &out->session);
+        sql_app_from_row(s, 37, &out->app);
         rc = STORE_OK;
     } else {
         rc = r == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, r);
@@ -1002,7 +852,7 @@ static enum store_status q_queue_next_due(struct store *st, int64_t *at)
         return STORE_ERROR;
     r = sql_step(s);
     if (r == SQL_ROW)
-        *at = q_col_i64_or(s, 0, 0);
+        *at = sql_col_int64_or(s, 0, 0);
     sql_done(s);
     return r == SQL_ROW ? STORE_OK : sql_status(st, r);
 }
@@ -1414,7 +1264,7 @@ static enum store_status q_sandbox_list_live(struct store *st, const char *worke
                                              struct store_sandbox **out, size_t *n)
 {
     return q_sandbox_list(st,
-                          "SELECT " Q_SANDBOX_COLS " FROM sandboxes WHERE state NOT IN "
+                          "SELECT " SQL_SANDBOX_COLS "FROM sandboxes WHERE state NOT IN "
                           "('terminated', 'failed') AND (?1 = '' OR worker_id = ?1) "
                           "ORDER BY created_at",
                           worker_id, out, n);
@@ -1427,7 +1277,7 @@ static enum store_status q_sandbox_list_stop_requested(struct store *st, const c
                           /* EXISTS per Sandbox (a worker holds few), by the Session's key:
                            * `session_id IN (SELECT ... WHERE state = 'deleted' OR ...)` read
                            * every Session, on every wake-up (20 ms at 100,000 Sessions). */
-                          "SELECT " Q_SANDBOX_COLS " FROM sandboxes WHERE state NOT IN "
+                          "SELECT " SQL_SANDBOX_COLS "FROM sandboxes WHERE state NOT IN "
                           "('terminated', 'failed') AND worker_id = ?1 AND "
                           "(stop_requested_at IS NOT NULL OR EXISTS (SELECT 1 FROM sessions s "
                           "WHERE s.id = sandboxes.session_id AND (s.state = 'deleted' OR "
@@ -1592,7 +1442,7 @@ static enum store_status q_host_register(struct store *st, const struct store_ct
     r = sql_step(get);
     if (r == SQL_ROW) {
         known = true;
-        lost_at = q_col_i64_or(get, 0, 0);
+        lost_at = sql_col_int64_or(get, 0, 0);
     }
     sql_done(get);
     if (r != SQL_ROW && r != SQL_DONE)
@@ -1659,7 +1509,7 @@ static int64_t host_page_row(struct sql_stmt *s, void *item)
     h->capacity = sql_col_int64(s, 2);
     h->registered_at = sql_col_int64(s, 3);
     h->heartbeat_at = sql_col_int64(s, 4);
-    h->lost_at = q_col_i64_or(s, 5, 0);
+    h->lost_at = sql_col_int64_or(s, 5, 0);
     h->workers = sql_col_int64(s, 6);
     h->serving = sql_col_int64(s, 7);
     h->live_sandboxes = sql_col_int64(s, 8);
@@ -1830,39 +1680,16 @@ static enum store_status q_sandbox_list_host_lost(struct store *st, const char *
                                                   int64_t lost_at, struct store_sandbox **out,
                                                   size_t *n)
 {
-    struct sql_stmt *s = sql_stmt(st, "SELECT " Q_SANDBOX_COLS " FROM sandboxes WHERE "
+    struct sql_stmt *s = sql_stmt(st, "SELECT " SQL_SANDBOX_COLS "FROM sandboxes WHERE "
                                       "termination_reason = 'host lost' AND terminated_at >= ?2 "
                                       "AND worker_id IN (SELECT id FROM workers WHERE "
                                       "host_id = ?1) ORDER BY created_at");
-    struct store_sandbox *list = NULL;
-    size_t len = 0, cap = 0;
-    int r;
+    char no_cursor[STORE_CURSOR_LEN];
     if (!s)
         return STORE_ERROR;
     sql_bind_text(s, 1, host_id);
     sql_bind_int64(s, 2, lost_at);
-    while ((r = sql_step(s)) == SQL_ROW) {
-        if (len == cap) {
-            size_t ncap = cap ? cap * 2 : 8;
-            struct store_sandbox *grown = realloc(list, ncap * sizeof *list);
-            if (!grown) {
-                free(list);
-                sql_done(s);
-                return STORE_ERROR;
-            }
-            list = grown;
-            cap = ncap;
-        }
-        q_read_sandbox(s, &list[len++]);
-    }
-    sql_done(s);
-    if (r != SQL_DONE) {
-        free(list);
-        return sql_status(st, r);
-    }
-    *out = list;
-    *n = len;
-    return STORE_OK;
+    return sql_read_page(st, s, SIZE_MAX, &sql_sandbox_page, (void *)out, n, no_cursor);
 }
 
 void store_sql_queue_init(struct store *st)
