@@ -125,35 +125,45 @@ static enum store_status q_worker_stop(struct store *st, const char *worker_id)
     return q_step_done(st, s);
 }
 
+/* Id lists: the first column of each row, every row (no paging). */
+static int64_t id_row(struct sql_stmt *s, void *item)
+{
+    sql_col_copy(s, 0, item, STORE_ID_LEN);
+    return 0;
+}
+
+static int64_t host_id_row(struct sql_stmt *s, void *item)
+{
+    sql_col_copy(s, 0, item, STORE_HOST_ID_LEN);
+    return 0;
+}
+
+static void id_items_free(void *items, size_t n)
+{
+    (void)n;
+    free(items);
+}
+
+static const struct sql_page id_page = {STORE_ID_LEN, id_row, id_items_free};
+static const struct sql_page host_id_page = {STORE_HOST_ID_LEN, host_id_row, id_items_free};
+
+/* Collects the message (or worker) ids a bound query returns. */
+static enum store_status q_collect_ids(struct store *st, struct sql_stmt *s,
+                                       char (**ids)[STORE_ID_LEN], size_t *n)
+{
+    char no_cursor[STORE_CURSOR_LEN];
+    return sql_read_page(st, s, SIZE_MAX, &id_page, (void *)ids, n, no_cursor);
+}
+
 static enum store_status q_worker_list_dead(struct store *st, int64_t stale_ms,
                                             char (**ids)[STORE_ID_LEN], size_t *n)
 {
     struct sql_stmt *s = sql_stmt(st, "SELECT id FROM workers WHERE stopped_at IS NULL AND "
                                       "heartbeat_at < ?1 ORDER BY started_at");
-    char(*list)[STORE_ID_LEN] = NULL;
-    size_t len = 0;
-    int r;
     if (!s)
         return STORE_ERROR;
     sql_bind_int64(s, 1, now_ms() - stale_ms);
-    while ((r = sql_step(s)) == SQL_ROW) {
-        char(*grown)[STORE_ID_LEN] = realloc(list, (len + 1) * sizeof *list);
-        if (!grown) {
-            free(list);
-            sql_done(s);
-            return STORE_ERROR;
-        }
-        list = grown;
-        sql_col_copy(s, 0, list[len++], STORE_ID_LEN);
-    }
-    sql_done(s);
-    if (r != SQL_DONE) {
-        free(list);
-        return sql_status(st, r);
-    }
-    *ids = list;
-    *n = len;
-    return STORE_OK;
+    return q_collect_ids(st, s, ids, n);
 }
 
 static int64_t worker_page_row(struct sql_stmt *s, void *item)
@@ -772,33 +782,6 @@ static enum store_status q_queue_release(struct store *st, const struct store_ct
         rc =
             sql_event(st, ctx, "message.released", "message", message_id, app_id, session_id, NULL);
     return q_end(st, rc);
-}
-
-/* Collects message ids of a query with one text parameter (may be NULL) into a list. */
-static enum store_status q_collect_ids(struct store *st, struct sql_stmt *s,
-                                       char (**ids)[STORE_ID_LEN], size_t *n)
-{
-    char(*list)[STORE_ID_LEN] = NULL;
-    size_t len = 0;
-    int r;
-    while ((r = sql_step(s)) == SQL_ROW) {
-        char(*grown)[STORE_ID_LEN] = realloc(list, (len + 1) * sizeof *list);
-        if (!grown) {
-            free(list);
-            sql_done(s);
-            return STORE_ERROR;
-        }
-        list = grown;
-        sql_col_copy(s, 0, list[len++], STORE_ID_LEN);
-    }
-    sql_done(s);
-    if (r != SQL_DONE) {
-        free(list);
-        return sql_status(st, r);
-    }
-    *ids = list;
-    *n = len;
-    return STORE_OK;
 }
 
 /* Requeues (or fails, when out of attempts) every message of the list; they were leased by a
@@ -1602,31 +1585,12 @@ static enum store_status q_host_lose_in_tx(struct store *st, const struct store_
     return rc;
 }
 
-/* Collects the host ids a query returns. */
+/* Collects the host ids a bound query returns. */
 static enum store_status q_collect_host_ids(struct store *st, struct sql_stmt *s,
                                             char (**ids)[STORE_HOST_ID_LEN], size_t *n)
 {
-    char(*list)[STORE_HOST_ID_LEN] = NULL;
-    size_t len = 0;
-    int r;
-    while ((r = sql_step(s)) == SQL_ROW) {
-        char(*grown)[STORE_HOST_ID_LEN] = realloc(list, (len + 1) * sizeof *list);
-        if (!grown) {
-            free(list);
-            sql_done(s);
-            return STORE_ERROR;
-        }
-        list = grown;
-        sql_col_copy(s, 0, list[len++], STORE_HOST_ID_LEN);
-    }
-    sql_done(s);
-    if (r != SQL_DONE) {
-        free(list);
-        return sql_status(st, r);
-    }
-    *ids = list;
-    *n = len;
-    return STORE_OK;
+    char no_cursor[STORE_CURSOR_LEN];
+    return sql_read_page(st, s, SIZE_MAX, &host_id_page, (void *)ids, n, no_cursor);
 }
 
 static const char q_stale_hosts_sql[] =
