@@ -25,8 +25,9 @@ function freePort() {
 function start(bin, cwd, env) {
   const p = spawn(bin, [], { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
   p.out = '';
+  p.log = ''; // stderr: the JSON log lines, shown when the test fails
   p.stdout.on('data', (d) => (p.out += d));
-  p.stderr.on('data', () => {});
+  p.stderr.on('data', (d) => (p.log += d));
   p.exited = new Promise((r) => p.on('exit', (code, signal) => r({ code, signal })));
   return p;
 }
@@ -59,7 +60,7 @@ test('the quickstart on the embedded defaults: bootstrap output, then an echo re
       r = await (await fetch(`${base}/v1/sessions/${s.id}/messages/${m.id}?wait=10`, { headers: h })).json();
       if (r.state === 'completed' || r.state === 'failed') break;
     }
-    assert.equal(r.state, 'completed', `the echo App did not answer: ${r.error}`);
+    assert.equal(r.state, 'completed', `the echo App did not answer: ${r.error}\nworker log:\n${worker.log.slice(-4000)}`);
     assert.deepEqual(r.reply.echo, { hello: 'world' });
     assert.notEqual(r.reply.uid, 0);
     assert.ok(existsSync(join(cwd, 'data', 'jail', 'process', r.sandboxId)), 'the jail is not under ./data/jail');
@@ -68,7 +69,7 @@ test('the quickstart on the embedded defaults: bootstrap output, then an echo re
     worker.kill('SIGTERM');
     const [g, w] = await Promise.all([gateway.exited, worker.exited]);
     rmSync(cwd, { recursive: true, force: true });
-    assert.deepEqual(g, { code: 0, signal: null });
-    assert.deepEqual(w, { code: 0, signal: null });
+    assert.deepEqual(g, { code: 0, signal: null }, `gateway log:\n${gateway.log.slice(-4000)}`);
+    assert.deepEqual(w, { code: 0, signal: null }, `worker log:\n${worker.log.slice(-4000)}`);
   }
 });
