@@ -1,7 +1,7 @@
 /*
  * channel_vm.h: the guest end of the agent channel inside a microVM.
  *
- * Two transports carry the same JSON-lines stream (see worker/driver.h):
+ * Two transports carry the same JSON-lines stream (see worker/drivers/driver.h):
  *  - virtio-serial (the qemu driver): a virtserialport named e.g. "sbx.agent"; the guest finds it
  *    through /sys/class/virtio-ports/<port>/name and opens /dev/<port>. The host end is connected
  *    before the guest boots, so the port is usable as soon as it exists.

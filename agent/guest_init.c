@@ -140,7 +140,7 @@ static void bring_up_loopback(void)
 }
 
 /* Configures eth0 from "sbx.net=<addr>/<prefix>,<gateway>" (the host's tap link, see
- * worker/netns.h): address, netmask, up, default route. The kernel's own ip= cannot do this:
+ * worker/host/links.h): address, netmask, up, default route. The kernel's own ip= cannot do this:
  * virtio_net is a module, loaded after the kernel's IP autoconfiguration ran. */
 static void configure_network(const char *spec)
 {

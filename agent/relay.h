@@ -1,5 +1,5 @@
 /*
- * relay.h: the Sandbox-side end of the agent channel (see worker/driver.h for the protocol), and
+ * relay.h: the Sandbox-side end of the agent channel (see worker/drivers/driver.h for the protocol), and
  * the small line-JSON reader and writer that sbx-agent and sbx-echo-agent share.
  *
  * Both programs run inside a Sandbox, statically linked and without jansson, and read lines that

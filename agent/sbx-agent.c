@@ -1,5 +1,5 @@
 /*
- * sbx-agent: the Sandbox side of the agent channel (protocol in worker/driver.h).
+ * sbx-agent: the Sandbox side of the agent channel (protocol in worker/drivers/driver.h).
  *
  * It says ready, starts the App's command when the worker asks, and relays the command's JSON
  * lines and stderr over the channel until the command exits (see relay.c). In the process driver

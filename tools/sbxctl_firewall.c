@@ -1,7 +1,7 @@
 /*
  * sbxctl_firewall.c: `sbxctl firewall`: the kernel's nftables table `inet sbx` next to the store.
  *
- * The worker's firewall (worker/firewall.h) keeps one table, `inet sbx`, in the host's network
+ * The worker's firewall (worker/host/firewall.h) keeps one table, `inet sbx`, in the host's network
  * namespace; a Sandbox is an element "<ifname> . <address>" of the set `sandboxes` whose comment
  * is the Sandbox id, and drops are counted in named counters drop_<reason>. This reads the table
  * through the firewall's own read-only entry point, fw_open() (which never creates or changes
@@ -10,7 +10,7 @@
  * unprotected. Either makes the exit code 1.
  */
 #include "sbxctl.h"
-#include "firewall.h"
+#include "host/firewall.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>

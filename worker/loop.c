@@ -5,18 +5,18 @@
  * terminate every Sandbox, exit 0).
  */
 #include "worker.h"
-#include "agent_channel.h"
+#include "sandbox/agent_channel.h"
 #include "id.h"
-#include "jobs.h"
-#include "firewall.h"
-#include "host_beat.h"
-#include "lifecycle.h"
+#include "sandbox/jobs.h"
+#include "host/firewall.h"
+#include "recovery/host_beat.h"
+#include "sandbox/lifecycle.h"
 #include "log.h"
-#include "netns.h"
-#include "nfs_export.h"
+#include "host/links.h"
+#include "host/nfs_export.h"
 #include "notify.h"
-#include "pool.h"
-#include "reconcile.h"
+#include "sandbox/pool.h"
+#include "recovery/reconcile.h"
 #include "timefmt.h"
 
 #include <signal.h>

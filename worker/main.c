@@ -2,7 +2,7 @@
  * main.c: the sbx-worker daemon: reads the configuration, runs one worker until SIGTERM.
  */
 #include "config.h"
-#include "driver.h"
+#include "drivers/driver.h"
 #include "log.h"
 #include "worker.h"
 

@@ -1,20 +1,20 @@
 /*
  * worker.h: the state of one worker process, shared by the files that each own one part of it:
- *   loop.c            setup, timers (heartbeat, fallback poll), wake-ups, signals, shutdown;
- *   queue_consumer.c  claiming messages and routing each to its Session's Sandbox;
- *   lifecycle.c       a Sandbox's life: boot, activate, deliver, expire, terminate;
- *   pool.c            keeping warm Sandboxes ready per shape;
- *   reconcile.c       adopting and cleaning up after dead workers of this host, declaring
- *                     other hosts lost, reaping what this host's own loss left behind;
- *   host_beat.c       the host heartbeat, on a thread of its own;
- *   backoff.c         retry delays.
+ *   loop.c                 setup, timers (heartbeat, fallback poll), wake-ups, signals, shutdown;
+ *   delivery/claim.c       claiming messages and routing each to its Session's Sandbox;
+ *   delivery/backoff.c     retry delays;
+ *   sandbox/lifecycle.c    a Sandbox's life: boot, activate, deliver, expire, terminate;
+ *   sandbox/pool.c         keeping warm Sandboxes ready per shape;
+ *   recovery/reconcile.c   adopting and cleaning up after dead workers of this host, declaring
+ *                          other hosts lost, reaping what this host's own loss left behind;
+ *   recovery/host_beat.c   the host heartbeat, on a thread of its own.
  * Everything here is touched only on the event loop thread; the job threads get copies.
  */
 #ifndef SBX_WORKER_H
 #define SBX_WORKER_H
 
 #include "config.h"
-#include "driver.h"
+#include "drivers/driver.h"
 #include "store.h"
 
 #include <event2/event.h>
@@ -74,14 +74,14 @@ void worker_maybe_exit(struct worker *w);
 /* The driver of that name, initialised on first use; NULL (logged once) when unavailable. */
 const struct driver *worker_driver(struct worker *w, const char *name);
 
-/* queue_consumer.c */
+/* delivery/claim.c */
 void consumer_kick(struct worker *w); /* claim soon (from any callback) */
 void consumer_run(struct worker *w);  /* claim now, as much as capacity allows */
 /* Ends a delivery attempt that did not produce a reply, with backoff; frees nothing. */
 void consumer_fail_attempt(struct worker *w, struct store_delivery *d, const char *sandbox_id,
                            const char *reason);
 
-/* backoff.c: the delay before retry number `attempt` (1 = first retry): base * 2^(attempt-1),
+/* delivery/backoff.c: the delay before retry number `attempt` (1 = first retry): base * 2^(attempt-1),
  * capped at max, with "equal jitter" (a uniform draw from the upper half) so that many messages
  * failing together do not retry together. */
 int64_t backoff_delay_ms(int64_t attempt, int64_t base_ms, int64_t max_ms);

@@ -4,7 +4,7 @@
  */
 #include "log.h"
 #include "migrations.h"
-#include "sql_pg.h"
+#include "store/sql/sql_pg.h"
 #include "store.h"
 
 #include <stdio.h>

@@ -12,7 +12,7 @@
 int jansson_oracle_accepts(const char *text, size_t len)
 {
     json_error_t err;
-    /* The flags of worker/agent_channel.c, which reads what sbx-agent relays. */
+    /* The flags of worker/sandbox/agent_channel.c, which reads what sbx-agent relays. */
     json_t *j = json_loadb(text, len, JSON_DECODE_ANY, &err);
     if (j) {
         json_decref(j);

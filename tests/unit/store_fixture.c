@@ -12,7 +12,7 @@
 #include "store_fixture.h"
 
 #include "id.h"
-#include "sql_pg.h"
+#include "store/sql/sql_pg.h"
 
 #include <stdio.h>
 #include <stdlib.h>

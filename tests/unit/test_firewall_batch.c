@@ -1,5 +1,5 @@
 /*
- * test_firewall_batch.c: decodes the nlmsgs sbx's firewall sends (worker/firewall.c) back with
+ * test_firewall_batch.c: decodes the nlmsgs sbx's firewall sends (worker/host/firewall.c) back with
  * libnftnl and checks them: the structure batch creates exactly the table, counters, sets, chains
  * and rules of issue 5, each rule with exactly the expressions expected; a Sandbox change is
  * element messages only (never a rule, chain or table), naming its owner.
@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "firewall.h"
+#include "host/firewall.h"
 
 #include <arpa/inet.h>
 #include <libmnl/libmnl.h>

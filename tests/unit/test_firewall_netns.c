@@ -1,5 +1,5 @@
 /*
- * test_firewall_netns.c: the address arithmetic of worker/netns.c: net_pool parsing, and how a
+ * test_firewall_netns.c: the address arithmetic of worker/host/links.c: net_pool parsing, and how a
  * Sandbox address recorded in the store maps back to its slot, interface and host side (what
  * terminate and reap rely on to remove exactly that Sandbox's state).
  */
@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "netns.h"
+#include "host/links.h"
 
 #include <arpa/inet.h>
 #include <string.h>

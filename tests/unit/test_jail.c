@@ -2,7 +2,7 @@
  * test_jail.c: jail paths are built only from safe components, and reap's guard recognises only
  * the exact jail of a Sandbox (a corrupted row must not make the worker remove other directories).
  */
-#include "jail.h"
+#include "host/jail.h"
 
 #include <stdarg.h>
 #include <stddef.h>

@@ -10,7 +10,7 @@
  *
  *   sbx-bench-firewall [--samples N] [--max N]     (defaults 200 and 1000)
  */
-#include "firewall.h"
+#include "host/firewall.h"
 
 #include <arpa/inet.h>
 #include <sched.h>

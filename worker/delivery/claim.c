@@ -1,10 +1,10 @@
 /*
- * queue_consumer.c: claiming messages and routing each to its Session's Sandbox. Claims happen
+ * claim.c: claiming messages and routing each to its Session's Sandbox. Claims happen
  * when something may have changed (a wake-up from the gateway, a delivery that ended, a Sandbox
  * that went away, a retry coming due, the fallback poll), as many as capacity allows; never in a
  * busy loop.
  */
-#include "lifecycle.h"
+#include "sandbox/lifecycle.h"
 #include "log.h"
 #include "timefmt.h"
 

@@ -68,7 +68,7 @@ struct driver {
 
 /* The drivers; driver_find() returns NULL for an unknown name. */
 extern const struct driver driver_process;
-extern const struct driver driver_qemu; /* worker/driver_qemu.c */
+extern const struct driver driver_qemu; /* worker/drivers/qemu.c */
 extern const struct driver driver_firecracker;
 const struct driver *driver_find(const char *name);
 

@@ -4,7 +4,7 @@
  * Every wait is bounded by one deadline per request: a wedged VMM must turn into an error the
  * worker can act on, never into a worker thread blocked forever.
  */
-#include "fc_api.h"
+#include "drivers/fc_api.h"
 
 #include <jansson.h>
 

@@ -1,5 +1,5 @@
 /*
- * driver_firecracker.c: the "firecracker" Sandbox driver, Firecracker's production path.
+ * firecracker.c: the "firecracker" Sandbox driver, Firecracker's production path.
  *
  * One Sandbox is one Firecracker microVM started through Firecracker's `jailer`:
  *   <chroot_base>/<exec-file-name>/<jailer id>/          the jail directory (removed at the end)
@@ -9,16 +9,16 @@
  *       run/vsock.sock                                   the vsock device's host side
  *       firecracker.pid                                  written by the jailer (--new-pid-ns)
  * Boot: jailer (its own cgroup <v2 root>/sbx/<jailer id> from cgroup.h, network namespace with
- * the Sandbox's link from netns.h, PID namespace, non-root uid/gid), then the API calls
+ * the Sandbox's link from links.h, PID namespace, non-root uid/gid), then the API calls
  * boot-source, drives, machine-config, network-interfaces, vsock, InstanceStart, then a
  * host-initiated vsock connection ("CONNECT 1024") to the guest's sbx-agent, whose ready line ends
  * the boot. That connection is the agent channel (protocol in driver.h).
  */
-#include "cgroup.h"
-#include "driver.h"
-#include "fc_api.h"
+#include "host/cgroup.h"
+#include "drivers/driver.h"
+#include "drivers/fc_api.h"
 #include "log.h"
-#include "netns.h"
+#include "host/links.h"
 
 #include <jansson.h>
 
@@ -166,7 +166,7 @@ static int cgroup2_mount(char *out, size_t outlen)
     return rc;
 }
 
-/* The host's cgroup hierarchies as worker/cgroup.c finds them (cgroup_root, else detected),
+/* The host's cgroup hierarchies as worker/host/cgroup.c finds them (cgroup_root, else detected),
  * shared with the process driver: VM cgroups are <v2 root>/sbx/<jailer id>, plus
  * <v1 memory root>/<jailer id> for the memory peak on hosts without the v2 memory controller. */
 static struct cgroup_host fc_cgroups;
@@ -391,7 +391,7 @@ static int place_in_jail(const char *src, const char *dst, uid_t uid, gid_t gid,
 /* ---- network namespace, tap device and the Sandbox's link ----
  * The jailer's --netns makes Firecracker open its tap inside a named network namespace (as
  * `ip netns add` makes it: the namespace bind-mounted on /var/run/netns/<name>). With the worker's
- * network (root, net_init done) that namespace gets the Sandbox's link from worker/netns.h
+ * network (root, net_init done) that namespace gets the Sandbox's link from worker/host/links.h
  * (net_sandbox_attach_netns_tap): a veth "sbx<slot>" from the host, bridged there with the tap, and
  * the Sandbox's firewall elements; the guest configures its address from sbx.net. Without it the
  * namespace holds a bare persistent tap (the guest has no route out), and the log says so. */

@@ -1,5 +1,5 @@
 /*
- * driver_process.c: the `process` driver, the embedded default: a Sandbox is a process tree in new
+ * process.c: the `process` driver, the embedded default: a Sandbox is a process tree in new
  * mount, pid, network, ipc and uts namespaces (and a user namespace when the worker is not root),
  * pivot_root'ed into a read-only rootfs inside its jail, running sbx-agent as a non-root uid/gid
  * with rlimits, in its own cgroup for accounting.
@@ -24,11 +24,11 @@
  * cloned the child exits: the worker must call boot() from long-lived helper threads. The agent
  * also ends when its channel closes, which covers the rest.
  */
-#include "cgroup.h"
-#include "driver.h"
-#include "jail.h"
+#include "host/cgroup.h"
+#include "drivers/driver.h"
+#include "host/jail.h"
 #include "log.h"
-#include "netns.h"
+#include "host/links.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -118,7 +118,7 @@ static void read_image_hash(const char *rootfs, char *out, size_t len)
     fclose(f);
 }
 
-/* ---- network (worker/netns.h): veth pair, address pair, nftables elements ---- */
+/* ---- network (worker/host/links.h): veth pair, address pair, nftables elements ---- */
 
 /* Called after the child exists, before it may run: the Sandbox's network namespace is that of
  * pid. Sets rt->net_address. Without a network (a worker that is not root: the Sandbox's namespace

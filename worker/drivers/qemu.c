@@ -1,5 +1,5 @@
 /*
- * driver_qemu.c: the qemu driver: each Sandbox is a `qemu-system-x86_64 -M microvm` guest booting
+ * qemu.c: the qemu driver: each Sandbox is a `qemu-system-x86_64 -M microvm` guest booting
  * the guest image of tools/build-guest-image, with the agent channel on a virtio-serial port.
  *
  * Isolation, modelled on Firecracker's jailer:
@@ -14,7 +14,7 @@
  *    can never be caught by the jail's removal;
  *  - the network namespace holds a tap device (tap0) whose fd is handed to QEMU (-netdev tap,fd=)
  *    as the guest's virtio-net link; addresses and the firewall are the network module's part;
- *  - a cgroup per Sandbox (worker/cgroup.h: <v2 root>/sbx/<sandboxId>) for CPU and memory
+ *  - a cgroup per Sandbox (worker/host/cgroup.h: <v2 root>/sbx/<sandboxId>) for CPU and memory
  *    accounting of the QEMU process (the whole guest).
  * The driver, not QEMU, listens on the two unix sockets and QEMU connects to them at start-up
  * (chardev client mode), so the channel exists before the guest runs and nothing can race it.
@@ -22,10 +22,10 @@
  * Termination: QMP system_powerdown (the guest init powers off on the ACPI power button), then
  * QMP quit, then SIGKILL, each after a timeout; then the jail and cgroup are removed.
  */
-#include "cgroup.h"
-#include "driver.h"
-#include "netns.h"
-#include "nfs_export.h"
+#include "host/cgroup.h"
+#include "drivers/driver.h"
+#include "host/links.h"
+#include "host/nfs_export.h"
 #include "log.h"
 
 #include <dirent.h>
@@ -329,7 +329,7 @@ struct qemu_launch {
     const char *qemu_log;   /* <jail>/qemu.log: QEMU's own stderr */
     uid_t uid;
     gid_t gid;
-    int tap_fd; /* the host's tap for this Sandbox (netns.h), -1: a private one */
+    int tap_fd; /* the host's tap for this Sandbox (links.h), -1: a private one */
     char *const *argv;
 };
 
@@ -646,7 +646,7 @@ static int qmp_handshake(int fd, char *err, size_t errlen)
 
 /* ---------------------------------------------------------------- cgroup */
 
-/* The host's cgroup hierarchies (worker/cgroup.h), detected once: a Sandbox's QEMU goes into
+/* The host's cgroup hierarchies (worker/host/cgroup.h), detected once: a Sandbox's QEMU goes into
  * <v2 root>/sbx/<sandboxId> for CPU time, and v1 memory where the v2 controller is missing. */
 static struct cgroup_host qemu_cgroups;
 static bool qemu_cgroups_detected;
@@ -683,7 +683,7 @@ static void cgroup_detach(const struct sbx_config *cfg, const char *path, const 
         log_warn("qemu driver: %s: %s", sandbox_id, why);
 }
 
-/* ---------------------------------------------------------------- network (worker/netns.h) */
+/* ---------------------------------------------------------------- network (worker/host/links.h) */
 
 /* With the worker's network (net_init done, as root): a persistent tap "sbx<slot>" in the host's
  * namespace with the Sandbox's firewall elements; opened here, by name, and handed to QEMU as an

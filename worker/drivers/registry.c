@@ -1,8 +1,8 @@
 /*
- * driver.c: the table of Sandbox drivers and lookup by name. Other drivers (qemu, firecracker)
+ * registry.c: the table of Sandbox drivers and lookup by name. Other drivers (qemu, firecracker)
  * add themselves here.
  */
-#include "driver.h"
+#include "drivers/driver.h"
 
 #include <string.h>
 

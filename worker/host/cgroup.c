@@ -1,7 +1,7 @@
 /*
  * cgroup.c: per-Sandbox cgroup v2 (and v1 memory) directories: create, join, measure, kill, remove.
  */
-#include "cgroup.h"
+#include "host/cgroup.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -7,7 +7,7 @@
  * structure batch; element batches; netlink talk (send a batch, read every ack; dumps); and the
  * public functions.
  */
-#include "firewall.h"
+#include "host/firewall.h"
 
 #include <arpa/inet.h>
 #include <dlfcn.h>

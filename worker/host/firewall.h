@@ -8,7 +8,7 @@
  * cost does not grow with the number of Sandboxes (tools/bench/firewall measures it).
  *
  * A Sandbox's traffic is recognised by its host-side interface (every Sandbox interface is named
- * FW_IFNAME_PREFIX + slot, see netns.h) together with its IPv4 address: the element
+ * FW_IFNAME_PREFIX + slot, see links.h) together with its IPv4 address: the element
  * `"<ifname>" . <address>` in the set `sandboxes`. Each element carries the Sandbox id as its
  * comment, so the kernel itself records which Sandbox owns which element (fw_elements, fw_list,
  * reconciliation). The rules, for traffic from a Sandbox (docs/network.md has the listing):

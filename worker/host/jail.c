@@ -1,7 +1,7 @@
 /*
  * jail.c: create, attach a Workspace to, and remove per-Sandbox jail directories (see jail.h).
  */
-#include "jail.h"
+#include "host/jail.h"
 
 #include <errno.h>
 #include <stdio.h>

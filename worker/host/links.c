@@ -1,9 +1,9 @@
 /*
- * netns.c: Sandbox links over rtnetlink (libmnl): veth pairs into a Sandbox's network namespace,
+ * links.c: Sandbox links over rtnetlink (libmnl): veth pairs into a Sandbox's network namespace,
  * tap devices for VMs, their addresses and routes, their removal and reconciliation, and the
- * worker-level calls that pair each link with its firewall elements. See netns.h for the model.
+ * worker-level calls that pair each link with its firewall elements. See links.h for the model.
  */
-#include "netns.h"
+#include "host/links.h"
 
 #include "log.h"
 #include "store.h"

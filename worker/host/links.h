@@ -1,5 +1,5 @@
 /*
- * netns.h: each Sandbox's link to the host (a veth pair into its network namespace for the process
+ * links.h: each Sandbox's link to the host (a veth pair into its network namespace for the process
  * driver, a tap device for VMs), its addresses, routing, and their removal; plus the worker-level
  * calls that tie a link to its firewall elements (firewall.h).
  *
@@ -21,7 +21,7 @@
 #ifndef SBX_NETNS_H
 #define SBX_NETNS_H
 
-#include "firewall.h"
+#include "host/firewall.h"
 
 #include <netinet/in.h>
 #include <net/if.h>

@@ -3,7 +3,7 @@
  * (so that stopping is immediate) and wakes the event loop through an eventfd when the host was
  * declared lost; store calls are safe from any thread (each has its own connection).
  */
-#include "host_beat.h"
+#include "recovery/host_beat.h"
 #include "log.h"
 
 #include <errno.h>

@@ -5,11 +5,11 @@
  * adopts a worker of another host: it could not kill that machine's processes, and must not touch
  * its own kernel state for them; other hosts are handled by host loss (host_declare_lost).
  */
-#include "reconcile.h"
-#include "lifecycle.h"
+#include "recovery/reconcile.h"
+#include "sandbox/lifecycle.h"
 #include "log.h"
-#include "netns.h"
-#include "nfs_export.h"
+#include "host/links.h"
+#include "host/nfs_export.h"
 #include "timefmt.h"
 
 #include <errno.h>

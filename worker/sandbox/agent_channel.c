@@ -3,7 +3,7 @@
  * or one longer than the reply limit, means the agent side cannot be trusted any more: the
  * channel reports it closed and the worker replaces the Sandbox.
  */
-#include "agent_channel.h"
+#include "sandbox/agent_channel.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>

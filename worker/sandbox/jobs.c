@@ -2,7 +2,7 @@
  * jobs.c: the thread pool of jobs.h. Finished jobs go on a done list and an eventfd wakes the
  * event loop, which runs their done() callbacks in submission order of completion.
  */
-#include "jobs.h"
+#include "sandbox/jobs.h"
 #include "log.h"
 
 #include <errno.h>

@@ -4,11 +4,11 @@
  * keep-alive timer, and termination. Driver calls block, so they run as jobs (jobs.h); every
  * other step runs on the event loop, and every state change is written to the store first.
  */
-#include "lifecycle.h"
-#include "agent_channel.h"
-#include "jobs.h"
+#include "sandbox/lifecycle.h"
+#include "sandbox/agent_channel.h"
+#include "sandbox/jobs.h"
 #include "log.h"
-#include "pool.h"
+#include "sandbox/pool.h"
 #include "timefmt.h"
 
 #include <jansson.h>

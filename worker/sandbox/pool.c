@@ -2,9 +2,9 @@
  * pool.c: keeping the warm pool full (pool.h). Boots for the pool are limited to half the job
  * threads at a time so that cold boots and terminations are never stuck behind a refill.
  */
-#include "pool.h"
-#include "jobs.h"
-#include "lifecycle.h"
+#include "sandbox/pool.h"
+#include "sandbox/jobs.h"
+#include "sandbox/lifecycle.h"
 #include "log.h"
 
 #include <stdlib.h>

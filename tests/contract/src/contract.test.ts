@@ -647,7 +647,7 @@ test("rate limit: repeated failed auths from one address get 429 with Retry-Afte
 test("store busy: a write blocked beyond the busy timeout answers 503 store-busy with Retry-After", async () => {
   const busy = await startGateway(gatewayBin, { SBX_BUSY_TIMEOUT_MS: "200" });
   // Another process holds the store's write lock (SQLite's, or on PostgreSQL the writers' advisory
-  // lock, SQL_PG_WRITE_LOCK_KEY in common/sql_pg.h): reads go on, writes wait and time out.
+  // lock, SQL_PG_WRITE_LOCK_KEY in common/store/sql/sql_pg.h): reads go on, writes wait and time out.
   const locker = onPostgres
     ? spawn("psql", ["-X", "-q", "-d", busy.store], { stdio: ["pipe", "ignore", "inherit"] })
     : spawn("sqlite3", [join(busy.dataDir, "sbx.db")], { stdio: ["pipe", "ignore", "inherit"] });

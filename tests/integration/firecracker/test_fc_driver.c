@@ -8,10 +8,10 @@
  * With --real it instead boots a real microVM when FIRECRACKER_BIN and JAILER_BIN name real
  * binaries, and exits 77 (skipped) otherwise.
  */
-#include "driver.h"
-#include "fc_api.h"
+#include "drivers/driver.h"
+#include "drivers/fc_api.h"
 #include "id.h"
-#include "netns.h"
+#include "host/links.h"
 
 #include <jansson.h>
 
@@ -217,7 +217,7 @@ static size_t fw_elements_of(const char *sandbox_id, struct in_addr *addr, char 
 }
 
 /* The guest's sbx.net value the driver must have given, from the Sandbox's recorded address:
- * "<addr>/30,<gateway>" with the gateway the address before it (netns.h's /30 slots). */
+ * "<addr>/30,<gateway>" with the gateway the address before it (links.h's /30 slots). */
 static void expected_guest_net(const char *net_address, char *out, size_t outlen)
 {
     struct in_addr a;

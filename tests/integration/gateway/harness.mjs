@@ -118,7 +118,7 @@ export function sql(gw, statement) {
     { encoding: 'utf8' }).trim();
 }
 
-// The PostgreSQL engine's writer lock (SQL_PG_WRITE_LOCK_KEY in common/sql_pg.h).
+// The PostgreSQL engine's writer lock (SQL_PG_WRITE_LOCK_KEY in common/store/sql/sql_pg.h).
 const PG_WRITE_LOCK_KEY = '8314339804939700564';
 
 // Holds the store's write lock from another process (as a stuck writer would) until release():

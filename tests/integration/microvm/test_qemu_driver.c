@@ -12,7 +12,7 @@
  * Usage: test_qemu_driver GUEST_DIR [reap]   (GUEST_DIR: the guest-image fixture's output)
  */
 #include "config.h"
-#include "driver.h"
+#include "drivers/driver.h"
 #include "log.h"
 
 #include <errno.h>
@@ -214,7 +214,7 @@ int main(int argc, char **argv)
           "qemu may gain privileges (NoNewPrivs:%s)", field);
     snprintf(path, sizeof path, "/proc/%d/ns/net", (int)rt.pid);
     CHECK(!same_link(path, "/proc/self/ns/net"), "qemu shares the host's network namespace");
-    /* As root the guest's link is a host tap with the Sandbox's firewall (worker/netns.h) and
+    /* As root the guest's link is a host tap with the Sandbox's firewall (worker/host/links.h) and
      * QEMU's own namespace stays empty; otherwise the tap is private to QEMU's namespace. */
     snprintf(path, sizeof path, "/proc/%d/net/dev", (int)rt.pid);
     FILE *f = fopen(path, "re");
@@ -312,7 +312,7 @@ int main(int argc, char **argv)
         char gw[INET_ADDRSTRLEN];
         struct in_addr guest_addr;
         inet_pton(AF_INET, rt.net_address, &guest_addr);
-        guest_addr.s_addr = htonl(ntohl(guest_addr.s_addr) - 1); /* .1 of the /30: netns.h */
+        guest_addr.s_addr = htonl(ntohl(guest_addr.s_addr) - 1); /* .1 of the /30: links.h */
         inet_ntop(AF_INET, &guest_addr, gw, sizeof gw);
         int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         struct sockaddr_in sin = {
@@ -355,7 +355,7 @@ out:
         CHECK(cg[0] == '\0' || access(cg, F_OK) != 0, "cgroup %s still exists", cg);
         if (cgroot[0] != '\0')
             CHECK(usage.cpu_usec > 0, "cpu usage not measured: %lld", (long long)usage.cpu_usec);
-        /* Hosts like this one account memory only in cgroup v1 (worker/cgroup.h uses it). */
+        /* Hosts like this one account memory only in cgroup v1 (worker/host/cgroup.h uses it). */
         if (access("/sys/fs/cgroup/memory/memory.max_usage_in_bytes", F_OK) == 0)
             CHECK(usage.mem_peak_bytes > 0, "peak memory not measured: %lld",
                   (long long)usage.mem_peak_bytes);

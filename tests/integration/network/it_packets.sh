@@ -9,7 +9,7 @@
 #     (169.254.169.254) and two other special-use addresses (192.0.2.10, 100.64.0.10);
 #   - on the host, listeners on TCP 443, 2049 and 8080;
 #   - Sandboxes: processes in network namespaces of their own, linked and firewalled by sbx's
-#     own code (net_ctl calls worker/netns.c and worker/firewall.c).
+#     own code (net_ctl calls worker/host/links.c and worker/host/firewall.c).
 # Then it checks from inside the Sandboxes what gets through, which drop counter moves, and, after
 # the firewall table is deleted, that the same probes do get through (the firewall, not the
 # topology, was what stopped them). Usage: it_packets.sh NET_CTL NET_PROBE

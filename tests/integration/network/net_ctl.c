@@ -1,5 +1,5 @@
 /*
- * net_ctl.c: drives sbx's own network code (worker/netns.c, worker/firewall.c) from the network
+ * net_ctl.c: drives sbx's own network code (worker/host/links.c, worker/host/firewall.c) from the network
  * integration test, one call per invocation, in the namespace it runs in. The kernel holds all
  * state between invocations (interfaces with their alias, set elements with their owner), exactly
  * as it does for the worker.
@@ -16,9 +16,9 @@
  *   net_ctl store-finish DB SANDBOX_ID            that Sandbox terminated
  *   net_ctl [-p POOL] store-reconcile DB          net_reconcile_store
  */
-#include "firewall.h"
+#include "host/firewall.h"
 #include "log.h"
-#include "netns.h"
+#include "host/links.h"
 #include "store.h"
 
 #include <arpa/inet.h>

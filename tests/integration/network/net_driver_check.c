@@ -1,5 +1,5 @@
 /*
- * net_driver_check.c: boots one Sandbox with the real process driver (worker/driver_process.c,
+ * net_driver_check.c: boots one Sandbox with the real process driver (worker/drivers/process.c,
  * the path the workers take) so that it_driver.sh can send packets from inside it, then ends it
  * the way the script asks: "terminate" (driver terminate) or "reap" (the worker died: reap from
  * the store's record, as reconciliation does).
@@ -9,10 +9,10 @@
  * prints "done" (or "error: ...") and exits.
  */
 #include "config.h"
-#include "driver.h"
+#include "drivers/driver.h"
 #include "id.h"
 #include "log.h"
-#include "netns.h"
+#include "host/links.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -13,11 +13,11 @@
  * Usage: test_nfs_driver GUEST_DIR      (needs root, nfs-ganesha, the guest-image fixture)
  */
 #include "config.h"
-#include "driver.h"
-#include "firewall.h"
+#include "drivers/driver.h"
+#include "host/firewall.h"
 #include "log.h"
-#include "netns.h"
-#include "nfs_export.h"
+#include "host/links.h"
+#include "host/nfs_export.h"
 
 #include <errno.h>
 #include <jansson.h>

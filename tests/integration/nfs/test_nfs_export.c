@@ -9,7 +9,7 @@
  */
 #include "config.h"
 #include "log.h"
-#include "nfs_export.h"
+#include "host/nfs_export.h"
 
 #include <limits.h>
 #include <stdbool.h>

@@ -3,8 +3,8 @@
  * namespaces from the built rootfs, speaks the agent channel protocol to sbx-agent and the echo
  * agent, attaches Workspaces, terminates and reaps. Needs root (CI runs as root).
  */
-#include "cgroup.h"
-#include "driver.h"
+#include "host/cgroup.h"
+#include "drivers/driver.h"
 #include "id.h"
 #include "log.h"
 

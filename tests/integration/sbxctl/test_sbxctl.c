@@ -21,7 +21,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "firewall.h"
+#include "host/firewall.h"
 #include "store.h"
 #include "timefmt.h"
 

@@ -10,7 +10,7 @@
  * {"hang":true} never answers, {"fail":"text"} answers {"error":"text"}.
  */
 #include "config.h"
-#include "driver.h"
+#include "drivers/driver.h"
 #include "log.h"
 #include "worker.h"
 
