@@ -1,6 +1,6 @@
 /*
- * relay.h: the Sandbox-side end of the agent channel (see worker/drivers/driver.h for the protocol), and
- * the small line-JSON reader and writer that sbx-agent and sbx-echo-agent share.
+ * relay.h: the Sandbox-side end of the agent channel (see worker/drivers/driver.h for the
+ * protocol), and the small line-JSON reader and writer that sbx-agent and sbx-echo-agent share.
  *
  * Both programs run inside a Sandbox, statically linked and without jansson, and read lines that
  * untrusted code or a compromised host may have written. So the reader validates a whole line

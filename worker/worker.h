@@ -81,9 +81,9 @@ void consumer_run(struct worker *w);  /* claim now, as much as capacity allows *
 void consumer_fail_attempt(struct worker *w, struct store_delivery *d, const char *sandbox_id,
                            const char *reason);
 
-/* delivery/backoff.c: the delay before retry number `attempt` (1 = first retry): base * 2^(attempt-1),
- * capped at max, with "equal jitter" (a uniform draw from the upper half) so that many messages
- * failing together do not retry together. */
+/* delivery/backoff.c: the delay before retry number `attempt` (1 = first retry): base *
+ * 2^(attempt-1), capped at max, with "equal jitter" (a uniform draw from the upper half) so that
+ * many messages failing together do not retry together. */
 int64_t backoff_delay_ms(int64_t attempt, int64_t base_ms, int64_t max_ms);
 
 #endif

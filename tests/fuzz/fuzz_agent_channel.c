@@ -1,8 +1,8 @@
 /*
  * fuzz_agent_channel.c: libFuzzer target for the worker's end of the agent channel
- * (worker/sandbox/agent_channel.c), which reads what untrusted agent code writes. The input is written
- * to one end of a socketpair and the channel reads the other under a real libevent loop. The
- * first byte picks the line limit (so the over-limit path is reached with small inputs) and
+ * (worker/sandbox/agent_channel.c), which reads what untrusted agent code writes. The input is
+ * written to one end of a socketpair and the channel reads the other under a real libevent loop.
+ * The first byte picks the line limit (so the over-limit path is reached with small inputs) and
  * whether the owner frees the channel from inside on_line, as the worker does when a reply ends
  * a Sandbox. Each delivered line must be a JSON object; the channel must report closed exactly
  * once, and not after being freed.

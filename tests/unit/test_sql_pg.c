@@ -1,8 +1,8 @@
 /*
- * test_sql_pg.c: the PostgreSQL engine (common/store/sql/sql_pg.c) against a real server: the throwaway
- * cluster tests/pg-run.sh starts (SBX_TEST_PG_URL). It drives the engine through sql.h on a small
- * schema of its own, so it checks the engine's contract, not the store's logic: ?N rewriting,
- * binds and columns, changes(), SQLSTATE mapping, the writers' lock, readers' snapshots,
+ * test_sql_pg.c: the PostgreSQL engine (common/store/sql/sql_pg.c) against a real server: the
+ * throwaway cluster tests/pg-run.sh starts (SBX_TEST_PG_URL). It drives the engine through sql.h on
+ * a small schema of its own, so it checks the engine's contract, not the store's logic: ?N
+ * rewriting, binds and columns, changes(), SQLSTATE mapping, the writers' lock, readers' snapshots,
  * reconnection after the server restarts, and migrations (run once, newer schema refused).
  */
 #include "log.h"

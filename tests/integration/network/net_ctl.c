@@ -1,8 +1,8 @@
 /*
- * net_ctl.c: drives sbx's own network code (worker/host/links.c, worker/host/firewall.c) from the network
- * integration test, one call per invocation, in the namespace it runs in. The kernel holds all
- * state between invocations (interfaces with their alias, set elements with their owner), exactly
- * as it does for the worker.
+ * net_ctl.c: drives sbx's own network code (worker/host/links.c, worker/host/firewall.c) from the
+ * network integration test, one call per invocation, in the namespace it runs in. The kernel holds
+ * all state between invocations (interfaces with their alias, set elements with their owner),
+ * exactly as it does for the worker.
  *
  *   net_ctl [-p POOL] init
  *   net_ctl [-p POOL] attach SANDBOX_ID PID       prints "<ifname> <sandbox address> <host
