@@ -61,3 +61,15 @@ set_tests_properties(it.reliability.http_abuse PROPERTIES ENVIRONMENT "${rel_env
 add_test(NAME it.reliability.busy_checkpoint
          COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/busy_checkpoint.test.mjs)
 set_tests_properties(it.reliability.busy_checkpoint PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 120)
+
+# Concurrent first starts: a gateway and two workers at once on 100 fresh data directories (in a
+# network namespace of its own: the workers reconcile links at start). On PostgreSQL too, each
+# data directory with a fresh database.
+add_test(NAME it.reliability.first_start
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/in-netns.sh ${NODE_EXECUTABLE} --test ${rel_dir}/first_start.test.mjs)
+set_tests_properties(it.reliability.first_start PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 200)
+add_test(NAME it.pg.reliability.first_start
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh ${CMAKE_CURRENT_SOURCE_DIR}/in-netns.sh
+                 ${NODE_EXECUTABLE} --test ${rel_dir}/first_start.test.mjs)
+set_tests_properties(it.pg.reliability.first_start PROPERTIES ENVIRONMENT "${rel_env};SBX_FIRST_START_ROUNDS=25"
+                                                          TIMEOUT 200)
