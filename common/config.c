@@ -52,6 +52,9 @@ static const struct setting settings[] = {
     INT(auth_fail_limit, "100", 1, 1000000,
         "failed auths from one address per window (429 beyond)"),
     INT(auth_fail_window, "60", 1, 86400, "seconds of the failed-auth window"),
+    STR(metrics_token, "", "bearer token /metrics requires (none when unset)"),
+    STR(metrics_listen, "",
+        "address and port of a listener of its own for /metrics (default: the API listener)"),
     INT(busy_timeout_ms, "5000", 0, 600000,
         "how long a write waits for the store's write lock (SQLite busy timeout, PostgreSQL "
         "lock_timeout); 503 beyond it"),
@@ -353,11 +356,27 @@ static int make_dirs(const char *path, mode_t mode)
     return mkdir(tmp, mode) != 0 && errno != EEXIST ? -1 : 0;
 }
 
+mode_t config_private_mode(mode_t owner_mode)
+{
+    static mode_t mask = (mode_t)-1;
+    mode_t mode = owner_mode & 0700;
+    if (mask == (mode_t)-1) {
+        /* Read once, at start-up (one thread): umask() can only be read by setting it. */
+        mask = umask(0077);
+        umask(mask);
+    }
+    if ((mask & 0070) == 0) /* the unit asks for group access (UMask=0007) */
+        mode |= (mode & 0700) >> 3;
+    return mode;
+}
+
 int config_make_data_dirs(const struct sbx_config *cfg, char *err, size_t errlen)
 {
     char run_dir[600];
     snprintf(run_dir, sizeof run_dir, "%.500s/run", cfg->data_dir);
-    if (make_dirs(cfg->data_dir, 0755) != 0 || make_dirs(run_dir, 0700) != 0) {
+    /* The data directory holds every App's messages: private to sbx's user (and group, where
+     * the unit asks for it), whoever creates it first. An existing one keeps its mode. */
+    if (make_dirs(cfg->data_dir, config_private_mode(0700)) != 0 || make_dirs(run_dir, 0700) != 0) {
         snprintf(err, errlen, "cannot create %s: %s", run_dir, strerror(errno));
         return -1;
     }

@@ -73,3 +73,8 @@ add_test(NAME it.pg.reliability.first_start
                  ${NODE_EXECUTABLE} --test ${rel_dir}/first_start.test.mjs)
 set_tests_properties(it.pg.reliability.first_start PROPERTIES ENVIRONMENT "${rel_env};SBX_FIRST_START_ROUNDS=25"
                                                           TIMEOUT 200)
+
+# What files and endpoints show: data directory and database modes, an App key's view of the
+# pool, /metrics behind metrics_token and on metrics_listen.
+add_test(NAME it.reliability.exposure COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/exposure.test.mjs)
+set_tests_properties(it.reliability.exposure PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 120)

@@ -4,10 +4,13 @@
  * cached statements.
  */
 #include "sql.h"
+#include "config.h"
 #include "log.h"
 #include "migrations.h"
 #include "timefmt.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -449,6 +452,7 @@ struct store *store_sqlite_open(const char *path, int busy_timeout_ms, const cha
     struct store *st = calloc(1, sizeof *st);
     struct sq_store *s = calloc(1, sizeof *s);
     sqlite3 *db;
+    int fd;
 
     if (!st || !s) {
         snprintf(err, errlen, "out of memory");
@@ -473,6 +477,14 @@ struct store *store_sqlite_open(const char *path, int busy_timeout_ms, const cha
     pthread_key_create(&s->conn_key, NULL);
     st->cls = s;
 
+    /* A new database is created private (0600, or 0660 where the unit asks for a shared group)
+     * rather than with SQLite's 0644: it holds every App's messages. SQLite gives the -wal and
+     * -shm files the database's own mode. */
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, config_private_mode(0600));
+    if (fd >= 0)
+        close(fd);
+    else if (errno != EEXIST)
+        log_warn("store: cannot create %s: %s (SQLite will try)", path, strerror(errno));
     db =
         sq_open_conn(s, s->busy_timeout_ms > SQ_OPEN_WAIT_MS ? s->busy_timeout_ms : SQ_OPEN_WAIT_MS,
                      err, errlen);
