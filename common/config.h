@@ -29,6 +29,7 @@ struct sbx_config {
     int64_t conn_timeout;        /* SBX_CONN_TIMEOUT: idle seconds before a connection is closed */
     int64_t auth_fail_limit;     /* SBX_AUTH_FAIL_LIMIT: failed auths per address per window */
     int64_t auth_fail_window;    /* SBX_AUTH_FAIL_WINDOW: seconds of that window (429 beyond) */
+    char trusted_proxies[1024];  /* SBX_TRUSTED_PROXIES: whose X-Forwarded-For is believed */
     char metrics_token[256];     /* SBX_METRICS_TOKEN: bearer token of /metrics, "" for none */
     char metrics_listen[128];    /* SBX_METRICS_LISTEN: host:port of /metrics, "" for listen */
     int64_t busy_timeout_ms;     /* SBX_BUSY_TIMEOUT_MS: SQLite busy timeout */

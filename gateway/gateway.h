@@ -19,6 +19,7 @@
 struct longpoll;
 struct metrics;
 struct ratelimit;
+struct trusted_proxies;
 struct notify_peer;
 
 struct gateway {
@@ -28,6 +29,8 @@ struct gateway {
     struct longpoll *lp;
     struct metrics *metrics;
     struct ratelimit *rl;            /* failed auths per client address */
+    struct ratelimit *rl_prefix;     /* failed auths per presented token prefix */
+    struct trusted_proxies *proxies; /* whose X-Forwarded-For names the client */
     uint8_t admin_hash[32];          /* SHA-256 of the admin token */
     uint8_t metrics_hash[32];        /* SHA-256 of metrics_token, when it is set */
     /* The listener of its own for /metrics (metrics_listen), or NULL: /metrics on the API one. */

@@ -4,6 +4,7 @@
  * thread pool until SIGINT or SIGTERM, then parks no request and stops cleanly.
  */
 #include "auth.h"
+#include "client_addr.h"
 #include "config.h"
 #include "gateway.h"
 #include "log.h"
@@ -247,15 +248,21 @@ int main(int argc, char **argv)
                 gw.cfg.metrics_listen);
         return 2;
     }
+    if (!(gw.proxies = trusted_proxies_parse(gw.cfg.trusted_proxies, err, sizeof err))) {
+        fprintf(stderr, "sbx-gateway: %s\n", err);
+        return 2;
+    }
     snprintf(run_dir, sizeof run_dir, "%s/run", gw.cfg.data_dir);
     if (config_make_data_dirs(&gw.cfg, err, sizeof err) != 0) {
         fprintf(stderr, "sbx-gateway: %s\n", err);
+        trusted_proxies_free(gw.proxies);
         return 1;
     }
     gw.st = store_open(gw.cfg.store, gw.cfg.db_path, (int)gw.cfg.busy_timeout_ms,
                        gw.cfg.synchronous, err, sizeof err);
     if (!gw.st) {
         fprintf(stderr, "sbx-gateway: %s\n", err);
+        trusted_proxies_free(gw.proxies);
         return 1;
     }
     if (bootstrap_admin(&gw) != 0) {
@@ -265,8 +272,9 @@ int main(int argc, char **argv)
     gw.workers = notify_peer_new(gw.cfg.store, run_dir, "worker");
     gw.metrics = metrics_new();
     gw.rl = ratelimit_new(gw.cfg.auth_fail_limit, gw.cfg.auth_fail_window * 1000);
+    gw.rl_prefix = ratelimit_new(gw.cfg.auth_fail_limit, gw.cfg.auth_fail_window * 1000);
     gw.lp = longpoll_start(&gw, err, sizeof err);
-    if (!gw.workers || !gw.metrics || !gw.rl || !gw.lp) {
+    if (!gw.workers || !gw.metrics || !gw.rl || !gw.rl_prefix || !gw.lp) {
         log_error("cannot start: %s", gw.lp ? "out of memory" : err);
         goto out;
     }
@@ -314,6 +322,8 @@ out:
         MHD_stop_daemon(gw.metrics_daemon);
     longpoll_free(gw.lp);
     ratelimit_free(gw.rl);
+    ratelimit_free(gw.rl_prefix);
+    trusted_proxies_free(gw.proxies);
     metrics_free(gw.metrics);
     notify_peer_free(gw.workers);
     gw.st->close(gw.st);

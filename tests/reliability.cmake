@@ -78,3 +78,8 @@ set_tests_properties(it.pg.reliability.first_start PROPERTIES ENVIRONMENT "${rel
 # pool, /metrics behind metrics_token and on metrics_listen.
 add_test(NAME it.reliability.exposure COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/exposure.test.mjs)
 set_tests_properties(it.reliability.exposure PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 120)
+
+# The failed-auth limiter behind a load balancer: trusted_proxies and X-Forwarded-For, failures
+# per presented key prefix.
+add_test(NAME it.reliability.proxy_auth COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/proxy_auth.test.mjs)
+set_tests_properties(it.reliability.proxy_auth PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 120)
