@@ -26,3 +26,9 @@ if(NODE_EXECUTABLE)
       TIMEOUT 120)
   endforeach()
 endif()
+
+# Removing an untrusted tree (a Workspace) by directory fds, against a concurrent exchanger.
+add_executable(test_tree_remove ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_tree_remove.c)
+target_link_libraries(test_tree_remove PRIVATE sbxcommon PkgConfig::CMOCKA Threads::Threads)
+add_test(NAME unit.common.tree_remove COMMAND test_tree_remove)
+set_tests_properties(unit.common.tree_remove PROPERTIES TIMEOUT 120)

@@ -83,3 +83,8 @@ set_tests_properties(it.reliability.exposure PROPERTIES ENVIRONMENT "${rel_env}"
 # per presented key prefix.
 add_test(NAME it.reliability.proxy_auth COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/proxy_auth.test.mjs)
 set_tests_properties(it.reliability.proxy_auth PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 120)
+
+# DELETE /v1/workspaces while the Session's Sandbox has not stopped (409), and the removal's
+# handling of planted symlinks.
+add_test(NAME it.reliability.workspace_delete COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/workspace_delete.test.mjs)
+set_tests_properties(it.reliability.workspace_delete PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 120)
