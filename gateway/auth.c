@@ -96,15 +96,18 @@ static bool auth_fail(struct request *r, const char *addr, const char *token, co
                       enum MHD_Result *ret)
 {
     char prefix[AUTH_KEY_SHOWN_PREFIX + 1], retry[32];
-    int64_t now = mono_ms(), retry_after;
+    int64_t now = mono_ms(), retry_after = 0;
+    bool prefix_blocked = false;
     if (token) {
         token_prefix(token, prefix);
+        /* Like the address: the failures up to the limit are 401, the ones after it 429. */
+        prefix_blocked = ratelimit_blocked(r->gw->rl_prefix, prefix, now, &retry_after);
         ratelimit_fail(r->gw->rl, addr, now);
         ratelimit_fail(r->gw->rl_prefix, prefix, now);
     }
     log_emit(LOG_LEVEL_INFO, r->request_id, "auth failed from %s on %s %s: %s", addr, r->method,
              r->path, why);
-    if (token && ratelimit_blocked(r->gw->rl_prefix, prefix, now, &retry_after)) {
+    if (prefix_blocked) {
         snprintf(retry, sizeof retry, "%lld", (long long)retry_after);
         *ret = reply_problem_header(r, "rate-limited", NULL, "Retry-After", retry,
                                     "too many failed authentication attempts with tokens "
