@@ -49,6 +49,8 @@ static const struct setting settings[] = {
     INT(http_threads, "8", 1, 1024, "gateway HTTP threads"),
     INT(conn_limit, "10000", 1, 1000000, "simultaneous HTTP connections"),
     INT(conn_timeout, "120", 1, 86400, "seconds an idle HTTP connection is kept"),
+    INT(conn_per_client, "256", 1, 1000000,
+        "simultaneous HTTP connections from one client address (trusted proxies: unlimited)"),
     INT(auth_fail_limit, "100", 1, 1000000,
         "failed auths from one client address, or with one key prefix, per window (429 beyond)"),
     INT(auth_fail_window, "60", 1, 86400, "seconds of the failed-auth window"),

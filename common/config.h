@@ -27,6 +27,7 @@ struct sbx_config {
     int64_t http_threads;        /* SBX_HTTP_THREADS: gateway thread pool */
     int64_t conn_limit;          /* SBX_CONN_LIMIT: simultaneous HTTP connections */
     int64_t conn_timeout;        /* SBX_CONN_TIMEOUT: idle seconds before a connection is closed */
+    int64_t conn_per_client;     /* SBX_CONN_PER_CLIENT: connections from one client address */
     int64_t auth_fail_limit;     /* SBX_AUTH_FAIL_LIMIT: failed auths per address per window */
     int64_t auth_fail_window;    /* SBX_AUTH_FAIL_WINDOW: seconds of that window (429 beyond) */
     char trusted_proxies[1024];  /* SBX_TRUSTED_PROXIES: whose X-Forwarded-For is believed */

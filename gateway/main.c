@@ -5,6 +5,7 @@
  */
 #include "auth.h"
 #include "client_addr.h"
+#include "client_conns.h"
 #include "config.h"
 #include "gateway.h"
 #include "log.h"
@@ -177,9 +178,11 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     log_warn("http: %s", msg);
 }
 
-/* A listener on sa with threads HTTP threads and up to conn_limit connections, or NULL. */
+/* A listener on sa with threads HTTP threads and up to conn_limit connections, at most
+ * conn_per_client of them from one client address when conns is given; or NULL. */
 static struct MHD_Daemon *start_listener(struct gateway *gw, const struct sockaddr_storage *sa,
-                                         unsigned threads, unsigned conn_limit)
+                                         unsigned threads, unsigned conn_limit,
+                                         struct client_conns *conns)
 {
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG;
@@ -187,10 +190,12 @@ static struct MHD_Daemon *start_listener(struct gateway *gw, const struct sockad
         flags |= MHD_USE_IPv6;
     /* No MHD_OPTION_LISTENING_ADDRESS_REUSE: with SO_REUSEPORT a second gateway started on the
      * same port would silently share its connections (with another data directory, perhaps). */
-    return MHD_start_daemon(flags, 0, NULL, NULL, gateway_access_handler, gw,
-                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_SOCK_ADDR,
-                            (const struct sockaddr *)sa, MHD_OPTION_THREAD_POOL_SIZE, threads,
-                            MHD_OPTION_CONNECTION_LIMIT, conn_limit, MHD_OPTION_CONNECTION_TIMEOUT,
+    return MHD_start_daemon(flags, 0, conns ? client_conns_accept : NULL, conns,
+                            gateway_access_handler, gw, MHD_OPTION_NOTIFY_CONNECTION,
+                            conns ? client_conns_notify : NULL, conns, MHD_OPTION_EXTERNAL_LOGGER,
+                            mhd_log, NULL, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)sa,
+                            MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_LIMIT,
+                            conn_limit, MHD_OPTION_CONNECTION_TIMEOUT,
                             (unsigned)gw->cfg.conn_timeout, MHD_OPTION_NOTIFY_COMPLETED,
                             gateway_request_completed, gw, MHD_OPTION_END);
 }
@@ -273,8 +278,9 @@ int main(int argc, char **argv)
     gw.metrics = metrics_new();
     gw.rl = ratelimit_new(gw.cfg.auth_fail_limit, gw.cfg.auth_fail_window * 1000);
     gw.rl_prefix = ratelimit_new(gw.cfg.auth_fail_limit, gw.cfg.auth_fail_window * 1000);
+    gw.conns = client_conns_new(gw.cfg.conn_per_client, gw.proxies);
     gw.lp = longpoll_start(&gw, err, sizeof err);
-    if (!gw.workers || !gw.metrics || !gw.rl || !gw.rl_prefix || !gw.lp) {
+    if (!gw.workers || !gw.metrics || !gw.rl || !gw.rl_prefix || !gw.conns || !gw.lp) {
         log_error("cannot start: %s", gw.lp ? "out of memory" : err);
         goto out;
     }
@@ -283,7 +289,7 @@ int main(int argc, char **argv)
         auth_hash(gw.cfg.metrics_token, gw.metrics_hash);
     /* The metrics listener first: once the API listener runs, /metrics is refused there. */
     if (gw.cfg.metrics_listen[0]) {
-        gw.metrics_daemon = start_listener(&gw, &metrics_sa, 0, 64); /* one thread */
+        gw.metrics_daemon = start_listener(&gw, &metrics_sa, 0, 64, NULL); /* one thread */
         if (!gw.metrics_daemon) {
             log_error("cannot listen for /metrics on %s (in use, or not an address of this host?)",
                       gw.cfg.metrics_listen);
@@ -291,8 +297,8 @@ int main(int argc, char **argv)
         }
         log_info("/metrics served on %s:%u", metrics_host, listener_port(gw.metrics_daemon));
     }
-    struct MHD_Daemon *d =
-        start_listener(&gw, &sa, (unsigned)gw.cfg.http_threads, (unsigned)gw.cfg.conn_limit);
+    struct MHD_Daemon *d = start_listener(&gw, &sa, (unsigned)gw.cfg.http_threads,
+                                          (unsigned)gw.cfg.conn_limit, gw.conns);
     if (!d) {
         log_error("cannot listen on %s (in use, or not an address of this host?)", gw.cfg.listen);
         goto out;
@@ -323,6 +329,7 @@ out:
     longpoll_free(gw.lp);
     ratelimit_free(gw.rl);
     ratelimit_free(gw.rl_prefix);
+    client_conns_free(gw.conns);
     trusted_proxies_free(gw.proxies);
     metrics_free(gw.metrics);
     notify_peer_free(gw.workers);

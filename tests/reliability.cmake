@@ -88,3 +88,8 @@ set_tests_properties(it.reliability.proxy_auth PROPERTIES ENVIRONMENT "${rel_env
 # handling of planted symlinks.
 add_test(NAME it.reliability.workspace_delete COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/workspace_delete.test.mjs)
 set_tests_properties(it.reliability.workspace_delete PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 120)
+
+# Bounded answers: 200 messages of 1 MiB listed by four clients at once under a peak RSS bound
+# (the gateway in a memory cgroup of its own where one can be made); connections per client.
+add_test(NAME it.reliability.bounded_answers COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/bounded_answers.test.mjs)
+set_tests_properties(it.reliability.bounded_answers PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 300)

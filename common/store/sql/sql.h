@@ -195,6 +195,12 @@ struct sql_page {
 };
 enum store_status sql_read_page(struct store *st, struct sql_stmt *s, size_t limit,
                                 const struct sql_page *pg, void *out, size_t *n, char *next_cursor);
+/* The same, and the page also ends (early, with a cursor) once its items hold STORE_PAGE_BYTES
+ * as item_bytes counts them (NULL: by count only); it always holds at least one item. */
+enum store_status sql_read_page_bounded(struct store *st, struct sql_stmt *s, size_t limit,
+                                        const struct sql_page *pg,
+                                        size_t (*item_bytes)(const void *item), void *out,
+                                        size_t *n, char *next_cursor);
 
 /* Steps s (bound) for at most one row: STORE_OK with the row in out (through pg->from_row, on a
  * zeroed item), STORE_NOT_FOUND without one. Resets s. */

@@ -63,14 +63,22 @@ enum store_status sql_event(struct store *st, const struct store_ctx *ctx, const
 enum store_status sql_read_page(struct store *st, struct sql_stmt *s, size_t limit,
                                 const struct sql_page *pg, void *out, size_t *n, char *next_cursor)
 {
+    return sql_read_page_bounded(st, s, limit, pg, NULL, out, n, next_cursor);
+}
+
+enum store_status sql_read_page_bounded(struct store *st, struct sql_stmt *s, size_t limit,
+                                        const struct sql_page *pg,
+                                        size_t (*item_bytes)(const void *item), void *out,
+                                        size_t *n, char *next_cursor)
+{
     char *items = NULL;
-    size_t count = 0;
+    size_t count = 0, bytes = 0;
     int64_t last = 0;
     int rc;
 
     next_cursor[0] = '\0';
     while ((rc = sql_step(s)) == SQL_ROW) {
-        if (count == limit) {
+        if (count == limit || (item_bytes && count > 0 && bytes >= STORE_PAGE_BYTES)) {
             snprintf(next_cursor, STORE_CURSOR_LEN, "%" PRId64, last);
             break;
         }
@@ -81,7 +89,10 @@ enum store_status sql_read_page(struct store *st, struct sql_stmt *s, size_t lim
         }
         items = grown;
         memset(items + count * pg->elem_size, 0, pg->elem_size);
-        last = pg->from_row(s, items + count++ * pg->elem_size);
+        last = pg->from_row(s, items + count * pg->elem_size);
+        if (item_bytes)
+            bytes += item_bytes(items + count * pg->elem_size);
+        count++;
     }
     sql_done(s);
     if (rc != SQL_ROW && rc != SQL_DONE) {

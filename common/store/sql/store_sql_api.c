@@ -51,7 +51,8 @@ static void bind_app(struct sql_stmt *s, int idx, const char *app_id)
  * ?3 the row limit): what the workspace, Session and Sandbox lists share. */
 static enum store_status app_list_page(struct store *st, const char *sql, const char *app_id,
                                        const char *after, size_t limit, const struct sql_page *pg,
-                                       void *out, size_t *n, char *next_cursor)
+                                       size_t (*item_bytes)(const void *item), void *out, size_t *n,
+                                       char *next_cursor)
 {
     struct sql_stmt *s = sql_stmt(st, sql);
     int64_t from = cursor_parse(after);
@@ -63,7 +64,7 @@ static enum store_status app_list_page(struct store *st, const char *sql, const 
     bind_app(s, 1, app_id);
     sql_bind_int64(s, 2, from);
     sql_bind_int64(s, 3, (int64_t)limit + 1);
-    return sql_read_page(st, s, limit, pg, out, n, next_cursor);
+    return sql_read_page_bounded(st, s, limit, pg, item_bytes, out, n, next_cursor);
 }
 
 /* Runs a statement that returns no rows; resets it. */
@@ -637,7 +638,7 @@ static enum store_status sq_workspace_list(struct store *st, const char *app_id,
                          "SELECT " WS_COLS " FROM workspaces w WHERE "
                          "(?1 = '' OR w.app_id = ?1) AND w.deleted_at IS NULL "
                          "AND w.rowid > ?2 ORDER BY w.rowid LIMIT ?3",
-                         app_id, after, limit, &workspace_page, (void *)out, n, next_cursor);
+                         app_id, after, limit, &workspace_page, NULL, (void *)out, n, next_cursor);
 }
 
 static enum store_status sq_workspace_delete(struct store *st, const struct store_ctx *ctx,
@@ -813,6 +814,12 @@ static void session_page_free(void *items, size_t n)
     store_session_list_free(items, n);
 }
 
+static size_t session_page_bytes(const void *item)
+{
+    const struct store_session *x = item;
+    return x->metadata_json ? strlen(x->metadata_json) : 0;
+}
+
 static const struct sql_page session_page = {sizeof(struct store_session), session_page_row,
                                              session_page_free};
 
@@ -824,7 +831,8 @@ static enum store_status sq_session_list(struct store *st, const char *app_id, c
                          "SELECT " SES_COLS "WHERE (?1 = '' OR s.app_id = ?1) "
                          "AND s.state <> 'deleted' AND s.rowid > ?2 "
                          "ORDER BY s.rowid LIMIT ?3",
-                         app_id, after, limit, &session_page, (void *)out, n, next_cursor);
+                         app_id, after, limit, &session_page, session_page_bytes, (void *)out, n,
+                         next_cursor);
 }
 
 static enum store_status sq_session_update(struct store *st, const struct store_ctx *ctx,
@@ -1008,6 +1016,13 @@ static void message_page_free(void *items, size_t n)
     store_message_list_free(items, n);
 }
 
+static size_t message_page_bytes(const void *item)
+{
+    const struct store_message *m = item;
+    return (m->body_json ? strlen(m->body_json) : 0) + (m->reply_json ? strlen(m->reply_json) : 0) +
+           (m->error ? strlen(m->error) : 0);
+}
+
 static const struct sql_page message_page = {sizeof(struct store_message), message_page_row,
                                              message_page_free};
 
@@ -1034,7 +1049,8 @@ static enum store_status sq_message_list(struct store *st, const char *app_id,
     sql_bind_text_copy(s, 1, session_id);
     sql_bind_int64(s, 2, from);
     sql_bind_int64(s, 3, (int64_t)limit + 1);
-    return sql_read_page(st, s, limit, &message_page, (void *)out, n, next_cursor);
+    return sql_read_page_bounded(st, s, limit, &message_page, message_page_bytes, (void *)out, n,
+                                 next_cursor);
 }
 
 /* One caller's enqueue, waiting for the committer: either a blocked caller (done_cb NULL: it
@@ -1394,7 +1410,8 @@ static enum store_status sq_sandbox_list(struct store *st, const char *app_id, c
     return app_list_page(st,
                          "SELECT " SQL_SANDBOX_COLS "FROM sandboxes WHERE (?1 = '' OR "
                          "app_id = ?1) AND rowid > ?2 ORDER BY rowid LIMIT ?3",
-                         app_id, after, limit, &sql_sandbox_page, (void *)out, n, next_cursor);
+                         app_id, after, limit, &sql_sandbox_page, NULL, (void *)out, n,
+                         next_cursor);
 }
 
 static enum store_status sq_sandbox_request_stop(struct store *st, const struct store_ctx *ctx,
