@@ -93,3 +93,9 @@ set_tests_properties(it.reliability.workspace_delete PROPERTIES ENVIRONMENT "${r
 # (the gateway in a memory cgroup of its own where one can be made); connections per client.
 add_test(NAME it.reliability.bounded_answers COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/bounded_answers.test.mjs)
 set_tests_properties(it.reliability.bounded_answers PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 300)
+
+# Two installations on one host (two data directories in one network namespace): restarting
+# either's worker leaves the other's Sandbox links, firewall elements and Workspaces alone.
+add_test(NAME it.reliability.two_installations
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/in-netns.sh ${NODE_EXECUTABLE} --test ${rel_dir}/two_installations.test.mjs)
+set_tests_properties(it.reliability.two_installations PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 240)
