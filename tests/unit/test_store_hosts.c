@@ -17,7 +17,7 @@
 
 #include "store.h"
 #include "store_fixture.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +59,7 @@ static void add_host(struct store_fixture *f, const char *host_id, const char *w
 /* An idle Session with one queued message created `age_ms` ago. */
 static void add_idle_session_with_message(struct store_fixture *f, const char *sid, int64_t age_ms)
 {
-    int64_t t = now_ms() - age_ms;
+    int64_t t = clock_wall_ms() - age_ms;
     db_exec(
         f,
         "INSERT INTO sessions (id, app_id, created_at, updated_at) VALUES ('%s', 'app_a', %lld, "

@@ -16,7 +16,7 @@
 #include "id.h"
 #include "store.h"
 #include "store_fixture.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -189,7 +189,7 @@ static void test_failed_attempt_backs_off_then_retries(void **state)
     struct store_fixture *f = *state;
     struct store_delivery d;
     bool final = true;
-    int64_t due = 0, before = now_ms();
+    int64_t due = 0, before = clock_wall_ms();
     add_session(f, "ses_1");
     add_message(f, "ses_1", 1, 3);
     add_message(f, "ses_1", 2, 3);

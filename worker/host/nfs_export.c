@@ -1,6 +1,7 @@
 /*
  * nfs_export.c: runs sbx's nfs-ganesha and manages one export per Sandbox (see nfs_export.h).
  */
+#include "clock.h"
 #include "host/nfs_export.h"
 #include "log.h"
 
@@ -53,13 +54,6 @@ static void paths_of(const struct sbx_config *cfg, struct nfs_paths *p)
     snprintf(p->log, sizeof p->log, "%.3000s/ganesha.log", p->dir);
     snprintf(p->recovery, sizeof p->recovery, "%.3000s/recovery", p->dir);
     snprintf(p->lock, sizeof p->lock, "%.3000s/lock", p->dir);
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void sleep_ms(int ms)
@@ -253,8 +247,8 @@ static int start_server(const struct nfs_paths *p, char *err, size_t errlen)
                  GANESHA_BIN);
         return -1;
     }
-    int64_t deadline = now_ms() + GANESHA_START_TIMEOUT_MS;
-    while (now_ms() < deadline) {
+    int64_t deadline = clock_mono_ms() + GANESHA_START_TIMEOUT_MS;
+    while (clock_mono_ms() < deadline) {
         if (running_pid(p) > 0 && port_listening())
             return 0;
         sleep_ms(100);
@@ -293,8 +287,8 @@ static int apply(const struct nfs_paths *p, bool need_server, char *err, size_t 
         snprintf(err, errlen, "signal %s (pid %d): %s", GANESHA_BIN, (int)pid, strerror(errno));
         return -1;
     }
-    int64_t deadline = now_ms() + GANESHA_RELOAD_TIMEOUT_MS;
-    while (now_ms() < deadline) {
+    int64_t deadline = clock_mono_ms() + GANESHA_RELOAD_TIMEOUT_MS;
+    while (clock_mono_ms() < deadline) {
         if (count_reloads(p) > before)
             return 0;
         sleep_ms(50);

@@ -4,7 +4,7 @@
  * the page reader behind every list, the records' clear()s, and the settings table.
  */
 #include "sql.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -46,7 +46,7 @@ enum store_status sql_event(struct store *st, const struct store_ctx *ctx, const
     int rc;
     if (!s)
         return STORE_ERROR;
-    sql_bind_int64(s, 1, now_ms());
+    sql_bind_int64(s, 1, clock_wall_ms());
     sql_bind_text(s, 2, ctx && ctx->actor ? ctx->actor : "unknown");
     sql_bind_text(s, 3, kind);
     sql_bind_text(s, 4, object_type);

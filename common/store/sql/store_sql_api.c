@@ -17,7 +17,7 @@
 #include "id.h"
 #include "log.h"
 #include "sql.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <pthread.h>
 #include <inttypes.h>
@@ -162,7 +162,7 @@ static enum store_status sq_app_create(struct store *st, const struct store_ctx 
     struct sql_stmt *s;
     enum store_status r;
     char data[STORE_NAME_LEN * 2 + 32], name_json[STORE_NAME_LEN * 2 + 8];
-    int64_t now = now_ms();
+    int64_t now = clock_wall_ms();
 
     if (id_new("app", app->id, sizeof app->id) != 0)
         return STORE_ERROR;
@@ -260,7 +260,7 @@ static enum store_status sq_app_update(struct store *st, const struct store_ctx 
         sql_bind_int64(s, 8, *p->max_attempts);
     if (p->command_json)
         sql_bind_text(s, 9, p->command_json);
-    sql_bind_int64(s, 10, now_ms());
+    sql_bind_int64(s, 10, clock_wall_ms());
     r = step_done(st, s);
     if (r == STORE_OK && sql_changes(st) == 0)
         r = STORE_NOT_FOUND;
@@ -298,7 +298,7 @@ static enum store_status sq_app_delete(struct store *st, const struct store_ctx 
 {
     struct sql_stmt *s;
     enum store_status r;
-    int64_t live = 0, now = now_ms();
+    int64_t live = 0, now = clock_wall_ms();
     struct store_app app;
 
     if ((r = sql_begin(st)) != STORE_OK)
@@ -406,7 +406,7 @@ static enum store_status sq_key_create(struct store *st, const struct store_ctx 
     snprintf(k.app_id, sizeof k.app_id, "%s", app_id);
     snprintf(k.name, sizeof k.name, "%s", name ? name : "");
     snprintf(k.prefix, sizeof k.prefix, "%s", prefix);
-    k.created_at = now_ms();
+    k.created_at = clock_wall_ms();
     if ((r = sql_begin(st)) != STORE_OK)
         return r;
     r = app_exists(st, app_id);
@@ -491,7 +491,7 @@ static enum store_status sq_key_revoke(struct store *st, const struct store_ctx 
         if (!s)
             return finish(st, STORE_ERROR);
         sql_bind_text(s, 1, key_id);
-        sql_bind_int64(s, 2, now_ms());
+        sql_bind_int64(s, 2, clock_wall_ms());
         r = step_done(st, s);
         if (r == STORE_OK)
             r = sql_event(st, ctx, "key.revoked", "key", key_id, app_id, NULL, NULL);
@@ -591,7 +591,7 @@ static enum store_status sq_workspace_create(struct store *st, const struct stor
         return STORE_INVALID;
     snprintf(w.app_id, sizeof w.app_id, "%s", app_id);
     snprintf(w.name, sizeof w.name, "%s", name ? name : "");
-    w.created_at = now_ms();
+    w.created_at = clock_wall_ms();
     if ((r = sql_begin(st)) != STORE_OK)
         return r;
     r = app_exists(st, app_id);
@@ -658,7 +658,7 @@ static enum store_status sq_workspace_delete(struct store *st, const struct stor
         if (!s)
             return finish(st, STORE_ERROR);
         sql_bind_text(s, 1, ws_id);
-        sql_bind_int64(s, 2, now_ms());
+        sql_bind_int64(s, 2, clock_wall_ms());
         r = step_done(st, s);
     }
     if (r == STORE_OK)
@@ -731,7 +731,7 @@ static enum store_status sq_session_create(struct store *st, const struct store_
     struct sql_stmt *s;
     enum store_status r;
     char id[STORE_ID_LEN], data[STORE_ID_LEN + 32];
-    int64_t now = now_ms();
+    int64_t now = clock_wall_ms();
 
     if (id_new("ses", id, sizeof id) != 0)
         return STORE_ERROR;
@@ -841,7 +841,7 @@ static enum store_status sq_session_update(struct store *st, const struct store_
         sql_bind_int64(s, 3, p->keep_alive_seconds != NULL);
         if (p->keep_alive_seconds && *p->keep_alive_seconds > 0)
             sql_bind_int64(s, 4, *p->keep_alive_seconds);
-        sql_bind_int64(s, 5, now_ms());
+        sql_bind_int64(s, 5, clock_wall_ms());
         r = step_done(st, s);
     }
     if (r == STORE_OK) {
@@ -914,7 +914,7 @@ static enum store_status sq_session_delete(struct store *st, const struct store_
     struct sql_stmt *s;
     enum store_status r;
     struct store_session cur = {0};
-    int64_t now = now_ms();
+    int64_t now = clock_wall_ms();
 
     if ((r = sql_begin(st)) != STORE_OK)
         return r;
@@ -1084,7 +1084,7 @@ static enum store_status enqueue_one_pg(struct store *st, struct sq_enqueue_req 
     bind_app(s, 3, q->app_id);
     sql_bind_text(s, 4, q->body_json);
     sql_bind_text_or_null(s, 5, e->ctx ? e->ctx->request_id : NULL);
-    sql_bind_int64(s, 6, now_ms());
+    sql_bind_int64(s, 6, clock_wall_ms());
     sql_bind_text(s, 7, e->ctx && e->ctx->actor ? e->ctx->actor : "unknown");
     rc = sql_step(s);
     if (rc == SQL_ROW) {
@@ -1102,7 +1102,7 @@ static enum store_status enqueue_one(struct store *st, struct sq_enqueue_req *e)
     const struct store_enqueue *q = e->req;
     struct sql_stmt *s;
     enum store_status r;
-    int64_t seq = 0, max_attempts = 0, now = now_ms();
+    int64_t seq = 0, max_attempts = 0, now = clock_wall_ms();
     char id[STORE_ID_LEN], data[64], app_id[STORE_ID_LEN];
     int rc;
 
@@ -1402,7 +1402,7 @@ static enum store_status sq_sandbox_request_stop(struct store *st, const struct 
         if (!s)
             return finish(st, STORE_ERROR);
         sql_bind_text(s, 1, sandbox_id);
-        sql_bind_int64(s, 2, now_ms());
+        sql_bind_int64(s, 2, clock_wall_ms());
         r = step_done(st, s);
         if (r == STORE_OK)
             r = sql_event(st, ctx, "sandbox.stop_requested", "sandbox", sandbox_id, b.app_id,

@@ -11,7 +11,7 @@
 #include "sql.h"
 #include "id.h"
 #include "log.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -95,7 +95,7 @@ static enum store_status q_worker_register(struct store *st, const char *worker_
     sql_bind_text(s, 1, worker_id);
     sql_bind_text(s, 2, host);
     sql_bind_int64(s, 3, pid);
-    sql_bind_int64(s, 4, now_ms());
+    sql_bind_int64(s, 4, clock_wall_ms());
     return q_step_done(st, s);
 }
 
@@ -108,7 +108,7 @@ static enum store_status q_worker_heartbeat(struct store *st, const char *worker
     if (!s)
         return STORE_ERROR;
     sql_bind_text(s, 1, worker_id);
-    sql_bind_int64(s, 2, now_ms());
+    sql_bind_int64(s, 2, clock_wall_ms());
     rc = q_step_done(st, s);
     if (rc == STORE_OK && sql_changes(st) == 0)
         return STORE_CONFLICT;
@@ -121,7 +121,7 @@ static enum store_status q_worker_stop(struct store *st, const char *worker_id)
     if (!s)
         return STORE_ERROR;
     sql_bind_text(s, 1, worker_id);
-    sql_bind_int64(s, 2, now_ms());
+    sql_bind_int64(s, 2, clock_wall_ms());
     return q_step_done(st, s);
 }
 
@@ -162,7 +162,7 @@ static enum store_status q_worker_list_dead(struct store *st, int64_t stale_ms,
                                       "heartbeat_at < ?1 ORDER BY started_at");
     if (!s)
         return STORE_ERROR;
-    sql_bind_int64(s, 1, now_ms() - stale_ms);
+    sql_bind_int64(s, 1, clock_wall_ms() - stale_ms);
     return q_collect_ids(st, s, ids, n);
 }
 
@@ -212,7 +212,7 @@ static enum store_status q_session_to_idle(struct store *st, const struct store_
     if (!s)
         return STORE_ERROR;
     sql_bind_text(s, 1, session_id);
-    sql_bind_int64(s, 2, now_ms());
+    sql_bind_int64(s, 2, clock_wall_ms());
     rc = q_step_done(st, s);
     if (rc != STORE_OK || sql_changes(st) == 0)
         return rc;
@@ -232,7 +232,7 @@ static enum store_status q_session_touch(struct store *st, const char *session_i
         return STORE_ERROR;
     sql_bind_text(s, 1, session_id);
     sql_bind_int64(s, 2, expires_at);
-    sql_bind_int64(s, 3, now_ms());
+    sql_bind_int64(s, 3, clock_wall_ms());
     return q_step_done(st, s);
 }
 
@@ -486,7 +486,7 @@ static enum store_status q_claim_in_tx(struct store *st, const struct store_ctx 
                                        struct store_delivery *out)
 {
     struct q_pick pick;
-    int64_t now = now_ms();
+    int64_t now = clock_wall_ms();
     enum store_status rc = q_claim_choose(st, worker_id, owned_only, placement, now, true, &pick);
     if (rc != STORE_OK)
         return rc;
@@ -544,7 +544,7 @@ static enum store_status q_claim_peek(struct store *st, const char *worker_id, b
                                       const struct store_placement *placement)
 {
     struct q_pick pick;
-    return q_claim_choose(st, worker_id, owned_only, placement, now_ms(), false, &pick);
+    return q_claim_choose(st, worker_id, owned_only, placement, clock_wall_ms(), false, &pick);
 }
 
 static enum store_status q_claim(struct store *st, const struct store_ctx *ctx,
@@ -600,7 +600,7 @@ static enum store_status q_queue_extend_lease(struct store *st, const char *mess
         return STORE_ERROR;
     sql_bind_text(s, 1, message_id);
     sql_bind_text(s, 2, worker_id);
-    sql_bind_int64(s, 3, now_ms() + lease_ms);
+    sql_bind_int64(s, 3, clock_wall_ms() + lease_ms);
     rc = q_step_done(st, s);
     if (rc == STORE_OK && sql_changes(st) == 0)
         return STORE_CONFLICT;
@@ -650,7 +650,7 @@ static enum store_status q_complete_in_tx(struct store *st, const struct store_c
     sql_bind_text(s, 2, worker_id);
     sql_bind_text(s, 3, reply_json ? reply_json : "null");
     sql_bind_text_or_null(s, 4, sandbox_id);
-    sql_bind_int64(s, 5, now_ms());
+    sql_bind_int64(s, 5, clock_wall_ms());
     if ((rc = q_step_done(st, s)) != STORE_OK)
         return rc;
     if (sql_changes(st) == 0)
@@ -684,7 +684,7 @@ static enum store_status q_fail_in_tx(struct store *st, const struct store_ctx *
                                       int64_t backoff_ms, bool *final)
 {
     char session_id[STORE_ID_LEN], app_id[STORE_ID_LEN];
-    int64_t attempts, max_attempts, now = now_ms();
+    int64_t attempts, max_attempts, now = clock_wall_ms();
     enum store_status rc;
     struct sql_stmt *check =
         sql_stmt(st, "SELECT 1 FROM messages WHERE id = ?1 AND "
@@ -772,7 +772,7 @@ static enum store_status q_queue_release(struct store *st, const struct store_ct
         return q_end(st, STORE_ERROR);
     sql_bind_text(s, 1, message_id);
     sql_bind_text(s, 2, worker_id);
-    sql_bind_int64(s, 3, now_ms());
+    sql_bind_int64(s, 3, clock_wall_ms());
     rc = q_step_done(st, s);
     if (rc == STORE_OK && sql_changes(st) == 0)
         rc = STORE_CONFLICT;
@@ -811,7 +811,7 @@ static enum store_status q_queue_requeue_expired(struct store *st, const struct 
                                       "lease_expires_at < ?1");
     if (!s)
         return q_end(st, STORE_ERROR);
-    sql_bind_int64(s, 1, now_ms());
+    sql_bind_int64(s, 1, clock_wall_ms());
     rc = q_collect_ids(st, s, &ids, &count);
     if (rc == STORE_OK)
         rc =
@@ -879,7 +879,7 @@ static enum store_status q_sandbox_insert(struct store *st, const struct store_c
     sql_bind_int64(s, 5, shape->mem_size_mib);
     sql_bind_text(s, 6, worker_id);
     sql_bind_int64(s, 7, cold ? 1 : 0);
-    sql_bind_int64(s, 8, now_ms());
+    sql_bind_int64(s, 8, clock_wall_ms());
     rc = q_step_done(st, s);
     /* A worker that was stopped (its host declared lost, or itself taken for dead) records no new
      * Sandbox: nobody would ever end it. */
@@ -917,7 +917,7 @@ static enum store_status q_sandbox_set_runtime(struct store *st, const struct st
     sql_bind_text_or_null(s, 4, sb->cgroup_path);
     sql_bind_text_or_null(s, 5, sb->net_address);
     sql_bind_text_or_null(s, 6, sb->image_hash);
-    sql_bind_int64(s, 7, now_ms());
+    sql_bind_int64(s, 7, clock_wall_ms());
     rc = q_step_done(st, s);
     if (rc == STORE_OK && sql_changes(st) == 0)
         return STORE_NOT_FOUND;
@@ -939,7 +939,7 @@ static enum store_status q_sandbox_mark_warm(struct store *st, const struct stor
         return q_end(st, STORE_ERROR);
     sql_bind_text(s, 1, sandbox_id);
     sql_bind_int64(s, 2, boot_ms);
-    sql_bind_int64(s, 3, now_ms());
+    sql_bind_int64(s, 3, clock_wall_ms());
     rc = q_step_done(st, s);
     if (rc == STORE_OK && sql_changes(st) == 0)
         rc = STORE_CONFLICT;
@@ -964,7 +964,7 @@ static enum store_status q_session_point_at(struct store *st, const char *sessio
     sql_bind_text(s, 1, session_id);
     sql_bind_text(s, 2, sandbox_id);
     sql_bind_text(s, 3, worker_id);
-    sql_bind_int64(s, 4, now_ms());
+    sql_bind_int64(s, 4, clock_wall_ms());
     rc = q_step_done(st, s);
     if (rc == STORE_OK && sql_changes(st) == 0)
         return STORE_CONFLICT; /* deleted meanwhile, or no longer ours */
@@ -982,7 +982,7 @@ static enum store_status q_claim_warm_in_tx(struct store *st, const struct store
                                          "stop_requested_at IS NULL ORDER BY ready_at LIMIT 1");
     char sandbox_id[STORE_ID_LEN];
     enum store_status rc;
-    int64_t now = now_ms();
+    int64_t now = clock_wall_ms();
     int r;
     if (!pick)
         return STORE_ERROR;
@@ -1041,7 +1041,7 @@ static enum store_status q_sandbox_assign(struct store *st, const struct store_c
     enum store_status rc;
     bool began = q_begin(st, &rc);
     struct store_sandbox sb;
-    int64_t now = now_ms();
+    int64_t now = clock_wall_ms();
     if (!began)
         return rc;
     struct sql_stmt *s = sql_stmt(st, "UPDATE sandboxes SET state = 'claimed', app_id = ?2, "
@@ -1073,7 +1073,7 @@ static enum store_status q_sandbox_mark_running(struct store *st, const struct s
     enum store_status rc;
     bool began = q_begin(st, &rc);
     struct store_sandbox sb;
-    int64_t now = now_ms();
+    int64_t now = clock_wall_ms();
     if (!began)
         return rc;
     struct sql_stmt *s = sql_stmt(st, "UPDATE sandboxes SET state = 'running', updated_at = ?2 "
@@ -1128,7 +1128,7 @@ static enum store_status q_sandbox_mark_stopping(struct store *st, const struct 
         return q_end(st, STORE_ERROR);
     sql_bind_text(s, 1, sandbox_id);
     sql_bind_text_or_null(s, 2, reason);
-    sql_bind_int64(s, 3, now_ms());
+    sql_bind_int64(s, 3, clock_wall_ms());
     rc = q_step_done(st, s);
     if (rc == STORE_OK && sql_changes(st) == 0)
         rc = STORE_CONFLICT;
@@ -1164,7 +1164,7 @@ static enum store_status q_finish_in_tx(struct store *st, const struct store_ctx
     struct store_sandbox sb;
     enum store_status rc;
     int64_t cpu = usage ? usage->cpu_usec : -1, mem = usage ? usage->mem_peak_bytes : -1;
-    int64_t now = now_ms();
+    int64_t now = clock_wall_ms();
 
     if ((rc = q_sandbox_load(st, sandbox_id, &sb)) != STORE_OK)
         return rc;
@@ -1347,7 +1347,7 @@ static enum store_status q_release_worker_in_tx(struct store *st, const struct s
 static enum store_status q_adopt_in_tx(struct store *st, const struct store_ctx *ctx,
                                        const char *dead_worker_id, const char *new_owner)
 {
-    int64_t now = now_ms();
+    int64_t now = clock_wall_ms();
     size_t n = 0;
     enum store_status rc = q_release_worker_in_tx(
         st, ctx, dead_worker_id, now, "worker lost while delivering (worker restart)", &n);
@@ -1411,7 +1411,7 @@ static enum store_status q_host_register(struct store *st, const struct store_ct
                                          int64_t *was_lost_at)
 {
     enum store_status rc;
-    int64_t now = now_ms(), lost_at = 0;
+    int64_t now = clock_wall_ms(), lost_at = 0;
     bool known = false;
     int r;
     if (!host->id[0] || host->capacity < 1)
@@ -1477,7 +1477,7 @@ static enum store_status q_host_heartbeat(struct store *st, const char *host_id)
     if (!s)
         return STORE_ERROR;
     sql_bind_text(s, 1, host_id);
-    sql_bind_int64(s, 2, now_ms());
+    sql_bind_int64(s, 2, clock_wall_ms());
     rc = q_step_done(st, s);
     if (rc == STORE_OK && sql_changes(st) == 0)
         return STORE_CONFLICT; /* declared lost (or never registered) */
@@ -1603,7 +1603,7 @@ static enum store_status q_host_declare_lost(struct store *st, const struct stor
     enum store_status rc;
     char(*ids)[STORE_HOST_ID_LEN] = NULL;
     size_t n = 0;
-    int64_t now = now_ms();
+    int64_t now = clock_wall_ms();
     int r;
 
     if (n_lost)

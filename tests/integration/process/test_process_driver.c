@@ -3,6 +3,7 @@
  * namespaces from the built rootfs, speaks the agent channel protocol to sbx-agent and the echo
  * agent, attaches Workspaces, terminates and reaps. Needs root (CI runs as root).
  */
+#include "clock.h"
 #include "host/cgroup.h"
 #include "drivers/driver.h"
 #include "id.h"
@@ -43,13 +44,6 @@ struct sandbox {
     size_t len;
 };
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static bool path_exists(const char *p)
 {
     struct stat st;
@@ -59,7 +53,7 @@ static bool path_exists(const char *p)
 /* True when pid has ended (gone, or a zombie its new parent has not reaped yet) within 2 s. */
 static bool process_ended(pid_t pid)
 {
-    int64_t deadline = now_ms() + 2000;
+    int64_t deadline = clock_mono_ms() + 2000;
     do {
         char path[64], buf[512] = "";
         snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
@@ -74,7 +68,7 @@ static bool process_ended(pid_t pid)
             return true;
         struct timespec ts = {0, 20000000};
         nanosleep(&ts, NULL);
-    } while (now_ms() < deadline);
+    } while (clock_mono_ms() < deadline);
     return false;
 }
 
@@ -112,7 +106,7 @@ static void send_line(struct sandbox *sb, const char *fmt, ...)
 /* Next channel line as JSON; NULL on timeout or end of stream. Skips log lines. */
 static json_t *read_json(struct sandbox *sb, int timeout_ms)
 {
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = clock_mono_ms() + timeout_ms;
     for (;;) {
         char *nl = memchr(sb->buf, '\n', sb->len);
         if (nl) {
@@ -129,7 +123,7 @@ static json_t *read_json(struct sandbox *sb, int timeout_ms)
             }
             return v;
         }
-        int left = (int)(deadline - now_ms());
+        int left = (int)(deadline - clock_mono_ms());
         struct pollfd p = {.fd = sb->rt.channel_fd, .events = POLLIN};
         if (left <= 0 || poll(&p, 1, left) != 1)
             return NULL;
@@ -486,8 +480,8 @@ static void test_worker_death_kills_sandbox(void **state)
     /* PR_SET_PDEATHSIG: the Sandbox's init dies with the worker, without anyone reaping. */
     char cg_events[600];
     snprintf(cg_events, sizeof cg_events, "%s", rec.cgroup_path);
-    int64_t deadline = now_ms() + 5000;
-    while (cgroup_populated(cg_events) && now_ms() < deadline) {
+    int64_t deadline = clock_mono_ms() + 5000;
+    while (cgroup_populated(cg_events) && clock_mono_ms() < deadline) {
         struct timespec ts = {0, 20000000};
         nanosleep(&ts, NULL);
     }

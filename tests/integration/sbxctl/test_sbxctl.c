@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "clock.h"
 #include "host/firewall.h"
 #include "store.h"
 #include "timefmt.h"
@@ -178,7 +179,7 @@ static void sql(sqlite3 *db, const char *fmt, ...)
 static int64_t tick(void)
 {
     static int64_t last;
-    int64_t t = now_ms();
+    int64_t t = clock_wall_ms();
     last = t > last ? t : last + 1;
     return last;
 }
@@ -262,7 +263,7 @@ static void complete(struct fixture *f, const char *msg, const char *session, co
 {
     assert_int_equal(f->st->queue_complete(f->st, &worker_ctx, msg, "wrk_test", sandbox, reply),
                      STORE_OK);
-    assert_int_equal(f->st->session_touch(f->st, session, now_ms() + 60000), STORE_OK);
+    assert_int_equal(f->st->session_touch(f->st, session, clock_wall_ms() + 60000), STORE_OK);
 }
 
 static void sandbox_end(struct fixture *f, const char *id, bool failed, const char *reason)
@@ -353,7 +354,7 @@ static void build_scenario(struct fixture *f)
 
     /* The pool refills, strictly after t_end. */
     usleep(2000);
-    f->t_end = now_ms();
+    f->t_end = clock_wall_ms();
     usleep(2000);
     sandbox_boot(f, f->sbD, false);
 }
