@@ -1,9 +1,10 @@
 /*
- * store_sql.c: the parts of the store that do not depend on the SQL engine (sql.h): state names,
- * column helpers, the audit event writer that every mutation calls inside its own transaction,
- * the page reader behind every list, the records' clear()s, and the settings table.
+ * store_sql.c: what the store's per-table files share (store_sql.h): the state and status names,
+ * column copies, running statements, ending transactions, one-row, paged and id-list reads, the
+ * audit event writer that every mutation calls inside its own transaction, and store_sql_init(),
+ * which assembles the function table from every table's file. No hidden state.
  */
-#include "sql.h"
+#include "store_sql.h"
 #include "clock.h"
 
 #include <inttypes.h>
@@ -23,6 +24,8 @@ const char *store_status_name(enum store_status st)
     return (unsigned)st < sizeof names / sizeof names[0] ? names[st] : "unknown";
 }
 
+/* ---- statements ---- */
+
 void sql_col_copy(struct sql_stmt *s, int col, char *out, size_t outlen)
 {
     const char *t = sql_col_text(s, col);
@@ -35,30 +38,54 @@ char *sql_col_dup(struct sql_stmt *s, int col)
     return t ? strdup(t) : NULL;
 }
 
-enum store_status sql_event(struct store *st, const struct store_ctx *ctx, const char *kind,
-                            const char *object_type, const char *object_id, const char *app_id,
-                            const char *session_id, const char *data_json)
+enum store_status sql_step_done(struct store *st, struct sql_stmt *s)
 {
-    struct sql_stmt *s =
-        sql_stmt(st, "INSERT INTO events (at, actor, kind, object_type, object_id, "
-                     "app_id, session_id, request_id, data) "
-                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
     int rc;
     if (!s)
         return STORE_ERROR;
-    sql_bind_int64(s, 1, clock_wall_ms());
-    sql_bind_text(s, 2, ctx && ctx->actor ? ctx->actor : "unknown");
-    sql_bind_text(s, 3, kind);
-    sql_bind_text(s, 4, object_type);
-    sql_bind_text(s, 5, object_id);
-    sql_bind_text_or_null(s, 6, app_id);
-    sql_bind_text_or_null(s, 7, session_id);
-    sql_bind_text_or_null(s, 8, ctx ? ctx->request_id : NULL);
-    sql_bind_text_or_null(s, 9, data_json);
     rc = sql_step(s);
     sql_done(s);
     return rc == SQL_DONE ? STORE_OK : sql_status(st, rc);
 }
+
+enum store_status sql_step_change(struct store *st, struct sql_stmt *s,
+                                  enum store_status if_unchanged)
+{
+    enum store_status rc = sql_step_done(st, s);
+    if (rc == STORE_OK && sql_changes(st) == 0)
+        return if_unchanged;
+    return rc;
+}
+
+enum store_status sql_step_int(struct store *st, struct sql_stmt *s, int64_t *out)
+{
+    enum store_status r = STORE_OK;
+    int rc;
+    if (!s)
+        return STORE_ERROR;
+    rc = sql_step(s);
+    if (rc == SQL_ROW)
+        *out = sql_col_int64(s, 0);
+    else
+        r = rc == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, rc);
+    sql_done(s);
+    return r;
+}
+
+enum store_status sql_end(struct store *st, enum store_status rc)
+{
+    if (rc == STORE_OK)
+        return sql_commit(st);
+    sql_rollback(st);
+    return rc;
+}
+
+void sql_bind_app(struct sql_stmt *s, int idx, const char *app_id)
+{
+    sql_bind_text_copy(s, idx, app_id ? app_id : "");
+}
+
+/* ---- reads ---- */
 
 enum store_status sql_read_page(struct store *st, struct sql_stmt *s, size_t limit,
                                 const struct sql_page *pg, void *out, size_t *n, char *next_cursor)
@@ -95,11 +122,23 @@ enum store_status sql_read_page(struct store *st, struct sql_stmt *s, size_t lim
     return STORE_OK;
 }
 
+enum store_status sql_read_all(struct store *st, struct sql_stmt *s, const struct sql_page *pg,
+                               void *out, size_t *n)
+{
+    char no_cursor[STORE_CURSOR_LEN];
+    if (!s)
+        return STORE_ERROR;
+    return sql_read_page(st, s, SIZE_MAX, pg, out, n, no_cursor);
+}
+
 enum store_status sql_read_one(struct store *st, struct sql_stmt *s, const struct sql_page *pg,
                                void *out)
 {
-    int rc = sql_step(s);
     enum store_status r = STORE_OK;
+    int rc;
+    if (!s)
+        return STORE_ERROR;
+    rc = sql_step(s);
     if (rc == SQL_ROW) {
         memset(out, 0, pg->elem_size);
         pg->from_row(s, out);
@@ -109,6 +148,92 @@ enum store_status sql_read_one(struct store *st, struct sql_stmt *s, const struc
     sql_done(s);
     return r;
 }
+
+void sql_free_items(void *items, size_t n)
+{
+    (void)n;
+    free(items);
+}
+
+int64_t sql_cursor_parse(const char *after)
+{
+    if (!after || !*after)
+        return 0;
+    char *end;
+    long long v = strtoll(after, &end, 10);
+    if (*end != '\0' || v < 0)
+        return -1;
+    return v;
+}
+
+enum store_status sql_app_list_page(struct store *st, const char *sql, const char *app_id,
+                                    const char *after, size_t limit, const struct sql_page *pg,
+                                    void *out, size_t *n, char *next_cursor)
+{
+    struct sql_stmt *s = sql_stmt(st, sql);
+    int64_t from = sql_cursor_parse(after);
+
+    if (from < 0)
+        return STORE_INVALID;
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_app(s, 1, app_id);
+    sql_bind_int64(s, 2, from);
+    sql_bind_int64(s, 3, (int64_t)limit + 1);
+    return sql_read_page(st, s, limit, pg, out, n, next_cursor);
+}
+
+static int64_t id_from_row(struct sql_stmt *s, void *item)
+{
+    sql_col_copy(s, 0, item, STORE_ID_LEN);
+    return 0;
+}
+
+static const struct sql_page id_page = {STORE_ID_LEN, id_from_row, sql_free_items};
+
+enum store_status sql_read_ids(struct store *st, struct sql_stmt *s, char (**ids)[STORE_ID_LEN],
+                               size_t *n)
+{
+    return sql_read_all(st, s, &id_page, (void *)ids, n);
+}
+
+/* ---- audit events ---- */
+
+enum store_status sql_event(struct store *st, const struct store_ctx *ctx, const char *kind,
+                            const char *object_type, const char *object_id, const char *app_id,
+                            const char *session_id, const char *data_json)
+{
+    struct sql_stmt *s =
+        sql_stmt(st, "INSERT INTO events (at, actor, kind, object_type, object_id, "
+                     "app_id, session_id, request_id, data) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_int64(s, 1, clock_wall_ms());
+    sql_bind_text(s, 2, ctx && ctx->actor ? ctx->actor : "unknown");
+    sql_bind_text(s, 3, kind);
+    sql_bind_text(s, 4, object_type);
+    sql_bind_text(s, 5, object_id);
+    sql_bind_text_or_null(s, 6, app_id);
+    sql_bind_text_or_null(s, 7, session_id);
+    sql_bind_text_or_null(s, 8, ctx ? ctx->request_id : NULL);
+    sql_bind_text_or_null(s, 9, data_json);
+    return sql_step_done(st, s);
+}
+
+enum store_status sql_event_json(struct store *st, const struct store_ctx *ctx, const char *kind,
+                                 const char *object_type, const char *object_id, const char *app_id,
+                                 const char *session_id, json_t *data)
+{
+    char *text = data ? json_dumps(data, JSON_COMPACT) : NULL;
+    json_decref(data);
+    enum store_status rc =
+        sql_event(st, ctx, kind, object_type, object_id, app_id, session_id, text);
+    free(text);
+    return rc;
+}
+
+/* ---- rows, records and settings (until each moves to its table's file) ---- */
 
 void sql_app_from_row(struct sql_stmt *s, int c, struct store_app *a)
 {
@@ -203,14 +328,8 @@ static int64_t sandbox_from_row(struct sql_stmt *s, void *item)
     return sql_col_int64(s, 0);
 }
 
-static void sandbox_items_free(void *items, size_t n)
-{
-    (void)n;
-    free(items);
-}
-
 const struct sql_page sql_sandbox_page = {sizeof(struct store_sandbox), sandbox_from_row,
-                                          sandbox_items_free};
+                                          sql_free_items};
 
 /* ---- records ---- */
 
@@ -317,9 +436,23 @@ static enum store_status sq_setting_init(struct store *st, const char *key, cons
     return sq_setting_get(st, key, out, outlen);
 }
 
-void store_sql_settings_init(struct store *st)
+void sql_settings_init(struct store *st)
 {
     st->setting_get = sq_setting_get;
     st->setting_put = sq_setting_put;
     st->setting_init = sq_setting_init;
+}
+
+/* ---- the function table ---- */
+
+void store_sql_init(struct store *st)
+{
+    sql_settings_init(st);
+    store_sql_api_init(st);
+    store_sql_queue_init(st);
+}
+
+void store_sql_fini(struct store *st)
+{
+    store_sql_api_fini(st);
 }

@@ -16,7 +16,7 @@
  */
 #include "id.h"
 #include "log.h"
-#include "sql.h"
+#include "store_sql.h"
 #include "clock.h"
 
 #include <pthread.h>
@@ -27,66 +27,6 @@
 
 #define SQ_BATCH_MAX 64
 
-/* ---- small helpers ---- */
-
-/* Parses a cursor ("" = start). Returns -1 for a malformed one. */
-static int64_t cursor_parse(const char *after)
-{
-    if (!after || !*after)
-        return 0;
-    char *end;
-    long long v = strtoll(after, &end, 10);
-    if (*end != '\0' || v < 0)
-        return -1;
-    return v;
-}
-
-/* Binds the App scope: "" or NULL means any App. */
-static void bind_app(struct sql_stmt *s, int idx, const char *app_id)
-{
-    sql_bind_text_copy(s, idx, app_id ? app_id : "");
-}
-
-/* One page of an App-scoped list whose statement takes (?1 app id or "", ?2 the cursor's rowid,
- * ?3 the row limit): what the workspace, Session and Sandbox lists share. */
-static enum store_status app_list_page(struct store *st, const char *sql, const char *app_id,
-                                       const char *after, size_t limit, const struct sql_page *pg,
-                                       void *out, size_t *n, char *next_cursor)
-{
-    struct sql_stmt *s = sql_stmt(st, sql);
-    int64_t from = cursor_parse(after);
-
-    if (from < 0)
-        return STORE_INVALID;
-    if (!s)
-        return STORE_ERROR;
-    bind_app(s, 1, app_id);
-    sql_bind_int64(s, 2, from);
-    sql_bind_int64(s, 3, (int64_t)limit + 1);
-    return sql_read_page(st, s, limit, pg, out, n, next_cursor);
-}
-
-/* Runs a statement that returns no rows; resets it. */
-static enum store_status step_done(struct store *st, struct sql_stmt *s)
-{
-    int rc = sql_step(s);
-    sql_done(s);
-    return rc == SQL_DONE ? STORE_OK : sql_status(st, rc);
-}
-
-/* Runs a "SELECT count(*)"-like statement; resets it. */
-static enum store_status step_int(struct store *st, struct sql_stmt *s, int64_t *out)
-{
-    int rc = sql_step(s);
-    enum store_status r = STORE_OK;
-    if (rc == SQL_ROW)
-        *out = sql_col_int64(s, 0);
-    else
-        r = rc == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, rc);
-    sql_done(s);
-    return r;
-}
-
 /* Grows a list array by one zeroed element. */
 static void *list_grow(void *arr, size_t n, size_t elem)
 {
@@ -94,37 +34,6 @@ static void *list_grow(void *arr, size_t n, size_t elem)
     if (p)
         memset(p + n * elem, 0, elem);
     return p;
-}
-
-/* Ends a transaction: COMMIT when rc is OK, ROLLBACK otherwise. Returns the final status. */
-static enum store_status finish(struct store *st, enum store_status rc)
-{
-    if (rc == STORE_OK)
-        return sql_commit(st);
-    sql_rollback(st);
-    return rc;
-}
-
-/* Escapes s as a JSON string into out (for small event data objects). */
-static void json_str(char *out, size_t outlen, const char *s)
-{
-    size_t n = 0;
-    if (outlen < 3)
-        return;
-    out[n++] = '"';
-    for (; s && *s && n + 8 < outlen; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') {
-            out[n++] = '\\';
-            out[n++] = (char)c;
-        } else if (c < 0x20) {
-            n += (size_t)snprintf(out + n, outlen - n, "\\u%04x", c);
-        } else {
-            out[n++] = (char)c;
-        }
-    }
-    out[n++] = '"';
-    out[n] = '\0';
 }
 
 /* ---- apps ---- */
@@ -161,7 +70,6 @@ static enum store_status sq_app_create(struct store *st, const struct store_ctx 
 {
     struct sql_stmt *s;
     enum store_status r;
-    char data[STORE_NAME_LEN * 2 + 32], name_json[STORE_NAME_LEN * 2 + 8];
     int64_t now = clock_wall_ms();
 
     if (id_new("app", app->id, sizeof app->id) != 0)
@@ -172,7 +80,7 @@ static enum store_status sq_app_create(struct store *st, const struct store_ctx 
                      "driver, image, max_attempts, command, created_at, updated_at) "
                      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)");
     if (!s)
-        return finish(st, STORE_ERROR);
+        return sql_end(st, STORE_ERROR);
     sql_bind_text(s, 1, app->id);
     sql_bind_text(s, 2, app->name);
     sql_bind_int64(s, 3, app->keep_alive_seconds);
@@ -183,13 +91,12 @@ static enum store_status sq_app_create(struct store *st, const struct store_ctx 
     sql_bind_int64(s, 8, app->max_attempts);
     sql_bind_text(s, 9, app->command_json ? app->command_json : "[]");
     sql_bind_int64(s, 10, now);
-    r = step_done(st, s);
+    r = sql_step_done(st, s);
     if (r == STORE_OK) {
-        json_str(name_json, sizeof name_json, app->name);
-        snprintf(data, sizeof data, "{\"name\":%s}", name_json);
-        r = sql_event(st, ctx, "app.created", "app", app->id, app->id, NULL, data);
+        r = sql_event_json(st, ctx, "app.created", "app", app->id, app->id, NULL,
+                           json_pack("{s:s}", "name", app->name));
     }
-    r = finish(st, r);
+    r = sql_end(st, r);
     if (r == STORE_OK)
         app->created_at = app->updated_at = now;
     return r;
@@ -212,7 +119,7 @@ static enum store_status sq_app_list(struct store *st, const char *after, size_t
 {
     struct sql_stmt *s = sql_stmt(st, "SELECT " APP_COLS " FROM apps a WHERE deleted_at IS NULL "
                                       "AND rowid > ?1 ORDER BY rowid LIMIT ?2");
-    int64_t from = cursor_parse(after);
+    int64_t from = sql_cursor_parse(after);
 
     if (from < 0)
         return STORE_INVALID;
@@ -242,7 +149,7 @@ static enum store_status sq_app_update(struct store *st, const struct store_ctx 
                      "command = COALESCE(?9, command), updated_at = ?10 "
                      "WHERE id = ?1 AND deleted_at IS NULL");
     if (!s)
-        return finish(st, STORE_ERROR);
+        return sql_end(st, STORE_ERROR);
     sql_bind_text(s, 1, app_id);
     if (p->name)
         sql_bind_text(s, 2, p->name);
@@ -261,7 +168,7 @@ static enum store_status sq_app_update(struct store *st, const struct store_ctx 
     if (p->command_json)
         sql_bind_text(s, 9, p->command_json);
     sql_bind_int64(s, 10, clock_wall_ms());
-    r = step_done(st, s);
+    r = sql_step_done(st, s);
     if (r == STORE_OK && sql_changes(st) == 0)
         r = STORE_NOT_FOUND;
     if (r == STORE_OK) {
@@ -285,7 +192,7 @@ static enum store_status sq_app_update(struct store *st, const struct store_ctx 
     struct store_app fresh = {0};
     if (r == STORE_OK)
         r = sq_app_get(st, app_id, &fresh);
-    r = finish(st, r);
+    r = sql_end(st, r);
     if (r == STORE_OK)
         *out = fresh;
     else
@@ -311,9 +218,9 @@ static enum store_status sq_app_delete(struct store *st, const struct store_ctx 
                          "AND state <> 'deleted') + (SELECT count(*) FROM workspaces "
                          "WHERE app_id = ?1 AND deleted_at IS NULL)");
         if (!s)
-            return finish(st, STORE_ERROR);
+            return sql_end(st, STORE_ERROR);
         sql_bind_text(s, 1, app_id);
-        r = step_int(st, s, &live);
+        r = sql_step_int(st, s, &live);
         if (r == STORE_OK && live > 0)
             r = STORE_CONFLICT;
     }
@@ -321,7 +228,7 @@ static enum store_status sq_app_delete(struct store *st, const struct store_ctx 
         /* Revoke its keys one by one so that each revocation has its own event. */
         s = sql_stmt(st, "SELECT id FROM api_keys WHERE app_id = ?1 AND revoked_at IS NULL");
         if (!s)
-            return finish(st, STORE_ERROR);
+            return sql_end(st, STORE_ERROR);
         sql_bind_text(s, 1, app_id);
         char(*ids)[STORE_ID_LEN] = NULL;
         size_t nids = 0;
@@ -346,7 +253,7 @@ static enum store_status sq_app_delete(struct store *st, const struct store_ctx 
             }
             sql_bind_text(s, 1, ids[i]);
             sql_bind_int64(s, 2, now);
-            r = step_done(st, s);
+            r = sql_step_done(st, s);
             if (r == STORE_OK)
                 r = sql_event(st, ctx, "key.revoked", "key", ids[i], app_id, NULL,
                               "{\"reason\":\"app deleted\"}");
@@ -356,14 +263,14 @@ static enum store_status sq_app_delete(struct store *st, const struct store_ctx 
     if (r == STORE_OK) {
         s = sql_stmt(st, "UPDATE apps SET deleted_at = ?2, updated_at = ?2 WHERE id = ?1");
         if (!s)
-            return finish(st, STORE_ERROR);
+            return sql_end(st, STORE_ERROR);
         sql_bind_text(s, 1, app_id);
         sql_bind_int64(s, 2, now);
-        r = step_done(st, s);
+        r = sql_step_done(st, s);
     }
     if (r == STORE_OK)
         r = sql_event(st, ctx, "app.deleted", "app", app_id, app_id, NULL, NULL);
-    return finish(st, r);
+    return sql_end(st, r);
 }
 
 /* ---- api keys ---- */
@@ -389,7 +296,7 @@ static enum store_status app_exists(struct store *st, const char *app_id)
     if (!s)
         return STORE_ERROR;
     sql_bind_text_copy(s, 1, app_id);
-    return step_int(st, s, &one);
+    return sql_step_int(st, s, &one);
 }
 
 static enum store_status sq_key_create(struct store *st, const struct store_ctx *ctx,
@@ -414,20 +321,20 @@ static enum store_status sq_key_create(struct store *st, const struct store_ctx 
         s = sql_stmt(st, "INSERT INTO api_keys (id, app_id, name, prefix, hash, created_at) "
                          "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
         if (!s)
-            return finish(st, STORE_ERROR);
+            return sql_end(st, STORE_ERROR);
         sql_bind_text(s, 1, k.id);
         sql_bind_text(s, 2, app_id);
         sql_bind_text_or_null(s, 3, name);
         sql_bind_text(s, 4, prefix);
         sql_bind_blob(s, 5, hash, 32);
         sql_bind_int64(s, 6, k.created_at);
-        r = step_done(st, s);
+        r = sql_step_done(st, s);
     }
     if (r == STORE_OK) {
         snprintf(data, sizeof data, "{\"prefix\":\"%s\"}", k.prefix);
         r = sql_event(st, ctx, "key.created", "key", k.id, app_id, NULL, data);
     }
-    r = finish(st, r);
+    r = sql_end(st, r);
     if (r == STORE_OK)
         *out = k;
     return r;
@@ -481,22 +388,22 @@ static enum store_status sq_key_revoke(struct store *st, const struct store_ctx 
         s = sql_stmt(st, "SELECT COALESCE(revoked_at, 0) FROM api_keys "
                          "WHERE id = ?1 AND app_id = ?2");
         if (!s)
-            return finish(st, STORE_ERROR);
+            return sql_end(st, STORE_ERROR);
         sql_bind_text(s, 1, key_id);
         sql_bind_text(s, 2, app_id);
-        r = step_int(st, s, &revoked_at);
+        r = sql_step_int(st, s, &revoked_at);
     }
     if (r == STORE_OK && revoked_at == 0) {
         s = sql_stmt(st, "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1");
         if (!s)
-            return finish(st, STORE_ERROR);
+            return sql_end(st, STORE_ERROR);
         sql_bind_text(s, 1, key_id);
         sql_bind_int64(s, 2, clock_wall_ms());
-        r = step_done(st, s);
+        r = sql_step_done(st, s);
         if (r == STORE_OK)
             r = sql_event(st, ctx, "key.revoked", "key", key_id, app_id, NULL, NULL);
     }
-    return finish(st, r);
+    return sql_end(st, r);
 }
 
 /* Compares two hashes without an early exit, so the time taken says nothing about where they
@@ -564,7 +471,7 @@ static enum store_status sq_workspace_get(struct store *st, const char *app_id, 
     if (!s)
         return STORE_ERROR;
     sql_bind_text_copy(s, 1, ws_id);
-    bind_app(s, 2, app_id);
+    sql_bind_app(s, 2, app_id);
     int rc = sql_step(s);
     if (rc == SQL_ROW) {
         ws_from_row(s, out);
@@ -599,17 +506,17 @@ static enum store_status sq_workspace_create(struct store *st, const struct stor
         s = sql_stmt(st, "INSERT INTO workspaces (id, app_id, name, path, created_at) "
                          "VALUES (?1, ?2, ?3, ?4, ?5)");
         if (!s)
-            return finish(st, STORE_ERROR);
+            return sql_end(st, STORE_ERROR);
         sql_bind_text(s, 1, w.id);
         sql_bind_text(s, 2, app_id);
         sql_bind_text_or_null(s, 3, name);
         sql_bind_text(s, 4, w.path);
         sql_bind_int64(s, 5, w.created_at);
-        r = step_done(st, s);
+        r = sql_step_done(st, s);
     }
     if (r == STORE_OK)
         r = sql_event(st, ctx, "workspace.created", "workspace", w.id, app_id, NULL, NULL);
-    r = finish(st, r);
+    r = sql_end(st, r);
     if (r == STORE_OK)
         *out = w;
     return r;
@@ -620,24 +527,18 @@ static int64_t workspace_page_row(struct sql_stmt *s, void *item)
     return ws_from_row(s, item);
 }
 
-static void page_free_plain(void *items, size_t n)
-{
-    (void)n;
-    free(items);
-}
-
 static const struct sql_page workspace_page = {sizeof(struct store_workspace), workspace_page_row,
-                                               page_free_plain};
+                                               sql_free_items};
 
 static enum store_status sq_workspace_list(struct store *st, const char *app_id, const char *after,
                                            size_t limit, struct store_workspace **out, size_t *n,
                                            char *next_cursor)
 {
-    return app_list_page(st,
-                         "SELECT " WS_COLS " FROM workspaces w WHERE "
-                         "(?1 = '' OR w.app_id = ?1) AND w.deleted_at IS NULL "
-                         "AND w.rowid > ?2 ORDER BY w.rowid LIMIT ?3",
-                         app_id, after, limit, &workspace_page, (void *)out, n, next_cursor);
+    return sql_app_list_page(st,
+                             "SELECT " WS_COLS " FROM workspaces w WHERE "
+                             "(?1 = '' OR w.app_id = ?1) AND w.deleted_at IS NULL "
+                             "AND w.rowid > ?2 ORDER BY w.rowid LIMIT ?3",
+                             app_id, after, limit, &workspace_page, (void *)out, n, next_cursor);
 }
 
 static enum store_status sq_workspace_delete(struct store *st, const struct store_ctx *ctx,
@@ -656,14 +557,14 @@ static enum store_status sq_workspace_delete(struct store *st, const struct stor
     if (r == STORE_OK) {
         s = sql_stmt(st, "UPDATE workspaces SET deleted_at = ?2 WHERE id = ?1");
         if (!s)
-            return finish(st, STORE_ERROR);
+            return sql_end(st, STORE_ERROR);
         sql_bind_text(s, 1, ws_id);
         sql_bind_int64(s, 2, clock_wall_ms());
-        r = step_done(st, s);
+        r = sql_step_done(st, s);
     }
     if (r == STORE_OK)
         r = sql_event(st, ctx, "workspace.deleted", "workspace", ws_id, w.app_id, NULL, NULL);
-    r = finish(st, r);
+    r = sql_end(st, r);
     if (r == STORE_OK && out)
         *out = w;
     return r;
@@ -688,7 +589,7 @@ static enum store_status sq_session_get(struct store *st, const char *app_id,
     if (!s)
         return STORE_ERROR;
     sql_bind_text_copy(s, 1, session_id);
-    bind_app(s, 2, app_id);
+    sql_bind_app(s, 2, app_id);
     int rc = sql_step(s);
     if (rc == SQL_ROW) {
         session_from_row(s, out);
@@ -742,7 +643,7 @@ static enum store_status sq_session_create(struct store *st, const struct store_
         r = session_by_name(st, app_id, name, out);
         if (r == STORE_OK) {
             *created = false;
-            return finish(st, STORE_OK);
+            return sql_end(st, STORE_OK);
         }
         if (r == STORE_NOT_FOUND)
             r = STORE_OK;
@@ -758,7 +659,7 @@ static enum store_status sq_session_create(struct store *st, const struct store_
                          "workspace_id, metadata, created_at, updated_at) "
                          "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)");
         if (!s)
-            return finish(st, STORE_ERROR);
+            return sql_end(st, STORE_ERROR);
         sql_bind_text(s, 1, id);
         sql_bind_text(s, 2, app_id);
         sql_bind_text_or_null(s, 3, name);
@@ -767,7 +668,7 @@ static enum store_status sq_session_create(struct store *st, const struct store_
         sql_bind_text_or_null(s, 5, workspace_id);
         sql_bind_text(s, 6, metadata_json ? metadata_json : "{}");
         sql_bind_int64(s, 7, now);
-        r = step_done(st, s);
+        r = sql_step_done(st, s);
     }
     if (r == STORE_OK) {
         if (workspace_id && *workspace_id)
@@ -778,7 +679,7 @@ static enum store_status sq_session_create(struct store *st, const struct store_
     struct store_session fresh = {0};
     if (r == STORE_OK)
         r = sq_session_get(st, app_id, id, &fresh);
-    r = finish(st, r);
+    r = sql_end(st, r);
     if (r == STORE_OK) {
         *out = fresh;
         *created = true;
@@ -805,11 +706,11 @@ static enum store_status sq_session_list(struct store *st, const char *app_id, c
                                          size_t limit, struct store_session **out, size_t *n,
                                          char *next_cursor)
 {
-    return app_list_page(st,
-                         "SELECT " SES_COLS "WHERE (?1 = '' OR s.app_id = ?1) "
-                         "AND s.state <> 'deleted' AND s.rowid > ?2 "
-                         "ORDER BY s.rowid LIMIT ?3",
-                         app_id, after, limit, &session_page, (void *)out, n, next_cursor);
+    return sql_app_list_page(st,
+                             "SELECT " SES_COLS "WHERE (?1 = '' OR s.app_id = ?1) "
+                             "AND s.state <> 'deleted' AND s.rowid > ?2 "
+                             "ORDER BY s.rowid LIMIT ?3",
+                             app_id, after, limit, &session_page, (void *)out, n, next_cursor);
 }
 
 static enum store_status sq_session_update(struct store *st, const struct store_ctx *ctx,
@@ -834,7 +735,7 @@ static enum store_status sq_session_update(struct store *st, const struct store_
                          "ELSE keep_alive_seconds END, "
                          "updated_at = ?5 WHERE id = ?1");
         if (!s)
-            return finish(st, STORE_ERROR);
+            return sql_end(st, STORE_ERROR);
         sql_bind_text(s, 1, session_id);
         if (p->metadata_json)
             sql_bind_text(s, 2, p->metadata_json);
@@ -842,7 +743,7 @@ static enum store_status sq_session_update(struct store *st, const struct store_
         if (p->keep_alive_seconds && *p->keep_alive_seconds > 0)
             sql_bind_int64(s, 4, *p->keep_alive_seconds);
         sql_bind_int64(s, 5, clock_wall_ms());
-        r = step_done(st, s);
+        r = sql_step_done(st, s);
     }
     if (r == STORE_OK) {
         snprintf(data, sizeof data, "{\"fields\":[%s%s%s]}", p->metadata_json ? "\"metadata\"" : "",
@@ -854,7 +755,7 @@ static enum store_status sq_session_update(struct store *st, const struct store_
     struct store_session fresh = {0};
     if (r == STORE_OK)
         r = sq_session_get(st, app_id, session_id, &fresh);
-    r = finish(st, r);
+    r = sql_end(st, r);
     if (r == STORE_OK)
         *out = fresh;
     else
@@ -899,7 +800,7 @@ static enum store_status fail_unfinished_messages(struct store *st, const struct
         }
         sql_bind_text(s, 1, ids[i]);
         sql_bind_int64(s, 2, now);
-        r = step_done(st, s);
+        r = sql_step_done(st, s);
         if (r == STORE_OK)
             r = sql_event(st, ctx, "message.failed", "message", ids[i], app_id, session_id,
                           "{\"reason\":\"session deleted\"}");
@@ -928,24 +829,24 @@ static enum store_status sq_session_delete(struct store *st, const struct store_
         s = sql_stmt(st, "UPDATE messages SET body = 'null', reply = NULL, updated_at = ?2 "
                          "WHERE session_id = ?1");
         if (!s)
-            return finish(st, STORE_ERROR);
+            return sql_end(st, STORE_ERROR);
         sql_bind_text(s, 1, session_id);
         sql_bind_int64(s, 2, now);
-        r = step_done(st, s);
+        r = sql_step_done(st, s);
     }
     if (r == STORE_OK) {
         s = sql_stmt(st, "UPDATE sessions SET state = 'deleted', name = NULL, metadata = '{}', "
                          "stop_requested_at = ?2, deleted_at = ?2, updated_at = ?2 WHERE id = ?1");
         if (!s)
-            return finish(st, STORE_ERROR);
+            return sql_end(st, STORE_ERROR);
         sql_bind_text(s, 1, session_id);
         sql_bind_int64(s, 2, now);
-        r = step_done(st, s);
+        r = sql_step_done(st, s);
     }
     if (r == STORE_OK)
         r = sql_event(st, ctx, "session.deleted", "session", session_id, cur.app_id, session_id,
                       NULL);
-    return finish(st, r);
+    return sql_end(st, r);
 }
 
 /* ---- messages ---- */
@@ -969,7 +870,7 @@ static enum store_status sq_message_get(struct store *st, const char *app_id,
         return STORE_ERROR;
     sql_bind_text_copy(s, 1, message_id);
     sql_bind_text_copy(s, 2, session_id);
-    bind_app(s, 3, app_id);
+    sql_bind_app(s, 3, app_id);
     int rc = sql_step(s);
     if (rc == SQL_ROW) {
         message_from_row(s, out);
@@ -1001,7 +902,7 @@ static enum store_status sq_message_list(struct store *st, const char *app_id,
                                          struct store_message **out, size_t *n, char *next_cursor)
 {
     struct sql_stmt *s;
-    int64_t from = cursor_parse(after);
+    int64_t from = sql_cursor_parse(after);
     struct store_session ses;
     enum store_status r;
 
@@ -1081,7 +982,7 @@ static enum store_status enqueue_one_pg(struct store *st, struct sq_enqueue_req 
         return STORE_ERROR;
     sql_bind_text(s, 1, id);
     sql_bind_text(s, 2, q->session_id);
-    bind_app(s, 3, q->app_id);
+    sql_bind_app(s, 3, q->app_id);
     sql_bind_text(s, 4, q->body_json);
     sql_bind_text_or_null(s, 5, e->ctx ? e->ctx->request_id : NULL);
     sql_bind_int64(s, 6, clock_wall_ms());
@@ -1115,7 +1016,7 @@ static enum store_status enqueue_one(struct store *st, struct sq_enqueue_req *e)
     if (!s)
         return STORE_ERROR;
     sql_bind_text(s, 1, q->session_id);
-    bind_app(s, 2, q->app_id);
+    sql_bind_app(s, 2, q->app_id);
     rc = sql_step(s);
     if (rc == SQL_ROW) {
         seq = sql_col_int64(s, 0);
@@ -1168,13 +1069,13 @@ static enum store_status enqueue_one(struct store *st, struct sq_enqueue_req *e)
     sql_bind_text_or_null(s, 8, q->idempotency_key ? q->request_hash : NULL);
     sql_bind_text_or_null(s, 9, e->ctx ? e->ctx->request_id : NULL);
     sql_bind_int64(s, 10, now);
-    if ((r = step_done(st, s)) != STORE_OK)
+    if ((r = sql_step_done(st, s)) != STORE_OK)
         return r;
     s = sql_stmt(st, "UPDATE sessions SET next_seq = next_seq + 1 WHERE id = ?1");
     if (!s)
         return STORE_ERROR;
     sql_bind_text(s, 1, q->session_id);
-    if ((r = step_done(st, s)) != STORE_OK)
+    if ((r = sql_step_done(st, s)) != STORE_OK)
         return r;
     snprintf(data, sizeof data, "{\"seq\":%" PRId64 "}", seq);
     if ((r = sql_event(st, e->ctx, "message.queued", "message", id, app_id, q->session_id, data)) !=
@@ -1368,7 +1269,7 @@ static enum store_status sq_sandbox_get(struct store *st, const char *app_id,
     if (!s)
         return STORE_ERROR;
     sql_bind_text_copy(s, 1, sandbox_id);
-    bind_app(s, 2, app_id);
+    sql_bind_app(s, 2, app_id);
     return sql_read_one(st, s, &sql_sandbox_page, out);
 }
 
@@ -1376,10 +1277,10 @@ static enum store_status sq_sandbox_list(struct store *st, const char *app_id, c
                                          size_t limit, struct store_sandbox **out, size_t *n,
                                          char *next_cursor)
 {
-    return app_list_page(st,
-                         "SELECT " SQL_SANDBOX_COLS "FROM sandboxes WHERE (?1 = '' OR "
-                         "app_id = ?1) AND rowid > ?2 ORDER BY rowid LIMIT ?3",
-                         app_id, after, limit, &sql_sandbox_page, (void *)out, n, next_cursor);
+    return sql_app_list_page(st,
+                             "SELECT " SQL_SANDBOX_COLS "FROM sandboxes WHERE (?1 = '' OR "
+                             "app_id = ?1) AND rowid > ?2 ORDER BY rowid LIMIT ?3",
+                             app_id, after, limit, &sql_sandbox_page, (void *)out, n, next_cursor);
 }
 
 static enum store_status sq_sandbox_request_stop(struct store *st, const struct store_ctx *ctx,
@@ -1400,17 +1301,17 @@ static enum store_status sq_sandbox_request_stop(struct store *st, const struct 
         s = sql_stmt(st, "UPDATE sandboxes SET stop_requested_at = ?2, updated_at = ?2 "
                          "WHERE id = ?1");
         if (!s)
-            return finish(st, STORE_ERROR);
+            return sql_end(st, STORE_ERROR);
         sql_bind_text(s, 1, sandbox_id);
         sql_bind_int64(s, 2, clock_wall_ms());
-        r = step_done(st, s);
+        r = sql_step_done(st, s);
         if (r == STORE_OK)
             r = sql_event(st, ctx, "sandbox.stop_requested", "sandbox", sandbox_id, b.app_id,
                           b.session_id, NULL);
     }
     if (r == STORE_OK)
         r = sq_sandbox_get(st, app_id, sandbox_id, out);
-    return finish(st, r);
+    return sql_end(st, r);
 }
 
 static enum store_status sq_pool_stats(struct store *st, struct store_pool_stat **out, size_t *n)
@@ -1482,7 +1383,7 @@ static enum store_status sq_event_list(struct store *st, const char *app_id, con
     if (!s)
         return STORE_ERROR;
     sql_bind_int64(s, 1, after);
-    bind_app(s, 2, app_id);
+    sql_bind_app(s, 2, app_id);
     sql_bind_text_copy(s, 3, session_id ? session_id : "");
     sql_bind_int64(s, 4, (int64_t)limit);
     while ((rc = sql_step(s)) == SQL_ROW) {
@@ -1581,12 +1482,12 @@ static enum store_status sq_counts(struct store *st, struct store_counts *out)
     if (r == STORE_OK) {
         struct sql_stmt *s = sql_stmt(st, "SELECT COALESCE(min(created_at), 0) FROM messages "
                                           "WHERE state = 'queued'");
-        r = s ? step_int(st, s, &c.oldest_queued_at) : STORE_ERROR;
+        r = s ? sql_step_int(st, s, &c.oldest_queued_at) : STORE_ERROR;
     }
     if (r == STORE_OK) {
         struct sql_stmt *s = sql_stmt(st, "SELECT count(*) FROM messages WHERE state = 'queued' "
                                           "AND attempts > 0");
-        r = s ? step_int(st, s, &c.retrying) : STORE_ERROR;
+        r = s ? sql_step_int(st, s, &c.retrying) : STORE_ERROR;
     }
     if (r == STORE_OK)
         r = sandbox_histograms(st, &c);

@@ -8,7 +8,7 @@
  * one host or several, can never both see a message (or a warm Sandbox) as free and both take it.
  * Every state change writes its audit event in the same transaction.
  */
-#include "sql.h"
+#include "store_sql.h"
 #include "id.h"
 #include "log.h"
 #include "clock.h"
@@ -18,44 +18,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- small helpers ---- */
-
-/* Steps a statement that returns no row and resets it. */
-static enum store_status q_step_done(struct store *st, struct sql_stmt *s)
-{
-    int rc;
-    if (!s)
-        return STORE_ERROR;
-    rc = sql_step(s);
-    sql_done(s);
-    return rc == SQL_DONE ? STORE_OK : sql_status(st, rc);
-}
-
-/* Opens a write transaction on the calling thread's connection. */
-static bool q_begin(struct store *st, enum store_status *rc)
-{
-    *rc = sql_begin(st);
-    return *rc == STORE_OK;
-}
-
-/* Commits when rc is OK, rolls back otherwise; returns the final status. */
-static enum store_status q_end(struct store *st, enum store_status rc)
-{
-    if (rc == STORE_OK)
-        return sql_commit(st);
-    sql_rollback(st);
-    return rc;
-}
-
-/* A JSON object for event data, built with jansson so reasons are escaped properly. The caller
- * frees the result with free(). */
-static char *q_json(json_t *obj)
-{
-    char *s = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
-    json_decref(obj);
-    return s;
-}
 
 /* ---- row readers ---- */
 
@@ -96,7 +58,7 @@ static enum store_status q_worker_register(struct store *st, const char *worker_
     sql_bind_text(s, 2, host);
     sql_bind_int64(s, 3, pid);
     sql_bind_int64(s, 4, clock_wall_ms());
-    return q_step_done(st, s);
+    return sql_step_done(st, s);
 }
 
 static enum store_status q_worker_heartbeat(struct store *st, const char *worker_id)
@@ -104,15 +66,11 @@ static enum store_status q_worker_heartbeat(struct store *st, const char *worker
     /* A worker that was taken for dead and adopted must not carry on: its heartbeat fails. */
     struct sql_stmt *s = sql_stmt(st, "UPDATE workers SET heartbeat_at = ?2 WHERE id = ?1 AND "
                                       "stopped_at IS NULL");
-    enum store_status rc;
     if (!s)
         return STORE_ERROR;
     sql_bind_text(s, 1, worker_id);
     sql_bind_int64(s, 2, clock_wall_ms());
-    rc = q_step_done(st, s);
-    if (rc == STORE_OK && sql_changes(st) == 0)
-        return STORE_CONFLICT;
-    return rc;
+    return sql_step_change(st, s, STORE_CONFLICT);
 }
 
 static enum store_status q_worker_stop(struct store *st, const char *worker_id)
@@ -122,14 +80,7 @@ static enum store_status q_worker_stop(struct store *st, const char *worker_id)
         return STORE_ERROR;
     sql_bind_text(s, 1, worker_id);
     sql_bind_int64(s, 2, clock_wall_ms());
-    return q_step_done(st, s);
-}
-
-/* Id lists: the first column of each row, every row (no paging). */
-static int64_t id_row(struct sql_stmt *s, void *item)
-{
-    sql_col_copy(s, 0, item, STORE_ID_LEN);
-    return 0;
+    return sql_step_done(st, s);
 }
 
 static int64_t host_id_row(struct sql_stmt *s, void *item)
@@ -138,22 +89,7 @@ static int64_t host_id_row(struct sql_stmt *s, void *item)
     return 0;
 }
 
-static void id_items_free(void *items, size_t n)
-{
-    (void)n;
-    free(items);
-}
-
-static const struct sql_page id_page = {STORE_ID_LEN, id_row, id_items_free};
-static const struct sql_page host_id_page = {STORE_HOST_ID_LEN, host_id_row, id_items_free};
-
-/* Collects the message (or worker) ids a bound query returns. */
-static enum store_status q_collect_ids(struct store *st, struct sql_stmt *s,
-                                       char (**ids)[STORE_ID_LEN], size_t *n)
-{
-    char no_cursor[STORE_CURSOR_LEN];
-    return sql_read_page(st, s, SIZE_MAX, &id_page, (void *)ids, n, no_cursor);
-}
+static const struct sql_page host_id_page = {STORE_HOST_ID_LEN, host_id_row, sql_free_items};
 
 static enum store_status q_worker_list_dead(struct store *st, int64_t stale_ms,
                                             char (**ids)[STORE_ID_LEN], size_t *n)
@@ -163,7 +99,7 @@ static enum store_status q_worker_list_dead(struct store *st, int64_t stale_ms,
     if (!s)
         return STORE_ERROR;
     sql_bind_int64(s, 1, clock_wall_ms() - stale_ms);
-    return q_collect_ids(st, s, ids, n);
+    return sql_read_ids(st, s, ids, n);
 }
 
 static int64_t worker_page_row(struct sql_stmt *s, void *item)
@@ -178,14 +114,8 @@ static int64_t worker_page_row(struct sql_stmt *s, void *item)
     return 0;
 }
 
-static void page_free_plain(void *items, size_t n)
-{
-    (void)n;
-    free(items);
-}
-
 static const struct sql_page worker_page = {sizeof(struct store_worker), worker_page_row,
-                                            page_free_plain};
+                                            sql_free_items};
 
 static enum store_status q_worker_list_active(struct store *st, struct store_worker **out,
                                               size_t *n)
@@ -213,13 +143,12 @@ static enum store_status q_session_to_idle(struct store *st, const struct store_
         return STORE_ERROR;
     sql_bind_text(s, 1, session_id);
     sql_bind_int64(s, 2, clock_wall_ms());
-    rc = q_step_done(st, s);
+    rc = sql_step_done(st, s);
     if (rc != STORE_OK || sql_changes(st) == 0)
         return rc;
-    char *data =
-        q_json(json_pack("{s:s?}", "sandboxId", sandbox_id && *sandbox_id ? sandbox_id : NULL));
-    rc = sql_event(st, ctx, "session.idle", "session", session_id, app_id, session_id, data);
-    free(data);
+    rc = sql_event_json(
+        st, ctx, "session.idle", "session", session_id, app_id, session_id,
+        json_pack("{s:s?}", "sandboxId", sandbox_id && *sandbox_id ? sandbox_id : NULL));
     return rc;
 }
 
@@ -233,7 +162,7 @@ static enum store_status q_session_touch(struct store *st, const char *session_i
     sql_bind_text(s, 1, session_id);
     sql_bind_int64(s, 2, expires_at);
     sql_bind_int64(s, 3, clock_wall_ms());
-    return q_step_done(st, s);
+    return sql_step_done(st, s);
 }
 
 /* ---- the queue ---- */
@@ -502,7 +431,7 @@ static enum store_status q_claim_in_tx(struct store *st, const struct store_ctx 
     sql_bind_text(lease, 2, worker_id);
     sql_bind_int64(lease, 3, now + lease_ms);
     sql_bind_int64(lease, 4, now);
-    if ((rc = q_step_done(st, lease)) != STORE_OK)
+    if ((rc = sql_step_done(st, lease)) != STORE_OK)
         return rc;
 
     if (session_free) {
@@ -514,23 +443,20 @@ static enum store_status q_claim_in_tx(struct store *st, const struct store_ctx 
         sql_bind_text(own, 1, session_id);
         sql_bind_text(own, 2, worker_id);
         sql_bind_int64(own, 3, now);
-        if ((rc = q_step_done(st, own)) != STORE_OK)
+        if ((rc = sql_step_done(st, own)) != STORE_OK)
             return rc;
     }
     if ((rc = q_delivery_load(st, message_id, out)) != STORE_OK)
         return rc;
     if (session_free) {
-        char *data = q_json(json_pack("{s:s}", "workerId", worker_id));
-        rc = sql_event(st, ctx, "session.activating", "session", session_id, out->app.id,
-                       session_id, data);
-        free(data);
+        rc = sql_event_json(st, ctx, "session.activating", "session", session_id, out->app.id,
+                            session_id, json_pack("{s:s}", "workerId", worker_id));
     }
     if (rc == STORE_OK) {
-        char *data = q_json(json_pack("{s:I,s:s}", "attempt", (json_int_t)out->message.attempts,
+        rc = sql_event_json(st, ctx, "message.delivering", "message", message_id, out->app.id,
+                            session_id,
+                            json_pack("{s:I,s:s}", "attempt", (json_int_t)out->message.attempts,
                                       "workerId", worker_id));
-        rc = sql_event(st, ctx, "message.delivering", "message", message_id, out->app.id,
-                       session_id, data);
-        free(data);
     }
     if (rc != STORE_OK)
         store_delivery_clear(out);
@@ -557,10 +483,10 @@ static enum store_status q_claim(struct store *st, const struct store_ctx *ctx,
     if (rc != STORE_OK)
         return rc;
     /* Something looked deliverable: claim it for real under the write lock (it may be gone). */
-    if (!q_begin(st, &rc))
+    if ((rc = sql_begin(st)) != STORE_OK)
         return rc;
     memset(&d, 0, sizeof d);
-    rc = q_end(st, q_claim_in_tx(st, ctx, worker_id, lease_ms, owned_only, placement, &d));
+    rc = sql_end(st, q_claim_in_tx(st, ctx, worker_id, lease_ms, owned_only, placement, &d));
     if (rc == STORE_OK)
         *out = d;
     else if (rc != STORE_EMPTY)
@@ -595,16 +521,12 @@ static enum store_status q_queue_extend_lease(struct store *st, const char *mess
 {
     struct sql_stmt *s = sql_stmt(st, "UPDATE messages SET lease_expires_at = ?3 WHERE id = ?1 AND "
                                       "state = 'delivering' AND lease_owner = ?2");
-    enum store_status rc;
     if (!s)
         return STORE_ERROR;
     sql_bind_text(s, 1, message_id);
     sql_bind_text(s, 2, worker_id);
     sql_bind_int64(s, 3, clock_wall_ms() + lease_ms);
-    rc = q_step_done(st, s);
-    if (rc == STORE_OK && sql_changes(st) == 0)
-        return STORE_CONFLICT;
-    return rc;
+    return sql_step_change(st, s, STORE_CONFLICT);
 }
 
 /* The message's Session and App, for the events of a transition. */
@@ -651,17 +573,16 @@ static enum store_status q_complete_in_tx(struct store *st, const struct store_c
     sql_bind_text(s, 3, reply_json ? reply_json : "null");
     sql_bind_text_or_null(s, 4, sandbox_id);
     sql_bind_int64(s, 5, clock_wall_ms());
-    if ((rc = q_step_done(st, s)) != STORE_OK)
+    if ((rc = sql_step_done(st, s)) != STORE_OK)
         return rc;
     if (sql_changes(st) == 0)
         return STORE_CONFLICT; /* the lease moved on: someone else owns this delivery now */
     if ((rc = q_message_owner(st, message_id, session_id, app_id, &attempts, &max_attempts)) !=
         STORE_OK)
         return rc;
-    char *data = q_json(json_pack("{s:I,s:s?}", "attempt", (json_int_t)attempts, "sandboxId",
+    rc = sql_event_json(st, ctx, "message.completed", "message", message_id, app_id, session_id,
+                        json_pack("{s:I,s:s?}", "attempt", (json_int_t)attempts, "sandboxId",
                                   sandbox_id && *sandbox_id ? sandbox_id : NULL));
-    rc = sql_event(st, ctx, "message.completed", "message", message_id, app_id, session_id, data);
-    free(data);
     return rc;
 }
 
@@ -670,10 +591,9 @@ static enum store_status q_queue_complete(struct store *st, const struct store_c
                                           const char *sandbox_id, const char *reply_json)
 {
     enum store_status rc;
-    bool began = q_begin(st, &rc);
-    if (!began)
+    if ((rc = sql_begin(st)) != STORE_OK)
         return rc;
-    return q_end(st, q_complete_in_tx(st, ctx, message_id, worker_id, sandbox_id, reply_json));
+    return sql_end(st, q_complete_in_tx(st, ctx, message_id, worker_id, sandbox_id, reply_json));
 }
 
 /* Ends an attempt that did not produce a reply: back to queued after backoff, or failed for good
@@ -722,16 +642,14 @@ static enum store_status q_fail_in_tx(struct store *st, const struct store_ctx *
     sql_bind_int64(s, 4, now);
     if (!give_up)
         sql_bind_int64(s, 5, now + (backoff_ms > 0 ? backoff_ms : 0));
-    if ((rc = q_step_done(st, s)) != STORE_OK)
+    if ((rc = sql_step_done(st, s)) != STORE_OK)
         return rc;
-    char *data =
-        give_up
-            ? q_json(json_pack("{s:I,s:s?}", "attempts", (json_int_t)attempts, "reason", reason))
-            : q_json(json_pack("{s:I,s:s?,s:I}", "attempt", (json_int_t)attempts, "reason", reason,
-                               "backoffMs", (json_int_t)backoff_ms));
-    rc = sql_event(st, ctx, give_up ? "message.failed" : "message.retry", "message", message_id,
-                   app_id, session_id, data);
-    free(data);
+    json_t *data = give_up
+                       ? json_pack("{s:I,s:s?}", "attempts", (json_int_t)attempts, "reason", reason)
+                       : json_pack("{s:I,s:s?,s:I}", "attempt", (json_int_t)attempts, "reason",
+                                   reason, "backoffMs", (json_int_t)backoff_ms);
+    rc = sql_event_json(st, ctx, give_up ? "message.failed" : "message.retry", "message",
+                        message_id, app_id, session_id, data);
     if (rc == STORE_OK && final)
         *final = give_up;
     return rc;
@@ -743,12 +661,11 @@ static enum store_status q_queue_fail(struct store *st, const struct store_ctx *
                                       int64_t backoff_ms, bool *final)
 {
     enum store_status rc;
-    bool began = q_begin(st, &rc);
     bool fin = false;
-    if (!began)
+    if ((rc = sql_begin(st)) != STORE_OK)
         return rc;
-    rc = q_end(st, q_fail_in_tx(st, ctx, message_id, worker_id ? worker_id : "", sandbox_id, reason,
-                                backoff_ms, &fin));
+    rc = sql_end(st, q_fail_in_tx(st, ctx, message_id, worker_id ? worker_id : "", sandbox_id,
+                                  reason, backoff_ms, &fin));
     if (rc == STORE_OK && final)
         *final = fin;
     return rc;
@@ -758,10 +675,9 @@ static enum store_status q_queue_release(struct store *st, const struct store_ct
                                          const char *message_id, const char *worker_id)
 {
     enum store_status rc;
-    bool began = q_begin(st, &rc);
     char session_id[STORE_ID_LEN], app_id[STORE_ID_LEN];
     int64_t attempts, max_attempts;
-    if (!began)
+    if ((rc = sql_begin(st)) != STORE_OK)
         return rc;
     struct sql_stmt *s = sql_stmt(st, "UPDATE messages SET state = 'queued', lease_owner = NULL, "
                                       "lease_expires_at = NULL, attempts = CASE WHEN attempts > 0 "
@@ -769,19 +685,17 @@ static enum store_status q_queue_release(struct store *st, const struct store_ct
                                       "updated_at = ?3 WHERE id = ?1 AND state = 'delivering' AND "
                                       "lease_owner = ?2");
     if (!s)
-        return q_end(st, STORE_ERROR);
+        return sql_end(st, STORE_ERROR);
     sql_bind_text(s, 1, message_id);
     sql_bind_text(s, 2, worker_id);
     sql_bind_int64(s, 3, clock_wall_ms());
-    rc = q_step_done(st, s);
-    if (rc == STORE_OK && sql_changes(st) == 0)
-        rc = STORE_CONFLICT;
+    rc = sql_step_change(st, s, STORE_CONFLICT);
     if (rc == STORE_OK)
         rc = q_message_owner(st, message_id, session_id, app_id, &attempts, &max_attempts);
     if (rc == STORE_OK)
         rc =
             sql_event(st, ctx, "message.released", "message", message_id, app_id, session_id, NULL);
-    return q_end(st, rc);
+    return sql_end(st, rc);
 }
 
 /* Requeues (or fails, when out of attempts) every message of the list; they were leased by a
@@ -802,22 +716,21 @@ static enum store_status q_queue_requeue_expired(struct store *st, const struct 
                                                  size_t *n)
 {
     enum store_status rc;
-    bool began = q_begin(st, &rc);
     char(*ids)[STORE_ID_LEN] = NULL;
     size_t count = 0;
-    if (!began)
+    if ((rc = sql_begin(st)) != STORE_OK)
         return rc;
     struct sql_stmt *s = sql_stmt(st, "SELECT id FROM messages WHERE state = 'delivering' AND "
                                       "lease_expires_at < ?1");
     if (!s)
-        return q_end(st, STORE_ERROR);
+        return sql_end(st, STORE_ERROR);
     sql_bind_int64(s, 1, clock_wall_ms());
-    rc = q_collect_ids(st, s, &ids, &count);
+    rc = sql_read_ids(st, s, &ids, &count);
     if (rc == STORE_OK)
         rc =
             q_requeue_list(st, ctx, ids, count, "lease expired: the worker delivering it was lost");
     free(ids);
-    rc = q_end(st, rc);
+    rc = sql_end(st, rc);
     if (rc == STORE_OK && n)
         *n = count;
     return rc;
@@ -846,11 +759,7 @@ static enum store_status q_sandbox_event(struct store *st, const struct store_ct
                                          const char *kind, const struct store_sandbox *sb,
                                          json_t *data)
 {
-    char *text = q_json(data);
-    enum store_status rc =
-        sql_event(st, ctx, kind, "sandbox", sb->id, sb->app_id, sb->session_id, text);
-    free(text);
-    return rc;
+    return sql_event_json(st, ctx, kind, "sandbox", sb->id, sb->app_id, sb->session_id, data);
 }
 
 static enum store_status q_sandbox_insert(struct store *st, const struct store_ctx *ctx,
@@ -863,7 +772,7 @@ static enum store_status q_sandbox_insert(struct store *st, const struct store_c
     memset(&sb, 0, sizeof sb);
     if (id_new("sbx", sb.id, sizeof sb.id) != 0)
         return STORE_ERROR;
-    if (!q_begin(st, &rc))
+    if ((rc = sql_begin(st)) != STORE_OK)
         return rc;
     struct sql_stmt *s =
         sql_stmt(st, "INSERT INTO sandboxes (id, state, driver, image, vcpu_count, "
@@ -871,7 +780,7 @@ static enum store_status q_sandbox_insert(struct store *st, const struct store_c
                      "SELECT ?1, 'booting', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8 WHERE NOT EXISTS "
                      "(SELECT 1 FROM workers WHERE id = ?6 AND stopped_at IS NOT NULL)");
     if (!s)
-        return q_end(st, STORE_ERROR);
+        return sql_end(st, STORE_ERROR);
     sql_bind_text(s, 1, sb.id);
     sql_bind_text(s, 2, shape->driver);
     sql_bind_text(s, 3, shape->image);
@@ -880,7 +789,7 @@ static enum store_status q_sandbox_insert(struct store *st, const struct store_c
     sql_bind_text(s, 6, worker_id);
     sql_bind_int64(s, 7, cold ? 1 : 0);
     sql_bind_int64(s, 8, clock_wall_ms());
-    rc = q_step_done(st, s);
+    rc = sql_step_done(st, s);
     /* A worker that was stopped (its host declared lost, or itself taken for dead) records no new
      * Sandbox: nobody would ever end it. */
     if (rc == STORE_OK && sql_changes(st) == 0)
@@ -893,7 +802,7 @@ static enum store_status q_sandbox_insert(struct store *st, const struct store_c
             json_pack("{s:s,s:s,s:I,s:I,s:b,s:s}", "driver", shape->driver, "image", shape->image,
                       "vcpuCount", (json_int_t)shape->vcpu_count, "memSizeMib",
                       (json_int_t)shape->mem_size_mib, "cold", cold, "workerId", worker_id));
-    rc = q_end(st, rc);
+    rc = sql_end(st, rc);
     if (rc == STORE_OK)
         *out = sb;
     return rc;
@@ -905,7 +814,6 @@ static enum store_status q_sandbox_set_runtime(struct store *st, const struct st
         sql_stmt(st, "UPDATE sandboxes SET pid = ?2, jail_dir = ?3, cgroup_path = ?4, "
                      "net_address = ?5, image_hash = ?6, updated_at = ?7 "
                      "WHERE id = ?1");
-    enum store_status rc;
     if (!s)
         return STORE_ERROR;
     sql_bind_text(s, 1, sb->id);
@@ -918,37 +826,31 @@ static enum store_status q_sandbox_set_runtime(struct store *st, const struct st
     sql_bind_text_or_null(s, 5, sb->net_address);
     sql_bind_text_or_null(s, 6, sb->image_hash);
     sql_bind_int64(s, 7, clock_wall_ms());
-    rc = q_step_done(st, s);
-    if (rc == STORE_OK && sql_changes(st) == 0)
-        return STORE_NOT_FOUND;
-    return rc;
+    return sql_step_change(st, s, STORE_NOT_FOUND);
 }
 
 static enum store_status q_sandbox_mark_warm(struct store *st, const struct store_ctx *ctx,
                                              const char *sandbox_id, int64_t boot_ms)
 {
     enum store_status rc;
-    bool began = q_begin(st, &rc);
     struct store_sandbox sb;
-    if (!began)
+    if ((rc = sql_begin(st)) != STORE_OK)
         return rc;
     struct sql_stmt *s = sql_stmt(st, "UPDATE sandboxes SET state = 'warm', boot_ms = ?2, "
                                       "ready_at = ?3, updated_at = ?3 "
                                       "WHERE id = ?1 AND state = 'booting'");
     if (!s)
-        return q_end(st, STORE_ERROR);
+        return sql_end(st, STORE_ERROR);
     sql_bind_text(s, 1, sandbox_id);
     sql_bind_int64(s, 2, boot_ms);
     sql_bind_int64(s, 3, clock_wall_ms());
-    rc = q_step_done(st, s);
-    if (rc == STORE_OK && sql_changes(st) == 0)
-        rc = STORE_CONFLICT;
+    rc = sql_step_change(st, s, STORE_CONFLICT);
     if (rc == STORE_OK)
         rc = q_sandbox_load(st, sandbox_id, &sb);
     if (rc == STORE_OK)
         rc = q_sandbox_event(st, ctx, "sandbox.warm", &sb,
                              json_pack("{s:I}", "bootMs", (json_int_t)boot_ms));
-    return q_end(st, rc);
+    return sql_end(st, rc);
 }
 
 /* Points the Session at its new Sandbox (still activating) while this worker owns it. */
@@ -958,17 +860,13 @@ static enum store_status q_session_point_at(struct store *st, const char *sessio
     struct sql_stmt *s = sql_stmt(st, "UPDATE sessions SET sandbox_id = ?2, state = 'activating', "
                                       "updated_at = ?4 WHERE id = ?1 AND worker_id = ?3 "
                                       "AND state <> 'deleted'");
-    enum store_status rc;
     if (!s)
         return STORE_ERROR;
     sql_bind_text(s, 1, session_id);
     sql_bind_text(s, 2, sandbox_id);
     sql_bind_text(s, 3, worker_id);
     sql_bind_int64(s, 4, clock_wall_ms());
-    rc = q_step_done(st, s);
-    if (rc == STORE_OK && sql_changes(st) == 0)
-        return STORE_CONFLICT; /* deleted meanwhile, or no longer ours */
-    return rc;
+    return sql_step_change(st, s, STORE_CONFLICT); /* deleted meanwhile, or no longer ours */
 }
 
 static enum store_status q_claim_warm_in_tx(struct store *st, const struct store_ctx *ctx,
@@ -1009,7 +907,7 @@ static enum store_status q_claim_warm_in_tx(struct store *st, const struct store
     sql_bind_text(s, 2, app_id);
     sql_bind_text(s, 3, session_id);
     sql_bind_int64(s, 4, now);
-    if ((rc = q_step_done(st, s)) != STORE_OK)
+    if ((rc = sql_step_done(st, s)) != STORE_OK)
         return rc;
     if ((rc = q_session_point_at(st, session_id, sandbox_id, worker_id)) != STORE_OK)
         return rc;
@@ -1024,11 +922,10 @@ static enum store_status q_sandbox_claim_warm(struct store *st, const struct sto
                                               const char *session_id, struct store_sandbox *out)
 {
     enum store_status rc;
-    bool began = q_begin(st, &rc);
     struct store_sandbox sb;
-    if (!began)
+    if ((rc = sql_begin(st)) != STORE_OK)
         return rc;
-    rc = q_end(st, q_claim_warm_in_tx(st, ctx, worker_id, shape, app_id, session_id, &sb));
+    rc = sql_end(st, q_claim_warm_in_tx(st, ctx, worker_id, shape, app_id, session_id, &sb));
     if (rc == STORE_OK)
         *out = sb;
     return rc;
@@ -1039,24 +936,21 @@ static enum store_status q_sandbox_assign(struct store *st, const struct store_c
                                           const char *session_id)
 {
     enum store_status rc;
-    bool began = q_begin(st, &rc);
     struct store_sandbox sb;
     int64_t now = clock_wall_ms();
-    if (!began)
+    if ((rc = sql_begin(st)) != STORE_OK)
         return rc;
     struct sql_stmt *s = sql_stmt(st, "UPDATE sandboxes SET state = 'claimed', app_id = ?2, "
                                       "session_id = ?3, ready_at = ?4, claimed_at = ?4, "
                                       "boot_ms = ?4 - created_at, updated_at = ?4 "
                                       "WHERE id = ?1 AND state = 'booting'");
     if (!s)
-        return q_end(st, STORE_ERROR);
+        return sql_end(st, STORE_ERROR);
     sql_bind_text(s, 1, sandbox_id);
     sql_bind_text(s, 2, app_id);
     sql_bind_text(s, 3, session_id);
     sql_bind_int64(s, 4, now);
-    rc = q_step_done(st, s);
-    if (rc == STORE_OK && sql_changes(st) == 0)
-        rc = STORE_CONFLICT;
+    rc = sql_step_change(st, s, STORE_CONFLICT);
     if (rc == STORE_OK)
         rc = q_sandbox_load(st, sandbox_id, &sb);
     if (rc == STORE_OK)
@@ -1064,27 +958,24 @@ static enum store_status q_sandbox_assign(struct store *st, const struct store_c
     if (rc == STORE_OK)
         rc = q_sandbox_event(st, ctx, "sandbox.claimed", &sb,
                              json_pack("{s:b,s:I}", "cold", 1, "bootMs", (json_int_t)sb.boot_ms));
-    return q_end(st, rc);
+    return sql_end(st, rc);
 }
 
 static enum store_status q_sandbox_mark_running(struct store *st, const struct store_ctx *ctx,
                                                 const char *sandbox_id, const char *session_id)
 {
     enum store_status rc;
-    bool began = q_begin(st, &rc);
     struct store_sandbox sb;
     int64_t now = clock_wall_ms();
-    if (!began)
+    if ((rc = sql_begin(st)) != STORE_OK)
         return rc;
     struct sql_stmt *s = sql_stmt(st, "UPDATE sandboxes SET state = 'running', updated_at = ?2 "
                                       "WHERE id = ?1 AND state = 'claimed'");
     if (!s)
-        return q_end(st, STORE_ERROR);
+        return sql_end(st, STORE_ERROR);
     sql_bind_text(s, 1, sandbox_id);
     sql_bind_int64(s, 2, now);
-    rc = q_step_done(st, s);
-    if (rc == STORE_OK && sql_changes(st) == 0)
-        rc = STORE_CONFLICT;
+    rc = sql_step_change(st, s, STORE_CONFLICT);
     if (rc == STORE_OK)
         rc = q_sandbox_load(st, sandbox_id, &sb);
     if (rc == STORE_OK)
@@ -1095,43 +986,36 @@ static enum store_status q_sandbox_mark_running(struct store *st, const struct s
                                           "last_activity_at = ?3, updated_at = ?3 "
                                           "WHERE id = ?1 AND state <> 'deleted'");
         if (!u)
-            return q_end(st, STORE_ERROR);
+            return sql_end(st, STORE_ERROR);
         sql_bind_text(u, 1, session_id);
         sql_bind_text(u, 2, sandbox_id);
         sql_bind_int64(u, 3, now);
-        rc = q_step_done(st, u);
-        if (rc == STORE_OK && sql_changes(st) == 0)
-            rc = STORE_CONFLICT; /* the Session was deleted meanwhile */
+        rc = sql_step_change(st, u, STORE_CONFLICT); /* the Session was deleted meanwhile */
     }
     if (rc == STORE_OK) {
-        char *data = q_json(json_pack("{s:s,s:b}", "sandboxId", sandbox_id, "cold", sb.cold));
-        rc = sql_event(st, ctx, "session.active", "session", session_id, sb.app_id, session_id,
-                       data);
-        free(data);
+        rc = sql_event_json(st, ctx, "session.active", "session", session_id, sb.app_id, session_id,
+                            json_pack("{s:s,s:b}", "sandboxId", sandbox_id, "cold", sb.cold));
     }
-    return q_end(st, rc);
+    return sql_end(st, rc);
 }
 
 static enum store_status q_sandbox_mark_stopping(struct store *st, const struct store_ctx *ctx,
                                                  const char *sandbox_id, const char *reason)
 {
     enum store_status rc;
-    bool began = q_begin(st, &rc);
     struct store_sandbox sb;
-    if (!began)
+    if ((rc = sql_begin(st)) != STORE_OK)
         return rc;
     struct sql_stmt *s =
         sql_stmt(st, "UPDATE sandboxes SET state = 'stopping', termination_reason = "
                      "?2, updated_at = ?3 WHERE id = ?1 AND state IN "
                      "('booting', 'warm', 'claimed', 'running')");
     if (!s)
-        return q_end(st, STORE_ERROR);
+        return sql_end(st, STORE_ERROR);
     sql_bind_text(s, 1, sandbox_id);
     sql_bind_text_or_null(s, 2, reason);
     sql_bind_int64(s, 3, clock_wall_ms());
-    rc = q_step_done(st, s);
-    if (rc == STORE_OK && sql_changes(st) == 0)
-        rc = STORE_CONFLICT;
+    rc = sql_step_change(st, s, STORE_CONFLICT);
     if (rc == STORE_OK)
         rc = q_sandbox_load(st, sandbox_id, &sb);
     if (rc == STORE_OK)
@@ -1144,7 +1028,7 @@ static enum store_status q_sandbox_mark_stopping(struct store *st, const struct 
             sql_stmt(st, "SELECT 1 FROM sessions WHERE id = ?1 AND sandbox_id = ?2");
         int r;
         if (!cur)
-            return q_end(st, STORE_ERROR);
+            return sql_end(st, STORE_ERROR);
         sql_bind_text(cur, 1, sb.session_id);
         sql_bind_text(cur, 2, sandbox_id);
         r = sql_step(cur);
@@ -1154,7 +1038,7 @@ static enum store_status q_sandbox_mark_stopping(struct store *st, const struct 
         else if (r != SQL_DONE)
             rc = sql_status(st, r);
     }
-    return q_end(st, rc);
+    return sql_end(st, rc);
 }
 
 static enum store_status q_finish_in_tx(struct store *st, const struct store_ctx *ctx,
@@ -1188,7 +1072,7 @@ static enum store_status q_finish_in_tx(struct store *st, const struct store_ctx
     else
         sql_bind_null(s, 5);
     sql_bind_int64(s, 6, now);
-    if ((rc = q_step_done(st, s)) != STORE_OK)
+    if ((rc = sql_step_done(st, s)) != STORE_OK)
         return rc;
     if ((rc = q_sandbox_load(st, sandbox_id, &sb)) != STORE_OK)
         return rc;
@@ -1216,7 +1100,7 @@ static enum store_status q_finish_in_tx(struct store *st, const struct store_ctx
     else
         sql_bind_null(u, 3);
     sql_bind_int64(u, 4, now);
-    if ((rc = q_step_done(st, u)) != STORE_OK)
+    if ((rc = sql_step_done(st, u)) != STORE_OK)
         return rc;
 
     struct sql_stmt *cur = sql_stmt(st, "SELECT 1 FROM sessions WHERE id = ?1 AND sandbox_id = ?2");
@@ -1237,10 +1121,9 @@ static enum store_status q_sandbox_finish(struct store *st, const struct store_c
                                           const struct store_usage *usage)
 {
     enum store_status rc;
-    bool began = q_begin(st, &rc);
-    if (!began)
+    if ((rc = sql_begin(st)) != STORE_OK)
         return rc;
-    return q_end(st, q_finish_in_tx(st, ctx, sandbox_id, failed, reason, usage));
+    return sql_end(st, q_finish_in_tx(st, ctx, sandbox_id, failed, reason, usage));
 }
 
 static enum store_status q_sandbox_list_live(struct store *st, const char *worker_id,
@@ -1283,7 +1166,7 @@ static enum store_status q_release_worker_in_tx(struct store *st, const struct s
         return STORE_ERROR;
     sql_bind_text(stop, 1, worker_id);
     sql_bind_int64(stop, 2, now);
-    if ((rc = q_step_done(st, stop)) != STORE_OK)
+    if ((rc = sql_step_done(st, stop)) != STORE_OK)
         return rc;
     if (sql_changes(st) == 0)
         return STORE_NOT_FOUND; /* already adopted by another worker, or stopped cleanly */
@@ -1296,7 +1179,7 @@ static enum store_status q_release_worker_in_tx(struct store *st, const struct s
     if (!leased)
         return STORE_ERROR;
     sql_bind_text(leased, 1, worker_id);
-    if ((rc = q_collect_ids(st, leased, &ids, &n)) != STORE_OK)
+    if ((rc = sql_read_ids(st, leased, &ids, &n)) != STORE_OK)
         return rc;
     rc = q_requeue_list(st, ctx, ids, n, reason);
     free(ids);
@@ -1341,7 +1224,7 @@ static enum store_status q_release_worker_in_tx(struct store *st, const struct s
     if (!del)
         return STORE_ERROR;
     sql_bind_text(del, 1, worker_id);
-    return q_step_done(st, del);
+    return sql_step_done(st, del);
 }
 
 static enum store_status q_adopt_in_tx(struct store *st, const struct store_ctx *ctx,
@@ -1362,11 +1245,10 @@ static enum store_status q_adopt_in_tx(struct store *st, const struct store_ctx 
     sql_bind_text(sb, 1, dead_worker_id);
     sql_bind_text(sb, 2, new_owner);
     sql_bind_int64(sb, 3, now);
-    if ((rc = q_step_done(st, sb)) != STORE_OK)
+    if ((rc = sql_step_done(st, sb)) != STORE_OK)
         return rc;
-    char *data = q_json(json_pack("{s:s,s:I}", "adoptedBy", new_owner, "requeued", (json_int_t)n));
-    rc = sql_event(st, ctx, "worker.adopted", "worker", dead_worker_id, NULL, NULL, data);
-    free(data);
+    rc = sql_event_json(st, ctx, "worker.adopted", "worker", dead_worker_id, NULL, NULL,
+                        json_pack("{s:s,s:I}", "adoptedBy", new_owner, "requeued", (json_int_t)n));
     return rc;
 }
 
@@ -1374,10 +1256,9 @@ static enum store_status q_worker_adopt(struct store *st, const struct store_ctx
                                         const char *dead_worker_id, const char *new_owner)
 {
     enum store_status rc;
-    bool began = q_begin(st, &rc);
-    if (!began)
+    if ((rc = sql_begin(st)) != STORE_OK)
         return rc;
-    return q_end(st, q_adopt_in_tx(st, ctx, dead_worker_id, new_owner));
+    return sql_end(st, q_adopt_in_tx(st, ctx, dead_worker_id, new_owner));
 }
 
 static int64_t shape_page_row(struct sql_stmt *s, void *item)
@@ -1391,7 +1272,7 @@ static int64_t shape_page_row(struct sql_stmt *s, void *item)
 }
 
 static const struct sql_page shape_page = {sizeof(struct store_shape), shape_page_row,
-                                           page_free_plain};
+                                           sql_free_items};
 
 static enum store_status q_app_shapes(struct store *st, struct store_shape **out, size_t *n)
 {
@@ -1416,11 +1297,11 @@ static enum store_status q_host_register(struct store *st, const struct store_ct
     int r;
     if (!host->id[0] || host->capacity < 1)
         return STORE_INVALID;
-    if (!q_begin(st, &rc))
+    if ((rc = sql_begin(st)) != STORE_OK)
         return rc;
     struct sql_stmt *get = sql_stmt(st, "SELECT lost_at FROM hosts WHERE id = ?1");
     if (!get)
-        return q_end(st, STORE_ERROR);
+        return sql_end(st, STORE_ERROR);
     sql_bind_text(get, 1, host->id);
     r = sql_step(get);
     if (r == SQL_ROW) {
@@ -1429,7 +1310,7 @@ static enum store_status q_host_register(struct store *st, const struct store_ct
     }
     sql_done(get);
     if (r != SQL_ROW && r != SQL_DONE)
-        return q_end(st, sql_status(st, r));
+        return sql_end(st, sql_status(st, r));
 
     struct sql_stmt *up =
         known ? sql_stmt(st, "UPDATE hosts SET address = ?2, capacity = ?3, heartbeat_at = ?4, "
@@ -1438,32 +1319,29 @@ static enum store_status q_host_register(struct store *st, const struct store_ct
               : sql_stmt(st, "INSERT INTO hosts (id, address, capacity, registered_at, "
                              "heartbeat_at) VALUES (?1, ?2, ?3, ?4, ?4)");
     if (!up)
-        return q_end(st, STORE_ERROR);
+        return sql_end(st, STORE_ERROR);
     sql_bind_text(up, 1, host->id);
     sql_bind_text(up, 2, host->address);
     sql_bind_int64(up, 3, host->capacity);
     sql_bind_int64(up, 4, now);
-    rc = q_step_done(st, up);
+    rc = sql_step_done(st, up);
 
     if (rc == STORE_OK && worker_id) {
         struct sql_stmt *w = sql_stmt(st, "UPDATE workers SET host_id = ?2 WHERE id = ?1");
         if (!w)
-            return q_end(st, STORE_ERROR);
+            return sql_end(st, STORE_ERROR);
         sql_bind_text(w, 1, worker_id);
         sql_bind_text(w, 2, host->id);
-        rc = q_step_done(st, w);
-        if (rc == STORE_OK && sql_changes(st) == 0)
-            rc = STORE_NOT_FOUND;
+        rc = sql_step_change(st, w, STORE_NOT_FOUND);
     }
     if (rc == STORE_OK && (!known || lost_at)) {
-        char *data = q_json(json_pack("{s:s,s:I,s:s?,s:o}", "address", host->address, "capacity",
+        rc = sql_event_json(st, ctx, lost_at ? "host.returned" : "host.registered", "host",
+                            host->id, NULL, NULL,
+                            json_pack("{s:s,s:I,s:s?,s:o}", "address", host->address, "capacity",
                                       (json_int_t)host->capacity, "workerId", worker_id,
                                       "wasLostAt", lost_at ? json_integer(lost_at) : json_null()));
-        rc = sql_event(st, ctx, lost_at ? "host.returned" : "host.registered", "host", host->id,
-                       NULL, NULL, data);
-        free(data);
     }
-    rc = q_end(st, rc);
+    rc = sql_end(st, rc);
     if (rc == STORE_OK && was_lost_at)
         *was_lost_at = lost_at;
     return rc;
@@ -1473,15 +1351,11 @@ static enum store_status q_host_heartbeat(struct store *st, const char *host_id)
 {
     struct sql_stmt *s = sql_stmt(st, "UPDATE hosts SET heartbeat_at = ?2 WHERE id = ?1 AND "
                                       "lost_at IS NULL");
-    enum store_status rc;
     if (!s)
         return STORE_ERROR;
     sql_bind_text(s, 1, host_id);
     sql_bind_int64(s, 2, clock_wall_ms());
-    rc = q_step_done(st, s);
-    if (rc == STORE_OK && sql_changes(st) == 0)
-        return STORE_CONFLICT; /* declared lost (or never registered) */
-    return rc;
+    return sql_step_change(st, s, STORE_CONFLICT); /* declared lost (or never registered) */
 }
 
 static int64_t host_page_row(struct sql_stmt *s, void *item)
@@ -1499,8 +1373,7 @@ static int64_t host_page_row(struct sql_stmt *s, void *item)
     return 0;
 }
 
-static const struct sql_page host_page = {sizeof(struct store_host), host_page_row,
-                                          page_free_plain};
+static const struct sql_page host_page = {sizeof(struct store_host), host_page_row, sql_free_items};
 
 static enum store_status q_host_list(struct store *st, struct store_host **out, size_t *n)
 {
@@ -1533,7 +1406,7 @@ static enum store_status q_host_lose_in_tx(struct store *st, const struct store_
         return STORE_ERROR;
     sql_bind_text(mark, 1, host_id);
     sql_bind_int64(mark, 2, now);
-    if ((rc = q_step_done(st, mark)) != STORE_OK)
+    if ((rc = sql_step_done(st, mark)) != STORE_OK)
         return rc;
     if (sql_changes(st) == 0)
         return STORE_OK; /* declared lost already */
@@ -1546,7 +1419,7 @@ static enum store_status q_host_lose_in_tx(struct store *st, const struct store_
     if (!sbs)
         return STORE_ERROR;
     sql_bind_text(sbs, 1, host_id);
-    if ((rc = q_collect_ids(st, sbs, &ids, &n_sandboxes)) != STORE_OK)
+    if ((rc = sql_read_ids(st, sbs, &ids, &n_sandboxes)) != STORE_OK)
         return rc;
     for (size_t i = 0; i < n_sandboxes && rc == STORE_OK; i++) {
         rc = q_finish_in_tx(st, ctx, ids[i], false, "host lost", NULL);
@@ -1565,7 +1438,7 @@ static enum store_status q_host_lose_in_tx(struct store *st, const struct store_
     if (!wk)
         return STORE_ERROR;
     sql_bind_text(wk, 1, host_id);
-    if ((rc = q_collect_ids(st, wk, &ids, &n_workers)) != STORE_OK)
+    if ((rc = sql_read_ids(st, wk, &ids, &n_workers)) != STORE_OK)
         return rc;
     for (size_t i = 0; i < n_workers && rc == STORE_OK; i++)
         rc =
@@ -1574,10 +1447,9 @@ static enum store_status q_host_lose_in_tx(struct store *st, const struct store_
     if (rc != STORE_OK)
         return rc;
 
-    char *data = q_json(json_pack("{s:I,s:I,s:I}", "workers", (json_int_t)n_workers, "sandboxes",
+    rc = sql_event_json(st, ctx, "host.lost", "host", host_id, NULL, NULL,
+                        json_pack("{s:I,s:I,s:I}", "workers", (json_int_t)n_workers, "sandboxes",
                                   (json_int_t)n_sandboxes, "requeued", (json_int_t)n_requeued));
-    rc = sql_event(st, ctx, "host.lost", "host", host_id, NULL, NULL, data);
-    free(data);
     if (rc == STORE_OK)
         log_warn("store: host %s declared lost: %zu workers stopped, %zu Sandboxes ended, %zu "
                  "messages requeued",
@@ -1621,20 +1493,20 @@ static enum store_status q_host_declare_lost(struct store *st, const struct stor
     if (r != SQL_ROW)
         return sql_status(st, r);
 
-    if (!q_begin(st, &rc))
+    if ((rc = sql_begin(st)) != STORE_OK)
         return rc;
     /* Again under the write lock: the host may have heartbeated, or been declared lost by
      * another host, since. */
     struct sql_stmt *stale = sql_stmt(st, q_stale_hosts_sql);
     if (!stale)
-        return q_end(st, STORE_ERROR);
+        return sql_end(st, STORE_ERROR);
     sql_bind_int64(stale, 1, now - stale_ms);
     sql_bind_text(stale, 2, self_host_id ? self_host_id : "");
     rc = q_collect_host_ids(st, stale, &ids, &n);
     for (size_t i = 0; i < n && rc == STORE_OK; i++)
         rc = q_host_lose_in_tx(st, ctx, ids[i], now);
     free(ids);
-    rc = q_end(st, rc);
+    rc = sql_end(st, rc);
     if (rc == STORE_OK && n_lost)
         *n_lost = n;
     return rc;
