@@ -235,22 +235,6 @@ enum store_status sql_event_json(struct store *st, const struct store_ctx *ctx, 
 
 /* ---- rows, records and settings (until each moves to its table's file) ---- */
 
-void sql_app_from_row(struct sql_stmt *s, int c, struct store_app *a)
-{
-    memset(a, 0, sizeof *a);
-    sql_col_copy(s, c + 0, a->id, sizeof a->id);
-    sql_col_copy(s, c + 1, a->name, sizeof a->name);
-    a->keep_alive_seconds = sql_col_int64(s, c + 2);
-    a->vcpu_count = sql_col_int64(s, c + 3);
-    a->mem_size_mib = sql_col_int64(s, c + 4);
-    sql_col_copy(s, c + 5, a->driver, sizeof a->driver);
-    sql_col_copy(s, c + 6, a->image, sizeof a->image);
-    a->max_attempts = sql_col_int64(s, c + 7);
-    a->command_json = sql_col_dup(s, c + 8);
-    a->created_at = sql_col_int64(s, c + 9);
-    a->updated_at = sql_col_int64(s, c + 10);
-}
-
 void sql_session_from_row(struct sql_stmt *s, int c, struct store_session *o)
 {
     memset(o, 0, sizeof *o);
@@ -333,19 +317,6 @@ const struct sql_page sql_sandbox_page = {sizeof(struct store_sandbox), sandbox_
 
 /* ---- records ---- */
 
-void store_app_clear(struct store_app *a)
-{
-    free(a->command_json);
-    a->command_json = NULL;
-}
-
-void store_app_list_free(struct store_app *a, size_t n)
-{
-    for (size_t i = 0; a && i < n; i++)
-        store_app_clear(&a[i]);
-    free(a);
-}
-
 void store_session_clear(struct store_session *s)
 {
     free(s->metadata_json);
@@ -393,6 +364,7 @@ void store_delivery_clear(struct store_delivery *d)
 void store_sql_init(struct store *st)
 {
     sql_settings_init(st);
+    sql_apps_init(st);
     store_sql_api_init(st);
     store_sql_queue_init(st);
 }

@@ -1261,30 +1261,6 @@ static enum store_status q_worker_adopt(struct store *st, const struct store_ctx
     return sql_end(st, q_adopt_in_tx(st, ctx, dead_worker_id, new_owner));
 }
 
-static int64_t shape_page_row(struct sql_stmt *s, void *item)
-{
-    struct store_shape *sh = item;
-    sql_col_copy(s, 0, sh->driver, sizeof sh->driver);
-    sql_col_copy(s, 1, sh->image, sizeof sh->image);
-    sh->vcpu_count = sql_col_int64(s, 2);
-    sh->mem_size_mib = sql_col_int64(s, 3);
-    return 0;
-}
-
-static const struct sql_page shape_page = {sizeof(struct store_shape), shape_page_row,
-                                           sql_free_items};
-
-static enum store_status q_app_shapes(struct store *st, struct store_shape **out, size_t *n)
-{
-    struct sql_stmt *s = sql_stmt(st, "SELECT DISTINCT driver, image, vcpu_count, mem_size_mib "
-                                      "FROM apps WHERE deleted_at IS NULL "
-                                      "ORDER BY driver, image, vcpu_count, mem_size_mib");
-    char no_cursor[STORE_CURSOR_LEN];
-    if (!s)
-        return STORE_ERROR;
-    return sql_read_page(st, s, SIZE_MAX, &shape_page, (void *)out, n, no_cursor);
-}
-
 /* ---- hosts ---- */
 
 static enum store_status q_host_register(struct store *st, const struct store_ctx *ctx,
@@ -1555,7 +1531,6 @@ void store_sql_queue_init(struct store *st)
     st->sandbox_finish = q_sandbox_finish;
     st->sandbox_list_live = q_sandbox_list_live;
     st->sandbox_list_stop_requested = q_sandbox_list_stop_requested;
-    st->app_shapes = q_app_shapes;
     st->host_register = q_host_register;
     st->host_heartbeat = q_host_heartbeat;
     st->host_list = q_host_list;
