@@ -366,6 +366,7 @@ void store_sql_init(struct store *st)
     sql_settings_init(st);
     sql_apps_init(st);
     sql_keys_init(st);
+    sql_workspaces_init(st);
     store_sql_api_init(st);
     store_sql_queue_init(st);
 }
