@@ -235,29 +235,6 @@ enum store_status sql_event_json(struct store *st, const struct store_ctx *ctx, 
 
 /* ---- rows, records and settings (until each moves to its table's file) ---- */
 
-void sql_session_from_row(struct sql_stmt *s, int c, struct store_session *o)
-{
-    memset(o, 0, sizeof *o);
-    sql_col_copy(s, c + 0, o->id, sizeof o->id);
-    sql_col_copy(s, c + 1, o->app_id, sizeof o->app_id);
-    sql_col_copy(s, c + 2, o->name, sizeof o->name);
-    sql_col_copy(s, c + 3, o->state, sizeof o->state);
-    sql_col_copy(s, c + 4, o->sandbox_id, sizeof o->sandbox_id);
-    o->keep_alive_seconds = sql_col_int64_or(s, c + 5, 0);
-    o->effective_keep_alive_seconds = sql_col_int64(s, c + 6);
-    sql_col_copy(s, c + 7, o->workspace_id, sizeof o->workspace_id);
-    o->metadata_json = sql_col_dup(s, c + 8);
-    o->activation_count = sql_col_int64(s, c + 9);
-    o->cpu_usec = sql_col_int64(s, c + 10);
-    o->mem_peak_bytes = sql_col_int64_or(s, c + 11, -1);
-    sql_col_copy(s, c + 12, o->worker_id, sizeof o->worker_id);
-    o->expires_at = sql_col_int64_or(s, c + 13, 0);
-    o->stop_requested_at = sql_col_int64_or(s, c + 14, 0);
-    o->created_at = sql_col_int64(s, c + 15);
-    o->updated_at = sql_col_int64(s, c + 16);
-    o->last_activity_at = sql_col_int64_or(s, c + 17, 0);
-}
-
 void sql_message_from_row(struct sql_stmt *s, int c, struct store_message *m)
 {
     memset(m, 0, sizeof *m);
@@ -317,19 +294,6 @@ const struct sql_page sql_sandbox_page = {sizeof(struct store_sandbox), sandbox_
 
 /* ---- records ---- */
 
-void store_session_clear(struct store_session *s)
-{
-    free(s->metadata_json);
-    s->metadata_json = NULL;
-}
-
-void store_session_list_free(struct store_session *s, size_t n)
-{
-    for (size_t i = 0; s && i < n; i++)
-        store_session_clear(&s[i]);
-    free(s);
-}
-
 void store_message_clear(struct store_message *m)
 {
     free(m->body_json);
@@ -367,6 +331,7 @@ void store_sql_init(struct store *st)
     sql_apps_init(st);
     sql_keys_init(st);
     sql_workspaces_init(st);
+    sql_sessions_init(st);
     store_sql_api_init(st);
     store_sql_queue_init(st);
 }

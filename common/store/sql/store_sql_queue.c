@@ -128,43 +128,6 @@ static enum store_status q_worker_list_active(struct store *st, struct store_wor
     return sql_read_page(st, s, SIZE_MAX, &worker_page, (void *)out, n, no_cursor);
 }
 
-/* ---- sessions (worker side) ---- */
-
-/* The Session goes back to idle and stops pointing at its Sandbox; its worker lets go of it. */
-static enum store_status q_session_to_idle(struct store *st, const struct store_ctx *ctx,
-                                           const char *session_id, const char *app_id,
-                                           const char *sandbox_id)
-{
-    struct sql_stmt *s = sql_stmt(st, "UPDATE sessions SET state = 'idle', sandbox_id = NULL, "
-                                      "worker_id = NULL, expires_at = NULL, updated_at = ?2 "
-                                      "WHERE id = ?1 AND state <> 'deleted'");
-    enum store_status rc;
-    if (!s)
-        return STORE_ERROR;
-    sql_bind_text(s, 1, session_id);
-    sql_bind_int64(s, 2, clock_wall_ms());
-    rc = sql_step_done(st, s);
-    if (rc != STORE_OK || sql_changes(st) == 0)
-        return rc;
-    rc = sql_event_json(
-        st, ctx, "session.idle", "session", session_id, app_id, session_id,
-        json_pack("{s:s?}", "sandboxId", sandbox_id && *sandbox_id ? sandbox_id : NULL));
-    return rc;
-}
-
-static enum store_status q_session_touch(struct store *st, const char *session_id,
-                                         int64_t expires_at)
-{
-    struct sql_stmt *s = sql_stmt(st, "UPDATE sessions SET expires_at = ?2, last_activity_at = ?3, "
-                                      "updated_at = ?3 WHERE id = ?1");
-    if (!s)
-        return STORE_ERROR;
-    sql_bind_text(s, 1, session_id);
-    sql_bind_int64(s, 2, expires_at);
-    sql_bind_int64(s, 3, clock_wall_ms());
-    return sql_step_done(st, s);
-}
-
 /* ---- the queue ---- */
 
 /* The next deliverable messages. A message is deliverable when it is queued and due, its Session
@@ -853,22 +816,6 @@ static enum store_status q_sandbox_mark_warm(struct store *st, const struct stor
     return sql_end(st, rc);
 }
 
-/* Points the Session at its new Sandbox (still activating) while this worker owns it. */
-static enum store_status q_session_point_at(struct store *st, const char *session_id,
-                                            const char *sandbox_id, const char *worker_id)
-{
-    struct sql_stmt *s = sql_stmt(st, "UPDATE sessions SET sandbox_id = ?2, state = 'activating', "
-                                      "updated_at = ?4 WHERE id = ?1 AND worker_id = ?3 "
-                                      "AND state <> 'deleted'");
-    if (!s)
-        return STORE_ERROR;
-    sql_bind_text(s, 1, session_id);
-    sql_bind_text(s, 2, sandbox_id);
-    sql_bind_text(s, 3, worker_id);
-    sql_bind_int64(s, 4, clock_wall_ms());
-    return sql_step_change(st, s, STORE_CONFLICT); /* deleted meanwhile, or no longer ours */
-}
-
 static enum store_status q_claim_warm_in_tx(struct store *st, const struct store_ctx *ctx,
                                             const char *worker_id, const struct store_shape *shape,
                                             const char *app_id, const char *session_id,
@@ -909,7 +856,7 @@ static enum store_status q_claim_warm_in_tx(struct store *st, const struct store
     sql_bind_int64(s, 4, now);
     if ((rc = sql_step_done(st, s)) != STORE_OK)
         return rc;
-    if ((rc = q_session_point_at(st, session_id, sandbox_id, worker_id)) != STORE_OK)
+    if ((rc = sql_session_point_at_in_tx(st, session_id, sandbox_id, worker_id)) != STORE_OK)
         return rc;
     if ((rc = q_sandbox_load(st, sandbox_id, out)) != STORE_OK)
         return rc;
@@ -954,7 +901,7 @@ static enum store_status q_sandbox_assign(struct store *st, const struct store_c
     if (rc == STORE_OK)
         rc = q_sandbox_load(st, sandbox_id, &sb);
     if (rc == STORE_OK)
-        rc = q_session_point_at(st, session_id, sandbox_id, sb.worker_id);
+        rc = sql_session_point_at_in_tx(st, session_id, sandbox_id, sb.worker_id);
     if (rc == STORE_OK)
         rc = q_sandbox_event(st, ctx, "sandbox.claimed", &sb,
                              json_pack("{s:b,s:I}", "cold", 1, "bootMs", (json_int_t)sb.boot_ms));
@@ -1034,7 +981,7 @@ static enum store_status q_sandbox_mark_stopping(struct store *st, const struct 
         r = sql_step(cur);
         sql_done(cur);
         if (r == SQL_ROW)
-            rc = q_session_to_idle(st, ctx, sb.session_id, sb.app_id, sandbox_id);
+            rc = sql_session_to_idle_in_tx(st, ctx, sb.session_id, sb.app_id, sandbox_id);
         else if (r != SQL_DONE)
             rc = sql_status(st, r);
     }
@@ -1112,7 +1059,7 @@ static enum store_status q_finish_in_tx(struct store *st, const struct store_ctx
     r = sql_step(cur);
     sql_done(cur);
     if (r == SQL_ROW)
-        return q_session_to_idle(st, ctx, sb.session_id, sb.app_id, sandbox_id);
+        return sql_session_to_idle_in_tx(st, ctx, sb.session_id, sb.app_id, sandbox_id);
     return r == SQL_DONE ? STORE_OK : sql_status(st, r);
 }
 
@@ -1214,7 +1161,7 @@ static enum store_status q_release_worker_in_tx(struct store *st, const struct s
     sql_done(ses);
     rc = r == SQL_DONE ? STORE_OK : sql_status(st, r);
     for (size_t i = 0; i < len && rc == STORE_OK; i++)
-        rc = q_session_to_idle(st, ctx, list[i].id, list[i].app_id, list[i].sandbox_id);
+        rc = sql_session_to_idle_in_tx(st, ctx, list[i].id, list[i].app_id, list[i].sandbox_id);
     free(list);
     if (rc != STORE_OK)
         return rc;
@@ -1526,7 +1473,6 @@ void store_sql_queue_init(struct store *st)
     st->sandbox_claim_warm = q_sandbox_claim_warm;
     st->sandbox_assign = q_sandbox_assign;
     st->sandbox_mark_running = q_sandbox_mark_running;
-    st->session_touch = q_session_touch;
     st->sandbox_mark_stopping = q_sandbox_mark_stopping;
     st->sandbox_finish = q_sandbox_finish;
     st->sandbox_list_live = q_sandbox_list_live;
