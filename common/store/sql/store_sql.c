@@ -235,30 +235,6 @@ enum store_status sql_event_json(struct store *st, const struct store_ctx *ctx, 
 
 /* ---- rows, records and settings (until each moves to its table's file) ---- */
 
-void sql_message_from_row(struct sql_stmt *s, int c, struct store_message *m)
-{
-    memset(m, 0, sizeof *m);
-    sql_col_copy(s, c + 0, m->id, sizeof m->id);
-    sql_col_copy(s, c + 1, m->session_id, sizeof m->session_id);
-    sql_col_copy(s, c + 2, m->app_id, sizeof m->app_id);
-    m->seq = sql_col_int64(s, c + 3);
-    sql_col_copy(s, c + 4, m->state, sizeof m->state);
-    m->body_json = sql_col_dup(s, c + 5);
-    m->reply_json = sql_col_dup(s, c + 6);
-    m->error = sql_col_dup(s, c + 7);
-    m->attempts = sql_col_int64(s, c + 8);
-    m->max_attempts = sql_col_int64(s, c + 9);
-    sql_col_copy(s, c + 10, m->idempotency_key, sizeof m->idempotency_key);
-    sql_col_copy(s, c + 11, m->request_id, sizeof m->request_id);
-    sql_col_copy(s, c + 12, m->sandbox_id, sizeof m->sandbox_id);
-    sql_col_copy(s, c + 13, m->lease_owner, sizeof m->lease_owner);
-    m->lease_expires_at = sql_col_int64_or(s, c + 14, 0);
-    m->not_before = sql_col_int64(s, c + 15);
-    m->created_at = sql_col_int64(s, c + 16);
-    m->updated_at = sql_col_int64(s, c + 17);
-    m->completed_at = sql_col_int64_or(s, c + 18, 0);
-}
-
 static int64_t sandbox_from_row(struct sql_stmt *s, void *item)
 {
     struct store_sandbox *b = item;
@@ -294,21 +270,6 @@ const struct sql_page sql_sandbox_page = {sizeof(struct store_sandbox), sandbox_
 
 /* ---- records ---- */
 
-void store_message_clear(struct store_message *m)
-{
-    free(m->body_json);
-    free(m->reply_json);
-    free(m->error);
-    m->body_json = m->reply_json = m->error = NULL;
-}
-
-void store_message_list_free(struct store_message *m, size_t n)
-{
-    for (size_t i = 0; m && i < n; i++)
-        store_message_clear(&m[i]);
-    free(m);
-}
-
 void store_event_list_free(struct store_event *e, size_t n)
 {
     for (size_t i = 0; e && i < n; i++)
@@ -332,6 +293,7 @@ void store_sql_init(struct store *st)
     sql_keys_init(st);
     sql_workspaces_init(st);
     sql_sessions_init(st);
+    sql_messages_init(st);
     store_sql_api_init(st);
     store_sql_queue_init(st);
 }

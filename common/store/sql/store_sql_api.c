@@ -40,74 +40,9 @@ static void *list_grow(void *arr, size_t n, size_t elem)
 
 #define MSG_COLS SQL_MESSAGE_COLS " "
 
-static void message_from_row(struct sql_stmt *s, struct store_message *m)
+static void message_row(struct sql_stmt *s, struct store_message *m)
 {
     sql_message_from_row(s, 0, m);
-}
-
-static enum store_status sq_message_get(struct store *st, const char *app_id,
-                                        const char *session_id, const char *message_id,
-                                        struct store_message *out)
-{
-    struct sql_stmt *s = sql_stmt(st, "SELECT " MSG_COLS "FROM messages m JOIN sessions s ON "
-                                      "s.id = m.session_id WHERE m.id = ?1 AND m.session_id = ?2 "
-                                      "AND (?3 = '' OR m.app_id = ?3) AND s.state <> 'deleted'");
-    enum store_status r;
-    if (!s)
-        return STORE_ERROR;
-    sql_bind_text_copy(s, 1, message_id);
-    sql_bind_text_copy(s, 2, session_id);
-    sql_bind_app(s, 3, app_id);
-    int rc = sql_step(s);
-    if (rc == SQL_ROW) {
-        message_from_row(s, out);
-        r = STORE_OK;
-    } else {
-        r = rc == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, rc);
-    }
-    sql_done(s);
-    return r;
-}
-
-static int64_t message_page_row(struct sql_stmt *s, void *item)
-{
-    struct store_message *m = item;
-    message_from_row(s, m);
-    return m->seq;
-}
-
-static void message_page_free(void *items, size_t n)
-{
-    store_message_list_free(items, n);
-}
-
-static const struct sql_page message_page = {sizeof(struct store_message), message_page_row,
-                                             message_page_free};
-
-static enum store_status sq_message_list(struct store *st, const char *app_id,
-                                         const char *session_id, const char *after, size_t limit,
-                                         struct store_message **out, size_t *n, char *next_cursor)
-{
-    struct sql_stmt *s;
-    int64_t from = sql_cursor_parse(after);
-    struct store_session ses;
-    enum store_status r;
-
-    if (from < 0)
-        return STORE_INVALID;
-    r = st->session_get(st, app_id, session_id, &ses);
-    if (r != STORE_OK)
-        return r;
-    store_session_clear(&ses);
-    /* Messages page by seq (their delivery order), not rowid. */
-    s = sql_stmt(st, "SELECT " MSG_COLS "FROM messages m WHERE m.session_id = ?1 AND m.seq > ?2 "
-                     "ORDER BY m.seq LIMIT ?3");
-    if (!s)
-        return STORE_ERROR;
-    sql_bind_text_copy(s, 1, session_id);
-    sql_bind_int64(s, 2, from);
-    sql_bind_int64(s, 3, (int64_t)limit + 1);
-    return sql_read_page(st, s, limit, &message_page, (void *)out, n, next_cursor);
 }
 
 /* One caller's enqueue, waiting for the committer: either a blocked caller (done_cb NULL: it
@@ -176,7 +111,7 @@ static enum store_status enqueue_one_pg(struct store *st, struct sq_enqueue_req 
     sql_bind_text(s, 7, e->ctx && e->ctx->actor ? e->ctx->actor : "unknown");
     rc = sql_step(s);
     if (rc == SQL_ROW) {
-        message_from_row(s, e->out);
+        message_row(s, e->out);
         *e->replayed = false;
     }
     sql_done(s);
@@ -225,7 +160,7 @@ static enum store_status enqueue_one(struct store *st, struct sq_enqueue_req *e)
         if (rc == SQL_ROW) {
             const char *hash = sql_col_text(s, 19);
             if (hash && q->request_hash && strcmp(hash, q->request_hash) == 0) {
-                message_from_row(s, e->out);
+                message_row(s, e->out);
                 *e->replayed = true;
                 r = STORE_OK;
             } else {
@@ -275,7 +210,7 @@ static enum store_status enqueue_one(struct store *st, struct sq_enqueue_req *e)
     sql_bind_text(s, 1, id);
     rc = sql_step(s);
     if (rc == SQL_ROW) {
-        message_from_row(s, e->out);
+        message_row(s, e->out);
         *e->replayed = false;
     }
     sql_done(s);
@@ -693,8 +628,6 @@ void store_sql_api_init(struct store *st)
 
     st->message_enqueue = sq_message_enqueue;
     st->message_enqueue_async = sq_message_enqueue_async;
-    st->message_get = sq_message_get;
-    st->message_list = sq_message_list;
     st->sandbox_get = sq_sandbox_get;
     st->sandbox_list = sq_sandbox_list;
     st->sandbox_request_stop = sq_sandbox_request_stop;
