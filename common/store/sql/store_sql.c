@@ -294,11 +294,12 @@ void store_sql_init(struct store *st)
     sql_workspaces_init(st);
     sql_sessions_init(st);
     sql_messages_init(st);
+    sql_enqueue_init(st);
     store_sql_api_init(st);
     store_sql_queue_init(st);
 }
 
 void store_sql_fini(struct store *st)
 {
-    store_sql_api_fini(st);
+    sql_enqueue_fini(st);
 }
