@@ -270,13 +270,6 @@ const struct sql_page sql_sandbox_page = {sizeof(struct store_sandbox), sandbox_
 
 /* ---- records ---- */
 
-void store_event_list_free(struct store_event *e, size_t n)
-{
-    for (size_t i = 0; e && i < n; i++)
-        free(e[i].data_json);
-    free(e);
-}
-
 void store_delivery_clear(struct store_delivery *d)
 {
     store_message_clear(&d->message);
@@ -295,6 +288,8 @@ void store_sql_init(struct store *st)
     sql_sessions_init(st);
     sql_messages_init(st);
     sql_enqueue_init(st);
+    sql_events_init(st);
+    sql_counts_init(st);
     store_sql_api_init(st);
     store_sql_queue_init(st);
 }
