@@ -235,39 +235,6 @@ enum store_status sql_event_json(struct store *st, const struct store_ctx *ctx, 
 
 /* ---- rows, records and settings (until each moves to its table's file) ---- */
 
-static int64_t sandbox_from_row(struct sql_stmt *s, void *item)
-{
-    struct store_sandbox *b = item;
-    sql_col_copy(s, 1, b->id, sizeof b->id);
-    sql_col_copy(s, 2, b->state, sizeof b->state);
-    sql_col_copy(s, 3, b->shape.driver, sizeof b->shape.driver);
-    sql_col_copy(s, 4, b->shape.image, sizeof b->shape.image);
-    sql_col_copy(s, 5, b->image_hash, sizeof b->image_hash);
-    b->shape.vcpu_count = sql_col_int64(s, 6);
-    b->shape.mem_size_mib = sql_col_int64(s, 7);
-    sql_col_copy(s, 8, b->worker_id, sizeof b->worker_id);
-    sql_col_copy(s, 9, b->app_id, sizeof b->app_id);
-    sql_col_copy(s, 10, b->session_id, sizeof b->session_id);
-    b->pid = sql_col_int64_or(s, 11, 0);
-    sql_col_copy(s, 12, b->jail_dir, sizeof b->jail_dir);
-    sql_col_copy(s, 13, b->cgroup_path, sizeof b->cgroup_path);
-    sql_col_copy(s, 14, b->net_address, sizeof b->net_address);
-    b->cold = sql_col_int64(s, 15) != 0;
-    b->boot_ms = sql_col_int64_or(s, 16, -1);
-    b->cpu_usec = sql_col_int64_or(s, 17, -1);
-    b->mem_peak_bytes = sql_col_int64_or(s, 18, -1);
-    sql_col_copy(s, 19, b->termination_reason, sizeof b->termination_reason);
-    b->stop_requested_at = sql_col_int64_or(s, 20, 0);
-    b->created_at = sql_col_int64(s, 21);
-    b->ready_at = sql_col_int64_or(s, 22, 0);
-    b->claimed_at = sql_col_int64_or(s, 23, 0);
-    b->terminated_at = sql_col_int64_or(s, 24, 0);
-    return sql_col_int64(s, 0);
-}
-
-const struct sql_page sql_sandbox_page = {sizeof(struct store_sandbox), sandbox_from_row,
-                                          sql_free_items};
-
 /* ---- records ---- */
 
 void store_delivery_clear(struct store_delivery *d)
@@ -287,10 +254,10 @@ void store_sql_init(struct store *st)
     sql_workspaces_init(st);
     sql_sessions_init(st);
     sql_messages_init(st);
+    sql_sandboxes_init(st);
     sql_enqueue_init(st);
     sql_events_init(st);
     sql_counts_init(st);
-    store_sql_api_init(st);
     store_sql_queue_init(st);
 }
 

@@ -19,31 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- row readers ---- */
-
-/* Reads one Sandbox by id inside the current transaction. */
-static enum store_status q_sandbox_load(struct store *st, const char *sandbox_id,
-                                        struct store_sandbox *out)
-{
-    struct sql_stmt *s = sql_stmt(st, "SELECT " SQL_SANDBOX_COLS "FROM sandboxes WHERE id = ?1");
-    if (!s)
-        return STORE_ERROR;
-    sql_bind_text(s, 1, sandbox_id);
-    return sql_read_one(st, s, &sql_sandbox_page, out);
-}
-
-/* Runs a Sandbox list query whose first parameter is a text argument (may be ""). */
-static enum store_status q_sandbox_list(struct store *st, const char *sql, const char *arg,
-                                        struct store_sandbox **out, size_t *n)
-{
-    struct sql_stmt *s = sql_stmt(st, sql);
-    char no_cursor[STORE_CURSOR_LEN];
-    if (!s)
-        return STORE_ERROR;
-    sql_bind_text(s, 1, arg ? arg : "");
-    return sql_read_page(st, s, SIZE_MAX, &sql_sandbox_page, (void *)out, n, no_cursor);
-}
-
 /* ---- workers ---- */
 
 static enum store_status q_worker_register(struct store *st, const char *worker_id,
@@ -716,388 +691,6 @@ static enum store_status q_queue_next_due(struct store *st, int64_t *at)
     return r == SQL_ROW ? STORE_OK : sql_status(st, r);
 }
 
-/* ---- Sandbox lifecycle ---- */
-
-static enum store_status q_sandbox_event(struct store *st, const struct store_ctx *ctx,
-                                         const char *kind, const struct store_sandbox *sb,
-                                         json_t *data)
-{
-    return sql_event_json(st, ctx, kind, "sandbox", sb->id, sb->app_id, sb->session_id, data);
-}
-
-static enum store_status q_sandbox_insert(struct store *st, const struct store_ctx *ctx,
-                                          const char *worker_id, const struct store_shape *shape,
-                                          bool cold, struct store_sandbox *out)
-{
-    enum store_status rc;
-    struct store_sandbox sb;
-
-    memset(&sb, 0, sizeof sb);
-    if (id_new("sbx", sb.id, sizeof sb.id) != 0)
-        return STORE_ERROR;
-    if ((rc = sql_begin(st)) != STORE_OK)
-        return rc;
-    struct sql_stmt *s =
-        sql_stmt(st, "INSERT INTO sandboxes (id, state, driver, image, vcpu_count, "
-                     "mem_size_mib, worker_id, cold, created_at, updated_at) "
-                     "SELECT ?1, 'booting', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8 WHERE NOT EXISTS "
-                     "(SELECT 1 FROM workers WHERE id = ?6 AND stopped_at IS NOT NULL)");
-    if (!s)
-        return sql_end(st, STORE_ERROR);
-    sql_bind_text(s, 1, sb.id);
-    sql_bind_text(s, 2, shape->driver);
-    sql_bind_text(s, 3, shape->image);
-    sql_bind_int64(s, 4, shape->vcpu_count);
-    sql_bind_int64(s, 5, shape->mem_size_mib);
-    sql_bind_text(s, 6, worker_id);
-    sql_bind_int64(s, 7, cold ? 1 : 0);
-    sql_bind_int64(s, 8, clock_wall_ms());
-    rc = sql_step_done(st, s);
-    /* A worker that was stopped (its host declared lost, or itself taken for dead) records no new
-     * Sandbox: nobody would ever end it. */
-    if (rc == STORE_OK && sql_changes(st) == 0)
-        rc = STORE_CONFLICT;
-    if (rc == STORE_OK)
-        rc = q_sandbox_load(st, sb.id, &sb);
-    if (rc == STORE_OK)
-        rc = q_sandbox_event(
-            st, ctx, "sandbox.booting", &sb,
-            json_pack("{s:s,s:s,s:I,s:I,s:b,s:s}", "driver", shape->driver, "image", shape->image,
-                      "vcpuCount", (json_int_t)shape->vcpu_count, "memSizeMib",
-                      (json_int_t)shape->mem_size_mib, "cold", cold, "workerId", worker_id));
-    rc = sql_end(st, rc);
-    if (rc == STORE_OK)
-        *out = sb;
-    return rc;
-}
-
-static enum store_status q_sandbox_set_runtime(struct store *st, const struct store_sandbox *sb)
-{
-    struct sql_stmt *s =
-        sql_stmt(st, "UPDATE sandboxes SET pid = ?2, jail_dir = ?3, cgroup_path = ?4, "
-                     "net_address = ?5, image_hash = ?6, updated_at = ?7 "
-                     "WHERE id = ?1");
-    if (!s)
-        return STORE_ERROR;
-    sql_bind_text(s, 1, sb->id);
-    if (sb->pid > 0)
-        sql_bind_int64(s, 2, sb->pid);
-    else
-        sql_bind_null(s, 2);
-    sql_bind_text_or_null(s, 3, sb->jail_dir);
-    sql_bind_text_or_null(s, 4, sb->cgroup_path);
-    sql_bind_text_or_null(s, 5, sb->net_address);
-    sql_bind_text_or_null(s, 6, sb->image_hash);
-    sql_bind_int64(s, 7, clock_wall_ms());
-    return sql_step_change(st, s, STORE_NOT_FOUND);
-}
-
-static enum store_status q_sandbox_mark_warm(struct store *st, const struct store_ctx *ctx,
-                                             const char *sandbox_id, int64_t boot_ms)
-{
-    enum store_status rc;
-    struct store_sandbox sb;
-    if ((rc = sql_begin(st)) != STORE_OK)
-        return rc;
-    struct sql_stmt *s = sql_stmt(st, "UPDATE sandboxes SET state = 'warm', boot_ms = ?2, "
-                                      "ready_at = ?3, updated_at = ?3 "
-                                      "WHERE id = ?1 AND state = 'booting'");
-    if (!s)
-        return sql_end(st, STORE_ERROR);
-    sql_bind_text(s, 1, sandbox_id);
-    sql_bind_int64(s, 2, boot_ms);
-    sql_bind_int64(s, 3, clock_wall_ms());
-    rc = sql_step_change(st, s, STORE_CONFLICT);
-    if (rc == STORE_OK)
-        rc = q_sandbox_load(st, sandbox_id, &sb);
-    if (rc == STORE_OK)
-        rc = q_sandbox_event(st, ctx, "sandbox.warm", &sb,
-                             json_pack("{s:I}", "bootMs", (json_int_t)boot_ms));
-    return sql_end(st, rc);
-}
-
-static enum store_status q_claim_warm_in_tx(struct store *st, const struct store_ctx *ctx,
-                                            const char *worker_id, const struct store_shape *shape,
-                                            const char *app_id, const char *session_id,
-                                            struct store_sandbox *out)
-{
-    struct sql_stmt *pick = sql_stmt(st, "SELECT id FROM sandboxes WHERE state = 'warm' AND "
-                                         "worker_id = ?1 AND driver = ?2 AND image = ?3 AND "
-                                         "vcpu_count = ?4 AND mem_size_mib = ?5 AND "
-                                         "stop_requested_at IS NULL ORDER BY ready_at LIMIT 1");
-    char sandbox_id[STORE_ID_LEN];
-    enum store_status rc;
-    int64_t now = clock_wall_ms();
-    int r;
-    if (!pick)
-        return STORE_ERROR;
-    sql_bind_text(pick, 1, worker_id);
-    sql_bind_text(pick, 2, shape->driver);
-    sql_bind_text(pick, 3, shape->image);
-    sql_bind_int64(pick, 4, shape->vcpu_count);
-    sql_bind_int64(pick, 5, shape->mem_size_mib);
-    r = sql_step(pick);
-    if (r == SQL_ROW)
-        sql_col_copy(pick, 0, sandbox_id, sizeof sandbox_id);
-    sql_done(pick);
-    if (r == SQL_DONE)
-        return STORE_EMPTY;
-    if (r != SQL_ROW)
-        return sql_status(st, r);
-
-    struct sql_stmt *s = sql_stmt(st, "UPDATE sandboxes SET state = 'claimed', app_id = ?2, "
-                                      "session_id = ?3, claimed_at = ?4, updated_at = ?4 "
-                                      "WHERE id = ?1 AND state = 'warm'");
-    if (!s)
-        return STORE_ERROR;
-    sql_bind_text(s, 1, sandbox_id);
-    sql_bind_text(s, 2, app_id);
-    sql_bind_text(s, 3, session_id);
-    sql_bind_int64(s, 4, now);
-    if ((rc = sql_step_done(st, s)) != STORE_OK)
-        return rc;
-    if ((rc = sql_session_point_at_in_tx(st, session_id, sandbox_id, worker_id)) != STORE_OK)
-        return rc;
-    if ((rc = q_sandbox_load(st, sandbox_id, out)) != STORE_OK)
-        return rc;
-    return q_sandbox_event(st, ctx, "sandbox.claimed", out, json_pack("{s:b}", "cold", 0));
-}
-
-static enum store_status q_sandbox_claim_warm(struct store *st, const struct store_ctx *ctx,
-                                              const char *worker_id,
-                                              const struct store_shape *shape, const char *app_id,
-                                              const char *session_id, struct store_sandbox *out)
-{
-    enum store_status rc;
-    struct store_sandbox sb;
-    if ((rc = sql_begin(st)) != STORE_OK)
-        return rc;
-    rc = sql_end(st, q_claim_warm_in_tx(st, ctx, worker_id, shape, app_id, session_id, &sb));
-    if (rc == STORE_OK)
-        *out = sb;
-    return rc;
-}
-
-static enum store_status q_sandbox_assign(struct store *st, const struct store_ctx *ctx,
-                                          const char *sandbox_id, const char *app_id,
-                                          const char *session_id)
-{
-    enum store_status rc;
-    struct store_sandbox sb;
-    int64_t now = clock_wall_ms();
-    if ((rc = sql_begin(st)) != STORE_OK)
-        return rc;
-    struct sql_stmt *s = sql_stmt(st, "UPDATE sandboxes SET state = 'claimed', app_id = ?2, "
-                                      "session_id = ?3, ready_at = ?4, claimed_at = ?4, "
-                                      "boot_ms = ?4 - created_at, updated_at = ?4 "
-                                      "WHERE id = ?1 AND state = 'booting'");
-    if (!s)
-        return sql_end(st, STORE_ERROR);
-    sql_bind_text(s, 1, sandbox_id);
-    sql_bind_text(s, 2, app_id);
-    sql_bind_text(s, 3, session_id);
-    sql_bind_int64(s, 4, now);
-    rc = sql_step_change(st, s, STORE_CONFLICT);
-    if (rc == STORE_OK)
-        rc = q_sandbox_load(st, sandbox_id, &sb);
-    if (rc == STORE_OK)
-        rc = sql_session_point_at_in_tx(st, session_id, sandbox_id, sb.worker_id);
-    if (rc == STORE_OK)
-        rc = q_sandbox_event(st, ctx, "sandbox.claimed", &sb,
-                             json_pack("{s:b,s:I}", "cold", 1, "bootMs", (json_int_t)sb.boot_ms));
-    return sql_end(st, rc);
-}
-
-static enum store_status q_sandbox_mark_running(struct store *st, const struct store_ctx *ctx,
-                                                const char *sandbox_id, const char *session_id)
-{
-    enum store_status rc;
-    struct store_sandbox sb;
-    int64_t now = clock_wall_ms();
-    if ((rc = sql_begin(st)) != STORE_OK)
-        return rc;
-    struct sql_stmt *s = sql_stmt(st, "UPDATE sandboxes SET state = 'running', updated_at = ?2 "
-                                      "WHERE id = ?1 AND state = 'claimed'");
-    if (!s)
-        return sql_end(st, STORE_ERROR);
-    sql_bind_text(s, 1, sandbox_id);
-    sql_bind_int64(s, 2, now);
-    rc = sql_step_change(st, s, STORE_CONFLICT);
-    if (rc == STORE_OK)
-        rc = q_sandbox_load(st, sandbox_id, &sb);
-    if (rc == STORE_OK)
-        rc = q_sandbox_event(st, ctx, "sandbox.running", &sb, NULL);
-    if (rc == STORE_OK) {
-        struct sql_stmt *u = sql_stmt(st, "UPDATE sessions SET state = 'active', sandbox_id = ?2, "
-                                          "activation_count = activation_count + 1, "
-                                          "last_activity_at = ?3, updated_at = ?3 "
-                                          "WHERE id = ?1 AND state <> 'deleted'");
-        if (!u)
-            return sql_end(st, STORE_ERROR);
-        sql_bind_text(u, 1, session_id);
-        sql_bind_text(u, 2, sandbox_id);
-        sql_bind_int64(u, 3, now);
-        rc = sql_step_change(st, u, STORE_CONFLICT); /* the Session was deleted meanwhile */
-    }
-    if (rc == STORE_OK) {
-        rc = sql_event_json(st, ctx, "session.active", "session", session_id, sb.app_id, session_id,
-                            json_pack("{s:s,s:b}", "sandboxId", sandbox_id, "cold", sb.cold));
-    }
-    return sql_end(st, rc);
-}
-
-static enum store_status q_sandbox_mark_stopping(struct store *st, const struct store_ctx *ctx,
-                                                 const char *sandbox_id, const char *reason)
-{
-    enum store_status rc;
-    struct store_sandbox sb;
-    if ((rc = sql_begin(st)) != STORE_OK)
-        return rc;
-    struct sql_stmt *s =
-        sql_stmt(st, "UPDATE sandboxes SET state = 'stopping', termination_reason = "
-                     "?2, updated_at = ?3 WHERE id = ?1 AND state IN "
-                     "('booting', 'warm', 'claimed', 'running')");
-    if (!s)
-        return sql_end(st, STORE_ERROR);
-    sql_bind_text(s, 1, sandbox_id);
-    sql_bind_text_or_null(s, 2, reason);
-    sql_bind_int64(s, 3, clock_wall_ms());
-    rc = sql_step_change(st, s, STORE_CONFLICT);
-    if (rc == STORE_OK)
-        rc = q_sandbox_load(st, sandbox_id, &sb);
-    if (rc == STORE_OK)
-        rc = q_sandbox_event(st, ctx, "sandbox.stopping", &sb,
-                             json_pack("{s:s?}", "reason", reason));
-    /* The Session lets go of a stopping Sandbox at once, so its next message can activate a new
-     * one while this one is still being torn down. */
-    if (rc == STORE_OK && sb.session_id[0]) {
-        struct sql_stmt *cur =
-            sql_stmt(st, "SELECT 1 FROM sessions WHERE id = ?1 AND sandbox_id = ?2");
-        int r;
-        if (!cur)
-            return sql_end(st, STORE_ERROR);
-        sql_bind_text(cur, 1, sb.session_id);
-        sql_bind_text(cur, 2, sandbox_id);
-        r = sql_step(cur);
-        sql_done(cur);
-        if (r == SQL_ROW)
-            rc = sql_session_to_idle_in_tx(st, ctx, sb.session_id, sb.app_id, sandbox_id);
-        else if (r != SQL_DONE)
-            rc = sql_status(st, r);
-    }
-    return sql_end(st, rc);
-}
-
-static enum store_status q_finish_in_tx(struct store *st, const struct store_ctx *ctx,
-                                        const char *sandbox_id, bool failed, const char *reason,
-                                        const struct store_usage *usage)
-{
-    struct store_sandbox sb;
-    enum store_status rc;
-    int64_t cpu = usage ? usage->cpu_usec : -1, mem = usage ? usage->mem_peak_bytes : -1;
-    int64_t now = clock_wall_ms();
-
-    if ((rc = q_sandbox_load(st, sandbox_id, &sb)) != STORE_OK)
-        return rc;
-    if (strcmp(sb.state, "terminated") == 0 || strcmp(sb.state, "failed") == 0)
-        return STORE_CONFLICT;
-    struct sql_stmt *s = sql_stmt(st, "UPDATE sandboxes SET state = ?2, termination_reason = "
-                                      "COALESCE(termination_reason, ?3), cpu_usec = ?4, "
-                                      "mem_peak_bytes = ?5, terminated_at = ?6, updated_at = ?6 "
-                                      "WHERE id = ?1");
-    if (!s)
-        return STORE_ERROR;
-    sql_bind_text(s, 1, sandbox_id);
-    sql_bind_text(s, 2, failed ? "failed" : "terminated");
-    sql_bind_text_or_null(s, 3, reason);
-    if (cpu >= 0)
-        sql_bind_int64(s, 4, cpu);
-    else
-        sql_bind_null(s, 4);
-    if (mem >= 0)
-        sql_bind_int64(s, 5, mem);
-    else
-        sql_bind_null(s, 5);
-    sql_bind_int64(s, 6, now);
-    if ((rc = sql_step_done(st, s)) != STORE_OK)
-        return rc;
-    if ((rc = q_sandbox_load(st, sandbox_id, &sb)) != STORE_OK)
-        return rc;
-    rc = q_sandbox_event(st, ctx, failed ? "sandbox.failed" : "sandbox.terminated", &sb,
-                         json_pack("{s:s?,s:o,s:o}", "reason",
-                                   sb.termination_reason[0] ? sb.termination_reason : NULL,
-                                   "cpuUsec", cpu >= 0 ? json_integer(cpu) : json_null(),
-                                   "memPeakBytes", mem >= 0 ? json_integer(mem) : json_null()));
-    if (rc != STORE_OK || !sb.session_id[0])
-        return rc;
-
-    /* The Session accumulates what its Sandboxes used, even when it has moved on to another. */
-    struct sql_stmt *u =
-        sql_stmt(st, "UPDATE sessions SET cpu_usec = cpu_usec + ?2, mem_peak_bytes = "
-                     "CASE WHEN CAST(?3 AS BIGINT) IS NULL THEN mem_peak_bytes "
-                     "WHEN COALESCE(mem_peak_bytes, 0) > ?3 THEN mem_peak_bytes ELSE ?3 END, "
-                     "updated_at = ?4 "
-                     "WHERE id = ?1");
-    if (!u)
-        return STORE_ERROR;
-    sql_bind_text(u, 1, sb.session_id);
-    sql_bind_int64(u, 2, cpu > 0 ? cpu : 0);
-    if (mem >= 0)
-        sql_bind_int64(u, 3, mem);
-    else
-        sql_bind_null(u, 3);
-    sql_bind_int64(u, 4, now);
-    if ((rc = sql_step_done(st, u)) != STORE_OK)
-        return rc;
-
-    struct sql_stmt *cur = sql_stmt(st, "SELECT 1 FROM sessions WHERE id = ?1 AND sandbox_id = ?2");
-    int r;
-    if (!cur)
-        return STORE_ERROR;
-    sql_bind_text(cur, 1, sb.session_id);
-    sql_bind_text(cur, 2, sandbox_id);
-    r = sql_step(cur);
-    sql_done(cur);
-    if (r == SQL_ROW)
-        return sql_session_to_idle_in_tx(st, ctx, sb.session_id, sb.app_id, sandbox_id);
-    return r == SQL_DONE ? STORE_OK : sql_status(st, r);
-}
-
-static enum store_status q_sandbox_finish(struct store *st, const struct store_ctx *ctx,
-                                          const char *sandbox_id, bool failed, const char *reason,
-                                          const struct store_usage *usage)
-{
-    enum store_status rc;
-    if ((rc = sql_begin(st)) != STORE_OK)
-        return rc;
-    return sql_end(st, q_finish_in_tx(st, ctx, sandbox_id, failed, reason, usage));
-}
-
-static enum store_status q_sandbox_list_live(struct store *st, const char *worker_id,
-                                             struct store_sandbox **out, size_t *n)
-{
-    return q_sandbox_list(st,
-                          "SELECT " SQL_SANDBOX_COLS "FROM sandboxes WHERE state NOT IN "
-                          "('terminated', 'failed') AND (?1 = '' OR worker_id = ?1) "
-                          "ORDER BY created_at",
-                          worker_id, out, n);
-}
-
-static enum store_status q_sandbox_list_stop_requested(struct store *st, const char *worker_id,
-                                                       struct store_sandbox **out, size_t *n)
-{
-    return q_sandbox_list(st,
-                          /* EXISTS per Sandbox (a worker holds few), by the Session's key:
-                           * `session_id IN (SELECT ... WHERE state = 'deleted' OR ...)` read
-                           * every Session, on every wake-up (20 ms at 100,000 Sessions). */
-                          "SELECT " SQL_SANDBOX_COLS "FROM sandboxes WHERE state NOT IN "
-                          "('terminated', 'failed') AND worker_id = ?1 AND "
-                          "(stop_requested_at IS NOT NULL OR EXISTS (SELECT 1 FROM sessions s "
-                          "WHERE s.id = sandboxes.session_id AND (s.state = 'deleted' OR "
-                          "s.stop_requested_at IS NOT NULL)))",
-                          worker_id, out, n);
-}
-
 /* Lets go of everything a worker that is gone held in the queue (inside the caller's writer
  * transaction): marks it stopped, requeues the messages it was delivering (the attempt counts, with
  * reason), sends its Sessions back to idle and unowns its deleted ones. *requeued grows by the
@@ -1335,7 +928,8 @@ static enum store_status q_host_lose_in_tx(struct store *st, const struct store_
         return STORE_OK; /* declared lost already */
 
     /* Its live Sandboxes end here, in the store: nobody can reach their processes any more. The
-     * Sessions pointing at them go back to idle (q_finish_in_tx). Usage is not measured. */
+     * Sessions pointing at them go back to idle (sql_sandbox_finish_in_tx). Usage is not measured.
+     */
     struct sql_stmt *sbs = sql_stmt(st, "SELECT b.id FROM sandboxes b JOIN workers w ON "
                                         "w.id = b.worker_id WHERE w.host_id = ?1 AND "
                                         "b.state NOT IN ('terminated', 'failed')");
@@ -1345,7 +939,7 @@ static enum store_status q_host_lose_in_tx(struct store *st, const struct store_
     if ((rc = sql_read_ids(st, sbs, &ids, &n_sandboxes)) != STORE_OK)
         return rc;
     for (size_t i = 0; i < n_sandboxes && rc == STORE_OK; i++) {
-        rc = q_finish_in_tx(st, ctx, ids[i], false, "host lost", NULL);
+        rc = sql_sandbox_finish_in_tx(st, ctx, ids[i], false, "host lost", NULL);
         if (rc == STORE_CONFLICT)
             rc = STORE_OK;
     }
@@ -1435,22 +1029,6 @@ static enum store_status q_host_declare_lost(struct store *st, const struct stor
     return rc;
 }
 
-static enum store_status q_sandbox_list_host_lost(struct store *st, const char *host_id,
-                                                  int64_t lost_at, struct store_sandbox **out,
-                                                  size_t *n)
-{
-    struct sql_stmt *s = sql_stmt(st, "SELECT " SQL_SANDBOX_COLS "FROM sandboxes WHERE "
-                                      "termination_reason = 'host lost' AND terminated_at >= ?2 "
-                                      "AND worker_id IN (SELECT id FROM workers WHERE "
-                                      "host_id = ?1) ORDER BY created_at");
-    char no_cursor[STORE_CURSOR_LEN];
-    if (!s)
-        return STORE_ERROR;
-    sql_bind_text(s, 1, host_id);
-    sql_bind_int64(s, 2, lost_at);
-    return sql_read_page(st, s, SIZE_MAX, &sql_sandbox_page, (void *)out, n, no_cursor);
-}
-
 void store_sql_queue_init(struct store *st)
 {
     st->worker_register = q_worker_register;
@@ -1467,21 +1045,10 @@ void store_sql_queue_init(struct store *st)
     st->queue_release = q_queue_release;
     st->queue_requeue_expired = q_queue_requeue_expired;
     st->queue_next_due = q_queue_next_due;
-    st->sandbox_insert = q_sandbox_insert;
-    st->sandbox_set_runtime = q_sandbox_set_runtime;
-    st->sandbox_mark_warm = q_sandbox_mark_warm;
-    st->sandbox_claim_warm = q_sandbox_claim_warm;
-    st->sandbox_assign = q_sandbox_assign;
-    st->sandbox_mark_running = q_sandbox_mark_running;
-    st->sandbox_mark_stopping = q_sandbox_mark_stopping;
-    st->sandbox_finish = q_sandbox_finish;
-    st->sandbox_list_live = q_sandbox_list_live;
-    st->sandbox_list_stop_requested = q_sandbox_list_stop_requested;
     st->host_register = q_host_register;
     st->host_heartbeat = q_host_heartbeat;
     st->host_list = q_host_list;
     st->host_declare_lost = q_host_declare_lost;
-    st->sandbox_list_host_lost = q_sandbox_list_host_lost;
     st->queue_claim_placed = q_queue_claim_placed;
     st->worker_host = q_worker_host;
 }
