@@ -19,45 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- workers ---- */
-
-static enum store_status q_worker_register(struct store *st, const char *worker_id,
-                                           const char *host, int64_t pid)
-{
-    struct sql_stmt *s =
-        sql_stmt(st, "INSERT INTO workers (id, host, pid, started_at, heartbeat_at) "
-                     "VALUES (?1, ?2, ?3, ?4, ?4)");
-    if (!s)
-        return STORE_ERROR;
-    sql_bind_text(s, 1, worker_id);
-    sql_bind_text(s, 2, host);
-    sql_bind_int64(s, 3, pid);
-    sql_bind_int64(s, 4, clock_wall_ms());
-    return sql_step_done(st, s);
-}
-
-static enum store_status q_worker_heartbeat(struct store *st, const char *worker_id)
-{
-    /* A worker that was taken for dead and adopted must not carry on: its heartbeat fails. */
-    struct sql_stmt *s = sql_stmt(st, "UPDATE workers SET heartbeat_at = ?2 WHERE id = ?1 AND "
-                                      "stopped_at IS NULL");
-    if (!s)
-        return STORE_ERROR;
-    sql_bind_text(s, 1, worker_id);
-    sql_bind_int64(s, 2, clock_wall_ms());
-    return sql_step_change(st, s, STORE_CONFLICT);
-}
-
-static enum store_status q_worker_stop(struct store *st, const char *worker_id)
-{
-    struct sql_stmt *s = sql_stmt(st, "UPDATE workers SET stopped_at = ?2 WHERE id = ?1");
-    if (!s)
-        return STORE_ERROR;
-    sql_bind_text(s, 1, worker_id);
-    sql_bind_int64(s, 2, clock_wall_ms());
-    return sql_step_done(st, s);
-}
-
 static int64_t host_id_row(struct sql_stmt *s, void *item)
 {
     sql_col_copy(s, 0, item, STORE_HOST_ID_LEN);
@@ -65,43 +26,6 @@ static int64_t host_id_row(struct sql_stmt *s, void *item)
 }
 
 static const struct sql_page host_id_page = {STORE_HOST_ID_LEN, host_id_row, sql_free_items};
-
-static enum store_status q_worker_list_dead(struct store *st, int64_t stale_ms,
-                                            char (**ids)[STORE_ID_LEN], size_t *n)
-{
-    struct sql_stmt *s = sql_stmt(st, "SELECT id FROM workers WHERE stopped_at IS NULL AND "
-                                      "heartbeat_at < ?1 ORDER BY started_at");
-    if (!s)
-        return STORE_ERROR;
-    sql_bind_int64(s, 1, clock_wall_ms() - stale_ms);
-    return sql_read_ids(st, s, ids, n);
-}
-
-static int64_t worker_page_row(struct sql_stmt *s, void *item)
-{
-    struct store_worker *w = item;
-    sql_col_copy(s, 0, w->id, sizeof w->id);
-    sql_col_copy(s, 1, w->host, sizeof w->host);
-    w->pid = sql_col_int64(s, 2);
-    w->started_at = sql_col_int64(s, 3);
-    w->heartbeat_at = sql_col_int64(s, 4);
-    sql_col_copy(s, 5, w->host_id, sizeof w->host_id);
-    return 0;
-}
-
-static const struct sql_page worker_page = {sizeof(struct store_worker), worker_page_row,
-                                            sql_free_items};
-
-static enum store_status q_worker_list_active(struct store *st, struct store_worker **out,
-                                              size_t *n)
-{
-    struct sql_stmt *s = sql_stmt(st, "SELECT id, host, pid, started_at, heartbeat_at, host_id "
-                                      "FROM workers WHERE stopped_at IS NULL ORDER BY started_at");
-    char no_cursor[STORE_CURSOR_LEN];
-    if (!s)
-        return STORE_ERROR;
-    return sql_read_page(st, s, SIZE_MAX, &worker_page, (void *)out, n, no_cursor);
-}
 
 /* ---- the queue ---- */
 
@@ -144,25 +68,6 @@ struct q_pick {
 };
 
 /* ---- placement ---- */
-
-/* The host of a worker, stopped or not ("" for one registered before hosts). */
-static enum store_status q_worker_host(struct store *st, const char *worker_id, char *host_id,
-                                       size_t len)
-{
-    struct sql_stmt *s = sql_stmt(st, "SELECT host_id FROM workers WHERE id = ?1");
-    int r;
-    if (!s)
-        return STORE_ERROR;
-    sql_bind_text(s, 1, worker_id);
-    host_id[0] = '\0';
-    r = sql_step(s);
-    if (r == SQL_ROW)
-        sql_col_copy(s, 0, host_id, len);
-    sql_done(s);
-    if (r == SQL_ROW)
-        return STORE_OK;
-    return r == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, r);
-}
 
 /* What placement needs to know about the claimer, in one read: its host, whether it was stopped
  * (a worker of a host declared lost, or one taken for dead, must not start anything new), how
@@ -638,8 +543,8 @@ static enum store_status q_queue_release(struct store *st, const struct store_ct
 
 /* Requeues (or fails, when out of attempts) every message of the list; they were leased by a
  * worker that is gone or too slow, so the attempt ends like any other failed attempt. */
-static enum store_status q_requeue_list(struct store *st, const struct store_ctx *ctx,
-                                        char (*ids)[STORE_ID_LEN], size_t n, const char *reason)
+enum store_status sql_queue_requeue_in_tx(struct store *st, const struct store_ctx *ctx,
+                                          char (*ids)[STORE_ID_LEN], size_t n, const char *reason)
 {
     enum store_status rc = STORE_OK;
     for (size_t i = 0; i < n && rc == STORE_OK; i++) {
@@ -665,8 +570,8 @@ static enum store_status q_queue_requeue_expired(struct store *st, const struct 
     sql_bind_int64(s, 1, clock_wall_ms());
     rc = sql_read_ids(st, s, &ids, &count);
     if (rc == STORE_OK)
-        rc =
-            q_requeue_list(st, ctx, ids, count, "lease expired: the worker delivering it was lost");
+        rc = sql_queue_requeue_in_tx(st, ctx, ids, count,
+                                     "lease expired: the worker delivering it was lost");
     free(ids);
     rc = sql_end(st, rc);
     if (rc == STORE_OK && n)
@@ -689,116 +594,6 @@ static enum store_status q_queue_next_due(struct store *st, int64_t *at)
         *at = sql_col_int64_or(s, 0, 0);
     sql_done(s);
     return r == SQL_ROW ? STORE_OK : sql_status(st, r);
-}
-
-/* Lets go of everything a worker that is gone held in the queue (inside the caller's writer
- * transaction): marks it stopped, requeues the messages it was delivering (the attempt counts, with
- * reason), sends its Sessions back to idle and unowns its deleted ones. *requeued grows by the
- * leases requeued. STORE_NOT_FOUND when it was stopped already. */
-static enum store_status q_release_worker_in_tx(struct store *st, const struct store_ctx *ctx,
-                                                const char *worker_id, int64_t now,
-                                                const char *reason, size_t *requeued)
-{
-    enum store_status rc;
-    struct sql_stmt *stop = sql_stmt(st, "UPDATE workers SET stopped_at = ?2 WHERE id = ?1 AND "
-                                         "stopped_at IS NULL");
-    if (!stop)
-        return STORE_ERROR;
-    sql_bind_text(stop, 1, worker_id);
-    sql_bind_int64(stop, 2, now);
-    if ((rc = sql_step_done(st, stop)) != STORE_OK)
-        return rc;
-    if (sql_changes(st) == 0)
-        return STORE_NOT_FOUND; /* already adopted by another worker, or stopped cleanly */
-
-    /* Its leases: the attempts it was making are over. */
-    char(*ids)[STORE_ID_LEN] = NULL;
-    size_t n = 0;
-    struct sql_stmt *leased = sql_stmt(st, "SELECT id FROM messages WHERE state = 'delivering' AND "
-                                           "lease_owner = ?1");
-    if (!leased)
-        return STORE_ERROR;
-    sql_bind_text(leased, 1, worker_id);
-    if ((rc = sql_read_ids(st, leased, &ids, &n)) != STORE_OK)
-        return rc;
-    rc = q_requeue_list(st, ctx, ids, n, reason);
-    free(ids);
-    if (rc != STORE_OK)
-        return rc;
-    *requeued += n;
-
-    /* Its Sessions: idle again, free for any worker. */
-    struct sql_stmt *ses = sql_stmt(st, "SELECT id, app_id, sandbox_id FROM sessions WHERE "
-                                        "worker_id = ?1 AND state <> 'deleted'");
-    if (!ses)
-        return STORE_ERROR;
-    sql_bind_text(ses, 1, worker_id);
-    struct owned {
-        char id[STORE_ID_LEN], app_id[STORE_ID_LEN], sandbox_id[STORE_ID_LEN];
-    } *list = NULL;
-    size_t len = 0;
-    int r;
-    while ((r = sql_step(ses)) == SQL_ROW) {
-        struct owned *grown = realloc(list, (len + 1) * sizeof *list);
-        if (!grown) {
-            free(list);
-            sql_done(ses);
-            return STORE_ERROR;
-        }
-        list = grown;
-        sql_col_copy(ses, 0, list[len].id, STORE_ID_LEN);
-        sql_col_copy(ses, 1, list[len].app_id, STORE_ID_LEN);
-        sql_col_copy(ses, 2, list[len].sandbox_id, STORE_ID_LEN);
-        len++;
-    }
-    sql_done(ses);
-    rc = r == SQL_DONE ? STORE_OK : sql_status(st, r);
-    for (size_t i = 0; i < len && rc == STORE_OK; i++)
-        rc = sql_session_to_idle_in_tx(st, ctx, list[i].id, list[i].app_id, list[i].sandbox_id);
-    free(list);
-    if (rc != STORE_OK)
-        return rc;
-    /* Deleted Sessions it owned keep their state but lose the owner. */
-    struct sql_stmt *del =
-        sql_stmt(st, "UPDATE sessions SET worker_id = NULL WHERE worker_id = ?1");
-    if (!del)
-        return STORE_ERROR;
-    sql_bind_text(del, 1, worker_id);
-    return sql_step_done(st, del);
-}
-
-static enum store_status q_adopt_in_tx(struct store *st, const struct store_ctx *ctx,
-                                       const char *dead_worker_id, const char *new_owner)
-{
-    int64_t now = clock_wall_ms();
-    size_t n = 0;
-    enum store_status rc = q_release_worker_in_tx(
-        st, ctx, dead_worker_id, now, "worker lost while delivering (worker restart)", &n);
-    if (rc != STORE_OK)
-        return rc;
-
-    /* Its Sandboxes: the new owner reaps them. */
-    struct sql_stmt *sb = sql_stmt(st, "UPDATE sandboxes SET worker_id = ?2, updated_at = ?3 WHERE "
-                                       "worker_id = ?1 AND state NOT IN ('terminated', 'failed')");
-    if (!sb)
-        return STORE_ERROR;
-    sql_bind_text(sb, 1, dead_worker_id);
-    sql_bind_text(sb, 2, new_owner);
-    sql_bind_int64(sb, 3, now);
-    if ((rc = sql_step_done(st, sb)) != STORE_OK)
-        return rc;
-    rc = sql_event_json(st, ctx, "worker.adopted", "worker", dead_worker_id, NULL, NULL,
-                        json_pack("{s:s,s:I}", "adoptedBy", new_owner, "requeued", (json_int_t)n));
-    return rc;
-}
-
-static enum store_status q_worker_adopt(struct store *st, const struct store_ctx *ctx,
-                                        const char *dead_worker_id, const char *new_owner)
-{
-    enum store_status rc;
-    if ((rc = sql_begin(st)) != STORE_OK)
-        return rc;
-    return sql_end(st, q_adopt_in_tx(st, ctx, dead_worker_id, new_owner));
 }
 
 /* ---- hosts ---- */
@@ -958,8 +753,8 @@ static enum store_status q_host_lose_in_tx(struct store *st, const struct store_
     if ((rc = sql_read_ids(st, wk, &ids, &n_workers)) != STORE_OK)
         return rc;
     for (size_t i = 0; i < n_workers && rc == STORE_OK; i++)
-        rc =
-            q_release_worker_in_tx(st, ctx, ids[i], now, "host lost while delivering", &n_requeued);
+        rc = sql_worker_release_in_tx(st, ctx, ids[i], now, "host lost while delivering",
+                                      &n_requeued);
     free(ids);
     if (rc != STORE_OK)
         return rc;
@@ -1031,12 +826,6 @@ static enum store_status q_host_declare_lost(struct store *st, const struct stor
 
 void store_sql_queue_init(struct store *st)
 {
-    st->worker_register = q_worker_register;
-    st->worker_heartbeat = q_worker_heartbeat;
-    st->worker_stop = q_worker_stop;
-    st->worker_list_dead = q_worker_list_dead;
-    st->worker_list_active = q_worker_list_active;
-    st->worker_adopt = q_worker_adopt;
     st->queue_claim = q_queue_claim;
     st->queue_claim_owned = q_queue_claim_owned;
     st->queue_extend_lease = q_queue_extend_lease;
@@ -1050,5 +839,4 @@ void store_sql_queue_init(struct store *st)
     st->host_list = q_host_list;
     st->host_declare_lost = q_host_declare_lost;
     st->queue_claim_placed = q_queue_claim_placed;
-    st->worker_host = q_worker_host;
 }
