@@ -256,6 +256,7 @@ void store_sql_init(struct store *st)
     sql_messages_init(st);
     sql_sandboxes_init(st);
     sql_workers_init(st);
+    sql_hosts_init(st);
     sql_enqueue_init(st);
     sql_events_init(st);
     sql_counts_init(st);
