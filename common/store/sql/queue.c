@@ -1,33 +1,32 @@
 /*
- * store_sql_queue.c: the store's functions that the workers call, on either SQL engine (sql.h):
- * worker registration and liveness, the message queue (claims with leases, completion, retries,
- * requeues) and the Sandbox lifecycle.
+ * queue.c: the message queue the workers consume: claims with leases (and placement across
+ * hosts), lease extension, completion, failed attempts with backoff, releases, requeueing of
+ * expired leases, and the next retry's due time.
  *
- * Every claim is one writer transaction (sql_begin): the database's write lock is held from the
- * first read (SQLite's BEGIN IMMEDIATE, PostgreSQL's advisory lock), so two worker processes, on
- * one host or several, can never both see a message (or a warm Sandbox) as free and both take it.
- * Every state change writes its audit event in the same transaction.
+ * A message is queued -> delivering (claimed, leased, its attempt counted) -> completed, or back
+ * to queued (a failed attempt with attempts left, a release, an expired lease) or failed (out of
+ * attempts). Every claim is one writer transaction (sql_begin): the database's write lock is held
+ * from the first read (SQLite's BEGIN IMMEDIATE, PostgreSQL's advisory lock), so two worker
+ * processes, on one host or several, can never both see a message as free and both take it.
+ * Every state change writes its audit event in the same transaction. No hidden state.
  */
-#include "store_sql.h"
+#include "clock.h"
 #include "id.h"
 #include "log.h"
-#include "clock.h"
+#include "store_sql.h"
 
-#include <jansson.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- the queue ---- */
-
 /* The next deliverable messages. A message is deliverable when it is queued and due, its Session
  * is not deleted and is free or ours, and no earlier message of its Session is unfinished: that
  * one rule gives both per-Session order and one-at-a-time delivery, since a delivering message is
- * unfinished and blocks every later one. Placement (q_claim_choose) may pass over the first ones,
+ * unfinished and blocks every later one. Placement (claim_choose) may pass over the first ones,
  * so up to ?4 come, each with what placement needs: when it became claimable (its creation, its
  * retry time, or its Session's return to idle, whichever is last) and its App's shape. */
-#define Q_CLAIM_PICK_SQL                                                                           \
+#define CLAIM_PICK_SQL                                                                             \
     "SELECT m.id, m.session_id, CASE WHEN s.worker_id IS NULL THEN 1 ELSE 0 END, "                 \
     "CASE WHEN m.not_before > m.created_at THEN m.not_before ELSE m.created_at END, "              \
     "s.updated_at, a.driver, a.image, a.vcpu_count, a.mem_size_mib FROM messages m "               \
@@ -37,23 +36,23 @@
     "AND NOT EXISTS (SELECT 1 FROM messages e WHERE e.session_id = m.session_id "                  \
     "AND e.seq < m.seq AND e.state IN ('queued', 'delivering')) "                                  \
     "ORDER BY m.not_before, m.created_at LIMIT ?4"
-static const char q_claim_pick_sql[] = Q_CLAIM_PICK_SQL;
+static const char claim_pick_sql[] = CLAIM_PICK_SQL;
 /* PostgreSQL: the claim also locks the message rows it reads and passes over those another
  * transaction holds, so claimers never queue behind each other on a row (SQLite has no row
  * locks: its one writer at a time is the whole lock). A peek locks nothing. */
-static const char q_claim_pick_pg_sql[] = Q_CLAIM_PICK_SQL " FOR UPDATE OF m SKIP LOCKED";
+static const char claim_pick_pg_sql[] = CLAIM_PICK_SQL " FOR UPDATE OF m SKIP LOCKED";
 
-static const char *q_claim_pick(struct store *st, bool lock)
+static const char *claim_pick(struct store *st, bool lock)
 {
-    return lock && sql_dialect(st) == SQL_POSTGRES ? q_claim_pick_pg_sql : q_claim_pick_sql;
+    return lock && sql_dialect(st) == SQL_POSTGRES ? claim_pick_pg_sql : claim_pick_sql;
 }
 
 /* How many deliverable messages a placed claim looks at before giving up: the ones it passes over
  * belong to other hosts for at most the placement grace. */
-#define Q_PLACED_CANDIDATES 32
+#define PLACED_CANDIDATES 32
 
 /* What a claim picked. */
-struct q_pick {
+struct claim_pick_result {
     char message_id[STORE_ID_LEN];
     char session_id[STORE_ID_LEN];
     bool session_free;
@@ -64,15 +63,15 @@ struct q_pick {
 /* What placement needs to know about the claimer, in one read: its host, whether it was stopped
  * (a worker of a host declared lost, or one taken for dead, must not start anything new), how
  * many hosts are live (not lost, heartbeat fresh) and whether its own is one of them. */
-struct q_claimer {
+struct claimer {
     char host_id[STORE_HOST_ID_LEN];
     bool stopped;
     int64_t live_hosts;
     bool host_live;
 };
 
-static enum store_status q_claimer_load(struct store *st, const char *worker_id,
-                                        int64_t fresh_since, struct q_claimer *c)
+static enum store_status claimer_load(struct store *st, const char *worker_id, int64_t fresh_since,
+                                      struct claimer *c)
 {
     struct sql_stmt *s = sql_stmt(
         st, "SELECT w.host_id, CASE WHEN w.stopped_at IS NULL THEN 0 ELSE 1 END, "
@@ -100,8 +99,8 @@ static enum store_status q_claimer_load(struct store *st, const char *worker_id,
  * host is full): among live hosts with a live worker and room (Sessions served < capacity), one
  * holding a warm Sandbox of the shape first, then the least loaded (served / capacity, compared
  * exactly by cross-multiplying), then the smallest id, so that every worker computes the same. */
-static enum store_status q_best_host(struct store *st, const struct store_shape *shape,
-                                     int64_t fresh_since, char *best, size_t len)
+static enum store_status best_host(struct store *st, const struct store_shape *shape,
+                                   int64_t fresh_since, char *best, size_t len)
 {
     struct sql_stmt *s = sql_stmt(
         st, "SELECT h.id, h.capacity, "
@@ -148,9 +147,9 @@ static enum store_status q_best_host(struct store *st, const struct store_shape 
  * it has waited for its host longer than the grace (so that a slow or dying host never starves a
  * Session). The best host is computed once per shape per pick; when ours is the only live host, it
  * is ours. */
-static enum store_status q_claim_choose(struct store *st, const char *worker_id, bool owned_only,
-                                        const struct store_placement *placement, int64_t now,
-                                        bool lock, struct q_pick *out)
+static enum store_status claim_choose(struct store *st, const char *worker_id, bool owned_only,
+                                      const struct store_placement *placement, int64_t now,
+                                      bool lock, struct claim_pick_result *out)
 {
     char host_id[STORE_HOST_ID_LEN] = "", best[STORE_HOST_ID_LEN] = "";
     struct store_shape best_for = {0};
@@ -159,9 +158,9 @@ static enum store_status q_claim_choose(struct store *st, const char *worker_id,
     enum store_status rc;
 
     if (placement) {
-        struct q_claimer c;
+        struct claimer c;
         fresh_since = now - placement->host_lost_ms;
-        if ((rc = q_claimer_load(st, worker_id, fresh_since, &c)) != STORE_OK)
+        if ((rc = claimer_load(st, worker_id, fresh_since, &c)) != STORE_OK)
             return rc;
         if (c.stopped)
             return STORE_EMPTY;
@@ -170,14 +169,14 @@ static enum store_status q_claim_choose(struct store *st, const char *worker_id,
          * a worker without a host (registered the old way) places nothing either. */
         single_host = !host_id[0] || c.live_hosts == 0 || (c.live_hosts == 1 && c.host_live);
     }
-    struct sql_stmt *pick = sql_stmt(st, q_claim_pick(st, lock));
+    struct sql_stmt *pick = sql_stmt(st, claim_pick(st, lock));
     int r;
     if (!pick)
         return STORE_ERROR;
     sql_bind_int64(pick, 1, now);
     sql_bind_text(pick, 2, worker_id);
     sql_bind_int64(pick, 3, owned_only ? 1 : 0);
-    sql_bind_int64(pick, 4, placement && !single_host ? Q_PLACED_CANDIDATES : 1);
+    sql_bind_int64(pick, 4, placement && !single_host ? PLACED_CANDIDATES : 1);
     rc = STORE_EMPTY;
     while ((r = sql_step(pick)) == SQL_ROW) {
         bool session_free = sql_col_int64(pick, 2) != 0;
@@ -195,7 +194,7 @@ static enum store_status q_claim_choose(struct store *st, const char *worker_id,
             shape.vcpu_count = sql_col_int64(pick, 7);
             shape.mem_size_mib = sql_col_int64(pick, 8);
             if (!have_best || memcmp(&shape, &best_for, sizeof shape) != 0) {
-                enum store_status brc = q_best_host(st, &shape, fresh_since, best, sizeof best);
+                enum store_status brc = best_host(st, &shape, fresh_since, best, sizeof best);
                 if (brc != STORE_OK) {
                     rc = brc;
                     break;
@@ -219,8 +218,8 @@ static enum store_status q_claim_choose(struct store *st, const char *worker_id,
     return rc;
 }
 
-static enum store_status q_delivery_load(struct store *st, const char *message_id,
-                                         struct store_delivery *out)
+static enum store_status delivery_load(struct store *st, const char *message_id,
+                                       struct store_delivery *out)
 {
     struct sql_stmt *s =
         sql_stmt(st, "SELECT " SQL_MESSAGE_COLS ", " SQL_SESSION_COLS ", " SQL_APP_COLS
@@ -244,14 +243,14 @@ static enum store_status q_delivery_load(struct store *st, const char *message_i
     return rc;
 }
 
-static enum store_status q_claim_in_tx(struct store *st, const struct store_ctx *ctx,
-                                       const char *worker_id, int64_t lease_ms, bool owned_only,
-                                       const struct store_placement *placement,
-                                       struct store_delivery *out)
+static enum store_status claim_in_tx(struct store *st, const struct store_ctx *ctx,
+                                     const char *worker_id, int64_t lease_ms, bool owned_only,
+                                     const struct store_placement *placement,
+                                     struct store_delivery *out)
 {
-    struct q_pick pick;
+    struct claim_pick_result pick;
     int64_t now = clock_wall_ms();
-    enum store_status rc = q_claim_choose(st, worker_id, owned_only, placement, now, true, &pick);
+    enum store_status rc = claim_choose(st, worker_id, owned_only, placement, now, true, &pick);
     if (rc != STORE_OK)
         return rc;
     const char *message_id = pick.message_id, *session_id = pick.session_id;
@@ -281,7 +280,7 @@ static enum store_status q_claim_in_tx(struct store *st, const struct store_ctx 
         if ((rc = sql_step_done(st, own)) != STORE_OK)
             return rc;
     }
-    if ((rc = q_delivery_load(st, message_id, out)) != STORE_OK)
+    if ((rc = delivery_load(st, message_id, out)) != STORE_OK)
         return rc;
     if (session_free) {
         rc = sql_event_json(st, ctx, "session.activating", "session", session_id, out->app.id,
@@ -301,19 +300,19 @@ static enum store_status q_claim_in_tx(struct store *st, const struct store_ctx 
 /* Whether anything is deliverable to this worker, read without taking the write lock: in WAL mode
  * this never waits, so the many wake-ups that find nothing to do do not queue behind the gateway's
  * commits (nor, with placement, behind other hosts' claims). */
-static enum store_status q_claim_peek(struct store *st, const char *worker_id, bool owned_only,
-                                      const struct store_placement *placement)
+static enum store_status claim_peek(struct store *st, const char *worker_id, bool owned_only,
+                                    const struct store_placement *placement)
 {
-    struct q_pick pick;
-    return q_claim_choose(st, worker_id, owned_only, placement, clock_wall_ms(), false, &pick);
+    struct claim_pick_result pick;
+    return claim_choose(st, worker_id, owned_only, placement, clock_wall_ms(), false, &pick);
 }
 
-static enum store_status q_claim(struct store *st, const struct store_ctx *ctx,
-                                 const char *worker_id, int64_t lease_ms, bool owned_only,
-                                 const struct store_placement *placement,
-                                 struct store_delivery *out)
+static enum store_status claim_next(struct store *st, const struct store_ctx *ctx,
+                                    const char *worker_id, int64_t lease_ms, bool owned_only,
+                                    const struct store_placement *placement,
+                                    struct store_delivery *out)
 {
-    enum store_status rc = q_claim_peek(st, worker_id, owned_only, placement);
+    enum store_status rc = claim_peek(st, worker_id, owned_only, placement);
     struct store_delivery d;
     if (rc != STORE_OK)
         return rc;
@@ -321,7 +320,7 @@ static enum store_status q_claim(struct store *st, const struct store_ctx *ctx,
     if ((rc = sql_begin(st)) != STORE_OK)
         return rc;
     memset(&d, 0, sizeof d);
-    rc = sql_end(st, q_claim_in_tx(st, ctx, worker_id, lease_ms, owned_only, placement, &d));
+    rc = sql_end(st, claim_in_tx(st, ctx, worker_id, lease_ms, owned_only, placement, &d));
     if (rc == STORE_OK)
         *out = d;
     else if (rc != STORE_EMPTY)
@@ -329,30 +328,30 @@ static enum store_status q_claim(struct store *st, const struct store_ctx *ctx,
     return rc;
 }
 
-static enum store_status q_queue_claim(struct store *st, const struct store_ctx *ctx,
-                                       const char *worker_id, int64_t lease_ms,
-                                       struct store_delivery *out)
+static enum store_status queue_claim(struct store *st, const struct store_ctx *ctx,
+                                     const char *worker_id, int64_t lease_ms,
+                                     struct store_delivery *out)
 {
-    return q_claim(st, ctx, worker_id, lease_ms, false, NULL, out);
+    return claim_next(st, ctx, worker_id, lease_ms, false, NULL, out);
 }
 
-static enum store_status q_queue_claim_owned(struct store *st, const struct store_ctx *ctx,
-                                             const char *worker_id, int64_t lease_ms,
-                                             struct store_delivery *out)
+static enum store_status queue_claim_owned(struct store *st, const struct store_ctx *ctx,
+                                           const char *worker_id, int64_t lease_ms,
+                                           struct store_delivery *out)
 {
-    return q_claim(st, ctx, worker_id, lease_ms, true, NULL, out);
+    return claim_next(st, ctx, worker_id, lease_ms, true, NULL, out);
 }
 
-static enum store_status q_queue_claim_placed(struct store *st, const struct store_ctx *ctx,
-                                              const char *worker_id, int64_t lease_ms,
-                                              const struct store_placement *placement,
-                                              struct store_delivery *out)
+static enum store_status queue_claim_placed(struct store *st, const struct store_ctx *ctx,
+                                            const char *worker_id, int64_t lease_ms,
+                                            const struct store_placement *placement,
+                                            struct store_delivery *out)
 {
-    return q_claim(st, ctx, worker_id, lease_ms, false, placement, out);
+    return claim_next(st, ctx, worker_id, lease_ms, false, placement, out);
 }
 
-static enum store_status q_queue_extend_lease(struct store *st, const char *message_id,
-                                              const char *worker_id, int64_t lease_ms)
+static enum store_status queue_extend_lease(struct store *st, const char *message_id,
+                                            const char *worker_id, int64_t lease_ms)
 {
     struct sql_stmt *s = sql_stmt(st, "UPDATE messages SET lease_expires_at = ?3 WHERE id = ?1 AND "
                                       "state = 'delivering' AND lease_owner = ?2");
@@ -365,8 +364,8 @@ static enum store_status q_queue_extend_lease(struct store *st, const char *mess
 }
 
 /* The message's Session and App, for the events of a transition. */
-static enum store_status q_message_owner(struct store *st, const char *message_id, char *session_id,
-                                         char *app_id, int64_t *attempts, int64_t *max_attempts)
+static enum store_status message_owner(struct store *st, const char *message_id, char *session_id,
+                                       char *app_id, int64_t *attempts, int64_t *max_attempts)
 {
     struct sql_stmt *s = sql_stmt(st, "SELECT session_id, app_id, attempts, max_attempts "
                                       "FROM messages WHERE id = ?1");
@@ -389,9 +388,9 @@ static enum store_status q_message_owner(struct store *st, const char *message_i
     return rc;
 }
 
-static enum store_status q_complete_in_tx(struct store *st, const struct store_ctx *ctx,
-                                          const char *message_id, const char *worker_id,
-                                          const char *sandbox_id, const char *reply_json)
+static enum store_status complete_in_tx(struct store *st, const struct store_ctx *ctx,
+                                        const char *message_id, const char *worker_id,
+                                        const char *sandbox_id, const char *reply_json)
 {
     struct sql_stmt *s =
         sql_stmt(st, "UPDATE messages SET state = 'completed', reply = ?3, "
@@ -412,7 +411,7 @@ static enum store_status q_complete_in_tx(struct store *st, const struct store_c
         return rc;
     if (sql_changes(st) == 0)
         return STORE_CONFLICT; /* the lease moved on: someone else owns this delivery now */
-    if ((rc = q_message_owner(st, message_id, session_id, app_id, &attempts, &max_attempts)) !=
+    if ((rc = message_owner(st, message_id, session_id, app_id, &attempts, &max_attempts)) !=
         STORE_OK)
         return rc;
     rc = sql_event_json(st, ctx, "message.completed", "message", message_id, app_id, session_id,
@@ -421,22 +420,22 @@ static enum store_status q_complete_in_tx(struct store *st, const struct store_c
     return rc;
 }
 
-static enum store_status q_queue_complete(struct store *st, const struct store_ctx *ctx,
-                                          const char *message_id, const char *worker_id,
-                                          const char *sandbox_id, const char *reply_json)
+static enum store_status queue_complete(struct store *st, const struct store_ctx *ctx,
+                                        const char *message_id, const char *worker_id,
+                                        const char *sandbox_id, const char *reply_json)
 {
     enum store_status rc;
     if ((rc = sql_begin(st)) != STORE_OK)
         return rc;
-    return sql_end(st, q_complete_in_tx(st, ctx, message_id, worker_id, sandbox_id, reply_json));
+    return sql_end(st, complete_in_tx(st, ctx, message_id, worker_id, sandbox_id, reply_json));
 }
 
 /* Ends an attempt that did not produce a reply: back to queued after backoff, or failed for good
  * once the message has used its attempts. lease_owner NULL means any holder (expired leases). */
-static enum store_status q_fail_in_tx(struct store *st, const struct store_ctx *ctx,
-                                      const char *message_id, const char *worker_id,
-                                      const char *sandbox_id, const char *reason,
-                                      int64_t backoff_ms, bool *final)
+static enum store_status fail_in_tx(struct store *st, const struct store_ctx *ctx,
+                                    const char *message_id, const char *worker_id,
+                                    const char *sandbox_id, const char *reason, int64_t backoff_ms,
+                                    bool *final)
 {
     char session_id[STORE_ID_LEN], app_id[STORE_ID_LEN];
     int64_t attempts, max_attempts, now = clock_wall_ms();
@@ -455,7 +454,7 @@ static enum store_status q_fail_in_tx(struct store *st, const struct store_ctx *
         return STORE_CONFLICT;
     if (r != SQL_ROW)
         return sql_status(st, r);
-    if ((rc = q_message_owner(st, message_id, session_id, app_id, &attempts, &max_attempts)) !=
+    if ((rc = message_owner(st, message_id, session_id, app_id, &attempts, &max_attempts)) !=
         STORE_OK)
         return rc;
 
@@ -490,24 +489,24 @@ static enum store_status q_fail_in_tx(struct store *st, const struct store_ctx *
     return rc;
 }
 
-static enum store_status q_queue_fail(struct store *st, const struct store_ctx *ctx,
-                                      const char *message_id, const char *worker_id,
-                                      const char *sandbox_id, const char *reason,
-                                      int64_t backoff_ms, bool *final)
+static enum store_status queue_fail(struct store *st, const struct store_ctx *ctx,
+                                    const char *message_id, const char *worker_id,
+                                    const char *sandbox_id, const char *reason, int64_t backoff_ms,
+                                    bool *final)
 {
     enum store_status rc;
     bool fin = false;
     if ((rc = sql_begin(st)) != STORE_OK)
         return rc;
-    rc = sql_end(st, q_fail_in_tx(st, ctx, message_id, worker_id ? worker_id : "", sandbox_id,
-                                  reason, backoff_ms, &fin));
+    rc = sql_end(st, fail_in_tx(st, ctx, message_id, worker_id ? worker_id : "", sandbox_id, reason,
+                                backoff_ms, &fin));
     if (rc == STORE_OK && final)
         *final = fin;
     return rc;
 }
 
-static enum store_status q_queue_release(struct store *st, const struct store_ctx *ctx,
-                                         const char *message_id, const char *worker_id)
+static enum store_status queue_release(struct store *st, const struct store_ctx *ctx,
+                                       const char *message_id, const char *worker_id)
 {
     enum store_status rc;
     char session_id[STORE_ID_LEN], app_id[STORE_ID_LEN];
@@ -526,29 +525,27 @@ static enum store_status q_queue_release(struct store *st, const struct store_ct
     sql_bind_int64(s, 3, clock_wall_ms());
     rc = sql_step_change(st, s, STORE_CONFLICT);
     if (rc == STORE_OK)
-        rc = q_message_owner(st, message_id, session_id, app_id, &attempts, &max_attempts);
+        rc = message_owner(st, message_id, session_id, app_id, &attempts, &max_attempts);
     if (rc == STORE_OK)
         rc =
             sql_event(st, ctx, "message.released", "message", message_id, app_id, session_id, NULL);
     return sql_end(st, rc);
 }
 
-/* Requeues (or fails, when out of attempts) every message of the list; they were leased by a
- * worker that is gone or too slow, so the attempt ends like any other failed attempt. */
 enum store_status sql_queue_requeue_in_tx(struct store *st, const struct store_ctx *ctx,
                                           char (*ids)[STORE_ID_LEN], size_t n, const char *reason)
 {
     enum store_status rc = STORE_OK;
     for (size_t i = 0; i < n && rc == STORE_OK; i++) {
-        rc = q_fail_in_tx(st, ctx, ids[i], NULL, NULL, reason, 0, NULL);
+        rc = fail_in_tx(st, ctx, ids[i], NULL, NULL, reason, 0, NULL);
         if (rc == STORE_CONFLICT)
             rc = STORE_OK;
     }
     return rc;
 }
 
-static enum store_status q_queue_requeue_expired(struct store *st, const struct store_ctx *ctx,
-                                                 size_t *n)
+static enum store_status queue_requeue_expired(struct store *st, const struct store_ctx *ctx,
+                                               size_t *n)
 {
     enum store_status rc;
     char(*ids)[STORE_ID_LEN] = NULL;
@@ -571,7 +568,7 @@ static enum store_status q_queue_requeue_expired(struct store *st, const struct 
     return rc;
 }
 
-static enum store_status q_queue_next_due(struct store *st, int64_t *at)
+static enum store_status queue_next_due(struct store *st, int64_t *at)
 {
     /* Only the head of each Session's queue counts: a later message waits for it anyway. */
     struct sql_stmt *s = sql_stmt(st, "SELECT MIN(m.not_before) FROM messages m WHERE m.state = "
@@ -588,15 +585,22 @@ static enum store_status q_queue_next_due(struct store *st, int64_t *at)
     return r == SQL_ROW ? STORE_OK : sql_status(st, r);
 }
 
-void store_sql_queue_init(struct store *st)
+void store_delivery_clear(struct store_delivery *d)
 {
-    st->queue_claim = q_queue_claim;
-    st->queue_claim_owned = q_queue_claim_owned;
-    st->queue_extend_lease = q_queue_extend_lease;
-    st->queue_complete = q_queue_complete;
-    st->queue_fail = q_queue_fail;
-    st->queue_release = q_queue_release;
-    st->queue_requeue_expired = q_queue_requeue_expired;
-    st->queue_next_due = q_queue_next_due;
-    st->queue_claim_placed = q_queue_claim_placed;
+    store_message_clear(&d->message);
+    store_session_clear(&d->session);
+    store_app_clear(&d->app);
+}
+
+void sql_queue_init(struct store *st)
+{
+    st->queue_claim = queue_claim;
+    st->queue_claim_owned = queue_claim_owned;
+    st->queue_extend_lease = queue_extend_lease;
+    st->queue_complete = queue_complete;
+    st->queue_fail = queue_fail;
+    st->queue_release = queue_release;
+    st->queue_requeue_expired = queue_requeue_expired;
+    st->queue_next_due = queue_next_due;
+    st->queue_claim_placed = queue_claim_placed;
 }

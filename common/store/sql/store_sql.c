@@ -233,17 +233,6 @@ enum store_status sql_event_json(struct store *st, const struct store_ctx *ctx, 
     return rc;
 }
 
-/* ---- rows, records and settings (until each moves to its table's file) ---- */
-
-/* ---- records ---- */
-
-void store_delivery_clear(struct store_delivery *d)
-{
-    store_message_clear(&d->message);
-    store_session_clear(&d->session);
-    store_app_clear(&d->app);
-}
-
 /* ---- the function table ---- */
 
 void store_sql_init(struct store *st)
@@ -254,13 +243,13 @@ void store_sql_init(struct store *st)
     sql_workspaces_init(st);
     sql_sessions_init(st);
     sql_messages_init(st);
+    sql_queue_init(st);
     sql_sandboxes_init(st);
     sql_workers_init(st);
     sql_hosts_init(st);
     sql_enqueue_init(st);
     sql_events_init(st);
     sql_counts_init(st);
-    store_sql_queue_init(st);
 }
 
 void store_sql_fini(struct store *st)

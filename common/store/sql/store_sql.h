@@ -186,7 +186,4 @@ void sql_counts_init(struct store *st);
 void sql_enqueue_init(struct store *st);
 void sql_enqueue_fini(struct store *st);
 
-/* Until every table has its own file: the old files' setup. */
-void store_sql_queue_init(struct store *st);
-
 #endif
