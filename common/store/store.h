@@ -427,24 +427,23 @@ struct store {
     /* Claims the next deliverable message: queued, not_before <= now, the lowest unfinished seq of
      * its Session, and its Session either idle or owned by this worker. Marks it delivering with a
      * lease until now + lease_ms, counts the attempt, and on an idle Session marks the Session
-     * activating and owned by this worker. STORE_EMPTY when nothing is deliverable. */
-    enum store_status (*queue_claim)(struct store *st, const struct store_ctx *ctx,
-                                     const char *worker_id, int64_t lease_ms,
-                                     struct store_delivery *out);
-    /* Like queue_claim, but only messages of Sessions this worker already owns (it is at its
-     * Sandbox limit and can serve only Sessions whose Sandbox it holds). */
-    enum store_status (*queue_claim_owned)(struct store *st, const struct store_ctx *ctx,
-                                           const char *worker_id, int64_t lease_ms,
-                                           struct store_delivery *out);
-    /* queue_claim with placement: a message of an idle Session is claimed only when this
-     * worker's host is where it belongs (a live host with a warm Sandbox of the App's shape,
-     * least loaded first; else the least loaded live host; never a full one), or once the
-     * message has waited longer than grace_ms for that host. Messages of Sessions this worker
-     * owns are claimed as by queue_claim. STORE_EMPTY too when this worker was stopped. */
+     * activating and owned by this worker. STORE_EMPTY when nothing is deliverable.
+     * With placement, a message of an idle Session is claimed only when this worker's host is
+     * where it belongs (a live host with a warm Sandbox of the App's shape, least loaded first;
+     * else the least loaded live host; never a full one), or once the message has waited longer
+     * than grace_ms for that host; messages of Sessions this worker owns are always claimable; and
+     * STORE_EMPTY too when this worker was stopped. placement NULL: no placement (one host), the
+     * first deliverable message. */
     enum store_status (*queue_claim_placed)(struct store *st, const struct store_ctx *ctx,
                                             const char *worker_id, int64_t lease_ms,
                                             const struct store_placement *placement,
                                             struct store_delivery *out);
+    /* Like queue_claim_placed without placement, but only messages of Sessions this worker
+     * already owns (it is at its Sandbox limit and can serve only Sessions whose Sandbox it
+     * holds). */
+    enum store_status (*queue_claim_owned)(struct store *st, const struct store_ctx *ctx,
+                                           const char *worker_id, int64_t lease_ms,
+                                           struct store_delivery *out);
     enum store_status (*queue_extend_lease)(struct store *st, const char *message_id,
                                             const char *worker_id, int64_t lease_ms);
     /* Records the reply; the message becomes completed (only if still leased by worker_id,
@@ -531,9 +530,6 @@ struct store {
     /* STORE_CONFLICT when the worker was adopted (taken for dead) or stopped: it must exit. */
     enum store_status (*worker_heartbeat)(struct store *st, const char *worker_id);
     enum store_status (*worker_stop)(struct store *st, const char *worker_id);
-    /* Workers whose heartbeat is older than stale_ms (and not this one): their ids. */
-    enum store_status (*worker_list_dead)(struct store *st, int64_t stale_ms,
-                                          char (**ids)[STORE_ID_LEN], size_t *n);
     /* Workers that have not stopped (stopped_at unset), this one included, so that a worker can
      * tell a dead peer by its pid on this host without waiting for its heartbeat to go stale. */
     enum store_status (*worker_list_active)(struct store *st, struct store_worker **out, size_t *n);

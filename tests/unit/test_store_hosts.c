@@ -158,13 +158,13 @@ static void test_declare_lost_ends_the_hosts_work_in_one_transaction(void **stat
      * Sandbox yet); it also holds a warm Sandbox. host-a holds a warm Sandbox of its own. */
     add_idle_session_with_message(f, "ses_1", 0);
     add_idle_session_with_message(f, "ses_2", 0);
-    assert_int_equal(f->st->queue_claim(f->st, &ctx, "wrk_b", 30000, &d), STORE_OK);
+    assert_int_equal(f->st->queue_claim_placed(f->st, &ctx, "wrk_b", 30000, NULL, &d), STORE_OK);
     assert_string_equal(d.session.id, "ses_1");
     store_delivery_clear(&d);
     assert_int_equal(f->st->sandbox_insert(f->st, &ctx, "wrk_b", &shape, true, &running), STORE_OK);
     assert_int_equal(f->st->sandbox_assign(f->st, &ctx, running.id, "app_a", "ses_1"), STORE_OK);
     assert_int_equal(f->st->sandbox_mark_running(f->st, &ctx, running.id, "ses_1"), STORE_OK);
-    assert_int_equal(f->st->queue_claim(f->st, &ctx, "wrk_b", 30000, &d), STORE_OK);
+    assert_int_equal(f->st->queue_claim_placed(f->st, &ctx, "wrk_b", 30000, NULL, &d), STORE_OK);
     assert_string_equal(d.session.id, "ses_2");
     store_delivery_clear(&d);
     assert_int_equal(f->st->sandbox_insert(f->st, &ctx, "wrk_b", &shape, false, &warm), STORE_OK);
@@ -288,7 +288,7 @@ static void test_placement_prefers_a_warm_sandbox_of_the_shape(void **state)
     /* Placement does not apply to the unplaced claim. */
     add_idle_session_with_message(f, "ses_2", 0);
     struct store_delivery d;
-    assert_int_equal(f->st->queue_claim(f->st, &ctx, "wrk_a", 30000, &d), STORE_OK);
+    assert_int_equal(f->st->queue_claim_placed(f->st, &ctx, "wrk_a", 30000, NULL, &d), STORE_OK);
     store_delivery_clear(&d);
 }
 

@@ -328,13 +328,6 @@ static enum store_status claim_next(struct store *st, const struct store_ctx *ct
     return rc;
 }
 
-static enum store_status queue_claim(struct store *st, const struct store_ctx *ctx,
-                                     const char *worker_id, int64_t lease_ms,
-                                     struct store_delivery *out)
-{
-    return claim_next(st, ctx, worker_id, lease_ms, false, NULL, out);
-}
-
 static enum store_status queue_claim_owned(struct store *st, const struct store_ctx *ctx,
                                            const char *worker_id, int64_t lease_ms,
                                            struct store_delivery *out)
@@ -594,7 +587,6 @@ void store_delivery_clear(struct store_delivery *d)
 
 void sql_queue_init(struct store *st)
 {
-    st->queue_claim = queue_claim;
     st->queue_claim_owned = queue_claim_owned;
     st->queue_extend_lease = queue_extend_lease;
     st->queue_complete = queue_complete;

@@ -47,17 +47,6 @@ static enum store_status worker_stop(struct store *st, const char *worker_id)
     return sql_step_done(st, s);
 }
 
-static enum store_status worker_list_dead(struct store *st, int64_t stale_ms,
-                                          char (**ids)[STORE_ID_LEN], size_t *n)
-{
-    struct sql_stmt *s = sql_stmt(st, "SELECT id FROM workers WHERE stopped_at IS NULL AND "
-                                      "heartbeat_at < ?1 ORDER BY started_at");
-    if (!s)
-        return STORE_ERROR;
-    sql_bind_int64(s, 1, clock_wall_ms() - stale_ms);
-    return sql_read_ids(st, s, ids, n);
-}
-
 static int64_t worker_page_row(struct sql_stmt *s, void *item)
 {
     struct store_worker *w = item;
@@ -214,7 +203,6 @@ void sql_workers_init(struct store *st)
     st->worker_register = worker_register;
     st->worker_heartbeat = worker_heartbeat;
     st->worker_stop = worker_stop;
-    st->worker_list_dead = worker_list_dead;
     st->worker_list_active = worker_list_active;
     st->worker_adopt = worker_adopt;
     st->worker_host = worker_host;

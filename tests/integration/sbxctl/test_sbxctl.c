@@ -234,7 +234,8 @@ static void sandbox_boot(struct fixture *f, char *id_out, bool cold)
 static void claim_message(struct fixture *f, const char *want_msg)
 {
     struct store_delivery d = {0};
-    assert_int_equal(f->st->queue_claim(f->st, &worker_ctx, "wrk_test", 30000, &d), STORE_OK);
+    assert_int_equal(f->st->queue_claim_placed(f->st, &worker_ctx, "wrk_test", 30000, NULL, &d),
+                     STORE_OK);
     assert_string_equal(d.message.id, want_msg);
     store_delivery_clear(&d);
 }
