@@ -14,6 +14,7 @@
  * host-initiated vsock connection ("CONNECT 1024") to the guest's sbx-agent, whose ready line ends
  * the boot. That connection is the agent channel (protocol in driver.h).
  */
+#include "fs.h"
 #include "clock.h"
 #include "host/cgroup.h"
 #include "drivers/driver.h"
@@ -27,7 +28,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <linux/if.h>
 #include <linux/if_tun.h>
@@ -301,23 +301,10 @@ static int make_dir(const char *path, mode_t mode, uid_t uid, gid_t gid, char *e
 
 static int make_dirs(const char *path, mode_t mode, char *err, size_t errlen)
 {
-    char buf[PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, mode) != 0 && errno != EEXIST) {
-            snprintf(err, errlen, "mkdir %s: %s", buf, strerror(errno));
-            return -1;
-        }
-        *p = '/';
-    }
-    if (mkdir(buf, mode) != 0 && errno != EEXIST) {
-        snprintf(err, errlen, "mkdir %s: %s", buf, strerror(errno));
-        return -1;
-    }
-    return 0;
+    if (fs_mkdir_p(path, mode) == 0)
+        return 0;
+    snprintf(err, errlen, "mkdir %s: %s", path, strerror(errno));
+    return -1;
 }
 
 static int copy_file(const char *src, const char *dst, uid_t uid, gid_t gid, char *err,
@@ -923,21 +910,6 @@ static int open_agent_channel(const struct fc_layout *lay, pid_t vmm, struct san
 
 /* ---- cleanup ---- */
 
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-    (void)st;
-    (void)ftw;
-    int rc = type == FTW_DP ? rmdir(path) : unlink(path);
-    if (rc != 0 && errno != ENOENT)
-        log_warn("firecracker: remove %s: %s", path, strerror(errno));
-    return 0;
-}
-
-static void remove_tree(const char *path)
-{
-    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
-}
-
 /* Everything a Sandbox may have left: VMM, jail, cgroup, network namespace. Idempotent. */
 static void clean_up(const struct sbx_config *cfg, const struct fc_layout *lay, pid_t vmm,
                      bool graceful, struct store_usage *usage)
@@ -953,7 +925,7 @@ static void clean_up(const struct sbx_config *cfg, const struct fc_layout *lay, 
     if (cgroup_remove(h, lay->cgroup_dir, lay->jailer_id, 2000, cg_err, sizeof cg_err) != 0)
         log_warn("firecracker %s: %s", lay->jailer_id, cg_err);
     net_destroy(lay, lay->sandbox_id, lay->net_address);
-    remove_tree(lay->jail_dir);
+    (void)fs_remove_tree(lay->jail_dir);
 }
 
 /* ---- the driver interface ---- */

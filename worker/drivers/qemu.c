@@ -22,6 +22,7 @@
  * Termination: QMP system_powerdown (the guest init powers off on the ACPI power button), then
  * QMP quit, then SIGKILL, each after a timeout; then the jail and cgroup are removed.
  */
+#include "fs.h"
 #include "clock.h"
 #include "host/cgroup.h"
 #include "drivers/driver.h"
@@ -32,7 +33,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <grp.h>
 #include <arpa/inet.h>
 #include <jansson.h>
@@ -186,27 +186,6 @@ static int qemu_init(const struct sbx_config *cfg, char *err, size_t errlen)
 }
 
 /* ---------------------------------------------------------------- jail */
-
-/* Removes a tree without ever leaving its filesystem (a stray mount inside is left alone, not
- * emptied). */
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-    (void)st;
-    (void)ftw;
-    int rc = (type == FTW_DP) ? rmdir(path) : unlink(path);
-    if (rc != 0 && errno != ENOENT)
-        log_warn("qemu driver: cannot remove %s: %s", path, strerror(errno));
-    return 0;
-}
-
-static int remove_tree(const char *dir)
-{
-    struct stat st;
-    if (lstat(dir, &st) != 0)
-        return errno == ENOENT ? 0 : -1;
-    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
-    return access(dir, F_OK) == 0 ? -1 : 0;
-}
 
 /* Hard-links src to dst, or copies it when they are on different filesystems. */
 static int link_or_copy(const char *src, const char *dst, char *err, size_t errlen)
@@ -1072,7 +1051,7 @@ static int qemu_terminate(const struct sbx_config *cfg, struct sandbox_runtime *
         rt->workspace_nfs[0] = '\0';
         network_down(rt->sandbox_id, rt->net_address);
     }
-    if (rc == 0 && rt->jail_dir[0] != '\0' && remove_tree(rt->jail_dir) != 0) {
+    if (rc == 0 && rt->jail_dir[0] != '\0' && fs_remove_tree(rt->jail_dir) != 0) {
         snprintf(err, errlen, "cannot remove jail %s", rt->jail_dir);
         rc = -1;
     }
@@ -1116,7 +1095,7 @@ static int qemu_reap(const struct sbx_config *cfg, const struct store_sandbox *s
         return -1;
     }
     struct stat st;
-    if (lstat(expected, &st) == 0 && remove_tree(expected) != 0) {
+    if (lstat(expected, &st) == 0 && fs_remove_tree(expected) != 0) {
         snprintf(err, errlen, "cannot remove jail %s", expected);
         return -1;
     }

@@ -1,6 +1,7 @@
 /*
  * nfs_export.c: runs sbx's nfs-ganesha and manages one export per Sandbox (see nfs_export.h).
  */
+#include "fs.h"
 #include "clock.h"
 #include "host/nfs_export.h"
 #include "log.h"
@@ -62,26 +63,11 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-static int mkdir_p(const char *path, mode_t mode)
-{
-    char tmp[PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *s = tmp + 1; *s; s++) {
-        if (*s != '/')
-            continue;
-        *s = '\0';
-        if (mkdir(tmp, mode) != 0 && errno != EEXIST)
-            return -1;
-        *s = '/';
-    }
-    return mkdir(tmp, mode) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 /* Takes both locks; returns the flock fd (or -1 with err). */
 static int lock_take(const struct nfs_paths *p, char *err, size_t errlen)
 {
     pthread_mutex_lock(&nfs_lock);
-    if (mkdir_p(p->exports, 0700) != 0 || mkdir_p(p->recovery, 0700) != 0) {
+    if (fs_mkdir_p(p->exports, 0700) != 0 || fs_mkdir_p(p->recovery, 0700) != 0) {
         snprintf(err, errlen, "cannot create %s: %s", p->dir, strerror(errno));
         pthread_mutex_unlock(&nfs_lock);
         return -1;

@@ -3,6 +3,7 @@
  * namespaces from the built rootfs, speaks the agent channel protocol to sbx-agent and the echo
  * agent, attaches Workspaces, terminates and reaps. Needs root (CI runs as root).
  */
+#include "fs.h"
 #include "clock.h"
 #include "host/cgroup.h"
 #include "drivers/driver.h"
@@ -12,7 +13,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <grp.h>
-#include <ftw.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <poll.h>
@@ -613,12 +613,6 @@ static int setup(void **state)
     return 0;
 }
 
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-    (void)st, (void)type, (void)ftw;
-    return remove(path) == 0 || errno == ENOENT ? 0 : -1;
-}
-
 /* Reaps whatever a failed test left (so a failure leaves no jails or cgroups behind), then removes
  * the data directory without crossing into any mount (FTW_MOUNT). */
 static int teardown(void **state)
@@ -642,7 +636,7 @@ static int teardown(void **state)
         closedir(d);
     if (leftovers)
         fprintf(stderr, "teardown: reaped %d Sandbox(es) left by failed tests\n", leftovers);
-    if (nftw(data_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0)
+    if (fs_remove_tree(data_dir) != 0)
         fprintf(stderr, "teardown: could not remove %s\n", data_dir);
     return 0;
 }
