@@ -50,23 +50,26 @@ static int64_t app_from_row(struct sql_stmt *s, struct store_app *a)
     return sql_col_int64(s, 0);
 }
 
+static int64_t app_page_row(struct sql_stmt *s, void *item)
+{
+    return app_from_row(s, item);
+}
+
+static void app_page_free(void *items, size_t n)
+{
+    store_app_list_free(items, n);
+}
+
+static const struct sql_page app_page = {sizeof(struct store_app), app_page_row, app_page_free};
+
 static enum store_status app_get(struct store *st, const char *app_id, struct store_app *out)
 {
     struct sql_stmt *s =
         sql_stmt(st, "SELECT " APP_COLS " FROM apps a WHERE id = ?1 AND deleted_at IS NULL");
-    enum store_status r;
     if (!s)
         return STORE_ERROR;
     sql_bind_text_copy(s, 1, app_id);
-    int rc = sql_step(s);
-    if (rc == SQL_ROW) {
-        app_from_row(s, out);
-        r = STORE_OK;
-    } else {
-        r = rc == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, rc);
-    }
-    sql_done(s);
-    return r;
+    return sql_read_one(st, s, &app_page, out);
 }
 
 enum store_status sql_app_exists(struct store *st, const char *app_id)
@@ -115,18 +118,6 @@ static enum store_status app_create(struct store *st, const struct store_ctx *ct
         app->created_at = app->updated_at = now;
     return r;
 }
-
-static int64_t app_page_row(struct sql_stmt *s, void *item)
-{
-    return app_from_row(s, item);
-}
-
-static void app_page_free(void *items, size_t n)
-{
-    store_app_list_free(items, n);
-}
-
-static const struct sql_page app_page = {sizeof(struct store_app), app_page_row, app_page_free};
 
 static enum store_status app_list(struct store *st, const char *after, size_t limit,
                                   struct store_app **out, size_t *n, char *next_cursor)

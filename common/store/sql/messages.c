@@ -53,30 +53,6 @@ static void message_from_row(struct sql_stmt *s, struct store_message *m)
     sql_message_from_row(s, 0, m);
 }
 
-static enum store_status message_get(struct store *st, const char *app_id, const char *session_id,
-                                     const char *message_id, struct store_message *out)
-{
-    struct sql_stmt *s =
-        sql_stmt(st, "SELECT " SQL_MESSAGE_COLS " FROM messages m JOIN sessions s ON "
-                     "s.id = m.session_id WHERE m.id = ?1 AND m.session_id = ?2 "
-                     "AND (?3 = '' OR m.app_id = ?3) AND s.state <> 'deleted'");
-    enum store_status r;
-    if (!s)
-        return STORE_ERROR;
-    sql_bind_text_copy(s, 1, message_id);
-    sql_bind_text_copy(s, 2, session_id);
-    sql_bind_app(s, 3, app_id);
-    int rc = sql_step(s);
-    if (rc == SQL_ROW) {
-        message_from_row(s, out);
-        r = STORE_OK;
-    } else {
-        r = rc == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, rc);
-    }
-    sql_done(s);
-    return r;
-}
-
 static int64_t message_page_row(struct sql_stmt *s, void *item)
 {
     struct store_message *m = item;
@@ -91,6 +67,21 @@ static void message_page_free(void *items, size_t n)
 
 static const struct sql_page message_page = {sizeof(struct store_message), message_page_row,
                                              message_page_free};
+
+static enum store_status message_get(struct store *st, const char *app_id, const char *session_id,
+                                     const char *message_id, struct store_message *out)
+{
+    struct sql_stmt *s =
+        sql_stmt(st, "SELECT " SQL_MESSAGE_COLS " FROM messages m JOIN sessions s ON "
+                     "s.id = m.session_id WHERE m.id = ?1 AND m.session_id = ?2 "
+                     "AND (?3 = '' OR m.app_id = ?3) AND s.state <> 'deleted'");
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text_copy(s, 1, message_id);
+    sql_bind_text_copy(s, 2, session_id);
+    sql_bind_app(s, 3, app_id);
+    return sql_read_one(st, s, &message_page, out);
+}
 
 static enum store_status message_list(struct store *st, const char *app_id, const char *session_id,
                                       const char *after, size_t limit, struct store_message **out,

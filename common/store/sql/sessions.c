@@ -58,25 +58,29 @@ static int64_t session_from_row(struct sql_stmt *s, struct store_session *x)
     return sql_col_int64(s, 0);
 }
 
+static int64_t session_page_row(struct sql_stmt *s, void *item)
+{
+    return session_from_row(s, item);
+}
+
+static void session_page_free(void *items, size_t n)
+{
+    store_session_list_free(items, n);
+}
+
+static const struct sql_page session_page = {sizeof(struct store_session), session_page_row,
+                                             session_page_free};
+
 static enum store_status session_get(struct store *st, const char *app_id, const char *session_id,
                                      struct store_session *out)
 {
     struct sql_stmt *s = sql_stmt(st, "SELECT " SES_COLS "WHERE s.id = ?1 AND (?2 = '' OR "
                                       "s.app_id = ?2) AND s.state <> 'deleted'");
-    enum store_status r;
     if (!s)
         return STORE_ERROR;
     sql_bind_text_copy(s, 1, session_id);
     sql_bind_app(s, 2, app_id);
-    int rc = sql_step(s);
-    if (rc == SQL_ROW) {
-        session_from_row(s, out);
-        r = STORE_OK;
-    } else {
-        r = rc == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, rc);
-    }
-    sql_done(s);
-    return r;
+    return sql_read_one(st, s, &session_page, out);
 }
 
 /* The live Session of the App with this name, if any. */
@@ -85,20 +89,11 @@ static enum store_status session_by_name(struct store *st, const char *app_id, c
 {
     struct sql_stmt *s = sql_stmt(st, "SELECT " SES_COLS "WHERE s.app_id = ?1 AND s.name = ?2 "
                                       "AND s.state <> 'deleted'");
-    enum store_status r;
     if (!s)
         return STORE_ERROR;
     sql_bind_text(s, 1, app_id);
     sql_bind_text(s, 2, name);
-    int rc = sql_step(s);
-    if (rc == SQL_ROW) {
-        session_from_row(s, out);
-        r = STORE_OK;
-    } else {
-        r = rc == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, rc);
-    }
-    sql_done(s);
-    return r;
+    return sql_read_one(st, s, &session_page, out);
 }
 
 static enum store_status session_create(struct store *st, const struct store_ctx *ctx,
@@ -166,19 +161,6 @@ static enum store_status session_create(struct store *st, const struct store_ctx
     }
     return r;
 }
-
-static int64_t session_page_row(struct sql_stmt *s, void *item)
-{
-    return session_from_row(s, item);
-}
-
-static void session_page_free(void *items, size_t n)
-{
-    store_session_list_free(items, n);
-}
-
-static const struct sql_page session_page = {sizeof(struct store_session), session_page_row,
-                                             session_page_free};
 
 static enum store_status session_list(struct store *st, const char *app_id, const char *after,
                                       size_t limit, struct store_session **out, size_t *n,

@@ -27,25 +27,24 @@ static int64_t ws_from_row(struct sql_stmt *s, struct store_workspace *w)
     return sql_col_int64(s, 0);
 }
 
+static int64_t workspace_page_row(struct sql_stmt *s, void *item)
+{
+    return ws_from_row(s, item);
+}
+
+static const struct sql_page workspace_page = {sizeof(struct store_workspace), workspace_page_row,
+                                               sql_free_items};
+
 static enum store_status workspace_get(struct store *st, const char *app_id, const char *ws_id,
                                        struct store_workspace *out)
 {
     struct sql_stmt *s = sql_stmt(st, "SELECT " WS_COLS " FROM workspaces w WHERE w.id = ?1 "
                                       "AND (?2 = '' OR w.app_id = ?2) AND w.deleted_at IS NULL");
-    enum store_status r;
     if (!s)
         return STORE_ERROR;
     sql_bind_text_copy(s, 1, ws_id);
     sql_bind_app(s, 2, app_id);
-    int rc = sql_step(s);
-    if (rc == SQL_ROW) {
-        ws_from_row(s, out);
-        r = STORE_OK;
-    } else {
-        r = rc == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, rc);
-    }
-    sql_done(s);
-    return r;
+    return sql_read_one(st, s, &workspace_page, out);
 }
 
 static enum store_status workspace_create(struct store *st, const struct store_ctx *ctx,
@@ -86,14 +85,6 @@ static enum store_status workspace_create(struct store *st, const struct store_c
         *out = w;
     return r;
 }
-
-static int64_t workspace_page_row(struct sql_stmt *s, void *item)
-{
-    return ws_from_row(s, item);
-}
-
-static const struct sql_page workspace_page = {sizeof(struct store_workspace), workspace_page_row,
-                                               sql_free_items};
 
 static enum store_status workspace_list(struct store *st, const char *app_id, const char *after,
                                         size_t limit, struct store_workspace **out, size_t *n,
