@@ -218,6 +218,27 @@ static enum store_status claim_choose(struct store *st, const char *worker_id, b
     return rc;
 }
 
+/* A delivery row: SQL_MESSAGE_COLS, SQL_SESSION_COLS, SQL_APP_COLS. */
+static int64_t delivery_from_row(struct sql_stmt *s, void *item)
+{
+    struct store_delivery *d = item;
+    sql_message_from_row(s, 0, &d->message);
+    sql_session_from_row(s, 19, &d->session);
+    sql_app_from_row(s, 37, &d->app);
+    return 0;
+}
+
+static void delivery_items_free(void *items, size_t n)
+{
+    struct store_delivery *d = items;
+    for (size_t i = 0; d && i < n; i++)
+        store_delivery_clear(&d[i]);
+    free(items);
+}
+
+static const struct sql_page delivery_page = {sizeof(struct store_delivery), delivery_from_row,
+                                              delivery_items_free};
+
 static enum store_status delivery_load(struct store *st, const char *message_id,
                                        struct store_delivery *out)
 {
@@ -225,22 +246,10 @@ static enum store_status delivery_load(struct store *st, const char *message_id,
         sql_stmt(st, "SELECT " SQL_MESSAGE_COLS ", " SQL_SESSION_COLS ", " SQL_APP_COLS
                      " FROM messages m JOIN sessions s ON s.id = m.session_id "
                      "JOIN apps a ON a.id = s.app_id WHERE m.id = ?1");
-    enum store_status rc;
-    int r;
     if (!s)
         return STORE_ERROR;
     sql_bind_text(s, 1, message_id);
-    r = sql_step(s);
-    if (r == SQL_ROW) {
-        sql_message_from_row(s, 0, &out->message);
-        sql_session_from_row(s, 19, &out->session);
-        sql_app_from_row(s, 37, &out->app);
-        rc = STORE_OK;
-    } else {
-        rc = r == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, r);
-    }
-    sql_done(s);
-    return rc;
+    return sql_read_one(st, s, &delivery_page, out);
 }
 
 static enum store_status claim_in_tx(struct store *st, const struct store_ctx *ctx,
