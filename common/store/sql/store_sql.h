@@ -2,7 +2,9 @@
  * store_sql.h: what the store's per-table files (common/store/sql/<table>.c) share, on top of the
  * engines' statement API (sql.h): running a statement to its end, transactions, one-row and
  * paged reads, the audit event every mutation appends, the row readers that several tables' files
- * need, and the function that fills in a store's function table from every table's file.
+ * need, the steps one table's file takes inside another's transaction, and each file's function
+ * that fills in its entries of the store's function table (store_sql_init in sql.h calls them
+ * all).
  *
  * Private to the store, like sql.h: the gateway and the workers see only store.h.
  *
