@@ -7,7 +7,7 @@
 #include "log.h"
 #include "reply.h"
 #include "sha256.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <ctype.h>
 #include <pthread.h>
@@ -96,7 +96,7 @@ static bool auth_fail(struct request *r, const char *addr, const char *token, co
                       enum MHD_Result *ret)
 {
     char prefix[AUTH_KEY_SHOWN_PREFIX + 1], retry[32];
-    int64_t now = mono_ms(), retry_after = 0;
+    int64_t now = clock_mono_ms(), retry_after = 0;
     bool prefix_blocked = false;
     if (token) {
         token_prefix(token, prefix);
@@ -131,7 +131,7 @@ bool auth_request(struct request *r, enum MHD_Result *ret)
     client_addr_of(gw->proxies, r->conn, addr);
     /* A blocked address is refused before its token is looked at, so that continued guessing
      * learns nothing. */
-    if (ratelimit_blocked(gw->rl, addr, mono_ms(), &retry_after)) {
+    if (ratelimit_blocked(gw->rl, addr, clock_mono_ms(), &retry_after)) {
         snprintf(retry, sizeof retry, "%lld", (long long)retry_after);
         *ret = reply_problem_header(r, "rate-limited", NULL, "Retry-After", retry,
                                     "too many failed authentication attempts from %s; retry "

@@ -4,7 +4,7 @@
 #include "client_conns.h"
 #include "client_addr.h"
 #include "log.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -93,7 +93,7 @@ enum MHD_Result client_conns_accept(void *cls, const struct sockaddr *sa, sockle
     if (e && e->open >= cc->per_client) {
         refuse = true;
         cc->refused++;
-        int64_t now = mono_ms();
+        int64_t now = clock_mono_ms();
         if (now - cc->last_warn_ms >= 10000) {
             cc->last_warn_ms = now;
             log_warn("http: refusing connections from %s: it holds %lld (conn_per_client); "

@@ -2,14 +2,14 @@
  * http_workspaces.c: /v1/workspaces (App keys only): create (and its directory
  * <data_dir>/workspaces/<appId>/<workspaceId>, owned by the Sandbox uid:gid, mode 0770), list, get,
  * delete (refused while a live Session names it or a Sandbox that had it has not stopped; removes
- * the directory by directory fds, see tree_remove.h).
+ * the directory by directory fds, see fs.h).
  */
+#include "fs.h"
 #include "gateway.h"
 #include "json_input.h"
 #include "log.h"
 #include "render.h"
 #include "reply.h"
-#include "tree_remove.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -110,7 +110,6 @@ enum MHD_Result http_workspace_delete(struct request *r)
     struct store_workspace w;
     enum store_status s =
         r->gw->st->workspace_delete(r->gw->st, &r->ctx, r->app_id, r->params[0], &w);
-    char why[512];
     if (s == STORE_CONFLICT)
         return reply_problem(r, "conflict", NULL,
                              "the Workspace is attached to a live Session, or a Sandbox that "
@@ -118,8 +117,10 @@ enum MHD_Result http_workspace_delete(struct request *r)
                              "its Sandbox to stop, then retry");
     if (s != STORE_OK)
         return reply_store_error(r, s, "Workspace");
-    /* By directory fds: a Sandbox that had the Workspace may have planted symlinks in it. */
-    if (tree_remove(w.path, why, sizeof why) != 0)
-        log_emit(LOG_LEVEL_WARN, r->request_id, "workspace %s: %s", w.id, why);
+    /* By directory fds (fs.h): a Sandbox that had the Workspace may have planted symlinks in it,
+     * and cannot steer the removal out of it. */
+    if (fs_remove_tree(w.path) != 0)
+        log_emit(LOG_LEVEL_WARN, r->request_id, "workspace %s: cannot remove %s: %s", w.id, w.path,
+                 strerror(errno));
     return reply_empty(r, 204);
 }

@@ -6,7 +6,7 @@
  * reconnection after the server restarts, and migrations (run once, newer schema refused).
  */
 #include "log.h"
-#include "timefmt.h"
+#include "clock.h"
 #include "store/sql/sql_pg.h"
 
 #include <stdarg.h>
@@ -980,12 +980,12 @@ static void test_first_open_waits_for_a_migration_beyond_lock_timeout(void **sta
     while (atomic_load(&h.locked) == 0)
         usleep(1000);
     assert_int_equal(atomic_load(&h.locked), 1);
-    t0 = now_ms();
+    t0 = clock_mono_ms();
     st = store_pg_open(url, 200, err, sizeof err); /* lock_timeout 200 ms */
     pthread_join(t, NULL);
     if (!st)
         fail_msg("a first open beside a migration failed: %s", err);
-    assert_true(now_ms() - t0 >= 1000); /* it did wait for the holder */
+    assert_true(clock_mono_ms() - t0 >= 1000); /* it did wait for the holder */
     assert_int_equal(h.rc, 0);
     assert_int_equal(query_int(st, "SELECT max(version) FROM schema_version"),
                      sbx_pg_migrations[sbx_pg_migrations_count - 1].version);

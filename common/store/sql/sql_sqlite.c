@@ -7,7 +7,7 @@
 #include "config.h"
 #include "log.h"
 #include "migrations.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -75,8 +75,8 @@ static int sq_exec_err(sqlite3 *db, const char *sql, char *err, size_t errlen)
  * timeout allows. Once the file is in WAL (persistent), the switch is a no-op that only reads. */
 static int sq_enable_wal(sqlite3 *db, int busy_timeout_ms, char *err, size_t errlen)
 {
-    int64_t deadline = now_ms() + (busy_timeout_ms > 0 ? busy_timeout_ms : 0);
-    unsigned seed = (unsigned)getpid() ^ (unsigned)now_ms();
+    int64_t deadline = clock_mono_ms() + (busy_timeout_ms > 0 ? busy_timeout_ms : 0);
+    unsigned seed = (unsigned)getpid() ^ (unsigned)clock_mono_ms();
 
     for (;;) {
         sqlite3_stmt *st = NULL;
@@ -101,7 +101,7 @@ static int sq_enable_wal(sqlite3 *db, int busy_timeout_ms, char *err, size_t err
             snprintf(err, errlen, "cannot switch to WAL: %s", sqlite3_errmsg(db));
             return -1;
         }
-        if (now_ms() >= deadline) {
+        if (clock_mono_ms() >= deadline) {
             snprintf(err, errlen, "cannot switch to WAL within %d ms: %s", busy_timeout_ms,
                      sqlite3_errmsg(db));
             return -1;
@@ -432,7 +432,7 @@ static void sq_close(struct store *st)
     struct sq_store *s = st->cls;
     struct sq_conn *c, *next;
 
-    store_sql_api_fini(st);
+    store_sql_fini(st);
     pthread_mutex_lock(&s->conns_lock);
     for (c = s->conns; c; c = next) {
         next = c->next;
@@ -499,8 +499,6 @@ struct store *store_sqlite_open(const char *path, int busy_timeout_ms, const cha
     sqlite3_close(db);
 
     st->close = sq_close;
-    store_sql_settings_init(st);
-    store_sql_api_init(st);
-    store_sql_queue_init(st);
+    store_sql_init(st);
     return st;
 }

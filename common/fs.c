@@ -1,22 +1,43 @@
 /*
- * tree_remove.c: removal of an untrusted directory tree by directory fds (see tree_remove.h).
+ * fs.c: making directories with their parents and removing trees by directory fds (fs.h). No
+ * hidden state.
  */
-#include "tree_remove.h"
+#include "fs.h"
+#include "log.h"
 
-#include <dirent.h>
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <stdbool.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+int fs_mkdir_p(const char *path, mode_t mode)
+{
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(tmp, mode) != 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return mkdir(tmp, mode) != 0 && errno != EEXIST ? -1 : 0;
+}
+
 /* Passes over the tree before giving up: entries moved by a concurrent writer during one pass
  * (renamed into a directory already walked) are found by the next. */
-#define TREE_REMOVE_PASSES 8
+#define REMOVE_PASSES 8
 
 struct tree_walk {
     int failures;    /* entries that could not be removed this pass */
@@ -85,7 +106,7 @@ static void remove_contents(int dirfd, int depth, struct tree_walk *w)
                 walk_fail(w, errno);
             continue;
         }
-        if (depth >= TREE_REMOVE_MAX_DEPTH) {
+        if (depth >= FS_REMOVE_MAX_DEPTH) {
             w->too_deep = true;
             walk_fail(w, ELOOP);
             continue;
@@ -119,15 +140,15 @@ static void remove_contents(int dirfd, int depth, struct tree_walk *w)
     closedir(d);
 }
 
-int tree_remove(const char *path, char *err, size_t errlen)
+int fs_remove_tree(const char *path)
 {
-    char parent[4096];
+    char parent[PATH_MAX];
     const char *slash = strrchr(path, '/'), *base;
     struct tree_walk w = {0};
     int parentfd, top;
 
     if (!slash || slash[1] == '\0' || (size_t)(slash - path) >= sizeof parent) {
-        snprintf(err, errlen, "%s: not a path to a directory to remove", path);
+        errno = EINVAL;
         return -1;
     }
     base = slash + 1;
@@ -135,14 +156,11 @@ int tree_remove(const char *path, char *err, size_t errlen)
         snprintf(parent, sizeof parent, "/");
     else
         snprintf(parent, sizeof parent, "%.*s", (int)(slash - path), path);
+    /* The components of path itself belong to sbx; only what is under it is untrusted. */
     parentfd = open(parent, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (parentfd < 0) {
-        if (errno == ENOENT)
-            return 0;
-        snprintf(err, errlen, "cannot open %s: %s", parent, strerror(errno));
-        return -1;
-    }
-    for (int pass = 0; pass < TREE_REMOVE_PASSES; pass++) {
+    if (parentfd < 0)
+        return errno == ENOENT ? 0 : -1;
+    for (int pass = 0; pass < REMOVE_PASSES; pass++) {
         w = (struct tree_walk){0};
         top = open_beneath(parentfd, base);
         if (top < 0) {
@@ -165,8 +183,7 @@ int tree_remove(const char *path, char *err, size_t errlen)
         }
         if (errno != ENOTEMPTY && errno != EEXIST) {
             walk_fail(&w, errno);
-            if (!w.too_deep)
-                break;
+            break;
         }
         if (w.too_deep)
             break;
@@ -174,8 +191,9 @@ int tree_remove(const char *path, char *err, size_t errlen)
     close(parentfd);
     if (w.failures == 0 && faccessat(AT_FDCWD, path, F_OK, AT_SYMLINK_NOFOLLOW) != 0)
         return 0;
-    snprintf(err, errlen, "%s: %d entries left%s%s%s", path, w.failures > 0 ? w.failures : 1,
-             w.too_deep ? " (deeper than the removal goes)" : "", w.first_errno ? ": " : "",
-             w.first_errno ? strerror(w.first_errno) : "");
+    log_warn("cannot remove all of %s: %d entries left%s%s%s", path,
+             w.failures > 0 ? w.failures : 1, w.too_deep ? " (deeper than the removal goes)" : "",
+             w.first_errno ? ": " : "", w.first_errno ? strerror(w.first_errno) : "");
+    errno = w.too_deep ? ELOOP : w.first_errno == EXDEV ? EXDEV : ENOTEMPTY;
     return -1;
 }
