@@ -26,6 +26,7 @@
  */
 #include "host/cgroup.h"
 #include "drivers/driver.h"
+#include "drivers/process_image.h"
 #include "host/jail.h"
 #include "log.h"
 #include "host/links.h"
@@ -170,6 +171,7 @@ struct child_plan {
     bool drop_privileges; /* false in a user namespace, where only our own uid is mapped */
     uid_t outer_uid;      /* the worker's ids, mapped to 0 in a user namespace */
     gid_t outer_gid;
+    struct process_image_plan image; /* the App's image as the root, unless image.enabled false */
     int sync_fd;  /* read end: one byte when the parent is done, EOF when it died */
     int error_fd; /* write end: "<step>: <errno>" when a step fails */
     int channel_fd;
@@ -228,12 +230,9 @@ static void child_build_dev(const struct child_plan *p)
         child_fail(p, "remount /dev read-only");
 }
 
-static void child_build_root(const struct child_plan *p)
+/* The built-in rootfs, bound read-only as the Sandbox's root. */
+static void child_bind_default_rootfs(const struct child_plan *p)
 {
-    /* Nothing we mount may reach the host; the slot stays a slave so the host's Workspace bind
-     * still arrives. */
-    if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) != 0)
-        child_fail(p, "make mounts slave");
     if (mount(p->rootfs, p->root, NULL, MS_BIND, NULL) != 0)
         child_fail(p, "bind the rootfs");
     if (mount(NULL, p->root, NULL, MS_PRIVATE, NULL) != 0)
@@ -241,6 +240,22 @@ static void child_build_root(const struct child_plan *p)
     if (mount(NULL, p->root, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) !=
         0)
         child_fail(p, "remount the rootfs read-only");
+}
+
+static void child_build_root(const struct child_plan *p)
+{
+    /* Nothing we mount may reach the host; the slot stays a slave so the host's Workspace bind
+     * still arrives. */
+    if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) != 0)
+        child_fail(p, "make mounts slave");
+    if (p->image.enabled) {
+        /* An App's image: a writable overlay over the cached tree (process_image.h). */
+        const char *step = process_image_mount(&p->image, p->drop_privileges, p->uid, p->gid);
+        if (step)
+            child_fail(p, step);
+    } else {
+        child_bind_default_rootfs(p);
+    }
     if (mount("tmpfs", p->root_tmp, "tmpfs", MS_NOSUID | MS_NODEV, p->tmp_options) != 0)
         child_fail(p, "mount /tmp");
     if (mount("proc", p->root_proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
@@ -359,8 +374,9 @@ static void child_main(const struct child_plan *p)
         child_fail(p, "close_range");
     char *const argv[] = {"sbx-agent", "--channel-fd", "3", NULL};
     char *const envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", NULL};
-    execve("/usr/bin/sbx-agent", argv, envp);
-    child_fail(p, "exec /usr/bin/sbx-agent");
+    const char *agent = p->image.enabled ? PROCESS_IMAGE_AGENT : "/usr/bin/sbx-agent";
+    execve(agent, argv, envp);
+    child_fail(p, "exec sbx-agent");
 }
 
 /* ---- boot ---- */
@@ -562,6 +578,11 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
         return -1;
     }
     plan_paths(plan, rootfs, rt->jail_dir);
+    if (process_image_prepare(cfg, &rt->shape, plan->root, rootfs, &plan->image, rt->image_hash,
+                              sizeof rt->image_hash, err, errlen) != 0) {
+        free(plan);
+        return -1;
+    }
     snprintf(plan->tmp_options, sizeof plan->tmp_options, "size=%dm,mode=1777",
              tmp_size_mib(&rt->shape));
     snprintf(plan->hostname, sizeof plan->hostname, "%s", rt->sandbox_id);
