@@ -26,6 +26,8 @@
 #include "drivers/driver.h"
 #include "host/links.h"
 #include "host/nfs_export.h"
+#include "images/image_cache.h"
+#include "images/image_erofs.h"
 #include "log.h"
 
 #include <dirent.h>
@@ -65,6 +67,10 @@
 #define QEMU_POWERDOWN_TIMEOUT_MS 3000 /* guest init handles the power button and powers off */
 #define QEMU_QUIT_TIMEOUT_MS 2000
 #define QEMU_TAP_FD 3 /* where the tap fd sits in QEMU's fd table */
+/* An App's image in the jail (the digest's rootfs.erofs, linked read-only) and in the guest, where
+ * the guest init mounts it under an overlay (agent/guest_image.c). */
+#define QEMU_IMAGE_IN_JAIL "/image.erofs"
+#define QEMU_IMAGE_DEVICE "/dev/vda"
 
 struct qemu_state {
     int qmp_fd;
@@ -298,6 +304,31 @@ static int build_jail(const char *guest_dir, const char *jail, char *err, size_t
             return -1;
     }
     return 0;
+}
+
+/* ---------------------------------------------------------------- an App's image */
+
+/* For a Sandbox of an imported image: its rootfs.erofs (built on first use), whose path goes to
+ * erofs, and the digest as the Sandbox's image hash. For the built-in image erofs stays "". */
+static int app_image_prepare(const struct sbx_config *cfg, struct sandbox_runtime *rt, char *erofs,
+                             size_t erofslen, char *err, size_t errlen)
+{
+    erofs[0] = '\0';
+    if (image_is_default(rt->shape.image))
+        return 0;
+    if (image_erofs_ensure(cfg, rt->shape.image, erofs, erofslen, err, errlen) != 0)
+        return -1;
+    snprintf(rt->image_hash, sizeof rt->image_hash, "%s", rt->shape.image);
+    return 0;
+}
+
+/* Links (or copies) the image into the jail's root. The cache's file is root-owned and 0444, so
+ * the link is read-only to the jailed QEMU; a copy is made the same. */
+static int app_image_place(const char *erofs, const char *jail_root, char *err, size_t errlen)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%.4000s%s", jail_root, QEMU_IMAGE_IN_JAIL);
+    return link_or_copy(erofs, path, err, errlen);
 }
 
 /* Creates a listening unix socket at path, owned by uid:gid so the jailed QEMU may connect. */
@@ -781,7 +812,7 @@ struct qemu_args {
 };
 
 static void build_argv(struct qemu_args *a, const char *bin, const char *accel,
-                       const struct store_shape *shape, const char *guest_net)
+                       const struct store_shape *shape, const char *guest_net, bool with_image)
 {
     int n = 0, s = 0;
 #define ARG(x) (a->argv[n++] = (char *)(x))
@@ -815,14 +846,17 @@ static void build_argv(struct qemu_args *a, const char *bin, const char *accel,
      * kernel hangs setting up its timers. TCG's guest TSC runs at the host's TSC rate, so the
      * kernel is told that rate and to trust it. */
     long long tsc_khz = strcmp(accel, "tcg") == 0 ? host_tsc_khz() : 0;
-    char tsc[64] = "", net[80] = "";
+    char tsc[64] = "", net[80] = "", image[64] = "";
     if (tsc_khz > 0)
         snprintf(tsc, sizeof tsc, " tsc=reliable tsc_early_khz=%lld", tsc_khz);
     /* The guest init configures eth0 from sbx.net (see agent/guest_init.c). */
     if (guest_net[0] != '\0')
         snprintf(net, sizeof net, " sbx.net=%s", guest_net);
-    FMT("console=ttyS0 quiet panic=-1 rdinit=/init sbx.channel=virtio:%s%s%s", QEMU_AGENT_PORT, tsc,
-        net);
+    /* The guest init mounts an App's image from sbx.image (agent/guest_image.c). */
+    if (with_image)
+        snprintf(image, sizeof image, " sbx.image=%s", QEMU_IMAGE_DEVICE);
+    FMT("console=ttyS0 quiet panic=-1 rdinit=/init sbx.channel=virtio:%s%s%s%s", QEMU_AGENT_PORT,
+        tsc, net, image);
     ARG("-serial");
     ARG("file:/console.log");
     ARG("-chardev");
@@ -839,6 +873,13 @@ static void build_argv(struct qemu_args *a, const char *bin, const char *accel,
     FMT("tap,id=net0,fd=%d", QEMU_TAP_FD);
     ARG("-device");
     ARG("virtio-net-device,netdev=net0");
+    if (with_image) {
+        /* Read-only to the guest as well as to QEMU: writes go to the guest's tmpfs upper. */
+        ARG("-drive");
+        ARG("file=" QEMU_IMAGE_IN_JAIL ",if=none,id=image,format=raw,readonly=on");
+        ARG("-device");
+        ARG("virtio-blk-device,drive=image");
+    }
     a->argv[n] = NULL;
 #undef ARG
 #undef FMT
@@ -902,6 +943,9 @@ static int qemu_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, c
     resolve_guest_dir(cfg, guest_dir, sizeof guest_dir);
     if (read_image_hash(guest_dir, rt->image_hash, sizeof rt->image_hash, err, errlen) != 0)
         return -1;
+    char image_erofs[PATH_MAX] = "";
+    if (app_image_prepare(cfg, rt, image_erofs, sizeof image_erofs, err, errlen) != 0)
+        return -1;
 
     if (strlen(cfg->chroot_base) > 400) {
         snprintf(err, errlen, "chroot_base is too long for unix socket paths in the jail");
@@ -930,7 +974,8 @@ static int qemu_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, c
     st->qmp_fd = -1;
     rt->driver_state = st;
 
-    if (build_jail(guest_dir, rt->jail_dir, err, errlen) != 0)
+    if (build_jail(guest_dir, rt->jail_dir, err, errlen) != 0 ||
+        (image_erofs[0] && app_image_place(image_erofs, root, err, errlen) != 0))
         goto fail;
     /* QEMU writes the guest console as the sandbox uid. */
     int cfd = open(console, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -950,7 +995,7 @@ static int qemu_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, c
     int tap_fd = -1;
     if (network_up(cfg, rt, &tap_fd, guest_net, sizeof guest_net, err, errlen) != 0)
         goto fail;
-    build_argv(&args, bin, choose_accel(cfg), &rt->shape, guest_net);
+    build_argv(&args, bin, choose_accel(cfg), &rt->shape, guest_net, image_erofs[0] != '\0');
     struct qemu_launch launch = {.jail_root = root,
                                  .usr_target = usr,
                                  .dev_null = devnull,
