@@ -1,0 +1,26 @@
+# Booting App images (issue 14): Sandboxes of the process and qemu drivers whose root is an image
+# of the per-host cache (worker/images/image_cache.h). The images (Debian 12 + python3 from
+# mmdebstrap, and a tiny busybox one) are built once into <build>/test-images by the fixture
+# images_boot (cached there between runs); the tests need root.
+set(images_test_dir ${CMAKE_CURRENT_LIST_DIR}/integration/images)
+set(images_test_out ${CMAKE_BINARY_DIR}/test-images)
+add_test(NAME it.images.boot_fixture
+         COMMAND ${images_test_dir}/build-boot-images.sh ${images_test_out} ${CMAKE_BINARY_DIR}/rootfs)
+set_tests_properties(it.images.boot_fixture PROPERTIES FIXTURES_SETUP images_boot TIMEOUT 600)
+
+add_executable(test_image_boot ${images_test_dir}/test_image_boot.c)
+target_link_libraries(test_image_boot PRIVATE sbxworker PkgConfig::JANSSON)
+target_compile_definitions(test_image_boot PRIVATE SBX_BUILD_DIR="${CMAKE_BINARY_DIR}")
+add_dependencies(test_image_boot rootfs)
+add_test(NAME it.images.boot_process
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/in-netns.sh $<TARGET_FILE:test_image_boot>
+                 ${images_test_out}/images.env process)
+set_tests_properties(it.images.boot_process PROPERTIES FIXTURES_REQUIRED images_boot TIMEOUT 120
+                                                       SKIP_RETURN_CODE 77)
+if(TARGET guest-image)
+  add_test(NAME it.images.boot_qemu
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/in-netns.sh $<TARGET_FILE:test_image_boot>
+                   ${images_test_out}/images.env qemu ${CMAKE_BINARY_DIR}/guest)
+  set_tests_properties(it.images.boot_qemu PROPERTIES FIXTURES_REQUIRED "images_boot;guest_image"
+                                                      TIMEOUT 300 SKIP_RETURN_CODE 77)
+endif()
