@@ -24,3 +24,15 @@ if(TARGET guest-image)
   set_tests_properties(it.images.boot_qemu PROPERTIES FIXTURES_REQUIRED "images_boot;guest_image"
                                                       TIMEOUT 300 SKIP_RETURN_CODE 77)
 endif()
+
+# The image's part of the start line (env, cwd, user) in sbx-agent: the user lookup in an image
+# tree, and the real agent binary running the echo agent.
+# image_user.c is built in directly: sbxrelay's JSON reader has jansson's function names.
+add_executable(test_image_user ${CMAKE_CURRENT_LIST_DIR}/unit/test_image_user.c
+                               ${CMAKE_SOURCE_DIR}/agent/image_user.c)
+target_include_directories(test_image_user PRIVATE ${CMAKE_SOURCE_DIR}/agent)
+target_link_libraries(test_image_user PRIVATE PkgConfig::CMOCKA PkgConfig::JANSSON)
+target_compile_definitions(test_image_user PRIVATE SBX_AGENT_BIN="$<TARGET_FILE:sbx-agent>"
+                                                   SBX_ECHO_AGENT_BIN="$<TARGET_FILE:sbx-echo-agent>")
+add_dependencies(test_image_user sbx-agent sbx-echo-agent)
+add_test(NAME unit.images.agent_start COMMAND test_image_user)

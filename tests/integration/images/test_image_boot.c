@@ -34,7 +34,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -414,6 +416,36 @@ static void check_erofs_attached(struct sandbox *sb)
     CHECK(strstr(cmdline, "readonly=on") != NULL, "the image drive is not read-only: %s", cmdline);
 }
 
+/* In a child that dropped to an unprivileged uid (a worker not running as root): the Sandbox is in
+ * a user namespace, and the image's overlay still boots, with / writable to the Sandbox. */
+static int unprivileged_boot(const char *chroot_base)
+{
+    gid_t gid = 65534;
+    if (setgroups(1, &gid) != 0 || setresgid(gid, gid, gid) != 0 ||
+        setresuid(65534, 65534, 65534) != 0)
+        return 100;
+    snprintf(cfg.chroot_base, sizeof cfg.chroot_base, "%s", chroot_base);
+    static struct sandbox sb;
+    char err[1024], why[512];
+    if (!CHECK(boot(&sb, tiny_digest, err, sizeof err) == 0, "unprivileged boot: %s", err))
+        return 1;
+    if (CHECK(start(&sb, "{\"type\":\"start\",\"argv\":[\"/usr/bin/sbx-echo-agent\"]}", why,
+                    sizeof why),
+              "unprivileged start: %s", why)) {
+        json_t *line;
+        json_t *reply =
+            ask(&sb, "msg_u", "{\"run\":[\"sh\",\"-c\",\"echo w > /w && cat /w /etc/os-release\"]}",
+                &line);
+        const char *out =
+            json_string_value(json_object_get(json_object_get(reply, "run"), "output"));
+        CHECK(out && strncmp(out, "w\n", 2) == 0 && strstr(out, "ID=sbx-tiny"),
+              "unprivileged Sandbox: %s", out ? out : "(no output)");
+        json_decref(line);
+    }
+    terminate(&sb);
+    return failures ? 1 : 0;
+}
+
 static int load_images_env(const char *file, char *data_dir, size_t len)
 {
     FILE *f = fopen(file, "re");
@@ -493,6 +525,19 @@ int main(int argc, char **argv)
         terminate(&a);
         REQUIRE(boot(&a, debian_digest, err, sizeof err) == 0, "boot beside it: %s", err);
         check_two_images(&a, &b);
+    }
+    if (!is_qemu) {
+        char base[PATH_MAX];
+        snprintf(base, sizeof base, "%.400s/unprivileged", scratch);
+        REQUIRE(mkdir(base, 0777) == 0 && chmod(base, 01777) == 0, "mkdir %s", base);
+        fflush(stderr);
+        pid_t pid = fork();
+        if (pid == 0)
+            _exit(unprivileged_boot(base));
+        int status = 0;
+        CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+                  WEXITSTATUS(status) == 0,
+              "the unprivileged worker's Sandbox failed (status %d)", status);
     }
     /* An image not in the cache is refused, with the reason. */
     struct sandbox *missing = &b;
