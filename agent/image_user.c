@@ -4,7 +4,9 @@
 #include "image_user.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,15 +39,29 @@ static long long parse_id(const char *s)
     return v > 0xfffffffell ? -1 : v;
 }
 
-static FILE *open_db(const char *root, const char *name)
+/* Opens etc/<name> of the tree root_fd (or of this process's root for -1). In a tree, every link
+ * resolves inside it (RESOLVE_IN_ROOT), as it would for a process whose root the tree is. */
+static FILE *open_db(int root_fd, const char *name)
 {
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/etc/%s", root, name);
-    return fopen(path, "re");
+    char path[64];
+    if (root_fd < 0) {
+        snprintf(path, sizeof path, "/etc/%s", name);
+        return fopen(path, "re");
+    }
+    snprintf(path, sizeof path, "etc/%s", name);
+    struct open_how how = {.flags = O_RDONLY | O_CLOEXEC,
+                           .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+    int fd = (int)syscall(SYS_openat2, root_fd, path, &how, sizeof how);
+    if (fd < 0)
+        return NULL;
+    FILE *f = fdopen(fd, "re");
+    if (!f)
+        close(fd);
+    return f;
 }
 
 /* Finds the passwd entry whose name is name (or, name NULL, whose uid is uid). */
-static bool find_passwd(const char *root, const char *name, uid_t uid, struct image_user *out)
+static bool find_passwd(int root, const char *name, uid_t uid, struct image_user *out)
 {
     FILE *f = open_db(root, "passwd");
     if (!f)
@@ -72,7 +88,7 @@ static bool find_passwd(const char *root, const char *name, uid_t uid, struct im
 }
 
 /* The gid of group name; -1 when the image has no such group. */
-static long long find_group(const char *root, const char *name)
+static long long find_group(int root, const char *name)
 {
     FILE *f = open_db(root, "group");
     if (!f)
@@ -89,7 +105,7 @@ static long long find_group(const char *root, const char *name)
 }
 
 /* Adds the groups that list the user by name (supplementary groups), after its primary gid. */
-static void add_member_groups(const char *root, struct image_user *u)
+static void add_member_groups(int root, struct image_user *u)
 {
     u->groups[0] = u->gid;
     u->ngroups = 1;
@@ -115,8 +131,7 @@ static void add_member_groups(const char *root, struct image_user *u)
     fclose(f);
 }
 
-int image_user_resolve(const char *spec, const char *root, struct image_user *out, char *why,
-                       size_t whylen)
+int image_user_resolve(const char *spec, int root, struct image_user *out, char *why, size_t whylen)
 {
     char user[256], *group = NULL;
     memset(out, 0, sizeof *out);

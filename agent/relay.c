@@ -1015,7 +1015,7 @@ static int start_command(struct relay *r, const struct start_request *req, char 
     struct image_user resolved;
     const struct image_user *user = NULL;
     if (req->user[0]) {
-        if (image_user_resolve(req->user, "", &resolved, why, len) != 0)
+        if (image_user_resolve(req->user, -1, &resolved, why, len) != 0)
             return -1;
         user = &resolved;
     }

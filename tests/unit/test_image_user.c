@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 static char tree[64];
+static int tree_fd = -1, empty_fd = -1;
 
 static void write_file(const char *rel, const char *text)
 {
@@ -59,7 +60,12 @@ static int setup(void **state)
                             "audio:x:29:app,other\n"
                             "video:x:44:other\n"
                             "staff:x:50:app\n");
-    return 0;
+    tree_fd = open(tree, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    char empty[128];
+    snprintf(empty, sizeof empty, "%s/etc/empty", tree);
+    mkdir(empty, 0755);
+    empty_fd = open(empty, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    return tree_fd >= 0 && empty_fd >= 0 ? 0 : -1;
 }
 
 static int teardown(void **state)
@@ -75,7 +81,7 @@ static void test_resolves_names_and_ids(void **state)
     (void)state;
     struct image_user u;
     char why[256];
-    assert_int_equal(image_user_resolve("app", tree, &u, why, sizeof why), 0);
+    assert_int_equal(image_user_resolve("app", tree_fd, &u, why, sizeof why), 0);
     assert_int_equal(u.uid, 1000);
     assert_int_equal(u.gid, 1000);
     assert_string_equal(u.home, "/home/app");
@@ -86,21 +92,21 @@ static void test_resolves_names_and_ids(void **state)
     assert_int_equal(u.groups[1], 29);
     assert_int_equal(u.groups[2], 50);
 
-    assert_int_equal(image_user_resolve("1000", tree, &u, why, sizeof why), 0);
+    assert_int_equal(image_user_resolve("1000", tree_fd, &u, why, sizeof why), 0);
     assert_string_equal(u.name, "app");
     assert_int_equal(u.gid, 1000);
     /* A uid the image does not list: group 0, home /. */
-    assert_int_equal(image_user_resolve("4242", tree, &u, why, sizeof why), 0);
+    assert_int_equal(image_user_resolve("4242", tree_fd, &u, why, sizeof why), 0);
     assert_int_equal(u.uid, 4242);
     assert_int_equal(u.gid, 0);
     assert_string_equal(u.home, "/");
     assert_int_equal(u.ngroups, 1);
-    assert_int_equal(image_user_resolve("app:video", tree, &u, why, sizeof why), 0);
+    assert_int_equal(image_user_resolve("app:video", tree_fd, &u, why, sizeof why), 0);
     assert_int_equal(u.uid, 1000);
     assert_int_equal(u.gid, 44);
-    assert_int_equal(image_user_resolve("4242:4343", tree, &u, why, sizeof why), 0);
+    assert_int_equal(image_user_resolve("4242:4343", tree_fd, &u, why, sizeof why), 0);
     assert_int_equal(u.gid, 4343);
-    assert_int_equal(image_user_resolve("nohome", tree, &u, why, sizeof why), 0);
+    assert_int_equal(image_user_resolve("nohome", tree_fd, &u, why, sizeof why), 0);
     assert_string_equal(u.home, "/");
 }
 
@@ -109,16 +115,16 @@ static void test_refuses_what_the_image_lacks(void **state)
     (void)state;
     struct image_user u;
     char why[256];
-    assert_int_equal(image_user_resolve("ghost", tree, &u, why, sizeof why), -1);
+    assert_int_equal(image_user_resolve("ghost", tree_fd, &u, why, sizeof why), -1);
     assert_non_null(strstr(why, "user 'ghost' is not in the image's /etc/passwd"));
-    assert_int_equal(image_user_resolve("app:ghosts", tree, &u, why, sizeof why), -1);
+    assert_int_equal(image_user_resolve("app:ghosts", tree_fd, &u, why, sizeof why), -1);
     assert_non_null(strstr(why, "group 'ghosts' is not in the image's /etc/group"));
-    assert_int_equal(image_user_resolve("", tree, &u, why, sizeof why), -1);
-    assert_int_equal(image_user_resolve(":0", tree, &u, why, sizeof why), -1);
-    assert_int_equal(image_user_resolve("99999999999", tree, &u, why, sizeof why), -1);
+    assert_int_equal(image_user_resolve("", tree_fd, &u, why, sizeof why), -1);
+    assert_int_equal(image_user_resolve(":0", tree_fd, &u, why, sizeof why), -1);
+    assert_int_equal(image_user_resolve("99999999999", tree_fd, &u, why, sizeof why), -1);
     /* An image without /etc/passwd knows no names, but numeric ids still work. */
-    assert_int_equal(image_user_resolve("app", "/nonexistent-tree", &u, why, sizeof why), -1);
-    assert_int_equal(image_user_resolve("7:8", "/nonexistent-tree", &u, why, sizeof why), 0);
+    assert_int_equal(image_user_resolve("app", empty_fd, &u, why, sizeof why), -1);
+    assert_int_equal(image_user_resolve("7:8", empty_fd, &u, why, sizeof why), 0);
     assert_int_equal(u.uid, 7);
     assert_int_equal(u.gid, 8);
 }

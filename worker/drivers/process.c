@@ -578,11 +578,6 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
         return -1;
     }
     plan_paths(plan, rootfs, rt->jail_dir);
-    if (process_image_prepare(cfg, &rt->shape, plan->root, rootfs, &plan->image, rt->image_hash,
-                              sizeof rt->image_hash, err, errlen) != 0) {
-        free(plan);
-        return -1;
-    }
     snprintf(plan->tmp_options, sizeof plan->tmp_options, "size=%dm,mode=1777",
              tmp_size_mib(&rt->shape));
     snprintf(plan->hostname, sizeof plan->hostname, "%s", rt->sandbox_id);
@@ -592,6 +587,12 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
     plan->drop_privileges = geteuid() == 0;
     plan->outer_uid = geteuid();
     plan->outer_gid = getegid();
+    if (process_image_prepare(cfg, &rt->shape, plan->root, rootfs, plan->drop_privileges, plan->uid,
+                              plan->gid, &plan->image, rt->image_hash, sizeof rt->image_hash, err,
+                              errlen) != 0) {
+        free(plan);
+        return -1;
+    }
 
     bool privileged = geteuid() == 0;
     if (jail_create(rt->jail_dir, privileged, err, errlen) != 0)
@@ -653,6 +654,7 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
     fcntl(rt->channel_fd, F_SETFL, fl | O_NONBLOCK);
     close(sync[1]);
     close(errp[0]);
+    process_image_release(&plan->image);
     free(plan);
     return 0;
 
@@ -676,6 +678,7 @@ fail:
                            cleanup_err, sizeof cleanup_err) != 0)
         log_warn("process driver: cleanup after a failed boot of %s: %s", rt->sandbox_id,
                  cleanup_err);
+    process_image_release(&plan->image);
     free(plan);
     return -1;
 }

@@ -20,14 +20,17 @@ def answer(body):
     if isinstance(body, dict):
         if "write" in body:
             try:
-                with open(body["write"], "w") as f:
-                    f.write(body.get("data", ""))
+                for path in body["write"]:
+                    with open(path, "w") as f:
+                        f.write(body.get("data", ""))
                 reply["written"] = True
             except OSError as e:
                 reply["written"] = False
                 reply["write_error"] = str(e)
         if "exists" in body:
             reply["exists"] = {p: os.path.lexists(p) for p in body["exists"]}
+        if "stat" in body:
+            reply["stat"] = {p: os.stat(p).st_uid for p in body["stat"]}
         if body.get("mounts"):
             reply["mounts"] = open("/proc/self/mounts").read()
         if "write_device" in body:

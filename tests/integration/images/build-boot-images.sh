@@ -9,7 +9,8 @@
 #    mmdebstrap from the Debian archive the host's apt sources name, plus /opt/agent/agent.py (the
 #    Python agent of the tests);
 #  - tiny: the built-in busybox rootfs (DEFAULT_ROOTFS) without sbx-agent and with an
-#    /etc/os-release of its own, so that two Sandboxes of different images can tell theirs apart.
+#    /etc/os-release of its own, so that two Sandboxes of different images can tell theirs apart,
+#    and a user of its own, app (1000), whose /home/app only app may enter: its config's User.
 # Writes OUT_DIR/images.env (DATA_DIR, DEBIAN_DIGEST, TINY_DIGEST). Cached: nothing is rebuilt
 # while OUT_DIR/images.env exists and this script and the agent are unchanged.
 set -euo pipefail
@@ -71,7 +72,10 @@ step "tiny: the built-in rootfs with an os-release of its own"
 cp -a "$default_rootfs" "$out/work/tiny"
 rm -f "$out/work/tiny/usr/bin/sbx-agent" "$out/work/tiny/etc/os-release"
 printf 'ID=sbx-tiny\nNAME="sbx tiny test image"\n' >"$out/work/tiny/etc/os-release"
-tiny_config='{"architecture":"amd64","os":"linux","config":{"Cmd":["/usr/bin/sbx-echo-agent"]},"rootfs":{"type":"layers","diff_ids":[]},"comment":"sbx boot test '"$stamp"'"}'
+echo 'app:x:1000:1000:app:/home/app:/bin/sh' >>"$out/work/tiny/etc/passwd"
+echo 'app:x:1000:' >>"$out/work/tiny/etc/group"
+install -d -m 0700 -o 1000 -g 1000 "$out/work/tiny/home/app"
+tiny_config='{"architecture":"amd64","os":"linux","config":{"Cmd":["/usr/bin/sbx-echo-agent"],"User":"app"},"rootfs":{"type":"layers","diff_ids":[]},"comment":"sbx boot test '"$stamp"'"}'
 tiny_digest=$(place tiny "$out/work/tiny" "$tiny_config")
 
 rm -rf "$out/work"

@@ -291,7 +291,8 @@ static void check_python_sandbox(struct sandbox *sb, const char *user, json_int_
         return;
     json_t *line;
     json_t *reply = ask(sb, "msg_1",
-                        "{\"write\":\"/written-by-sandbox\",\"data\":\"x\",\"mounts\":true,"
+                        "{\"write\":[\"/written-by-sandbox\",\"/etc/written-by-sandbox\"],"
+                        "\"data\":\"x\",\"mounts\":true,\"stat\":[\"/etc/passwd\"],"
                         "\"write_device\":\"/dev/vda\",\"exists\":[\"/.sbx/sbx-agent\","
                         "\"/.sbx/usr/bin/sbx-agent\",\"/usr/bin/sbx-agent\"]}",
                         &line);
@@ -337,6 +338,12 @@ static void check_python_sandbox(struct sandbox *sb, const char *user, json_int_
         CHECK(written && strstr(written, "Operation not permitted"),
               "the guest wrote to its image device: %s", written ? written : "?");
     }
+    /* The image's user (root here) is the Sandbox's uid in the process driver: it owns what the
+     * image gives root, so even /etc takes the write (in the upper layer). */
+    json_int_t passwd_uid =
+        json_integer_value(json_object_get(json_object_get(reply, "stat"), "/etc/passwd"));
+    CHECK(passwd_uid == (is_qemu ? 0 : SANDBOX_UID), "/etc/passwd belongs to uid %lld",
+          (long long)passwd_uid);
     CHECK(json_is_true(json_object_get(reply, "written")), "the root is not writable: %s",
           json_string_value(json_object_get(reply, "write_error")));
     json_decref(line);
@@ -350,9 +357,11 @@ static void check_fresh_sandbox(struct sandbox *sb)
     if (!CHECK(start(sb, start_line, why, sizeof why), "start: %s", why))
         return;
     json_t *line;
-    json_t *reply = ask(sb, "msg_2", "{\"exists\":[\"/written-by-sandbox\"]}", &line);
-    CHECK(reply && json_is_false(
-                       json_object_get(json_object_get(reply, "exists"), "/written-by-sandbox")),
+    json_t *reply = ask(
+        sb, "msg_2", "{\"exists\":[\"/written-by-sandbox\",\"/etc/written-by-sandbox\"]}", &line);
+    json_t *exists = json_object_get(reply, "exists");
+    CHECK(reply && json_is_false(json_object_get(exists, "/written-by-sandbox")) &&
+              json_is_false(json_object_get(exists, "/etc/written-by-sandbox")),
           "a file written by the previous Sandbox is still there");
     json_int_t uid = json_integer_value(json_object_get(reply, "uid"));
     const char *home = json_string_value(json_object_get(json_object_get(reply, "env"), "HOME"));
@@ -377,6 +386,18 @@ static void check_two_images(struct sandbox *a, struct sandbox *b)
     json_t *la, *lb;
     json_t *ra = ask(a, "msg_a", "{\"exists\":[\"/usr/bin/sbx-echo-agent\"]}", &la);
     json_t *rb = ask(b, "msg_b", "{\"run\":[\"cat\",\"/etc/os-release\"]}", &lb);
+    /* The tiny image's user is app (1000): its home is the Sandbox's; root's files stay root's. */
+    json_t *lc;
+    json_t *rc = ask(b, "msg_c",
+                     "{\"run\":[\"sh\",\"-c\",\"echo x > /home/app/f && stat -c %u /home/app "
+                     "/etc/passwd && (echo y > /etc/f || echo refused)\"]}",
+                     &lc);
+    const char *owners = json_string_value(json_object_get(json_object_get(rc, "run"), "output"));
+    char want[64];
+    snprintf(want, sizeof want, "%d\n0\n", SANDBOX_UID);
+    CHECK(owners && strncmp(owners, want, strlen(want)) == 0 && strstr(owners, "refused"),
+          "the image user's files are not the Sandbox's: %s", owners ? owners : "?");
+    json_decref(lc);
     const char *a_release = json_string_value(json_object_get(ra, "os_release"));
     const char *b_release =
         json_string_value(json_object_get(json_object_get(rb, "run"), "output"));
@@ -420,6 +441,7 @@ static void check_erofs_attached(struct sandbox *sb)
  * a user namespace, and the image's overlay still boots, with / writable to the Sandbox. */
 static int unprivileged_boot(const char *chroot_base)
 {
+    failures = 0; /* the parent's count came along with fork() */
     gid_t gid = 65534;
     if (setgroups(1, &gid) != 0 || setresgid(gid, gid, gid) != 0 ||
         setresuid(65534, 65534, 65534) != 0)
