@@ -129,6 +129,28 @@ static void test_refuses_what_the_image_lacks(void **state)
     assert_int_equal(u.gid, 8);
 }
 
+/* A link in the image cannot send the lookup to the host's files: the worker resolves an image's
+ * user on the host, in the cached tree, where etc -> /etc must mean the tree's own etc. */
+static void test_links_stay_inside_the_tree(void **state)
+{
+    (void)state;
+    char escape[128];
+    snprintf(escape, sizeof escape, "%s/escape", tree);
+    assert_int_equal(mkdir(escape, 0755), 0);
+    char link_path[160];
+    snprintf(link_path, sizeof link_path, "%s/etc", escape);
+    assert_int_equal(symlink("/etc", link_path), 0);
+    int fd = open(escape, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    struct image_user u;
+    char why[256];
+    /* The host knows root; the tree, whose etc is a link to itself, knows nobody. */
+    assert_int_equal(image_user_resolve("root", -1, &u, why, sizeof why), 0);
+    assert_int_equal(image_user_resolve("root", fd, &u, why, sizeof why), -1);
+    assert_non_null(strstr(why, "not in the image's /etc/passwd"));
+    close(fd);
+}
+
 /* ---- the real sbx-agent ---- */
 
 static char *read_reply(int fd, char *buf, size_t len)
@@ -269,6 +291,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resolves_names_and_ids),
         cmocka_unit_test(test_refuses_what_the_image_lacks),
+        cmocka_unit_test(test_links_stay_inside_the_tree),
         cmocka_unit_test(test_agent_applies_env_cwd_user),
         cmocka_unit_test(test_agent_refuses_bad_start_fields),
     };
