@@ -964,9 +964,10 @@ static bool env_has(char *const *env, size_t n, const char *key)
 }
 
 /* The command's environment. Without the image's env: sbx's defaults. With it: exactly that list,
- * plus PATH, HOME (the user's, from the image's /etc/passwd) and SBX_WORKSPACE when it lacks them,
- * as OCI runtimes add PATH and HOME. envp has room for RELAY_MAX_ENV + 4 entries; the strings it
- * points to live in req and in the three buffers. */
+ * plus PATH, HOME (the user's, from the image's /etc/passwd; without a user, as by default, the
+ * Workspace or /tmp) and SBX_WORKSPACE when it lacks them, as OCI runtimes add PATH and HOME. envp
+ * has room for RELAY_MAX_ENV + 4 entries; the strings it points to live in req and in the three
+ * buffers. */
 static void build_env(const struct start_request *req, const struct image_user *user, char **envp,
                       char *home, size_t homelen, char *wsenv, size_t wslen)
 {
@@ -990,7 +991,8 @@ static void build_env(const struct start_request *req, const struct image_user *
     if (!env_has(req->env, req->envc, "PATH"))
         envp[n++] = default_path;
     if (!env_has(req->env, req->envc, "HOME")) {
-        snprintf(home, homelen, "HOME=%s", user ? user->home : "/");
+        snprintf(home, homelen, "HOME=%s",
+                 user ? user->home : (req->workspace[0] ? req->workspace : "/tmp"));
         envp[n++] = home;
     }
     if (req->workspace[0] && !env_has(req->env, req->envc, "SBX_WORKSPACE"))
