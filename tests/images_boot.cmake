@@ -36,3 +36,16 @@ target_compile_definitions(test_image_user PRIVATE SBX_AGENT_BIN="$<TARGET_FILE:
                                                    SBX_ECHO_AGENT_BIN="$<TARGET_FILE:sbx-echo-agent>")
 add_dependencies(test_image_user sbx-agent sbx-echo-agent)
 add_test(NAME unit.images.agent_start COMMAND test_image_user)
+
+# tools/bench/image_boot.c: cold and warm activation of the Python image beside the built-in one
+# (process and qemu; `tools/sbx bench` runs it). A one-run smoke test keeps it working; it asserts
+# nothing about speed.
+add_executable(sbx-bench-image-boot ${CMAKE_SOURCE_DIR}/tools/bench/image_boot.c)
+target_link_libraries(sbx-bench-image-boot PRIVATE sbxworker)
+set_target_properties(sbx-bench-image-boot PROPERTIES RUNTIME_OUTPUT_DIRECTORY
+                                                      ${CMAKE_BINARY_DIR}/tools/bench)
+add_dependencies(sbx-bench-image-boot rootfs)
+add_test(NAME it.images.bench_runs
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/in-netns.sh $<TARGET_FILE:sbx-bench-image-boot>
+                 ${images_test_out}/images.env ${CMAKE_BINARY_DIR}/guest --runs 1 --process-only)
+set_tests_properties(it.images.bench_runs PROPERTIES FIXTURES_REQUIRED images_boot TIMEOUT 120)
