@@ -1,9 +1,9 @@
 # Booting App images (issue 14): Sandboxes of the process and qemu drivers whose root is an image
 # of the per-host cache (worker/images/image_cache.h). The images (Debian 12 + python3 from
-# mmdebstrap, and a tiny busybox one) are built once into <build>/test-images by the fixture
+# mmdebstrap, and a tiny busybox one) are built once into <build>/boot-images by the fixture
 # images_boot (cached there between runs); the tests need root.
 set(images_test_dir ${CMAKE_CURRENT_LIST_DIR}/integration/images)
-set(images_test_out ${CMAKE_BINARY_DIR}/test-images)
+set(images_test_out ${CMAKE_BINARY_DIR}/boot-images)
 add_test(NAME it.images.boot_fixture
          COMMAND ${images_test_dir}/build-boot-images.sh ${images_test_out} ${CMAKE_BINARY_DIR}/rootfs)
 set_tests_properties(it.images.boot_fixture PROPERTIES FIXTURES_SETUP images_boot TIMEOUT 600)
