@@ -49,3 +49,20 @@ add_test(NAME it.images.bench_runs
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/in-netns.sh $<TARGET_FILE:sbx-bench-image-boot>
                  ${images_test_out}/images.env ${CMAKE_BINARY_DIR}/guest --runs 1 --process-only)
 set_tests_properties(it.images.bench_runs PROPERTIES FIXTURES_REQUIRED images_boot TIMEOUT 120)
+
+# End to end once the Images resource is in the tree (images-import: tests/images.cmake, included
+# before this file, defines SBX_TEST_IMAGES_DIR and the fixture test_images): an uploaded image,
+# imported by the worker, answers a Session's message under the process and qemu drivers.
+find_program(NODE_EXECUTABLE node)
+if(DEFINED SBX_TEST_IMAGES_DIR AND NODE_EXECUTABLE AND TARGET sbx-worker AND TARGET sbx-gateway)
+  add_test(NAME it.images.boot_e2e
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/in-netns.sh ${NODE_EXECUTABLE} --test
+                   ${images_test_dir}/boot_e2e.test.mjs)
+  set(boot_e2e_fixtures test_images)
+  if(TARGET guest-image)
+    list(APPEND boot_e2e_fixtures guest_image)
+  endif()
+  set_tests_properties(it.images.boot_e2e PROPERTIES
+    ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBX_TEST_IMAGES=${SBX_TEST_IMAGES_DIR};SBX_GUEST_DIR=${CMAKE_BINARY_DIR}/guest"
+    FIXTURES_REQUIRED "${boot_e2e_fixtures}" TIMEOUT 420)
+endif()
