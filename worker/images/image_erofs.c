@@ -5,6 +5,7 @@
 #include "images/image_cache.h"
 #include "log.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -81,6 +82,22 @@ static int run_mkfs(const char *tmp, const char *rootfs, const char *log, char *
     return 0;
 }
 
+/* Removes the temporary files of builders that died (holding the lock, nobody else writes one). */
+static void remove_stale_temporaries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    size_t plen = strlen(".rootfs.erofs."), slen = strlen(".tmp");
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        size_t n = strlen(e->d_name);
+        if (n > plen + slen && strncmp(e->d_name, ".rootfs.erofs.", plen) == 0 &&
+            strcmp(e->d_name + n - slen, ".tmp") == 0 && unlinkat(dirfd(d), e->d_name, 0) == 0)
+            log_info("images: removed %s/%s, left by a builder that died", dir, e->d_name);
+    }
+    closedir(d);
+}
+
 /* Builds path from rootfs while holding the lock: into a temporary file, then renamed. */
 static int build_locked(const char *dir, const char *path, char *err, size_t errlen)
 {
@@ -88,7 +105,7 @@ static int build_locked(const char *dir, const char *path, char *err, size_t err
     snprintf(rootfs, sizeof rootfs, "%.4000s/rootfs", dir);
     snprintf(tmp, sizeof tmp, "%.4000s/.rootfs.erofs.%d.tmp", dir, (int)getpid());
     snprintf(log, sizeof log, "%.4000s/.rootfs.erofs.log", dir);
-    unlink(tmp); /* a builder that died left it; the lock says nobody else is writing it */
+    remove_stale_temporaries(dir);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (run_mkfs(tmp, rootfs, log, err, errlen) != 0) {

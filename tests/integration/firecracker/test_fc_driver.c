@@ -628,6 +628,10 @@ static void test_image_is_a_read_only_drive(void **state)
     write_file(path, "ID=fc-image-test\n", 0644);
     snprintf(path, sizeof path, "%s/ready", dir);
     write_file(path, "", 0644);
+    /* What a builder that died halfway left behind; the next build removes it. */
+    char stale[700];
+    snprintf(stale, sizeof stale, "%s/.rootfs.erofs.99999.tmp", dir);
+    write_file(stale, "half an image", 0600);
 
     struct sbx_config cfg;
     struct sandbox_runtime rt;
@@ -648,6 +652,7 @@ static void test_image_is_a_read_only_drive(void **state)
     assert_int_equal(st.st_mode & 0222, 0);
     snprintf(path, sizeof path, "%s/root/image.erofs", rt.jail_dir);
     assert_int_equal(inode_of(path), inode_of(erofs));
+    assert_false(exists(stale));
 
     char ifname[IFNAMSIZ] = "", guest_net[96];
     assert_sandbox_network(&rt, ifname);
