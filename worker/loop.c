@@ -10,7 +10,7 @@
 #include "sandbox/jobs.h"
 #include "host/firewall.h"
 #include "recovery/host_beat.h"
-#include "sandbox/lifecycle.h"
+#include "sandbox/sandbox.h"
 #include "log.h"
 #include "host/links.h"
 #include "host/nfs_export.h"

@@ -3,7 +3,7 @@
  *   loop.c                 setup, timers (heartbeat, fallback poll), wake-ups, signals, shutdown;
  *   delivery/claim.c       claiming messages and routing each to its Session's Sandbox;
  *   delivery/backoff.c     retry delays;
- *   sandbox/lifecycle.c    a Sandbox's life: boot, activate, deliver, expire, terminate;
+ *   sandbox/sandbox.c      a Sandbox's life: boot, activate, deliver, expire, terminate;
  *   sandbox/pool.c         keeping warm Sandboxes ready per shape;
  *   recovery/reconcile.c   adopting and cleaning up after dead workers of this host, declaring
  *                          other hosts lost, reaping what this host's own loss left behind;

@@ -4,7 +4,7 @@
  * that went away, a retry coming due, the fallback poll), as many as capacity allows; never in a
  * busy loop.
  */
-#include "sandbox/lifecycle.h"
+#include "sandbox/sandbox.h"
 #include "log.h"
 #include "timefmt.h"
 

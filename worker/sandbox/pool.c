@@ -4,7 +4,7 @@
  */
 #include "sandbox/pool.h"
 #include "sandbox/jobs.h"
-#include "sandbox/lifecycle.h"
+#include "sandbox/sandbox.h"
 #include "log.h"
 
 #include <stdlib.h>

@@ -1,10 +1,10 @@
 /*
- * lifecycle.h: one Sandbox's life in this worker, and the calls the rest of the worker makes on
+ * sandbox.h: one Sandbox's life in this worker, and the calls the rest of the worker makes on
  * it. States in memory mirror the store's: booting, warm, activating (claimed, agent starting),
  * idle and busy (both "running" in the store), stopping.
  */
-#ifndef SBX_LIFECYCLE_H
-#define SBX_LIFECYCLE_H
+#ifndef SBX_SANDBOX_H
+#define SBX_SANDBOX_H
 
 #include "worker.h"
 

@@ -1,10 +1,10 @@
 /*
- * lifecycle.c: a Sandbox's life in this worker: boot (for the pool or cold), activation (claim,
+ * sandbox.c: a Sandbox's life in this worker: boot (for the pool or cold), activation (claim,
  * attach the Workspace, start the App's command), delivery of messages one at a time, the
  * keep-alive timer, and termination. Driver calls block, so they run as jobs (jobs.h); every
  * other step runs on the event loop, and every state change is written to the store first.
  */
-#include "sandbox/lifecycle.h"
+#include "sandbox/sandbox.h"
 #include "sandbox/agent_channel.h"
 #include "sandbox/jobs.h"
 #include "log.h"
