@@ -46,8 +46,8 @@ static void reap_adopted(struct worker *w)
     if (w->st->sandbox_list_live(w->st, w->id, &list, &n) != STORE_OK)
         return;
     for (size_t i = 0; i < n; i++)
-        if (!lifecycle_find(w, list[i].id))
-            lifecycle_reap(w, &list[i]);
+        if (!sandbox_find(w, list[i].id))
+            sandbox_reap(w, &list[i]);
     free(list);
 }
 
@@ -82,13 +82,12 @@ static bool listed_live(const char *sandbox_id, void *arg)
  * Sandboxes removes theirs one by one; this catches what no store record leads to. */
 static void reconcile_nfs_exports(struct worker *w)
 {
-    static bool done;
     struct live_list l = {.st = w->st};
     char err[512];
     size_t removed = 0;
-    if (done || !w->st->sandbox_list_live)
+    if (w->reconciled.nfs_exports || !w->st->sandbox_list_live)
         return;
-    done = true;
+    w->reconciled.nfs_exports = true;
     if (nfs_export_reconcile(&w->cfg, listed_live, &l, &removed, err, sizeof err) != 0)
         log_warn("worker: NFS exports: %s", err);
     else if (removed > 0)
@@ -131,13 +130,12 @@ static bool net_keep(const char *sandbox_id, void *arg)
  * cleanup). */
 static void reconcile_network(struct worker *w)
 {
-    static bool done;
     struct net_reconcile_report report = {0};
     struct net_keep keep = {.live = {.st = w->st}, .w = w};
     char err[512];
-    if (done || !net_firewall())
+    if (w->reconciled.network || !net_firewall())
         return;
-    done = true;
+    w->reconciled.network = true;
     int rc = net_reconcile(net_keep, &keep, &report, err, sizeof err);
     if (rc == 0 && keep.live.loaded && keep.live.status != STORE_OK)
         log_warn("worker: network reconciliation: store: live Sandboxes: %s (nothing removed)",
@@ -157,12 +155,11 @@ static void reconcile_network(struct worker *w)
  * already records them terminated ("host lost"), so only the machine is cleaned. */
 static void reap_host_lost(struct worker *w)
 {
-    static bool done;
     struct store_sandbox *list = NULL;
     size_t n = 0;
-    if (done || !w->host_was_lost_at)
+    if (w->reconciled.host_lost || !w->host_was_lost_at)
         return;
-    done = true;
+    w->reconciled.host_lost = true;
     if (w->st->sandbox_list_host_lost(w->st, w->cfg.host_id, w->host_was_lost_at, &list, &n) !=
         STORE_OK) {
         log_warn("worker: cannot list the Sandboxes host %s lost", w->cfg.host_id);
@@ -172,11 +169,11 @@ static void reap_host_lost(struct worker *w)
         log_info("worker: host %s had been declared lost; reaping the %zu Sandboxes it left here",
                  w->cfg.host_id, n);
     for (size_t i = 0; i < n; i++)
-        lifecycle_reap(w, &list[i]);
+        sandbox_reap(w, &list[i]);
     free(list);
 }
 
-void reconcile_other_hosts(struct worker *w)
+bool reconcile_other_hosts(struct worker *w)
 {
     size_t lost = 0;
     enum store_status rc =
@@ -187,8 +184,9 @@ void reconcile_other_hosts(struct worker *w)
         log_warn("worker: declared %zu host(s) lost (no heartbeat for %lld ms); their Sessions "
                  "and messages are free for this host",
                  lost, (long long)w->cfg.host_lost_ms);
-        consumer_kick(w);
+        return true;
     }
+    return false;
 }
 
 /* Whether another worker of this host is gone. On this machine the process table is the truth: a
@@ -202,7 +200,7 @@ static bool same_host_worker_gone(const struct worker *w, const struct store_wor
     return now - o->heartbeat_at > w->cfg.worker_stale_ms;
 }
 
-void reconcile_run(struct worker *w)
+bool reconcile_run(struct worker *w)
 {
     reconcile_nfs_exports(w);
     reconcile_network(w);
@@ -233,6 +231,5 @@ void reconcile_run(struct worker *w)
         reap_adopted(w);
     if (w->st->queue_requeue_expired(w->st, &w->ctx, &requeued) == STORE_OK && requeued > 0)
         log_info("worker: requeued %zu messages whose lease expired", requeued);
-    if (adopted || requeued > 0)
-        consumer_kick(w);
+    return adopted || requeued > 0;
 }
