@@ -16,6 +16,7 @@
  */
 #include "host/cgroup.h"
 #include "drivers/driver.h"
+#include "drivers/shared.h"
 #include "drivers/fc_api.h"
 #include "log.h"
 #include "host/links.h"
@@ -169,21 +170,9 @@ static int cgroup2_mount(char *out, size_t outlen)
 /* The host's cgroup hierarchies as worker/host/cgroup.c finds them (cgroup_root, else detected),
  * shared with the process driver: VM cgroups are <v2 root>/sbx/<jailer id>, plus
  * <v1 memory root>/<jailer id> for the memory peak on hosts without the v2 memory controller. */
-static struct cgroup_host fc_cgroups;
-
 static const struct cgroup_host *host_cgroups(const struct sbx_config *cfg)
 {
-    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    static bool detected;
-    pthread_mutex_lock(&lock);
-    if (!detected) {
-        char report[1024];
-        cgroup_detect(cfg, &fc_cgroups, report, sizeof report);
-        log_info("firecracker: %s", report);
-        detected = true;
-    }
-    pthread_mutex_unlock(&lock);
-    return &fc_cgroups;
+    return driver_cgroups(cfg, "firecracker");
 }
 
 /* --parent-cgroup is relative to the cgroup2 mount (the jailer finds the mount itself and makes
@@ -911,19 +900,13 @@ static int open_agent_channel(const struct fc_layout *lay, pid_t vmm, struct san
         close(fd);
         return -1;
     }
-    json_t *msg = json_loads(line, 0, NULL);
-    const char *type = json_string_value(json_object_get(msg, "type"));
-    const char *kernel = json_string_value(json_object_get(msg, "kernel"));
-    if (!type || strcmp(type, "ready") != 0) {
-        const char *agent_err = json_string_value(json_object_get(msg, "error"));
+    char agent_err[400];
+    if (driver_ready_line(line, strlen(line), rt, agent_err, sizeof agent_err) != 0) {
         snprintf(err, errlen, "the guest agent did not report ready: %.300s",
-                 agent_err ? agent_err : line);
-        json_decref(msg);
+                 agent_err[0] ? agent_err : line);
         close(fd);
         return -1;
     }
-    snprintf(rt->kernel, sizeof rt->kernel, "%s", kernel ? kernel : "");
-    json_decref(msg);
     return fd;
 }
 

@@ -26,6 +26,7 @@
  */
 #include "host/cgroup.h"
 #include "drivers/driver.h"
+#include "drivers/shared.h"
 #include "host/jail.h"
 #include "log.h"
 #include "host/links.h"
@@ -80,20 +81,12 @@
 
 /* ---- host facts, detected once ---- */
 
-static struct cgroup_host cgroups;
-static char cgroup_report[1024];
-static pthread_mutex_t detect_lock = PTHREAD_MUTEX_INITIALIZER;
-static bool detected;
+/* The host's cgroup hierarchies (drivers/shared.h), set by ensure_detected before each use. */
+static const struct cgroup_host *cgroups;
 
-/* Detects the cgroup hierarchies on first use; later calls (any thread) see the same result. */
 static void ensure_detected(const struct sbx_config *cfg)
 {
-    pthread_mutex_lock(&detect_lock);
-    if (!detected) {
-        cgroup_detect(cfg, &cgroups, cgroup_report, sizeof cgroup_report);
-        detected = true;
-    }
-    pthread_mutex_unlock(&detect_lock);
+    cgroups = driver_cgroups(cfg, "process driver");
 }
 
 static void rootfs_path(const struct sbx_config *cfg, char *out, size_t len)
@@ -479,19 +472,12 @@ static int wait_for_ready(struct sandbox_runtime *rt, int64_t deadline, char *er
         }
     }
     line[len] = '\0';
-    json_error_t jerr;
-    json_t *msg = json_loadb(line, len, 0, &jerr);
-    const char *type = json_string_value(json_object_get(msg, "type"));
-    const char *kernel = json_string_value(json_object_get(msg, "kernel"));
-    int rc = 0;
-    if (!type || strcmp(type, "ready") != 0) {
+    char agent_err[8];
+    if (driver_ready_line(line, len, rt, agent_err, sizeof agent_err) != 0) {
         snprintf(err, errlen, "the agent's first line was not ready: %.200s", line);
-        rc = -1;
-    } else {
-        snprintf(rt->kernel, sizeof rt->kernel, "%s", kernel ? kernel : "");
+        return -1;
     }
-    json_decref(msg);
-    return rc;
+    return 0;
 }
 
 static void kill_and_wait(pid_t pid, const char *cgroup_path, int grace_ms);
@@ -506,7 +492,7 @@ static int cleanup_host_state(const struct sbx_config *cfg, const char *sandbox_
     if (jail_dir[0] && jail_remove(jail_dir, err, errlen) != 0)
         rc = -1;
     char cg_err[256];
-    if (cgroup_remove(&cgroups, cgroup_path, sandbox_id, 5000, cg_err, sizeof cg_err) != 0) {
+    if (cgroup_remove(cgroups, cgroup_path, sandbox_id, 5000, cg_err, sizeof cg_err) != 0) {
         if (rc == 0)
             snprintf(err, errlen, "%s", cg_err);
         rc = -1;
@@ -566,7 +552,7 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
              tmp_size_mib(&rt->shape));
     snprintf(plan->hostname, sizeof plan->hostname, "%s", rt->sandbox_id);
     plan->uid = (uid_t)cfg->sandbox_uid;
-    plan->nproc = cgroup_limits_pids(&cgroups) ? SANDBOX_NPROC_WITH_PIDS_CGROUP : SANDBOX_NPROC;
+    plan->nproc = cgroup_limits_pids(cgroups) ? SANDBOX_NPROC_WITH_PIDS_CGROUP : SANDBOX_NPROC;
     plan->gid = (gid_t)cfg->sandbox_gid;
     plan->drop_privileges = geteuid() == 0;
     plan->outer_uid = geteuid();
@@ -577,7 +563,7 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
         goto fail;
     /* Accounting is not worth refusing a Sandbox for when we are not root (init said so). */
     char cg_err[256];
-    if (cgroup_create(&cgroups, rt->sandbox_id, rt->cgroup_path, sizeof rt->cgroup_path, cg_err,
+    if (cgroup_create(cgroups, rt->sandbox_id, rt->cgroup_path, sizeof rt->cgroup_path, cg_err,
                       sizeof cg_err) != 0) {
         if (privileged) {
             snprintf(err, errlen, "%s", cg_err);
@@ -611,8 +597,7 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
     rt->channel_fd = chan[0];
     chan[0] = -1;
 
-    if (cgroup_add_pid(&cgroups, rt->cgroup_path, rt->sandbox_id, pid, cg_err, sizeof cg_err) !=
-        0) {
+    if (cgroup_add_pid(cgroups, rt->cgroup_path, rt->sandbox_id, pid, cg_err, sizeof cg_err) != 0) {
         if (privileged) {
             snprintf(err, errlen, "%s", cg_err);
             goto fail;
@@ -743,8 +728,8 @@ static int process_terminate(const struct sbx_config *cfg, struct sandbox_runtim
     if (rt->pid > 0)
         kill_and_wait(rt->pid, rt->cgroup_path, TERM_GRACE_MS);
     rt->pid = 0;
-    if (rt->cgroup_path[0] || cgroups.v1_memory_root[0])
-        cgroup_read_usage(&cgroups, rt->cgroup_path, rt->sandbox_id, usage);
+    if (rt->cgroup_path[0] || cgroups->v1_memory_root[0])
+        cgroup_read_usage(cgroups, rt->cgroup_path, rt->sandbox_id, usage);
     int rc = cleanup_host_state(cfg, rt->sandbox_id, rt->net_address, rt->jail_dir, rt->cgroup_path,
                                 err, errlen);
     if (rc == 0) {
@@ -819,8 +804,8 @@ static int process_reap(const struct sbx_config *cfg, const struct store_sandbox
          * from the id alone, so the jail is still found. */
         jail_dir[0] = '\0';
     }
-    if (cgroups.v2_root[0])
-        snprintf(cgroup_path, sizeof cgroup_path, "%.400s/sbx/%.64s", cgroups.v2_root, sb->id);
+    if (cgroups->v2_root[0])
+        snprintf(cgroup_path, sizeof cgroup_path, "%.400s/sbx/%.64s", cgroups->v2_root, sb->id);
     if (sb->cgroup_path[0] && strcmp(sb->cgroup_path, cgroup_path) != 0)
         log_warn("process driver: %s recorded cgroup %s, reaping %s", sb->id, sb->cgroup_path,
                  cgroup_path);
@@ -858,10 +843,9 @@ static int process_init(const struct sbx_config *cfg, char *err, size_t errlen)
     log_info("process driver: rootfs %s (%s), jails under %s/%s, sandbox uid %lld gid %lld", rootfs,
              hash[0] ? hash : "no image hash file", cfg->chroot_base, PROCESS_DRIVER,
              (long long)cfg->sandbox_uid, (long long)cfg->sandbox_gid);
-    log_info("process driver: %s", cgroup_report);
-    if (!cgroups.v2_root[0])
+    if (!cgroups->v2_root[0])
         log_warn("process driver: CPU time cannot be measured on this host");
-    if (!cgroups.v2_memory && !cgroups.v1_memory_root[0])
+    if (!cgroups->v2_memory && !cgroups->v1_memory_root[0])
         log_warn("process driver: peak memory cannot be measured on this host");
     if (geteuid() != 0) {
         log_warn("process driver: not root: Sandboxes run in a user namespace as the worker's "

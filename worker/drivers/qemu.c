@@ -24,6 +24,7 @@
  */
 #include "host/cgroup.h"
 #include "drivers/driver.h"
+#include "drivers/shared.h"
 #include "host/links.h"
 #include "host/nfs_export.h"
 #include "log.h"
@@ -646,23 +647,12 @@ static int qmp_handshake(int fd, char *err, size_t errlen)
 
 /* ---------------------------------------------------------------- cgroup */
 
-/* The host's cgroup hierarchies (worker/host/cgroup.h), detected once: a Sandbox's QEMU goes into
- * <v2 root>/sbx/<sandboxId> for CPU time, and v1 memory where the v2 controller is missing. */
-static struct cgroup_host qemu_cgroups;
-static bool qemu_cgroups_detected;
-static pthread_mutex_t qemu_cgroups_lock = PTHREAD_MUTEX_INITIALIZER;
-
+/* The host's cgroup hierarchies (drivers/shared.h, detected once per process): a Sandbox's QEMU
+ * goes into <v2 root>/sbx/<sandboxId> for CPU time, and v1 memory where the v2 controller is
+ * missing. */
 static const struct cgroup_host *host_cgroups(const struct sbx_config *cfg)
 {
-    pthread_mutex_lock(&qemu_cgroups_lock);
-    if (!qemu_cgroups_detected) {
-        char report[1024];
-        cgroup_detect(cfg, &qemu_cgroups, report, sizeof report);
-        log_info("qemu driver: %s", report);
-        qemu_cgroups_detected = true;
-    }
-    pthread_mutex_unlock(&qemu_cgroups_lock);
-    return &qemu_cgroups;
+    return driver_cgroups(cfg, "qemu driver");
 }
 
 /* Accounting only: a failure is logged and the Sandbox runs unmeasured. */
@@ -737,18 +727,11 @@ static int wait_ready(struct sandbox_runtime *rt, char *err, size_t errlen)
         snprintf(err, errlen, "guest agent not ready: %s", why);
         return -1;
     }
-    json_t *msg = json_loads(line, 0, NULL);
-    const char *type = json_string_value(json_object_get(msg, "type"));
-    const char *kernel = json_string_value(json_object_get(msg, "kernel"));
-    int rc = 0;
-    if (type == NULL || strcmp(type, "ready") != 0) {
+    if (driver_ready_line(line, strlen(line), rt, why, sizeof why) != 0) {
         snprintf(err, errlen, "guest agent said %.200s instead of ready", line);
-        rc = -1;
-    } else {
-        snprintf(rt->kernel, sizeof rt->kernel, "%s", kernel ? kernel : "");
+        return -1;
     }
-    json_decref(msg);
-    return rc;
+    return 0;
 }
 
 /* The host's TSC rate in kHz from /proc/cpuinfo (constant_tsc hosts report it as "cpu MHz"), or
