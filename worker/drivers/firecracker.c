@@ -937,7 +937,8 @@ static void clean_up(const struct sbx_config *cfg, const struct fc_layout *lay, 
     if (lay->cgroup_dir[0] && cgroup_populated(lay->cgroup_dir))
         cgroup_kill_all(lay->cgroup_dir);
     if (usage)
-        cgroup_read_usage(h, lay->cgroup_dir, lay->jailer_id, usage);
+        cgroup_read_usage(h, lay->cgroup_dir, lay->jailer_id, &usage->cpu_usec,
+                          &usage->mem_peak_bytes);
     char cg_err[256];
     if (cgroup_remove(h, lay->cgroup_dir, lay->jailer_id, 2000, cg_err, sizeof cg_err) != 0)
         log_warn("firecracker %s: %s", lay->jailer_id, cg_err);

@@ -23,6 +23,9 @@
  * dying worker takes its Sandboxes along. Note that Linux delivers it when the *thread* that
  * cloned the child exits: the worker must call boot() from long-lived helper threads. The agent
  * also ends when its channel closes, which covers the rest.
+ *
+ * Hidden state: `cgroups`, the host's hierarchies as drivers/shared.h detected them (set by
+ * ensure_detected before each use).
  */
 #include "host/cgroup.h"
 #include "drivers/driver.h"
@@ -729,7 +732,8 @@ static int process_terminate(const struct sbx_config *cfg, struct sandbox_runtim
         kill_and_wait(rt->pid, rt->cgroup_path, TERM_GRACE_MS);
     rt->pid = 0;
     if (rt->cgroup_path[0] || cgroups->v1_memory_root[0])
-        cgroup_read_usage(cgroups, rt->cgroup_path, rt->sandbox_id, usage);
+        cgroup_read_usage(cgroups, rt->cgroup_path, rt->sandbox_id, &usage->cpu_usec,
+                          &usage->mem_peak_bytes);
     int rc = cleanup_host_state(cfg, rt->sandbox_id, rt->net_address, rt->jail_dir, rt->cgroup_path,
                                 err, errlen);
     if (rc == 0) {

@@ -1052,7 +1052,8 @@ static int qemu_terminate(const struct sbx_config *cfg, struct sandbox_runtime *
     if (rc == 0) {
         const struct cgroup_host *h = host_cgroups(cfg);
         if (rt->cgroup_path[0] != '\0' || h->v1_memory_root[0] != '\0')
-            cgroup_read_usage(h, rt->cgroup_path, rt->sandbox_id, usage);
+            cgroup_read_usage(h, rt->cgroup_path, rt->sandbox_id, &usage->cpu_usec,
+                              &usage->mem_peak_bytes);
         cgroup_detach(cfg, rt->cgroup_path, rt->sandbox_id);
         rt->cgroup_path[0] = '\0';
     }

@@ -9,7 +9,7 @@
 #include "sandbox/sandbox.h"
 #include "log.h"
 #include "host/links.h"
-#include "host/nfs_export.h"
+#include "recovery/host_reconcile.h"
 #include "timefmt.h"
 
 #include <errno.h>
@@ -51,102 +51,38 @@ static void reap_adopted(struct worker *w)
     free(list);
 }
 
-/* The store's live Sandboxes (of every worker), read at the first question: after the exports
- * were listed, so a Sandbox that exported since is live by then (it is recorded before it
- * boots). Unknown (a store error) counts as live. */
-struct live_list {
-    struct store *st;
-    bool loaded;
-    enum store_status status;
-    struct store_sandbox *v;
-    size_t n;
-};
-
-static bool listed_live(const char *sandbox_id, void *arg)
-{
-    struct live_list *l = arg;
-    if (!l->loaded) {
-        l->loaded = true;
-        l->status = l->st->sandbox_list_live(l->st, "", &l->v, &l->n);
-    }
-    if (l->status != STORE_OK)
-        return true;
-    for (size_t i = 0; i < l->n; i++)
-        if (strcmp(l->v[i].id, sandbox_id) == 0)
-            return true;
-    return false;
-}
-
 /* Once per worker process, at its first pass: NFS exports of Sandboxes that no longer run (a
  * worker died between a VM's end and its export's removal) are withdrawn. Reaping adopted
  * Sandboxes removes theirs one by one; this catches what no store record leads to. */
 static void reconcile_nfs_exports(struct worker *w)
 {
-    struct live_list l = {.st = w->st};
     char err[512];
     size_t removed = 0;
     if (w->reconciled.nfs_exports || !w->st->sandbox_list_live)
         return;
     w->reconciled.nfs_exports = true;
-    if (nfs_export_reconcile(&w->cfg, listed_live, &l, &removed, err, sizeof err) != 0)
+    if (reconcile_host_nfs_exports(w->st, &w->cfg, &removed, err, sizeof err) != 0)
         log_warn("worker: NFS exports: %s", err);
     else if (removed > 0)
         log_info("worker: withdrew %zu NFS exports of Sandboxes no longer running", removed);
-    free(l.v);
-}
-
-/* Whether this host must keep a Sandbox's links and firewall elements: while the Sandbox is live
- * on any host (its owner, here or on a host sharing this kernel, still uses them), and when it
- * ended on another host: that host reaps its own leftovers (two host ids on one machine share one
- * nftables table and one set of links, and neither cleans up after the other). Only a Sandbox of
- * this host that ended, or one the store does not know, is this host's to remove. Unknown (a
- * store error) counts as kept. */
-struct net_keep {
-    struct live_list live;
-    const struct worker *w;
-};
-
-static bool net_keep(const char *sandbox_id, void *arg)
-{
-    struct net_keep *k = arg;
-    struct store *st = k->live.st;
-    struct store_sandbox sb;
-    char host[STORE_HOST_ID_LEN];
-    if (listed_live(sandbox_id, &k->live))
-        return true;
-    enum store_status rc = st->sandbox_get(st, "", sandbox_id, &sb);
-    if (rc == STORE_NOT_FOUND)
-        return false;
-    if (rc != STORE_OK)
-        return true;
-    rc = st->worker_host(st, sb.worker_id, host, sizeof host);
-    if (rc == STORE_NOT_FOUND)
-        return false;
-    return rc != STORE_OK || (host[0] && strcmp(host, k->w->cfg.host_id) != 0);
 }
 
 /* Once per worker process, at its first pass: links and firewall elements of this host's
  * Sandboxes that no longer run (their worker died, or was stopped between a Sandbox's end and its
- * cleanup). */
+ * cleanup). Only once a driver's init set up the network (net_firewall). */
 static void reconcile_network(struct worker *w)
 {
     struct net_reconcile_report report = {0};
-    struct net_keep keep = {.live = {.st = w->st}, .w = w};
     char err[512];
     if (w->reconciled.network || !net_firewall())
         return;
     w->reconciled.network = true;
-    int rc = net_reconcile(net_keep, &keep, &report, err, sizeof err);
-    if (rc == 0 && keep.live.loaded && keep.live.status != STORE_OK)
-        log_warn("worker: network reconciliation: store: live Sandboxes: %s (nothing removed)",
-                 store_status_name(keep.live.status));
-    else if (rc != 0)
+    if (reconcile_host_network(w->st, w->cfg.host_id, &report, err, sizeof err) != 0)
         log_warn("worker: network reconciliation: %s", err);
     else if (report.links_removed + report.elements_removed > 0)
         log_info("worker: removed %zu links and %zu firewall elements of Sandboxes no longer "
                  "running",
                  report.links_removed, report.elements_removed);
-    free(keep.live.v);
 }
 
 /* Once per worker process, at its first pass, when this host had been declared lost before it
