@@ -791,36 +791,6 @@ static int configure_vm(const struct fc_layout *lay, const struct fc_guest *g,
 
 /* ---- the agent channel over vsock ---- */
 
-/* Reads one line (without the newline) byte by byte, so that nothing after it is consumed: the
- * rest of the stream belongs to the worker. Returns the length, or -1 (EOF, timeout, too long). */
-static ssize_t read_line(int fd, char *buf, size_t buflen, long long deadline)
-{
-    size_t len = 0;
-    while (len + 1 < buflen) {
-        char c;
-        ssize_t n = recv(fd, &c, 1, 0);
-        if (n == 1) {
-            if (c == '\n') {
-                buf[len] = '\0';
-                return (ssize_t)len;
-            }
-            buf[len++] = c;
-            continue;
-        }
-        if (n == 0)
-            return -1;
-        if (errno == EINTR)
-            continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK)
-            return -1;
-        long long left = deadline - monotonic_ms();
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        if (left <= 0 || poll(&pfd, 1, (int)left) <= 0)
-            return -1;
-    }
-    return -1;
-}
-
 /* One attempt of the host-initiated vsock handshake. Returns the connected fd, or -1 when the
  * guest is not listening yet (Firecracker then closes the connection) or on error. */
 static int vsock_connect_once(const struct fc_layout *lay, long long deadline, char *why,
@@ -851,8 +821,9 @@ static int vsock_connect_once(const struct fc_layout *lay, long long deadline, c
     }
     /* The answer to CONNECT comes once the guest accepted or refused; bound each attempt. */
     long long attempt_deadline = monotonic_ms() + 2000;
-    if (read_line(fd, line, sizeof line,
-                  attempt_deadline < deadline ? attempt_deadline : deadline) < 0) {
+    size_t len;
+    if (driver_read_line(fd, attempt_deadline < deadline ? attempt_deadline : deadline, NULL, NULL,
+                         line, sizeof line, &len) != DRIVER_LINE_OK) {
         snprintf(why, whylen, "no answer to CONNECT %d (guest agent not listening yet)",
                  FC_AGENT_VSOCK_PORT);
         close(fd);
@@ -894,14 +865,15 @@ static int open_agent_channel(const struct fc_layout *lay, pid_t vmm, struct san
         sleep_ms(50);
     }
     char line[1024];
-    if (read_line(fd, line, sizeof line, deadline) < 0) {
+    size_t len;
+    if (driver_read_line(fd, deadline, NULL, NULL, line, sizeof line, &len) != DRIVER_LINE_OK) {
         snprintf(err, errlen, "the guest agent sent no ready line within %d ms",
                  FC_AGENT_READY_TIMEOUT_MS);
         close(fd);
         return -1;
     }
     char agent_err[400];
-    if (driver_ready_line(line, strlen(line), rt, agent_err, sizeof agent_err) != 0) {
+    if (driver_ready_line(line, len, rt, agent_err, sizeof agent_err) != 0) {
         snprintf(err, errlen, "the guest agent did not report ready: %.300s",
                  agent_err[0] ? agent_err : line);
         close(fd);

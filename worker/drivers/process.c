@@ -438,44 +438,24 @@ static void describe_early_exit(struct sandbox_runtime *rt, char *err, size_t er
         rt->pid = 0; /* reaped: nothing left to kill */
 }
 
-/* Reads the agent's ready line. The channel is a stream socket: peek at what has arrived and
- * consume only up to the newline, so no later line is taken from the agent channel, in a few
- * syscalls instead of one read() per byte. */
+/* Reads the agent's ready line (drivers/shared.h: nothing after it is consumed). */
 static int wait_for_ready(struct sandbox_runtime *rt, int64_t deadline, char *err, size_t errlen)
 {
-    char line[1024];
-    size_t len = 0;
-    for (;;) {
-        int left = (int)(deadline - now_ms());
-        struct pollfd pfd = {.fd = rt->channel_fd, .events = POLLIN};
-        if (left <= 0 || poll(&pfd, 1, left) == 0) {
-            snprintf(err, errlen, "the agent did not say ready within %d ms", BOOT_TIMEOUT_MS);
-            return -1;
-        }
-        ssize_t n = recv(rt->channel_fd, line + len, sizeof line - 1 - len, MSG_PEEK);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN))
-            continue;
-        if (n <= 0) {
-            if (len == sizeof line - 1)
-                snprintf(err, errlen, "the agent's ready line is too long");
-            else
-                describe_early_exit(rt, err, errlen);
-            return -1;
-        }
-        char *nl = memchr(line + len, '\n', (size_t)n);
-        size_t take = nl ? (size_t)(nl - (line + len)) + 1 : (size_t)n;
-        if (read(rt->channel_fd, line + len, take) != (ssize_t)take) {
-            describe_early_exit(rt, err, errlen);
-            return -1;
-        }
-        len += take;
-        if (nl) {
-            len--; /* drop the newline */
-            break;
-        }
+    char line[1024], agent_err[8];
+    size_t len;
+    switch (driver_read_line(rt->channel_fd, deadline, NULL, NULL, line, sizeof line, &len)) {
+    case DRIVER_LINE_OK:
+        break;
+    case DRIVER_LINE_TIMEOUT:
+        snprintf(err, errlen, "the agent did not say ready within %d ms", BOOT_TIMEOUT_MS);
+        return -1;
+    case DRIVER_LINE_TOO_LONG:
+        snprintf(err, errlen, "the agent's ready line is too long");
+        return -1;
+    default:
+        describe_early_exit(rt, err, errlen);
+        return -1;
     }
-    line[len] = '\0';
-    char agent_err[8];
     if (driver_ready_line(line, len, rt, agent_err, sizeof agent_err) != 0) {
         snprintf(err, errlen, "the agent's first line was not ready: %.200s", line);
         return -1;

@@ -5,10 +5,16 @@
 #include "drivers/shared.h"
 #include "log.h"
 
+#include "timefmt.h"
+
+#include <errno.h>
 #include <jansson.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 bool shape_equal(const struct store_shape *a, const struct store_shape *b)
 {
@@ -50,4 +56,43 @@ int driver_ready_line(const char *line, size_t len, struct sandbox_runtime *rt, 
     }
     json_decref(msg);
     return rc;
+}
+
+enum driver_line driver_read_line(int fd, int64_t deadline_ms, bool (*gone)(void *arg),
+                                  void *gone_arg, char *out, size_t outlen, size_t *len)
+{
+    size_t have = 0;
+    *len = 0;
+    out[0] = '\0';
+    for (;;) {
+        if (have + 1 >= outlen)
+            return DRIVER_LINE_TOO_LONG;
+        ssize_t n = recv(fd, out + have, outlen - 1 - have, MSG_PEEK | MSG_DONTWAIT);
+        if (n > 0) {
+            char *nl = memchr(out + have, '\n', (size_t)n);
+            size_t take = nl ? (size_t)(nl - (out + have)) + 1 : (size_t)n;
+            if (read(fd, out + have, take) != (ssize_t)take)
+                return DRIVER_LINE_ERROR;
+            have += take;
+            if (nl) {
+                out[--have] = '\0'; /* drop the newline */
+                *len = have;
+                return DRIVER_LINE_OK;
+            }
+            continue;
+        }
+        if (n == 0)
+            return DRIVER_LINE_CLOSED;
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return DRIVER_LINE_ERROR;
+        if (gone && gone(gone_arg))
+            return DRIVER_LINE_GONE;
+        int64_t left = deadline_ms - mono_ms();
+        if (left <= 0)
+            return DRIVER_LINE_TIMEOUT;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        poll(&p, 1, gone && left > 100 ? 100 : (int)left);
+    }
 }
