@@ -19,7 +19,6 @@
 #include "sandbox/jobs.h"
 #include "sandbox/pool.h"
 #include "sandbox/sandbox.h"
-#include "timefmt.h"
 
 #include <signal.h>
 #include <stdio.h>

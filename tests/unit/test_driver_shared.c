@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "drivers/shared.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <string.h>
 #include <sys/socket.h>
@@ -38,7 +38,7 @@ static void test_reads_one_line_and_leaves_the_rest(void **state)
     const char *sent = "{\"type\":\"ready\"}\n{\"type\":\"started\"}\n";
     assert_int_equal(write(fds[1], sent, strlen(sent)), (ssize_t)strlen(sent));
     assert_int_equal(
-        driver_read_line(fds[0], mono_ms() + 2000, NULL, NULL, line, sizeof line, &len),
+        driver_read_line(fds[0], clock_mono_ms() + 2000, NULL, NULL, line, sizeof line, &len),
         DRIVER_LINE_OK);
     assert_string_equal(line, "{\"type\":\"ready\"}");
     assert_int_equal(len, strlen(line));
@@ -60,7 +60,7 @@ static void test_line_split_across_writes(void **state)
     assert_int_equal(write(fds[1], "{\"type\":", 8), 8);
     assert_int_equal(write(fds[1], "\"ready\"}\nx", 10), 10);
     assert_int_equal(
-        driver_read_line(fds[0], mono_ms() + 2000, NULL, NULL, line, sizeof line, &len),
+        driver_read_line(fds[0], clock_mono_ms() + 2000, NULL, NULL, line, sizeof line, &len),
         DRIVER_LINE_OK);
     assert_string_equal(line, "{\"type\":\"ready\"}");
     close(fds[0]);
@@ -75,17 +75,17 @@ static void test_each_failure_is_told_apart(void **state)
     (void)state;
 
     pair(fds);
-    int64_t t0 = mono_ms();
+    int64_t t0 = clock_mono_ms();
     assert_int_equal(driver_read_line(fds[0], t0 + 150, NULL, NULL, line, sizeof line, &len),
                      DRIVER_LINE_TIMEOUT);
-    assert_true(mono_ms() - t0 >= 150);
-    assert_int_equal(
-        driver_read_line(fds[0], mono_ms() + 5000, always_gone, &asked, line, sizeof line, &len),
-        DRIVER_LINE_GONE);
+    assert_true(clock_mono_ms() - t0 >= 150);
+    assert_int_equal(driver_read_line(fds[0], clock_mono_ms() + 5000, always_gone, &asked, line,
+                                      sizeof line, &len),
+                     DRIVER_LINE_GONE);
     assert_int_equal(asked, 1);
     assert_int_equal(write(fds[1], "0123456789abcdefghij", 20), 20);
     assert_int_equal(
-        driver_read_line(fds[0], mono_ms() + 2000, NULL, NULL, line, sizeof line, &len),
+        driver_read_line(fds[0], clock_mono_ms() + 2000, NULL, NULL, line, sizeof line, &len),
         DRIVER_LINE_TOO_LONG);
     close(fds[0]);
     close(fds[1]);
@@ -94,7 +94,7 @@ static void test_each_failure_is_told_apart(void **state)
     assert_int_equal(write(fds[1], "half", 4), 4);
     close(fds[1]);
     assert_int_equal(
-        driver_read_line(fds[0], mono_ms() + 2000, NULL, NULL, line, sizeof line, &len),
+        driver_read_line(fds[0], clock_mono_ms() + 2000, NULL, NULL, line, sizeof line, &len),
         DRIVER_LINE_CLOSED);
     close(fds[0]);
 }

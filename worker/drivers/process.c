@@ -27,6 +27,7 @@
  * Hidden state: `cgroups`, the host's hierarchies as drivers/shared.h detected them (set by
  * ensure_detected before each use).
  */
+#include "clock.h"
 #include "host/cgroup.h"
 #include "drivers/driver.h"
 #include "drivers/shared.h"
@@ -361,13 +362,6 @@ static void child_main(const struct child_plan *p)
 
 /* ---- boot ---- */
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void plan_paths(struct child_plan *p, const char *rootfs, const char *jail_dir)
 {
     snprintf(p->rootfs, sizeof p->rootfs, "%s", rootfs);
@@ -394,7 +388,7 @@ static int wait_for_exec(int error_fd, int64_t deadline, char *err, size_t errle
     char msg[256];
     size_t got = 0;
     for (;;) {
-        int left = (int)(deadline - now_ms());
+        int left = (int)(deadline - clock_mono_ms());
         struct pollfd pfd = {.fd = error_fd, .events = POLLIN};
         if (left <= 0 || poll(&pfd, 1, left) == 0) {
             snprintf(err, errlen, "the Sandbox did not start within %d ms", BOOT_TIMEOUT_MS);
@@ -509,7 +503,7 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
                         size_t errlen)
 {
     ensure_detected(cfg);
-    int64_t deadline = now_ms() + BOOT_TIMEOUT_MS;
+    int64_t deadline = clock_mono_ms() + BOOT_TIMEOUT_MS;
     char rootfs[PATH_MAX];
     rootfs_path(cfg, rootfs, sizeof rootfs);
     rt->pid = 0;

@@ -5,7 +5,7 @@
 #include "drivers/shared.h"
 #include "log.h"
 
-#include "timefmt.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -89,7 +89,7 @@ enum driver_line driver_read_line(int fd, int64_t deadline_ms, bool (*gone)(void
             return DRIVER_LINE_ERROR;
         if (gone && gone(gone_arg))
             return DRIVER_LINE_GONE;
-        int64_t left = deadline_ms - mono_ms();
+        int64_t left = deadline_ms - clock_mono_ms();
         if (left <= 0)
             return DRIVER_LINE_TIMEOUT;
         struct pollfd p = {.fd = fd, .events = POLLIN};

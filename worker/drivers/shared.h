@@ -34,10 +34,10 @@ enum driver_line {
 };
 
 /* Reads one line (NUL-terminated, without its newline) from the stream socket fd by deadline_ms
- * (mono_ms), consuming nothing after the newline: it peeks, then reads up to the newline only, so
- * what the agent sends next stays in the socket for the event loop, in a few syscalls rather than
- * one per byte. While it waits, gone (when not NULL) is asked every 100 ms whether the other side
- * is gone (the VMM exited). *len gets the line's length. */
+ * (clock_mono_ms), consuming nothing after the newline: it peeks, then reads up to the newline
+ * only, so what the agent sends next stays in the socket for the event loop, in a few syscalls
+ * rather than one per byte. While it waits, gone (when not NULL) is asked every 100 ms whether the
+ * other side is gone (the VMM exited). *len gets the line's length. */
 enum driver_line driver_read_line(int fd, int64_t deadline_ms, bool (*gone)(void *arg),
                                   void *gone_arg, char *out, size_t outlen, size_t *len);
 

@@ -8,7 +8,7 @@
 #include "sandbox/agent_channel.h"
 #include "log.h"
 #include "sandbox/sandbox.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -22,7 +22,7 @@
  * window, says how many lines the last one dropped. */
 static void sandbox_log_line(struct sandbox *sb, const char *text)
 {
-    int64_t now = mono_ms();
+    int64_t now = clock_mono_ms();
     if (now - sb->log_window_start >= LOG_BUDGET_MS) {
         if (sb->log_dropped_lines > 0)
             log_warn("sandbox %s: %lld log lines dropped (over %d bytes in %d s)",

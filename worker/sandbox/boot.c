@@ -7,7 +7,7 @@
 #include "sandbox/sandbox.h"
 #include "log.h"
 #include "sandbox/jobs.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -51,7 +51,7 @@ static void boot_done(void *arg)
         sandbox_terminate(sb, sb->stop_reason, sb->stop_failed);
         return;
     }
-    int64_t boot_ms = mono_ms() - sb->boot_started;
+    int64_t boot_ms = clock_mono_ms() - sb->boot_started;
     if (sb->delivery) {
         rc = w->st->sandbox_assign(w->st, &w->ctx, sb->rt.sandbox_id, sb->app_id, sb->session_id);
         if (rc != STORE_OK) {
@@ -99,7 +99,7 @@ int sandbox_boot(struct worker *w, const struct driver *drv, const struct store_
     }
     sb->state = SB_BOOTING;
     sb->cold = d != NULL;
-    sb->boot_started = mono_ms();
+    sb->boot_started = clock_mono_ms();
     rc = w->st->sandbox_insert(w->st, &w->ctx, w->id, shape, sb->cold, &rec);
     if (rc != STORE_OK) {
         log_error("worker: cannot record a new sandbox: %s", store_status_name(rc));

@@ -9,7 +9,7 @@
 #include "log.h"
 #include "sandbox/jobs.h"
 #include "sandbox/sandbox.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,7 +65,7 @@ void sandbox_idle(struct sandbox *sb)
         return;
     }
     enum store_status rc =
-        w->st->session_touch(w->st, sb->session_id, now_ms() + sb->keep_alive_ms);
+        w->st->session_touch(w->st, sb->session_id, clock_wall_ms() + sb->keep_alive_ms);
     if (rc != STORE_OK)
         log_warn("worker: cannot record the keep-alive of %s: %s", sb->session_id,
                  store_status_name(rc));
