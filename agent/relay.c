@@ -258,7 +258,7 @@ static int scan_value(struct scanner *sc, int depth)
     }
 }
 
-int json_parse(const char *line, size_t len, struct json_span *value)
+int jspan_parse(const char *line, size_t len, struct json_span *value)
 {
     struct scanner sc = {(const unsigned char *)line, len, 0};
     skip_ws(&sc);
@@ -274,22 +274,22 @@ int json_parse(const char *line, size_t len, struct json_span *value)
     return 0;
 }
 
-bool json_is_object(struct json_span v)
+bool jspan_is_object(struct json_span v)
 {
     return v.len >= 2 && v.p[0] == '{';
 }
 
-bool json_is_array(struct json_span v)
+bool jspan_is_array(struct json_span v)
 {
     return v.len >= 2 && v.p[0] == '[';
 }
 
-bool json_is_string(struct json_span v)
+bool jspan_is_string(struct json_span v)
 {
     return v.len >= 2 && v.p[0] == '"';
 }
 
-bool json_is_null(struct json_span v)
+bool jspan_is_null(struct json_span v)
 {
     return v.len == 4 && memcmp(v.p, "null", 4) == 0;
 }
@@ -315,9 +315,9 @@ static void next_element(struct scanner *sc, struct json_span *key, struct json_
     skip_ws(sc);
 }
 
-int json_object_get(struct json_span obj, const char *key, struct json_span *value)
+int jspan_member(struct json_span obj, const char *key, struct json_span *value)
 {
-    if (!json_is_object(obj))
+    if (!jspan_is_object(obj))
         return 0;
     struct scanner sc = {(const unsigned char *)obj.p, obj.len, 1};
     skip_ws(&sc);
@@ -327,7 +327,7 @@ int json_object_get(struct json_span obj, const char *key, struct json_span *val
     for (;;) {
         struct json_span k, v;
         next_element(&sc, &k, &v, true);
-        if (json_string_decode(k, decoded, sizeof decoded) == 0 && strcmp(decoded, key) == 0) {
+        if (jspan_string_decode(k, decoded, sizeof decoded) == 0 && strcmp(decoded, key) == 0) {
             *value = v;
             return 1;
         }
@@ -337,9 +337,9 @@ int json_object_get(struct json_span obj, const char *key, struct json_span *val
     }
 }
 
-int json_array_next(struct json_span arr, size_t *pos, struct json_span *elem)
+int jspan_array_next(struct json_span arr, size_t *pos, struct json_span *elem)
 {
-    if (!json_is_array(arr))
+    if (!jspan_is_array(arr))
         return 0;
     struct scanner sc = {(const unsigned char *)arr.p, arr.len, *pos == 0 ? 1 : *pos};
     skip_ws(&sc);
@@ -423,9 +423,9 @@ static size_t decode_escape(const char *p, const char *end, unsigned int *cp)
     return 5;
 }
 
-int json_string_decode(struct json_span v, char *out, size_t outlen)
+int jspan_string_decode(struct json_span v, char *out, size_t outlen)
 {
-    if (!json_is_string(v) || outlen == 0)
+    if (!jspan_is_string(v) || outlen == 0)
         return -1;
     const char *p = v.p + 1, *end = v.p + v.len - 1;
     size_t n = 0;
@@ -451,7 +451,7 @@ int json_string_decode(struct json_span v, char *out, size_t outlen)
     return 0;
 }
 
-int json_int64(struct json_span v, int64_t *out)
+int jspan_int64(struct json_span v, int64_t *out)
 {
     char digits[24];
     if (v.len == 0 || v.len >= sizeof digits)
@@ -472,7 +472,7 @@ int json_int64(struct json_span v, int64_t *out)
     return 0;
 }
 
-int json_bool(struct json_span v, bool *out)
+int jspan_bool(struct json_span v, bool *out)
 {
     if (v.len == 4 && memcmp(v.p, "true", 4) == 0) {
         *out = true;
@@ -815,17 +815,17 @@ static int parse_start_image(struct json_span msg, struct start_request *req, co
     req->has_env = false;
     req->envc = 0;
     req->cwd[0] = req->user[0] = '\0';
-    if (json_object_get(msg, "env", &env) == 1 && !json_is_null(env)) {
-        if (!json_is_array(env)) {
+    if (jspan_member(msg, "env", &env) == 1 && !jspan_is_null(env)) {
+        if (!jspan_is_array(env)) {
             *why = "env must be an array of \"KEY=VALUE\" strings";
             return -1;
         }
         req->has_env = true;
         size_t pos = 0;
-        while (json_array_next(env, &pos, &elem) == 1) {
+        while (jspan_array_next(env, &pos, &elem) == 1) {
             char *kv = malloc(RELAY_MAX_ARG_LEN);
             if (req->envc == RELAY_MAX_ENV || !kv ||
-                json_string_decode(elem, kv, RELAY_MAX_ARG_LEN) != 0 || kv[0] == '=' ||
+                jspan_string_decode(elem, kv, RELAY_MAX_ARG_LEN) != 0 || kv[0] == '=' ||
                 !strchr(kv, '=')) {
                 free(kv);
                 *why = "env must hold at most 1024 \"KEY=VALUE\" strings of at most 4095 bytes";
@@ -835,14 +835,14 @@ static int parse_start_image(struct json_span msg, struct start_request *req, co
         }
         req->env[req->envc] = NULL;
     }
-    if (json_object_get(msg, "cwd", &cwd) == 1 && !json_is_null(cwd) &&
-        (json_string_decode(cwd, req->cwd, sizeof req->cwd) != 0 ||
+    if (jspan_member(msg, "cwd", &cwd) == 1 && !jspan_is_null(cwd) &&
+        (jspan_string_decode(cwd, req->cwd, sizeof req->cwd) != 0 ||
          (req->cwd[0] != '\0' && req->cwd[0] != '/'))) {
         *why = "cwd must be an absolute path";
         return -1;
     }
-    if (json_object_get(msg, "user", &user) == 1 && !json_is_null(user) &&
-        json_string_decode(user, req->user, sizeof req->user) != 0) {
+    if (jspan_member(msg, "user", &user) == 1 && !jspan_is_null(user) &&
+        jspan_string_decode(user, req->user, sizeof req->user) != 0) {
         *why = "user must be a name, uid, name:group or uid:gid";
         return -1;
     }
@@ -855,15 +855,15 @@ static int parse_start(struct json_span msg, struct start_request *req, const ch
     req->argc = 0;
     req->envc = 0;
     req->workspace[0] = '\0';
-    if (json_object_get(msg, "argv", &argv) != 1 || !json_is_array(argv)) {
+    if (jspan_member(msg, "argv", &argv) != 1 || !jspan_is_array(argv)) {
         *why = "start needs an argv array";
         return -1;
     }
     size_t pos = 0;
-    while (json_array_next(argv, &pos, &elem) == 1) {
+    while (jspan_array_next(argv, &pos, &elem) == 1) {
         char *arg = malloc(RELAY_MAX_ARG_LEN);
         if (req->argc == RELAY_MAX_ARGS || !arg ||
-            json_string_decode(elem, arg, RELAY_MAX_ARG_LEN) != 0) {
+            jspan_string_decode(elem, arg, RELAY_MAX_ARG_LEN) != 0) {
             free(arg);
             start_request_free(req);
             *why = "argv must hold at most 256 strings of at most 4095 bytes without NUL";
@@ -882,19 +882,19 @@ static int parse_start(struct json_span msg, struct start_request *req, const ch
         start_request_free(req);
         return -1;
     }
-    if (json_object_get(msg, "workspace", &ws) != 1 || json_is_null(ws))
+    if (jspan_member(msg, "workspace", &ws) != 1 || jspan_is_null(ws))
         return 0;
     /* A path (already there: the process driver's bind mount), or {"path":...,"nfs":...}: a
      * microVM's Workspace, which the agent mounts itself. */
     struct json_span path, nfs;
     bool ok;
-    if (json_is_object(ws))
-        ok = json_object_get(ws, "path", &path) == 1 &&
-             json_string_decode(path, req->workspace, sizeof req->workspace) == 0 &&
-             (json_object_get(ws, "nfs", &nfs) != 1 ||
-              json_string_decode(nfs, req->workspace_nfs, sizeof req->workspace_nfs) == 0);
+    if (jspan_is_object(ws))
+        ok = jspan_member(ws, "path", &path) == 1 &&
+             jspan_string_decode(path, req->workspace, sizeof req->workspace) == 0 &&
+             (jspan_member(ws, "nfs", &nfs) != 1 ||
+              jspan_string_decode(nfs, req->workspace_nfs, sizeof req->workspace_nfs) == 0);
     else
-        ok = json_string_decode(ws, req->workspace, sizeof req->workspace) == 0;
+        ok = jspan_string_decode(ws, req->workspace, sizeof req->workspace) == 0;
     if (!ok || (req->workspace_nfs[0] && req->workspace[0] != '/')) {
         start_request_free(req);
         *why = "workspace must be a path, {\"path\":...,\"nfs\":\"addr:/export\"} or null";
@@ -1117,19 +1117,19 @@ static void handle_host_line(struct relay *r, const char *line, size_t len)
     struct json_span msg, type, id;
     if (len == 0)
         return;
-    if (json_parse(line, len, &msg) != 0 || !json_is_object(msg)) {
+    if (jspan_parse(line, len, &msg) != 0 || !jspan_is_object(msg)) {
         send_log(r, "sbx-agent: ignored a line from the host that is not a JSON object", "", 0);
         return;
     }
-    if (json_object_get(msg, "type", &type) == 1) {
+    if (jspan_member(msg, "type", &type) == 1) {
         char t[32];
-        if (json_string_decode(type, t, sizeof t) == 0 && strcmp(t, "start") == 0)
+        if (jspan_string_decode(type, t, sizeof t) == 0 && strcmp(t, "start") == 0)
             handle_start(r, msg);
         else
             send_log(r, "sbx-agent: ignored an unknown control line", "", 0);
         return;
     }
-    if (json_object_get(msg, "id", &id) != 1) {
+    if (jspan_member(msg, "id", &id) != 1) {
         send_log(r, "sbx-agent: ignored a host line with neither type nor id", "", 0);
         return;
     }
@@ -1149,8 +1149,8 @@ static void handle_command_stdout(struct relay *r, const char *line, size_t len)
     struct json_span msg, v;
     if (len == 0)
         return;
-    if (json_parse(line, len, &msg) == 0 && json_is_object(msg) &&
-        json_object_get(msg, "id", &v) == 1 && json_object_get(msg, "type", &v) == 0) {
+    if (jspan_parse(line, len, &msg) == 0 && jspan_is_object(msg) &&
+        jspan_member(msg, "id", &v) == 1 && jspan_member(msg, "type", &v) == 0) {
         if (relay_buf_append(&r->chan_out, line, len) == 0)
             relay_buf_append(&r->chan_out, "\n", 1);
         return;

@@ -20,6 +20,7 @@
 #include "clock.h"
 #include "host/cgroup.h"
 #include "drivers/driver.h"
+#include "drivers/shared.h"
 #include "drivers/fc_api.h"
 #include "images/image_cache.h"
 #include "images/image_erofs.h"
@@ -169,21 +170,9 @@ static int cgroup2_mount(char *out, size_t outlen)
 /* The host's cgroup hierarchies as worker/host/cgroup.c finds them (cgroup_root, else detected),
  * shared with the process driver: VM cgroups are <v2 root>/sbx/<jailer id>, plus
  * <v1 memory root>/<jailer id> for the memory peak on hosts without the v2 memory controller. */
-static struct cgroup_host fc_cgroups;
-
 static const struct cgroup_host *host_cgroups(const struct sbx_config *cfg)
 {
-    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    static bool detected;
-    pthread_mutex_lock(&lock);
-    if (!detected) {
-        char report[1024];
-        cgroup_detect(cfg, &fc_cgroups, report, sizeof report);
-        log_info("firecracker: %s", report);
-        detected = true;
-    }
-    pthread_mutex_unlock(&lock);
-    return &fc_cgroups;
+    return driver_cgroups(cfg, "firecracker");
 }
 
 /* --parent-cgroup is relative to the cgroup2 mount (the jailer finds the mount itself and makes
@@ -799,36 +788,6 @@ static int configure_vm(const struct fc_layout *lay, const struct fc_guest *g,
 
 /* ---- the agent channel over vsock ---- */
 
-/* Reads one line (without the newline) byte by byte, so that nothing after it is consumed: the
- * rest of the stream belongs to the worker. Returns the length, or -1 (EOF, timeout, too long). */
-static ssize_t read_line(int fd, char *buf, size_t buflen, long long deadline)
-{
-    size_t len = 0;
-    while (len + 1 < buflen) {
-        char c;
-        ssize_t n = recv(fd, &c, 1, 0);
-        if (n == 1) {
-            if (c == '\n') {
-                buf[len] = '\0';
-                return (ssize_t)len;
-            }
-            buf[len++] = c;
-            continue;
-        }
-        if (n == 0)
-            return -1;
-        if (errno == EINTR)
-            continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK)
-            return -1;
-        long long left = deadline - clock_mono_ms();
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        if (left <= 0 || poll(&pfd, 1, (int)left) <= 0)
-            return -1;
-    }
-    return -1;
-}
-
 /* One attempt of the host-initiated vsock handshake. Returns the connected fd, or -1 when the
  * guest is not listening yet (Firecracker then closes the connection) or on error. */
 static int vsock_connect_once(const struct fc_layout *lay, long long deadline, char *why,
@@ -859,8 +818,9 @@ static int vsock_connect_once(const struct fc_layout *lay, long long deadline, c
     }
     /* The answer to CONNECT comes once the guest accepted or refused; bound each attempt. */
     long long attempt_deadline = clock_mono_ms() + 2000;
-    if (read_line(fd, line, sizeof line,
-                  attempt_deadline < deadline ? attempt_deadline : deadline) < 0) {
+    size_t len;
+    if (driver_read_line(fd, attempt_deadline < deadline ? attempt_deadline : deadline, NULL, NULL,
+                         line, sizeof line, &len) != DRIVER_LINE_OK) {
         snprintf(why, whylen, "no answer to CONNECT %d (guest agent not listening yet)",
                  FC_AGENT_VSOCK_PORT);
         close(fd);
@@ -902,25 +862,20 @@ static int open_agent_channel(const struct fc_layout *lay, pid_t vmm, struct san
         sleep_ms(50);
     }
     char line[1024];
-    if (read_line(fd, line, sizeof line, deadline) < 0) {
+    size_t len;
+    if (driver_read_line(fd, deadline, NULL, NULL, line, sizeof line, &len) != DRIVER_LINE_OK) {
         snprintf(err, errlen, "the guest agent sent no ready line within %d ms",
                  FC_AGENT_READY_TIMEOUT_MS);
         close(fd);
         return -1;
     }
-    json_t *msg = json_loads(line, 0, NULL);
-    const char *type = json_string_value(json_object_get(msg, "type"));
-    const char *kernel = json_string_value(json_object_get(msg, "kernel"));
-    if (!type || strcmp(type, "ready") != 0) {
-        const char *agent_err = json_string_value(json_object_get(msg, "error"));
+    char agent_err[400];
+    if (driver_ready_line(line, len, rt, agent_err, sizeof agent_err) != 0) {
         snprintf(err, errlen, "the guest agent did not report ready: %.300s",
-                 agent_err ? agent_err : line);
-        json_decref(msg);
+                 agent_err[0] ? agent_err : line);
         close(fd);
         return -1;
     }
-    snprintf(rt->kernel, sizeof rt->kernel, "%s", kernel ? kernel : "");
-    json_decref(msg);
     return fd;
 }
 
@@ -936,7 +891,8 @@ static void clean_up(const struct sbx_config *cfg, const struct fc_layout *lay, 
     if (lay->cgroup_dir[0] && cgroup_populated(lay->cgroup_dir))
         cgroup_kill_all(lay->cgroup_dir);
     if (usage)
-        cgroup_read_usage(h, lay->cgroup_dir, lay->jailer_id, usage);
+        cgroup_read_usage(h, lay->cgroup_dir, lay->jailer_id, &usage->cpu_usec,
+                          &usage->mem_peak_bytes);
     char cg_err[256];
     if (cgroup_remove(h, lay->cgroup_dir, lay->jailer_id, 2000, cg_err, sizeof cg_err) != 0)
         log_warn("firecracker %s: %s", lay->jailer_id, cg_err);

@@ -26,6 +26,7 @@
 #include "clock.h"
 #include "host/cgroup.h"
 #include "drivers/driver.h"
+#include "drivers/shared.h"
 #include "host/links.h"
 #include "host/nfs_export.h"
 #include "images/image_cache.h"
@@ -550,10 +551,9 @@ static int accept_from_qemu(int lfd, pid_t pid, int timeout_ms, const char *what
     }
 }
 
-/* Reads one line (without the newline) from a non-blocking fd, byte by byte so nothing after it
- * is consumed: the worker reads the rest of the stream. Fails on timeout, EOF or QEMU's exit. */
-static int read_line(int fd, pid_t pid, int timeout_ms, char *out, size_t outlen, char *err,
-                     size_t errlen)
+/* Reads one QMP line (without the newline) from a non-blocking fd, byte by byte; a longer line
+ * than outlen is cut. Fails on timeout or EOF. (The agent's ready line: driver_read_line.) */
+static int read_line(int fd, int timeout_ms, char *out, size_t outlen, char *err, size_t errlen)
 {
     int64_t deadline = clock_mono_ms() + timeout_ms;
     size_t len = 0;
@@ -575,10 +575,6 @@ static int read_line(int fd, pid_t pid, int timeout_ms, char *out, size_t outlen
         }
         if (errno != EAGAIN && errno != EINTR) {
             snprintf(err, errlen, "channel read: %s", strerror(errno));
-            return -1;
-        }
-        if (pid > 0 && !process_alive(pid)) {
-            snprintf(err, errlen, "qemu exited");
             return -1;
         }
         int64_t left = deadline - clock_mono_ms();
@@ -623,7 +619,7 @@ static int qmp_execute(int fd, const char *command, int timeout_ms, char *err, s
         return -1;
     }
     for (;;) {
-        if (read_line(fd, -1, timeout_ms, line, sizeof line, err, errlen) != 0)
+        if (read_line(fd, timeout_ms, line, sizeof line, err, errlen) != 0)
             return -1;
         json_t *reply = json_loads(line, 0, NULL);
         int done = reply && json_object_get(reply, "return")  ? 1
@@ -643,30 +639,19 @@ static int qmp_execute(int fd, const char *command, int timeout_ms, char *err, s
 static int qmp_handshake(int fd, char *err, size_t errlen)
 {
     char greeting[4096];
-    if (read_line(fd, -1, QEMU_CONNECT_TIMEOUT_MS, greeting, sizeof greeting, err, errlen) != 0)
+    if (read_line(fd, QEMU_CONNECT_TIMEOUT_MS, greeting, sizeof greeting, err, errlen) != 0)
         return -1;
     return qmp_execute(fd, "qmp_capabilities", QEMU_CONNECT_TIMEOUT_MS, err, errlen);
 }
 
 /* ---------------------------------------------------------------- cgroup */
 
-/* The host's cgroup hierarchies (worker/host/cgroup.h), detected once: a Sandbox's QEMU goes into
- * <v2 root>/sbx/<sandboxId> for CPU time, and v1 memory where the v2 controller is missing. */
-static struct cgroup_host qemu_cgroups;
-static bool qemu_cgroups_detected;
-static pthread_mutex_t qemu_cgroups_lock = PTHREAD_MUTEX_INITIALIZER;
-
+/* The host's cgroup hierarchies (drivers/shared.h, detected once per process): a Sandbox's QEMU
+ * goes into <v2 root>/sbx/<sandboxId> for CPU time, and v1 memory where the v2 controller is
+ * missing. */
 static const struct cgroup_host *host_cgroups(const struct sbx_config *cfg)
 {
-    pthread_mutex_lock(&qemu_cgroups_lock);
-    if (!qemu_cgroups_detected) {
-        char report[1024];
-        cgroup_detect(cfg, &qemu_cgroups, report, sizeof report);
-        log_info("qemu driver: %s", report);
-        qemu_cgroups_detected = true;
-    }
-    pthread_mutex_unlock(&qemu_cgroups_lock);
-    return &qemu_cgroups;
+    return driver_cgroups(cfg, "qemu driver");
 }
 
 /* Accounting only: a failure is logged and the Sandbox runs unmeasured. */
@@ -733,26 +718,38 @@ static void network_down(const char *sandbox_id, const char *net_address)
 
 /* ---------------------------------------------------------------- driver functions */
 
+static bool qemu_gone(void *arg)
+{
+    return !process_alive(*(const pid_t *)arg);
+}
+
+/* Reads the agent's ready line (drivers/shared.h: nothing after it is consumed). */
 static int wait_ready(struct sandbox_runtime *rt, char *err, size_t errlen)
 {
-    char line[1024], why[256];
-    if (read_line(rt->channel_fd, rt->pid, QEMU_BOOT_TIMEOUT_MS, line, sizeof line, why,
-                  sizeof why) != 0) {
-        snprintf(err, errlen, "guest agent not ready: %s", why);
+    static const char *const why[] = {[DRIVER_LINE_TIMEOUT] = "timed out",
+                                      [DRIVER_LINE_CLOSED] = "channel closed",
+                                      [DRIVER_LINE_TOO_LONG] = "line too long",
+                                      [DRIVER_LINE_ERROR] = "channel read failed",
+                                      [DRIVER_LINE_GONE] = "qemu exited"};
+    char line[1024], agent_err[256];
+    size_t len;
+    pid_t pid = rt->pid;
+    enum driver_line got =
+        driver_read_line(rt->channel_fd, clock_mono_ms() + QEMU_BOOT_TIMEOUT_MS,
+                         pid > 0 ? qemu_gone : NULL, &pid, line, sizeof line, &len);
+    if (got != DRIVER_LINE_OK) {
+        if (got == DRIVER_LINE_TIMEOUT)
+            snprintf(err, errlen, "guest agent not ready: timed out after %d ms",
+                     QEMU_BOOT_TIMEOUT_MS);
+        else
+            snprintf(err, errlen, "guest agent not ready: %s", why[got]);
         return -1;
     }
-    json_t *msg = json_loads(line, 0, NULL);
-    const char *type = json_string_value(json_object_get(msg, "type"));
-    const char *kernel = json_string_value(json_object_get(msg, "kernel"));
-    int rc = 0;
-    if (type == NULL || strcmp(type, "ready") != 0) {
+    if (driver_ready_line(line, len, rt, agent_err, sizeof agent_err) != 0) {
         snprintf(err, errlen, "guest agent said %.200s instead of ready", line);
-        rc = -1;
-    } else {
-        snprintf(rt->kernel, sizeof rt->kernel, "%s", kernel ? kernel : "");
+        return -1;
     }
-    json_decref(msg);
-    return rc;
+    return 0;
 }
 
 /* The host's TSC rate in kHz from /proc/cpuinfo (constant_tsc hosts report it as "cpu MHz"), or
@@ -1087,7 +1084,8 @@ static int qemu_terminate(const struct sbx_config *cfg, struct sandbox_runtime *
     if (rc == 0) {
         const struct cgroup_host *h = host_cgroups(cfg);
         if (rt->cgroup_path[0] != '\0' || h->v1_memory_root[0] != '\0')
-            cgroup_read_usage(h, rt->cgroup_path, rt->sandbox_id, usage);
+            cgroup_read_usage(h, rt->cgroup_path, rt->sandbox_id, &usage->cpu_usec,
+                              &usage->mem_peak_bytes);
         cgroup_detach(cfg, rt->cgroup_path, rt->sandbox_id);
         rt->cgroup_path[0] = '\0';
     }
