@@ -91,6 +91,15 @@ static const struct setting settings[] = {
         "heartbeat age after which a host is lost: its Sandboxes end, its Sessions move (ms)"),
     INT(placement_grace_ms, "2000", 0, 3600000,
         "wait for the placed host before any host may take an idle Session's message (ms)"),
+    INT(chunk_max_count, "10000", 0, 100000000,
+        "partial-output chunks stored per message (more are dropped and counted)"),
+    INT(chunk_max_bytes, "4194304", 0, 1073741824,
+        "bytes of partial-output chunks stored per message (more are dropped and counted)"),
+    INT(chunk_flush_ms, "5", 0, 10000,
+        "how long a worker gathers chunks before it commits them in one transaction (ms)"),
+    INT(stream_limit, "64", 1, 1000000,
+        "open event streams (message streams and the event feed) per caller (429 beyond)"),
+    INT(stream_keepalive, "15", 1, 3600, "seconds between keep-alive comments on an idle stream"),
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 

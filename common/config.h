@@ -62,6 +62,12 @@ struct sbx_config {
     int64_t host_capacity;      /* SBX_HOST_CAPACITY: 0 = max_sandboxes x workers */
     int64_t host_lost_ms;       /* SBX_HOST_LOST_MS: heartbeat age after which a host is lost */
     int64_t placement_grace_ms; /* SBX_PLACEMENT_GRACE_MS: then any host may take a message */
+    /* streaming: an agent's partial output and Server-Sent Events */
+    int64_t chunk_max_count;  /* SBX_CHUNK_MAX_COUNT: chunks stored per message */
+    int64_t chunk_max_bytes;  /* SBX_CHUNK_MAX_BYTES: chunk bytes stored per message */
+    int64_t chunk_flush_ms;   /* SBX_CHUNK_FLUSH_MS: how long chunks gather before a commit */
+    int64_t stream_limit;     /* SBX_STREAM_LIMIT: open streams per caller (429 beyond) */
+    int64_t stream_keepalive; /* SBX_STREAM_KEEPALIVE: seconds between keep-alive comments */
 };
 
 /* Fills cfg from defaults, the file, the environment and argv (in that order of precedence,

@@ -519,3 +519,32 @@ ALTER TABLE workers ADD COLUMN host_id TEXT;
 CREATE INDEX workers_host ON workers (host_id, stopped_at);
 -- The Sessions a worker owns (placement counts a host's load; host loss releases them).
 CREATE INDEX sessions_worker ON sessions (worker_id) WHERE worker_id IS NOT NULL;
+
+-- ---- streaming: migrations/0010_streaming.sql, documented in schema/README.md ----
+-- An agent's partial output ({"id":..,"chunk":..} lines), in order per message; bounded per
+-- message (chunks past the bound are counted in messages.chunks_dropped); deleted with the
+-- Session's message bodies and replies.
+CREATE TABLE message_chunks (
+    message_id TEXT NOT NULL REFERENCES messages (id),
+    idx        BIGINT NOT NULL,          -- 0, 1, 2, ... in the order the agent printed them
+    value      TEXT NOT NULL,            -- JSON
+    at         BIGINT NOT NULL,          -- when the worker received it
+    PRIMARY KEY (message_id, idx)
+);
+ALTER TABLE messages ADD COLUMN chunks_dropped BIGINT NOT NULL DEFAULT 0;
+
+-- Each message's partial output, one row per chunk, for auditors: which message, Session and
+-- App it belongs to, when it arrived and how large it is.
+CREATE VIEW message_output AS
+SELECT c.message_id AS message_id,
+       m.session_id AS session_id,
+       m.app_id AS app_id,
+       m.seq AS seq,
+       c.idx AS chunk_index,
+       c.at AS at,
+       sbx_utc(c.at) AS at_utc,
+       octet_length(c.value) AS bytes,
+       c.value AS value,
+       m.chunks_dropped AS chunks_dropped
+FROM message_chunks c
+JOIN messages m ON m.id = c.message_id;

@@ -286,6 +286,16 @@ struct store_usage {
     int64_t mem_peak_bytes; /* -1: not measured */
 };
 
+/* ---- streaming (common/store/sql/chunks.c, event_feed.c) ---- */
+
+/* One {"id":..,"chunk":..} line of an agent, as stored: its partial output for a message. */
+struct store_chunk {
+    int64_t index; /* 0, 1, 2, ... per message, in the order the agent printed them */
+    int64_t at;    /* when the worker received it */
+    char *value_json;
+};
+void store_chunk_list_free(struct store_chunk *c, size_t n);
+
 struct store {
     void *cls; /* the backend's own state */
 
@@ -546,6 +556,26 @@ struct store {
      * value (the first one's). */
     enum store_status (*setting_init)(struct store *st, const char *key, const char *value,
                                       char *out, size_t outlen);
+
+    /* ---- streaming: partial output and the live event feed, added by the streaming area ---- */
+    /* Worker: stores values[0..n) (JSON texts) as chunks first_index.. of message_id and adds
+     * dropped to the message's chunks_dropped, in one transaction, only while worker_id holds
+     * the message's lease (STORE_CONFLICT otherwise, and nothing is stored). */
+    enum store_status (*chunk_append)(struct store *st, const char *message_id,
+                                      const char *worker_id, int64_t first_index,
+                                      const char *const *values, size_t n, int64_t dropped);
+    /* Worker: how many chunks message_id has and their bytes (where a new attempt continues). */
+    enum store_status (*chunk_totals)(struct store *st, const char *message_id, int64_t *count,
+                                      int64_t *bytes);
+    /* Gateway: the message's chunks with index >= from, oldest first, at most limit, and its
+     * chunks_dropped (dropped may be NULL). App- and Session-scoped like message_get:
+     * STORE_NOT_FOUND for an unknown message, another App's or a deleted Session's. */
+    enum store_status (*chunk_list)(struct store *st, const char *app_id, const char *session_id,
+                                    const char *message_id, int64_t from, size_t limit,
+                                    struct store_chunk **out, size_t *n, int64_t *dropped);
+    /* Gateway: the newest event's id (0 when none), so that a waiting event stream reads the
+     * list again only when something was committed. */
+    enum store_status (*event_last_id)(struct store *st, int64_t *id);
 };
 
 /* Opens the backend that `store` names: "sqlite" (the file sqlite_path, on one host) or a

@@ -5,6 +5,7 @@
  * other step runs on the event loop, and every state change is written to the store first.
  */
 #include "sandbox/lifecycle.h"
+#include "delivery/chunks.h"
 #include "sandbox/agent_channel.h"
 #include "sandbox/jobs.h"
 #include "log.h"
@@ -106,6 +107,7 @@ static void sandbox_unlink_free(struct sandbox *sb)
     event_free(sb->keepalive_ev);
     event_free(sb->timeout_ev);
     agent_channel_free(sb->chan);
+    chunks_free(sb);
     if (sb->delivery) {
         store_delivery_clear(sb->delivery);
         free(sb->delivery);
@@ -146,6 +148,7 @@ static void delivery_abandon(struct sandbox *sb, const char *reason)
     struct store_delivery *d = sb->delivery;
     if (!d)
         return;
+    chunks_flush(sb);
     if (w->stopping) {
         enum store_status rc = w->st->queue_release(w->st, &w->ctx, d->message.id, w->id);
         if (rc != STORE_OK && rc != STORE_CONFLICT)
@@ -236,6 +239,7 @@ static void delivery_replied(struct sandbox *sb, json_t *line)
     json_t *reply = json_object_get(line, "reply");
     json_t *error = json_object_get(line, "error");
 
+    chunks_flush(sb); /* the message's partial output is stored before it ends */
     if (reply) {
         char *text = json_dumps(reply, JSON_COMPACT | JSON_ENCODE_ANY);
         enum store_status rc = text ? w->st->queue_complete(w->st, &w->ctx, d->message.id, w->id,
@@ -335,6 +339,13 @@ static void sandbox_on_line(void *arg, json_t *line)
         lifecycle_terminate(sb, reason, false);
     } else if (type) {
         log_debug("sandbox %s: control line \"%s\" ignored", sb->rt.sandbox_id, type);
+    } else if (id && json_object_get(line, "chunk") && !json_object_get(line, "reply") &&
+               !json_object_get(line, "error")) {
+        if (sb->phase == SB_BUSY && sb->delivery && strcmp(id, sb->delivery->message.id) == 0)
+            chunks_add(sb, id, json_object_get(line, "chunk"));
+        else
+            log_debug("sandbox %s: chunk for %s, not the message in flight, dropped",
+                      sb->rt.sandbox_id, id);
     } else if (id && sb->phase == SB_BUSY && sb->delivery &&
                strcmp(id, sb->delivery->message.id) == 0) {
         delivery_replied(sb, line);

@@ -11,6 +11,7 @@
 enum sandbox_phase { SB_BOOTING, SB_WARM, SB_ACTIVATING, SB_IDLE, SB_BUSY, SB_STOPPING };
 
 struct agent_channel;
+struct chunk_stream;
 
 struct sandbox {
     struct sandbox *next;
@@ -46,6 +47,7 @@ struct sandbox {
     int64_t log_window_start; /* mono ms */
     int64_t log_window_bytes;
     int64_t log_dropped_lines;
+    struct chunk_stream *chunks; /* partial output of the message in flight (delivery/chunks.h) */
 };
 
 /* A Sandbox of this worker serving the Session (activating, idle or busy), or NULL. */
