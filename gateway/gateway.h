@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 struct longpoll;
+struct sse_hub;
 struct metrics;
 struct ratelimit;
 struct notify_peer;
@@ -26,6 +27,7 @@ struct gateway {
     struct store *st;
     struct notify_peer *workers; /* "queue" wake-ups after each enqueue */
     struct longpoll *lp;
+    struct sse_hub *sse; /* Server-Sent Events streams (sse.h) */
     struct metrics *metrics;
     struct ratelimit *rl;
     uint8_t admin_hash[32]; /* SHA-256 of the admin token */
@@ -146,6 +148,10 @@ enum MHD_Result http_workspace_list(struct request *r);
 enum MHD_Result http_workspace_get(struct request *r);
 enum MHD_Result http_workspace_delete(struct request *r);
 enum MHD_Result http_event_list(struct request *r);
+/* GET /v1/events as text/event-stream (http_event_stream.c): after event id `after` (-1: from
+ * now), or after Last-Event-ID when given. */
+enum MHD_Result http_event_stream(struct request *r, const char *session_id, int64_t after);
+enum MHD_Result http_message_stream(struct request *r);
 
 /* The request body as a JSON object with only the allowed fields (NULL-terminated list); an
  * empty body is {} on routes whose body is optional. On failure replies 400 and returns NULL. */

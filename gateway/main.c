@@ -8,6 +8,7 @@
 #include "gateway.h"
 #include "log.h"
 #include "longpoll.h"
+#include "sse.h"
 #include "metrics.h"
 #include "notify.h"
 #include "sha256.h"
@@ -239,6 +240,11 @@ int main(int argc, char **argv)
         log_error("cannot start: %s", gw.lp ? "out of memory" : err);
         goto out;
     }
+    gw.sse = sse_start(&gw, err, sizeof err);
+    if (!gw.sse) {
+        log_error("cannot start: %s", err);
+        goto out;
+    }
 
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG;
@@ -272,12 +278,14 @@ int main(int argc, char **argv)
     /* No new connections; the listening socket is ours to close once the daemon has stopped. */
     MHD_socket listen_fd = MHD_quiesce_daemon(d);
     longpoll_stop(gw.lp, 2000);
+    sse_stop(gw.sse, 2000);
     http_message_drain(&gw, 5000);
     MHD_stop_daemon(d);
     if (listen_fd != MHD_INVALID_SOCKET)
         close(listen_fd);
     rc = 0;
 out:
+    sse_free(gw.sse);
     longpoll_free(gw.lp);
     ratelimit_free(gw.rl);
     metrics_free(gw.metrics);

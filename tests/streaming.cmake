@@ -8,3 +8,15 @@ add_test(NAME unit.streaming.store_chunks COMMAND test_store_chunks)
 add_test(NAME unit.pg.store_chunks
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh $<TARGET_FILE:test_store_chunks>)
 set_tests_properties(unit.pg.store_chunks PROPERTIES TIMEOUT 180)
+
+find_program(NODE_EXECUTABLE node)
+if(NODE_EXECUTABLE AND TARGET sbx-worker)
+  foreach(it stream)
+    add_test(NAME it.streaming.${it}
+             COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/in-netns.sh ${NODE_EXECUTABLE} --test --test-concurrency=1
+                     ${CMAKE_CURRENT_SOURCE_DIR}/integration/streaming/${it}.test.mjs)
+    set_tests_properties(it.streaming.${it} PROPERTIES
+      ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>"
+      TIMEOUT 300)
+  endforeach()
+endif()
