@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -23,11 +24,12 @@
 #define RECHECK_MS 1000
 #define RECHECK_RELIABLE_MS 5000
 /* Largest piece MHD asks the reader for at once. */
-#define SSE_BLOCK 8192
+#define SSE_BLOCK 1024
 
 struct sse_stream {
     struct sse_hub *hub;
     struct MHD_Connection *conn;
+    int fd; /* the connection's socket, watched for a hang-up while suspended */
     enum sse_topic topic;
     char key[STORE_ID_LEN];
     char client[64];
@@ -41,7 +43,8 @@ struct sse_stream {
     /* Under the hub's lock. */
     int64_t keepalive_due_ms; /* monotonic */
     bool suspended;
-    bool woken; /* marked while it was not suspended: produce again before suspending */
+    bool woken;   /* marked while it was not suspended: produce again before suspending */
+    bool hung_up; /* the client closed the connection while it was suspended */
     struct sse_stream *prev, *next;
 };
 
@@ -50,6 +53,8 @@ struct sse_hub {
     struct notify_listener *notify; /* "chunk <id>", "msg <id>", ... from workers and gateways */
     struct notify_peer *gateways;   /* "events" to every gateway's hub, this one's too */
     int wake_fd;                    /* eventfd: stop, or an earlier keep-alive deadline */
+    int epoll_fd; /* the suspended streams' sockets: MHD does not watch them, so a client that
+                   * leaves would stay counted (and in memory) until its next keep-alive */
     pthread_t thread;
     bool thread_started;
     pthread_mutex_t lock;
@@ -117,6 +122,10 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max)
         if (s->ended)
             return MHD_CONTENT_READER_END_OF_STREAM;
         pthread_mutex_lock(&h->lock);
+        if (s->hung_up) {
+            pthread_mutex_unlock(&h->lock);
+            return MHD_CONTENT_READER_END_WITH_ERROR; /* MHD closes the connection */
+        }
         s->woken = false;
         bool stopping = h->stopping;
         pthread_mutex_unlock(&h->lock);
@@ -151,6 +160,11 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max)
         /* Suspended under the lock: the hub resumes only streams it saw suspended. */
         s->suspended = true;
         h->n_suspended++;
+        if (s->fd >= 0) {
+            struct epoll_event ev = {.events = EPOLLRDHUP, .data.ptr = s};
+            if (epoll_ctl(h->epoll_fd, EPOLL_CTL_ADD, s->fd, &ev) != 0)
+                log_debug("sse: cannot watch a stream's socket: %s", strerror(errno));
+        }
         MHD_suspend_connection(s->conn);
         bool poke = s->keepalive_due_ms < h->sleep_until_ms;
         pthread_mutex_unlock(&h->lock);
@@ -191,6 +205,9 @@ enum MHD_Result sse_reply(struct request *r, enum sse_topic topic, const char *k
     }
     s->hub = h;
     s->conn = r->conn;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    s->fd = ci ? ci->connect_fd : -1;
     s->topic = topic;
     snprintf(s->key, sizeof s->key, "%s", key ? key : "");
     snprintf(s->client, sizeof s->client, "%s", r->actor);
@@ -250,15 +267,25 @@ static void mark_one(struct sse_hub *h, struct sse_stream *s, struct MHD_Connect
     }
     s->suspended = false;
     h->n_suspended--;
+    if (s->fd >= 0)
+        epoll_ctl(h->epoll_fd, EPOLL_CTL_DEL, s->fd, NULL);
     (*resume)[(*n)++] = s->conn;
 }
 
 struct marks {
     const char *const *messages; /* message ids with news */
     size_t n_messages;
+    struct sse_stream *const *hung; /* streams whose client hung up, sorted */
+    size_t n_hung;
     bool all_messages; /* a re-read for lost wake-ups */
     bool events;       /* the newest event id moved */
 };
+
+static int ptr_cmp(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t) * (void *const *)a, y = (uintptr_t) * (void *const *)b;
+    return x < y ? -1 : x > y;
+}
 
 /* Resumes what the marks name and what is due for a keep-alive; returns the next keep-alive
  * deadline of a suspended stream (INT64_MAX: none). */
@@ -270,6 +297,11 @@ static int64_t mark_and_resume(struct sse_hub *h, const struct marks *mk, bool e
     pthread_mutex_lock(&h->lock);
     for (struct sse_stream *s = h->streams; s; s = s->next) {
         bool hit = everything || s->keepalive_due_ms <= now;
+        if (mk->n_hung && s->suspended &&
+            bsearch(&s, mk->hung, mk->n_hung, sizeof *mk->hung, ptr_cmp)) {
+            s->hung_up = true;
+            hit = true;
+        }
         if (s->topic == SSE_TOPIC_EVENTS)
             hit = hit || mk->events;
         else if (mk->all_messages)
@@ -318,9 +350,10 @@ static void *hub_main(void *arg)
         h->sleep_until_ms = until;
         pthread_mutex_unlock(&h->lock);
         int64_t timeout = until > now ? until - now : 0;
-        struct pollfd fds[2] = {{notify_listener_fd(h->notify), POLLIN, 0},
-                                {h->wake_fd, POLLIN, 0}};
-        int rc = poll(fds, 2, (int)timeout);
+        struct pollfd fds[3] = {{notify_listener_fd(h->notify), POLLIN, 0},
+                                {h->wake_fd, POLLIN, 0},
+                                {h->epoll_fd, POLLIN, 0}};
+        int rc = poll(fds, 3, (int)timeout);
         if (rc < 0 && errno != EINTR) {
             log_error("sse: poll: %s", strerror(errno));
             break;
@@ -335,8 +368,19 @@ static void *hub_main(void *arg)
         pthread_mutex_unlock(&h->lock);
         if (stopping)
             break;
-        struct marks mk = {ids, 0, false, false};
+        struct marks mk = {ids, 0, NULL, 0, false, false};
         bool any = false, resync = false;
+        struct epoll_event evs[256];
+        struct sse_stream *hung[256];
+        int nh = fds[2].revents ? epoll_wait(h->epoll_fd, evs, 256, 0) : 0;
+        for (int i = 0; i < nh; i++)
+            hung[i] = evs[i].data.ptr;
+        if (nh > 0) {
+            /* Pointers only: mark_and_resume uses those still suspended (still alive). */
+            qsort(hung, (size_t)nh, sizeof *hung, ptr_cmp);
+            mk.hung = hung;
+            mk.n_hung = (size_t)nh;
+        }
         while (fds[0].revents && notify_recv(h->notify, bufs[mk.n_messages], 128) > 0) {
             char *b = bufs[mk.n_messages];
             any = true;
@@ -375,10 +419,12 @@ struct sse_hub *sse_start(struct gateway *gw, char *err, size_t errlen)
     }
     h->gw = gw;
     h->wake_fd = -1;
+    h->epoll_fd = -1;
     pthread_mutex_init(&h->lock, NULL);
     h->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (h->wake_fd < 0) {
-        snprintf(err, errlen, "eventfd: %s", strerror(errno));
+    h->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+    if (h->wake_fd < 0 || h->epoll_fd < 0) {
+        snprintf(err, errlen, "eventfd/epoll: %s", strerror(errno));
         sse_free(h);
         return NULL;
     }
@@ -420,7 +466,7 @@ void sse_stop(struct sse_hub *h, int timeout_ms)
         pthread_join(h->thread, NULL);
         h->thread_started = false;
     }
-    struct marks none = {NULL, 0, false, false};
+    struct marks none = {NULL, 0, NULL, 0, false, false};
     mark_and_resume(h, &none, true);
     /* MHD must not be stopped while a connection is suspended. */
     for (int64_t end = mono_ms() + timeout_ms; mono_ms() < end;) {
@@ -444,6 +490,8 @@ void sse_free(struct sse_hub *h)
     notify_peer_free(h->gateways);
     if (h->wake_fd >= 0)
         close(h->wake_fd);
+    if (h->epoll_fd >= 0)
+        close(h->epoll_fd);
     pthread_mutex_destroy(&h->lock);
     free(h);
 }

@@ -8,6 +8,9 @@
  * long polls do, on a slow re-read in case a wake-up was lost (each second on Unix datagrams,
  * every 5 s while a PostgreSQL LISTEN connection is up).
  *
+ * MHD does not watch a suspended connection's socket, so the hub does (epoll, for a hang-up): a
+ * client that leaves ends its stream at once rather than at its next keep-alive.
+ *
  * Hidden state: the hub's list of open streams (under its lock), which also counts each caller's
  * streams for stream_limit.
  */

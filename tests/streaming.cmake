@@ -11,7 +11,7 @@ set_tests_properties(unit.pg.store_chunks PROPERTIES TIMEOUT 180)
 
 find_program(NODE_EXECUTABLE node)
 if(NODE_EXECUTABLE AND TARGET sbx-worker)
-  foreach(it stream)
+  foreach(it stream feed)
     add_test(NAME it.streaming.${it}
              COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/in-netns.sh ${NODE_EXECUTABLE} --test --test-concurrency=1
                      ${CMAKE_CURRENT_SOURCE_DIR}/integration/streaming/${it}.test.mjs)
@@ -19,4 +19,10 @@ if(NODE_EXECUTABLE AND TARGET sbx-worker)
       ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>"
       TIMEOUT 300)
   endforeach()
+  # 1,000 streams beside 1,000 long polls on the gateway alone (no worker, no Sandbox).
+  add_test(NAME it.streaming.scale
+           COMMAND ${NODE_EXECUTABLE} --test ${CMAKE_CURRENT_SOURCE_DIR}/integration/streaming/scale.test.mjs)
+  set_tests_properties(it.streaming.scale PROPERTIES
+    ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBX_NOTIFY_BIN=$<TARGET_FILE:sbx-test-notify>"
+    TIMEOUT 300)
 endif()
