@@ -100,6 +100,17 @@ static const struct setting settings[] = {
     INT(stream_limit, "64", 1, 1000000,
         "open event streams (message streams and the event feed) per caller (429 beyond)"),
     INT(stream_keepalive, "15", 1, 3600, "seconds between keep-alive comments on an idle stream"),
+    INT(webhook_allow_private, "0", 0, 1,
+        "1: webhook URLs may point at loopback, private and link-local addresses"),
+    INT(webhook_timeout_ms, "10000", 100, 600000, "time limit of one webhook attempt (ms)"),
+    INT(webhook_max_attempts, "10", 1, 1000, "attempts per webhook delivery before it fails"),
+    INT(webhook_failing_after, "5", 1, 1000,
+        "consecutive failed attempts that mark a webhook endpoint failing"),
+    INT(webhook_retry_base_ms, "1000", 0, 3600000,
+        "first webhook retry backoff (doubles per attempt, jittered) (ms)"),
+    INT(webhook_retry_max_ms, "300000", 0, 86400000, "largest webhook retry backoff (ms)"),
+    INT(webhook_threads, "2", 0, 64,
+        "worker threads delivering webhooks, one endpoint each at a time (0: none)"),
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 

@@ -19,6 +19,14 @@ if(NODE_EXECUTABLE AND TARGET sbx-worker)
       ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>"
       TIMEOUT 300)
   endforeach()
+  # Webhooks on the worker's own code with its fork test driver (tests/worker.cmake builds
+  # sbx-worker-fork; webhooks need no Sandbox).
+  add_test(NAME it.streaming.webhooks
+           COMMAND ${NODE_EXECUTABLE} --test --test-concurrency=1
+                   ${CMAKE_CURRENT_SOURCE_DIR}/integration/streaming/webhooks.test.mjs)
+  set_tests_properties(it.streaming.webhooks PROPERTIES
+    ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker-fork>"
+    TIMEOUT 300)
   # 1,000 streams beside 1,000 long polls on the gateway alone (no worker, no Sandbox).
   add_test(NAME it.streaming.scale
            COMMAND ${NODE_EXECUTABLE} --test ${CMAKE_CURRENT_SOURCE_DIR}/integration/streaming/scale.test.mjs)

@@ -10,6 +10,7 @@
 #include "sandbox/jobs.h"
 #include "host/firewall.h"
 #include "recovery/host_beat.h"
+#include "delivery/webhook_sender.h"
 #include "sandbox/lifecycle.h"
 #include "log.h"
 #include "host/links.h"
@@ -302,12 +303,15 @@ int worker_run(struct worker *w)
              w->id, w->cfg.host_id, (int)getpid(), (long long)w->cfg.pool_size,
              (long long)w->cfg.max_sandboxes);
     worker_driver(w, w->cfg.driver); /* says at start what this host cannot do */
+    w->webhooks = webhook_sender_start(w->st, &w->cfg, w->id);
     reconcile_run(w);
     pool_refresh_shapes(w);
     pool_replenish(w);
     consumer_kick(w);
 
     event_base_dispatch(w->base);
+    webhook_sender_stop(w->webhooks);
+    w->webhooks = NULL;
     host_beat_stop(w->host_beat);
     w->host_beat = NULL;
 

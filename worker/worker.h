@@ -3,6 +3,8 @@
  *   loop.c                 setup, timers (heartbeat, fallback poll), wake-ups, signals, shutdown;
  *   delivery/claim.c       claiming messages and routing each to its Session's Sandbox;
  *   delivery/backoff.c     retry delays;
+ *   delivery/chunks.c      an agent's partial output, batched into the store;
+ *   delivery/webhook_sender.c  webhook delivery, on threads of its own;
  *   sandbox/lifecycle.c    a Sandbox's life: boot, activate, deliver, expire, terminate;
  *   sandbox/pool.c         keeping warm Sandboxes ready per shape;
  *   recovery/reconcile.c   adopting and cleaning up after dead workers of this host, declaring
@@ -26,6 +28,7 @@ struct sandbox;
 struct notify_listener;
 struct notify_peer;
 struct host_beat;
+struct webhook_sender;
 
 struct worker {
     struct sbx_config cfg;
@@ -40,6 +43,7 @@ struct worker {
     char hostname[256];
     int64_t host_was_lost_at;    /* when this host had been declared lost before it came back (0) */
     struct host_beat *host_beat; /* the host heartbeat thread (host_beat.h) while the loop runs */
+    struct webhook_sender *webhooks; /* webhook delivery threads (delivery/webhook_sender.h) */
 
     struct notify_listener *notify;   /* "queue"/"stop" from gateways; NULL: poll only */
     struct notify_peer *gateway_peer; /* "msg <id>"/"sandbox <id>" to gateways */

@@ -42,6 +42,7 @@ struct store *store_pg_open(const char *url, int busy_timeout_ms, char *err, siz
     store_sql_queue_init(st);
     store_sql_chunks_init(st);
     store_sql_event_feed_init(st);
+    store_sql_webhooks_init(st);
     log_info("store: PostgreSQL at %s", sql_pg_store_url(st));
     return st;
 }

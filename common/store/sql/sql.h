@@ -239,5 +239,6 @@ void store_sql_queue_init(struct store *st);
 void store_sql_settings_init(struct store *st);
 void store_sql_chunks_init(struct store *st);     /* chunks.c */
 void store_sql_event_feed_init(struct store *st); /* event_feed.c */
+void store_sql_webhooks_init(struct store *st);   /* webhooks.c */
 
 #endif

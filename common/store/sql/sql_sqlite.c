@@ -438,5 +438,6 @@ struct store *store_sqlite_open(const char *path, int busy_timeout_ms, const cha
     store_sql_queue_init(st);
     store_sql_chunks_init(st);
     store_sql_event_feed_init(st);
+    store_sql_webhooks_init(st);
     return st;
 }
