@@ -908,6 +908,45 @@ test("streams: a message's partial output and the live event feed, through the g
   for (const feed of feeds.slice(1)) await feed.data!.cancel();
 });
 
+test("webhooks: register (secret once), list, get, deliveries with attempts, delete, refused URLs", async () => {
+  const app = await admin.POST("/v1/apps", { body: { name: "contract-webhooks" } });
+  const appId = app.data!.id;
+  const created = await admin.POST("/v1/apps/{appId}/webhooks", {
+    params: { path: { appId } },
+    body: { url: "https://203.0.113.5/sbx-events", eventTypes: ["message.completed", "sandbox.*"] },
+  });
+  assert.equal(created.response.status, 201);
+  const hook = created.data!;
+  assert.match(hook.secret, /^whsec_/);
+  assert.equal(created.response.headers.get("location"), `/v1/apps/${appId}/webhooks/${hook.id}`);
+  const webhookId = hook.id;
+  const got = await admin.GET("/v1/apps/{appId}/webhooks/{webhookId}", { params: { path: { appId, webhookId } } });
+  assert.equal(got.data?.state, "active");
+  assert.equal((got.data as Record<string, unknown>)["secret"], undefined);
+  const list = await admin.GET("/v1/apps/{appId}/webhooks", { params: { path: { appId } } });
+  assert.deepEqual(list.data?.items.map((w) => w.id), [webhookId]);
+  expectProblem(await admin.POST("/v1/apps/{appId}/webhooks", { params: { path: { appId } }, body: { url: "http://127.0.0.1:8080/", eventTypes: ["*"] } }), 422, "invalid-value", "url");
+  expectProblem(await admin.POST("/v1/apps/{appId}/webhooks", { params: { path: { appId } }, body: { url: "gopher://203.0.113.5/", eventTypes: ["*"] } }), 422, "invalid-value", "url");
+  const appKey = await admin.POST("/v1/apps/{appId}/keys", { params: { path: { appId } } });
+  expectProblem(await client(gw.baseUrl, appKey.data!.key).GET("/v1/apps/{appId}/webhooks", { params: { path: { appId } } }), 403, "forbidden");
+  expectProblem(await admin.GET("/v1/apps/{appId}/webhooks/{webhookId}", { params: { path: { appId: appA.id, webhookId } } }), 404, "not-found");
+
+  // A delivery with two attempts, as a worker writes them (no worker runs on this gateway).
+  const eventId = Number(storeSql(gw, `SELECT max(id) FROM events`).trim());
+  const now = Date.now();
+  storeSql(gw, `INSERT INTO webhook_deliveries (id, webhook_id, event_id, state, attempts, next_attempt_at, last_status, last_error, created_at) VALUES ('whd_contract1', '${webhookId}', ${eventId}, 'pending', 2, ${now + 1000}, NULL, 'timeout', ${now})`);
+  storeSql(gw, `INSERT INTO webhook_attempts (delivery_id, attempt, at, status, error, duration_ms) VALUES ('whd_contract1', 1, ${now}, 500, 'HTTP 500', 12), ('whd_contract1', 2, ${now + 200}, NULL, 'timeout', 1500)`);
+  const deliveries = await admin.GET("/v1/apps/{appId}/webhooks/{webhookId}/deliveries", { params: { path: { appId, webhookId }, query: { limit: 10 } } });
+  assert.equal(deliveries.response.status, 200);
+  const d = deliveries.data!.items[0]!;
+  assert.equal(d.id, "whd_contract1");
+  assert.deepEqual(d.attemptLog.map((a) => [a.attempt, a.status, a.error]), [[1, 500, "HTTP 500"], [2, null, "timeout"]]);
+  expectProblem(await admin.GET("/v1/apps/{appId}/webhooks/{webhookId}/deliveries", { params: { path: { appId, webhookId }, query: { cursor: "x" } } }), 400, "invalid-parameter");
+
+  assert.equal((await admin.DELETE("/v1/apps/{appId}/webhooks/{webhookId}", { params: { path: { appId, webhookId } } })).response.status, 204);
+  expectProblem(await admin.DELETE("/v1/apps/{appId}/webhooks/{webhookId}", { params: { path: { appId, webhookId } } }), 404, "not-found");
+});
+
 test("coverage: every operation of the spec answered with a success status", () => {
   const missing: string[] = [];
   for (const { method, template } of contract.operations()) {
