@@ -3,9 +3,9 @@
  */
 #include "sse.h"
 #include "log.h"
+#include "clock.h"
 #include "notify.h"
 #include "reply.h"
-#include "timefmt.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -135,7 +135,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max)
         }
         if (s->produce(s, s->ctx, &s->ended) != 0)
             return MHD_CONTENT_READER_END_WITH_ERROR;
-        int64_t now = mono_ms();
+        int64_t now = clock_mono_ms();
         pthread_mutex_lock(&h->lock);
         if (s->len > 0) {
             s->keepalive_due_ms = now + h->gw->cfg.stream_keepalive * 1000;
@@ -220,7 +220,7 @@ enum MHD_Result sse_reply(struct request *r, enum sse_topic topic, const char *k
     /* While stopping, a new stream is still answered: its reader ends it at once. */
     bool refused = open >= r->gw->cfg.stream_limit;
     if (!refused) {
-        s->keepalive_due_ms = mono_ms() + r->gw->cfg.stream_keepalive * 1000;
+        s->keepalive_due_ms = clock_mono_ms() + r->gw->cfg.stream_keepalive * 1000;
         s->next = h->streams;
         if (h->streams)
             h->streams->prev = s;
@@ -293,7 +293,7 @@ static int64_t mark_and_resume(struct sse_hub *h, const struct marks *mk, bool e
 {
     struct MHD_Connection **resume = NULL;
     size_t n = 0, cap = 0;
-    int64_t now = mono_ms(), next = INT64_MAX;
+    int64_t now = clock_mono_ms(), next = INT64_MAX;
     pthread_mutex_lock(&h->lock);
     for (struct sse_stream *s = h->streams; s; s = s->next) {
         bool hit = everything || s->keepalive_due_ms <= now;
@@ -336,12 +336,12 @@ static bool events_moved(struct sse_hub *h)
 static void *hub_main(void *arg)
 {
     struct sse_hub *h = arg;
-    int64_t last_recheck = mono_ms(), next_keepalive = INT64_MAX;
+    int64_t last_recheck = clock_mono_ms(), next_keepalive = INT64_MAX;
     char bufs[MAX_MARKS + 1][128]; /* the last one takes what is not kept */
     const char *ids[MAX_MARKS];
 
     for (;;) {
-        int64_t now = mono_ms();
+        int64_t now = clock_mono_ms();
         int64_t every = notify_listener_reliable(h->notify) ? RECHECK_RELIABLE_MS : RECHECK_MS;
         int64_t until = last_recheck + every;
         if (next_keepalive < until)
@@ -396,7 +396,7 @@ static void *hub_main(void *arg)
             else if (id)
                 mk.all_messages = true;
         }
-        now = mono_ms();
+        now = clock_mono_ms();
         if (resync || now - last_recheck >= every) {
             mk.all_messages = true;
             any = true;
@@ -469,7 +469,7 @@ void sse_stop(struct sse_hub *h, int timeout_ms)
     struct marks none = {NULL, 0, NULL, 0, false, false};
     mark_and_resume(h, &none, true);
     /* MHD must not be stopped while a connection is suspended. */
-    for (int64_t end = mono_ms() + timeout_ms; mono_ms() < end;) {
+    for (int64_t end = clock_mono_ms() + timeout_ms; clock_mono_ms() < end;) {
         pthread_mutex_lock(&h->lock);
         size_t left = h->n_suspended;
         pthread_mutex_unlock(&h->lock);

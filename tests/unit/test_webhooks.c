@@ -14,8 +14,8 @@
 #include <cmocka.h>
 
 #include "store.h"
+#include "clock.h"
 #include "store_fixture.h"
-#include "timefmt.h"
 #include "webhook_sign.h"
 #include "webhook_target.h"
 
@@ -121,7 +121,7 @@ static void event(struct store_fixture *f, const char *app, const char *kind)
     db_exec(f,
             "INSERT INTO events (at, actor, kind, object_type, object_id, app_id) VALUES "
             "(%lld, 'test', '%s', 'session', 'ses_x', '%s')",
-            (long long)now_ms(), kind, app);
+            (long long)clock_wall_ms(), kind, app);
 }
 
 static void fill(struct store_fixture *f, size_t want)
@@ -162,7 +162,7 @@ static void test_outbox_order_lease_retry_failing(void **state)
 
     int64_t due = 0;
     assert_int_equal(st->webhook_next_due(st, &due), STORE_OK);
-    assert_true(due > 0 && due <= now_ms());
+    assert_true(due > 0 && due <= clock_wall_ms());
     assert_int_equal(st->webhook_claim(st, "wrk_1", 60000, &job), STORE_OK);
     assert_string_equal(job.hook.id, hook);
     assert_string_equal(job.event.kind, "session.idle"); /* event order */
@@ -172,8 +172,8 @@ static void test_outbox_order_lease_retry_failing(void **state)
     assert_int_equal(st->webhook_claim(st, "wrk_2", 60000, &other), STORE_EMPTY);
 
     /* Two failures; not claimable before its retry time; failing after 2 here. */
-    struct store_webhook_result res = {job.hook.id, job.delivery_id,  1, 500, "HTTP 500", 12,
-                                       false,       now_ms() + 60000, 2};
+    struct store_webhook_result res = {job.hook.id, job.delivery_id,         1, 500, "HTTP 500", 12,
+                                       false,       clock_wall_ms() + 60000, 2};
     assert_int_equal(st->webhook_record(st, "wrk_2", &res), STORE_CONFLICT); /* not its lease */
     assert_int_equal(st->webhook_record(st, "wrk_1", &res), STORE_OK);
     assert_int_equal(st->webhook_claim(st, "wrk_2", 60000, &other), STORE_EMPTY);
@@ -190,8 +190,8 @@ static void test_outbox_order_lease_retry_failing(void **state)
     assert_int_equal(st->webhook_claim(st, "wrk_2", 60000, &job), STORE_OK);
     assert_string_equal(job.delivery_id, first); /* the same delivery: the same webhook-id */
     assert_int_equal(job.attempt, 2);
-    res = (struct store_webhook_result){job.hook.id, job.delivery_id, 2, 0, "timeout", 1500,
-                                        false,       now_ms() - 1,    2};
+    res = (struct store_webhook_result){job.hook.id, job.delivery_id,     2, 0, "timeout", 1500,
+                                        false,       clock_wall_ms() - 1, 2};
     assert_int_equal(st->webhook_record(st, "wrk_2", &res), STORE_OK);
     assert_int_equal(st->webhook_get(st, "app_a", hook, &w), STORE_OK);
     assert_string_equal(w.state, "failing");

@@ -3,6 +3,7 @@
  */
 #include "delivery/webhook_sender.h"
 #include "log.h"
+#include "clock.h"
 #include "timefmt.h"
 #include "webhook_sign.h"
 #include "webhook_target.h"
@@ -76,7 +77,7 @@ static bool post(struct webhook_sender *ws, const struct store_webhook_job *job,
                  int64_t *status, char *error, size_t errlen)
 {
     char sig[WEBHOOK_SIGNATURE_LEN], h_id[96], h_ts[64], h_sig[96];
-    int64_t ts = now_ms() / 1000;
+    int64_t ts = clock_wall_ms() / 1000;
     char curl_err[CURL_ERROR_SIZE] = "";
     size_t seen = 0;
     bool ok = false;
@@ -146,15 +147,15 @@ static void deliver(struct webhook_sender *ws, struct store_webhook_job *job)
                                 event_json(&job->event));
     char *body = payload ? json_dumps(payload, JSON_COMPACT) : NULL;
     json_decref(payload);
-    int64_t start = mono_ms();
+    int64_t start = clock_mono_ms();
     bool ok = body && post(ws, job, body, &status, error, sizeof error);
     if (!body)
         snprintf(error, sizeof error, "out of memory");
     free(body);
-    int64_t took = mono_ms() - start;
+    int64_t took = clock_mono_ms() - start;
     int64_t retry_at = 0;
     if (!ok && job->attempt < ws->cfg.webhook_max_attempts)
-        retry_at = now_ms() + backoff_delay_ms(job->attempt, ws->cfg.webhook_retry_base_ms,
+        retry_at = clock_wall_ms() + backoff_delay_ms(job->attempt, ws->cfg.webhook_retry_base_ms,
                                                ws->cfg.webhook_retry_max_ms);
     struct store_webhook_result res = {
         job->hook.id, job->delivery_id,  job->attempt,
@@ -204,7 +205,7 @@ static void *sender_main(void *arg)
         if (rc != STORE_OK && rc != STORE_BUSY)
             log_warn("webhooks: cannot fill the outbox: %s", store_status_name(rc));
         /* A read first: claiming takes the write lock, not to be taken for nothing. */
-        int64_t due = 0, now = now_ms();
+        int64_t due = 0, now = clock_wall_ms();
         if (ws->st->webhook_next_due(ws->st, &due) != STORE_OK || due == 0 || due > now) {
             int64_t wait = due > now && due - now < WEBHOOK_POLL_MS ? due - now : WEBHOOK_POLL_MS;
             if (!nap(ws, wait))

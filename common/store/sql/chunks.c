@@ -6,8 +6,8 @@
  * GET .../messages/{id}/stream, App-scoped like the message itself.
  */
 #include "log.h"
-#include "sql.h"
-#include "timefmt.h"
+#include "store_sql.h"
+#include "clock.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -21,20 +21,13 @@ void store_chunk_list_free(struct store_chunk *c, size_t n)
     free(c);
 }
 
-static enum store_status step_done(struct store *st, struct sql_stmt *s)
-{
-    int rc = sql_step(s);
-    sql_done(s);
-    return rc == SQL_DONE ? STORE_OK : sql_status(st, rc);
-}
-
 static enum store_status chunk_append(struct store *st, const char *message_id,
                                       const char *worker_id, int64_t first_index,
                                       const char *const *values, size_t n, int64_t dropped)
 {
     struct sql_stmt *s;
     enum store_status r;
-    int64_t now = now_ms();
+    int64_t now = clock_wall_ms();
 
     if ((r = sql_begin(st)) != STORE_OK)
         return r;
@@ -49,7 +42,7 @@ static enum store_status chunk_append(struct store *st, const char *message_id,
     sql_bind_text(s, 1, message_id);
     sql_bind_text(s, 2, worker_id);
     sql_bind_int64(s, 3, dropped);
-    r = step_done(st, s);
+    r = sql_step_done(st, s);
     if (r == STORE_OK && sql_changes(st) != 1)
         r = STORE_CONFLICT;
     for (size_t i = 0; r == STORE_OK && i < n; i++) {
@@ -63,7 +56,7 @@ static enum store_status chunk_append(struct store *st, const char *message_id,
         sql_bind_int64(s, 2, first_index + (int64_t)i);
         sql_bind_text(s, 3, values[i]);
         sql_bind_int64(s, 4, now);
-        r = step_done(st, s);
+        r = sql_step_done(st, s);
     }
     if (r != STORE_OK) {
         sql_rollback(st);
@@ -159,7 +152,7 @@ static enum store_status chunk_list(struct store *st, const char *app_id, const 
     return STORE_OK;
 }
 
-void store_sql_chunks_init(struct store *st)
+void sql_chunks_init(struct store *st)
 {
     st->chunk_append = chunk_append;
     st->chunk_totals = chunk_totals;

@@ -3,7 +3,7 @@
  * events table beyond the JSON list: the newest event id, one cheap read that tells a waiting
  * feed whether anything was committed since it last looked.
  */
-#include "sql.h"
+#include "store_sql.h"
 
 static enum store_status event_last_id(struct store *st, int64_t *id)
 {
@@ -20,7 +20,7 @@ static enum store_status event_last_id(struct store *st, int64_t *id)
     return r;
 }
 
-void store_sql_event_feed_init(struct store *st)
+void sql_event_feed_init(struct store *st)
 {
     st->event_last_id = event_last_id;
 }

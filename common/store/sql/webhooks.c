@@ -11,8 +11,8 @@
  */
 #include "id.h"
 #include "log.h"
-#include "sql.h"
-#include "timefmt.h"
+#include "store_sql.h"
+#include "clock.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -52,21 +52,6 @@ void store_webhook_job_clear(struct store_webhook_job *j)
     store_webhook_clear(&j->hook);
     free(j->event.data_json);
     j->event.data_json = NULL;
-}
-
-static enum store_status step_done(struct store *st, struct sql_stmt *s)
-{
-    int rc = sql_step(s);
-    sql_done(s);
-    return rc == SQL_DONE ? STORE_OK : sql_status(st, rc);
-}
-
-static enum store_status finish(struct store *st, enum store_status rc)
-{
-    if (rc == STORE_OK)
-        return sql_commit(st);
-    sql_rollback(st);
-    return rc;
 }
 
 #define HOOK_COLS                                                                                  \
@@ -123,7 +108,7 @@ static enum store_status webhook_create(struct store *st, const struct store_ctx
                                         struct store_webhook *out)
 {
     char id[STORE_ID_LEN], data[STORE_URL_LEN + 64];
-    int64_t now = now_ms();
+    int64_t now = clock_wall_ms();
     struct sql_stmt *s;
     enum store_status r;
 
@@ -133,12 +118,12 @@ static enum store_status webhook_create(struct store *st, const struct store_ctx
         return r;
     s = sql_stmt(st, "SELECT 1 FROM apps WHERE id = ?1 AND deleted_at IS NULL");
     if (!s)
-        return finish(st, STORE_ERROR);
+        return sql_end(st, STORE_ERROR);
     sql_bind_text(s, 1, app_id);
     int rc = sql_step(s);
     sql_done(s);
     if (rc != SQL_ROW)
-        return finish(st, rc == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, rc));
+        return sql_end(st, rc == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, rc));
     json_t *d = json_pack("{s:s}", "url", url);
     char *dj = d ? json_dumps(d, JSON_COMPACT) : NULL;
     json_decref(d);
@@ -151,19 +136,19 @@ static enum store_status webhook_create(struct store *st, const struct store_ctx
                          "event_cursor, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, "
                          "(SELECT COALESCE(max(id), 0) FROM events), ?6, ?6)");
         if (!s)
-            return finish(st, STORE_ERROR);
+            return sql_end(st, STORE_ERROR);
         sql_bind_text(s, 1, id);
         sql_bind_text(s, 2, app_id);
         sql_bind_text(s, 3, url);
         sql_bind_text(s, 4, event_types_json);
         sql_bind_text(s, 5, secret);
         sql_bind_int64(s, 6, now);
-        r = step_done(st, s);
+        r = sql_step_done(st, s);
     }
     if (r == STORE_OK)
         r = hook_get(st, app_id, id, out, true);
     if (r != STORE_OK)
-        return finish(st, r);
+        return sql_end(st, r);
     r = sql_commit(st);
     if (r != STORE_OK)
         store_webhook_clear(out);
@@ -209,16 +194,16 @@ static enum store_status webhook_delete(struct store *st, const struct store_ctx
     struct sql_stmt *s = sql_stmt(st, "UPDATE webhooks SET deleted_at = ?3, updated_at = ?3 "
                                       "WHERE id = ?1 AND app_id = ?2 AND deleted_at IS NULL");
     if (!s)
-        return finish(st, STORE_ERROR);
+        return sql_end(st, STORE_ERROR);
     sql_bind_text(s, 1, webhook_id);
     sql_bind_text(s, 2, app_id);
-    sql_bind_int64(s, 3, now_ms());
-    r = step_done(st, s);
+    sql_bind_int64(s, 3, clock_wall_ms());
+    r = sql_step_done(st, s);
     if (r == STORE_OK && sql_changes(st) != 1)
         r = STORE_NOT_FOUND;
     if (r == STORE_OK)
         r = sql_event(st, ctx, "webhook.deleted", "webhook", webhook_id, app_id, NULL, NULL);
-    return finish(st, r);
+    return sql_end(st, r);
 }
 
 /* The attempts of deliveries[0..n), in one read. */
@@ -404,7 +389,7 @@ static enum store_status fill_one(struct store *st, const struct hook_cursor *h,
         sql_bind_text(s, 2, h->id);
         sql_bind_int64(s, 3, evs[i].id);
         sql_bind_int64(s, 4, now);
-        r = step_done(st, s);
+        r = sql_step_done(st, s);
         if (r == STORE_OK)
             (*added)++;
     }
@@ -415,7 +400,7 @@ static enum store_status fill_one(struct store *st, const struct hook_cursor *h,
         else {
             sql_bind_text(s, 1, h->id);
             sql_bind_int64(s, 2, evs[n - 1].id);
-            r = step_done(st, s);
+            r = sql_step_done(st, s);
         }
     }
     free(evs);
@@ -448,7 +433,7 @@ static enum store_status webhook_fill(struct store *st, size_t limit, size_t *ad
     s = sql_stmt(st, "SELECT id, app_id, event_types, event_cursor FROM webhooks "
                      "WHERE deleted_at IS NULL ORDER BY id");
     if (!s)
-        return finish(st, STORE_ERROR);
+        return sql_end(st, STORE_ERROR);
     while ((rc = sql_step(s)) == SQL_ROW) {
         struct hook_cursor *grown = realloc(hooks, (n + 1) * sizeof *hooks);
         if (!grown) {
@@ -470,7 +455,7 @@ static enum store_status webhook_fill(struct store *st, size_t limit, size_t *ad
     }
     sql_done(s);
     r = rc == SQL_DONE ? STORE_OK : rc == SQL_NOMEM ? STORE_ERROR : sql_status(st, rc);
-    int64_t now = now_ms();
+    int64_t now = clock_wall_ms();
     for (size_t i = 0; r == STORE_OK && i < n; i++)
         r = fill_one(st, &hooks[i], limit, now, added);
     for (size_t i = 0; i < n; i++)
@@ -478,14 +463,14 @@ static enum store_status webhook_fill(struct store *st, size_t limit, size_t *ad
     free(hooks);
     if (r != STORE_OK)
         *added = 0;
-    return finish(st, r);
+    return sql_end(st, r);
 }
 
 static enum store_status webhook_claim(struct store *st, const char *worker_id, int64_t lease_ms,
                                        struct store_webhook_job *out)
 {
     enum store_status r;
-    int64_t now = now_ms();
+    int64_t now = clock_wall_ms();
     if ((r = sql_begin(st)) != STORE_OK)
         return r;
     /* Each live endpoint's oldest pending delivery (in event order), if it is due and the
@@ -500,7 +485,7 @@ static enum store_status webhook_claim(struct store *st, const char *worker_id, 
             "WHERE p.webhook_id = w.id AND p.state = 'pending') "
             "ORDER BY d.next_attempt_at, d.event_id LIMIT 1");
     if (!s)
-        return finish(st, STORE_ERROR);
+        return sql_end(st, STORE_ERROR);
     sql_bind_int64(s, 1, now);
     int rc = sql_step(s);
     int64_t event_id = 0;
@@ -514,17 +499,17 @@ static enum store_status webhook_claim(struct store *st, const char *worker_id, 
     sql_done(s);
     if (rc != SQL_ROW) {
         store_webhook_job_clear(out);
-        return finish(st, rc == SQL_DONE ? STORE_EMPTY : sql_status(st, rc));
+        return sql_end(st, rc == SQL_DONE ? STORE_EMPTY : sql_status(st, rc));
     }
     s = sql_stmt(st, "UPDATE webhooks SET lease_owner = ?2, lease_expires_at = ?3 WHERE id = ?1");
     if (!s) {
         store_webhook_job_clear(out);
-        return finish(st, STORE_ERROR);
+        return sql_end(st, STORE_ERROR);
     }
     sql_bind_text(s, 1, out->hook.id);
     sql_bind_text(s, 2, worker_id);
     sql_bind_int64(s, 3, now + lease_ms);
-    r = step_done(st, s);
+    r = sql_step_done(st, s);
     if (r == STORE_OK) {
         s = sql_stmt(st, "SELECT id, at, actor, kind, object_type, object_id, app_id, "
                          "session_id, request_id, data FROM events WHERE id = ?1");
@@ -552,7 +537,7 @@ static enum store_status webhook_claim(struct store *st, const char *worker_id, 
     }
     if (r != STORE_OK) {
         store_webhook_job_clear(out);
-        return finish(st, r);
+        return sql_end(st, r);
     }
     r = sql_commit(st);
     if (r != STORE_OK)
@@ -564,7 +549,7 @@ static enum store_status webhook_record(struct store *st, const char *worker_id,
                                         const struct store_webhook_result *res)
 {
     enum store_status r;
-    int64_t now = now_ms();
+    int64_t now = clock_wall_ms();
     if ((r = sql_begin(st)) != STORE_OK)
         return r;
     /* The lease check and its release in one statement. */
@@ -575,20 +560,20 @@ static enum store_status webhook_record(struct store *st, const char *worker_id,
             "THEN 'failing' ELSE state END "
             "WHERE id = ?1 AND lease_owner = ?2");
     if (!s)
-        return finish(st, STORE_ERROR);
+        return sql_end(st, STORE_ERROR);
     sql_bind_text(s, 1, res->webhook_id);
     sql_bind_text(s, 2, worker_id);
     sql_bind_int64(s, 3, now);
     sql_bind_int64(s, 4, res->ok ? 1 : 0);
     sql_bind_int64(s, 5, res->failing_after);
-    r = step_done(st, s);
+    r = sql_step_done(st, s);
     if (r == STORE_OK && sql_changes(st) != 1)
         r = STORE_CONFLICT;
     if (r == STORE_OK) {
         s = sql_stmt(st, "INSERT INTO webhook_attempts (delivery_id, attempt, at, status, error, "
                          "duration_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
         if (!s)
-            return finish(st, STORE_ERROR);
+            return sql_end(st, STORE_ERROR);
         sql_bind_text(s, 1, res->delivery_id);
         sql_bind_int64(s, 2, res->attempt);
         sql_bind_int64(s, 3, now - res->duration_ms);
@@ -598,7 +583,7 @@ static enum store_status webhook_record(struct store *st, const char *worker_id,
             sql_bind_null(s, 4);
         sql_bind_text_or_null(s, 5, res->error);
         sql_bind_int64(s, 6, res->duration_ms);
-        r = step_done(st, s);
+        r = sql_step_done(st, s);
     }
     if (r == STORE_OK) {
         const char *state = res->ok ? "delivered" : res->retry_at == 0 ? "failed" : "pending";
@@ -607,7 +592,7 @@ static enum store_status webhook_record(struct store *st, const char *worker_id,
                          "finished_at = CASE WHEN ?2 = 'pending' THEN NULL ELSE ?7 END "
                          "WHERE id = ?1 AND state = 'pending'");
         if (!s)
-            return finish(st, STORE_ERROR);
+            return sql_end(st, STORE_ERROR);
         sql_bind_text(s, 1, res->delivery_id);
         sql_bind_text(s, 2, state);
         sql_bind_int64(s, 3, res->attempt);
@@ -618,9 +603,9 @@ static enum store_status webhook_record(struct store *st, const char *worker_id,
             sql_bind_null(s, 5);
         sql_bind_text_or_null(s, 6, res->ok ? NULL : res->error);
         sql_bind_int64(s, 7, now);
-        r = step_done(st, s);
+        r = sql_step_done(st, s);
     }
-    return finish(st, r);
+    return sql_end(st, r);
 }
 
 static enum store_status webhook_next_due(struct store *st, int64_t *at)
@@ -640,7 +625,7 @@ static enum store_status webhook_next_due(struct store *st, int64_t *at)
     return r;
 }
 
-void store_sql_webhooks_init(struct store *st)
+void sql_webhooks_init(struct store *st)
 {
     st->webhook_create = webhook_create;
     st->webhook_get = webhook_get;
