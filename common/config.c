@@ -97,7 +97,7 @@ static const struct setting settings[] = {
     INT(chunk_max_bytes, "4194304", 0, 1073741824,
         "bytes of partial-output chunks stored per message (more are dropped and counted)"),
     INT(chunk_flush_ms, "5", 0, 10000,
-        "how long a worker gathers chunks before it commits them in one transaction (ms)"),
+        "a worker commits an agent's chunks at most once per this interval (ms; 0: each at once)"),
     INT(stream_limit, "64", 1, 1000000,
         "open event streams (message streams and the event feed) per caller (429 beyond)"),
     INT(stream_keepalive, "15", 1, 3600, "seconds between keep-alive comments on an idle stream"),

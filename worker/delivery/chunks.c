@@ -2,6 +2,7 @@
  * chunks.c: partial output of the message in flight, batched into few transactions (chunks.h).
  */
 #include "delivery/chunks.h"
+#include "clock.h"
 #include "log.h"
 #include "sandbox/lifecycle.h"
 
@@ -24,6 +25,7 @@ struct chunk_stream {
     char **pending;     /* gathered JSON texts, in order */
     size_t n_pending, cap_pending;
     size_t pending_bytes;
+    int64_t last_flush_ms; /* monotonic: when a batch was last committed */
     struct event *timer;
 };
 
@@ -45,6 +47,7 @@ void chunks_flush(struct sandbox *sb)
     event_del(cs->timer);
     if (cs->n_pending == 0 && cs->dropped == 0)
         return;
+    cs->last_flush_ms = clock_mono_ms();
     enum store_status rc =
         w->st->chunk_append(w->st, cs->message_id, w->id, cs->next_index - (int64_t)cs->n_pending,
                             (const char *const *)cs->pending, cs->n_pending, cs->dropped);
@@ -129,13 +132,17 @@ void chunks_add(struct sandbox *sb, const char *message_id, json_t *value)
         cs->next_index++;
         cs->bytes += (int64_t)len;
     }
-arm:
+arm:;
+    /* A chunk after a quiet spell is committed at once (no added latency); one that follows a
+     * commit within chunk_flush_ms waits for the rest of that interval, so that a burst costs at
+     * most one commit per interval. */
+    int64_t since = clock_mono_ms() - cs->last_flush_ms;
     if (cs->n_pending >= BATCH_MAX_CHUNKS || cs->pending_bytes >= BATCH_MAX_BYTES ||
-        w->cfg.chunk_flush_ms == 0) {
+        since >= w->cfg.chunk_flush_ms) {
         chunks_flush(sb);
     } else if (!evtimer_pending(cs->timer, NULL)) {
-        struct timeval tv = {(time_t)(w->cfg.chunk_flush_ms / 1000),
-                             (suseconds_t)((w->cfg.chunk_flush_ms % 1000) * 1000)};
+        int64_t wait = w->cfg.chunk_flush_ms - since;
+        struct timeval tv = {(time_t)(wait / 1000), (suseconds_t)((wait % 1000) * 1000)};
         evtimer_add(cs->timer, &tv);
     }
 }

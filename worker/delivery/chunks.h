@@ -1,10 +1,11 @@
 /*
  * chunks.h: an agent's partial output for the message in flight ({"id":..,"chunk":..} lines),
- * gathered per Sandbox and committed a batch at a time (store chunk_append): after chunk_flush_ms,
- * or at once when a batch is large, and always before the reply or the failure is recorded, so
- * that a message's chunks are in the store before it ends. Bounded per message by
- * chunk_max_count and chunk_max_bytes across its attempts; what passes the bound is counted, not
- * stored. After each commit the gateways are told "chunk <messageId>" (their streams read on).
+ * gathered per Sandbox and committed a batch at a time (store chunk_append): at once after a quiet
+ * spell, else at most one commit per chunk_flush_ms (and at once when a batch is large), and
+ * always before the reply or the failure is recorded, so that a message's chunks are in the store
+ * before it ends. Bounded per message by chunk_max_count and chunk_max_bytes across its attempts;
+ * what passes the bound is counted, not stored. After each commit the gateways are told "chunk
+ * <messageId>" (their streams read on).
  *
  * Hidden state: one struct chunk_stream per Sandbox (sb->chunks), made on its first chunk and
  * reset when a chunk of another message arrives; it holds a libevent timer for the next flush.
