@@ -42,3 +42,22 @@ if(NODE_EXECUTABLE AND TARGET sbx-worker)
     ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBX_NOTIFY_BIN=$<TARGET_FILE:sbx-test-notify>"
     TIMEOUT 300)
 endif()
+
+# The same on PostgreSQL (wake-ups by LISTEN/NOTIFY), under a throwaway cluster of their own.
+if(NODE_EXECUTABLE AND TARGET sbx-worker)
+  add_test(NAME it.pg.streaming.stream
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh ${CMAKE_CURRENT_SOURCE_DIR}/in-netns.sh
+                   ${NODE_EXECUTABLE} --test --test-concurrency=1
+                   ${CMAKE_CURRENT_SOURCE_DIR}/integration/streaming/stream.test.mjs)
+  set_tests_properties(it.pg.streaming.stream PROPERTIES
+    ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>"
+    TIMEOUT 300)
+  foreach(it feed webhooks)
+    add_test(NAME it.pg.streaming.${it}
+             COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh ${NODE_EXECUTABLE} --test --test-concurrency=1
+                     ${CMAKE_CURRENT_SOURCE_DIR}/integration/streaming/${it}.test.mjs)
+    set_tests_properties(it.pg.streaming.${it} PROPERTIES
+      ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker-fork>"
+      TIMEOUT 300)
+  endforeach()
+endif()
