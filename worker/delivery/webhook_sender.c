@@ -62,6 +62,22 @@ static size_t discard_answer(char *p, size_t size, size_t n, void *arg)
     return *seen > ANSWER_MAX ? 0 : size * n; /* 0 ends the transfer: enough is read */
 }
 
+/* Ends an attempt in flight when the worker stops (it is sent again after its lease, with the
+ * same webhook-id), so that SIGTERM does not wait out a hanging endpoint's timeout. */
+static int abort_when_stopping(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                               curl_off_t ulnow)
+{
+    struct webhook_sender *ws = arg;
+    (void)dltotal;
+    (void)dlnow;
+    (void)ultotal;
+    (void)ulnow;
+    pthread_mutex_lock(&ws->lock);
+    bool stop = ws->stopping;
+    pthread_mutex_unlock(&ws->lock);
+    return stop ? 1 : 0;
+}
+
 /* Refuses a connection to an address the policy does not allow, whatever the name resolved to. */
 static curl_socket_t open_checked(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
 {
@@ -117,7 +133,15 @@ static bool post(struct webhook_sender *ws, const struct store_webhook_job *job,
     curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, open_checked);
     curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, ws);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, curl_err);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, abort_when_stopping);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, ws);
     CURLcode rc = curl_easy_perform(c);
+    if (rc == CURLE_ABORTED_BY_CALLBACK) {
+        snprintf(error, errlen, "worker stopping");
+        *status = -1; /* not an attempt: not recorded */
+        goto out;
+    }
     long code = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
     *status = code;
@@ -153,10 +177,15 @@ static void deliver(struct webhook_sender *ws, struct store_webhook_job *job)
         snprintf(error, sizeof error, "out of memory");
     free(body);
     int64_t took = clock_mono_ms() - start;
+    if (status < 0) {
+        log_info("webhooks: %s to %s cut by the worker's stop; sent again after its lease",
+                 job->delivery_id, job->hook.url);
+        return;
+    }
     int64_t retry_at = 0;
     if (!ok && job->attempt < ws->cfg.webhook_max_attempts)
         retry_at = clock_wall_ms() + backoff_delay_ms(job->attempt, ws->cfg.webhook_retry_base_ms,
-                                               ws->cfg.webhook_retry_max_ms);
+                                                      ws->cfg.webhook_retry_max_ms);
     struct store_webhook_result res = {
         job->hook.id, job->delivery_id,  job->attempt,
         status,       ok ? NULL : error, took,

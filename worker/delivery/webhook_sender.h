@@ -11,6 +11,8 @@
  * again, with the same webhook-id. With nothing due, a thread sleeps until the next delivery is
  * due, at most WEBHOOK_POLL_MS (the outbox is polled: events come from every process).
  *
+ * Stopping cuts an attempt in flight (not recorded; sent again once its lease has run out).
+ *
  * Connections go only to addresses common/webhook_target.h allows (checked at each connect, not
  * only when the URL was registered); environment proxies are not used.
  */

@@ -11,8 +11,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { createHmac } from 'node:crypto';
-import { startSbx, req } from '../worker/harness.mjs';
-import { assertProblem } from '../gateway/harness.mjs';
+import { startSbx, req, FAST } from '../worker/harness.mjs';
+import { assertProblem, startGateway } from '../gateway/harness.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -82,13 +82,12 @@ test('signed, retried with backoff, marked failing, in order, at least once acro
   const rx = await receiver();
   const hang = await receiver();
   hang.mode = 'hang';
-  const sbx = await startSbx({
-    workers: 1,
-    env: {
-      SBX_WEBHOOK_ALLOW_PRIVATE: '1', SBX_WEBHOOK_TIMEOUT_MS: '1500', SBX_WEBHOOK_RETRY_BASE_MS: '200',
-      SBX_WEBHOOK_RETRY_MAX_MS: '3000', SBX_WEBHOOK_FAILING_AFTER: '3', SBX_WEBHOOK_MAX_ATTEMPTS: '50', SBX_WEBHOOK_THREADS: '2',
-    },
-  });
+  const env = {
+    SBX_WEBHOOK_ALLOW_PRIVATE: '1', SBX_WEBHOOK_TIMEOUT_MS: '1500', SBX_WEBHOOK_RETRY_BASE_MS: '200',
+    SBX_WEBHOOK_RETRY_MAX_MS: '3000', SBX_WEBHOOK_FAILING_AFTER: '3', SBX_WEBHOOK_MAX_ATTEMPTS: '50', SBX_WEBHOOK_THREADS: '2',
+  };
+  const sbx = await startSbx({ workers: 1, env });
+  let gw2 = null; // the gateway started again after the kill (sbx.stop() stops only the first)
   try {
     const { app, key } = await sbx.app('hooked', { keepAliveSeconds: 1 });
     const admin = sbx.gw.admin;
@@ -156,15 +155,18 @@ test('signed, retried with backoff, marked failing, in order, at least once acro
     assert.ok(hung.attemptLog[0].durationMs >= 1400 && hung.attemptLog[0].durationMs < 3000, `attempt took ${hung.attemptLog[0].durationMs} ms`);
     assert.equal((await req(sbx.gw, 'DELETE', `/v1/apps/${app.id}/webhooks/${slow.json.id}`, { token: admin })).status, 204);
 
-    // 4. kill -9 of the worker mid-delivery, then a restart: every event arrives; a duplicate
-    // only with the same webhook-id.
+    // 4. kill -9 of sbx (worker and gateway) mid-delivery, then a restart: every event arrives;
+    // a duplicate only with the same webhook-id.
     rx.mode = 'slow';
     const s2 = await sbx.session(key);
     for (let i = 0; i < 3; i++) await sbx.post(key, s2.id, { k: i });
     await sbx.until(() => rx.inFlight > 0, 10000, 'a delivery in flight');
     sbx.workers[0].kill('SIGKILL');
-    await sbx.workers[0].exited;
+    await Promise.all([sbx.workers[0].exited, sbx.gw.kill9()]);
     rx.mode = 'ok';
+    gw2 = await startGateway({ dataDir: sbx.dataDir, env: { ...FAST, ...env, SBX_ADMIN_TOKEN: admin } });
+    gw2.admin = admin;
+    sbx.gw = gw2;
     sbx.startWorker();
     await sbx.until(async () => {
       const q = Number(sbx.sql(`SELECT COUNT(*) FROM messages WHERE state NOT IN ('completed', 'failed')`));
@@ -193,6 +195,7 @@ test('signed, retried with backoff, marked failing, in order, at least once acro
     }, 10000, 'every delivery delivered');
   } finally {
     await sbx.stop();
+    if (gw2) assert.deepEqual(await gw2.stop(), { code: 0, signal: null });
     sbx.cleanup();
     rx.close();
     hang.close();
