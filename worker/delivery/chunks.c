@@ -4,7 +4,7 @@
 #include "delivery/chunks.h"
 #include "clock.h"
 #include "log.h"
-#include "sandbox/lifecycle.h"
+#include "sandbox/sandbox.h"
 
 #include <event2/event.h>
 #include <stdio.h>
@@ -101,9 +101,10 @@ static struct chunk_stream *stream_for(struct sandbox *sb, const char *message_i
     return cs;
 }
 
-void chunks_add(struct sandbox *sb, const char *message_id, json_t *value)
+void delivery_chunk(struct sandbox *sb, json_t *value)
 {
     struct worker *w = sb->w;
+    const char *message_id = sb->delivery->message.id;
     struct chunk_stream *cs = stream_for(sb, message_id);
     if (!cs) {
         log_warn("worker: out of memory for a chunk of %s", message_id);

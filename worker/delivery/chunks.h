@@ -7,8 +7,9 @@
  * what passes the bound is counted, not stored. After each commit the gateways are told "chunk
  * <messageId>" (their streams read on).
  *
- * Hidden state: one struct chunk_stream per Sandbox (sb->chunks), made on its first chunk and
- * reset when a chunk of another message arrives; it holds a libevent timer for the next flush.
+ * Hidden state: one struct chunk_stream per Sandbox (sb->chunks) while its delivery prints chunks:
+ * made on the first, freed when the delivery ends (deliver.c); it holds a libevent timer for the
+ * next flush.
  */
 #ifndef SBX_CHUNKS_H
 #define SBX_CHUNKS_H
@@ -17,11 +18,11 @@
 
 struct sandbox;
 
-/* A chunk line for message_id, the Sandbox's message in flight: value is the "chunk" member. */
-void chunks_add(struct sandbox *sb, const char *message_id, json_t *value);
+/* sandbox_hooks: the agent printed a chunk for sb->delivery (value: the "chunk" member). */
+void delivery_chunk(struct sandbox *sb, json_t *value);
 /* Commits what is gathered now (before the message's reply or failure is stored). */
 void chunks_flush(struct sandbox *sb);
-/* Frees sb->chunks (what is not flushed is dropped: the delivery is over). */
+/* Frees sb->chunks (what is not flushed is dropped): when the delivery ends. */
 void chunks_free(struct sandbox *sb);
 
 #endif

@@ -2,12 +2,12 @@
  * webhook_sender.c: webhook delivery threads (see webhook_sender.h).
  */
 #include "delivery/webhook_sender.h"
+#include "delivery/delivery.h"
 #include "log.h"
 #include "clock.h"
 #include "timefmt.h"
 #include "webhook_sign.h"
 #include "webhook_target.h"
-#include "worker.h"
 
 #include <curl/curl.h>
 #include <errno.h>
