@@ -67,6 +67,20 @@ struct sbx_config {
     int64_t host_capacity;      /* SBX_HOST_CAPACITY: 0 = max_sandboxes x workers */
     int64_t host_lost_ms;       /* SBX_HOST_LOST_MS: heartbeat age after which a host is lost */
     int64_t placement_grace_ms; /* SBX_PLACEMENT_GRACE_MS: then any host may take a message */
+    /* streaming: an agent's partial output and Server-Sent Events */
+    int64_t chunk_max_count;  /* SBX_CHUNK_MAX_COUNT: chunks stored per message */
+    int64_t chunk_max_bytes;  /* SBX_CHUNK_MAX_BYTES: chunk bytes stored per message */
+    int64_t chunk_flush_ms;   /* SBX_CHUNK_FLUSH_MS: how long chunks gather before a commit */
+    int64_t stream_limit;     /* SBX_STREAM_LIMIT: open streams per caller (429 beyond) */
+    int64_t stream_keepalive; /* SBX_STREAM_KEEPALIVE: seconds between keep-alive comments */
+    /* webhooks */
+    int64_t webhook_allow_private; /* SBX_WEBHOOK_ALLOW_PRIVATE: 1 = loopback/private allowed */
+    int64_t webhook_timeout_ms;    /* SBX_WEBHOOK_TIMEOUT_MS: one attempt's time limit */
+    int64_t webhook_max_attempts;  /* SBX_WEBHOOK_MAX_ATTEMPTS: then the delivery fails */
+    int64_t webhook_failing_after; /* SBX_WEBHOOK_FAILING_AFTER: failed attempts in a row */
+    int64_t webhook_retry_base_ms; /* SBX_WEBHOOK_RETRY_BASE_MS */
+    int64_t webhook_retry_max_ms;  /* SBX_WEBHOOK_RETRY_MAX_MS */
+    int64_t webhook_threads;       /* SBX_WEBHOOK_THREADS: per worker process */
 };
 
 /* Fills cfg from defaults, the file, the environment and argv (in that order of precedence,

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 struct longpoll;
+struct sse_hub;
 struct metrics;
 struct ratelimit;
 struct trusted_proxies;
@@ -28,6 +29,7 @@ struct gateway {
     struct store *st;
     struct notify_peer *workers; /* "queue" wake-ups after each enqueue */
     struct longpoll *lp;
+    struct sse_hub *sse; /* Server-Sent Events streams (sse.h) */
     struct metrics *metrics;
     struct ratelimit *rl;            /* failed auths per client address */
     struct ratelimit *rl_prefix;     /* failed auths per presented token prefix */
@@ -132,6 +134,11 @@ enum MHD_Result http_app_delete(struct request *r);
 enum MHD_Result http_key_create(struct request *r);
 enum MHD_Result http_key_list(struct request *r);
 enum MHD_Result http_key_delete(struct request *r);
+enum MHD_Result http_webhook_create(struct request *r);
+enum MHD_Result http_webhook_list(struct request *r);
+enum MHD_Result http_webhook_get(struct request *r);
+enum MHD_Result http_webhook_delete(struct request *r);
+enum MHD_Result http_webhook_deliveries(struct request *r);
 enum MHD_Result http_session_create(struct request *r);
 enum MHD_Result http_session_list(struct request *r);
 enum MHD_Result http_session_get(struct request *r);
@@ -154,6 +161,10 @@ enum MHD_Result http_workspace_list(struct request *r);
 enum MHD_Result http_workspace_get(struct request *r);
 enum MHD_Result http_workspace_delete(struct request *r);
 enum MHD_Result http_event_list(struct request *r);
+/* GET /v1/events as text/event-stream (http_event_stream.c): after event id `after` (-1: from
+ * now), or after Last-Event-ID when given. */
+enum MHD_Result http_event_stream(struct request *r, const char *session_id, int64_t after);
+enum MHD_Result http_message_stream(struct request *r);
 
 /* The request body as a JSON object with only the allowed fields (NULL-terminated list); an
  * empty body is {} on routes whose body is optional. On failure replies 400 and returns NULL. */

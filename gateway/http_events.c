@@ -6,6 +6,7 @@
 #include "json_input.h"
 #include "render.h"
 #include "reply.h"
+#include "sse.h"
 
 #include <ctype.h>
 #include <stdbool.h>
@@ -42,6 +43,8 @@ enum MHD_Result http_event_list(struct request *r)
         return reply_problem(r, "invalid-parameter", "sessionId",
                              "sessionId must be a Session id (ses_ and letters or digits)");
     int64_t after = *cursor ? strtoll(cursor, NULL, 10) : 0;
+    if (sse_wanted(r)) /* the live feed (http_event_stream.c): from the cursor, else from now */
+        return http_event_stream(r, session_id, *cursor ? after : -1);
     /* One more than asked tells whether there is a next page. */
     enum store_status s =
         r->gw->st->event_list(r->gw->st, r->app_id, session_id, after, limit + 1, &items, &n);

@@ -10,6 +10,7 @@
 #include "gateway.h"
 #include "log.h"
 #include "longpoll.h"
+#include "sse.h"
 #include "metrics.h"
 #include "notify.h"
 #include "sha256.h"
@@ -284,6 +285,11 @@ int main(int argc, char **argv)
         log_error("cannot start: %s", gw.lp ? "out of memory" : err);
         goto out;
     }
+    gw.sse = sse_start(&gw, err, sizeof err);
+    if (!gw.sse) {
+        log_error("cannot start: %s", err);
+        goto out;
+    }
 
     if (gw.cfg.metrics_token[0])
         auth_hash(gw.cfg.metrics_token, gw.metrics_hash);
@@ -318,6 +324,7 @@ int main(int argc, char **argv)
     /* No new connections; the listening socket is ours to close once the daemon has stopped. */
     MHD_socket listen_fd = MHD_quiesce_daemon(d);
     longpoll_stop(gw.lp, 2000);
+    sse_stop(gw.sse, 2000);
     http_message_drain(&gw, 5000);
     MHD_stop_daemon(d);
     if (listen_fd != MHD_INVALID_SOCKET)
@@ -326,6 +333,7 @@ int main(int argc, char **argv)
 out:
     if (gw.metrics_daemon)
         MHD_stop_daemon(gw.metrics_daemon);
+    sse_free(gw.sse);
     longpoll_free(gw.lp);
     ratelimit_free(gw.rl);
     ratelimit_free(gw.rl_prefix);

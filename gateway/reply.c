@@ -36,6 +36,8 @@ static const struct problem_kind problems[] = {
     {"internal", 500, "Internal error"},
     {"store-busy", 503, "The store is busy"},
     {"storage-full", 507, "The store's disk is full"},
+    /* Appended rather than sorted in: problem_find's fallback is the entry at index 14. */
+    {"too-many-streams", 429, "Too many open event streams"},
 };
 
 static const struct problem_kind *problem_find(const char *code)
@@ -67,6 +69,11 @@ static enum MHD_Result queue(struct request *r, unsigned status, struct MHD_Resp
     r->replied = true;
     r->status = status;
     return ret;
+}
+
+enum MHD_Result reply_response(struct request *r, unsigned status, struct MHD_Response *resp)
+{
+    return queue(r, status, resp);
 }
 
 enum MHD_Result reply_text(struct request *r, unsigned status, const char *content_type,

@@ -25,6 +25,9 @@ enum MHD_Result reply_empty(struct request *r, unsigned status);
 enum MHD_Result reply_text(struct request *r, unsigned status, const char *content_type,
                            const char *text, size_t len);
 
+/* Queues a response made elsewhere (e.g. a stream, sse.c) with the common headers; takes resp. */
+enum MHD_Result reply_response(struct request *r, unsigned status, struct MHD_Response *resp);
+
 /* A problem: code is one of the stable codes in API.md (it decides the status); field names the
  * offending JSON field or parameter (NULL when none); detail is human text. */
 enum MHD_Result reply_problem(struct request *r, const char *code, const char *field,

@@ -10,6 +10,7 @@
 #include "longpoll.h"
 #include "metrics.h"
 #include "reply.h"
+#include "sse.h"
 #include "id.h"
 #include "timefmt.h"
 
@@ -33,6 +34,12 @@ const struct route gateway_routes[] = {
     {"POST", "/v1/apps/{appId}/keys", AUTH_ADMIN, BODY_OPTIONAL, http_key_create},
     {"GET", "/v1/apps/{appId}/keys", AUTH_ADMIN, BODY_NONE, http_key_list},
     {"DELETE", "/v1/apps/{appId}/keys/{keyId}", AUTH_ADMIN, BODY_NONE, http_key_delete},
+    {"POST", "/v1/apps/{appId}/webhooks", AUTH_ADMIN, BODY_REQUIRED, http_webhook_create},
+    {"GET", "/v1/apps/{appId}/webhooks", AUTH_ADMIN, BODY_NONE, http_webhook_list},
+    {"GET", "/v1/apps/{appId}/webhooks/{webhookId}", AUTH_ADMIN, BODY_NONE, http_webhook_get},
+    {"DELETE", "/v1/apps/{appId}/webhooks/{webhookId}", AUTH_ADMIN, BODY_NONE, http_webhook_delete},
+    {"GET", "/v1/apps/{appId}/webhooks/{webhookId}/deliveries", AUTH_ADMIN, BODY_NONE,
+     http_webhook_deliveries},
     {"POST", "/v1/sessions", AUTH_KEY, BODY_OPTIONAL, http_session_create},
     {"GET", "/v1/sessions", AUTH_KEY, BODY_NONE, http_session_list},
     {"GET", "/v1/sessions/{sessionId}", AUTH_KEY, BODY_NONE, http_session_get},
@@ -41,6 +48,8 @@ const struct route gateway_routes[] = {
     {"POST", "/v1/sessions/{sessionId}/messages", AUTH_KEY, BODY_REQUIRED, http_message_create},
     {"GET", "/v1/sessions/{sessionId}/messages", AUTH_KEY, BODY_NONE, http_message_list},
     {"GET", "/v1/sessions/{sessionId}/messages/{messageId}", AUTH_KEY, BODY_NONE, http_message_get},
+    {"GET", "/v1/sessions/{sessionId}/messages/{messageId}/stream", AUTH_KEY, BODY_NONE,
+     http_message_stream},
     {"GET", "/v1/sandboxes", AUTH_EITHER, BODY_NONE, http_sandbox_list},
     {"GET", "/v1/sandboxes/{sandboxId}", AUTH_EITHER, BODY_NONE, http_sandbox_get},
     {"DELETE", "/v1/sandboxes/{sandboxId}", AUTH_EITHER, BODY_NONE, http_sandbox_delete},
@@ -286,6 +295,10 @@ void gateway_request_completed(void *cls, struct MHD_Connection *conn, void **co
     if (r->replied)
         metrics_observe(gw->metrics, r->route_index, r->method, r->status,
                         (double)(metrics_now_us() - r->start_us) / 1e6);
+    /* A write of this gateway: the event feeds of every gateway may have news (sse.h). */
+    if (r->replied && r->status < 400 && strcmp(r->method, "GET") != 0 &&
+        strcmp(r->method, "HEAD") != 0)
+        sse_committed(gw->sse);
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         log_emit(LOG_LEVEL_DEBUG, r->request_id, "request ended early (%d)", (int)toe);
     http_message_request_free(r);

@@ -41,8 +41,9 @@ static const struct ctl_command commands[] = {
      "the first --limit after T (--limit 0: all). T is an ISO 8601 UTC time "
      "(2026-11-29T08:00:00Z, 2026-11-29), a duration ago (90s, 15m, 2h, 7d), today or yesterday "
      "(midnight UTC) or "
-     "ms since the epoch. --follow keeps printing new events until interrupted (with --json: one "
-     "JSON object per line).",
+     "ms since the epoch. --follow keeps printing new events until interrupted: from the "
+     "gateway's live event feed when SBX_ADMIN_TOKEN is set, else by reading the database (with "
+     "--json: one JSON object per line).",
      cmd_events},
     {"pool", "sbxctl pool",
      "The warm pool per shape: warm, booting, in use, cold activations, boot failures, boot "

@@ -12,6 +12,7 @@
 #include "config.h"
 
 #include <jansson.h>
+#include <signal.h>
 #include <sqlite3.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -102,6 +103,13 @@ int cmd_db(struct ctl *ctl, int argc, char **argv);
 int cmd_firewall(struct ctl *ctl, int argc, char **argv);
 
 const struct ctl_command *ctl_find_command(const char *name);
+
+/* Reads the gateway's Server-Sent Events stream at path (as admin, after last_event_id) and calls
+ * on_event for each event until *stop is set (a signal; returns 0) or the stream fails (-1 with
+ * the reason in err; also when there is no admin token or no gateway). */
+int ctl_http_stream(const struct ctl *ctl, const char *path, int64_t last_event_id,
+                    void (*on_event)(void *arg, const char *id, const char *data), void *arg,
+                    volatile sig_atomic_t *stop, char *err, size_t errlen);
 
 /* ---- the gateway, for actions ---- */
 /* Sends method path with the admin token to the gateway at cfg.listen; writes the HTTP status and

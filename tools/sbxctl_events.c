@@ -1,7 +1,9 @@
 /*
  * sbxctl_events.c: `sbxctl events`: the audit trail, filtered by Session, object, kind and time,
- * and --follow, which polls the (append-only, id-ordered) events table for rows after the last
- * one printed, like `tail -f`, until SIGINT or SIGTERM.
+ * and --follow, which prints new events as they are committed, like `tail -f`, until SIGINT or
+ * SIGTERM: from the gateway's live event feed (GET /v1/events as text/event-stream, with the admin
+ * token), or, without a token or a reachable gateway, by polling the (append-only, id-ordered)
+ * events table for rows after the last one printed.
  */
 #include "sbxctl.h"
 
@@ -93,26 +95,118 @@ static int64_t last_id(json_t *rows, int64_t before)
     return n ? json_integer_value(json_object_get(json_array_get(rows, n - 1), "id")) : before;
 }
 
+/* Milliseconds since the epoch of the API's "2026-12-01T09:23:35.378Z" (0 when unreadable). */
+static int64_t iso_ms(const char *s)
+{
+    struct tm tm = {0};
+    int ms = 0;
+    if (!s || sscanf(s, "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+                     &tm.tm_min, &tm.tm_sec, &ms) < 6)
+        return 0;
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    return (int64_t)timegm(&tm) * 1000 + ms;
+}
+
+struct feed_follow {
+    struct ctl *ctl;
+    struct event_filter *f;
+};
+
+/* One event of the gateway's feed, printed like a row of the events table. */
+static void on_feed_event(void *arg, const char *id, const char *data)
+{
+    struct feed_follow *ff = arg;
+    const struct event_filter *f = ff->f;
+    json_t *e = json_loads(data, 0, NULL);
+    (void)id;
+    if (!json_is_object(e)) {
+        json_decref(e);
+        return;
+    }
+    const char *kind = json_string_value(json_object_get(e, "kind"));
+    const char *object = json_string_value(json_object_get(e, "objectId"));
+    int64_t at = iso_ms(json_string_value(json_object_get(e, "at")));
+    size_t kl = f->kind ? strlen(f->kind) : 0;
+    bool match = (!f->object || (object && strcmp(object, f->object) == 0)) &&
+                 (!f->kind || (kind && (strcmp(kind, f->kind) == 0 ||
+                                        (strncmp(kind, f->kind, kl) == 0 && kind[kl] == '.')))) &&
+                 at < f->until;
+    ff->f->after_id = json_integer_value(json_object_get(e, "id"));
+    if (match) {
+        json_t *row = json_pack(
+            "{s:O, s:I, s:O, s:O, s:O, s:O, s:O, s:O, s:O, s:O, s:O}", "id",
+            json_object_get(e, "id"), "at", (json_int_t)at, "at_utc", json_object_get(e, "at"),
+            "actor", json_object_get(e, "actor"), "kind", json_object_get(e, "kind"), "object_type",
+            json_object_get(e, "objectType"), "object_id", json_object_get(e, "objectId"), "app_id",
+            json_object_get(e, "appId"), "session_id", json_object_get(e, "sessionId"),
+            "request_id", json_object_get(e, "requestId"), "data", json_object_get(e, "data"));
+        if (row) {
+            if (ff->ctl->json)
+                ctl_print_json(row, true);
+            else
+                print_event_line(ff->ctl, row);
+            fflush(stdout);
+        }
+        json_decref(row);
+    }
+    json_decref(e);
+}
+
+/* Ids as the gateway accepts them: only then is one put into a request line. */
+static bool plain_id(const char *s)
+{
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              *s == '_'))
+            return false;
+    return true;
+}
+
+/* Prints what the database has after f->after_id; false on a read error. */
+static bool poll_once(struct ctl *ctl, struct event_filter *f)
+{
+    f->limit = 1000;
+    json_t *rows = query_events(ctl, f, false);
+    if (!rows)
+        return false;
+    print_events(ctl, rows, true);
+    f->after_id = last_id(rows, f->after_id);
+    json_decref(rows);
+    return true;
+}
+
 static int follow_events(struct ctl *ctl, struct event_filter *f)
 {
     struct sigaction sa = {0};
-    sa.sa_handler = on_stop_signal;
+    sa.sa_handler = on_stop_signal; /* no SA_RESTART: a blocked read returns at once */
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    /* Polling is the honest way for a read-only reader: sbx's wake-ups go only to its own
-     * processes, and a 250 ms poll of an indexed id range costs nothing. */
+    char path[160], err[256];
+    bool feed = ctl->cfg.admin_token[0] != '\0' && (!f->session || plain_id(f->session));
+    snprintf(path, sizeof path, "/v1/events%s%s", f->session ? "?sessionId=" : "",
+             f->session ? f->session : "");
+    bool said = false;
     while (!stop_following) {
-        struct timespec pause = {0, 250 * 1000 * 1000};
-        nanosleep(&pause, NULL);
-        if (stop_following)
-            break;
-        f->limit = 1000;
-        json_t *rows = query_events(ctl, f, false);
-        if (!rows)
-            return CTL_ERROR;
-        print_events(ctl, rows, true);
-        f->after_id = last_id(rows, f->after_id);
-        json_decref(rows);
+        if (feed) {
+            struct feed_follow ff = {ctl, f};
+            if (!said)
+                fprintf(stderr, "sbxctl: following the gateway's event feed at %s\n",
+                        ctl->cfg.listen);
+            said = true;
+            if (ctl_http_stream(ctl, path, f->after_id, on_feed_event, &ff, &stop_following, err,
+                                sizeof err) == 0)
+                break;
+            fprintf(stderr, "sbxctl: event feed: %s; reading the database until it is back\n", err);
+        }
+        /* Without the feed: polling is the honest way for a read-only reader, and a 250 ms
+         * poll of an indexed id range costs nothing. With it: catch up, then try it again. */
+        for (int i = 0; i < (feed ? 4 : 1) && !stop_following; i++) {
+            struct timespec pause = {0, 250 * 1000 * 1000};
+            nanosleep(&pause, NULL);
+            if (!stop_following && !poll_once(ctl, f))
+                return CTL_ERROR;
+        }
     }
     return CTL_OK;
 }

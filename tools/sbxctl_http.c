@@ -164,3 +164,116 @@ int ctl_http(const struct ctl *ctl, const char *method, const char *path, int *s
     free(resp);
     return 0;
 }
+
+int ctl_http_stream(const struct ctl *ctl, const char *path, int64_t last_event_id,
+                    void (*on_event)(void *arg, const char *id, const char *data), void *arg,
+                    volatile sig_atomic_t *stop, char *err, size_t errlen)
+{
+    char host[128], port[16], req[1200];
+    if (ctl->cfg.admin_token[0] == '\0') {
+        snprintf(err, errlen, "no admin token");
+        return -1;
+    }
+    if (split_listen(ctl->cfg.listen, host, sizeof host, port, sizeof port) != 0) {
+        snprintf(err, errlen, "listen \"%s\" is not host:port", ctl->cfg.listen);
+        return -1;
+    }
+    /* HTTP/1.0: the gateway sends the stream as it comes, without chunked framing, and closes
+     * the connection when it ends. */
+    int len = snprintf(req, sizeof req,
+                       "GET %s HTTP/1.0\r\nHost: %s:%s\r\nAuthorization: Bearer %s\r\n"
+                       "User-Agent: sbxctl\r\nAccept: text/event-stream\r\n"
+                       "Last-Event-ID: %lld\r\n\r\n",
+                       path, host, port, ctl->cfg.admin_token, (long long)last_event_id);
+    if (len < 0 || (size_t)len >= sizeof req) {
+        snprintf(err, errlen, "request too long");
+        return -1;
+    }
+    int fd = connect_to(host, port, err, errlen);
+    if (fd < 0)
+        return -1;
+    /* An idle stream is quiet between keep-alive comments: no receive timeout. */
+    struct timeval forever = {0, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &forever, sizeof forever);
+    if (send_all(fd, req, (size_t)len) != 0) {
+        snprintf(err, errlen, "cannot send to %s:%s: %s", host, port, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    /* Lines: first the status and headers, then the stream's fields until a blank line ends an
+     * event (text/event-stream). */
+    char buf[65536], id[32] = "";
+    char *data = NULL;
+    size_t have = 0, data_len = 0;
+    bool in_body = false, status_ok = false;
+    int rc = 0;
+    while (!*stop) {
+        ssize_t r = read(fd, buf + have, sizeof buf - 1 - have);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            if (!status_ok) {
+                snprintf(err, errlen, "no stream from %s:%s", host, port);
+                rc = -1;
+            } else if (!*stop) {
+                snprintf(err, errlen, "the gateway closed the stream");
+                rc = -1;
+            }
+            break;
+        }
+        have += (size_t)r;
+        buf[have] = '\0';
+        char *line = buf, *nl;
+        while ((nl = memchr(line, '\n', have - (size_t)(line - buf)))) {
+            *nl = '\0';
+            if (nl > line && nl[-1] == '\r')
+                nl[-1] = '\0';
+            if (!in_body) {
+                int code = 0;
+                if (!status_ok && sscanf(line, "HTTP/1.%*d %d", &code) == 1) {
+                    if (code != 200) {
+                        snprintf(err, errlen, "the gateway answered %d", code);
+                        rc = -1;
+                        goto out;
+                    }
+                    status_ok = true;
+                } else if (line[0] == '\0') {
+                    in_body = status_ok;
+                }
+            } else if (line[0] == '\0') {
+                if (data)
+                    on_event(arg, id, data);
+                free(data);
+                data = NULL;
+                data_len = 0;
+            } else if (strncmp(line, "id:", 3) == 0) {
+                snprintf(id, sizeof id, "%s", line + 3 + (line[3] == ' '));
+            } else if (strncmp(line, "data:", 5) == 0) {
+                const char *v = line + 5 + (line[5] == ' ');
+                size_t vl = strlen(v);
+                char *grown = realloc(data, data_len + vl + 2);
+                if (!grown) {
+                    rc = -1;
+                    goto out;
+                }
+                data = grown;
+                if (data_len)
+                    data[data_len++] = '\n';
+                memcpy(data + data_len, v, vl + 1);
+                data_len += vl;
+            } /* comments (": keep-alive"), retry: and event: need nothing here */
+            line = nl + 1;
+        }
+        have -= (size_t)(line - buf);
+        memmove(buf, line, have);
+        if (have == sizeof buf - 1) {
+            snprintf(err, errlen, "a line of the stream is too long");
+            rc = -1;
+            break;
+        }
+    }
+out:
+    free(data);
+    close(fd);
+    return rc;
+}

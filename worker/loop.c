@@ -7,7 +7,9 @@
  * worker exit once it holds nothing.
  */
 #include "worker.h"
+#include "delivery/chunks.h"
 #include "delivery/delivery.h"
+#include "delivery/webhook_sender.h"
 #include "host/firewall.h"
 #include "host/links.h"
 #include "host/nfs_export.h"
@@ -58,6 +60,7 @@ static const struct sandbox_hooks hooks = {
     .activating = activation_continue,
     .started = activation_started,
     .replied = delivery_replied,
+    .chunk = delivery_chunk,
     .lost = delivery_lost,
     .warm = on_sandbox_warm,
     .gone = on_sandbox_gone,
@@ -310,12 +313,15 @@ int worker_run(struct worker *w)
              w->id, w->cfg.host_id, w->installation, (int)getpid(), (long long)w->cfg.pool_size,
              (long long)w->cfg.max_sandboxes);
     sandbox_driver(w, w->cfg.driver); /* says at start what this host cannot do */
+    w->webhooks = webhook_sender_start(w->st, &w->cfg, w->id);
     reconcile_run(w);
     pool_refresh_shapes(w);
     pool_replenish(w);
     consumer_kick(w);
 
     event_base_dispatch(w->base);
+    webhook_sender_stop(w->webhooks);
+    w->webhooks = NULL;
     host_beat_stop(w->host_beat);
     w->host_beat = NULL;
 

@@ -4,7 +4,8 @@
  *   loop.c, main.c   wiring, timers (heartbeat, fallback poll), wake-ups, signals, shutdown; it
  *                    refills the pool, kicks the consumer and exits when the Sandboxes say so
  *   delivery/        a message from the queue to a Sandbox and its reply back (delivery.h): the
- *                    sole owner of a delivery and of n_deliveries
+ *                    sole owner of a delivery and of n_deliveries; the agent's partial output
+ *                    (chunks.h); webhook delivery, on threads of its own (webhook_sender.h)
  *   sandbox/         a Sandbox's record and states (sandbox.h), the warm pool, the job threads,
  *                    the agent channel and protocol, expiry; owns n_serving and the Sandboxes
  *   recovery/        adopting dead workers of this host, declaring other hosts lost, reaping what
@@ -34,6 +35,7 @@ struct jobs;
 struct sandbox;
 struct sandbox_hooks;
 struct host_beat;
+struct webhook_sender;
 
 struct worker {
     struct sbx_config cfg;
@@ -49,6 +51,7 @@ struct worker {
     char installation[INSTALLATION_ID_LEN]; /* tags this worker's kernel state */
     int64_t host_was_lost_at;    /* when this host had been declared lost before it came back (0) */
     struct host_beat *host_beat; /* the host heartbeat thread (host_beat.h) while the loop runs */
+    struct webhook_sender *webhooks; /* webhook delivery threads (delivery/webhook_sender.h) */
 
     struct notify_listener *notify;   /* "queue"/"stop" from gateways; NULL: poll only */
     struct notify_peer *gateway_peer; /* "msg <id>"/"sandbox <id>" to gateways */

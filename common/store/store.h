@@ -314,6 +314,85 @@ extern const char *const store_session_states[4];
 extern const char *const store_message_states[4];
 extern const char *const store_sandbox_states[7];
 
+/* ==== streaming: an agent's partial output ==== */
+
+/* One {"id":..,"chunk":..} line of an agent, as stored: its partial output for a message. */
+struct store_chunk {
+    int64_t index; /* 0, 1, 2, ... per message, in the order the agent printed them */
+    int64_t at;    /* when the worker received it */
+    char *value_json;
+};
+void store_chunk_list_free(struct store_chunk *c, size_t n);
+
+/* ==== webhooks ==== */
+
+#define STORE_URL_LEN 2048
+
+/* An App's webhook endpoint. */
+struct store_webhook {
+    char id[STORE_ID_LEN];
+    char app_id[STORE_ID_LEN];
+    char url[STORE_URL_LEN];
+    char *event_types_json; /* JSON array of kinds, "prefix.*" or "*" */
+    char secret[80];        /* whsec_<base64>; only create and the worker's claim fill it */
+    char state[16];         /* active, failing */
+    int64_t consecutive_failures;
+    int64_t created_at;
+    int64_t updated_at;
+};
+void store_webhook_clear(struct store_webhook *w);
+void store_webhook_list_free(struct store_webhook *w, size_t n);
+
+/* One attempt to deliver an event to an endpoint. */
+struct store_webhook_attempt {
+    int64_t attempt; /* 1, 2, ... */
+    int64_t at;
+    int64_t status; /* HTTP status; 0: no answer */
+    char error[256];
+    int64_t duration_ms;
+};
+
+/* One event for one endpoint: the outbox row and its attempts. */
+struct store_webhook_delivery {
+    char id[STORE_ID_LEN]; /* the webhook-id header, the same on every attempt */
+    char webhook_id[STORE_ID_LEN];
+    int64_t event_id;
+    char kind[64];
+    char state[16]; /* pending, delivered, failed */
+    int64_t attempts;
+    int64_t next_attempt_at;
+    int64_t last_status; /* 0: none */
+    char last_error[256];
+    int64_t created_at;
+    int64_t finished_at; /* 0: pending */
+    struct store_webhook_attempt *log;
+    size_t n_log;
+};
+void store_webhook_delivery_list_free(struct store_webhook_delivery *d, size_t n);
+
+/* What a worker claims: the endpoint (with its secret), its oldest pending delivery that is due,
+ * and that delivery's event. The endpoint is leased to the worker until it records the attempt. */
+struct store_webhook_job {
+    struct store_webhook hook;
+    char delivery_id[STORE_ID_LEN];
+    int64_t attempt; /* the number of this attempt */
+    struct store_event event;
+};
+void store_webhook_job_clear(struct store_webhook_job *j);
+
+/* How one attempt went, for webhook_record. */
+struct store_webhook_result {
+    const char *webhook_id;
+    const char *delivery_id;
+    int64_t attempt;
+    int64_t status; /* HTTP status; 0: no answer */
+    const char *error;
+    int64_t duration_ms;
+    bool ok;               /* a 2xx answer */
+    int64_t retry_at;      /* when to try again after a failure; 0: give up (failed) */
+    int64_t failing_after; /* consecutive failed attempts that mark the endpoint failing */
+};
+
 /* ==== the function table ==== */
 
 struct store {
@@ -577,6 +656,60 @@ struct store {
                                     int64_t after, size_t limit, struct store_event **out,
                                     size_t *n);
     enum store_status (*counts)(struct store *st, struct store_counts *out);
+
+    /* ---- streaming: partial output (chunks.c) and the live event feed (event_feed.c) ---- */
+    /* Worker: stores values[0..n) (JSON texts) as chunks first_index.. of message_id and adds
+     * dropped to the message's chunks_dropped, in one transaction, only while worker_id holds
+     * the message's lease (STORE_CONFLICT otherwise, and nothing is stored). */
+    enum store_status (*chunk_append)(struct store *st, const char *message_id,
+                                      const char *worker_id, int64_t first_index,
+                                      const char *const *values, size_t n, int64_t dropped);
+    /* Worker: how many chunks message_id has and their bytes (where a new attempt continues). */
+    enum store_status (*chunk_totals)(struct store *st, const char *message_id, int64_t *count,
+                                      int64_t *bytes);
+    /* Gateway: the message's chunks with index >= from, oldest first, at most limit, and its
+     * chunks_dropped (dropped may be NULL). App- and Session-scoped like message_get:
+     * STORE_NOT_FOUND for an unknown message, another App's or a deleted Session's. */
+    enum store_status (*chunk_list)(struct store *st, const char *app_id, const char *session_id,
+                                    const char *message_id, int64_t from, size_t limit,
+                                    struct store_chunk **out, size_t *n, int64_t *dropped);
+    /* Gateway: the newest event's id (0 when none), so that a waiting event stream reads the
+     * list again only when something was committed. */
+    enum store_status (*event_last_id)(struct store *st, int64_t *id);
+
+    /* ---- webhooks (webhooks.c) ---- */
+    /* Admin: a new endpoint of app_id (STORE_NOT_FOUND for an unknown or deleted App) for the
+     * events committed from now on; out gets it with its secret. */
+    enum store_status (*webhook_create)(struct store *st, const struct store_ctx *ctx,
+                                        const char *app_id, const char *url,
+                                        const char *event_types_json, const char *secret,
+                                        struct store_webhook *out);
+    enum store_status (*webhook_get)(struct store *st, const char *app_id, const char *webhook_id,
+                                     struct store_webhook *out);
+    enum store_status (*webhook_list)(struct store *st, const char *app_id,
+                                      struct store_webhook **out, size_t *n);
+    /* Its pending deliveries are not attempted any more; the record stays. */
+    enum store_status (*webhook_delete)(struct store *st, const struct store_ctx *ctx,
+                                        const char *app_id, const char *webhook_id);
+    /* The endpoint's deliveries with their attempts, oldest event first, after event id `after`
+     * (the cursor). */
+    enum store_status (*webhook_delivery_list)(struct store *st, const char *app_id,
+                                               const char *webhook_id, int64_t after, size_t limit,
+                                               struct store_webhook_delivery **out, size_t *n,
+                                               char *next_cursor);
+    /* Worker: moves the events committed since each live endpoint's cursor that it wants into
+     * the outbox (one transaction; at most `limit` events per endpoint). *added: deliveries. */
+    enum store_status (*webhook_fill)(struct store *st, size_t limit, size_t *added);
+    /* Worker: leases an endpoint that no other worker holds (or whose lease expired) and whose
+     * oldest pending delivery is due, until now + lease_ms. STORE_EMPTY when none. */
+    enum store_status (*webhook_claim)(struct store *st, const char *worker_id, int64_t lease_ms,
+                                       struct store_webhook_job *out);
+    /* Worker: records the attempt and releases the lease (STORE_CONFLICT when the lease was lost
+     * meanwhile: nothing is recorded, the delivery stays pending). */
+    enum store_status (*webhook_record)(struct store *st, const char *worker_id,
+                                        const struct store_webhook_result *res);
+    /* Worker: the earliest time a pending delivery of a live endpoint comes due (0: none). */
+    enum store_status (*webhook_next_due)(struct store *st, int64_t *at);
 };
 
 /* ==== opening a store ==== */

@@ -89,7 +89,8 @@ static char *rows_join(struct rows *r)
 {
     struct strbuf b = {0};
     sb_add(&b, "%s", "");
-    qsort(r->v, r->n, sizeof *r->v, cmp_str);
+    if (r->n > 1)
+        qsort(r->v, r->n, sizeof *r->v, cmp_str);
     for (size_t i = 0; i < r->n; i++) {
         sb_add(&b, "%s\n", r->v[i]);
         free(r->v[i]);
@@ -647,6 +648,12 @@ static const char *const fixture_sql[] = {
     "(1764403293000, 'worker:wrk_live', 'message.completed', 'message', 'msg_x', 'app_1', "
     "'ses_3', NULL, '{\"sandboxId\":\"sbx_4\"}'), "
     "(1764403294000, 'admin', 'key.revoked', 'key', 'key_1', 'app_1', NULL, 'req_r', NULL)",
+    /* Partial output (0010_streaming): bytes, not characters, for a value with an accent. */
+    "UPDATE messages SET chunks_dropped = 2 WHERE id = 'msg_1'",
+    "INSERT INTO message_chunks (message_id, idx, value, at) VALUES "
+    "('msg_1', 0, '{\"text\":\"caf\u00e9\"}', 1764403203150), "
+    "('msg_1', 1, '\"\xc3\xa9t\xc3\xa9\"', 1764403203160), "
+    "('msg_5', 0, 'null', 1764403208050)",
 };
 
 /* The key rows: a BLOB literal is X'..' in SQLite and '\x..' in PostgreSQL. */
@@ -807,7 +814,7 @@ static void test_views_answer_alike(void **state)
         free(b);
     }
     /* Every view had rows to compare: the fixture reaches each of them. */
-    assert_int_equal(nonempty, 7);
+    assert_int_equal(nonempty, 8);
     /* Spot checks that the comparison saw what it should: every integrity breach, and the UTC
      * text (with milliseconds). */
     char *v = pg_lines(pg, "SELECT DISTINCT violation FROM sandbox_reuse_violations");
@@ -822,6 +829,10 @@ static void test_views_answer_alike(void **state)
     free(v);
     v = pg_lines(pg, "SELECT created_utc FROM message_deliveries WHERE message_id = 'msg_1'");
     assert_string_equal(v, "2025-11-29T08:00:03.000Z\n");
+    free(v);
+    v = pg_lines(pg, "SELECT bytes FROM message_output WHERE message_id = 'msg_1' ORDER BY "
+                     "chunk_index");
+    assert_string_equal(v, "16\n7\n");
     free(v);
     v = pg_lines(pg, "SELECT at_utc FROM key_audit WHERE action = 'revoked'");
     assert_string_equal(v, "2025-11-29T08:01:34.000Z\n");

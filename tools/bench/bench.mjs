@@ -3,7 +3,7 @@
 //
 //   node tools/bench/bench.mjs <build dir> <output dir> [scenario ...]
 //
-// Scenarios: ingestion, warm, burst, cold, expiry, scale, postgres (default: all). The postgres
+// Scenarios: ingestion, warm, burst, cold, expiry, scale, streaming, postgres (default: all). The postgres
 // scenario needs a PostgreSQL server: run under tests/pg-run.sh (tools/sbx bench does).
 import { spawn, execFileSync } from 'node:child_process';
 import { mkdirSync, writeFileSync, appendFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
@@ -17,7 +17,7 @@ const here = dirname(fileURLToPath(import.meta.url));
 const buildDir = resolve(process.argv[2] || 'build');
 const outDir = resolve(process.argv[3] || join(buildDir, 'bench'));
 const wanted = process.argv.slice(4);
-const all = ['ingestion', 'warm', 'burst', 'cold', 'expiry', 'scale', 'postgres'];
+const all = ['ingestion', 'warm', 'burst', 'cold', 'expiry', 'scale', 'streaming', 'postgres'];
 const scenarios = wanted.length ? wanted : all;
 // wrk run length per connection count (SBX_BENCH_SECONDS), short enough for a few-minute run.
 const wrkSeconds = Number(process.env.SBX_BENCH_SECONDS) || 5;
@@ -395,6 +395,117 @@ async function scale() {
   results.scenarios.scale = { generateMs: genMs, ingestion: ing, warm: w, rssBefore: before, rssAfter: after, bytesPerWaitingPoll: per };
 }
 
+// Streaming: an agent (busybox sh in the default image) prints 20 chunks 50 ms apart, each with
+// the time it printed it ($EPOCHREALTIME: the Sandbox shares the host's clock), then its reply
+// with its time. A stream client reads every chunk; the latency of a chunk is its arrival minus
+// its print time, beside the reply's (printed to read through the stream's final event, and to
+// read through a waiting long poll). Then the gateway's memory per open stream beside per
+// waiting long poll, 1,000 of each.
+const STREAM_AGENT = [
+  'while IFS= read -r line; do',
+  '  id=${line#*\\"id\\":\\"}; id=${id%%\\"*}; i=0',
+  '  while [ $i -lt 20 ]; do echo "{\\"id\\":\\"$id\\",\\"chunk\\":{\\"i\\":$i,\\"t\\":$EPOCHREALTIME}}"; i=$((i+1)); usleep 50000; done',
+  '  echo "{\\"id\\":\\"$id\\",\\"reply\\":{\\"t\\":$EPOCHREALTIME}}"',
+  'done',
+].join('\n');
+
+async function readStream(base, path, token, onEvent, onOpen = () => {}) {
+  const r = await fetch(base + path, { headers: { Authorization: `Bearer ${token}`, Accept: 'text/event-stream' } });
+  onOpen(Date.now());
+  const reader = r.body.getReader();
+  const dec = new TextDecoder();
+  let buf = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    const now = Date.now() + (performance.now() % 1); // sub-ms part for sorting only
+    buf += dec.decode(value, { stream: true });
+    let i;
+    while ((i = buf.indexOf('\n\n')) >= 0) {
+      const block = buf.slice(0, i);
+      buf = buf.slice(i + 2);
+      const ev = { event: 'message', data: null };
+      for (const line of block.split('\n')) {
+        if (line.startsWith('event: ')) ev.event = line.slice(7);
+        else if (line.startsWith('data: ')) ev.data = JSON.parse(line.slice(6));
+      }
+      if (ev.data !== null) onEvent(ev, now);
+    }
+  }
+}
+
+async function streaming() {
+  const sbx = new Sbx(buildDir, { SBX_POOL_SIZE: '2' });
+  await sbx.start();
+  await sbx.app({ keepAliveSeconds: 60, command: ['/bin/sh', '-c', STREAM_AGENT] });
+  const s = await sbx.session();
+  await sbx.waitWarm(1);
+  const chunkLat = [], endLat = [], pollLat = [];
+  const runs = Number(process.env.SBX_BENCH_STREAM_RUNS) || 10;
+  for (let run = 0; run < runs + 1; run++) {
+    const m = await sbx.post(s.id, { run });
+    const path = `/v1/sessions/${s.id}/messages/${m.id}`;
+    let replyAt = 0, polledAt = 0, endAt = 0;
+    const poll = (async () => {
+      for (;;) {
+        const r = await sbx.req('GET', `${path}?wait=30`);
+        if (r.state === 'completed' || r.state === 'failed') { polledAt = Date.now(); return r; }
+      }
+    })();
+    const lat = [];
+    let openedAt = Infinity;
+    // Only chunks printed once the stream was open: an earlier one waited for the client, not
+    // for sbx.
+    await readStream(sbx.base, `${path}/stream`, sbx.key, (ev, at) => {
+      if (ev.event === 'chunk') { if (ev.data.t * 1000 > openedAt) lat.push(at - ev.data.t * 1000); }
+      else { endAt = at; replyAt = ev.data.reply.t * 1000; }
+    }, (t) => { openedAt = t; });
+    await poll;
+    if (run === 0) continue; // the first message pays for the agent's start
+    chunkLat.push(...lat);
+    endLat.push(endAt - replyAt);
+    pollLat.push(polledAt - replyAt);
+  }
+  await sbx.stop();
+  const c = summarize(chunkLat), e = summarize(endLat), p = summarize(pollLat);
+  samples['chunk print to stream read'] = chunkLat;
+  row('streaming', 'chunk print to read p50', c.p50, 'reply to long poll', p.p50, 'ms', `n=${chunkLat.length} chunks (printed after the stream opened), ${runs} messages`, true);
+  row('streaming', 'chunk print to read p99', c.p99, 'reply to long poll', p.p99, 'ms', 'ratio = long poll / stream', true);
+  row('streaming', 'reply to stream end p50', e.p50, 'reply to long poll', p.p50, 'ms', 'the final event', true);
+
+  // Memory: 1,000 waiting long polls, then 1,000 open streams, on the gateway alone.
+  const g = new Sbx(buildDir, { SBX_POOL_SIZE: '0', SBX_CONN_LIMIT: '5000', SBX_STREAM_LIMIT: '5000' });
+  await g.start({ gatewayOnly: true });
+  await g.app();
+  const gs = await g.session();
+  const gm = await g.post(gs.id, { waiting: true });
+  const n = 1000;
+  const open = (path, extra) => {
+    const socks = [];
+    for (let i = 0; i < n; i++) {
+      const sock = net.connect(g.port, '127.0.0.1');
+      sock.on('error', () => {});
+      sock.write(`GET ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${g.key}\r\n${extra}\r\n`);
+      socks.push(sock);
+    }
+    return socks;
+  };
+  await sleep(500);
+  const r0 = g.rssBytes();
+  const polls = open(`/v1/sessions/${gs.id}/messages/${gm.id}?wait=60`, '');
+  await sleep(2000);
+  const r1 = g.rssBytes();
+  const streams = open(`/v1/sessions/${gs.id}/messages/${gm.id}/stream`, 'Accept: text/event-stream\r\n');
+  await sleep(2000);
+  const r2 = g.rssBytes();
+  const started = streams.filter((x) => x.bytesRead > 0).length;
+  for (const x of [...polls, ...streams]) x.destroy();
+  await g.stop();
+  const perPoll = (r1 - r0) / n, perStream = (r2 - r1) / n;
+  row('streaming', 'gateway RSS per open stream', perStream / 1024, 'per waiting long poll', perPoll / 1024, 'KiB', `${n} each, ${started} streams started`);
+  results.scenarios.streaming = { chunk: c, streamEnd: e, longPoll: p, rssPerStream: perStream, rssPerPoll: perPoll };
+}
+
 function plot() {
   const names = Object.keys(samples).filter((k) => samples[k].length);
   if (!names.length) return;
@@ -495,7 +606,7 @@ async function postgres() {
 }
 
 header();
-const fns = { ingestion, warm, burst, cold, expiry, scale, postgres };
+const fns = { ingestion, warm, burst, cold, expiry, scale, streaming, postgres };
 for (const name of scenarios) {
   if (!fns[name]) {
     console.error(`unknown scenario ${name}; known: ${all.join(', ')}`);

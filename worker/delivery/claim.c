@@ -85,6 +85,8 @@ void consumer_run(struct worker *w)
         log_emit(LOG_LEVEL_DEBUG, d->message.request_id,
                  "worker: claimed %s (seq %lld, attempt %lld)", d->message.id,
                  (long long)d->message.seq, (long long)d->message.attempts);
+        /* The claim wrote events (message.delivering, session.activating): wake event feeds. */
+        worker_notify_gateway(w, "claimed", d->message.id);
         if (!route(w, d))
             break;
     }

@@ -1,9 +1,11 @@
 /*
  * deliver.c: a delivery from its Sandbox back to the store (delivery.h): the reply recorded (or the
- * agent's error failed with backoff), the attempt failed when its Sandbox is lost, or handed back
- * untried while the worker stops; the leases renewed while in flight; and delivery_end, the one
- * place where a delivery is freed and w->n_deliveries goes down.
+ * agent's error failed with backoff; its partial output stored first, chunks.c), the attempt failed
+ * when its Sandbox is lost, or handed back untried while the worker stops; the leases renewed while
+ * in flight; and delivery_end, the one place where a delivery is freed and w->n_deliveries goes
+ * down.
  */
+#include "delivery/chunks.h"
 #include "delivery/delivery.h"
 #include "log.h"
 #include "sandbox/pool.h"
@@ -66,6 +68,8 @@ void delivery_replied(struct sandbox *sb, json_t *line)
     json_t *reply = json_object_get(line, "reply");
     json_t *error = json_object_get(line, "error");
 
+    chunks_flush(sb); /* the message's partial output is stored before it ends */
+    chunks_free(sb);
     if (reply) {
         char *text = json_dumps(reply, JSON_COMPACT | JSON_ENCODE_ANY);
         enum store_status rc = text ? w->st->queue_complete(w->st, &w->ctx, d->message.id, w->id,
@@ -98,6 +102,8 @@ void delivery_lost(struct sandbox *sb, const char *reason)
 {
     struct worker *w = sb->w;
     struct store_delivery *d = sb->delivery;
+    chunks_flush(sb); /* what the agent printed before it was lost */
+    chunks_free(sb);
     if (w->stopping) {
         /* Handed back untried: another worker (or this one restarted) delivers it. */
         enum store_status rc = w->st->queue_release(w->st, &w->ctx, d->message.id, w->id);
@@ -127,6 +133,7 @@ void delivery_drop_all(struct worker *w)
     for (struct sandbox *sb = w->sandboxes; sb; sb = sb->next)
         if (sb->delivery) {
             struct store_delivery *d = sb->delivery;
+            chunks_free(sb);
             sb->delivery = NULL;
             delivery_end(w, d, false);
         }

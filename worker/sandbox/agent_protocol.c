@@ -1,9 +1,9 @@
 /*
  * agent_protocol.c: what the worker and a Sandbox's agent say to each other over the agent
  * channel (the lines of driver.h; agent_channel.c carries them): the start line and message lines
- * out, and each line in read for what it means to the Sandbox: "started" and a reply go up to its
- * delivery (sandbox_hooks), a start error, an exit or a closed channel terminate it, log lines go
- * to the worker's log within the Sandbox's budget.
+ * out, and each line in read for what it means to the Sandbox: "started", a reply and partial
+ * output (a chunk) go up to its delivery (sandbox_hooks), a start error, an exit or a closed
+ * channel terminate it, log lines go to the worker's log within the Sandbox's budget.
  */
 #include "sandbox/agent_channel.h"
 #include "log.h"
@@ -94,6 +94,15 @@ static void sandbox_on_line(void *arg, json_t *line)
         sandbox_terminate(sb, reason, false);
     } else if (type) {
         log_debug("sandbox %s: control line \"%s\" ignored", sb->rt.sandbox_id, type);
+    } else if (id && json_object_get(line, "chunk") && !json_object_get(line, "reply") &&
+               !json_object_get(line, "error")) {
+        /* Partial output: only for the message in flight (a late one of an earlier message,
+         * or one before any, is dropped). */
+        if (sb->state == SB_BUSY && sb->delivery && strcmp(id, sb->delivery->message.id) == 0)
+            sb->w->sandbox_hooks->chunk(sb, json_object_get(line, "chunk"));
+        else
+            log_debug("sandbox %s: chunk for %s, not the message in flight, dropped",
+                      sb->rt.sandbox_id, id);
     } else if (id && sb->state == SB_BUSY && sb->delivery &&
                strcmp(id, sb->delivery->message.id) == 0) {
         sb->w->sandbox_hooks->replied(sb, line);

@@ -55,6 +55,7 @@
 enum sandbox_state { SB_BOOTING, SB_WARM, SB_ACTIVATING, SB_IDLE, SB_BUSY, SB_STOPPING };
 
 struct agent_channel;
+struct chunk_stream;
 
 struct sandbox {
     struct sandbox *next;
@@ -90,6 +91,9 @@ struct sandbox {
     int64_t log_window_start; /* mono ms */
     int64_t log_window_bytes;
     int64_t log_dropped_lines;
+    /* The partial output of the message carried, gathered for the store; owned by delivery/
+     * (chunks.h), which frees it when the delivery ends. */
+    struct chunk_stream *chunks;
 };
 
 /* What a Sandbox tells the layers above it (news goes up only through these; loop.c sets them in
@@ -99,6 +103,8 @@ struct sandbox_hooks {
     void (*activating)(struct sandbox *sb); /* cold boot done, assigned: attach, start the App */
     void (*started)(struct sandbox *sb);    /* the App's command started: deliver sb->delivery */
     void (*replied)(struct sandbox *sb, json_t *line); /* the agent answered sb->delivery */
+    /* the agent printed {"id","chunk"} for sb->delivery: value is the chunk; sb stays */
+    void (*chunk)(struct sandbox *sb, json_t *value);
     /* sb ends while carrying sb->delivery: the hook fails or releases it and clears the pointer;
      * sb is not freed by it. */
     void (*lost)(struct sandbox *sb, const char *reason);

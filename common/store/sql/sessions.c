@@ -291,6 +291,15 @@ static enum store_status session_delete(struct store *st, const struct store_ctx
         r = sql_step_done(st, s);
     }
     if (r == STORE_OK) {
+        /* The agent's partial output goes with the replies (migration 0010_streaming). */
+        s = sql_stmt(st, "DELETE FROM message_chunks WHERE message_id IN "
+                         "(SELECT id FROM messages WHERE session_id = ?1)");
+        if (!s)
+            return sql_end(st, STORE_ERROR);
+        sql_bind_text(s, 1, session_id);
+        r = sql_step_done(st, s);
+    }
+    if (r == STORE_OK) {
         s = sql_stmt(st, "UPDATE sessions SET state = 'deleted', name = NULL, metadata = '{}', "
                          "stop_requested_at = ?2, deleted_at = ?2, updated_at = ?2 WHERE id = ?1");
         if (!s)

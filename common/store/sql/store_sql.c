@@ -267,6 +267,9 @@ void store_sql_init(struct store *st)
     sql_sandboxes_init(st);
     sql_workers_init(st);
     sql_hosts_init(st);
+    sql_chunks_init(st);
+    sql_event_feed_init(st);
+    sql_webhooks_init(st);
     sql_enqueue_init(st);
     sql_events_init(st);
     sql_counts_init(st);

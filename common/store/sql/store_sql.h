@@ -196,6 +196,9 @@ void sql_workers_init(struct store *st);
 void sql_hosts_init(struct store *st);
 void sql_events_init(struct store *st);
 void sql_counts_init(struct store *st);
+void sql_chunks_init(struct store *st);     /* an agent's partial output */
+void sql_event_feed_init(struct store *st); /* the live event feed's newest-id read */
+void sql_webhooks_init(struct store *st);   /* webhook endpoints and their outbox */
 /* The group commit (enqueue.c) also has state to set up and a thread to stop. */
 void sql_enqueue_init(struct store *st);
 void sql_enqueue_fini(struct store *st);

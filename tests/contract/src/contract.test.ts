@@ -36,7 +36,10 @@ const problemCodesSeen = new Set<string>();
 /** Checks every response that goes through a client against the spec; throws on a difference. */
 const validateAgainstSpec: Middleware = {
   async onResponse({ request, response, schemaPath }) {
-    const bodyText = await response.clone().text();
+    // A stream (text/event-stream) may never end: its events are checked by the test that reads
+    // it (sseEvents below); here only its status, headers and media type.
+    const streamed = (response.headers.get("content-type") ?? "").startsWith("text/event-stream");
+    const bodyText = streamed ? "" : await response.clone().text();
     const errors = contract.check({
       method: request.method,
       template: schemaPath,
@@ -66,10 +69,13 @@ const validateAgainstSpec: Middleware = {
   },
 };
 
-type ApiClient = Client<paths>;
+/* The JSON answers type the client's data; a stream (text/event-stream) is read with
+ * parseAs: "stream" and checked event by event (sseEvents). */
+type JsonMedia = "application/json" | "application/problem+json";
+type ApiClient = Client<paths, JsonMedia>;
 
 function client(baseUrl: string, token?: string): ApiClient {
-  const c = createClient<paths>({
+  const c = createClient<paths, JsonMedia>({
     baseUrl,
     headers: token ? { Authorization: `Bearer ${token}` } : {},
   });
@@ -153,6 +159,7 @@ before(async () => {
     SBX_AUTH_FAIL_LIMIT: "1000",
     SBX_DRIVER: "process",
     SBX_POOL_SIZE: "2",
+    SBX_STREAM_LIMIT: "3",
   });
   admin = client(gw.baseUrl, gw.adminToken);
   anon = client(gw.baseUrl);
@@ -798,6 +805,146 @@ test("with a worker: replies, failures, Sandboxes and the pool as a real worker 
     }
     await live.stop();
   }
+});
+
+/** Parsed Server-Sent Events: the `event:` (absent: none), `id:` and the JSON of `data:`. */
+interface SseEvent {
+  event?: string;
+  id?: string;
+  data: unknown;
+}
+
+/**
+ * Reads SSE events from a stream until `enough` says so (then cancels it) or the stream ends,
+ * checking each against the spec's schema at `schema`.
+ */
+async function sseEvents(body: ReadableStream<Uint8Array>, schema: string, enough: (events: SseEvent[]) => boolean = () => false): Promise<SseEvent[]> {
+  const reader = body.getReader();
+  const decoder = new TextDecoder();
+  const events: SseEvent[] = [];
+  let buf = "";
+  const deadline = setTimeout(() => void reader.cancel(), 10000);
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += decoder.decode(value, { stream: true });
+      let end: number;
+      while ((end = buf.indexOf("\n\n")) >= 0) {
+        const block = buf.slice(0, end);
+        buf = buf.slice(end + 2);
+        const ev: Partial<SseEvent> & { dataText?: string } = {};
+        for (const line of block.split("\n")) {
+          if (line.startsWith(":") || line.startsWith("retry:")) continue;
+          const colon = line.indexOf(":");
+          const field = line.slice(0, colon);
+          const text = line.slice(colon + 1).replace(/^ /, "");
+          if (field === "event") ev.event = text;
+          else if (field === "id") ev.id = text;
+          else if (field === "data") ev.dataText = text;
+        }
+        if (ev.dataText === undefined) continue;
+        const parsed: SseEvent = { data: JSON.parse(ev.dataText) };
+        if (ev.event !== undefined) parsed.event = ev.event;
+        if (ev.id !== undefined) parsed.id = ev.id;
+        const errors = contract.validateAt(schema, parsed);
+        assert.deepEqual(errors, [], `event ${JSON.stringify(parsed)} does not match ${schema}: ${errors.join("; ")}`);
+        events.push(parsed);
+      }
+      if (enough(events)) {
+        await reader.cancel();
+        break;
+      }
+    }
+  } finally {
+    clearTimeout(deadline);
+  }
+  return events;
+}
+
+test("streams: a message's partial output and the live event feed, through the generated client", async () => {
+  const app = await admin.POST("/v1/apps", { body: { name: "contract-streams" } });
+  assert.equal(app.response.status, 201);
+  const key = await admin.POST("/v1/apps/{appId}/keys", { params: { path: { appId: app.data!.id } } });
+  const asS = client(gw.baseUrl, key.data!.key);
+  const session = await asS.POST("/v1/sessions", { body: { name: "streamed" } });
+  const sessionId = session.data!.id;
+  const sent = await asS.POST("/v1/sessions/{sessionId}/messages", { params: { path: { sessionId } }, body: { body: { q: 1 } } });
+  const messageId = sent.data!.id;
+  // The agent's partial output and reply, as a worker stores them.
+  const now = Date.now();
+  storeSql(gw, `INSERT INTO message_chunks (message_id, idx, value, at) VALUES ('${messageId}', 0, '{"text":"Thin"}', ${now}), ('${messageId}', 1, '"king"', ${now})`);
+  storeSql(gw, `UPDATE messages SET state = 'completed', reply = '{"text":"Thinking"}', attempts = 1, chunks_dropped = 1, completed_at = ${now}, updated_at = ${now} WHERE id = '${messageId}'`);
+
+  const path = { sessionId, messageId };
+  const whole = await asS.GET("/v1/sessions/{sessionId}/messages/{messageId}/stream", { params: { path }, parseAs: "stream" });
+  assert.equal(whole.response.status, 200);
+  const events = await sseEvents(whole.data!, "/components/schemas/MessageStreamEvent");
+  assert.deepEqual(events.map((e) => [e.event, e.id ?? null]), [["chunk", "0"], ["chunk", "1"], ["completed", null]]);
+  assert.deepEqual(events[0]!.data, { text: "Thin" });
+  const end = events[2]!.data as Schemas["Message"];
+  assert.equal(end.state, "completed");
+  assert.deepEqual(end.reply, { text: "Thinking" });
+  assert.equal(end.chunksDropped, 1);
+
+  const resumed = await asS.GET("/v1/sessions/{sessionId}/messages/{messageId}/stream", { params: { path, header: { "Last-Event-ID": "0" } }, parseAs: "stream" });
+  assert.deepEqual((await sseEvents(resumed.data!, "/components/schemas/MessageStreamEvent")).map((e) => e.id ?? e.event), ["1", "completed"]);
+  expectProblem(await asS.GET("/v1/sessions/{sessionId}/messages/{messageId}/stream", { params: { path, header: { "Last-Event-ID": "one" } } }), 400, "invalid-parameter", "Last-Event-ID");
+  expectProblem(await asS.GET("/v1/sessions/{sessionId}/messages/{messageId}/stream", { params: { path: { sessionId, messageId: idOf("msg") } } }), 404, "not-found");
+  expectProblem(await asB.GET("/v1/sessions/{sessionId}/messages/{messageId}/stream", { params: { path } }), 404, "not-found");
+
+  // The live feed: the Session's events from the start (Last-Event-ID 0), then it stays open.
+  const feeds = [];
+  for (let i = 0; i < 3; i++) {
+    const feed = await asS.GET("/v1/events", { params: { query: { sessionId }, header: { "Last-Event-ID": "0" } }, headers: { Accept: "text/event-stream" }, parseAs: "stream" });
+    assert.equal(feed.response.status, 200);
+    feeds.push(feed);
+  }
+  // The limit is 3 streams per caller here.
+  expectProblem(await asS.GET("/v1/sessions/{sessionId}/messages/{messageId}/stream", { params: { path } }), 429, "too-many-streams");
+  const feedEvents = await sseEvents(feeds[0]!.data!, "/components/schemas/FeedEvent", (evs) => evs.length >= 2);
+  const kinds = feedEvents.map((e) => (e.data as Schemas["Event"]).kind);
+  assert.deepEqual(kinds.slice(0, 2), ["session.created", "message.queued"]);
+  for (const feed of feeds.slice(1)) await feed.data!.cancel();
+});
+
+test("webhooks: register (secret once), list, get, deliveries with attempts, delete, refused URLs", async () => {
+  const app = await admin.POST("/v1/apps", { body: { name: "contract-webhooks" } });
+  const appId = app.data!.id;
+  const created = await admin.POST("/v1/apps/{appId}/webhooks", {
+    params: { path: { appId } },
+    body: { url: "https://203.0.113.5/sbx-events", eventTypes: ["message.completed", "sandbox.*"] },
+  });
+  assert.equal(created.response.status, 201);
+  const hook = created.data!;
+  assert.match(hook.secret, /^whsec_/);
+  assert.equal(created.response.headers.get("location"), `/v1/apps/${appId}/webhooks/${hook.id}`);
+  const webhookId = hook.id;
+  const got = await admin.GET("/v1/apps/{appId}/webhooks/{webhookId}", { params: { path: { appId, webhookId } } });
+  assert.equal(got.data?.state, "active");
+  assert.equal((got.data as Record<string, unknown>)["secret"], undefined);
+  const list = await admin.GET("/v1/apps/{appId}/webhooks", { params: { path: { appId } } });
+  assert.deepEqual(list.data?.items.map((w) => w.id), [webhookId]);
+  expectProblem(await admin.POST("/v1/apps/{appId}/webhooks", { params: { path: { appId } }, body: { url: "http://127.0.0.1:8080/", eventTypes: ["*"] } }), 422, "invalid-value", "url");
+  expectProblem(await admin.POST("/v1/apps/{appId}/webhooks", { params: { path: { appId } }, body: { url: "gopher://203.0.113.5/", eventTypes: ["*"] } }), 422, "invalid-value", "url");
+  const appKey = await admin.POST("/v1/apps/{appId}/keys", { params: { path: { appId } } });
+  expectProblem(await client(gw.baseUrl, appKey.data!.key).GET("/v1/apps/{appId}/webhooks", { params: { path: { appId } } }), 403, "forbidden");
+  expectProblem(await admin.GET("/v1/apps/{appId}/webhooks/{webhookId}", { params: { path: { appId: appA.id, webhookId } } }), 404, "not-found");
+
+  // A delivery with two attempts, as a worker writes them (no worker runs on this gateway).
+  const eventId = Number(storeSql(gw, `SELECT max(id) FROM events`).trim());
+  const now = Date.now();
+  storeSql(gw, `INSERT INTO webhook_deliveries (id, webhook_id, event_id, state, attempts, next_attempt_at, last_status, last_error, created_at) VALUES ('whd_contract1', '${webhookId}', ${eventId}, 'pending', 2, ${now + 1000}, NULL, 'timeout', ${now})`);
+  storeSql(gw, `INSERT INTO webhook_attempts (delivery_id, attempt, at, status, error, duration_ms) VALUES ('whd_contract1', 1, ${now}, 500, 'HTTP 500', 12), ('whd_contract1', 2, ${now + 200}, NULL, 'timeout', 1500)`);
+  const deliveries = await admin.GET("/v1/apps/{appId}/webhooks/{webhookId}/deliveries", { params: { path: { appId, webhookId }, query: { limit: 10 } } });
+  assert.equal(deliveries.response.status, 200);
+  const d = deliveries.data!.items[0]!;
+  assert.equal(d.id, "whd_contract1");
+  assert.deepEqual(d.attemptLog.map((a) => [a.attempt, a.status, a.error]), [[1, 500, "HTTP 500"], [2, null, "timeout"]]);
+  expectProblem(await admin.GET("/v1/apps/{appId}/webhooks/{webhookId}/deliveries", { params: { path: { appId, webhookId }, query: { cursor: "x" } } }), 400, "invalid-parameter");
+
+  assert.equal((await admin.DELETE("/v1/apps/{appId}/webhooks/{webhookId}", { params: { path: { appId, webhookId } } })).response.status, 204);
+  expectProblem(await admin.DELETE("/v1/apps/{appId}/webhooks/{webhookId}", { params: { path: { appId, webhookId } } }), 404, "not-found");
 });
 
 test("coverage: every operation of the spec answered with a success status", () => {

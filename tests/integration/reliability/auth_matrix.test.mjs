@@ -27,12 +27,16 @@ before(async () => {
   const ses = (await req(gw, 'POST', '/v1/sessions', { token: a.key, body: { name: 'm' } })).json;
   const msg = (await req(gw, 'POST', `/v1/sessions/${ses.id}/messages`, { token: a.key, body: { body: 1 } })).json;
   const ws = (await req(gw, 'POST', '/v1/workspaces', { token: a.key })).json;
+  // Finished, so that its stream (GET .../stream) replays and ends rather than waiting.
+  sql(gw, `UPDATE messages SET state = 'completed', reply = '1', completed_at = 1 WHERE id = '${msg.id}'`);
+  // An endpoint at a public address (no worker runs here: nothing is sent to it).
+  const hook = (await req(gw, 'POST', `/v1/apps/${a.app.id}/webhooks`, { token: gw.admin, body: { url: 'https://203.0.113.5/matrix', eventTypes: ['*'] } })).json;
   sql(gw, `INSERT INTO sandboxes (id, state, driver, image, vcpu_count, mem_size_mib, worker_id, app_id, session_id,
              created_at, updated_at) VALUES ('sbx_matrix00000000000001', 'running', 'process', 'default', 1, 256,
              'wrk_x', '${a.app.id}', '${ses.id}', 1, 1)`);
   // App A's objects, by path parameter name; every {param} in the spec must be one of these.
   ids = { appId: a.app.id, keyId: a.keyId, sessionId: ses.id, messageId: msg.id, workspaceId: ws.id,
-          sandboxId: 'sbx_matrix00000000000001' };
+          sandboxId: 'sbx_matrix00000000000001', webhookId: hook.id };
 });
 after(async () => {
   const { code } = await gw.stop();

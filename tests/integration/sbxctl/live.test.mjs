@@ -154,3 +154,38 @@ test('sbxctl reads a live sbx, acts through its gateway, and flags a breach', as
     sbx.cleanup();
   }
 });
+
+test('sbxctl events --follow reads the gateway\'s live event feed, not the database', async () => {
+  const { spawn } = await import('node:child_process');
+  const sbx = await startSbx({ workers: 0 });
+  try {
+    const { key } = await sbx.app('followed', {});
+    const ses = await sbx.session(key, { name: 'watched' });
+    const p = spawn(CTL, ['--db', join(sbx.dataDir, 'sbx.db'), 'events', '--follow', '--json', '--session', ses.id, '--limit', '1'], {
+      env: { ...process.env, SBX_DATA_DIR: sbx.dataDir, SBX_ADMIN_TOKEN: sbx.gw.admin, SBX_LISTEN: `127.0.0.1:${sbx.gw.port}` },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    let err = '';
+    p.stdout.on('data', (d) => { out += d; });
+    p.stderr.on('data', (d) => { err += d; });
+    const exited = new Promise((r) => p.on('exit', (code, signal) => r({ code, signal })));
+    await sbx.until(() => /following the gateway's event feed/.test(err) && out.split('\n').filter(Boolean).length >= 1, 5000, 'sbxctl to follow the feed');
+    // Give it a moment to open the stream, then change the Session through the API.
+    await new Promise((r) => setTimeout(r, 300));
+    const t0 = Date.now();
+    const patch = await req(sbx.gw, 'PATCH', `/v1/sessions/${ses.id}`, { token: key, body: { metadata: { tier: 'gold' } }, headers: { 'X-Request-Id': 'req_follow_feed' } });
+    assert.equal(patch.status, 200, patch.text);
+    const line = await sbx.until(() => out.split('\n').filter(Boolean).map((l) => JSON.parse(l)).find((e) => e.request_id === 'req_follow_feed'), 5000, 'the event on sbxctl\'s output');
+    assert.equal(line.kind, 'session.updated');
+    assert.equal(line.session_id, ses.id);
+    assert.equal(typeof line.at, 'number');
+    assert.ok(Date.now() - t0 < 1000, `printed ${Date.now() - t0} ms after the commit`);
+    assert.doesNotMatch(err, /reading the database/, err);
+    p.kill('SIGTERM');
+    assert.deepEqual(await exited, { code: 0, signal: null });
+  } finally {
+    await sbx.stop();
+    sbx.cleanup();
+  }
+});
