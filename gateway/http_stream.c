@@ -7,6 +7,7 @@
  * is a plain 404.
  */
 #include "gateway.h"
+#include "json_text.h"
 #include "render.h"
 #include "reply.h"
 #include "sse.h"
@@ -36,12 +37,10 @@ static bool finished(const struct store_message *m)
 /* The final event: the Message, with how many chunks its bounds dropped. */
 static int append_end(struct sse_stream *s, const struct store_message *m, int64_t dropped)
 {
-    json_t *j = render_message(m);
-    if (!j)
-        return -1;
-    json_object_set_new(j, "chunksDropped", json_integer(dropped));
-    char *text = json_dumps(j, JSON_COMPACT);
-    json_decref(j);
+    struct json_text t = {0};
+    render_message_end_text(&t, m, dropped);
+    size_t len;
+    char *text = json_text_take(&t, &len);
     if (!text)
         return -1;
     int rc = sse_append_event(s, -1, m->state, text);

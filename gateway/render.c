@@ -91,6 +91,17 @@ void render_message_text(struct json_text *t, const struct store_message *m)
     json_text_object_with(t, message_fields(m), stored, 2);
 }
 
+void render_message_end_text(struct json_text *t, const struct store_message *m,
+                             int64_t chunks_dropped)
+{
+    const struct json_stored stored[] = {{"body", m->body_json, "null", false},
+                                         {"reply", m->reply_json, "null", false}};
+    json_t *fields = message_fields(m);
+    if (fields)
+        json_object_set_new(fields, "chunksDropped", json_integer(chunks_dropped));
+    json_text_object_with(t, fields, stored, 2);
+}
+
 void render_page_begin(struct json_text *t)
 {
     json_text_cstr(t, "{\"items\":[");

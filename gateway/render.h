@@ -24,6 +24,9 @@ json_t *render_page(json_t *items, const char *next_cursor);
  * render_page_end. */
 struct json_text;
 void render_message_text(struct json_text *t, const struct store_message *m);
+/* The Message as a stream's final event shows it: with how many chunks its bounds dropped. */
+void render_message_end_text(struct json_text *t, const struct store_message *m,
+                             int64_t chunks_dropped);
 void render_session_text(struct json_text *t, const struct store_session *s);
 void render_page_begin(struct json_text *t);
 void render_page_item(struct json_text *t, size_t index);
