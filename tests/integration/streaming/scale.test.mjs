@@ -22,7 +22,7 @@ const cpuMs = (pid) => {
 };
 
 test(`${N} open streams and ${N} long polls: memory per stream, no polling, one wake-up for all`, { skip: !process.env.SBX_NOTIFY_BIN }, async (t) => {
-  const sbx = await startSbx({ workers: 0, env: { SBX_STREAM_LIMIT: String(N + 50), SBX_HTTP_THREADS: '4', SBX_STREAM_KEEPALIVE: '60' } });
+  const sbx = await startSbx({ workers: 0, env: { SBX_STREAM_LIMIT: String(N + 50), SBX_CONN_PER_CLIENT: String(2 * N + 100), SBX_HTTP_THREADS: '4', SBX_STREAM_KEEPALIVE: '60' } });
   const held = [];
   try {
     const { key } = await sbx.app('scale', {});
