@@ -9,9 +9,11 @@
  */
 #include "channel_vm.h"
 #include "relay.h"
+#include "sandbox_filter.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,12 +22,16 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: sbx-agent --channel-fd N | --guest (--virtio-port NAME | --vsock-port P)\n"
+            "usage: sbx-agent --channel-fd N [--seccomp] | --guest (--virtio-port NAME | "
+            "--vsock-port P)\n"
             "  Relays the agent channel on file descriptor N (a socket or pipe pair end):\n"
             "  announces ready, starts the App's command on {\"type\":\"start\"}, relays\n"
             "  message lines both ways and reports the command's exit.\n"
             "  In a microVM (started by the guest init): the channel is the virtio-serial\n"
-            "  port NAME (qemu) or the first host connection to vsock port P (firecracker).\n");
+            "  port NAME (qemu) or the first host connection to vsock port P (firecracker).\n"
+            "  --seccomp: install the Sandbox's system call filter (agent/sandbox_filter.c) on\n"
+            "  the agent itself, and so on the App's command, before anything else (the\n"
+            "  process driver passes it).\n");
 }
 
 /* Parses a file descriptor number; -1 when it is not one that is open. */
@@ -44,6 +50,7 @@ static int parse_fd(const char *s)
 int main(int argc, char **argv)
 {
     int channel_fd = -1;
+    bool seccomp = false;
     char vm_err[256];
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--channel-fd") == 0 && i + 1 < argc) {
@@ -52,6 +59,8 @@ int main(int argc, char **argv)
                 fprintf(stderr, "sbx-agent: --channel-fd %s is not an open descriptor\n", argv[i]);
                 return 2;
             }
+        } else if (strcmp(argv[i], "--seccomp") == 0) {
+            seccomp = true;
         } else if (strcmp(argv[i], "--guest") == 0) {
             /* Started by the guest init (agent/guest_init.c), which did the PID 1 duties. */
         } else if (channel_vm_parse_option(argc, argv, &i, &channel_fd, vm_err, sizeof vm_err) !=
@@ -73,6 +82,16 @@ int main(int argc, char **argv)
     if (channel_fd < 0) {
         usage(stderr);
         return 2;
+    }
+    /* A session of its own: no controlling terminal of whoever started the worker can reach the
+     * Sandbox (EPERM when it already leads one, as a guest init's child may: nothing to do). */
+    setsid();
+    if (seccomp) {
+        char err[256];
+        if (sandbox_filter_install(err, sizeof err) != 0) {
+            fprintf(stderr, "sbx-agent: %s\n", err);
+            return 1;
+        }
     }
     fcntl(channel_fd, F_SETFD, FD_CLOEXEC); /* the App's command must not inherit the channel */
     struct relay_result result;

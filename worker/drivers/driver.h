@@ -64,6 +64,13 @@ struct driver {
      */
     int (*reap)(const struct sbx_config *cfg, const struct store_sandbox *sb, char *err,
                 size_t errlen);
+    /* Optional: how many processes the OOM killer ended inside the Sandbox (its memory bound);
+     * -1 when unknown. Cheap (a cgroup file): called on the event loop when the agent or the
+     * App's command ended. */
+    int64_t (*oom_kills)(const struct sbx_config *cfg, const struct sandbox_runtime *rt);
+    /* Optional: the bounds of the App's size this host cannot apply to Sandboxes of this driver,
+     * comma-separated ("memory", "cpu"), "" when all apply. Valid after init. */
+    void (*unbounded)(const struct sbx_config *cfg, char *out, size_t len);
 };
 
 /* The drivers; driver_find() returns NULL for an unknown name. */

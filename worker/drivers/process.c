@@ -161,7 +161,7 @@ struct child_plan {
     char root_proc[PATH_MAX + 8];
     char root_dev[PATH_MAX + 8];
     char root_workspace[PATH_MAX + 16];
-    char dev_files[6][PATH_MAX + 16];
+    char dev_files[5][PATH_MAX + 16];
     char tmp_options[64];
     char hostname[64];
     uid_t uid;
@@ -175,7 +175,8 @@ struct child_plan {
     int channel_fd;
 };
 
-static const char *const dev_names[6] = {"null", "zero", "full", "random", "urandom", "tty"};
+/* No tty: the host's /dev/tty would be the controlling terminal of whoever started the worker. */
+static const char *const dev_names[5] = {"null", "zero", "full", "random", "urandom"};
 
 static void child_fail(const struct child_plan *p, const char *step)
 {
@@ -204,7 +205,7 @@ static void child_build_dev(const struct child_plan *p)
 {
     if (mount("tmpfs", p->root_dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755") != 0)
         child_fail(p, "mount /dev");
-    for (size_t i = 0; i < 6; i++) {
+    for (size_t i = 0; i < sizeof dev_names / sizeof *dev_names; i++) {
         char host[32];
         snprintf(host, sizeof host, "/dev/%s", dev_names[i]);
         int fd = open(p->dev_files[i], O_CREAT | O_WRONLY | O_CLOEXEC, 0666);
@@ -357,7 +358,8 @@ static void child_main(const struct child_plan *p)
     /* Everything but 0-3 (and error_fd, already close-on-exec) is closed at exec. */
     if (syscall(SYS_close_range, CHANNEL_FD_IN_SANDBOX + 1, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */) != 0)
         child_fail(p, "close_range");
-    char *const argv[] = {"sbx-agent", "--channel-fd", "3", NULL};
+    /* --seccomp: the agent filters itself and the App (agent/sandbox_filter.c). */
+    char *const argv[] = {"sbx-agent", "--channel-fd", "3", "--seccomp", NULL};
     char *const envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", NULL};
     execve("/usr/bin/sbx-agent", argv, envp);
     child_fail(p, "exec /usr/bin/sbx-agent");
@@ -381,7 +383,7 @@ static void plan_paths(struct child_plan *p, const char *rootfs, const char *jai
     snprintf(p->root_proc, sizeof p->root_proc, "%s/proc", p->root);
     snprintf(p->root_dev, sizeof p->root_dev, "%s/dev", p->root);
     snprintf(p->root_workspace, sizeof p->root_workspace, "%s/workspace", p->root);
-    for (size_t i = 0; i < 6; i++)
+    for (size_t i = 0; i < sizeof dev_names / sizeof *dev_names; i++)
         snprintf(p->dev_files[i], sizeof p->dev_files[i], "%s/dev/%s", p->root, dev_names[i]);
 }
 
@@ -584,6 +586,11 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
             goto fail;
         }
         rt->cgroup_path[0] = '\0';
+    } else if (cgroup_apply_limits(&cgroups, rt->cgroup_path, rt->sandbox_id,
+                                   rt->shape.mem_size_mib, rt->shape.vcpu_count, cg_err,
+                                   sizeof cg_err) != 0) {
+        snprintf(err, errlen, "the Sandbox's bounds: %s", cg_err);
+        goto fail;
     }
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) != 0 ||
         pipe2(sync, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0) {
@@ -839,6 +846,20 @@ static int process_reap(const struct sbx_config *cfg, const struct store_sandbox
     return cleanup_host_state(cfg, sb->id, sb->net_address, jail_dir, cgroup_path, err, errlen);
 }
 
+/* ---- OOM ---- */
+
+static int64_t process_oom_kills(const struct sbx_config *cfg, const struct sandbox_runtime *rt)
+{
+    ensure_detected(cfg);
+    return cgroup_oom_kills(&cgroups, rt->cgroup_path, rt->sandbox_id);
+}
+
+static void process_unbounded(const struct sbx_config *cfg, char *out, size_t len)
+{
+    ensure_detected(cfg);
+    cgroup_limits_unbounded(&cgroups, out, len);
+}
+
 /* ---- init ---- */
 
 static int process_init(const struct sbx_config *cfg, char *err, size_t errlen)
@@ -859,6 +880,14 @@ static int process_init(const struct sbx_config *cfg, char *err, size_t errlen)
              hash[0] ? hash : "no image hash file", cfg->chroot_base, PROCESS_DRIVER,
              (long long)cfg->sandbox_uid, (long long)cfg->sandbox_gid);
     log_info("process driver: %s", cgroup_report);
+    char bounds[256], unbounded[32];
+    cgroup_limits_report(&cgroups, bounds, sizeof bounds);
+    cgroup_limits_unbounded(&cgroups, unbounded, sizeof unbounded);
+    log_info("process driver: %s", bounds);
+    if (unbounded[0])
+        log_warn("process driver: cannot bound the Sandboxes' %s on this host (App sizes are "
+                 "not enforced for them)",
+                 unbounded);
     if (!cgroups.v2_root[0])
         log_warn("process driver: CPU time cannot be measured on this host");
     if (!cgroups.v2_memory && !cgroups.v1_memory_root[0])
@@ -880,4 +909,6 @@ const struct driver driver_process = {
     .attach_workspace = process_attach_workspace,
     .terminate = process_terminate,
     .reap = process_reap,
+    .oom_kills = process_oom_kills,
+    .unbounded = process_unbounded,
 };

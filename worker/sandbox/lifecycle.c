@@ -313,6 +313,27 @@ static void sandbox_log_line(struct sandbox *sb, const char *text)
     log_info("sandbox %s: %s", sb->rt.sandbox_id, text);
 }
 
+/* The App's command or the agent ended. When the OOM killer ended a process inside the Sandbox,
+ * the App exceeded its memory (memSizeMib, the Sandbox's cgroup bound): the message fails as
+ * sandbox-oom and the Sandbox ends with terminationReason "oom"; the next message gets a fresh
+ * Sandbox as after any end. */
+static void sandbox_ended(struct sandbox *sb, const char *reason)
+{
+    if (!sb->drv->oom_kills || sb->drv->oom_kills(&sb->w->cfg, &sb->rt) <= 0) {
+        lifecycle_terminate(sb, reason, false);
+        return;
+    }
+    if (!sb->job_running) {
+        char why[200];
+        snprintf(why, sizeof why,
+                 "sandbox-oom: the App used more than its memory (memSizeMib %lld) and was "
+                 "killed inside its Sandbox",
+                 (long long)sb->rt.shape.mem_size_mib);
+        delivery_abandon(sb, why);
+    }
+    lifecycle_terminate(sb, "oom", false);
+}
+
 static void sandbox_on_line(void *arg, json_t *line)
 {
     struct sandbox *sb = arg;
@@ -332,7 +353,7 @@ static void sandbox_on_line(void *arg, json_t *line)
         char reason[64];
         snprintf(reason, sizeof reason, "agent exited with status %lld",
                  (long long)json_integer_value(json_object_get(line, "status")));
-        lifecycle_terminate(sb, reason, false);
+        sandbox_ended(sb, reason);
     } else if (type) {
         log_debug("sandbox %s: control line \"%s\" ignored", sb->rt.sandbox_id, type);
     } else if (id && sb->phase == SB_BUSY && sb->delivery &&
@@ -347,7 +368,7 @@ static void sandbox_on_line(void *arg, json_t *line)
 static void sandbox_on_closed(void *arg, const char *reason)
 {
     struct sandbox *sb = arg;
-    lifecycle_terminate(sb, reason, false);
+    sandbox_ended(sb, reason);
 }
 
 /* ---- jobs: boot, attach, terminate, reap ---- */

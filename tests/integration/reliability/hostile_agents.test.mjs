@@ -5,12 +5,12 @@
 // (terminationReason), while a bystander Session of another App is served all along.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { copyFileSync, writeFileSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { copyFileSync, existsSync, writeFileSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { startSbx, req, sleep } from '../worker/harness.mjs';
 
 const AGENT = process.env.SBX_HOSTILE_AGENT_BIN;
-const ENOENT = 2, ESRCH = 3, EAGAIN = 11, ENOSPC = 28;
+const EPERM = 1, ENOENT = 2, ESRCH = 3, EAGAIN = 11, ENOSPC = 28, ENOSYS = 38;
 let sbx, hostile, echo, bystander, hostSecret;
 // A Sandbox uid of its own: RLIMIT_NPROC counts per uid on the whole host, so the fork storm must
 // not use up the default uid 65534 that other suites' Sandboxes on this machine share.
@@ -21,7 +21,7 @@ const HOSTILE_COMM = 'sbx-test-hostil';
 before(async () => {
   sbx = await startSbx({ workers: 1, env: { SBX_MESSAGE_TIMEOUT: '4', SBX_LOG_LEVEL: 'info',
     SBX_SANDBOX_UID: String(SANDBOX_UID), SBX_SANDBOX_GID: String(SANDBOX_UID) } });
-  const ha = await sbx.app('hostile', { keepAliveSeconds: 60, maxAttempts: 1, memSizeMib: 128,
+  const ha = await sbx.app('hostile', { keepAliveSeconds: 60, maxAttempts: 1, memSizeMib: 128, vcpuCount: 1,
     command: ['/workspace/sbx-test-hostile-agent'] });
   hostile = { key: ha.key, appId: ha.app.id };
   const ea = await sbx.app('bystander', { keepAliveSeconds: 60 });
@@ -67,8 +67,8 @@ async function hostileSession() {
   return { ...(await sbx.session(hostile.key, { workspaceId: ws.json.id })), wsDir: dir };
 }
 
-async function attack(body, timeoutS = 60) {
-  const s = await hostileSession();
+async function attack(body, timeoutS = 60, s = null) {
+  s = s ?? await hostileSession();
   const m = await sbx.roundTrip(hostile.key, s.id, body, timeoutS);
   return { s, m };
 }
@@ -172,6 +172,105 @@ test('a fork storm stops at its Sandbox\'s pids limit, other Sessions go on (new
     } catch { return false; }
   }).length;
   await sbx.until(() => alive() === 0, 30000, 'the fork storm processes to be gone');
+});
+
+// The system calls agent/sandbox_filter.c denies (docs/process-driver.md lists why).
+const DENIED = ['init_module', 'finit_module', 'delete_module', 'kexec_load', 'kexec_file_load', 'bpf',
+  'perf_event_open', 'userfaultfd', 'keyctl', 'add_key', 'request_key', 'mount', 'umount2', 'pivot_root',
+  'fsopen', 'fsconfig', 'fsmount', 'fspick', 'move_mount', 'open_tree', 'mount_setattr', 'swapon', 'swapoff',
+  'reboot', 'settimeofday', 'clock_settime', 'clock_adjtime', 'acct', 'quotactl', 'open_by_handle_at',
+  'io_uring_setup', 'io_uring_enter', 'io_uring_register', 'setns', 'syslog', 'iopl', 'ioperm', 'uselib',
+  'unshare(CLONE_NEWUSER)', 'unshare(CLONE_NEWNET)', 'unshare(CLONE_NEWNS)', 'unshare(CLONE_NEWPID)',
+  'unshare(CLONE_NEWCGROUP)', 'unshare(CLONE_NEWTIME)', 'clone(CLONE_NEWUSER)', 'clone(CLONE_NEWNET)'];
+
+test('seccomp: Seccomp 2, every denied system call fails with EPERM (clone3 ENOSYS), allowed ones still work', async () => {
+  const { m } = await attack({ do: 'syscalls' });
+  assert.equal(m.state, 'completed', m.error);
+  assert.equal(m.reply.seccomp, '2', 'no seccomp filter on the App');
+  for (const name of DENIED)
+    assert.equal(m.reply.errno[name], EPERM, `${name}: errno ${m.reply.errno[name]}, not EPERM`);
+  // clone3's flags are in memory, out of a filter's reach: ENOSYS makes libc fall back to clone.
+  assert.equal(m.reply.errno.clone3, ENOSYS);
+  assert.equal(m.reply.errno['unshare(CLONE_FILES)'], 0, 'unshare without a namespace flag was refused');
+  assert.equal(m.reply.errno['clone(plain)'], 0, 'a plain clone (fork) was refused');
+});
+
+test('no nested namespaces: unshare -Ur and unshare -n fail, a plain program still runs', async () => {
+  const s = await hostileSession();
+  const user = (await attack({ do: 'exec', cmd: 'unshare -Ur id' }, 60, s)).m;
+  assert.equal(user.state, 'completed', user.error);
+  assert.notEqual(user.reply.status, 0, `unshare -Ur id: ${user.reply.output}`);
+  assert.doesNotMatch(user.reply.output, /uid=0/);
+  const net = (await attack({ do: 'exec', cmd: 'unshare -n true' }, 60, s)).m;
+  assert.notEqual(net.reply.status, 0, `unshare -n true: ${net.reply.output}`);
+  const plain = (await attack({ do: 'exec', cmd: 'id -u' }, 60, s)).m;
+  assert.equal(plain.reply.status, 0, plain.reply.output);
+  assert.equal(plain.reply.output.trim(), String(SANDBOX_UID));
+});
+
+test('no host terminal: no /dev/tty, the agent leads its own session, no terminal descriptor inside', async () => {
+  const { m } = await attack({ do: 'session' });
+  assert.equal(m.state, 'completed', m.error);
+  const r = m.reply;
+  assert.equal(r.devTty, ENOENT, '/dev/tty exists in the Sandbox');
+  assert.equal(r.openDevTty, ENOENT);
+  assert.equal(r.agentSid, r.agentPid, 'getsid(0) != getpid() for the agent');
+  assert.equal(r.sid, r.pid, "the App's command does not lead its own session");
+  assert.equal(r.agentTty, 0, 'the agent has a controlling terminal');
+  assert.equal(r.tty, 0, 'the App has a controlling terminal');
+  assert.equal(r.agentTerminalFds, 0, 'the agent holds a terminal descriptor');
+  assert.equal(r.terminalFds, 0, 'the App holds a terminal descriptor');
+});
+
+test('memory bound: 2x memSizeMib ends in oom (sandbox-oom), the host and another App go on, the next message gets a fresh Sandbox', async () => {
+  const s = await hostileSession();
+  const { m } = await attack({ do: 'alloc', mib: 256 }, 60, s);
+  assert.equal(m.state, 'failed', `allocated ${m.reply?.allocatedMib} MiB with memSizeMib 128`);
+  assert.match(m.error, /^sandbox-oom: /);
+  const sb = await sandboxEnded(m.sandboxId);
+  assert.equal(sb.terminationReason, 'oom');
+  assert.equal((await req(sbx.gw, 'GET', '/healthz')).status, 200);
+  const next = (await attack({ do: 'alloc', mib: 32 }, 60, s)).m;
+  assert.equal(next.state, 'completed', next.error);
+  assert.equal(next.reply.allocatedMib, 32);
+  assert.notEqual(next.sandboxId, m.sandboxId, 'the next message reused the OOM-killed Sandbox');
+  // The bystander App's Session is checked at the end (served throughout).
+});
+
+test('/tmp counts against the memory bound: 64 MiB in /tmp + 80 MiB allocated > 128 MiB is oom, 80 MiB alone is not', async () => {
+  const alone = (await attack({ do: 'alloc', mib: 80 })).m;
+  assert.equal(alone.state, 'completed', alone.error);
+  const s = await hostileSession();
+  const fill = (await attack({ do: 'filltmp' }, 60, s)).m;
+  assert.equal(fill.state, 'completed', fill.error);
+  assert.ok(fill.reply.written >= 60 * 1024 * 1024, `only ${fill.reply.written} bytes in /tmp`);
+  const m = (await attack({ do: 'alloc', mib: 80 }, 60, s)).m;
+  assert.equal(m.sandboxId, fill.sandboxId);
+  assert.equal(m.state, 'failed', 'tmpfs pages are not charged to the Sandbox');
+  assert.match(m.error, /^sandbox-oom: /);
+});
+
+test('CPU bound: a spinner of 2 processes with vcpuCount 1 gets at most about one CPU (cpu.stat)', async () => {
+  const s = await hostileSession();
+  const warm = (await attack({ do: 'noop' }, 60, s)).m;
+  assert.equal(warm.state, 'completed', warm.error);
+  const cgroup = sbx.sql(`SELECT cgroup_path FROM sandboxes WHERE id = '${warm.sandboxId}'`);
+  const usage = () => Number(/usage_usec (\d+)/.exec(readFileSync(`${cgroup}/cpu.stat`, 'utf8'))[1]);
+  const before = usage();
+  const t0 = Date.now();
+  const m = (await attack({ do: 'spin', procs: 2, ms: 3000 }, 60, s)).m;
+  const wallMs = Date.now() - t0;
+  assert.equal(m.state, 'completed', m.error);
+  assert.equal(m.sandboxId, warm.sandboxId);
+  const cpus = (usage() - before) / 1000 / m.reply.spunMs;
+  console.log(`CPU bound: ${(usage() - before) / 1000} ms of CPU in ${m.reply.spunMs} ms (${wallMs} ms round trip): ${cpus.toFixed(2)} CPUs`);
+  assert.ok(cpus <= 1.15, `the spinner used ${cpus.toFixed(2)} CPUs with vcpuCount 1`);
+  // What the kernel enforces (a loaded host can hide the bound from the measurement above).
+  const v1 = `/sys/fs/cgroup/cpu/sbx/${warm.sandboxId}`;
+  const quota = existsSync(`${cgroup}/cpu.max`) ? readFileSync(`${cgroup}/cpu.max`, 'utf8').trim()
+    : `${readFileSync(`${v1}/cpu.cfs_quota_us`, 'utf8').trim()} ${readFileSync(`${v1}/cpu.cfs_period_us`, 'utf8').trim()}`;
+  assert.equal(quota, '100000 100000', 'the Sandbox\'s CPU quota is not one CPU');
+  assert.ok(cpus > 0, 'no CPU time measured');
 });
 
 test('the bystander Session was served throughout', async () => {
