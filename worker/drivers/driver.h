@@ -40,6 +40,7 @@ struct sandbox_runtime {
     char image_hash[80];   /* content hash of the rootfs or guest image */
     char kernel[128];      /* what the agent reported as its kernel release */
     void *driver_state;    /* the driver's own */
+    int64_t uid;           /* the Sandbox's own host uid (= gid) from sandbox_uid_range, -1: none */
     /* Set by attach_workspace when the agent must mount the Workspace over NFS
      * ("<host addr>:/<export>"), "" otherwise. */
     char workspace_nfs[160];

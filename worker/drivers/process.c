@@ -29,6 +29,8 @@
 #include "host/jail.h"
 #include "log.h"
 #include "host/links.h"
+#include "host/uid_range.h"
+#include "host/workspace_idmap.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -524,6 +526,22 @@ static int tmp_size_mib(const struct store_shape *shape)
     return half < 16 ? 16 : (half > 4096 ? 4096 : (int)half);
 }
 
+/* A uid of its own for the Sandbox from sandbox_uid_range (uid_range.h), when configured. */
+static int acquire_uid(const struct sbx_config *cfg, struct sandbox_runtime *rt,
+                       struct child_plan *plan, char *err, size_t errlen)
+{
+    struct uid_range range;
+    if (uid_range_parse(cfg->sandbox_uid_range, &range, err, errlen) != 0)
+        return -1;
+    if (!uid_range_on(&range))
+        return 0;
+    if (uid_range_acquire(&range, rt->sandbox_id, &rt->uid, err, errlen) != 0)
+        return -1;
+    plan->uid = (uid_t)rt->uid;
+    plan->gid = (gid_t)rt->uid;
+    return 0;
+}
+
 /* clone() into the new namespaces; returns the child's pid, or -1. */
 static pid_t clone_sandbox(const struct child_plan *plan)
 {
@@ -548,6 +566,7 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
     rt->pid = 0;
     rt->channel_fd = -1;
     rt->driver_state = NULL;
+    rt->uid = -1;
     rt->cgroup_path[0] = rt->net_address[0] = rt->kernel[0] = '\0';
     read_image_hash(rootfs, rt->image_hash, sizeof rt->image_hash);
     if (jail_path(cfg->chroot_base, PROCESS_DRIVER, rt->sandbox_id, rt->jail_dir,
@@ -575,6 +594,8 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
     plan->outer_gid = getegid();
 
     bool privileged = geteuid() == 0;
+    if (privileged && acquire_uid(cfg, rt, plan, err, errlen) != 0)
+        goto fail;
     if (jail_create(rt->jail_dir, privileged, err, errlen) != 0)
         goto fail;
     /* Accounting is not worth refusing a Sandbox for when we are not root (init said so). */
@@ -662,6 +683,8 @@ fail:
                            cleanup_err, sizeof cleanup_err) != 0)
         log_warn("process driver: cleanup after a failed boot of %s: %s", rt->sandbox_id,
                  cleanup_err);
+    uid_range_release(rt->uid, rt->sandbox_id);
+    rt->uid = -1;
     free(plan);
     return -1;
 }
@@ -671,14 +694,19 @@ fail:
 static int process_attach_workspace(const struct sbx_config *cfg, struct sandbox_runtime *rt,
                                     const char *host_dir, char *err, size_t errlen)
 {
-    (void)cfg;
     if (!host_dir)
         return 0;
     if (!rt->jail_dir[0] || rt->pid <= 0) {
         snprintf(err, errlen, "the Sandbox is not running");
         return -1;
     }
-    return jail_attach_workspace(rt->jail_dir, host_dir, err, errlen);
+    if (rt->uid < 0)
+        return jail_attach_workspace(rt->jail_dir, host_dir, err, errlen);
+    /* The Sandbox's own uid sees the Workspace's files (owned by sandbox_uid on disk) as its. */
+    char slot[PATH_MAX];
+    jail_slot_path(rt->jail_dir, slot, sizeof slot);
+    return workspace_idmap_mount(host_dir, slot, (uid_t)cfg->sandbox_uid, (gid_t)cfg->sandbox_gid,
+                                 (uid_t)rt->uid, (gid_t)rt->uid, err, errlen);
 }
 
 /* ---- terminate ---- */
@@ -750,6 +778,9 @@ static int process_terminate(const struct sbx_config *cfg, struct sandbox_runtim
     if (rt->pid > 0)
         kill_and_wait(rt->pid, rt->cgroup_path, TERM_GRACE_MS);
     rt->pid = 0;
+    /* No process of the uid is left (the cgroup is empty): another Sandbox may have it. */
+    uid_range_release(rt->uid, rt->sandbox_id);
+    rt->uid = -1;
     if (rt->cgroup_path[0] || cgroups.v1_memory_root[0])
         cgroup_read_usage(&cgroups, rt->cgroup_path, rt->sandbox_id, usage);
     int rc = cleanup_host_state(cfg, rt->sandbox_id, rt->net_address, rt->jail_dir, rt->cgroup_path,
@@ -843,6 +874,7 @@ static int process_reap(const struct sbx_config *cfg, const struct store_sandbox
     }
     if (ours && !wait_gone(pid, 5000))
         log_error("process driver: %s's init %d survived SIGKILL", sb->id, (int)pid);
+    uid_range_release_owner(sb->id);
     return cleanup_host_state(cfg, sb->id, sb->net_address, jail_dir, cgroup_path, err, errlen);
 }
 
@@ -876,9 +908,17 @@ static int process_init(const struct sbx_config *cfg, char *err, size_t errlen)
         return -1;
     }
     read_image_hash(rootfs, hash, sizeof hash);
+    struct uid_range range;
+    if (uid_range_parse(cfg->sandbox_uid_range, &range, err, errlen) != 0)
+        return -1;
     log_info("process driver: rootfs %s (%s), jails under %s/%s, sandbox uid %lld gid %lld", rootfs,
              hash[0] ? hash : "no image hash file", cfg->chroot_base, PROCESS_DRIVER,
              (long long)cfg->sandbox_uid, (long long)cfg->sandbox_gid);
+    if (uid_range_on(&range))
+        log_info("process driver: each Sandbox runs as a uid/gid of its own from %lld-%lld "
+                 "(entries in %s); Workspace files belong to uid %lld, mapped to it",
+                 (long long)range.first, (long long)range.last, UID_RANGE_DIR,
+                 (long long)cfg->sandbox_uid);
     log_info("process driver: %s", cgroup_report);
     char bounds[256], unbounded[32];
     cgroup_limits_report(&cgroups, bounds, sizeof bounds);

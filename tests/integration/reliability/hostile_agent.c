@@ -14,8 +14,13 @@
  *   alloc   allocates and touches N MiB ("mib"), then replies (the memory bound OOM-kills it)
  *   spin    runs "procs" busy processes for "ms" milliseconds (the CPU bound)
  *   session the agent's and its own session, controlling terminals, /dev/tty, terminal fds
+ *   append  appends "data" to "path" (the Workspace shared by Sandboxes of one App)
+ *   read    the content of "path" (at most 1 KiB of plain words)
  * and reports what happened, so the test can assert containment from the outside.
  * Static, no sanitizers: it runs inside the Sandbox (copied into its Workspace).
+ *
+ * On the host, `sbx-test-hostile-agent --signal-ptrace PID` (run as one Sandbox's uid) prints the
+ * errno of kill(PID, 0) and of PTRACE_ATTACH to PID as {"kill":E,"ptrace":E}.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -429,8 +434,52 @@ static void do_session(const char *id)
     reply(id, out);
 }
 
-int main(void)
+static void do_append(const char *id, const char *line)
 {
+    char path[256] = "", data[256] = "";
+    get_string(line, "path", path, sizeof path);
+    get_string(line, "data", data, sizeof data);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    int err = fd < 0 ? errno : 0;
+    if (fd >= 0 && write(fd, data, strlen(data)) != (ssize_t)strlen(data))
+        err = errno;
+    if (fd >= 0)
+        close(fd);
+    struct stat st = {0};
+    stat(path, &st);
+    char out[128];
+    snprintf(out, sizeof out, "{\"errno\":%d,\"owner\":%d,\"uid\":%d}", err, (int)st.st_uid,
+             (int)getuid());
+    reply(id, out);
+}
+
+static void do_read(const char *id, const char *line)
+{
+    char path[256] = "", data[1024];
+    get_string(line, "path", path, sizeof path);
+    int fd = open(path, O_RDONLY);
+    ssize_t n = fd < 0 ? -1 : read(fd, data, sizeof data - 1);
+    int err = n < 0 ? errno : 0;
+    if (fd >= 0)
+        close(fd);
+    data[n > 0 ? n : 0] = '\0';
+    for (char *c = data; *c; c++)
+        if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20)
+            *c = ' ';
+    char out[1200];
+    snprintf(out, sizeof out, "{\"errno\":%d,\"data\":\"%s\"}", err, data);
+    reply(id, out);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--signal-ptrace") == 0) {
+        pid_t pid = (pid_t)atoi(argv[2]);
+        int k = TRY(kill(pid, 0));
+        int p = TRY(ptrace(PTRACE_ATTACH, pid, NULL, NULL));
+        printf("{\"kill\":%d,\"ptrace\":%d}\n", k, p);
+        return 0;
+    }
     static char line[1 << 20];
     signal(SIGCHLD, SIG_IGN); /* children that die are reaped by the kernel */
     while (fgets(line, sizeof line, stdin)) {
@@ -463,6 +512,10 @@ int main(void)
             do_spin(id, get_number(line, "procs", 2), get_number(line, "ms", 2000));
         else if (strcmp(what, "session") == 0)
             do_session(id);
+        else if (strcmp(what, "append") == 0)
+            do_append(id, line);
+        else if (strcmp(what, "read") == 0)
+            do_read(id, line);
         else
             reply(id, "{\"ok\":true}");
     }

@@ -5,8 +5,9 @@
 // (terminationReason), while a bystander Session of another App is served all along.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { copyFileSync, existsSync, writeFileSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { copyFileSync, existsSync, writeFileSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
+import { execFileSync } from 'node:child_process';
 import { startSbx, req, sleep } from '../worker/harness.mjs';
 
 const AGENT = process.env.SBX_HOSTILE_AGENT_BIN;
@@ -15,6 +16,9 @@ let sbx, hostile, echo, bystander, hostSecret;
 // A Sandbox uid of its own: RLIMIT_NPROC counts per uid on the whole host, so the fork storm must
 // not use up the default uid 65534 that other suites' Sandboxes on this machine share.
 export const SANDBOX_UID = 60000 + (process.pid % 5000);
+// Each Sandbox runs as a uid of its own from sandbox_uid_range (the default, 200000-265535);
+// SANDBOX_UID is then the owner of Workspace files on disk.
+const UID_FIRST = 200000, UID_LAST = 265535;
 // The hostile agent's command name as /proc shows it (15 characters at most).
 const HOSTILE_COMM = 'sbx-test-hostil';
 
@@ -205,7 +209,8 @@ test('no nested namespaces: unshare -Ur and unshare -n fail, a plain program sti
   assert.notEqual(net.reply.status, 0, `unshare -n true: ${net.reply.output}`);
   const plain = (await attack({ do: 'exec', cmd: 'id -u' }, 60, s)).m;
   assert.equal(plain.reply.status, 0, plain.reply.output);
-  assert.equal(plain.reply.output.trim(), String(SANDBOX_UID));
+  const uid = Number(plain.reply.output.trim());
+  assert.ok(uid >= UID_FIRST && uid <= UID_LAST, `uid ${uid} is not of sandbox_uid_range`);
 });
 
 test('no host terminal: no /dev/tty, the agent leads its own session, no terminal descriptor inside', async () => {
@@ -271,6 +276,95 @@ test('CPU bound: a spinner of 2 processes with vcpuCount 1 gets at most about on
     : `${readFileSync(`${v1}/cpu.cfs_quota_us`, 'utf8').trim()} ${readFileSync(`${v1}/cpu.cfs_period_us`, 'utf8').trim()}`;
   assert.equal(quota, '100000 100000', 'the Sandbox\'s CPU quota is not one CPU');
   assert.ok(cpus > 0, 'no CPU time measured');
+});
+
+// The host uid of a live Sandbox's processes (its agent, pid from the store).
+function sandboxProcess(sandboxId) {
+  const pid = Number(sbx.sql(`SELECT pid FROM sandboxes WHERE id = '${sandboxId}'`));
+  const uid = Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))[1]);
+  return { pid, uid };
+}
+
+test('a uid per Sandbox: two live Sandboxes differ, cannot signal or ptrace each other, and share their App\'s Workspace files', async () => {
+  const ws = await req(sbx.gw, 'POST', '/v1/workspaces', { token: hostile.key, body: {} });
+  assert.equal(ws.status, 201, ws.text);
+  const dir = join(sbx.dataDir, 'workspaces', hostile.appId, ws.json.id);
+  copyFileSync(AGENT, join(dir, 'sbx-test-hostile-agent'));
+  const a = await sbx.session(hostile.key, { workspaceId: ws.json.id });
+  const b = await sbx.session(hostile.key, { workspaceId: ws.json.id });
+  const wa = (await attack({ do: 'append', path: '/workspace/shared.txt', data: 'from-a ' }, 60, a)).m;
+  assert.equal(wa.state, 'completed', wa.error);
+  assert.equal(wa.reply.errno, 0);
+  assert.equal(wa.reply.owner, wa.reply.uid, 'the writer does not own what it wrote');
+  const wb = (await attack({ do: 'append', path: '/workspace/shared.txt', data: 'from-b' }, 60, b)).m;
+  assert.equal(wb.state, 'completed', wb.error);
+  assert.equal(wb.reply.errno, 0, "Sandbox B cannot write Sandbox A's Workspace file");
+  assert.equal(wb.reply.owner, wb.reply.uid, "B does not see the App's file as its own");
+  const ra = (await attack({ do: 'read', path: '/workspace/shared.txt' }, 60, a)).m;
+  assert.equal(ra.reply.data, 'from-a from-b');
+  // On disk the file belongs to sandbox_uid whichever Sandbox wrote it (idmapped mounts).
+  const st = statSync(join(dir, 'shared.txt'));
+  assert.equal(st.uid, SANDBOX_UID);
+  assert.equal(st.gid, SANDBOX_UID);
+
+  const pa = sandboxProcess(wa.sandboxId), pb = sandboxProcess(wb.sandboxId);
+  assert.notEqual(wa.sandboxId, wb.sandboxId);
+  assert.notEqual(pa.uid, pb.uid, 'two live Sandboxes share a host uid');
+  for (const u of [pa.uid, pb.uid]) assert.ok(u >= UID_FIRST && u <= UID_LAST, `uid ${u}`);
+  // Even without the pid namespaces: A's uid may neither signal nor ptrace B's processes.
+  const out = execFileSync('setpriv', [`--reuid=${pa.uid}`, `--regid=${pa.uid}`, '--clear-groups',
+    AGENT, '--signal-ptrace', String(pb.pid)], { encoding: 'utf8' });
+  assert.deepEqual(JSON.parse(out), { kill: EPERM, ptrace: EPERM });
+  // Each holds its uid in the host-wide allocation directory, released when the Sandbox ends.
+  assert.equal(readlinkSync(`/run/sbx/sandbox-uids/${pa.uid}`), wa.sandboxId);
+  assert.equal((await req(sbx.gw, 'DELETE', `/v1/sessions/${a.id}`, { token: hostile.key })).status, 204);
+  await sandboxEnded(wa.sandboxId);
+  await sbx.until(() => !existsSync(`/run/sbx/sandbox-uids/${pa.uid}`) ||
+    readlinkSync(`/run/sbx/sandbox-uids/${pa.uid}`) !== wa.sandboxId, 10000, 'the uid to be released');
+});
+
+test('sandbox_uid_range exhausted: a clear boot error, nothing leaks; a crashed worker\'s uid is reconciled', async () => {
+  // One uid (unused by other suites: below the default range), no warm pool.
+  const only = 190000 + (process.pid % 9000);
+  const small = await startSbx({ workers: 1, env: { SBX_SANDBOX_UID_RANGE: `${only}-${only}`,
+    SBX_POOL_SIZE: '0', SBX_MESSAGE_TIMEOUT: '10' } });
+  try {
+    const app = await small.app('tiny', { keepAliveSeconds: 60, maxAttempts: 1 });
+    const entry = `/run/sbx/sandbox-uids/${only}`;
+    const s1 = await small.session(app.key);
+    const m1 = await small.roundTrip(app.key, s1.id, { n: 1 }, 30);
+    assert.equal(m1.state, 'completed', m1.error);
+    assert.equal(m1.reply.uid, only);
+    assert.equal(readlinkSync(entry), m1.sandboxId);
+    // A second Session needs a Sandbox of its own: there is no uid left for it.
+    const s2 = await small.session(app.key);
+    const m2 = await small.roundTrip(app.key, s2.id, { n: 2 }, 30);
+    assert.equal(m2.state, 'failed');
+    assert.match(m2.error, /no free Sandbox uid: all 1 uids of sandbox_uid_range/);
+    const failed = small.sql("SELECT id FROM sandboxes WHERE state = 'failed'").split('\n').filter(Boolean);
+    assert.ok(failed.length >= 1, 'no failed Sandbox recorded');
+    for (const id of failed) {
+      assert.ok(!existsSync(join(small.dataDir, 'jail', 'process', id)), `jail of ${id} left behind`);
+      assert.ok(!existsSync(`/sys/fs/cgroup/unified/sbx/${id}`), `cgroup of ${id} left behind`);
+    }
+    assert.equal(readlinkSync(entry), m1.sandboxId, 'a failed boot took the uid');
+    // The worker dies (kill -9) while its Sandbox holds the uid; the next one reconciles, and a
+    // new Sandbox gets the uid.
+    small.workers[0].kill('SIGKILL');
+    await small.workers[0].exited;
+    small.startWorker();
+    await small.until(() => ['terminated', 'failed'].includes(
+      small.sql(`SELECT state FROM sandboxes WHERE id = '${m1.sandboxId}'`)), 20000,
+    "the crashed worker's Sandbox to be reaped");
+    const m3 = await small.roundTrip(app.key, s2.id, { n: 3 }, 30);
+    assert.equal(m3.state, 'completed', m3.error);
+    assert.equal(m3.reply.uid, only);
+    assert.notEqual(m3.sandboxId, m1.sandboxId);
+    assert.equal(readlinkSync(entry), m3.sandboxId);
+  } finally {
+    await small.stop();
+    small.cleanup();
+  }
 });
 
 test('the bystander Session was served throughout', async () => {
