@@ -70,6 +70,8 @@ static const struct setting settings[] = {
         "gid of Workspace files; the agent's gid when sandbox_uid_range is off"),
     STR(sandbox_uid_range, "200000-265535",
         "host uids (= gids) given one per process Sandbox; off: all run as sandbox_uid"),
+    INT(workspace_size_mib, "1024", 16, 1048576,
+        "size of a Workspace created without sizeMib (MiB; its own ext4 filesystem)"),
     INT(sandbox_pids_max, "1024", 16, 4194304, "processes and threads per Sandbox (pids cgroup)"),
     STR(net_pool, "10.213.0.0/16", "addresses for Sandbox links (a /30 each)"),
     STR(qemu_bin, "qemu-system-x86_64", "QEMU binary of the qemu driver"),

@@ -1,13 +1,15 @@
 /*
  * http_workspaces.c: /v1/workspaces (App keys only): create (and its directory
- * <data_dir>/workspaces/<appId>/<workspaceId>, owned by the Sandbox uid:gid, mode 0770), list, get,
- * delete (refused while a live Session names it; removes the directory).
+ * <data_dir>/workspaces/<appId>/<workspaceId>, owned by the Sandbox uid:gid, mode 0770, with an
+ * ext4 filesystem of sizeMib mounted on it: common/workspace_fs.h), list, get, delete (refused
+ * while a live Session names it; unmounts and removes the filesystem and the directory).
  */
 #include "gateway.h"
 #include "json_input.h"
 #include "log.h"
 #include "render.h"
 #include "reply.h"
+#include "workspace_fs.h"
 
 #include <errno.h>
 #include <ftw.h>
@@ -63,21 +65,28 @@ static void workspace_rmtree(const char *path)
 
 enum MHD_Result http_workspace_create(struct request *r)
 {
-    static const char *const fields[] = {"name", NULL};
+    static const char *const fields[] = {"name", "sizeMib", NULL};
     enum MHD_Result ret;
     struct input_error e;
     const char *name = NULL;
+    int64_t size_mib = r->gw->cfg.workspace_size_mib;
     struct store_workspace w;
     char location[96];
     json_t *obj = request_json(r, fields, &ret);
     if (!obj)
         return ret;
-    if (input_string(obj, "name", 1, 128, true, &name, NULL, &e) < 0) {
+    if (input_string(obj, "name", 1, 128, true, &name, NULL, &e) < 0 ||
+        input_int(obj, "sizeMib", WORKSPACE_MIN_MIB, WORKSPACE_MAX_MIB, false, &size_mib, NULL,
+                  &e) < 0) {
         json_decref(obj);
         return reply_input_error(r, &e);
     }
-    enum store_status s =
-        r->gw->st->workspace_create(r->gw->st, &r->ctx, r->app_id, name, r->gw->cfg.data_dir, &w);
+    /* Loop devices and mounts need root; a developer's unprivileged run keeps plain directories
+     * and says so by a null sizeMib. */
+    if (geteuid() != 0)
+        size_mib = 0;
+    enum store_status s = r->gw->st->workspace_create(r->gw->st, &r->ctx, r->app_id, name, size_mib,
+                                                      r->gw->cfg.data_dir, &w);
     json_decref(obj);
     if (s != STORE_OK)
         return reply_store_error(r, s, "Workspace");
@@ -87,6 +96,15 @@ enum MHD_Result http_workspace_create(struct request *r)
         r->gw->st->workspace_delete(r->gw->st, &r->ctx, r->app_id, w.id, NULL);
         return reply_problem(r, "internal", NULL, "cannot create the Workspace directory %s: %s",
                              w.path, strerror(err));
+    }
+    char fs_err[256];
+    if (size_mib > 0 &&
+        workspace_fs_create(w.path, size_mib, (uid_t)r->gw->cfg.sandbox_uid,
+                            (gid_t)r->gw->cfg.sandbox_gid, fs_err, sizeof fs_err) != 0) {
+        rmdir(w.path);
+        r->gw->st->workspace_delete(r->gw->st, &r->ctx, r->app_id, w.id, NULL);
+        return reply_problem(r, "internal", NULL, "cannot create the Workspace's filesystem: %s",
+                             fs_err);
     }
     snprintf(location, sizeof location, "/v1/workspaces/%s", w.id);
     return reply_json_header(r, 201, render_workspace(&w), "Location", location);
@@ -131,6 +149,9 @@ enum MHD_Result http_workspace_delete(struct request *r)
                              "the Workspace is attached to a live Session; delete it first");
     if (s != STORE_OK)
         return reply_store_error(r, s, "Workspace");
+    char fs_err[256];
+    if (workspace_fs_remove(w.path, fs_err, sizeof fs_err) != 0)
+        log_warn("workspace: %s", fs_err);
     workspace_rmtree(w.path);
     return reply_empty(r, 204);
 }

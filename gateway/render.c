@@ -99,9 +99,10 @@ json_t *render_sandbox(const struct store_sandbox *b)
 
 json_t *render_workspace(const struct store_workspace *w)
 {
-    return json_pack("{s:s, s:s, s:o, s:I, s:o}", "id", w->id, "appId", w->app_id, "name",
-                     str_or_null(w->name), "attachedSessions", (json_int_t)w->attached_sessions,
-                     "createdAt", render_time(w->created_at));
+    return json_pack("{s:s, s:s, s:o, s:o, s:I, s:o}", "id", w->id, "appId", w->app_id, "name",
+                     str_or_null(w->name), "sizeMib",
+                     w->size_mib > 0 ? json_integer(w->size_mib) : json_null(), "attachedSessions",
+                     (json_int_t)w->attached_sessions, "createdAt", render_time(w->created_at));
 }
 
 json_t *render_event(const struct store_event *e)

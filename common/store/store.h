@@ -89,6 +89,7 @@ struct store_workspace {
     char app_id[STORE_ID_LEN];
     char name[STORE_NAME_LEN];
     char path[512];
+    int64_t size_mib; /* its filesystem's size; 0: a plain directory (made before sizes) */
     int64_t created_at;
     int64_t attached_sessions; /* live Sessions that name it */
 };
@@ -323,7 +324,7 @@ struct store {
 
     /* ---- workspaces ---- */
     enum store_status (*workspace_create)(struct store *st, const struct store_ctx *ctx,
-                                          const char *app_id, const char *name,
+                                          const char *app_id, const char *name, int64_t size_mib,
                                           const char *data_dir, struct store_workspace *out);
     enum store_status (*workspace_get)(struct store *st, const char *app_id, const char *ws_id,
                                        struct store_workspace *out);

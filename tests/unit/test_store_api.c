@@ -501,7 +501,7 @@ static void test_cross_app_scoping(void **state)
     make_session(st, a.id, &s);
     struct store_enqueue e = {a.id, s.id, "{}", NULL, NULL};
     assert_int_equal(st->message_enqueue(st, &admin, &e, &m, &replayed), STORE_OK);
-    assert_int_equal(st->workspace_create(st, &admin, a.id, "w", "/tmp/x", &w), STORE_OK);
+    assert_int_equal(st->workspace_create(st, &admin, a.id, "w", 64, "/tmp/x", &w), STORE_OK);
 
     assert_int_equal(st->session_get(st, b.id, s.id, &got), STORE_NOT_FOUND);
     assert_int_equal(st->message_get(st, b.id, s.id, m.id, &gm), STORE_NOT_FOUND);
@@ -536,7 +536,10 @@ static void test_session_names_and_workspaces(void **state)
     struct store_workspace w;
     bool created;
     make_app(st, "names", &a);
-    assert_int_equal(st->workspace_create(st, &admin, a.id, NULL, "/tmp/d", &w), STORE_OK);
+    assert_int_equal(st->workspace_create(st, &admin, a.id, NULL, 64, "/tmp/d", &w), STORE_OK);
+    struct store_workspace got_ws;
+    assert_int_equal(st->workspace_get(st, a.id, w.id, &got_ws), STORE_OK);
+    assert_int_equal(got_ws.size_mib, 64); /* the Workspace's size is kept */
     assert_int_equal(
         st->session_create(st, &admin, a.id, "bob", 30, w.id, "{\"k\":1}", &s1, &created),
         STORE_OK);
@@ -616,10 +619,10 @@ static void test_settings_and_workspace_list(void **state)
 
     make_app(st, "ws", &a);
     make_app(st, "ws-other", &b);
-    assert_int_equal(st->workspace_create(st, &admin, b.id, "theirs", "/tmp/b", &w), STORE_OK);
+    assert_int_equal(st->workspace_create(st, &admin, b.id, "theirs", 64, "/tmp/b", &w), STORE_OK);
     for (int i = 0; i < 3; i++) {
         snprintf(name, sizeof name, "w%d", i);
-        assert_int_equal(st->workspace_create(st, &admin, a.id, name, "/tmp/a", &w), STORE_OK);
+        assert_int_equal(st->workspace_create(st, &admin, a.id, name, 64, "/tmp/a", &w), STORE_OK);
     }
     assert_int_equal(st->workspace_list(st, a.id, "", 2, &items, &n, cursor), STORE_OK);
     assert_int_equal(n, 2);

@@ -8,6 +8,7 @@
 #include "sandbox/agent_channel.h"
 #include "sandbox/jobs.h"
 #include "log.h"
+#include "workspace_fs.h"
 #include "sandbox/pool.h"
 #include "timefmt.h"
 
@@ -492,6 +493,13 @@ void lifecycle_boot(struct worker *w, const struct driver *drv, const struct sto
 static void attach_work(void *arg)
 {
     struct sandbox *sb = arg;
+    /* A Workspace's filesystem is mounted on its directory once per host (after a restart the
+     * first attach mounts it again; common/workspace_fs.h). */
+    if (sb->workspace_dir[0] &&
+        workspace_fs_mount(sb->workspace_dir, sb->job_err, sizeof sb->job_err) != 0) {
+        sb->job_rc = -1;
+        return;
+    }
     sb->job_rc = sb->drv->attach_workspace(&sb->w->cfg, &sb->rt,
                                            sb->workspace_dir[0] ? sb->workspace_dir : NULL,
                                            sb->job_err, sizeof sb->job_err);

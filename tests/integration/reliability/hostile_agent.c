@@ -6,7 +6,7 @@
  *   huge    one reply line of N MiB (bounded by the relay and reply_limit: never delivered)
  *   hang    never answers (message_timeout)
  *   forks   forks children that sleep until fork fails (RLIMIT_NPROC) or N children exist
- *   filltmp writes /tmp/fill until the write fails (the Sandbox's size-limited /tmp)
+ *   filltmp writes "path" (default /tmp/fill) until a write fails (/tmp, the Workspace)
  *   probe   tries to read host paths and host processes, mount, ptrace, setuid, chroot, ...
  *   syscalls calls each system call the Sandbox's seccomp filter denies, with harmless arguments,
  *           and reports each errno, /proc/self/status's Seccomp line and two allowed controls
@@ -114,10 +114,10 @@ static void do_forks(const char *id, long max)
     reply(id, out);
 }
 
-static void do_filltmp(const char *id)
+static void do_filltmp(const char *id, const char *path)
 {
     static char chunk[1 << 16];
-    int fd = open("/tmp/fill", O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     long long written = 0;
     int err = 0;
     if (fd < 0) {
@@ -496,8 +496,11 @@ int main(int argc, char **argv)
                 pause();
         else if (strcmp(what, "forks") == 0)
             do_forks(id, get_number(line, "max", 10000));
-        else if (strcmp(what, "filltmp") == 0)
-            do_filltmp(id);
+        else if (strcmp(what, "filltmp") == 0) {
+            char path[256] = "/tmp/fill";
+            get_string(line, "path", path, sizeof path);
+            do_filltmp(id, path);
+        }
         else if (strcmp(what, "probe") == 0)
             do_probe(id, line);
         else if (strcmp(what, "syscalls") == 0)

@@ -63,12 +63,12 @@ after(async () => {
 });
 
 // A Session of the hostile App with its own Workspace holding the hostile agent binary.
-async function hostileSession() {
-  const ws = await req(sbx.gw, 'POST', '/v1/workspaces', { token: hostile.key, body: {} });
+async function hostileSession(wsBody = {}) {
+  const ws = await req(sbx.gw, 'POST', '/v1/workspaces', { token: hostile.key, body: wsBody });
   assert.equal(ws.status, 201, ws.text);
   const dir = join(sbx.dataDir, 'workspaces', hostile.appId, ws.json.id);
   copyFileSync(AGENT, join(dir, 'sbx-test-hostile-agent'));
-  return { ...(await sbx.session(hostile.key, { workspaceId: ws.json.id })), wsDir: dir };
+  return { ...(await sbx.session(hostile.key, { workspaceId: ws.json.id })), wsDir: dir, ws: ws.json };
 }
 
 async function attack(body, timeoutS = 60, s = null) {
@@ -365,6 +365,37 @@ test('sandbox_uid_range exhausted: a clear boot error, nothing leaks; a crashed 
     await small.stop();
     small.cleanup();
   }
+});
+
+test('a full Workspace stops at its sizeMib (ENOSPC inside), another App\'s Workspace still takes writes, delete removes its filesystem', async () => {
+  const s = await hostileSession({ sizeMib: 16 });
+  assert.equal(s.ws.sizeMib, 16);
+  const { m } = await attack({ do: 'filltmp', path: '/workspace/fill' }, 60, s);
+  assert.equal(m.state, 'completed', m.error);
+  assert.equal(m.reply.errno, ENOSPC);
+  assert.ok(m.reply.written <= 16 * 1024 * 1024, `wrote ${m.reply.written} bytes into a 16 MiB Workspace`);
+  assert.ok(m.reply.written >= 8 * 1024 * 1024, `only ${m.reply.written} bytes fit into a 16 MiB Workspace`);
+  // The image is sparse and bounded: the host's disk holds at most its size.
+  const img = statSync(`${s.wsDir}.img`);
+  assert.ok(img.blocks * 512 <= 17 * 1024 * 1024, `the image uses ${img.blocks * 512} bytes`);
+  // Another App's Workspace (default size) on the same disk is unaffected.
+  const ows = await req(sbx.gw, 'POST', '/v1/workspaces', { token: echo.key, body: {} });
+  assert.equal(ows.status, 201, ows.text);
+  assert.equal(ows.json.sizeMib, 1024, 'the default size is workspace_size_mib');
+  const os = await sbx.session(echo.key, { workspaceId: ows.json.id });
+  const om = await sbx.roundTrip(echo.key, os.id, { writeFile: { path: '/workspace/after-full', data: 'ok' } }, 60);
+  assert.equal(om.state, 'completed', om.error);
+  assert.deepEqual(om.reply.writeFile, { ok: true });
+  // Deleting the Workspace (after its Session) unmounts and removes its filesystem.
+  assert.equal((await req(sbx.gw, 'DELETE', `/v1/sessions/${s.id}`, { token: hostile.key })).status, 204);
+  await sandboxEnded(m.sandboxId);
+  const del = await sbx.until(async () => {
+    const r = await req(sbx.gw, 'DELETE', `/v1/workspaces/${s.ws.id}`, { token: hostile.key });
+    return r.status === 204 ? r : null;
+  }, 10000, 'the Workspace to be deletable');
+  assert.equal(del.status, 204);
+  assert.ok(!existsSync(`${s.wsDir}.img`), 'the image is left behind');
+  assert.ok(!existsSync(s.wsDir), 'the directory is left behind');
 });
 
 test('the bystander Session was served throughout', async () => {
