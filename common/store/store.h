@@ -547,7 +547,18 @@ struct store {
      * value (the first one's). */
     enum store_status (*setting_init)(struct store *st, const char *key, const char *value,
                                       char *out, size_t outlen);
+
+    /* ---- Sandbox bounds a host cannot apply (store_sql_bounds.c) ---- */
+    /* Records what worker_id's drivers cannot bound on its host: "driver:bound" items,
+     * comma-separated ("process:cpu"), "" when every bound applies. */
+    enum store_status (*worker_set_unbounded)(struct store *st, const char *worker_id,
+                                              const char *unbounded);
+    /* The distinct items that live workers recorded; *out (n strings) for store_strings_free. */
+    enum store_status (*sandbox_unbounded)(struct store *st, char ***out, size_t *n);
 };
+
+/* Frees what sandbox_unbounded returned. */
+void store_strings_free(char **items, size_t n);
 
 /* Opens the backend that `store` names: "sqlite" (the file sqlite_path, on one host) or a
  * postgres:// (postgresql://) libpq connection URL (several hosts). busy_timeout_ms applies to

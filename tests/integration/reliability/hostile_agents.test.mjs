@@ -398,6 +398,31 @@ test('a full Workspace stops at its sizeMib (ENOSPC inside), another App\'s Work
   assert.ok(!existsSync(s.wsDir), 'the directory is left behind');
 });
 
+test('a host without memory and cpu controllers: the worker says which bounds it cannot apply, and /v1/pool shows them', async () => {
+  const bare = await startSbx({ workers: 0, env: { SBX_POOL_SIZE: '0' } });
+  try {
+    const pool = async () => (await req(bare.gw, 'GET', '/v1/pool', { token: bare.gw.admin })).json;
+    assert.deepEqual((await pool()).unboundedLimits, []);
+    // The worker in a mount namespace of its own where the v1 memory and cpu hierarchies are
+    // hidden (the v2 hierarchy here has no controllers enabled).
+    const w = bare.startWorker(['unshare', '-m', '--propagation', 'private', 'sh', '-c',
+      'mount -t tmpfs none /sys/fs/cgroup/memory && mount -t tmpfs none /sys/fs/cgroup/cpu && exec "$0"']);
+    const limits = await bare.until(async () => {
+      const l = (await pool()).unboundedLimits;
+      return l.length ? l : null;
+    }, 20000, '/v1/pool to list the bounds the worker cannot apply');
+    assert.deepEqual(limits.sort(), ['process:cpu', 'process:memory']);
+    assert.match(w.log, /cannot bound the Sandboxes' memory,cpu on this host/);
+    // A stopped worker's account goes with it.
+    w.kill('SIGTERM');
+    await w.exited;
+    assert.deepEqual((await pool()).unboundedLimits, []);
+  } finally {
+    await bare.stop();
+    bare.cleanup();
+  }
+});
+
 test('the bystander Session was served throughout', async () => {
   bystander.stop = true;
   await bystander.done;
