@@ -72,6 +72,8 @@ static const struct setting settings[] = {
         "host uids (= gids) given one per process Sandbox; off: all run as sandbox_uid"),
     INT(workspace_size_mib, "1024", 16, 1048576,
         "size of a Workspace created without sizeMib (MiB; its own ext4 filesystem)"),
+    INT(vmm_log_max_kib, "1024", 16, 1048576,
+        "cap of a microVM's console and VMM logs (KiB each; rotated, one older copy kept)"),
     INT(sandbox_pids_max, "1024", 16, 4194304, "processes and threads per Sandbox (pids cgroup)"),
     STR(net_pool, "10.213.0.0/16", "addresses for Sandbox links (a /30 each)"),
     STR(qemu_bin, "qemu-system-x86_64", "QEMU binary of the qemu driver"),

@@ -18,6 +18,7 @@
 #include "drivers/driver.h"
 #include "drivers/fc_api.h"
 #include "log.h"
+#include "host/log_cap.h"
 #include "host/links.h"
 
 #include <jansson.h>
@@ -649,6 +650,10 @@ static pid_t spawn_jailer(const struct sbx_config *cfg, const struct fc_layout *
         snprintf(err, errlen, "spawn %s: %s", cfg->jailer_bin, strerror(rc));
         return -1;
     }
+    /* Rotated at vmm_log_max_kib (log_cap.h; the jailer opened it O_APPEND). Without a hard
+     * RLIMIT_FSIZE: posix_spawn cannot make the VMM ignore SIGXFSZ. */
+    if (log_cap_watch(log_path, cfg->vmm_log_max_kib * 1024) != 0)
+        log_warn("firecracker %s: its log is not rotated (out of memory)", lay->jailer_id);
     return pid;
 }
 
@@ -1106,6 +1111,9 @@ static int fc_terminate(const struct sbx_config *cfg, struct sandbox_runtime *rt
         close(rt->channel_fd);
         rt->channel_fd = -1;
     }
+    char log_path[600];
+    snprintf(log_path, sizeof log_path, "%s/jailer.log", lay->jail_dir);
+    log_cap_unwatch(log_path);
     struct store_usage measured;
     clean_up(cfg, lay, rt->pid, true, &measured);
     if (usage)

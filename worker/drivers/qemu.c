@@ -23,6 +23,7 @@
  * QMP quit, then SIGKILL, each after a timeout; then the jail and cgroup are removed.
  */
 #include "host/cgroup.h"
+#include "host/log_cap.h"
 #include "drivers/driver.h"
 #include "host/links.h"
 #include "host/nfs_export.h"
@@ -331,6 +332,7 @@ struct qemu_launch {
     gid_t gid;
     int tap_fd; /* the host's tap for this Sandbox (links.h), -1: a private one */
     char *const *argv;
+    int64_t log_max; /* vmm_log_max_kib in bytes: no file QEMU writes grows beyond it */
 };
 
 /* In the child: reports which step failed and errno ("<step>:<errno>") to the parent through
@@ -407,7 +409,8 @@ static void run_jailed_qemu(const struct qemu_launch *l, int errfd)
         child_fail(errfd, "bind /usr read-only");
     if (mount("/dev/null", l->dev_null, NULL, MS_BIND, NULL) != 0)
         child_fail(errfd, "bind /dev/null");
-    int logfd = open(l->qemu_log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    /* O_APPEND: log_cap.c truncates it when it rotates (console.log is QEMU's append=on). */
+    int logfd = open(l->qemu_log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
     int nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (logfd < 0 || nullfd < 0)
         child_fail(errfd, "open qemu.log");
@@ -421,6 +424,8 @@ static void run_jailed_qemu(const struct qemu_launch *l, int errfd)
         child_fail(errfd, "drop to sandbox uid/gid");
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
         child_fail(errfd, "no_new_privs");
+    if (log_cap_child_limit(l->log_max) != 0)
+        child_fail(errfd, "cap the logs");
     execv(l->argv[0], l->argv);
     child_fail(errfd, "exec qemu");
 }
@@ -823,8 +828,11 @@ static void build_argv(struct qemu_args *a, const char *bin, const char *accel,
         snprintf(net, sizeof net, " sbx.net=%s", guest_net);
     FMT("console=ttyS0 quiet panic=-1 rdinit=/init sbx.channel=virtio:%s%s%s", QEMU_AGENT_PORT, tsc,
         net);
+    /* Appended, so that log_cap.c can truncate it when it rotates it. */
+    ARG("-chardev");
+    ARG("file,id=console,path=/console.log,append=on");
     ARG("-serial");
-    ARG("file:/console.log");
+    ARG("chardev:console");
     ARG("-chardev");
     ARG("socket,id=agent,path=/agent.sock");
     ARG("-device");
@@ -958,12 +966,16 @@ static int qemu_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, c
                                  .uid = uid,
                                  .gid = gid,
                                  .tap_fd = tap_fd,
-                                 .argv = args.argv};
+                                 .argv = args.argv,
+                                 .log_max = cfg->vmm_log_max_kib * 1024};
     rt->pid = spawn_qemu(&launch, err, errlen);
     if (tap_fd >= 0)
         close(tap_fd); /* QEMU holds its own copy */
     if (rt->pid < 0)
         goto fail;
+    /* Rotated at the cap (one older generation, .1); QEMU's RLIMIT_FSIZE makes the cap hard. */
+    if (log_cap_watch(console, launch.log_max) != 0 || log_cap_watch(qlog, launch.log_max) != 0)
+        log_warn("qemu driver: %s: its logs are not rotated (out of memory)", rt->sandbox_id);
     cgroup_attach(cfg, rt);
 
     rt->channel_fd =
@@ -1061,6 +1073,13 @@ static int qemu_terminate(const struct sbx_config *cfg, struct sandbox_runtime *
     int rc = 0;
     usage->cpu_usec = -1;
     usage->mem_peak_bytes = -1;
+    if (rt->jail_dir[0]) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%.500s/root/console.log", rt->jail_dir);
+        log_cap_unwatch(path);
+        snprintf(path, sizeof path, "%.500s/qemu.log", rt->jail_dir);
+        log_cap_unwatch(path);
+    }
     if (stop_qemu(rt) != 0) {
         snprintf(err, errlen, "qemu pid %d did not exit after SIGKILL", (int)rt->pid);
         rc = -1;
