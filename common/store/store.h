@@ -59,6 +59,9 @@ struct store_app {
     char *command_json; /* JSON array of strings */
     int64_t created_at;
     int64_t updated_at;
+    /* Optional host caps of its microVMs' VMM process, {"vmmMemoryMib":N,"vmmCpus":N} (each
+     * optional); NULL: none. */
+    char *limits_json;
 };
 void store_app_clear(struct store_app *a);
 void store_app_list_free(struct store_app *a, size_t n);
@@ -73,6 +76,7 @@ struct store_app_patch {
     const char *image;
     const int64_t *max_attempts;
     const char *command_json;
+    const char *limits_json; /* NULL: unchanged; "": removed */
 };
 
 struct store_key {

@@ -72,6 +72,11 @@ struct driver {
     /* Optional: the bounds of the App's size this host cannot apply to Sandboxes of this driver,
      * comma-separated ("memory", "cpu"), "" when all apply. Valid after init. */
     void (*unbounded)(const struct sbx_config *cfg, char *out, size_t len);
+    /* Optional (microVM drivers): caps the VMM process of a claimed Sandbox at mem_mib MiB and
+     * cpus CPUs through its cgroup (the App's limits; 0: that cap is not asked). Blocking: called
+     * from a helper thread before attach_workspace. */
+    int (*apply_host_caps)(const struct sbx_config *cfg, struct sandbox_runtime *rt,
+                           int64_t mem_mib, int64_t cpus, char *err, size_t errlen);
 };
 
 /* The drivers; driver_find() returns NULL for an unknown name. */

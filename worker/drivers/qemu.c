@@ -681,6 +681,22 @@ static void cgroup_attach(const struct sbx_config *cfg, struct sandbox_runtime *
         log_warn("qemu driver: %s: cgroup: %s (usage will not be measured)", rt->sandbox_id, why);
 }
 
+/* The App's optional host caps (limits): memory and CPU of the VMM's cgroup (cgroup_limits.c). */
+static int qemu_apply_host_caps(const struct sbx_config *cfg, struct sandbox_runtime *rt,
+                                int64_t mem_mib, int64_t cpus, char *err, size_t errlen)
+{
+    const struct cgroup_host *h = host_cgroups(cfg);
+    if ((mem_mib > 0 && !cgroup_bounds_memory(h)) || (cpus > 0 && !cgroup_bounds_cpu(h))) {
+        snprintf(err, errlen, "the App's VMM caps cannot be applied: %s", "no cgroup controller");
+        return -1;
+    }
+    if (cgroup_apply_limits(h, rt->cgroup_path, rt->sandbox_id, mem_mib, cpus, err, errlen) != 0)
+        return -1;
+    log_info("qemu driver: %s: VMM capped at %lld MiB, %lld CPUs", rt->sandbox_id,
+             (long long)mem_mib, (long long)cpus);
+    return 0;
+}
+
 static void cgroup_detach(const struct sbx_config *cfg, const char *path, const char *sandbox_id)
 {
     char why[512];
@@ -1155,4 +1171,5 @@ const struct driver driver_qemu = {
     .attach_workspace = qemu_attach_workspace,
     .terminate = qemu_terminate,
     .reap = qemu_reap,
+    .apply_host_caps = qemu_apply_host_caps,
 };

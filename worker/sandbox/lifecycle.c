@@ -490,9 +490,32 @@ void lifecycle_boot(struct worker *w, const struct driver *drv, const struct sto
     }
 }
 
+/* The App's host caps for its VMMs ("limits"), when it has any and the driver applies them. */
+static bool wants_host_caps(const struct sandbox *sb)
+{
+    return sb->delivery && sb->delivery->app.limits_json && sb->drv->apply_host_caps;
+}
+
+static int apply_host_caps(struct sandbox *sb)
+{
+    json_error_t jerr;
+    json_t *limits = json_loads(sb->delivery->app.limits_json, 0, &jerr);
+    json_int_t mem = json_integer_value(json_object_get(limits, "vmmMemoryMib"));
+    json_int_t cpus = json_integer_value(json_object_get(limits, "vmmCpus"));
+    json_decref(limits);
+    if (mem <= 0 && cpus <= 0)
+        return 0;
+    return sb->drv->apply_host_caps(&sb->w->cfg, &sb->rt, mem, cpus, sb->job_err,
+                                    sizeof sb->job_err);
+}
+
 static void attach_work(void *arg)
 {
     struct sandbox *sb = arg;
+    if (wants_host_caps(sb) && apply_host_caps(sb) != 0) {
+        sb->job_rc = -1;
+        return;
+    }
     /* A Workspace's filesystem is mounted on its directory once per host (after a restart the
      * first attach mounts it again; common/workspace_fs.h). */
     if (sb->workspace_dir[0] &&
@@ -516,7 +539,7 @@ static void attach_done(void *arg)
         return;
     }
     if (sb->job_rc != 0) {
-        snprintf(reason, sizeof reason, "workspace attach failed: %s", sb->job_err);
+        snprintf(reason, sizeof reason, "workspace attach failed: %.500s", sb->job_err);
         lifecycle_terminate(sb, reason, false);
         return;
     }
@@ -568,7 +591,7 @@ static void start_attach(struct sandbox *sb)
 {
     struct worker *w = sb->w;
     workspace_dir_of(w, sb->delivery, sb->workspace_dir, sizeof sb->workspace_dir);
-    if (!sb->workspace_dir[0]) {
+    if (!sb->workspace_dir[0] && !wants_host_caps(sb)) {
         /* Every driver's attach is a no-op without a Workspace: skip the job thread round trip
          * (two thread wake-ups and an eventfd) on the warm path. */
         sb->rt.workspace_nfs[0] = '\0';
