@@ -119,6 +119,46 @@ static void test_app_crud_and_events(void **state)
                      1);
 }
 
+/* An App's optional VMM host caps (apps.limits): kept, left alone by a patch that does not name
+ * them, replaced, and removed by "" (the gateway's null). */
+static void test_app_limits(void **state)
+{
+    struct store_fixture *f = *state;
+    struct store *st = f->st;
+    struct store_app a, got;
+    memset(&a, 0, sizeof a);
+    snprintf(a.name, sizeof a.name, "capped");
+    a.keep_alive_seconds = 60;
+    a.vcpu_count = 1;
+    a.mem_size_mib = 256;
+    snprintf(a.driver, sizeof a.driver, "qemu");
+    snprintf(a.image, sizeof a.image, "default");
+    a.max_attempts = 3;
+    a.command_json = "[\"x\"]";
+    a.limits_json = "{\"vmmCpus\":1,\"vmmMemoryMib\":512}";
+    assert_int_equal(st->app_create(st, &admin, &a), STORE_OK);
+    assert_int_equal(st->app_get(st, a.id, &got), STORE_OK);
+    assert_string_equal(got.limits_json, "{\"vmmCpus\":1,\"vmmMemoryMib\":512}");
+    store_app_clear(&got);
+    int64_t ka = 30;
+    struct store_app_patch keep = {.keep_alive_seconds = &ka};
+    assert_int_equal(st->app_update(st, &admin, a.id, &keep, &got), STORE_OK);
+    assert_string_equal(got.limits_json, "{\"vmmCpus\":1,\"vmmMemoryMib\":512}");
+    store_app_clear(&got);
+    struct store_app_patch replace = {.limits_json = "{\"vmmCpus\":2}"};
+    assert_int_equal(st->app_update(st, &admin, a.id, &replace, &got), STORE_OK);
+    assert_string_equal(got.limits_json, "{\"vmmCpus\":2}");
+    store_app_clear(&got);
+    struct store_app_patch clear = {.limits_json = ""};
+    assert_int_equal(st->app_update(st, &admin, a.id, &clear, &got), STORE_OK);
+    assert_null(got.limits_json);
+    store_app_clear(&got);
+    make_app(st, "uncapped", &a);
+    assert_int_equal(st->app_get(st, a.id, &got), STORE_OK);
+    assert_null(got.limits_json);
+    store_app_clear(&got);
+}
+
 static void test_app_list_pagination(void **state)
 {
     struct store_fixture *f = *state;
@@ -709,6 +749,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_migrations_applied, setup, teardown),
         cmocka_unit_test_setup_teardown(test_app_crud_and_events, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_app_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_app_list_pagination, setup, teardown),
         cmocka_unit_test_setup_teardown(test_keys_revoke, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_order_and_idempotency, setup, teardown),
