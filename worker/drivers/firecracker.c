@@ -1152,6 +1152,21 @@ static int fc_reap(const struct sbx_config *cfg, const struct store_sandbox *sb,
     return 0;
 }
 
+/* The App's optional host caps (limits): memory and CPU of the VMM's cgroup(s), named by the
+ * jailer id (cgroup_limits.c). */
+static int fc_apply_host_caps(const struct sbx_config *cfg, struct sandbox_runtime *rt,
+                              int64_t mem_mib, int64_t cpus, char *err, size_t errlen)
+{
+    const struct fc_layout *lay = rt->driver_state;
+    const struct cgroup_host *h = host_cgroups(cfg);
+    if (!lay || !lay->cgroup_dir[0] || (mem_mib > 0 && !cgroup_bounds_memory(h)) ||
+        (cpus > 0 && !cgroup_bounds_cpu(h))) {
+        snprintf(err, errlen, "the App's VMM caps cannot be applied: no cgroup for them");
+        return -1;
+    }
+    return cgroup_apply_limits(h, lay->cgroup_dir, lay->jailer_id, mem_mib, cpus, err, errlen);
+}
+
 const struct driver driver_firecracker = {
     .name = "firecracker",
     .init = fc_init,
@@ -1159,4 +1174,5 @@ const struct driver driver_firecracker = {
     .attach_workspace = fc_attach_workspace,
     .terminate = fc_terminate,
     .reap = fc_reap,
+    .apply_host_caps = fc_apply_host_caps,
 };
