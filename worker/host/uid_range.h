@@ -9,7 +9,9 @@
  * with EEXIST, so two Sandboxes can never hold one uid and the entry itself says who owns it. The
  * entry is removed when the Sandbox is gone (its cgroup empty, so no process of the uid is left):
  * at terminate, after a failed boot, and by reap after a worker crash (reconciliation), which
- * finds the entries of a Sandbox id without knowing its uid.
+ * finds the entries of a Sandbox id without knowing its uid. An entry left behind with no one to
+ * reap it (its store gone) is taken over once no uid is free, if it is older than
+ * UID_RANGE_STALE_S and no process of the host runs as its uid.
  */
 #ifndef SBX_UID_RANGE_H
 #define SBX_UID_RANGE_H
@@ -20,6 +22,8 @@
 
 /* Host-global, shared by every installation on the host (uids are a host-wide resource). */
 #define UID_RANGE_DIR "/run/sbx/sandbox-uids"
+/* An entry younger than this may belong to a Sandbox still booting (its processes not started). */
+#define UID_RANGE_STALE_S 60
 
 struct uid_range {
     int64_t first, last; /* both -1: off (every Sandbox runs as sandbox_uid) */
