@@ -4,6 +4,7 @@
  * ext4 filesystem of sizeMib mounted on it: common/workspace_fs.h), list, get, delete (refused
  * while a live Session names it; unmounts and removes the filesystem and the directory).
  */
+#include "fs.h"
 #include "gateway.h"
 #include "json_input.h"
 #include "log.h"
@@ -12,7 +13,6 @@
 #include "workspace_fs.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,23 +44,6 @@ static int workspace_mkdir(const struct gateway *gw, const struct store_workspac
         geteuid() == 0)
         return -1; /* not root (a developer's run): the directory stays the gateway user's */
     return 0;
-}
-
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)ftw;
-    if ((flag == FTW_DP ? rmdir(path) : unlink(path)) != 0 && errno != ENOENT)
-        log_warn("workspace: cannot remove %s: %s", path, strerror(errno));
-    return 0;
-}
-
-/* Removes the tree without following symlinks an agent may have planted, and without crossing
- * into other file systems (a Workspace still mounted somewhere is left alone). */
-static void workspace_rmtree(const char *path)
-{
-    if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0 && errno != ENOENT)
-        log_warn("workspace: cannot walk %s: %s", path, strerror(errno));
 }
 
 enum MHD_Result http_workspace_create(struct request *r)
@@ -152,6 +135,9 @@ enum MHD_Result http_workspace_delete(struct request *r)
     char fs_err[256];
     if (workspace_fs_remove(w.path, fs_err, sizeof fs_err) != 0)
         log_warn("workspace: %s", fs_err);
-    workspace_rmtree(w.path);
+    /* Without following symlinks an agent may have planted, and without crossing into other file
+     * systems (a Workspace still mounted somewhere is left alone). */
+    if (fs_remove_tree(w.path) != 0)
+        log_warn("workspace: cannot remove %s: %s", w.path, strerror(errno));
     return reply_empty(r, 204);
 }

@@ -3,6 +3,7 @@
  * (see uid_range.h).
  */
 #include "host/uid_range.h"
+#include "fs.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -51,20 +52,10 @@ bool uid_range_on(const struct uid_range *r)
 /* mkdir -p of UID_RANGE_DIR, readable by root only (it names every live Sandbox). */
 static int ensure_dir(char *err, size_t errlen)
 {
-    char path[] = UID_RANGE_DIR;
-    for (char *p = path + 1;; p++) {
-        if (*p != '/' && *p != '\0')
-            continue;
-        char saved = *p;
-        *p = '\0';
-        if (mkdir(path, 0700) != 0 && errno != EEXIST) {
-            snprintf(err, errlen, "mkdir %s: %s", path, strerror(errno));
-            return -1;
-        }
-        *p = saved;
-        if (!saved)
-            return 0;
-    }
+    if (fs_mkdir_p(UID_RANGE_DIR, 0700) == 0)
+        return 0;
+    snprintf(err, errlen, "mkdir %s: %s", UID_RANGE_DIR, strerror(errno));
+    return -1;
 }
 
 /* Where to start looking: spread by the id so concurrent boots rarely probe the same uids. */

@@ -1,9 +1,9 @@
 /*
- * store_sql_bounds.c: the workers' account of the Sandbox bounds they cannot apply on their host
+ * bounds.c: the workers' account of the Sandbox bounds they cannot apply on their host
  * (workers.unbounded, migration 0009): written once by each worker after its drivers' start-up
  * checks, read by the gateway for GET /v1/pool.
  */
-#include "sql.h"
+#include "store_sql.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -16,9 +16,7 @@ static enum store_status b_worker_set_unbounded(struct store *st, const char *wo
         return STORE_ERROR;
     sql_bind_text(s, 1, worker_id);
     sql_bind_text(s, 2, unbounded);
-    int rc = sql_step(s);
-    sql_done(s);
-    return rc == SQL_DONE ? STORE_OK : sql_status(st, rc);
+    return sql_step_done(st, s);
 }
 
 /* Appends each comma-separated item of list to *items unless it is there already. */
@@ -79,7 +77,7 @@ void store_strings_free(char **items, size_t n)
     free(items);
 }
 
-void store_sql_bounds_init(struct store *st)
+void sql_bounds_init(struct store *st)
 {
     st->worker_set_unbounded = b_worker_set_unbounded;
     st->sandbox_unbounded = b_sandbox_unbounded;
