@@ -341,8 +341,13 @@ test('sandbox_uid_range exhausted: a clear boot error, nothing leaks; a crashed 
     const m2 = await small.roundTrip(app.key, s2.id, { n: 2 }, 30);
     assert.equal(m2.state, 'failed');
     assert.match(m2.error, /no free Sandbox uid: all 1 uids of sandbox_uid_range/);
-    const failed = small.sql("SELECT id FROM sandboxes WHERE state = 'failed'").split('\n').filter(Boolean);
-    assert.ok(failed.length >= 1, 'no failed Sandbox recorded');
+    // The message fails first; the Sandbox's end is recorded when its cleanup job is done.
+    const failed = await small.until(() => {
+      const ids = small.sql("SELECT id FROM sandboxes WHERE state = 'failed'").split('\n').filter(Boolean);
+      return ids.length ? ids : null;
+    }, 10000, 'the failed boot to be recorded');
+    assert.match(small.sql(`SELECT termination_reason FROM sandboxes WHERE id = '${failed[0]}'`),
+      /no free Sandbox uid/);
     for (const id of failed) {
       assert.ok(!existsSync(join(small.dataDir, 'jail', 'process', id)), `jail of ${id} left behind`);
       assert.ok(!existsSync(`/sys/fs/cgroup/unified/sbx/${id}`), `cgroup of ${id} left behind`);
