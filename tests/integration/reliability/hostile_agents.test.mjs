@@ -428,6 +428,30 @@ test('a host without memory and cpu controllers: the worker says which bounds it
   }
 });
 
+test('a worker started on a terminal: nothing of that terminal reaches its Sandboxes', async () => {
+  const tty = await startSbx({ workers: 0, env: { SBX_POOL_SIZE: '0' } });
+  try {
+    // script(1) runs the worker on a new pseudo-terminal, as `tools/sbx up` in a terminal would.
+    tty.startWorker(['sh', '-c', 'exec script -qec "$0" /dev/null']);
+    const app = await tty.app('on-a-tty', { keepAliveSeconds: 30, maxAttempts: 1 });
+    const s = await tty.session(app.key);
+    const m = await tty.roundTrip(app.key, s.id, { run: ['sh', '-c',
+      'for f in /proc/1/fd/* /proc/self/fd/*; do readlink $f; done; echo STAT $(cut -d" " -f6,7 /proc/1/stat)'] }, 60);
+    assert.equal(m.state, 'completed', m.error);
+    // The worker itself holds the terminal...
+    const workerPid = Number(tty.sql('SELECT pid FROM workers WHERE stopped_at IS NULL'));
+    assert.match(readlinkSync(`/proc/${workerPid}/fd/2`), /^\/dev\/pts\//, 'the worker is not on a terminal');
+    // ...its Sandbox's agent (pid 1) leads its own session without a controlling terminal, and
+    // neither it nor the App has a descriptor of a terminal.
+    const out = m.reply.run.output;
+    assert.doesNotMatch(out, /\/dev\/(pts|tty|console)|ptmx/, out);
+    assert.match(out, /STAT 1 0\b/, `session and tty_nr of the agent: ${out}`);
+  } finally {
+    await tty.stop();
+    tty.cleanup();
+  }
+});
+
 test('the bystander Session was served throughout', async () => {
   bystander.stop = true;
   await bystander.done;
