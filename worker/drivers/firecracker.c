@@ -1127,7 +1127,7 @@ static int fc_apply_host_caps(const struct sbx_config *cfg, struct sandbox_runti
     const struct cgroup_host *h = host_cgroups(cfg);
     if (!lay || !lay->cgroup_dir[0] || (mem_mib > 0 && !cgroup_bounds_memory(h)) ||
         (cpus > 0 && !cgroup_bounds_cpu(h))) {
-        snprintf(err, errlen, "the App's VMM caps cannot be applied: no cgroup for them");
+        snprintf(err, errlen, "the VMM has no cgroup for them on this host");
         return -1;
     }
     return cgroup_apply_limits(h, lay->cgroup_dir, lay->jailer_id, mem_mib, cpus, err, errlen);

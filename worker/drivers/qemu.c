@@ -660,7 +660,7 @@ static int qemu_apply_host_caps(const struct sbx_config *cfg, struct sandbox_run
 {
     const struct cgroup_host *h = host_cgroups(cfg);
     if ((mem_mib > 0 && !cgroup_bounds_memory(h)) || (cpus > 0 && !cgroup_bounds_cpu(h))) {
-        snprintf(err, errlen, "the App's VMM caps cannot be applied: %s", "no cgroup controller");
+        snprintf(err, errlen, "this host has no cgroup controller for them");
         return -1;
     }
     if (cgroup_apply_limits(h, rt->cgroup_path, rt->sandbox_id, mem_mib, cpus, err, errlen) != 0)

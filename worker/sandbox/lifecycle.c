@@ -514,6 +514,7 @@ static void attach_work(void *arg)
     struct sandbox *sb = arg;
     if (wants_host_caps(sb) && apply_host_caps(sb) != 0) {
         sb->job_rc = -1;
+        sb->caps_failed = true; /* the reason says what failed: not the Workspace */
         return;
     }
     /* A Workspace's filesystem is mounted on its directory once per host (after a restart the
@@ -539,7 +540,10 @@ static void attach_done(void *arg)
         return;
     }
     if (sb->job_rc != 0) {
-        snprintf(reason, sizeof reason, "workspace attach failed: %.500s", sb->job_err);
+        snprintf(reason, sizeof reason, "%s: %.500s",
+                 sb->caps_failed ? "the App's VMM limits cannot be applied"
+                                 : "workspace attach failed",
+                 sb->job_err);
         lifecycle_terminate(sb, reason, false);
         return;
     }

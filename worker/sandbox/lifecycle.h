@@ -39,6 +39,7 @@ struct sandbox {
     /* written by job threads, read in the done callbacks */
     int job_rc;
     char job_err[512];
+    bool caps_failed; /* the attach job failed at the App's VMM limits, not at the Workspace */
     char workspace_dir[600];
     struct store_usage usage;
     /* The agent's log lines (its stderr) are budgeted per Sandbox, so an App cannot flood the
