@@ -15,7 +15,8 @@
  *  - the network namespace holds a tap device (tap0) whose fd is handed to QEMU (-netdev tap,fd=)
  *    as the guest's virtio-net link; addresses and the firewall are the network module's part;
  *  - a cgroup per Sandbox (worker/host/cgroup.h: <v2 root>/sbx/<sandboxId>) for CPU and memory
- *    accounting of the QEMU process (the whole guest).
+ *    accounting of the QEMU process (the whole guest), capped by the App's optional limits;
+ *  - the guest console and QEMU's stderr capped and rotated (worker/host/log_cap.h).
  * The driver, not QEMU, listens on the two unix sockets and QEMU connects to them at start-up
  * (chardev client mode), so the channel exists before the guest runs and nothing can race it.
  *
@@ -643,7 +644,8 @@ static const struct cgroup_host *host_cgroups(const struct sbx_config *cfg)
     return &qemu_cgroups;
 }
 
-/* Accounting only: a failure is logged and the Sandbox runs unmeasured. */
+/* For accounting (and an App's VMM limits, applied at claim): a failure is logged and the Sandbox
+ * runs unmeasured; limits asked for later then fail that claim. */
 static void cgroup_attach(const struct sbx_config *cfg, struct sandbox_runtime *rt)
 {
     const struct cgroup_host *h = host_cgroups(cfg);
