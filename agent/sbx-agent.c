@@ -3,9 +3,10 @@
  *
  * It says ready, starts the App's command when the worker asks, and relays the command's JSON
  * lines and stderr over the channel until the command exits (see relay.c). In the process driver
- * it is the init of the Sandbox's pid namespace, started as `sbx-agent --channel-fd 3` with the
- * channel on fd 3. Other transports (guest init, virtio-serial, vsock) add a mode below that opens
- * their channel and then calls relay_run() the same way.
+ * it is the init of the Sandbox's pid namespace, started as `sbx-agent --channel-fd 3 --seccomp`
+ * with the channel on fd 3: it leaves the worker's session (setsid) and filters itself, and so the
+ * App, before it reads a line. Other transports (guest init, virtio-serial, vsock) add a mode below
+ * that opens their channel and then calls relay_run() the same way.
  */
 #include "channel_vm.h"
 #include "relay.h"

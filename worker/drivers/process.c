@@ -1,8 +1,10 @@
 /*
  * process.c: the `process` driver, the embedded default: a Sandbox is a process tree in new
  * mount, pid, network, ipc and uts namespaces (and a user namespace when the worker is not root),
- * pivot_root'ed into a read-only rootfs inside its jail, running sbx-agent as a non-root uid/gid
- * with rlimits, in its own cgroup for accounting.
+ * pivot_root'ed into a read-only rootfs inside its jail, running sbx-agent (which installs the
+ * seccomp filter of agent/sandbox_filter.c) as a host uid/gid of its own (host/uid_range.h) with
+ * rlimits, in its own cgroup for accounting and for the App's size as its bounds
+ * (host/cgroup_limits.c).
  *
  * Boot:   jail dir + shared Workspace slot (jail.c), cgroup (cgroup.c), socketpair for the agent
  *         channel, clone() into the new namespaces. The child waits until the parent has put it in
