@@ -9,6 +9,7 @@
  */
 #include "workspace_fs.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -20,6 +21,7 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -164,42 +166,60 @@ static int lock_image(const char *image, int flags, char *err, size_t errlen)
     return fd;
 }
 
-int workspace_fs_create(const char *dir, int64_t size_mib, uid_t uid, gid_t gid, char *err,
+/* True when dir has no entry but . and .. (-1: cannot tell). */
+static int is_empty_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int empty = 1;
+    struct dirent *e;
+    while (empty && (e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            empty = 0;
+    closedir(d);
+    return empty;
+}
+
+/* Makes the image under a name of its own and links it into place: two processes making it at
+ * once never see each other's half-made file, and the first link wins (EEXIST for the other). */
+static int make_image(const char *image, int64_t size_mib, uid_t uid, gid_t gid, char *err,
+                      size_t errlen)
+{
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s.new.%d.%ld", image, (int)getpid(), (long)syscall(SYS_gettid));
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        snprintf(err, errlen, "create %s: %s", tmp, strerror(errno));
+        return -1;
+    }
+    int rc = -1;
+    if (ftruncate(fd, (off_t)size_mib * 1024 * 1024) != 0)
+        snprintf(err, errlen, "size %s: %s", tmp, strerror(errno));
+    else if (make_filesystem(tmp, uid, gid, err, errlen) == 0) {
+        if (link(tmp, image) == 0 || errno == EEXIST)
+            rc = 0;
+        else
+            snprintf(err, errlen, "link %s: %s", image, strerror(errno));
+    }
+    close(fd);
+    unlink(tmp);
+    return rc;
+}
+
+int workspace_fs_ensure(const char *dir, int64_t size_mib, uid_t uid, gid_t gid, char *err,
                         size_t errlen)
 {
     char image[PATH_MAX];
     image_path(dir, image, sizeof image);
-    int fd = lock_image(image, O_CREAT | O_EXCL, err, errlen);
-    if (fd < 0)
-        return -1;
-    int rc = -1;
-    if (ftruncate(fd, (off_t)size_mib * 1024 * 1024) != 0) {
-        snprintf(err, errlen, "size %s: %s", image, strerror(errno));
-        goto out;
+    if (access(image, F_OK) != 0) {
+        /* No size (a Workspace from before sizes), or files already there that a mount would
+         * hide: it stays a plain directory. */
+        if (size_mib <= 0 || is_empty_dir(dir) != 1)
+            return 0;
+        if (make_image(image, size_mib, uid, gid, err, errlen) != 0)
+            return -1;
     }
-    if (make_filesystem(image, uid, gid, err, errlen) != 0 ||
-        mount_locked(dir, image, err, errlen) != 0)
-        goto out;
-    /* mkfs makes the root 0755; the Workspace directory is 0770 like a plain one. */
-    if (chmod(dir, 0770) != 0) {
-        snprintf(err, errlen, "chmod %s: %s", dir, strerror(errno));
-        umount2(dir, MNT_DETACH);
-        goto out;
-    }
-    rc = 0;
-out:
-    if (rc != 0)
-        unlink(image);
-    close(fd);
-    return rc;
-}
-
-int workspace_fs_mount(const char *dir, char *err, size_t errlen)
-{
-    char image[PATH_MAX];
-    image_path(dir, image, sizeof image);
-    if (access(image, F_OK) != 0)
-        return 0; /* a plain directory */
     int fd = lock_image(image, 0, err, errlen);
     if (fd < 0)
         return -1;
@@ -208,8 +228,14 @@ int workspace_fs_mount(const char *dir, char *err, size_t errlen)
     if (mounted < 0) {
         snprintf(err, errlen, "stat %s: %s", dir, strerror(errno));
         rc = -1;
-    } else if (!mounted) {
-        rc = mount_locked(dir, image, err, errlen);
+    } else if (!mounted && (rc = mount_locked(dir, image, err, errlen)) == 0) {
+        /* mkfs makes the root 0755 (owned by uid:gid); a Workspace directory is 0770. */
+        struct stat st;
+        if (stat(dir, &st) == 0 && (st.st_mode & 07777) == 0755 && chmod(dir, 0770) != 0) {
+            snprintf(err, errlen, "chmod %s: %s", dir, strerror(errno));
+            umount2(dir, MNT_DETACH);
+            rc = -1;
+        }
     }
     close(fd);
     return rc;

@@ -64,10 +64,6 @@ enum MHD_Result http_workspace_create(struct request *r)
         json_decref(obj);
         return reply_input_error(r, &e);
     }
-    /* Loop devices and mounts need root; a developer's unprivileged run keeps plain directories
-     * and says so by a null sizeMib. */
-    if (geteuid() != 0)
-        size_mib = 0;
     enum store_status s = r->gw->st->workspace_create(r->gw->st, &r->ctx, r->app_id, name, size_mib,
                                                       r->gw->cfg.data_dir, &w);
     json_decref(obj);
@@ -80,9 +76,11 @@ enum MHD_Result http_workspace_create(struct request *r)
         return reply_problem(r, "internal", NULL, "cannot create the Workspace directory %s: %s",
                              w.path, strerror(err));
     }
+    /* Loop devices and mounts need root: without it (the systemd unit) the first worker to
+     * attach the Workspace makes its filesystem. */
     char fs_err[256];
-    if (size_mib > 0 &&
-        workspace_fs_create(w.path, size_mib, (uid_t)r->gw->cfg.sandbox_uid,
+    if (geteuid() == 0 &&
+        workspace_fs_ensure(w.path, size_mib, (uid_t)r->gw->cfg.sandbox_uid,
                             (gid_t)r->gw->cfg.sandbox_gid, fs_err, sizeof fs_err) != 0) {
         rmdir(w.path);
         r->gw->st->workspace_delete(r->gw->st, &r->ctx, r->app_id, w.id, NULL);

@@ -10,6 +10,7 @@
 #include "sandbox/jobs.h"
 #include "host/firewall.h"
 #include "recovery/host_beat.h"
+#include "recovery/workspace_mounts.h"
 #include "sandbox/lifecycle.h"
 #include "log.h"
 #include "host/links.h"
@@ -123,6 +124,7 @@ static void on_poll(evutil_socket_t fd, short what, void *arg)
     if (w->stopping)
         return;
     reconcile_run(w);
+    workspace_mounts_reconcile(w);
     lifecycle_check_stop_requests(w);
     pool_refresh_shapes(w);
     pool_replenish(w);

@@ -520,7 +520,9 @@ static void attach_work(void *arg)
     /* A Workspace's filesystem is mounted on its directory once per host (after a restart the
      * first attach mounts it again; common/workspace_fs.h). */
     if (sb->workspace_dir[0] &&
-        workspace_fs_mount(sb->workspace_dir, sb->job_err, sizeof sb->job_err) != 0) {
+        workspace_fs_ensure(sb->workspace_dir, sb->workspace_size_mib,
+                            (uid_t)sb->w->cfg.sandbox_uid, (gid_t)sb->w->cfg.sandbox_gid,
+                            sb->job_err, sizeof sb->job_err) != 0) {
         sb->job_rc = -1;
         return;
     }
@@ -573,18 +575,20 @@ static void attach_done(void *arg)
     arm_timer(sb->timeout_ev, message_timed_out, sb, w->cfg.message_timeout * 1000);
 }
 
-/* The host directory of the Session's Workspace, or "" for none. */
+/* The host directory of the Session's Workspace, or "" for none, and its size. */
 static void workspace_dir_of(struct worker *w, const struct store_delivery *d, char *out,
-                             size_t outlen)
+                             size_t outlen, int64_t *size_mib)
 {
     struct store_workspace ws;
     out[0] = '\0';
+    *size_mib = 0;
     if (!d->session.workspace_id[0])
         return;
     if (w->st->workspace_get &&
         w->st->workspace_get(w->st, d->app.id, d->session.workspace_id, &ws) == STORE_OK &&
         ws.path[0]) {
         snprintf(out, outlen, "%s", ws.path);
+        *size_mib = ws.size_mib;
         return;
     }
     snprintf(out, outlen, "%.250s/workspaces/%s/%s", w->cfg.data_dir, d->app.id,
@@ -594,7 +598,8 @@ static void workspace_dir_of(struct worker *w, const struct store_delivery *d, c
 static void start_attach(struct sandbox *sb)
 {
     struct worker *w = sb->w;
-    workspace_dir_of(w, sb->delivery, sb->workspace_dir, sizeof sb->workspace_dir);
+    workspace_dir_of(w, sb->delivery, sb->workspace_dir, sizeof sb->workspace_dir,
+                     &sb->workspace_size_mib);
     if (!sb->workspace_dir[0] && !wants_host_caps(sb)) {
         /* Every driver's attach is a no-op without a Workspace: skip the job thread round trip
          * (two thread wake-ups and an eventfd) on the warm path. */

@@ -452,6 +452,32 @@ test('a worker started on a terminal: nothing of that terminal reaches its Sandb
   }
 });
 
+test('a gateway without root: the first worker to attach a Workspace makes its filesystem, and the workers remove a deleted one\'s', async () => {
+  const ws = await req(sbx.gw, 'POST', '/v1/workspaces', { token: echo.key, body: { sizeMib: 16 } });
+  assert.equal(ws.status, 201, ws.text);
+  const dir = join(sbx.dataDir, 'workspaces', ws.json.appId, ws.json.id);
+  // What a gateway running as a user without devices (the systemd unit) leaves: an empty
+  // directory, no image.
+  execFileSync('umount', ['-l', dir]);
+  rmSync(`${dir}.img`);
+  assert.deepEqual(readdirSync(dir), []);
+  const s = await sbx.session(echo.key, { workspaceId: ws.json.id });
+  const m = await sbx.roundTrip(echo.key, s.id, { run: ['sh', '-c', 'dd if=/dev/zero of=/workspace/fill bs=65536 2>&1; true'] }, 60);
+  assert.equal(m.state, 'completed', m.error);
+  assert.match(m.reply.run.output, /No space left on device/);
+  assert.ok(existsSync(`${dir}.img`), 'the worker made no image');
+  assert.ok(statSync(join(dir, 'fill')).size <= 16 * 1024 * 1024);
+  // Deleted where the gateway could not unmount it (as the store records a delete): the workers
+  // unmount it and remove image and directory.
+  assert.equal((await req(sbx.gw, 'DELETE', `/v1/sessions/${s.id}`, { token: echo.key })).status, 204);
+  await sbx.until(async () => ['terminated', 'failed'].includes((await sbx.getSandbox(echo.key, m.sandboxId)).state),
+    20000, 'the Sandbox to end');
+  sbx.sql(`UPDATE workspaces SET deleted_at = 1 WHERE id = '${ws.json.id}'`);
+  await sbx.until(() => !existsSync(`${dir}.img`) && !existsSync(dir), 20000,
+    "the workers to remove the deleted Workspace's filesystem");
+  assert.ok(!readFileSync('/proc/self/mountinfo', 'utf8').includes(` ${dir} `), 'still mounted');
+});
+
 test('the bystander Session was served throughout', async () => {
   bystander.stop = true;
   await bystander.done;
