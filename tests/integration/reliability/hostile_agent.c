@@ -516,8 +516,7 @@ int main(int argc, char **argv)
             char path[256] = "/tmp/fill";
             get_string(line, "path", path, sizeof path);
             do_filltmp(id, path);
-        }
-        else if (strcmp(what, "probe") == 0)
+        } else if (strcmp(what, "probe") == 0)
             do_probe(id, line);
         else if (strcmp(what, "syscalls") == 0)
             do_syscalls(id);
