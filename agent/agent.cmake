@@ -19,7 +19,11 @@ function(sbx_static_agent target)
 endfunction()
 
 sbx_static_agent(sbx-agent ${SBX_AGENT_DIR}/sbx-agent.c ${SBX_AGENT_DIR}/relay.c
-                 ${SBX_AGENT_DIR}/guest_nfs.c ${SBX_AGENT_DIR}/image_user.c)
+                 ${SBX_AGENT_DIR}/guest_nfs.c ${SBX_AGENT_DIR}/image_user.c
+                 ${SBX_AGENT_DIR}/sandbox_filter.c)
+# The process driver's seccomp filter: libseccomp-dev's static archive (the agent is static).
+find_library(SBX_SECCOMP_STATIC NAMES libseccomp.a REQUIRED)
+target_link_libraries(sbx-agent PRIVATE ${SBX_SECCOMP_STATIC})
 sbx_static_agent(sbx-echo-agent ${SBX_AGENT_DIR}/echo-agent.c ${SBX_AGENT_DIR}/relay.c
                  ${SBX_AGENT_DIR}/guest_nfs.c ${SBX_AGENT_DIR}/image_user.c)
 

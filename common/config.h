@@ -44,6 +44,9 @@ struct sbx_config {
     char rootfs[512];            /* SBX_ROOTFS: the process driver's read-only root filesystem */
     int64_t sandbox_uid;         /* SBX_SANDBOX_UID */
     int64_t sandbox_gid;         /* SBX_SANDBOX_GID */
+    char sandbox_uid_range[64];  /* SBX_SANDBOX_UID_RANGE: "A-B", a uid per Sandbox; "off" */
+    int64_t workspace_size_mib;  /* SBX_WORKSPACE_SIZE_MIB: a Workspace's size without sizeMib */
+    int64_t vmm_log_max_kib;     /* SBX_VMM_LOG_MAX_KIB: cap of each VMM and console log */
     int64_t sandbox_pids_max;    /* SBX_SANDBOX_PIDS_MAX: tasks per Sandbox (pids cgroup) */
     char net_pool[64];           /* SBX_NET_POOL: addresses for Sandbox links */
     char qemu_bin[256];          /* SBX_QEMU_BIN */

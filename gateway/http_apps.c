@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const app_fields[] = {"name",        "keepAliveSeconds", "vcpuCount",
-                                         "memSizeMib",  "driver",           "image",
-                                         "maxAttempts", "command",          NULL};
+static const char *const app_fields[] = {
+    "name",  "keepAliveSeconds", "vcpuCount", "memSizeMib", "driver",
+    "image", "maxAttempts",      "command",   "limits",     NULL};
 
 /* The App fields present in obj, validated; command_json is a new string the caller frees. */
 struct app_input {
@@ -20,7 +20,49 @@ struct app_input {
     int64_t keep_alive, vcpu, mem, max_attempts;
     bool has_keep_alive, has_vcpu, has_mem, has_max_attempts;
     char *command_json;
+    char *limits_json; /* NULL: absent; "": null or {} (no caps) */
 };
+
+/* "limits": {"vmmMemoryMib": 64..1048576, "vmmCpus": 1..256}, each optional, or null: the host
+ * caps of the App's microVMs' VMM process. Written back as canonical JSON text. */
+static int limits_read(json_t *obj, char **limits_json, struct input_error *e)
+{
+    static const char *const fields[] = {"vmmMemoryMib", "vmmCpus", NULL};
+    json_t *v = json_object_get(obj, "limits");
+    if (!v)
+        return 0;
+    if (json_is_null(v))
+        return (*limits_json = strdup("")) ? 1 : -1;
+    int64_t mem = 0, cpus = 0;
+    int rc = 0;
+    if (!json_is_object(v)) {
+        e->code = "invalid-field";
+        snprintf(e->detail, sizeof e->detail, "field \"limits\" must be an object or null");
+        rc = -1;
+    } else if (!input_known_fields(v, fields, e) ||
+               input_int(v, "vmmMemoryMib", 64, 1048576, false, &mem, NULL, e) < 0 ||
+               input_int(v, "vmmCpus", 1, 256, false, &cpus, NULL, e) < 0) {
+        rc = -1;
+    }
+    if (rc != 0) {
+        char inner[sizeof e->field];
+        snprintf(inner, sizeof inner, "%s", e->field);
+        snprintf(e->field, sizeof e->field, inner[0] ? "limits.%.60s" : "limits", inner);
+        char detail[sizeof e->detail];
+        snprintf(detail, sizeof detail, "%s", e->detail);
+        snprintf(e->detail, sizeof e->detail, "limits: %.200s", detail);
+        return -1;
+    }
+    json_t *canon = json_object();
+    if (mem > 0)
+        json_object_set_new(canon, "vmmMemoryMib", json_integer(mem));
+    if (cpus > 0)
+        json_object_set_new(canon, "vmmCpus", json_integer(cpus));
+    *limits_json =
+        json_object_size(canon) ? json_dumps(canon, JSON_COMPACT | JSON_SORT_KEYS) : strdup("");
+    json_decref(canon);
+    return *limits_json ? 1 : -1;
+}
 
 static bool app_input_read(json_t *obj, struct app_input *in, struct input_error *e)
 {
@@ -61,6 +103,8 @@ static bool app_input_read(json_t *obj, struct app_input *in, struct input_error
         return false;
     if (input_string_array(obj, "command", 64, 4096, &in->command_json, e) < 0)
         return false;
+    if (limits_read(obj, &in->limits_json, e) < 0)
+        return false;
     return true;
 }
 
@@ -88,11 +132,13 @@ enum MHD_Result http_app_create(struct request *r)
     if (!app_input_read(obj, &in, &e)) {
         json_decref(obj);
         free(in.command_json);
+        free(in.limits_json);
         return reply_input_error(r, &e);
     }
     if (!in.name) {
         json_decref(obj);
         free(in.command_json);
+        free(in.limits_json);
         return reply_problem(r, "invalid-field", "name", "field \"name\" is required");
     }
     snprintf(a.name, sizeof a.name, "%s", in.name);
@@ -103,6 +149,11 @@ enum MHD_Result http_app_create(struct request *r)
     snprintf(a.driver, sizeof a.driver, "%s", in.driver ? in.driver : r->gw->cfg.driver);
     snprintf(a.image, sizeof a.image, "%s", in.image ? in.image : "default");
     a.command_json = in.command_json ? in.command_json : strdup("[\"/usr/bin/sbx-echo-agent\"]");
+    /* "" (null or {}) is no caps: stored as NULL. */
+    if (in.limits_json && in.limits_json[0])
+        a.limits_json = in.limits_json;
+    else
+        free(in.limits_json);
     json_decref(obj);
     if (!a.command_json)
         return reply_problem(r, "internal", NULL, "out of memory");
@@ -160,6 +211,7 @@ enum MHD_Result http_app_patch(struct request *r)
     if (!app_input_read(obj, &in, &e)) {
         json_decref(obj);
         free(in.command_json);
+        free(in.limits_json);
         return reply_input_error(r, &e);
     }
     struct store_app_patch p = {
@@ -171,6 +223,7 @@ enum MHD_Result http_app_patch(struct request *r)
         .image = in.image,
         .max_attempts = in.has_max_attempts ? &in.max_attempts : NULL,
         .command_json = in.command_json,
+        .limits_json = in.limits_json,
     };
     enum store_status s = r->gw->st->app_update(r->gw->st, &r->ctx, r->params[0], &p, &a);
     if (s == STORE_CONFLICT)
@@ -182,6 +235,7 @@ enum MHD_Result http_app_patch(struct request *r)
         ret = reply_app(r, 200, &a);
     json_decref(obj);
     free(in.command_json);
+    free(in.limits_json);
     return ret;
 }
 

@@ -43,6 +43,17 @@ enum MHD_Result http_pool_get(struct request *r)
         if (r->is_admin || shape_equal(&shapes[i].shape, &own))
             json_array_append_new(arr, render_pool_shape(&shapes[i], r->gw->cfg.pool_size));
     free(shapes);
-    return reply_json(
-        r, 200, json_pack("{s:o, s:I}", "shapes", arr, "target", (json_int_t)r->gw->cfg.pool_size));
+    char **unbounded;
+    size_t nu;
+    if ((s = r->gw->st->sandbox_unbounded(r->gw->st, &unbounded, &nu)) != STORE_OK) {
+        json_decref(arr);
+        return reply_store_error(r, s, "pool");
+    }
+    json_t *ub = json_array();
+    for (size_t i = 0; i < nu; i++)
+        json_array_append_new(ub, json_string(unbounded[i]));
+    store_strings_free(unbounded, nu);
+    return reply_json(r, 200,
+                      json_pack("{s:o, s:I, s:o}", "shapes", arr, "target",
+                                (json_int_t)r->gw->cfg.pool_size, "unboundedLimits", ub));
 }

@@ -1,8 +1,9 @@
 /*
  * http_workspaces.c: /v1/workspaces (App keys only): create (and its directory
- * <data_dir>/workspaces/<appId>/<workspaceId>, owned by the Sandbox uid:gid, mode 0770), list, get,
- * delete (refused while a live Session names it or a Sandbox that had it has not stopped; removes
- * the directory by directory fds, see fs.h).
+ * <data_dir>/workspaces/<appId>/<workspaceId>, owned by the Sandbox uid:gid, mode 0770, with an
+ * ext4 filesystem of sizeMib mounted on it: common/workspace_fs.h), list, get, delete (refused
+ * while a live Session names it or a Sandbox that had it has not stopped; unmounts and removes the
+ * filesystem, then the directory by directory fds, see fs.h).
  */
 #include "fs.h"
 #include "gateway.h"
@@ -10,6 +11,7 @@
 #include "log.h"
 #include "render.h"
 #include "reply.h"
+#include "workspace_fs.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -47,21 +49,24 @@ static int workspace_mkdir(const struct gateway *gw, const struct store_workspac
 
 enum MHD_Result http_workspace_create(struct request *r)
 {
-    static const char *const fields[] = {"name", NULL};
+    static const char *const fields[] = {"name", "sizeMib", NULL};
     enum MHD_Result ret;
     struct input_error e;
     const char *name = NULL;
+    int64_t size_mib = r->gw->cfg.workspace_size_mib;
     struct store_workspace w;
     char location[96];
     json_t *obj = request_json(r, fields, &ret);
     if (!obj)
         return ret;
-    if (input_string(obj, "name", 1, 128, true, &name, NULL, &e) < 0) {
+    if (input_string(obj, "name", 1, 128, true, &name, NULL, &e) < 0 ||
+        input_int(obj, "sizeMib", WORKSPACE_MIN_MIB, WORKSPACE_MAX_MIB, false, &size_mib, NULL,
+                  &e) < 0) {
         json_decref(obj);
         return reply_input_error(r, &e);
     }
-    enum store_status s =
-        r->gw->st->workspace_create(r->gw->st, &r->ctx, r->app_id, name, r->gw->cfg.data_dir, &w);
+    enum store_status s = r->gw->st->workspace_create(r->gw->st, &r->ctx, r->app_id, name, size_mib,
+                                                      r->gw->cfg.data_dir, &w);
     json_decref(obj);
     if (s != STORE_OK)
         return reply_store_error(r, s, "Workspace");
@@ -71,6 +76,17 @@ enum MHD_Result http_workspace_create(struct request *r)
         r->gw->st->workspace_delete(r->gw->st, &r->ctx, r->app_id, w.id, NULL);
         return reply_problem(r, "internal", NULL, "cannot create the Workspace directory %s: %s",
                              w.path, strerror(err));
+    }
+    /* Loop devices and mounts need root: without it (the systemd unit) the first worker to
+     * attach the Workspace makes its filesystem. */
+    char fs_err[256];
+    if (geteuid() == 0 &&
+        workspace_fs_ensure(w.path, size_mib, (uid_t)r->gw->cfg.sandbox_uid,
+                            (gid_t)r->gw->cfg.sandbox_gid, fs_err, sizeof fs_err) != 0) {
+        rmdir(w.path);
+        r->gw->st->workspace_delete(r->gw->st, &r->ctx, r->app_id, w.id, NULL);
+        return reply_problem(r, "internal", NULL, "cannot create the Workspace's filesystem: %s",
+                             fs_err);
     }
     snprintf(location, sizeof location, "/v1/workspaces/%s", w.id);
     return reply_json_header(r, 201, render_workspace(&w), "Location", location);
@@ -117,6 +133,9 @@ enum MHD_Result http_workspace_delete(struct request *r)
                              "its Sandbox to stop, then retry");
     if (s != STORE_OK)
         return reply_store_error(r, s, "Workspace");
+    char fs_err[256];
+    if (workspace_fs_remove(w.path, fs_err, sizeof fs_err) != 0)
+        log_warn("workspace: %s", fs_err);
     /* By directory fds (fs.h): a Sandbox that had the Workspace may have planted symlinks in it,
      * and cannot steer the removal out of it. */
     if (fs_remove_tree(w.path) != 0)

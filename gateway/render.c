@@ -36,11 +36,17 @@ static json_t *stored_json(const char *text)
 
 json_t *render_app(const struct store_app *a)
 {
-    return json_pack("{s:s, s:s, s:I, s:I, s:I, s:s, s:s, s:I, s:o, s:o, s:o}", "id", a->id, "name",
-                     a->name, "keepAliveSeconds", (json_int_t)a->keep_alive_seconds, "vcpuCount",
-                     (json_int_t)a->vcpu_count, "memSizeMib", (json_int_t)a->mem_size_mib, "driver",
-                     a->driver, "image", a->image, "maxAttempts", (json_int_t)a->max_attempts,
-                     "command", stored_json(a->command_json), "createdAt",
+    json_t *limits = a->limits_json ? stored_json(a->limits_json) : json_null();
+    if (!json_is_object(limits)) {
+        json_decref(limits);
+        limits = json_null();
+    }
+    return json_pack("{s:s, s:s, s:I, s:I, s:I, s:s, s:s, s:I, s:o, s:o, s:o, s:o}", "id", a->id,
+                     "name", a->name, "keepAliveSeconds", (json_int_t)a->keep_alive_seconds,
+                     "vcpuCount", (json_int_t)a->vcpu_count, "memSizeMib",
+                     (json_int_t)a->mem_size_mib, "driver", a->driver, "image", a->image,
+                     "maxAttempts", (json_int_t)a->max_attempts, "command",
+                     stored_json(a->command_json), "limits", limits, "createdAt",
                      render_time(a->created_at), "updatedAt", render_time(a->updated_at));
 }
 
@@ -137,9 +143,10 @@ json_t *render_sandbox(const struct store_sandbox *b)
 
 json_t *render_workspace(const struct store_workspace *w)
 {
-    return json_pack("{s:s, s:s, s:o, s:I, s:o}", "id", w->id, "appId", w->app_id, "name",
-                     str_or_null(w->name), "attachedSessions", (json_int_t)w->attached_sessions,
-                     "createdAt", render_time(w->created_at));
+    return json_pack("{s:s, s:s, s:o, s:o, s:I, s:o}", "id", w->id, "appId", w->app_id, "name",
+                     str_or_null(w->name), "sizeMib",
+                     w->size_mib > 0 ? json_integer(w->size_mib) : json_null(), "attachedSessions",
+                     (json_int_t)w->attached_sessions, "createdAt", render_time(w->created_at));
 }
 
 json_t *render_event(const struct store_event *e)

@@ -483,6 +483,15 @@ CREATE INDEX workers_host ON workers (host_id, stopped_at);
 -- The Sessions a worker owns (placement counts a host's load; host loss releases them).
 CREATE INDEX sessions_worker ON sessions (worker_id) WHERE worker_id IS NOT NULL;
 
+-- ---- hardening (migration 0009), documented in schema/README.md ----
+-- A Workspace's size in MiB: its data lives in an ext4 image of that size (NULL: a Workspace made
+-- before 0009, a plain directory).
+ALTER TABLE workspaces ADD COLUMN size_mib INTEGER;
+-- An App's optional host caps for its microVMs' VMM process: JSON {"vmmMemoryMib": N,
+-- "vmmCpus": N} (NULL: none, the default).
+ALTER TABLE apps ADD COLUMN limits TEXT;
+-- The bounds a worker's drivers cannot apply on its host ("process:cpu", comma-separated; '').
+ALTER TABLE workers ADD COLUMN unbounded TEXT;
 -- ---- streaming: migrations/0010_streaming.sql, documented in schema/README.md ----
 -- An agent's partial output ({"id":..,"chunk":..} lines), in order per message; bounded per
 -- message (chunks past the bound are counted in messages.chunks_dropped); deleted with the

@@ -22,3 +22,9 @@ add_test(NAME it.process.rootfs
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/integration/process/rootfs_test.sh
                  ${CMAKE_SOURCE_DIR}/tools/build-rootfs $<TARGET_FILE:sbx-agent>
                  $<TARGET_FILE:sbx-echo-agent>)
+
+# The per-Sandbox uid allocator (worker/host/uid_range.c) on the host-wide directory; needs root.
+add_executable(test_uid_range ${CMAKE_CURRENT_LIST_DIR}/unit/test_uid_range.c)
+target_link_libraries(test_uid_range PRIVATE sbxworker PkgConfig::CMOCKA)
+add_test(NAME unit.process.uid_range COMMAND test_uid_range)
+set_tests_properties(unit.process.uid_range PROPERTIES SKIP_RETURN_CODE 77)

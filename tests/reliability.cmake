@@ -99,3 +99,13 @@ set_tests_properties(it.reliability.bounded_answers PROPERTIES ENVIRONMENT "${re
 add_test(NAME it.reliability.two_installations
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/in-netns.sh ${NODE_EXECUTABLE} --test ${rel_dir}/two_installations.test.mjs)
 set_tests_properties(it.reliability.two_installations PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 240)
+
+# The hostile-agent rows that apply to microVMs (VMM cgroup caps from an App's limits, console log
+# caps) on real TCG guests; needs the guest image fixture (tests/microvm.cmake).
+if(TARGET guest-image)
+  add_test(NAME it.reliability.hostile_agents_qemu
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/in-netns.sh ${NODE_EXECUTABLE} --test
+                   --test-concurrency=1 ${rel_dir}/hostile_agents_qemu.test.mjs)
+  set_tests_properties(it.reliability.hostile_agents_qemu PROPERTIES ENVIRONMENT "${rel_env}"
+                       FIXTURES_REQUIRED guest_image TIMEOUT 300)
+endif()

@@ -42,3 +42,8 @@ if(NODE_EXECUTABLE AND TARGET sbx-echo-agent AND TARGET sbx-worker)
       TIMEOUT 300)
   endforeach()
 endif()
+
+# VMM log caps (worker/host/log_cap.c): a flood into a watched log stays at its cap, rotated.
+add_executable(test_log_cap ${CMAKE_CURRENT_LIST_DIR}/unit/test_log_cap.c)
+target_link_libraries(test_log_cap PRIVATE sbxworker PkgConfig::CMOCKA)
+add_test(NAME unit.worker.log_cap COMMAND test_log_cap)

@@ -18,6 +18,7 @@
 #include "notify.h"
 #include "recovery/host_beat.h"
 #include "recovery/reconcile.h"
+#include "recovery/workspace_mounts.h"
 #include "sandbox/jobs.h"
 #include "sandbox/pool.h"
 #include "sandbox/sandbox.h"
@@ -101,6 +102,7 @@ static void on_poll(evutil_socket_t fd, short what, void *arg)
         return;
     if (reconcile_run(w))
         consumer_kick(w);
+    workspace_mounts_reconcile(w);
     sandbox_check_stop_requests(w);
     pool_refresh_shapes(w);
     pool_replenish(w);

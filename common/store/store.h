@@ -73,6 +73,9 @@ struct store_app {
     char *command_json; /* JSON array of strings */
     int64_t created_at;
     int64_t updated_at;
+    /* Optional host caps of its microVMs' VMM process, {"vmmMemoryMib":N,"vmmCpus":N} (each
+     * optional); NULL: none. */
+    char *limits_json;
 };
 void store_app_clear(struct store_app *a);
 void store_app_list_free(struct store_app *a, size_t n);
@@ -87,6 +90,7 @@ struct store_app_patch {
     const char *image;
     const int64_t *max_attempts;
     const char *command_json;
+    const char *limits_json; /* NULL: unchanged; "": removed */
 };
 
 /* A Sandbox's shape: what the warm pool keeps per kind. */
@@ -115,6 +119,7 @@ struct store_workspace {
     char app_id[STORE_ID_LEN];
     char name[STORE_NAME_LEN];
     char path[512];
+    int64_t size_mib; /* its filesystem's size; 0: a plain directory (made before sizes) */
     int64_t created_at;
     int64_t attached_sessions; /* live Sessions that name it */
 };
@@ -441,7 +446,7 @@ struct store {
 
     /* ---- workspaces (workspaces.c) ---- */
     enum store_status (*workspace_create)(struct store *st, const struct store_ctx *ctx,
-                                          const char *app_id, const char *name,
+                                          const char *app_id, const char *name, int64_t size_mib,
                                           const char *data_dir, struct store_workspace *out);
     enum store_status (*workspace_get)(struct store *st, const char *app_id, const char *ws_id,
                                        struct store_workspace *out);
@@ -710,7 +715,17 @@ struct store {
                                         const struct store_webhook_result *res);
     /* Worker: the earliest time a pending delivery of a live endpoint comes due (0: none). */
     enum store_status (*webhook_next_due)(struct store *st, int64_t *at);
+    /* ---- Sandbox bounds a host cannot apply (workers.unbounded; bounds.c) ---- */
+    /* Records what worker_id's drivers cannot bound on its host: "driver:bound" items,
+     * comma-separated ("process:cpu"), "" when every bound applies. */
+    enum store_status (*worker_set_unbounded)(struct store *st, const char *worker_id,
+                                              const char *unbounded);
+    /* The distinct items that live workers recorded; *out (n strings) for store_strings_free. */
+    enum store_status (*sandbox_unbounded)(struct store *st, char ***out, size_t *n);
 };
+
+/* Frees what sandbox_unbounded returned. */
+void store_strings_free(char **items, size_t n);
 
 /* ==== opening a store ==== */
 

@@ -119,6 +119,46 @@ static void test_app_crud_and_events(void **state)
                      1);
 }
 
+/* An App's optional VMM host caps (apps.limits): kept, left alone by a patch that does not name
+ * them, replaced, and removed by "" (the gateway's null). */
+static void test_app_limits(void **state)
+{
+    struct store_fixture *f = *state;
+    struct store *st = f->st;
+    struct store_app a, got;
+    memset(&a, 0, sizeof a);
+    snprintf(a.name, sizeof a.name, "capped");
+    a.keep_alive_seconds = 60;
+    a.vcpu_count = 1;
+    a.mem_size_mib = 256;
+    snprintf(a.driver, sizeof a.driver, "qemu");
+    snprintf(a.image, sizeof a.image, "default");
+    a.max_attempts = 3;
+    a.command_json = "[\"x\"]";
+    a.limits_json = "{\"vmmCpus\":1,\"vmmMemoryMib\":512}";
+    assert_int_equal(st->app_create(st, &admin, &a), STORE_OK);
+    assert_int_equal(st->app_get(st, a.id, &got), STORE_OK);
+    assert_string_equal(got.limits_json, "{\"vmmCpus\":1,\"vmmMemoryMib\":512}");
+    store_app_clear(&got);
+    int64_t ka = 30;
+    struct store_app_patch keep = {.keep_alive_seconds = &ka};
+    assert_int_equal(st->app_update(st, &admin, a.id, &keep, &got), STORE_OK);
+    assert_string_equal(got.limits_json, "{\"vmmCpus\":1,\"vmmMemoryMib\":512}");
+    store_app_clear(&got);
+    struct store_app_patch replace = {.limits_json = "{\"vmmCpus\":2}"};
+    assert_int_equal(st->app_update(st, &admin, a.id, &replace, &got), STORE_OK);
+    assert_string_equal(got.limits_json, "{\"vmmCpus\":2}");
+    store_app_clear(&got);
+    struct store_app_patch clear = {.limits_json = ""};
+    assert_int_equal(st->app_update(st, &admin, a.id, &clear, &got), STORE_OK);
+    assert_null(got.limits_json);
+    store_app_clear(&got);
+    make_app(st, "uncapped", &a);
+    assert_int_equal(st->app_get(st, a.id, &got), STORE_OK);
+    assert_null(got.limits_json);
+    store_app_clear(&got);
+}
+
 static void test_app_list_pagination(void **state)
 {
     struct store_fixture *f = *state;
@@ -501,7 +541,7 @@ static void test_cross_app_scoping(void **state)
     make_session(st, a.id, &s);
     struct store_enqueue e = {a.id, s.id, "{}", NULL, NULL};
     assert_int_equal(st->message_enqueue(st, &admin, &e, &m, &replayed), STORE_OK);
-    assert_int_equal(st->workspace_create(st, &admin, a.id, "w", "/tmp/x", &w), STORE_OK);
+    assert_int_equal(st->workspace_create(st, &admin, a.id, "w", 64, "/tmp/x", &w), STORE_OK);
 
     assert_int_equal(st->session_get(st, b.id, s.id, &got), STORE_NOT_FOUND);
     assert_int_equal(st->message_get(st, b.id, s.id, m.id, &gm), STORE_NOT_FOUND);
@@ -536,7 +576,10 @@ static void test_session_names_and_workspaces(void **state)
     struct store_workspace w;
     bool created;
     make_app(st, "names", &a);
-    assert_int_equal(st->workspace_create(st, &admin, a.id, NULL, "/tmp/d", &w), STORE_OK);
+    assert_int_equal(st->workspace_create(st, &admin, a.id, NULL, 64, "/tmp/d", &w), STORE_OK);
+    struct store_workspace got_ws;
+    assert_int_equal(st->workspace_get(st, a.id, w.id, &got_ws), STORE_OK);
+    assert_int_equal(got_ws.size_mib, 64); /* the Workspace's size is kept */
     assert_int_equal(
         st->session_create(st, &admin, a.id, "bob", 30, w.id, "{\"k\":1}", &s1, &created),
         STORE_OK);
@@ -616,10 +659,10 @@ static void test_settings_and_workspace_list(void **state)
 
     make_app(st, "ws", &a);
     make_app(st, "ws-other", &b);
-    assert_int_equal(st->workspace_create(st, &admin, b.id, "theirs", "/tmp/b", &w), STORE_OK);
+    assert_int_equal(st->workspace_create(st, &admin, b.id, "theirs", 64, "/tmp/b", &w), STORE_OK);
     for (int i = 0; i < 3; i++) {
         snprintf(name, sizeof name, "w%d", i);
-        assert_int_equal(st->workspace_create(st, &admin, a.id, name, "/tmp/a", &w), STORE_OK);
+        assert_int_equal(st->workspace_create(st, &admin, a.id, name, 64, "/tmp/a", &w), STORE_OK);
     }
     assert_int_equal(st->workspace_list(st, a.id, "", 2, &items, &n, cursor), STORE_OK);
     assert_int_equal(n, 2);
@@ -706,6 +749,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_migrations_applied, setup, teardown),
         cmocka_unit_test_setup_teardown(test_app_crud_and_events, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_app_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_app_list_pagination, setup, teardown),
         cmocka_unit_test_setup_teardown(test_keys_revoke, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_order_and_idempotency, setup, teardown),

@@ -1,20 +1,56 @@
 /*
  * activate.c: giving a claimed message's Session a Sandbox (delivery.h): a warm one of the App's
- * shape claimed in the store, else a cold boot; then the Session's Workspace attached (a driver
- * job, skipped without a Workspace) and the App's command started; when the agent says
+ * shape claimed in the store, else a cold boot; then the App's VMM limits applied and the
+ * Session's Workspace attached (a driver job, skipped without either) and the App's command
+ * started; when the agent says
  * "started", the message goes out (ACTIVATING -> BUSY) and the Sandbox is recorded running.
  */
 #include "delivery/delivery.h"
 #include "log.h"
 #include "sandbox/jobs.h"
 #include "sandbox/pool.h"
+#include "workspace_fs.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <string.h>
+
+/* The App's host caps for its VMMs ("limits"), when it has any and the driver applies them. */
+static bool wants_host_caps(const struct sandbox *sb)
+{
+    return sb->delivery && sb->delivery->app.limits_json && sb->drv->apply_host_caps;
+}
+
+static int apply_host_caps(struct sandbox *sb)
+{
+    json_error_t jerr;
+    json_t *limits = json_loads(sb->delivery->app.limits_json, 0, &jerr);
+    json_int_t mem = json_integer_value(json_object_get(limits, "vmmMemoryMib"));
+    json_int_t cpus = json_integer_value(json_object_get(limits, "vmmCpus"));
+    json_decref(limits);
+    if (mem <= 0 && cpus <= 0)
+        return 0;
+    return sb->drv->apply_host_caps(&sb->w->cfg, &sb->rt, mem, cpus, sb->job_err,
+                                    sizeof sb->job_err);
+}
 
 static void attach_work(void *arg)
 {
     struct sandbox *sb = arg;
+    if (wants_host_caps(sb) && apply_host_caps(sb) != 0) {
+        sb->job_rc = -1;
+        sb->caps_failed = true; /* the reason says what failed: not the Workspace */
+        return;
+    }
+    /* A Workspace's filesystem is mounted on its directory once per host, and made by the first
+     * worker to attach it when the gateway could not (common/workspace_fs.h). */
+    if (sb->workspace_dir[0] &&
+        workspace_fs_ensure(sb->workspace_dir, sb->workspace_size_mib,
+                            (uid_t)sb->w->cfg.sandbox_uid, (gid_t)sb->w->cfg.sandbox_gid,
+                            sb->job_err, sizeof sb->job_err) != 0) {
+        sb->job_rc = -1;
+        return;
+    }
     sb->job_rc = sb->drv->attach_workspace(&sb->w->cfg, &sb->rt,
                                            sb->workspace_dir[0] ? sb->workspace_dir : NULL,
                                            sb->job_err, sizeof sb->job_err);
@@ -30,7 +66,10 @@ static void attach_done(void *arg)
         return;
     }
     if (sb->job_rc != 0) {
-        snprintf(reason, sizeof reason, "workspace attach failed: %s", sb->job_err);
+        snprintf(reason, sizeof reason, "%s: %.500s",
+                 sb->caps_failed ? "the App's VMM limits cannot be applied"
+                                 : "workspace attach failed",
+                 sb->job_err);
         sandbox_terminate(sb, reason, false);
         return;
     }
@@ -41,18 +80,20 @@ static void attach_done(void *arg)
     sandbox_arm_deadline(sb);
 }
 
-/* The host directory of the Session's Workspace, or "" for none. */
+/* The host directory of the Session's Workspace, or "" for none, and its size. */
 static void workspace_dir_of(struct worker *w, const struct store_delivery *d, char *out,
-                             size_t outlen)
+                             size_t outlen, int64_t *size_mib)
 {
     struct store_workspace ws;
     out[0] = '\0';
+    *size_mib = 0;
     if (!d->session.workspace_id[0])
         return;
     if (w->st->workspace_get &&
         w->st->workspace_get(w->st, d->app.id, d->session.workspace_id, &ws) == STORE_OK &&
         ws.path[0]) {
         snprintf(out, outlen, "%s", ws.path);
+        *size_mib = ws.size_mib;
         return;
     }
     snprintf(out, outlen, "%.250s/workspaces/%s/%s", w->cfg.data_dir, d->app.id,
@@ -62,8 +103,9 @@ static void workspace_dir_of(struct worker *w, const struct store_delivery *d, c
 void activation_continue(struct sandbox *sb)
 {
     struct worker *w = sb->w;
-    workspace_dir_of(w, sb->delivery, sb->workspace_dir, sizeof sb->workspace_dir);
-    if (!sb->workspace_dir[0]) {
+    workspace_dir_of(w, sb->delivery, sb->workspace_dir, sizeof sb->workspace_dir,
+                     &sb->workspace_size_mib);
+    if (!sb->workspace_dir[0] && !wants_host_caps(sb)) {
         /* Every driver's attach is a no-op without a Workspace: skip the job thread round trip
          * (two thread wake-ups and an eventfd) on the warm path. */
         sb->rt.workspace_nfs[0] = '\0';

@@ -40,6 +40,7 @@ struct sandbox_runtime {
     char image_hash[80];   /* content hash of the rootfs or guest image */
     char kernel[128];      /* what the agent reported as its kernel release */
     void *driver_state;    /* the driver's own */
+    int64_t uid;           /* the Sandbox's own host uid (= gid) from sandbox_uid_range, -1: none */
     /* Set by attach_workspace when the agent must mount the Workspace over NFS
      * ("<host addr>:/<export>"), "" otherwise. */
     char workspace_nfs[160];
@@ -64,6 +65,18 @@ struct driver {
      */
     int (*reap)(const struct sbx_config *cfg, const struct store_sandbox *sb, char *err,
                 size_t errlen);
+    /* Optional: how many processes the OOM killer ended inside the Sandbox (its memory bound);
+     * -1 when unknown. Cheap (a cgroup file): called on the event loop when the agent or the
+     * App's command ended. */
+    int64_t (*oom_kills)(const struct sbx_config *cfg, const struct sandbox_runtime *rt);
+    /* Optional: the bounds of the App's size this host cannot apply to Sandboxes of this driver,
+     * comma-separated ("memory", "cpu"), "" when all apply. Valid after init. */
+    void (*unbounded)(const struct sbx_config *cfg, char *out, size_t len);
+    /* Optional (microVM drivers): caps the VMM process of a claimed Sandbox at mem_mib MiB and
+     * cpus CPUs through its cgroup (the App's limits; 0: that cap is not asked). Blocking: called
+     * from a helper thread before attach_workspace. */
+    int (*apply_host_caps)(const struct sbx_config *cfg, struct sandbox_runtime *rt,
+                           int64_t mem_mib, int64_t cpus, char *err, size_t errlen);
 };
 
 /* The drivers; driver_find() returns NULL for an unknown name. */

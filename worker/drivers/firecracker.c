@@ -25,6 +25,7 @@
 #include "images/image_cache.h"
 #include "images/image_erofs.h"
 #include "log.h"
+#include "host/log_cap.h"
 #include "host/links.h"
 
 #include <jansson.h>
@@ -625,6 +626,10 @@ static pid_t spawn_jailer(const struct sbx_config *cfg, const struct fc_layout *
         snprintf(err, errlen, "spawn %s: %s", cfg->jailer_bin, strerror(rc));
         return -1;
     }
+    /* Rotated at vmm_log_max_kib (log_cap.h; the jailer opened it O_APPEND). Without a hard
+     * RLIMIT_FSIZE: posix_spawn cannot make the VMM ignore SIGXFSZ. */
+    if (log_cap_watch(log_path, cfg->vmm_log_max_kib * 1024) != 0)
+        log_warn("firecracker %s: its log is not rotated (out of memory)", lay->jailer_id);
     return pid;
 }
 
@@ -1074,6 +1079,9 @@ static int fc_terminate(const struct sbx_config *cfg, struct sandbox_runtime *rt
         close(rt->channel_fd);
         rt->channel_fd = -1;
     }
+    char log_path[600];
+    snprintf(log_path, sizeof log_path, "%s/jailer.log", lay->jail_dir);
+    log_cap_unwatch(log_path);
     struct store_usage measured;
     clean_up(cfg, lay, rt->pid, true, &measured);
     if (usage)
@@ -1112,6 +1120,21 @@ static int fc_reap(const struct sbx_config *cfg, const struct store_sandbox *sb,
     return 0;
 }
 
+/* The App's optional host caps (limits): memory and CPU of the VMM's cgroup(s), named by the
+ * jailer id (cgroup_limits.c). */
+static int fc_apply_host_caps(const struct sbx_config *cfg, struct sandbox_runtime *rt,
+                              int64_t mem_mib, int64_t cpus, char *err, size_t errlen)
+{
+    const struct fc_layout *lay = rt->driver_state;
+    const struct cgroup_host *h = host_cgroups(cfg);
+    if (!lay || !lay->cgroup_dir[0] || (mem_mib > 0 && !cgroup_bounds_memory(h)) ||
+        (cpus > 0 && !cgroup_bounds_cpu(h))) {
+        snprintf(err, errlen, "the VMM has no cgroup for them on this host");
+        return -1;
+    }
+    return cgroup_apply_limits(h, lay->cgroup_dir, lay->jailer_id, mem_mib, cpus, err, errlen);
+}
+
 const struct driver driver_firecracker = {
     .name = "firecracker",
     .init = fc_init,
@@ -1119,4 +1142,5 @@ const struct driver driver_firecracker = {
     .attach_workspace = fc_attach_workspace,
     .terminate = fc_terminate,
     .reap = fc_reap,
+    .apply_host_caps = fc_apply_host_caps,
 };

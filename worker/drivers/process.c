@@ -1,8 +1,10 @@
 /*
  * process.c: the `process` driver, the embedded default: a Sandbox is a process tree in new
  * mount, pid, network, ipc and uts namespaces (and a user namespace when the worker is not root),
- * pivot_root'ed into a read-only rootfs inside its jail, running sbx-agent as a non-root uid/gid
- * with rlimits, in its own cgroup for accounting.
+ * pivot_root'ed into a read-only rootfs inside its jail, running sbx-agent (which installs the
+ * seccomp filter of agent/sandbox_filter.c) as a host uid/gid of its own (host/uid_range.h) with
+ * rlimits, in its own cgroup for accounting and for the App's size as its bounds
+ * (host/cgroup_limits.c).
  *
  * Boot:   jail dir + shared Workspace slot (jail.c), cgroup (cgroup.c), socketpair for the agent
  *         channel, clone() into the new namespaces. The child waits until the parent has put it in
@@ -35,6 +37,8 @@
 #include "host/jail.h"
 #include "log.h"
 #include "host/links.h"
+#include "host/uid_range.h"
+#include "host/workspace_idmap.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -159,7 +163,7 @@ struct child_plan {
     char root_proc[PATH_MAX + 8];
     char root_dev[PATH_MAX + 8];
     char root_workspace[PATH_MAX + 16];
-    char dev_files[6][PATH_MAX + 16];
+    char dev_files[5][PATH_MAX + 16];
     char tmp_options[64];
     char hostname[64];
     uid_t uid;
@@ -174,7 +178,8 @@ struct child_plan {
     int channel_fd;
 };
 
-static const char *const dev_names[6] = {"null", "zero", "full", "random", "urandom", "tty"};
+/* No tty: the host's /dev/tty would be the controlling terminal of whoever started the worker. */
+static const char *const dev_names[5] = {"null", "zero", "full", "random", "urandom"};
 
 static void child_fail(const struct child_plan *p, const char *step)
 {
@@ -203,7 +208,7 @@ static void child_build_dev(const struct child_plan *p)
 {
     if (mount("tmpfs", p->root_dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755") != 0)
         child_fail(p, "mount /dev");
-    for (size_t i = 0; i < 6; i++) {
+    for (size_t i = 0; i < sizeof dev_names / sizeof *dev_names; i++) {
         char host[32];
         snprintf(host, sizeof host, "/dev/%s", dev_names[i]);
         int fd = open(p->dev_files[i], O_CREAT | O_WRONLY | O_CLOEXEC, 0666);
@@ -369,7 +374,8 @@ static void child_main(const struct child_plan *p)
     /* Everything but 0-3 (and error_fd, already close-on-exec) is closed at exec. */
     if (syscall(SYS_close_range, CHANNEL_FD_IN_SANDBOX + 1, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */) != 0)
         child_fail(p, "close_range");
-    char *const argv[] = {"sbx-agent", "--channel-fd", "3", NULL};
+    /* --seccomp: the agent filters itself and the App (agent/sandbox_filter.c). */
+    char *const argv[] = {"sbx-agent", "--channel-fd", "3", "--seccomp", NULL};
     char *const envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", NULL};
     const char *agent = p->image.enabled ? PROCESS_IMAGE_AGENT : "/usr/bin/sbx-agent";
     execve(agent, argv, envp);
@@ -387,7 +393,7 @@ static void plan_paths(struct child_plan *p, const char *rootfs, const char *jai
     snprintf(p->root_proc, sizeof p->root_proc, "%s/proc", p->root);
     snprintf(p->root_dev, sizeof p->root_dev, "%s/dev", p->root);
     snprintf(p->root_workspace, sizeof p->root_workspace, "%s/workspace", p->root);
-    for (size_t i = 0; i < 6; i++)
+    for (size_t i = 0; i < sizeof dev_names / sizeof *dev_names; i++)
         snprintf(p->dev_files[i], sizeof p->dev_files[i], "%s/dev/%s", p->root, dev_names[i]);
 }
 
@@ -501,6 +507,22 @@ static int tmp_size_mib(const struct store_shape *shape)
     return half < 16 ? 16 : (half > 4096 ? 4096 : (int)half);
 }
 
+/* A uid of its own for the Sandbox from sandbox_uid_range (uid_range.h), when configured. */
+static int acquire_uid(const struct sbx_config *cfg, struct sandbox_runtime *rt,
+                       struct child_plan *plan, char *err, size_t errlen)
+{
+    struct uid_range range;
+    if (uid_range_parse(cfg->sandbox_uid_range, &range, err, errlen) != 0)
+        return -1;
+    if (!uid_range_on(&range))
+        return 0;
+    if (uid_range_acquire(&range, rt->sandbox_id, &rt->uid, err, errlen) != 0)
+        return -1;
+    plan->uid = (uid_t)rt->uid;
+    plan->gid = (gid_t)rt->uid;
+    return 0;
+}
+
 /* clone() into the new namespaces; returns the child's pid, or -1. */
 static pid_t clone_sandbox(const struct child_plan *plan)
 {
@@ -525,6 +547,7 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
     rt->pid = 0;
     rt->channel_fd = -1;
     rt->driver_state = NULL;
+    rt->uid = -1;
     rt->cgroup_path[0] = rt->net_address[0] = rt->kernel[0] = '\0';
     read_image_hash(rootfs, rt->image_hash, sizeof rt->image_hash);
     if (jail_path(cfg->chroot_base, PROCESS_DRIVER, rt->sandbox_id, rt->jail_dir,
@@ -550,14 +573,21 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
     plan->drop_privileges = geteuid() == 0;
     plan->outer_uid = geteuid();
     plan->outer_gid = getegid();
+    bool privileged = geteuid() == 0;
+    /* Before the image's plan: its idmapping shows the image's user as the Sandbox's own uid. */
+    if (privileged && acquire_uid(cfg, rt, plan, err, errlen) != 0) {
+        free(plan);
+        return -1;
+    }
     if (process_image_prepare(cfg, &rt->shape, plan->root, rootfs, plan->drop_privileges, plan->uid,
                               plan->gid, &plan->image, rt->image_hash, sizeof rt->image_hash, err,
                               errlen) != 0) {
+        uid_range_release(rt->uid, rt->sandbox_id);
+        rt->uid = -1;
         free(plan);
         return -1;
     }
 
-    bool privileged = geteuid() == 0;
     if (jail_create(rt->jail_dir, privileged, err, errlen) != 0)
         goto fail;
     /* Accounting is not worth refusing a Sandbox for when we are not root (init said so). */
@@ -569,6 +599,10 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
             goto fail;
         }
         rt->cgroup_path[0] = '\0';
+    } else if (cgroup_apply_limits(cgroups, rt->cgroup_path, rt->sandbox_id, rt->shape.mem_size_mib,
+                                   rt->shape.vcpu_count, cg_err, sizeof cg_err) != 0) {
+        snprintf(err, errlen, "the Sandbox's bounds: %s", cg_err);
+        goto fail;
     }
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) != 0 ||
         pipe2(sync, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0) {
@@ -640,6 +674,8 @@ fail:
                            cleanup_err, sizeof cleanup_err) != 0)
         log_warn("process driver: cleanup after a failed boot of %s: %s", rt->sandbox_id,
                  cleanup_err);
+    uid_range_release(rt->uid, rt->sandbox_id);
+    rt->uid = -1;
     process_image_release(&plan->image);
     free(plan);
     return -1;
@@ -650,14 +686,19 @@ fail:
 static int process_attach_workspace(const struct sbx_config *cfg, struct sandbox_runtime *rt,
                                     const char *host_dir, char *err, size_t errlen)
 {
-    (void)cfg;
     if (!host_dir)
         return 0;
     if (!rt->jail_dir[0] || rt->pid <= 0) {
         snprintf(err, errlen, "the Sandbox is not running");
         return -1;
     }
-    return jail_attach_workspace(rt->jail_dir, host_dir, err, errlen);
+    if (rt->uid < 0)
+        return jail_attach_workspace(rt->jail_dir, host_dir, err, errlen);
+    /* The Sandbox's own uid sees the Workspace's files (owned by sandbox_uid on disk) as its. */
+    char slot[PATH_MAX];
+    jail_slot_path(rt->jail_dir, slot, sizeof slot);
+    return workspace_idmap_mount(host_dir, slot, (uid_t)cfg->sandbox_uid, (gid_t)cfg->sandbox_gid,
+                                 (uid_t)rt->uid, (gid_t)rt->uid, err, errlen);
 }
 
 /* ---- terminate ---- */
@@ -729,6 +770,9 @@ static int process_terminate(const struct sbx_config *cfg, struct sandbox_runtim
     if (rt->pid > 0)
         kill_and_wait(rt->pid, rt->cgroup_path, TERM_GRACE_MS);
     rt->pid = 0;
+    /* No process of the uid is left (the cgroup is empty): another Sandbox may have it. */
+    uid_range_release(rt->uid, rt->sandbox_id);
+    rt->uid = -1;
     if (rt->cgroup_path[0] || cgroups->v1_memory_root[0])
         cgroup_read_usage(cgroups, rt->cgroup_path, rt->sandbox_id, &usage->cpu_usec,
                           &usage->mem_peak_bytes);
@@ -823,7 +867,22 @@ static int process_reap(const struct sbx_config *cfg, const struct store_sandbox
     }
     if (ours && !wait_gone(pid, 5000))
         log_error("process driver: %s's init %d survived SIGKILL", sb->id, (int)pid);
+    uid_range_release_owner(sb->id);
     return cleanup_host_state(cfg, sb->id, sb->net_address, jail_dir, cgroup_path, err, errlen);
+}
+
+/* ---- OOM ---- */
+
+static int64_t process_oom_kills(const struct sbx_config *cfg, const struct sandbox_runtime *rt)
+{
+    ensure_detected(cfg);
+    return cgroup_oom_kills(cgroups, rt->cgroup_path, rt->sandbox_id);
+}
+
+static void process_unbounded(const struct sbx_config *cfg, char *out, size_t len)
+{
+    ensure_detected(cfg);
+    cgroup_limits_unbounded(cgroups, out, len);
 }
 
 /* ---- init ---- */
@@ -842,9 +901,25 @@ static int process_init(const struct sbx_config *cfg, char *err, size_t errlen)
         return -1;
     }
     read_image_hash(rootfs, hash, sizeof hash);
+    struct uid_range range;
+    if (uid_range_parse(cfg->sandbox_uid_range, &range, err, errlen) != 0)
+        return -1;
     log_info("process driver: rootfs %s (%s), jails under %s/%s, sandbox uid %lld gid %lld", rootfs,
              hash[0] ? hash : "no image hash file", cfg->chroot_base, PROCESS_DRIVER,
              (long long)cfg->sandbox_uid, (long long)cfg->sandbox_gid);
+    if (uid_range_on(&range))
+        log_info("process driver: each Sandbox runs as a uid/gid of its own from %lld-%lld "
+                 "(entries in %s); Workspace files belong to uid %lld, mapped to it",
+                 (long long)range.first, (long long)range.last, UID_RANGE_DIR,
+                 (long long)cfg->sandbox_uid);
+    char bounds[256], unbounded[32];
+    cgroup_limits_report(cgroups, bounds, sizeof bounds);
+    cgroup_limits_unbounded(cgroups, unbounded, sizeof unbounded);
+    log_info("process driver: %s", bounds);
+    if (unbounded[0])
+        log_warn("process driver: cannot bound the Sandboxes' %s on this host (App sizes are "
+                 "not enforced for them)",
+                 unbounded);
     if (!cgroups->v2_root[0])
         log_warn("process driver: CPU time cannot be measured on this host");
     if (!cgroups->v2_memory && !cgroups->v1_memory_root[0])
@@ -866,4 +941,6 @@ const struct driver driver_process = {
     .attach_workspace = process_attach_workspace,
     .terminate = process_terminate,
     .reap = process_reap,
+    .oom_kills = process_oom_kills,
+    .unbounded = process_unbounded,
 };

@@ -15,7 +15,8 @@
  *  - the network namespace holds a tap device (tap0) whose fd is handed to QEMU (-netdev tap,fd=)
  *    as the guest's virtio-net link; addresses and the firewall are the network module's part;
  *  - a cgroup per Sandbox (worker/host/cgroup.h: <v2 root>/sbx/<sandboxId>) for CPU and memory
- *    accounting of the QEMU process (the whole guest).
+ *    accounting of the QEMU process (the whole guest), capped by the App's optional limits;
+ *  - the guest console and QEMU's stderr capped and rotated (worker/host/log_cap.h).
  * The driver, not QEMU, listens on the two unix sockets and QEMU connects to them at start-up
  * (chardev client mode), so the channel exists before the guest runs and nothing can race it.
  *
@@ -25,6 +26,7 @@
 #include "fs.h"
 #include "clock.h"
 #include "host/cgroup.h"
+#include "host/log_cap.h"
 #include "drivers/driver.h"
 #include "drivers/shared.h"
 #include "host/links.h"
@@ -336,6 +338,7 @@ struct qemu_launch {
     gid_t gid;
     int tap_fd; /* the host's tap for this Sandbox (links.h), -1: a private one */
     char *const *argv;
+    int64_t log_max; /* vmm_log_max_kib in bytes: no file QEMU writes grows beyond it */
 };
 
 /* In the child: reports which step failed and errno ("<step>:<errno>") to the parent through
@@ -412,7 +415,8 @@ static void run_jailed_qemu(const struct qemu_launch *l, int errfd)
         child_fail(errfd, "bind /usr read-only");
     if (mount("/dev/null", l->dev_null, NULL, MS_BIND, NULL) != 0)
         child_fail(errfd, "bind /dev/null");
-    int logfd = open(l->qemu_log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    /* O_APPEND: log_cap.c truncates it when it rotates (console.log is QEMU's append=on). */
+    int logfd = open(l->qemu_log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
     int nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (logfd < 0 || nullfd < 0)
         child_fail(errfd, "open qemu.log");
@@ -426,6 +430,8 @@ static void run_jailed_qemu(const struct qemu_launch *l, int errfd)
         child_fail(errfd, "drop to sandbox uid/gid");
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
         child_fail(errfd, "no_new_privs");
+    if (log_cap_child_limit(l->log_max) != 0)
+        child_fail(errfd, "cap the logs");
     execv(l->argv[0], l->argv);
     child_fail(errfd, "exec qemu");
 }
@@ -654,7 +660,8 @@ static const struct cgroup_host *host_cgroups(const struct sbx_config *cfg)
     return driver_cgroups(cfg, "qemu driver");
 }
 
-/* Accounting only: a failure is logged and the Sandbox runs unmeasured. */
+/* For accounting (and an App's VMM limits, applied at claim): a failure is logged and the Sandbox
+ * runs unmeasured; limits asked for later then fail that claim. */
 static void cgroup_attach(const struct sbx_config *cfg, struct sandbox_runtime *rt)
 {
     const struct cgroup_host *h = host_cgroups(cfg);
@@ -663,6 +670,22 @@ static void cgroup_attach(const struct sbx_config *cfg, struct sandbox_runtime *
                       sizeof why) != 0 ||
         cgroup_add_pid(h, rt->cgroup_path, rt->sandbox_id, rt->pid, why, sizeof why) != 0)
         log_warn("qemu driver: %s: cgroup: %s (usage will not be measured)", rt->sandbox_id, why);
+}
+
+/* The App's optional host caps (limits): memory and CPU of the VMM's cgroup (cgroup_limits.c). */
+static int qemu_apply_host_caps(const struct sbx_config *cfg, struct sandbox_runtime *rt,
+                                int64_t mem_mib, int64_t cpus, char *err, size_t errlen)
+{
+    const struct cgroup_host *h = host_cgroups(cfg);
+    if ((mem_mib > 0 && !cgroup_bounds_memory(h)) || (cpus > 0 && !cgroup_bounds_cpu(h))) {
+        snprintf(err, errlen, "this host has no cgroup controller for them");
+        return -1;
+    }
+    if (cgroup_apply_limits(h, rt->cgroup_path, rt->sandbox_id, mem_mib, cpus, err, errlen) != 0)
+        return -1;
+    log_info("qemu driver: %s: VMM capped at %lld MiB, %lld CPUs", rt->sandbox_id,
+             (long long)mem_mib, (long long)cpus);
+    return 0;
 }
 
 static void cgroup_detach(const struct sbx_config *cfg, const char *path, const char *sandbox_id)
@@ -827,8 +850,11 @@ static void build_argv(struct qemu_args *a, const char *bin, const char *accel,
         snprintf(image, sizeof image, " sbx.image=%s", QEMU_IMAGE_DEVICE);
     FMT("console=ttyS0 quiet panic=-1 rdinit=/init sbx.channel=virtio:%s%s%s%s", QEMU_AGENT_PORT,
         tsc, net, image);
+    /* Appended, so that log_cap.c can truncate it when it rotates it. */
+    ARG("-chardev");
+    ARG("file,id=console,path=/console.log,append=on");
     ARG("-serial");
-    ARG("file:/console.log");
+    ARG("chardev:console");
     ARG("-chardev");
     ARG("socket,id=agent,path=/agent.sock");
     ARG("-device");
@@ -973,12 +999,16 @@ static int qemu_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, c
                                  .uid = uid,
                                  .gid = gid,
                                  .tap_fd = tap_fd,
-                                 .argv = args.argv};
+                                 .argv = args.argv,
+                                 .log_max = cfg->vmm_log_max_kib * 1024};
     rt->pid = spawn_qemu(&launch, err, errlen);
     if (tap_fd >= 0)
         close(tap_fd); /* QEMU holds its own copy */
     if (rt->pid < 0)
         goto fail;
+    /* Rotated at the cap (one older generation, .1); QEMU's RLIMIT_FSIZE makes the cap hard. */
+    if (log_cap_watch(console, launch.log_max) != 0 || log_cap_watch(qlog, launch.log_max) != 0)
+        log_warn("qemu driver: %s: its logs are not rotated (out of memory)", rt->sandbox_id);
     cgroup_attach(cfg, rt);
 
     rt->channel_fd =
@@ -1076,6 +1106,13 @@ static int qemu_terminate(const struct sbx_config *cfg, struct sandbox_runtime *
     int rc = 0;
     usage->cpu_usec = -1;
     usage->mem_peak_bytes = -1;
+    if (rt->jail_dir[0]) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%.500s/root/console.log", rt->jail_dir);
+        log_cap_unwatch(path);
+        snprintf(path, sizeof path, "%.500s/qemu.log", rt->jail_dir);
+        log_cap_unwatch(path);
+    }
     if (stop_qemu(rt) != 0) {
         snprintf(err, errlen, "qemu pid %d did not exit after SIGKILL", (int)rt->pid);
         rc = -1;
@@ -1152,4 +1189,5 @@ const struct driver driver_qemu = {
     .attach_workspace = qemu_attach_workspace,
     .terminate = qemu_terminate,
     .reap = qemu_reap,
+    .apply_host_caps = qemu_apply_host_caps,
 };

@@ -1,5 +1,6 @@
 /*
- * cgroup.c: per-Sandbox cgroup v2 (and v1 memory) directories: create, join, measure, kill, remove.
+ * cgroup.c: per-Sandbox cgroup v2 (and v1 memory, pids, cpu) directories: create, join, measure,
+ * kill, remove.
  */
 #include "host/cgroup.h"
 
@@ -121,6 +122,36 @@ static bool enable_v2_pids(const char *root, const char *sbx)
     return write_file(sbx, "cgroup.subtree_control", "+pids") == 0;
 }
 
+/* Enables the v2 cpu controller for <root>/sbx's children, as enable_v2_memory does. */
+static bool enable_v2_cpu(const char *root, const char *sbx)
+{
+    char list[512];
+    if (read_file(sbx, "cgroup.controllers", list, sizeof list) != 0 || !has_word(list, "cpu")) {
+        write_file(root, "cgroup.subtree_control", "+cpu");
+        if (read_file(sbx, "cgroup.controllers", list, sizeof list) != 0 || !has_word(list, "cpu"))
+            return false;
+    }
+    if (read_file(sbx, "cgroup.subtree_control", list, sizeof list) == 0 && has_word(list, "cpu"))
+        return true;
+    return write_file(sbx, "cgroup.subtree_control", "+cpu") == 0;
+}
+
+/* The v1 cpu hierarchy's sbx directory, where v2 cannot bound CPU (hybrid hosts). */
+static void find_v1_cpu(struct cgroup_host *h)
+{
+    static const char *const candidates[] = {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"};
+    for (size_t i = 0; i < sizeof candidates / sizeof *candidates && !h->v2_cpu; i++) {
+        char sbx[64];
+        snprintf(sbx, sizeof sbx, "%s/sbx", candidates[i]);
+        if (is_fs(candidates[i], CGROUP_SUPER_MAGIC) &&
+            file_exists(candidates[i], "cpu.cfs_quota_us") &&
+            (mkdir(sbx, 0755) == 0 || errno == EEXIST) && access(sbx, W_OK) == 0) {
+            snprintf(h->v1_cpu_root, sizeof h->v1_cpu_root, "%s", sbx);
+            return;
+        }
+    }
+}
+
 bool cgroup_limits_pids(const struct cgroup_host *h)
 {
     return h->v2_pids || h->v1_pids_root[0];
@@ -144,6 +175,7 @@ int cgroup_detect(const struct sbx_config *cfg, struct cgroup_host *h, char *rep
             cpu = "CPU time: cgroup v2 cpu.stat";
             h->v2_memory = enable_v2_memory(root, sbx);
             h->v2_pids = enable_v2_pids(root, sbx);
+            h->v2_cpu = enable_v2_cpu(root, sbx);
             h->v2_kill = file_exists(sbx, "cgroup.kill");
         }
     }
@@ -169,6 +201,7 @@ int cgroup_detect(const struct sbx_config *cfg, struct cgroup_host *h, char *rep
         snprintf(h->v1_pids_root, sizeof h->v1_pids_root, "/sys/fs/cgroup/pids/sbx");
         pids = "pids: cgroup v1 pids.max";
     }
+    find_v1_cpu(h);
     snprintf(report, reportlen, "%s at %s; %s; %s%s", cpu, h->v2_root[0] ? h->v2_root : "-", mem,
              pids, h->v2_root[0] && !h->v2_kill ? "; no cgroup.kill (kills go pid by pid)" : "");
     return 0;
@@ -212,6 +245,14 @@ int cgroup_create(const struct cgroup_host *h, const char *sandbox_id, char *pat
             return -1;
         }
     }
+    if (h->v1_cpu_root[0]) {
+        char v1[700];
+        snprintf(v1, sizeof v1, "%s/%s", h->v1_cpu_root, sandbox_id);
+        if (mkdir(v1, 0755) != 0 && errno != EEXIST) {
+            snprintf(err, errlen, "mkdir %s: %s", v1, strerror(errno));
+            return -1;
+        }
+    }
     return 0;
 }
 
@@ -235,6 +276,14 @@ int cgroup_add_pid(const struct cgroup_host *h, const char *path, const char *sa
     if (h->v1_pids_root[0]) {
         char v1[700];
         snprintf(v1, sizeof v1, "%s/%s", h->v1_pids_root, sandbox_id);
+        if (write_file(v1, "cgroup.procs", text) != 0) {
+            snprintf(err, errlen, "join %s: %s", v1, strerror(errno));
+            return -1;
+        }
+    }
+    if (h->v1_cpu_root[0]) {
+        char v1[700];
+        snprintf(v1, sizeof v1, "%s/%s", h->v1_cpu_root, sandbox_id);
         if (write_file(v1, "cgroup.procs", text) != 0) {
             snprintf(err, errlen, "join %s: %s", v1, strerror(errno));
             return -1;
@@ -335,6 +384,12 @@ int cgroup_remove(const struct cgroup_host *h, const char *path, const char *san
     if (h->v1_pids_root[0]) {
         char v1[700];
         snprintf(v1, sizeof v1, "%s/%s", h->v1_pids_root, sandbox_id);
+        if (remove_dir_waiting(v1, timeout_ms, err, errlen) != 0)
+            rc = -1;
+    }
+    if (h->v1_cpu_root[0]) {
+        char v1[700];
+        snprintf(v1, sizeof v1, "%s/%s", h->v1_cpu_root, sandbox_id);
         if (remove_dir_waiting(v1, timeout_ms, err, errlen) != 0)
             rc = -1;
     }

@@ -1,10 +1,12 @@
 /*
- * cgroup.h: per-Sandbox cgroups for accounting (CPU time, peak memory) and for finding and killing
- * every process of a Sandbox. Accounting only: no limits are written, as the platform promises.
+ * cgroup.h: per-Sandbox cgroups for accounting (CPU time, peak memory), for the Sandbox's bounds
+ * (pids; memory and CPU from its shape, cgroup_limits.c) and for finding and killing every process
+ * of a Sandbox.
  *
  * A Sandbox's cgroup is <v2 root>/sbx/<sandboxId> in the unified hierarchy. Where the v2 memory
  * controller is not available but cgroup v1's memory hierarchy is (hybrid hosts), memory is
- * measured in <v1 memory root>/sbx/<sandboxId> as well; likewise pids in <v1 pids root>/sbx/<id>.
+ * measured (and bounded) in <v1 memory root>/sbx/<sandboxId> as well; likewise pids in
+ * <v1 pids root>/sbx/<id> and the CPU bound in <v1 cpu root>/sbx/<id>.
  */
 #ifndef SBX_CGROUP_H
 #define SBX_CGROUP_H
@@ -25,6 +27,8 @@ struct cgroup_host {
     bool v2_pids;             /* pids.max is written in the v2 Sandbox cgroups */
     char v1_pids_root[512];   /* "" unless the v1 pids hierarchy is used */
     int64_t pids_max;         /* the limit written */
+    bool v2_cpu;              /* cpu.max is written in the v2 Sandbox cgroups */
+    char v1_cpu_root[512];    /* "" unless the v1 cpu hierarchy bounds CPU */
 };
 
 /* Whether each Sandbox's tasks are limited by a pids cgroup (v2 or v1). */
@@ -54,5 +58,20 @@ int cgroup_kill_all(const char *path);
  */
 int cgroup_remove(const struct cgroup_host *h, const char *path, const char *sandbox_id,
                   int timeout_ms, char *err, size_t errlen);
+
+/* cgroup_limits.c: the Sandbox's shape as bounds. */
+/* Whether memory (memSizeMib) and CPU (vcpuCount) can be bounded on this host. */
+bool cgroup_bounds_memory(const struct cgroup_host *h);
+bool cgroup_bounds_cpu(const struct cgroup_host *h);
+/* One line saying how each bound is applied, or that it cannot be. */
+void cgroup_limits_report(const struct cgroup_host *h, char *report, size_t len);
+/* The bounds that cannot be applied, comma-separated ("memory", "cpu"); "" when none. */
+void cgroup_limits_unbounded(const struct cgroup_host *h, char *out, size_t len);
+/* Writes memory = mem_mib MiB (swap off) and CPU = vcpus CPUs into the Sandbox's cgroup(s);
+ * values <= 0 and bounds the host cannot apply are skipped. */
+int cgroup_apply_limits(const struct cgroup_host *h, const char *path, const char *sandbox_id,
+                        int64_t mem_mib, int64_t vcpus, char *err, size_t errlen);
+/* How many processes the OOM killer killed in the Sandbox's cgroup; -1 when unknown. */
+int64_t cgroup_oom_kills(const struct cgroup_host *h, const char *path, const char *sandbox_id);
 
 #endif

@@ -3,7 +3,8 @@
  * channel (the lines of driver.h; agent_channel.c carries them): the start line and message lines
  * out, and each line in read for what it means to the Sandbox: "started", a reply and partial
  * output (a chunk) go up to its delivery (sandbox_hooks), a start error, an exit or a closed
- * channel terminate it, log lines go to the worker's log within the Sandbox's budget.
+ * channel terminate it (as "oom" when the Sandbox's memory bound killed a process in it), log
+ * lines go to the worker's log within the Sandbox's budget.
  */
 #include "sandbox/agent_channel.h"
 #include "log.h"
@@ -72,6 +73,27 @@ static void sandbox_unexpected_line(struct sandbox *sb, const char *id)
         log_warn("sandbox %s: %s", sb->rt.sandbox_id, msg);
 }
 
+/* The App's command or the agent ended. When the OOM killer ended a process inside the Sandbox,
+ * the App exceeded its memory (memSizeMib, the Sandbox's cgroup bound): the message fails as
+ * sandbox-oom and the Sandbox ends with terminationReason "oom"; the next message gets a fresh
+ * Sandbox as after any end. */
+static void sandbox_ended(struct sandbox *sb, const char *reason)
+{
+    if (!sb->drv->oom_kills || sb->drv->oom_kills(&sb->w->cfg, &sb->rt) <= 0) {
+        sandbox_terminate(sb, reason, false);
+        return;
+    }
+    if (sb->delivery && !sb->job_running) {
+        char why[200];
+        snprintf(why, sizeof why,
+                 "sandbox-oom: the App used more than its memory (memSizeMib %lld) and was "
+                 "killed inside its Sandbox",
+                 (long long)sb->rt.shape.mem_size_mib);
+        sb->w->sandbox_hooks->lost(sb, why);
+    }
+    sandbox_terminate(sb, "oom", false);
+}
+
 static void sandbox_on_line(void *arg, json_t *line)
 {
     struct sandbox *sb = arg;
@@ -91,7 +113,7 @@ static void sandbox_on_line(void *arg, json_t *line)
         char reason[64];
         snprintf(reason, sizeof reason, "agent exited with status %lld",
                  (long long)json_integer_value(json_object_get(line, "status")));
-        sandbox_terminate(sb, reason, false);
+        sandbox_ended(sb, reason);
     } else if (type) {
         log_debug("sandbox %s: control line \"%s\" ignored", sb->rt.sandbox_id, type);
     } else if (id && json_object_get(line, "chunk") && !json_object_get(line, "reply") &&
@@ -114,7 +136,7 @@ static void sandbox_on_line(void *arg, json_t *line)
 static void sandbox_on_closed(void *arg, const char *reason)
 {
     struct sandbox *sb = arg;
-    sandbox_terminate(sb, reason, false);
+    sandbox_ended(sb, reason);
 }
 
 int agent_protocol_watch(struct sandbox *sb)

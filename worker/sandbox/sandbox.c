@@ -63,6 +63,26 @@ bool sandbox_serving(const struct sandbox *sb)
     return serving(sb) || (sb->state == SB_BOOTING && sb->delivery);
 }
 
+/* Records in the store what the initialised drivers cannot bound on this host ("process:cpu"),
+ * which GET /v1/pool shows; each driver said it on the log at its init. */
+static void record_unbounded(struct worker *w)
+{
+    char all[256] = "", one[64];
+    size_t len = 0;
+    for (size_t i = 0; i < w->n_drivers; i++) {
+        const struct driver *drv = w->drivers[i].drv;
+        if (!drv || !drv->unbounded)
+            continue;
+        drv->unbounded(&w->cfg, one, sizeof one);
+        for (char *save = NULL, *b = strtok_r(one, ",", &save); b; b = strtok_r(NULL, ",", &save))
+            len += (size_t)snprintf(all + len, len < sizeof all ? sizeof all - len : 0, "%s%s:%s",
+                                    len ? "," : "", drv->name, b);
+    }
+    enum store_status rc = w->st->worker_set_unbounded(w->st, w->id, all);
+    if (rc != STORE_OK)
+        log_warn("worker: cannot record the bounds it cannot apply: %s", store_status_name(rc));
+}
+
 const struct driver *sandbox_driver(struct worker *w, const char *name)
 {
     char err[512];
@@ -80,6 +100,8 @@ const struct driver *sandbox_driver(struct worker *w, const char *name)
     }
     snprintf(w->drivers[w->n_drivers].name, sizeof w->drivers[0].name, "%s", name);
     w->drivers[w->n_drivers++].drv = drv;
+    if (drv && drv->unbounded)
+        record_unbounded(w);
     return drv;
 }
 

@@ -84,7 +84,9 @@ struct sandbox {
     /* written by job threads, read in the done callbacks */
     int job_rc;
     char job_err[512];
+    bool caps_failed; /* the attach job failed at the App's VMM limits, not at the Workspace */
     char workspace_dir[600];
+    int64_t workspace_size_mib; /* its filesystem's size (0: a plain directory) */
     struct store_usage usage;
     /* The agent's log lines (its stderr) are budgeted per Sandbox, so an App cannot flood the
      * host's logs: LOG_BUDGET_BYTES per LOG_BUDGET_MS window, then a count of what was dropped. */

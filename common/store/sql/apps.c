@@ -27,12 +27,15 @@ void sql_app_from_row(struct sql_stmt *s, int c, struct store_app *a)
     a->command_json = sql_col_dup(s, c + 8);
     a->created_at = sql_col_int64(s, c + 9);
     a->updated_at = sql_col_int64(s, c + 10);
+    a->limits_json = sql_col_dup(s, c + 11);
 }
 
 void store_app_clear(struct store_app *a)
 {
     free(a->command_json);
     a->command_json = NULL;
+    free(a->limits_json);
+    a->limits_json = NULL;
 }
 
 void store_app_list_free(struct store_app *a, size_t n)
@@ -94,8 +97,8 @@ static enum store_status app_create(struct store *st, const struct store_ctx *ct
     if ((r = sql_begin(st)) != STORE_OK)
         return r;
     s = sql_stmt(st, "INSERT INTO apps (id, name, keep_alive_seconds, vcpu_count, mem_size_mib, "
-                     "driver, image, max_attempts, command, created_at, updated_at) "
-                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)");
+                     "driver, image, max_attempts, command, created_at, updated_at, limits) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11)");
     if (!s)
         return sql_end(st, STORE_ERROR);
     sql_bind_text(s, 1, app->id);
@@ -108,6 +111,7 @@ static enum store_status app_create(struct store *st, const struct store_ctx *ct
     sql_bind_int64(s, 8, app->max_attempts);
     sql_bind_text(s, 9, app->command_json ? app->command_json : "[]");
     sql_bind_int64(s, 10, now);
+    sql_bind_text_or_null(s, 11, app->limits_json);
     r = sql_step_done(st, s);
     if (r == STORE_OK) {
         r = sql_event_json(st, ctx, "app.created", "app", app->id, app->id, NULL,
@@ -151,7 +155,9 @@ static enum store_status app_update(struct store *st, const struct store_ctx *ct
                      "vcpu_count = COALESCE(?4, vcpu_count), "
                      "mem_size_mib = COALESCE(?5, mem_size_mib), driver = COALESCE(?6, driver), "
                      "image = COALESCE(?7, image), max_attempts = COALESCE(?8, max_attempts), "
-                     "command = COALESCE(?9, command), updated_at = ?10 "
+                     "command = COALESCE(?9, command), updated_at = ?10, "
+                     "limits = CASE WHEN CAST(?11 AS TEXT) IS NULL THEN limits "
+                     "ELSE NULLIF(CAST(?11 AS TEXT), '') END "
                      "WHERE id = ?1 AND deleted_at IS NULL");
     if (!s)
         return sql_end(st, STORE_ERROR);
@@ -173,6 +179,8 @@ static enum store_status app_update(struct store *st, const struct store_ctx *ct
     if (p->command_json)
         sql_bind_text(s, 9, p->command_json);
     sql_bind_int64(s, 10, clock_wall_ms());
+    if (p->limits_json)
+        sql_bind_text(s, 11, p->limits_json);
     r = sql_step_done(st, s);
     if (r == STORE_OK && sql_changes(st) == 0)
         r = STORE_NOT_FOUND;
@@ -185,7 +193,8 @@ static enum store_status app_update(struct store *st, const struct store_ctx *ct
                                 p->driver ? "driver" : NULL,
                                 p->image ? "image" : NULL,
                                 p->max_attempts ? "maxAttempts" : NULL,
-                                p->command_json ? "command" : NULL};
+                                p->command_json ? "command" : NULL,
+                                p->limits_json ? "limits" : NULL};
         n = (size_t)snprintf(data, sizeof data, "{\"fields\":[");
         for (size_t i = 0, k = 0; i < sizeof fields / sizeof fields[0]; i++)
             if (fields[i])

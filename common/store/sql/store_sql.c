@@ -273,6 +273,7 @@ void store_sql_init(struct store *st)
     sql_enqueue_init(st);
     sql_events_init(st);
     sql_counts_init(st);
+    sql_bounds_init(st);
 }
 
 void store_sql_fini(struct store *st)

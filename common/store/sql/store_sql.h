@@ -125,7 +125,7 @@ enum store_status sql_event_json(struct store *st, const struct store_ctx *ctx, 
  */
 #define SQL_APP_COLS                                                                               \
     "a.id, a.name, a.keep_alive_seconds, a.vcpu_count, a.mem_size_mib, a.driver, a.image, "        \
-    "a.max_attempts, a.command, a.created_at, a.updated_at"
+    "a.max_attempts, a.command, a.created_at, a.updated_at, a.limits"
 #define SQL_SESSION_COLS                                                                           \
     "s.id, s.app_id, s.name, s.state, s.sandbox_id, s.keep_alive_seconds, "                        \
     "COALESCE(s.keep_alive_seconds, a.keep_alive_seconds), s.workspace_id, s.metadata, "           \
@@ -199,6 +199,7 @@ void sql_counts_init(struct store *st);
 void sql_chunks_init(struct store *st);     /* an agent's partial output */
 void sql_event_feed_init(struct store *st); /* the live event feed's newest-id read */
 void sql_webhooks_init(struct store *st);   /* webhook endpoints and their outbox */
+void sql_bounds_init(struct store *st);     /* what a host cannot bound */
 /* The group commit (enqueue.c) also has state to set up and a thread to stop. */
 void sql_enqueue_init(struct store *st);
 void sql_enqueue_fini(struct store *st);

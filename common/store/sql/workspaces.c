@@ -13,7 +13,7 @@
 
 #define WS_COLS                                                                                    \
     "w.rowid, w.id, w.app_id, w.name, w.path, w.created_at, (SELECT count(*) FROM sessions x "     \
-    "WHERE x.workspace_id = w.id AND x.state <> 'deleted')"
+    "WHERE x.workspace_id = w.id AND x.state <> 'deleted'), w.size_mib"
 
 static int64_t ws_from_row(struct sql_stmt *s, struct store_workspace *w)
 {
@@ -24,6 +24,7 @@ static int64_t ws_from_row(struct sql_stmt *s, struct store_workspace *w)
     sql_col_copy(s, 4, w->path, sizeof w->path);
     w->created_at = sql_col_int64(s, 5);
     w->attached_sessions = sql_col_int64(s, 6);
+    w->size_mib = sql_col_int64(s, 7); /* NULL reads as 0: no size */
     return sql_col_int64(s, 0);
 }
 
@@ -48,7 +49,7 @@ static enum store_status workspace_get(struct store *st, const char *app_id, con
 }
 
 static enum store_status workspace_create(struct store *st, const struct store_ctx *ctx,
-                                          const char *app_id, const char *name,
+                                          const char *app_id, const char *name, int64_t size_mib,
                                           const char *data_dir, struct store_workspace *out)
 {
     struct sql_stmt *s;
@@ -62,13 +63,14 @@ static enum store_status workspace_create(struct store *st, const struct store_c
         return STORE_INVALID;
     snprintf(w.app_id, sizeof w.app_id, "%s", app_id);
     snprintf(w.name, sizeof w.name, "%s", name ? name : "");
+    w.size_mib = size_mib;
     w.created_at = clock_wall_ms();
     if ((r = sql_begin(st)) != STORE_OK)
         return r;
     r = sql_app_exists(st, app_id);
     if (r == STORE_OK) {
-        s = sql_stmt(st, "INSERT INTO workspaces (id, app_id, name, path, created_at) "
-                         "VALUES (?1, ?2, ?3, ?4, ?5)");
+        s = sql_stmt(st, "INSERT INTO workspaces (id, app_id, name, path, created_at, size_mib) "
+                         "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
         if (!s)
             return sql_end(st, STORE_ERROR);
         sql_bind_text(s, 1, w.id);
@@ -76,6 +78,7 @@ static enum store_status workspace_create(struct store *st, const struct store_c
         sql_bind_text_or_null(s, 3, name);
         sql_bind_text(s, 4, w.path);
         sql_bind_int64(s, 5, w.created_at);
+        sql_bind_int64(s, 6, size_mib);
         r = sql_step_done(st, s);
     }
     if (r == STORE_OK)

@@ -89,6 +89,15 @@ export async function startGateway({ dataDir = tempDataDir(), extraArgs = [], en
 }
 
 export function removeDataDir(dir) {
+  // Workspaces are filesystems mounted under the data dir (common/workspace_fs.h): unmount them
+  // first, deepest first, so that the removal neither fails on a busy mount point nor leaves
+  // loop devices bound.
+  const mounts = readFileSync('/proc/self/mountinfo', 'utf8').split('\n')
+    .map((l) => l.split(' ')[4]).filter((m) => m && m.startsWith(dir + '/'))
+    .sort((a, b) => b.length - a.length);
+  for (const m of mounts) {
+    try { execFileSync('umount', ['-l', m], { stdio: 'ignore' }); } catch { /* gone already */ }
+  }
   rmSync(dir, { recursive: true, force: true });
 }
 

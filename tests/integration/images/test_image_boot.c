@@ -137,6 +137,13 @@ static json_t *read_until(struct sandbox *sb, const char *key, int timeout_ms)
     }
 }
 
+/* The host uid a process Sandbox runs as: its own from sandbox_uid_range (the default), else
+ * sandbox_uid. */
+static int64_t own_uid(const struct sandbox *sb)
+{
+    return sb->rt.uid > 0 ? sb->rt.uid : SANDBOX_UID;
+}
+
 static int boot(struct sandbox *sb, const char *digest, char *err, size_t errlen)
 {
     memset(&sb->rt, 0, sizeof sb->rt);
@@ -319,7 +326,7 @@ static void check_python_sandbox(struct sandbox *sb, const char *user, json_int_
           home ? home : "(none)", user);
     /* In a guest the agent becomes the image's user; in the process driver the Sandbox's uid
      * stands for it. */
-    CHECK(uid == (is_qemu ? image_uid : SANDBOX_UID), "the agent runs as uid %lld", (long long)uid);
+    CHECK(uid == (is_qemu ? image_uid : own_uid(sb)), "the agent runs as uid %lld", (long long)uid);
     json_t *exists = json_object_get(reply, "exists");
     /* The process driver binds the agent alone; a guest binds its whole initramfs. */
     const char *agent = is_qemu ? "/.sbx/usr/bin/sbx-agent" : "/.sbx/sbx-agent";
@@ -342,7 +349,7 @@ static void check_python_sandbox(struct sandbox *sb, const char *user, json_int_
      * image gives root, so even /etc takes the write (in the upper layer). */
     json_int_t passwd_uid =
         json_integer_value(json_object_get(json_object_get(reply, "stat"), "/etc/passwd"));
-    CHECK(passwd_uid == (is_qemu ? 0 : SANDBOX_UID), "/etc/passwd belongs to uid %lld",
+    CHECK(passwd_uid == (is_qemu ? 0 : own_uid(sb)), "/etc/passwd belongs to uid %lld",
           (long long)passwd_uid);
     CHECK(json_is_true(json_object_get(reply, "written")), "the root is not writable: %s",
           json_string_value(json_object_get(reply, "write_error")));
@@ -365,7 +372,7 @@ static void check_fresh_sandbox(struct sandbox *sb)
           "a file written by the previous Sandbox is still there");
     json_int_t uid = json_integer_value(json_object_get(reply, "uid"));
     const char *home = json_string_value(json_object_get(json_object_get(reply, "env"), "HOME"));
-    CHECK(uid == (is_qemu ? NOBODY_UID : SANDBOX_UID), "nobody runs as uid %lld", (long long)uid);
+    CHECK(uid == (is_qemu ? NOBODY_UID : own_uid(sb)), "nobody runs as uid %lld", (long long)uid);
     CHECK(home && strcmp(home, "/nonexistent") == 0, "nobody's HOME is %s", home ? home : "?");
     json_decref(line);
 }
@@ -394,7 +401,7 @@ static void check_two_images(struct sandbox *a, struct sandbox *b)
                      &lc);
     const char *owners = json_string_value(json_object_get(json_object_get(rc, "run"), "output"));
     char want[64];
-    snprintf(want, sizeof want, "%d\n0\n", SANDBOX_UID);
+    snprintf(want, sizeof want, "%lld\n0\n", (long long)own_uid(b));
     CHECK(owners && strncmp(owners, want, strlen(want)) == 0 && strstr(owners, "refused"),
           "the image user's files are not the Sandbox's: %s", owners ? owners : "?");
     json_decref(lc);

@@ -369,8 +369,17 @@ static void test_rootfs_read_only_and_uid(void **state)
     assert_non_null(strstr(mounts, " ro,"));
     json_decref(r);
     r = ask(sb, "null");
-    assert_int_equal(json_integer_value(json_object_get(r, "uid")), SANDBOX_UID);
-    assert_int_equal(json_integer_value(json_object_get(r, "gid")), SANDBOX_GID);
+    /* A uid/gid of its own from sandbox_uid_range (the default 200000-265535), recorded as its
+     * entry in the host-wide allocation directory. */
+    assert_true(sb->rt.uid >= 200000 && sb->rt.uid <= 265535);
+    assert_int_equal(json_integer_value(json_object_get(r, "uid")), sb->rt.uid);
+    assert_int_equal(json_integer_value(json_object_get(r, "gid")), sb->rt.uid);
+    char entry[64], owner[64] = "";
+    snprintf(entry, sizeof entry, "/run/sbx/sandbox-uids/%lld", (long long)sb->rt.uid);
+    ssize_t n = readlink(entry, owner, sizeof owner - 1);
+    assert_true(n > 0);
+    owner[n] = '\0';
+    assert_string_equal(owner, sb->rt.sandbox_id);
     json_decref(r);
     /* No capabilities left, and no way to gain any. */
     r = ask(
@@ -382,7 +391,21 @@ static void test_rootfs_read_only_and_uid(void **state)
     assert_non_null(strstr(status, "NoNewPrivs:\t1"));
     json_decref(r);
     terminate(sb, NULL);
+    assert_int_equal(readlink(entry, owner, sizeof owner), -1); /* released */
     free(sb);
+
+    /* sandbox_uid_range off: every Sandbox runs as sandbox_uid/sandbox_gid. */
+    snprintf(cfg.sandbox_uid_range, sizeof cfg.sandbox_uid_range, "off");
+    sb = calloc(1, sizeof *sb);
+    boot(sb);
+    start_echo(sb, false);
+    r = ask(sb, "null");
+    assert_int_equal(json_integer_value(json_object_get(r, "uid")), SANDBOX_UID);
+    assert_int_equal(json_integer_value(json_object_get(r, "gid")), SANDBOX_GID);
+    json_decref(r);
+    terminate(sb, NULL);
+    free(sb);
+    snprintf(cfg.sandbox_uid_range, sizeof cfg.sandbox_uid_range, "200000-265535");
 }
 
 /* Boots in a forked "worker" that reports the Sandbox and then stops or dies; reap must clean. */

@@ -38,8 +38,10 @@ export async function startSbx({ workers = 1, env = {} } = {}) {
     dataDir: gw.dataDir,
     workers: [],
     env: { ...process.env, ...FAST, SBX_DATA_DIR: gw.dataDir, SBX_STORE: gw.store, SBX_LOG_LEVEL: 'info', ...env },
-    startWorker() {
-      const p = spawn(WORKER_BIN, [], { env: this.env, stdio: ['ignore', 'ignore', 'pipe'] });
+    // wrapper: a command line the worker binary is appended to (e.g. to run it in a namespace).
+    startWorker(wrapper = []) {
+      const argv = [...wrapper, WORKER_BIN];
+      const p = spawn(argv[0], argv.slice(1), { env: this.env, stdio: ['ignore', 'ignore', 'pipe'] });
       p.log = '';
       p.stderr.on('data', (d) => {
         p.log += d;
