@@ -91,6 +91,14 @@ static const struct setting settings[] = {
         "heartbeat age after which a host is lost: its Sandboxes end, its Sessions move (ms)"),
     INT(placement_grace_ms, "2000", 0, 3600000,
         "wait for the placed host before any host may take an idle Session's message (ms)"),
+    INT(image_upload_limit, "8589934592", 1024, 1099511627776LL,
+        "largest uploaded image archive in bytes (413 above); also the limit of a pull"),
+    INT(image_unpacked_limit, "17179869184", 1024, 1099511627776LL,
+        "largest unpacked image tree in bytes (the import fails above)"),
+    INT(image_cache_limit, "0", 0, 1099511627776LL,
+        "bytes of this host's image cache before unused images are evicted (0: no limit)"),
+    STR(insecure_registries, "",
+        "registries (host[:port], comma-separated) pulled over plain http; https otherwise"),
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 

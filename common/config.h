@@ -62,6 +62,11 @@ struct sbx_config {
     int64_t host_capacity;      /* SBX_HOST_CAPACITY: 0 = max_sandboxes x workers */
     int64_t host_lost_ms;       /* SBX_HOST_LOST_MS: heartbeat age after which a host is lost */
     int64_t placement_grace_ms; /* SBX_PLACEMENT_GRACE_MS: then any host may take a message */
+    /* images (docs/images.md) */
+    int64_t image_upload_limit;     /* SBX_IMAGE_UPLOAD_LIMIT: bytes of an uploaded image archive */
+    int64_t image_unpacked_limit;   /* SBX_IMAGE_UNPACKED_LIMIT: bytes of an unpacked image tree */
+    int64_t image_cache_limit;      /* SBX_IMAGE_CACHE_LIMIT: bytes of a host's image cache */
+    char insecure_registries[1024]; /* SBX_INSECURE_REGISTRIES: host[:port],... pulled over http */
 };
 
 /* Fills cfg from defaults, the file, the environment and argv (in that order of precedence,

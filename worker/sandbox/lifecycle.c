@@ -562,7 +562,7 @@ void lifecycle_activate(struct worker *w, struct store_delivery *d)
 
     memset(&shape, 0, sizeof shape);
     snprintf(shape.driver, sizeof shape.driver, "%s", d->app.driver);
-    snprintf(shape.image, sizeof shape.image, "%s", d->app.image);
+    snprintf(shape.image, sizeof shape.image, "%s", d->app.image_digest);
     shape.vcpu_count = d->app.vcpu_count;
     shape.mem_size_mib = d->app.mem_size_mib;
     const struct driver *drv = worker_driver(w, shape.driver);

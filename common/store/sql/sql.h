@@ -207,7 +207,7 @@ enum store_status sql_read_one(struct store *st, struct sql_stmt *s, const struc
  * effective keep-alive). */
 #define SQL_APP_COLS                                                                               \
     "a.id, a.name, a.keep_alive_seconds, a.vcpu_count, a.mem_size_mib, a.driver, a.image, "        \
-    "a.max_attempts, a.command, a.created_at, a.updated_at"
+    "a.max_attempts, a.command, a.created_at, a.updated_at, a.image_id, a.image_digest, a.env"
 #define SQL_SESSION_COLS                                                                           \
     "s.id, s.app_id, s.name, s.state, s.sandbox_id, s.keep_alive_seconds, "                        \
     "COALESCE(s.keep_alive_seconds, a.keep_alive_seconds), s.workspace_id, s.metadata, "           \
@@ -237,5 +237,10 @@ void store_sql_api_init(struct store *st);
 void store_sql_api_fini(struct store *st);
 void store_sql_queue_init(struct store *st);
 void store_sql_settings_init(struct store *st);
+void store_sql_images_init(struct store *st);
+
+/* Inside the caller's transaction: STORE_OK when image_id is NULL or "" (the built-in rootfs) or
+ * names a ready, not deleted Image whose digest is digest; STORE_CONFLICT otherwise (images.c). */
+enum store_status sql_image_check_ready(struct store *st, const char *image_id, const char *digest);
 
 #endif

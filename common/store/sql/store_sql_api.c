@@ -168,9 +168,13 @@ static enum store_status sq_app_create(struct store *st, const struct store_ctx 
         return STORE_ERROR;
     if ((r = sql_begin(st)) != STORE_OK)
         return r;
+    r = sql_image_check_ready(st, app->image_id, app->image_digest);
+    if (r != STORE_OK)
+        return finish(st, r);
     s = sql_stmt(st, "INSERT INTO apps (id, name, keep_alive_seconds, vcpu_count, mem_size_mib, "
-                     "driver, image, max_attempts, command, created_at, updated_at) "
-                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)");
+                     "driver, image, max_attempts, command, created_at, updated_at, image_id, "
+                     "image_digest, env) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12, ?13)");
     if (!s)
         return finish(st, STORE_ERROR);
     sql_bind_text(s, 1, app->id);
@@ -183,6 +187,9 @@ static enum store_status sq_app_create(struct store *st, const struct store_ctx 
     sql_bind_int64(s, 8, app->max_attempts);
     sql_bind_text(s, 9, app->command_json ? app->command_json : "[]");
     sql_bind_int64(s, 10, now);
+    sql_bind_text_or_null(s, 11, app->image_id);
+    sql_bind_text(s, 12, app->image_digest[0] ? app->image_digest : "default");
+    sql_bind_text(s, 13, app->env_json ? app->env_json : "{}");
     r = step_done(st, s);
     if (r == STORE_OK) {
         json_str(name_json, sizeof name_json, app->name);
@@ -234,13 +241,20 @@ static enum store_status sq_app_update(struct store *st, const struct store_ctx 
 
     if ((r = sql_begin(st)) != STORE_OK)
         return r;
-    s = sql_stmt(st, "UPDATE apps SET name = COALESCE(?2, name), "
-                     "keep_alive_seconds = COALESCE(?3, keep_alive_seconds), "
-                     "vcpu_count = COALESCE(?4, vcpu_count), "
-                     "mem_size_mib = COALESCE(?5, mem_size_mib), driver = COALESCE(?6, driver), "
-                     "image = COALESCE(?7, image), max_attempts = COALESCE(?8, max_attempts), "
-                     "command = COALESCE(?9, command), updated_at = ?10 "
-                     "WHERE id = ?1 AND deleted_at IS NULL");
+    if (p->image_digest &&
+        (r = sql_image_check_ready(st, p->image_id, p->image_digest)) != STORE_OK)
+        return finish(st, r);
+    s = sql_stmt(
+        st,
+        "UPDATE apps SET name = COALESCE(?2, name), "
+        "keep_alive_seconds = COALESCE(?3, keep_alive_seconds), "
+        "vcpu_count = COALESCE(?4, vcpu_count), "
+        "mem_size_mib = COALESCE(?5, mem_size_mib), driver = COALESCE(?6, driver), "
+        "image = COALESCE(?7, image), max_attempts = COALESCE(?8, max_attempts), "
+        "command = COALESCE(?9, command), updated_at = ?10, "
+        "image_id = CASE WHEN CAST(?12 AS TEXT) IS NULL THEN image_id ELSE CAST(?11 AS TEXT) END, "
+        "image_digest = COALESCE(?12, image_digest), env = COALESCE(?13, env) "
+        "WHERE id = ?1 AND deleted_at IS NULL");
     if (!s)
         return finish(st, STORE_ERROR);
     sql_bind_text(s, 1, app_id);
@@ -261,6 +275,12 @@ static enum store_status sq_app_update(struct store *st, const struct store_ctx 
     if (p->command_json)
         sql_bind_text(s, 9, p->command_json);
     sql_bind_int64(s, 10, now_ms());
+    if (p->image_digest) {
+        sql_bind_text_or_null(s, 11, p->image_id);
+        sql_bind_text(s, 12, p->image_digest);
+    }
+    if (p->env_json)
+        sql_bind_text(s, 13, p->env_json);
     r = step_done(st, s);
     if (r == STORE_OK && sql_changes(st) == 0)
         r = STORE_NOT_FOUND;
@@ -273,7 +293,8 @@ static enum store_status sq_app_update(struct store *st, const struct store_ctx 
                                 p->driver ? "driver" : NULL,
                                 p->image ? "image" : NULL,
                                 p->max_attempts ? "maxAttempts" : NULL,
-                                p->command_json ? "command" : NULL};
+                                p->command_json ? "command" : NULL,
+                                p->env_json ? "env" : NULL};
         n = (size_t)snprintf(data, sizeof data, "{\"fields\":[");
         for (size_t i = 0, k = 0; i < sizeof fields / sizeof fields[0]; i++)
             if (fields[i])
@@ -1417,19 +1438,20 @@ static enum store_status sq_pool_stats(struct store *st, struct store_pool_stat 
 {
     /* Every shape a live App asks for, plus every shape that has Sandboxes. */
     struct sql_stmt *s = sql_stmt(
-        st, "WITH shapes AS (SELECT driver, image, vcpu_count, mem_size_mib FROM apps "
-            "WHERE deleted_at IS NULL UNION SELECT driver, image, vcpu_count, mem_size_mib "
-            "FROM sandboxes) "
-            "SELECT h.driver, h.image, h.vcpu_count, h.mem_size_mib, "
-            "count(CASE WHEN b.state = 'warm' THEN 1 END), "
-            "count(CASE WHEN b.state = 'booting' THEN 1 END), "
-            "count(CASE WHEN b.state IN ('claimed', 'running') THEN 1 END), "
-            "count(CASE WHEN b.cold = 1 THEN 1 END), "
-            "count(CASE WHEN b.state = 'failed' AND b.ready_at IS NULL THEN 1 END) "
-            "FROM shapes h LEFT JOIN sandboxes b ON b.driver = h.driver AND b.image = h.image "
-            "AND b.vcpu_count = h.vcpu_count AND b.mem_size_mib = h.mem_size_mib "
-            "GROUP BY h.driver, h.image, h.vcpu_count, h.mem_size_mib "
-            "ORDER BY h.driver, h.image, h.vcpu_count, h.mem_size_mib");
+        st,
+        "WITH shapes AS (SELECT driver, image_digest AS image, vcpu_count, mem_size_mib FROM apps "
+        "WHERE deleted_at IS NULL UNION SELECT driver, image, vcpu_count, mem_size_mib "
+        "FROM sandboxes) "
+        "SELECT h.driver, h.image, h.vcpu_count, h.mem_size_mib, "
+        "count(CASE WHEN b.state = 'warm' THEN 1 END), "
+        "count(CASE WHEN b.state = 'booting' THEN 1 END), "
+        "count(CASE WHEN b.state IN ('claimed', 'running') THEN 1 END), "
+        "count(CASE WHEN b.cold = 1 THEN 1 END), "
+        "count(CASE WHEN b.state = 'failed' AND b.ready_at IS NULL THEN 1 END) "
+        "FROM shapes h LEFT JOIN sandboxes b ON b.driver = h.driver AND b.image = h.image "
+        "AND b.vcpu_count = h.vcpu_count AND b.mem_size_mib = h.mem_size_mib "
+        "GROUP BY h.driver, h.image, h.vcpu_count, h.mem_size_mib "
+        "ORDER BY h.driver, h.image, h.vcpu_count, h.mem_size_mib");
     struct store_pool_stat *items = NULL;
     size_t count = 0;
     int rc;

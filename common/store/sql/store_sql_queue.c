@@ -247,7 +247,7 @@ static enum store_status q_session_touch(struct store *st, const char *session_i
 #define Q_CLAIM_PICK_SQL                                                                           \
     "SELECT m.id, m.session_id, CASE WHEN s.worker_id IS NULL THEN 1 ELSE 0 END, "                 \
     "CASE WHEN m.not_before > m.created_at THEN m.not_before ELSE m.created_at END, "              \
-    "s.updated_at, a.driver, a.image, a.vcpu_count, a.mem_size_mib FROM messages m "               \
+    "s.updated_at, a.driver, a.image_digest, a.vcpu_count, a.mem_size_mib FROM messages m "        \
     "JOIN sessions s ON s.id = m.session_id JOIN apps a ON a.id = s.app_id "                       \
     "WHERE m.state = 'queued' AND m.not_before <= ?1 AND s.state <> 'deleted' "                    \
     "AND (s.worker_id IS NULL OR s.worker_id = ?2) AND (?3 = 0 OR s.worker_id = ?2) "              \
@@ -1395,9 +1395,10 @@ static const struct sql_page shape_page = {sizeof(struct store_shape), shape_pag
 
 static enum store_status q_app_shapes(struct store *st, struct store_shape **out, size_t *n)
 {
-    struct sql_stmt *s = sql_stmt(st, "SELECT DISTINCT driver, image, vcpu_count, mem_size_mib "
-                                      "FROM apps WHERE deleted_at IS NULL "
-                                      "ORDER BY driver, image, vcpu_count, mem_size_mib");
+    struct sql_stmt *s =
+        sql_stmt(st, "SELECT DISTINCT driver, image_digest, vcpu_count, mem_size_mib "
+                     "FROM apps WHERE deleted_at IS NULL "
+                     "ORDER BY driver, image_digest, vcpu_count, mem_size_mib");
     char no_cursor[STORE_CURSOR_LEN];
     if (!s)
         return STORE_ERROR;
