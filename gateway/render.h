@@ -11,6 +11,8 @@
 
 json_t *render_time(int64_t ms); /* null for 0 */
 json_t *render_app(const struct store_app *a);
+/* An Image; never its credentials. */
+json_t *render_image(const struct store_image *im);
 json_t *render_key(const struct store_key *k);
 json_t *render_session(const struct store_session *s);
 json_t *render_message(const struct store_message *m);

@@ -4,3 +4,22 @@ add_executable(test_image_import ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_image_imp
 target_link_libraries(test_image_import PRIVATE sbxworker PkgConfig::CMOCKA)
 add_test(NAME unit.image_import COMMAND test_image_import)
 set_tests_properties(unit.image_import PROPERTIES SKIP_RETURN_CODE 77)
+
+# The Debian 12 + python3 test image in both archive formats, built once per build tree (about 45 s
+# the first time; cached in <build>/test-images after). Other areas' tests may require the fixture
+# test_images too.
+set(SBX_TEST_IMAGES_DIR ${CMAKE_BINARY_DIR}/test-images)
+add_test(NAME it.images.build COMMAND ${CMAKE_CURRENT_LIST_DIR}/images/build-test-images.sh
+                                      ${SBX_TEST_IMAGES_DIR})
+set_tests_properties(it.images.build PROPERTIES FIXTURES_SETUP test_images TIMEOUT 600)
+
+find_program(NODE_EXECUTABLE node)
+if(NODE_EXECUTABLE AND TARGET sbx-worker)
+  add_test(NAME it.images.import
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/in-netns.sh ${NODE_EXECUTABLE} --test --test-concurrency=1
+                   ${CMAKE_CURRENT_LIST_DIR}/integration/images/images.test.mjs)
+  set_tests_properties(it.images.import PROPERTIES
+    FIXTURES_REQUIRED test_images
+    ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBX_TEST_IMAGES=${SBX_TEST_IMAGES_DIR}"
+    TIMEOUT 600)
+endif()

@@ -5,6 +5,8 @@
  * terminate every Sandbox, exit 0).
  */
 #include "worker.h"
+#include "images/cache_sweep.h"
+#include "images/import_jobs.h"
 #include "sandbox/agent_channel.h"
 #include "id.h"
 #include "sandbox/jobs.h"
@@ -91,6 +93,7 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
      * case and its Sandbox starts work at once; DELETEs are rare and cheap to check after. */
     consumer_run(w);
     lifecycle_check_stop_requests(w);
+    images_poll(w);
 }
 
 static void on_poll(evutil_socket_t fd, short what, void *arg)
@@ -105,6 +108,8 @@ static void on_poll(evutil_socket_t fd, short what, void *arg)
     pool_refresh_shapes(w);
     pool_replenish(w);
     consumer_run(w);
+    images_poll(w);
+    images_sweep(w);
 }
 
 /* The firewall's drop counters reach /metrics through the store (the gateway never opens the

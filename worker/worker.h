@@ -57,6 +57,8 @@ struct worker {
     } drivers[8];
     size_t n_drivers;
 
+    bool image_job_running; /* an Image import is queued or running (images/import_jobs.c) */
+
     bool stopping;      /* SIGTERM: no more claims, wind down */
     bool grace_expired; /* deliveries in flight are given up too */
     int exit_code;

@@ -615,8 +615,8 @@ struct store {
     enum store_status (*image_delete)(struct store *st, const struct store_ctx *ctx,
                                       const char *image_id, struct store_image *out);
     /* Claims the oldest importing Image that no live worker is importing (unclaimed, or claimed
-     * longer than stale_ms ago: its worker died) for worker_id. out carries the credentials.
-     * STORE_EMPTY when there is none. */
+     * by a worker that stopped or whose heartbeat is older than stale_ms) for worker_id. out
+     * carries the credentials. STORE_EMPTY when there is none. */
     enum store_status (*image_claim_import)(struct store *st, const struct store_ctx *ctx,
                                             const char *worker_id, int64_t stale_ms,
                                             struct store_image *out);
@@ -632,7 +632,8 @@ struct store {
      * images of live Sandboxes (warm ones included). */
     enum store_status (*image_digests_in_use)(struct store *st, char (**digests)[STORE_DIGEST_LEN],
                                               size_t *n);
-    /* The digests of ready, not deleted Images (what a host's cache may hold). */
+    /* The digests of ready, not deleted Images (what a host's cache may hold), least recently
+     * used (last_used_at, else ready_at) first. */
     enum store_status (*image_digests_ready)(struct store *st, char (**digests)[STORE_DIGEST_LEN],
                                              size_t *n);
 };

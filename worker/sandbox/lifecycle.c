@@ -5,6 +5,8 @@
  * other step runs on the event loop, and every state change is written to the store first.
  */
 #include "sandbox/lifecycle.h"
+#include "images/image_cache.h"
+#include "images/image_run.h"
 #include "sandbox/agent_channel.h"
 #include "sandbox/jobs.h"
 #include "log.h"
@@ -449,6 +451,9 @@ void lifecycle_boot(struct worker *w, const struct driver *drv, const struct sto
         w->n_serving++;
     }
     rc = w->st->sandbox_insert(w->st, &w->ctx, w->id, shape, sb->cold, &rec);
+    /* For the image cache's least-recently-used eviction (images/cache_sweep.c). */
+    if (rc == STORE_OK && !image_is_default(shape->image) && w->st->image_touch)
+        (void)w->st->image_touch(w->st, shape->image);
     if (rc != STORE_OK) {
         log_error("worker: cannot record a new sandbox: %s", store_status_name(rc));
         if (d) {
@@ -491,10 +496,16 @@ static void attach_done(void *arg)
         lifecycle_terminate(sb, reason, false);
         return;
     }
-    /* Start the App's command: {"type":"start","argv":[...],"workspace":...}. */
-    json_error_t jerr;
-    json_t *argv = json_loads(
-        sb->delivery->app.command_json ? sb->delivery->app.command_json : "[]", 0, &jerr);
+    /* Start the App's command: {"type":"start","argv":[...],"env":[...],"cwd":...,"user":...,
+     * "workspace":...}, with the image's defaults where the App gives none (images/image_run.h). */
+    struct image_run run;
+    char run_err[256];
+    if (image_run_resolve(&w->cfg, sb->delivery->app.image_digest, sb->delivery->app.command_json,
+                          sb->delivery->app.env_json, &run, run_err, sizeof run_err) != 0) {
+        snprintf(reason, sizeof reason, "cannot start the agent: %s", run_err);
+        lifecycle_terminate(sb, reason, false);
+        return;
+    }
     /* A driver serving the Workspace over NFS (qemu) names the source for the agent to mount. */
     json_t *ws = json_null();
     if (sb->workspace_dir[0] && sb->rt.workspace_nfs[0]) {
@@ -504,8 +515,13 @@ static void attach_done(void *arg)
         json_decref(ws);
         ws = json_string("/workspace");
     }
-    json_t *start = json_pack("{s:s,s:o,s:o}", "type", "start", "argv", argv ? argv : json_array(),
-                              "workspace", ws ? ws : json_null());
+    json_t *start = json_pack("{s:s,s:O,s:O,s:o}", "type", "start", "argv", run.argv, "env",
+                              run.env, "workspace", ws ? ws : json_null());
+    if (start && run.cwd[0])
+        json_object_set_new(start, "cwd", json_string(run.cwd));
+    if (start && run.user[0])
+        json_object_set_new(start, "user", json_string(run.user));
+    image_run_clear(&run);
     char *line = start ? json_dumps(start, JSON_COMPACT) : NULL;
     json_decref(start);
     int rc = line ? agent_channel_send(sb->chan, line, strlen(line)) : -1;

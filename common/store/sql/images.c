@@ -5,10 +5,10 @@
  *
  * An Image row is the import's whole state: the gateway inserts it `importing` (with the upload's
  * path or the registry reference and, for a pull, the credentials), one worker claims it
- * (claimed_by, claimed_at: a claim older than the caller's stale_ms belongs to a dead worker and
- * may be taken over), and that worker ends it `ready` or `failed`, which also clears the
- * credentials. Every change writes its audit event in the same transaction; no event carries the
- * credentials.
+ * (claimed_by, claimed_at: the claim of a worker that stopped, or whose heartbeat is older
+ * than the caller's stale_ms, belongs to a dead worker and may be taken over), and that worker ends
+ * it `ready` or `failed`, which also clears the credentials. Every change writes its audit event in
+ * the same transaction; no event carries the credentials.
  */
 #include "id.h"
 #include "sql.h"
@@ -239,7 +239,9 @@ static enum store_status im_claim_import(struct store *st, const struct store_ct
         return r;
     s = sql_stmt(st, "SELECT " IMAGE_COLS ", credentials FROM images "
                      "WHERE state = 'importing' AND deleted_at IS NULL "
-                     "AND (claimed_by IS NULL OR claimed_at < ?1) ORDER BY created_at LIMIT 1");
+                     "AND (claimed_by IS NULL OR NOT EXISTS (SELECT 1 FROM workers k "
+                     "WHERE k.id = images.claimed_by AND k.stopped_at IS NULL "
+                     "AND k.heartbeat_at >= ?1)) ORDER BY created_at LIMIT 1");
     if (!s)
         return finish(st, STORE_ERROR);
     sql_bind_int64(s, 1, now - stale_ms);
@@ -380,8 +382,11 @@ static enum store_status im_digests_in_use(struct store *st, char (**out)[STORE_
 static enum store_status im_digests_ready(struct store *st, char (**out)[STORE_DIGEST_LEN],
                                           size_t *n)
 {
-    struct sql_stmt *s = sql_stmt(st, "SELECT DISTINCT digest FROM images WHERE state = 'ready' "
-                                      "AND deleted_at IS NULL AND digest IS NOT NULL");
+    /* Least recently used first: what a full cache evicts first. */
+    struct sql_stmt *s =
+        sql_stmt(st, "SELECT digest FROM images WHERE state = 'ready' AND deleted_at IS NULL "
+                     "AND digest IS NOT NULL GROUP BY digest "
+                     "ORDER BY max(COALESCE(last_used_at, ready_at, 0)), digest");
     if (!s)
         return STORE_ERROR;
     return read_digests(st, s, out, n);

@@ -1,0 +1,107 @@
+/*
+ * import_jobs.c: claim an importing Image, import it on a job thread, record ready or failed
+ * (import_jobs.h).
+ *
+ * Hidden state: w->image_job_running while an import's job is queued or running (one at a time per
+ * worker, so that imports never take all of the job threads that boot Sandboxes).
+ */
+#include "images/import_jobs.h"
+#include "images/importer.h"
+#include "images/registry_pull.h"
+#include "log.h"
+#include "sandbox/jobs.h"
+#include "worker.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct import_job {
+    struct worker *w;
+    struct sbx_config cfg; /* a copy: the job thread reads no worker state */
+    struct store_image im; /* as claimed, with the credentials of a pull */
+    struct import_result res;
+    int rc;
+};
+
+static void import_work(void *arg)
+{
+    struct import_job *j = arg;
+    if (strcmp(j->im.source, "upload") == 0) {
+        if (!j->im.upload_path[0])
+            j->rc = image_fail(&j->res.problem, IMAGE_IO_ERROR,
+                               "the uploaded archive is gone (deleted, or its import ended)");
+        else
+            j->rc = import_archive(&j->cfg, j->im.id, j->im.upload_path, &j->res);
+    } else {
+        j->rc = registry_pull(&j->cfg, j->im.id, j->im.source, j->im.credentials_json, &j->res);
+    }
+}
+
+static void import_done(void *arg)
+{
+    struct import_job *j = arg;
+    struct worker *w = j->w;
+    struct store_image_result r = {0};
+
+    r.ok = j->rc == 0;
+    if (r.ok) {
+        r.digest = j->res.digest;
+        r.layer_count = j->res.layer_count;
+        r.unpacked_bytes = j->res.unpacked_bytes;
+        r.entrypoint_json = j->res.entrypoint_json;
+        r.cmd_json = j->res.cmd_json;
+        r.env_json = j->res.env_json;
+        r.working_dir = j->res.working_dir;
+        r.user = j->res.user;
+        log_info("images: %s (%s) imported as %s: %lld layers, %lld bytes%s", j->im.id, j->im.name,
+                 j->res.digest, (long long)j->res.layer_count, (long long)j->res.unpacked_bytes,
+                 j->res.reused ? " (already cached)" : "");
+    } else {
+        r.problem_code = j->res.problem.code ? j->res.problem.code : IMAGE_IO_ERROR;
+        r.problem_detail = j->res.problem.detail;
+        log_warn("images: %s (%s) failed: %s: %s", j->im.id, j->im.name, r.problem_code,
+                 r.problem_detail);
+    }
+    enum store_status s = w->st->image_finish_import(w->st, &w->ctx, j->im.id, w->id, &r);
+    if (s == STORE_CONFLICT)
+        log_info("images: %s was deleted or taken over during its import", j->im.id);
+    else if (s != STORE_OK)
+        log_warn("images: cannot record the import of %s: %s", j->im.id, store_status_name(s));
+    /* The archive was only the import's input; once recorded (or the Image deleted) it goes. */
+    if (s != STORE_BUSY && s != STORE_ERROR && j->im.upload_path[0])
+        unlink(j->im.upload_path);
+    import_result_clear(&j->res);
+    store_image_clear(&j->im);
+    free(j);
+    w->image_job_running = false;
+    images_poll(w);
+}
+
+void images_poll(struct worker *w)
+{
+    if (w->image_job_running || w->stopping || !w->st->image_claim_import)
+        return;
+    struct import_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return;
+    enum store_status s =
+        w->st->image_claim_import(w->st, &w->ctx, w->id, w->cfg.worker_stale_ms, &j->im);
+    if (s != STORE_OK) {
+        if (s != STORE_EMPTY)
+            log_warn("images: cannot claim an import: %s", store_status_name(s));
+        free(j);
+        return;
+    }
+    j->w = w;
+    j->cfg = w->cfg;
+    log_info("images: importing %s (%s) from %s", j->im.id, j->im.name, j->im.source);
+    w->image_job_running = true;
+    if (jobs_submit(w->jobs, import_work, import_done, j) != 0) {
+        /* Out of memory: the claim goes stale and is taken over later. */
+        w->image_job_running = false;
+        store_image_clear(&j->im);
+        free(j);
+    }
+}
