@@ -23,12 +23,12 @@ add_test(NAME it.images.build COMMAND ${CMAKE_CURRENT_LIST_DIR}/images/build-tes
 set_tests_properties(it.images.build PROPERTIES FIXTURES_SETUP test_images TIMEOUT 600)
 
 find_program(NODE_EXECUTABLE node)
-if(NODE_EXECUTABLE AND TARGET sbx-worker)
+if(NODE_EXECUTABLE AND TARGET sbx-worker AND TARGET sbxctl)
   add_test(NAME it.images.import
            COMMAND ${CMAKE_CURRENT_LIST_DIR}/in-netns.sh ${NODE_EXECUTABLE} --test --test-concurrency=1
                    ${CMAKE_CURRENT_LIST_DIR}/integration/images/images.test.mjs)
   set_tests_properties(it.images.import PROPERTIES
     FIXTURES_REQUIRED test_images
-    ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBX_TEST_IMAGES=${SBX_TEST_IMAGES_DIR}"
+    ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBXCTL_BIN=$<TARGET_FILE:sbxctl>;SBX_TEST_IMAGES=${SBX_TEST_IMAGES_DIR}"
     TIMEOUT 600)
 endif()

@@ -8,7 +8,7 @@
 // tampered blob.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFileSync } from 'node:child_process';
+import { spawn, spawnSync, execFileSync } from 'node:child_process';
 import { createServer } from 'node:net';
 import { existsSync, lstatSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync, createReadStream } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -19,6 +19,17 @@ const IMAGES = process.env.SBX_TEST_IMAGES;
 if (!IMAGES) throw new Error('SBX_TEST_IMAGES must name the test images directory');
 const dockerDigest = readFileSync(join(IMAGES, 'digest.docker'), 'utf8').trim();
 const ociDigest = readFileSync(join(IMAGES, 'digest.oci'), 'utf8').trim();
+
+const SBXCTL = process.env.SBXCTL_BIN;
+
+// Runs sbxctl against this sbx (its gateway and admin token).
+function sbxctl(sbx, args, input) {
+  const r = spawnSync(SBXCTL, args, {
+    env: { ...process.env, SBX_DATA_DIR: sbx.dataDir, SBX_LISTEN: sbx.gw.url.replace('http://', ''), SBX_ADMIN_TOKEN: sbx.gw.admin },
+    input, encoding: 'utf8',
+  });
+  return r;
+}
 
 async function upload(sbx, name, file, contentType = 'application/x-tar') {
   const res = await fetch(`${sbx.gw.url}/v1/images?name=${encodeURIComponent(name)}`, {
@@ -101,9 +112,12 @@ test('upload: docker-archive and OCI archive import into the cache; bad uploads 
     assert.equal(listing(root), listing(join(IMAGES, 'rootfs')));
     assert.equal(readdirSync(join(sbx.dataDir, 'images', 'uploads')).length, 0, 'the upload was not removed');
 
-    // OCI archive (gzip layers, skopeo's config: another digest)
-    const oci = await upload(sbx, 'py-oci', join(IMAGES, 'py.oci.tar'));
-    assert.equal(oci.status, 202, oci.text);
+    // OCI archive (gzip layers, skopeo's config: another digest), pushed with sbxctl, which
+    // follows the import to its end.
+    const pushed = sbxctl(sbx, ['image', 'push', join(IMAGES, 'py.oci.tar'), '--name', 'py-oci']);
+    assert.equal(pushed.status, 0, pushed.stderr);
+    assert.match(pushed.stdout, /py-oci: ready sha256:[0-9a-f]{64}, 2 layers/);
+    const oci = { json: (await req(sbx.gw, 'GET', '/v1/images/py-oci', { token: admin })).json };
     const ociImg = await settled(sbx, oci.json.id);
     assert.equal(ociImg.state, 'ready', JSON.stringify(ociImg.problem));
     assert.equal(ociImg.digest, ociDigest);
@@ -175,6 +189,18 @@ test('upload: docker-archive and OCI archive import into the cache; bad uploads 
     const list = await req(sbx.gw, 'GET', '/v1/images', { token: admin });
     assert.deepEqual(list.json.items.map((i) => i.name).sort(), ['junk', 'py-oci', 'trunc']);
     assert.ok(!list.text.includes('password'));
+    const ls = sbxctl(sbx, ['--json', 'image', 'ls']);
+    assert.equal(ls.status, 0, ls.stderr);
+    assert.deepEqual(JSON.parse(ls.stdout).map((i) => `${i.name}:${i.state}:${i.problemCode}`).sort(),
+      ['junk:failed:image_not_archive', 'py-oci:ready:null', 'trunc:failed:image_truncated']);
+    const rmUsed = sbxctl(sbx, ['image', 'rm', 'py-oci']);
+    assert.equal(rmUsed.status, 1, 'rm of an Image an App names');
+    assert.match(rmUsed.stderr, /409 conflict/);
+    const rm = sbxctl(sbx, ['image', 'rm', 'junk']);
+    assert.equal(rm.status, 0, rm.stderr);
+    const failedPush = sbxctl(sbx, ['image', 'push', junk, '--name', 'junk-again']);
+    assert.equal(failedPush.status, 1);
+    assert.match(failedPush.stdout, /failed \(image_not_archive: /);
   } finally {
     const results = await sbx.stop();
     for (const r of results) assert.equal(r.code, 0, 'a worker did not exit cleanly');
@@ -227,6 +253,10 @@ test('pull from a registry on loopback with basic auth; wrong credentials, regis
     assert.ok(!pulled.text.includes('secret-pw'), 'the password was returned');
     assert.equal(pulled.json.source, `${host}/sbx/py:v1`);
     const img = await settled(sbx, pulled.json.id);
+    // sbxctl: the password from stdin; the same digest again (no second unpack).
+    const ctlPull = sbxctl(sbx, ['image', 'pull', `${host}/sbx/py:v1`, '--name', 'ctl-pulled', '--username', 'puller', '--password-stdin'], 'secret-pw\n');
+    assert.equal(ctlPull.status, 0, ctlPull.stderr);
+    assert.match(ctlPull.stdout, new RegExp(`ctl-pulled: ready ${img.digest}`));
     assert.equal(img.state, 'ready', JSON.stringify(img.problem));
     assert.equal(img.layerCount, 2);
     assert.ok(existsSync(join(cacheDir(sbx, img.digest), 'rootfs/opt/agent/py-agent.py')));
