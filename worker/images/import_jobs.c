@@ -55,9 +55,11 @@ static void import_done(void *arg)
         r.env_json = j->res.env_json;
         r.working_dir = j->res.working_dir;
         r.user = j->res.user;
-        log_info("images: %s (%s) imported as %s: %lld layers, %lld bytes%s", j->im.id, j->im.name,
-                 j->res.digest, (long long)j->res.layer_count, (long long)j->res.unpacked_bytes,
-                 j->res.reused ? " (already cached)" : "");
+        log_info("images: %s (%s) imported as %s: %lld layers, %lld bytes%s (blobs %lld ms, "
+                 "layers %lld ms)",
+                 j->im.id, j->im.name, j->res.digest, (long long)j->res.layer_count,
+                 (long long)j->res.unpacked_bytes, j->res.reused ? ", already cached" : "",
+                 (long long)j->res.stage_ms, (long long)j->res.apply_ms);
     } else {
         r.problem_code = j->res.problem.code ? j->res.problem.code : IMAGE_IO_ERROR;
         r.problem_detail = j->res.problem.detail;

@@ -25,7 +25,8 @@ struct import_result {
     char digest[IMAGE_DIGEST_LEN];
     int64_t layer_count;
     int64_t unpacked_bytes;
-    bool reused; /* the digest was in the cache already: nothing was unpacked */
+    bool reused;                /* the digest was in the cache already: nothing was unpacked */
+    int64_t stage_ms, apply_ms; /* time spent staging (and verifying) blobs, applying layers */
     char *entrypoint_json, *cmd_json, *env_json; /* NULL when the image has none */
     char working_dir[512];
     char user[128];
