@@ -15,9 +15,9 @@ add_test(NAME unit.pg.store_images COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh
 set_tests_properties(unit.pg.store_images PROPERTIES TIMEOUT 180)
 
 # The Debian 12 + python3 test image in both archive formats, built once per build tree (about 45 s
-# the first time; cached in <build>/test-images after). Other areas' tests may require the fixture
+# the first time; cached in <build>/image-archives after, apart from the boot tests' <build>/test-images). Other areas' tests may require the fixture
 # test_images too.
-set(SBX_TEST_IMAGES_DIR ${CMAKE_BINARY_DIR}/test-images)
+set(SBX_TEST_IMAGES_DIR ${CMAKE_BINARY_DIR}/image-archives)
 add_test(NAME it.images.build COMMAND ${CMAKE_CURRENT_LIST_DIR}/images/build-test-images.sh
                                       ${SBX_TEST_IMAGES_DIR})
 set_tests_properties(it.images.build PROPERTIES FIXTURES_SETUP test_images TIMEOUT 600)

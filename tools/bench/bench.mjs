@@ -6,7 +6,7 @@
 // Scenarios: ingestion, warm, burst, cold, expiry, scale, postgres, images (default: all). The
 // postgres scenario needs a PostgreSQL server: run under tests/pg-run.sh (tools/sbx bench does);
 // images builds the Debian + python3 test image (tests/images/build-test-images.sh, cached in
-// <build dir>/test-images) and needs root.
+// <build dir>/image-archives) and needs root.
 import { spawn, execFileSync } from 'node:child_process';
 import { mkdirSync, writeFileSync, appendFileSync, existsSync, mkdtempSync, rmSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -500,7 +500,7 @@ async function postgres() {
 // (no second import); and, where the drivers boot images, cold and warm activation of an App on
 // the Python image beside the default image.
 async function images() {
-  const imagesDir = join(buildDir, 'test-images');
+  const imagesDir = join(buildDir, 'image-archives');
   execFileSync(join(here, '..', '..', 'tests', 'images', 'build-test-images.sh'), [imagesDir], { stdio: ['ignore', 'ignore', 'inherit'] });
   const archive = join(imagesDir, 'py.docker.tar');
   const runs = 3;
