@@ -15,8 +15,8 @@ add_test(NAME unit.pg.store_images COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh
 set_tests_properties(unit.pg.store_images PROPERTIES TIMEOUT 180)
 
 # The Debian 12 + python3 test image in both archive formats, built once per build tree (about 45 s
-# the first time; cached in <build>/image-archives after, apart from the boot tests' <build>/test-images). Other areas' tests may require the fixture
-# test_images too.
+# the first time; cached in <build>/image-archives after, apart from the boot tests'
+# <build>/test-images). Other areas' tests may require the fixture test_images too.
 set(SBX_TEST_IMAGES_DIR ${CMAKE_BINARY_DIR}/image-archives)
 add_test(NAME it.images.build COMMAND ${CMAKE_CURRENT_LIST_DIR}/images/build-test-images.sh
                                       ${SBX_TEST_IMAGES_DIR})
@@ -30,5 +30,18 @@ if(NODE_EXECUTABLE AND TARGET sbx-worker AND TARGET sbxctl)
   set_tests_properties(it.images.import PROPERTIES
     FIXTURES_REQUIRED test_images
     ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBXCTL_BIN=$<TARGET_FILE:sbxctl>;SBX_TEST_IMAGES=${SBX_TEST_IMAGES_DIR}"
+    TIMEOUT 600)
+endif()
+
+# End to end: a Session of an App on an uploaded image answers from the image's userspace. Needs
+# the process driver's image boot (worker/drivers/process_image.c, the boot side of issue 14):
+# registered once that is part of the tree.
+if(NODE_EXECUTABLE AND TARGET sbx-worker AND EXISTS ${CMAKE_SOURCE_DIR}/worker/drivers/process_image.c)
+  add_test(NAME it.images.session
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/in-netns.sh ${NODE_EXECUTABLE} --test --test-concurrency=1
+                   ${CMAKE_CURRENT_LIST_DIR}/integration/images/session.test.mjs)
+  set_tests_properties(it.images.session PROPERTIES
+    FIXTURES_REQUIRED test_images
+    ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBX_TEST_IMAGES=${SBX_TEST_IMAGES_DIR}"
     TIMEOUT 600)
 endif()
