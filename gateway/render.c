@@ -65,7 +65,8 @@ json_t *render_image(const struct store_image *im)
                         "cmd", stored_json(im->cmd_json), "env", stored_json(im->env_json),
                         "workingDir", str_or_null(im->working_dir), "user", str_or_null(im->user))
             : json_null();
-    return json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:o, s:I, s:o, s:o, s:o}",
+    return json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:o, s:I, s:o, s:o, s:o, "
+                     "s:o}",
                      "id", im->id, "name", im->name, "state", im->state, "problem", problem,
                      "digest", str_or_null(im->digest), "source", im->source, "uploadBytes",
                      im->upload_bytes > 0 ? json_integer(im->upload_bytes) : json_null(),
@@ -74,7 +75,8 @@ json_t *render_image(const struct store_image *im)
                      ready ? json_integer(im->unpacked_bytes) : json_null(), "config", config,
                      "appCount", (json_int_t)im->app_count, "createdAt",
                      render_time(im->created_at), "readyAt", render_time(im->ready_at),
-                     "lastUsedAt", render_time(im->last_used_at));
+                     "lastUsedAt", render_time(im->last_used_at), "manifestDigest",
+                     str_or_null(im->manifest_digest));
 }
 
 json_t *render_key(const struct store_key *k)

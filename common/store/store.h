@@ -309,8 +309,9 @@ struct store_image {
     char *env_json;        /* its Env, a JSON array of "K=V"; NULL when none */
     char working_dir[512]; /* "" when none */
     char user[128];        /* "" when none */
-    char *
-        credentials_json; /* {"username","password"} for a pull: only image_claim_import fills it */
+    char manifest_digest[STORE_DIGEST_LEN]; /* a pull's image manifest ("" for an upload) */
+    /* {"username","password"} for a pull: only image_claim_import fills it */
+    char *credentials_json;
     char claimed_by[STORE_ID_LEN];
     int64_t created_at;
     int64_t ready_at; /* 0 while importing */
@@ -330,6 +331,7 @@ struct store_image_result {
     int64_t unpacked_bytes;
     const char *entrypoint_json, *cmd_json, *env_json; /* NULL when the image has none */
     const char *working_dir, *user;                    /* NULL or "" when none */
+    const char *manifest_digest; /* a pull's image manifest; NULL for an upload */
 };
 
 /* Usage measured at a Sandbox's end. */
@@ -632,6 +634,12 @@ struct store {
      * images of live Sandboxes (warm ones included). */
     enum store_status (*image_digests_in_use)(struct store *st, char (**digests)[STORE_DIGEST_LEN],
                                               size_t *n);
+    /* For a ready, pulled Image of this digest: its source reference and the manifest digest it
+     * was pulled by, so that another host can pull the same image. STORE_NOT_FOUND when no pulled
+     * Image has the digest. */
+    enum store_status (*image_pull_source)(struct store *st, const char *digest, char *source,
+                                           size_t sourcelen, char *manifest_digest,
+                                           size_t manifestlen);
     /* The digests of ready, not deleted Images (what a host's cache may hold), least recently
      * used (last_used_at, else ready_at) first. */
     enum store_status (*image_digests_ready)(struct store *st, char (**digests)[STORE_DIGEST_LEN],

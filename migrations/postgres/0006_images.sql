@@ -25,6 +25,7 @@ CREATE TABLE images (
     env            TEXT,                     -- its Env (JSON array of "K=V" or NULL)
     working_dir    TEXT,                     -- its WorkingDir (NULL when empty)
     config_user    TEXT,                     -- its User (NULL when empty)
+    manifest_digest TEXT,                    -- a pull's image manifest, by which other hosts pull
     claimed_by     TEXT,                     -- the worker importing it while importing
     claimed_at     BIGINT,
     created_at     BIGINT NOT NULL,

@@ -7,8 +7,9 @@
 # The image is a real Debian 12 userspace with python3 and a Python agent, in the two archive
 # formats users' tools write:
 #
-#   OUTDIR/layer1.tar       layer 1: `mmdebstrap --variant=essential --include=python3-minimal
-#                           bookworm` (from the host's apt sources; without /usr/share/doc, man,
+#   OUTDIR/layer1.tar       layer 1: `mmdebstrap --variant=essential --include=python3-minimal,
+#                           libpython3.11-stdlib bookworm` (python3-minimal alone has no json
+#                           module; from the host's apt sources; without /usr/share/doc, man,
 #                           locale, info), as root, so owners, modes and device nodes are those
 #                           of a real Debian tree
 #   OUTDIR/layer2.tar       layer 2: /opt/agent/py-agent.py (0755, the agent), a symlink
@@ -56,7 +57,8 @@ flock 9
 # SOURCE_DATE_EPOCH makes mmdebstrap's and tar's timestamps fixed.
 export SOURCE_DATE_EPOCH=1700000000
 # Documentation, manual pages and translations are left out: they only make the tests slower.
-layer1_args=(--variant=essential --include=python3-minimal --mode=root --format=tar
+layer1_args=(--variant=essential --include=python3-minimal,libpython3.11-stdlib --mode=root
+    --format=tar
     --dpkgopt=path-exclude=/usr/share/doc/* --dpkgopt=path-exclude=/usr/share/man/*
     --dpkgopt=path-exclude=/usr/share/locale/* --dpkgopt=path-exclude=/usr/share/info/* bookworm)
 layer1_key=$(printf '%s\n' "${layer1_args[@]}" | sha256sum | cut -d' ' -f1)
@@ -114,7 +116,7 @@ jq -cn --arg d1 "sha256:$diff1" --arg d2 "sha256:$diff2" '{
     },
     rootfs: {type: "layers", diff_ids: [$d1, $d2]},
     history: [
-        {created: "2023-11-14T22:13:20Z", created_by: "mmdebstrap --variant=essential --include=python3-minimal bookworm"},
+        {created: "2023-11-14T22:13:20Z", created_by: "mmdebstrap --variant=essential --include=python3-minimal,libpython3.11-stdlib bookworm"},
         {created: "2023-11-14T22:13:20Z", created_by: "add /opt/agent, delete /etc/issue.net"}
     ]
 }' | tr -d '\n' >"$out/config.json"

@@ -23,6 +23,7 @@
 struct import_result {
     struct image_problem problem; /* problem.code NULL: imported */
     char digest[IMAGE_DIGEST_LEN];
+    char manifest_digest[IMAGE_DIGEST_LEN]; /* a pull's image manifest ("" for an upload) */
     int64_t layer_count;
     int64_t unpacked_bytes;
     bool reused;                /* the digest was in the cache already: nothing was unpacked */

@@ -318,9 +318,10 @@ static long reg_get(struct pull *pl, const char *kind, const char *ref, const ch
     return st;
 }
 
-/* A manifest by tag or digest into memory; verified when asked by digest. */
+/* A manifest by tag or digest into memory; verified when asked by digest. Its own digest goes to
+ * digest_out. */
 static char *get_manifest(struct pull *pl, const char *ref, bool by_digest, char *media,
-                          size_t medialen)
+                          size_t medialen, char digest_out[IMAGE_DIGEST_LEN])
 {
     struct sink s = {.fd = -1, .limit = MANIFEST_LIMIT, .pl = pl};
     if (reg_get(pl, "manifests", ref, ACCEPT_MANIFESTS, &s) < 0 || !s.buf) {
@@ -329,12 +330,13 @@ static char *get_manifest(struct pull *pl, const char *ref, bool by_digest, char
         free(s.buf);
         return NULL;
     }
+    struct image_hasher h;
+    char d[IMAGE_DIGEST_LEN];
+    image_hasher_init(&h);
+    image_hasher_update(&h, s.buf, s.len);
+    image_hasher_final(&h, d);
+    snprintf(digest_out, IMAGE_DIGEST_LEN, "%s", d);
     if (by_digest) {
-        struct image_hasher h;
-        char d[IMAGE_DIGEST_LEN];
-        image_hasher_init(&h);
-        image_hasher_update(&h, s.buf, s.len);
-        image_hasher_final(&h, d);
         if (strcmp(d, ref) != 0) {
             image_fail(pl->p, IMAGE_DIGEST_MISMATCH, "the manifest %s from %s has digest %s", ref,
                        pl->ref.host, d);
@@ -406,11 +408,13 @@ static int pull_into(struct pull *pl, const char *work, struct import_result *re
     struct image_plan plan = {0};
     int rc = -1;
 
-    char *text = get_manifest(pl, pl->ref.ref, pl->ref.by_digest, media, sizeof media);
+    char *text =
+        get_manifest(pl, pl->ref.ref, pl->ref.by_digest, media, sizeof media, res->manifest_digest);
     if (text && image_media_is_index(media)) {
         if (image_pick_platform(text, manifest_digest, p) == 0) {
             free(text);
-            text = get_manifest(pl, manifest_digest, true, media, sizeof media);
+            text =
+                get_manifest(pl, manifest_digest, true, media, sizeof media, res->manifest_digest);
         } else {
             free(text);
             text = NULL;

@@ -24,7 +24,8 @@
     "rowid, id, name, state, source, upload_path, upload_sha256, upload_bytes, problem_code, "     \
     "problem_detail, digest, layer_count, unpacked_bytes, entrypoint, cmd, env, working_dir, "     \
     "config_user, claimed_by, created_at, ready_at, last_used_at, "                                \
-    "(SELECT count(*) FROM apps a WHERE a.image_id = images.id AND a.deleted_at IS NULL)"
+    "(SELECT count(*) FROM apps a WHERE a.image_id = images.id AND a.deleted_at IS NULL), "        \
+    "manifest_digest"
 
 static int64_t image_from_row(struct sql_stmt *s, void *item)
 {
@@ -51,6 +52,7 @@ static int64_t image_from_row(struct sql_stmt *s, void *item)
     im->ready_at = sql_col_int64_or(s, 20, 0);
     im->last_used_at = sql_col_int64_or(s, 21, 0);
     im->app_count = sql_col_int64_or(s, 22, 0);
+    sql_col_copy(s, 23, im->manifest_digest, sizeof im->manifest_digest);
     return sql_col_int64(s, 0);
 }
 
@@ -248,7 +250,7 @@ static enum store_status im_claim_import(struct store *st, const struct store_ct
     rc = sql_step(s);
     if (rc == SQL_ROW) {
         image_from_row(s, &im);
-        im.credentials_json = sql_col_dup(s, 23);
+        im.credentials_json = sql_col_dup(s, 24);
     }
     sql_done(s);
     if (rc != SQL_ROW)
@@ -291,7 +293,7 @@ static enum store_status im_finish_import(struct store *st, const struct store_c
     s = sql_stmt(st, "UPDATE images SET state = ?3, problem_code = ?4, problem_detail = ?5, "
                      "digest = ?6, layer_count = ?7, unpacked_bytes = ?8, entrypoint = ?9, "
                      "cmd = ?10, env = ?11, working_dir = ?12, config_user = ?13, ready_at = ?14, "
-                     "credentials = NULL, upload_path = NULL "
+                     "manifest_digest = ?15, credentials = NULL, upload_path = NULL "
                      "WHERE id = ?1 AND claimed_by = ?2 AND state = 'importing' "
                      "AND deleted_at IS NULL");
     if (!s)
@@ -312,6 +314,7 @@ static enum store_status im_finish_import(struct store *st, const struct store_c
     sql_bind_text_or_null(s, 12, res->ok ? res->working_dir : NULL);
     sql_bind_text_or_null(s, 13, res->ok ? res->user : NULL);
     sql_bind_int64(s, 14, now_ms());
+    sql_bind_text_or_null(s, 15, res->ok ? res->manifest_digest : NULL);
     r = step_done(st, s);
     if (r == STORE_OK && sql_changes(st) == 0)
         r = STORE_CONFLICT;
@@ -392,6 +395,28 @@ static enum store_status im_digests_ready(struct store *st, char (**out)[STORE_D
     return read_digests(st, s, out, n);
 }
 
+static enum store_status im_pull_source(struct store *st, const char *digest, char *source,
+                                        size_t sourcelen, char *manifest, size_t manifestlen)
+{
+    struct sql_stmt *s =
+        sql_stmt(st, "SELECT source, manifest_digest FROM images "
+                     "WHERE digest = ?1 AND state = 'ready' AND deleted_at IS NULL "
+                     "AND manifest_digest IS NOT NULL ORDER BY ready_at DESC LIMIT 1");
+    enum store_status r = STORE_OK;
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text_copy(s, 1, digest);
+    int rc = sql_step(s);
+    if (rc == SQL_ROW) {
+        sql_col_copy(s, 0, source, sourcelen);
+        sql_col_copy(s, 1, manifest, manifestlen);
+    } else {
+        r = rc == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, rc);
+    }
+    sql_done(s);
+    return r;
+}
+
 enum store_status sql_image_check_ready(struct store *st, const char *image_id, const char *digest)
 {
     struct sql_stmt *s;
@@ -426,4 +451,5 @@ void store_sql_images_init(struct store *st)
     st->image_touch = im_touch;
     st->image_digests_in_use = im_digests_in_use;
     st->image_digests_ready = im_digests_ready;
+    st->image_pull_source = im_pull_source;
 }

@@ -220,6 +220,7 @@ async function freePort() {
 test('pull from a registry on loopback with basic auth; wrong credentials, registry down, tampered blob', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'sbx-it-registry-'));
   const port = await freePort();
+  const openPort = await freePort(); // a second registry, without auth, on the same storage
   const host = `127.0.0.1:${port}`;
   writeFileSync(join(dir, 'htpasswd'), execFileSync('htpasswd', ['-Bbn', 'puller', 'secret-pw'], { encoding: 'utf8' }));
   writeFileSync(join(dir, 'config.yml'), [
@@ -239,7 +240,7 @@ test('pull from a registry on loopback with basic auth; wrong credentials, regis
   const registry = spawn('docker-registry', ['serve', join(dir, 'config.yml')], { stdio: ['ignore', 'ignore', 'pipe'] });
   let regLog = '';
   registry.stderr.on('data', (d) => { regLog += d; });
-  const sbx = await startSbx({ workers: 1, env: { SBX_POOL_SIZE: '0', SBX_INSECURE_REGISTRIES: `${host},127.0.0.1:1` } });
+  const sbx = await startSbx({ workers: 1, env: { SBX_POOL_SIZE: '0', SBX_INSECURE_REGISTRIES: `${host},127.0.0.1:1,127.0.0.1:${openPort}` } });
   try {
     const admin = sbx.gw.admin;
     for (let i = 0; i < 100; i++) {
@@ -286,6 +287,46 @@ test('pull from a registry on loopback with basic auth; wrong credentials, regis
       const done = await settled(sbx, r.json.id, 60000);
       assert.equal(done.state, 'failed', `${name}: ${JSON.stringify(done)}`);
       assert.equal(done.problem.code, code, `${name}: ${done.problem.detail}`);
+    }
+
+    // Another host (a worker with a data directory, hence a cache, of its own, on the same store)
+    // fetches a pulled image an App runs by its manifest digest, anonymously: from a second
+    // registry without auth on the same storage.
+    writeFileSync(join(dir, 'open.yml'), [
+      'version: 0.1', 'log: {level: warn}', 'storage:', `  filesystem: {rootdirectory: ${join(dir, 'storage')}}`,
+      'http:', `  addr: 127.0.0.1:${openPort}`, ''].join('\n'));
+    const openRegistry = spawn('docker-registry', ['serve', join(dir, 'open.yml')], { stdio: 'ignore' });
+    const hostB = mkdtempSync(join(tmpdir(), 'sbx-it-host-b-'));
+    try {
+      for (let i = 0; i < 100; i++) {
+        try { await fetch(`http://127.0.0.1:${openPort}/v2/`); break; } catch { await sleep(100); }
+      }
+      const anon = await req(sbx.gw, 'POST', '/v1/images', { token: admin, body: { name: 'anon', reference: `127.0.0.1:${openPort}/sbx/py:v1` } });
+      const anonImg = await settled(sbx, anon.json.id);
+      assert.equal(anonImg.state, 'ready', JSON.stringify(anonImg.problem));
+      assert.match(anonImg.manifestDigest, /^sha256:[0-9a-f]{64}$/);
+      assert.equal(anonImg.digest, img.digest);
+      // Host A's cache has it; host B starts without it; then an App runs it.
+      const w = spawn(process.env.SBX_WORKER_BIN, [], {
+        env: { ...sbx.env, SBX_DATA_DIR: hostB, SBX_DB_PATH: join(sbx.dataDir, 'sbx.db'), SBX_HOST_ID: 'host-b', SBX_INSECURE_REGISTRIES: `127.0.0.1:${openPort}` },
+        stdio: ['ignore', 'ignore', 'pipe'],
+      });
+      let wlog = '';
+      w.stderr.on('data', (d) => { wlog += d; });
+      const wExited = new Promise((r) => w.on('exit', (code) => r(code)));
+      const app = await req(sbx.gw, 'POST', '/v1/apps', { token: admin, body: { name: 'on-anon', image: 'anon' } });
+      assert.equal(app.status, 201, app.text);
+      const readyB = join(hostB, 'images', 'sha256', img.digest.slice(7), 'ready');
+      await sbx.until(() => existsSync(readyB), 60000, `host B to fetch the image\n${wlog}`);
+      assert.match(wlog, /fetched sha256:[0-9a-f]{64} into this host's cache from 127\.0\.0\.1:\d+\/sbx\/py@sha256:/);
+      assert.ok(!existsSync(join(hostB, 'images', 'sha256', img.digest.slice(7), 'rootfs/etc/issue.net')));
+      w.kill('SIGTERM');
+      assert.equal(await wExited, 0, wlog);
+      assert.equal((await req(sbx.gw, 'DELETE', `/v1/apps/${app.json.id}`, { token: admin })).status, 204);
+    } finally {
+      openRegistry.kill('SIGTERM');
+      await new Promise((r) => openRegistry.on('exit', r));
+      rmSync(hostB, { recursive: true, force: true });
     }
 
     // Tamper with the small layer's blob in the registry's storage: its digest no longer matches.
