@@ -7,6 +7,8 @@
  *       vmlinux|vmlinuz, rootfs.ext4|initramfs.cpio.gz   guest artefacts, hard-linked (or copied)
  *       run/firecracker.socket                           Firecracker's API socket
  *       run/vsock.sock                                   the vsock device's host side
+ *       image.erofs                                      an App's image: its cached rootfs.erofs,
+ *                                                        linked (root-owned, 0444: read-only)
  *       firecracker.pid                                  written by the jailer (--new-pid-ns)
  * Boot: jailer (its own cgroup <v2 root>/sbx/<jailer id> from cgroup.h, network namespace with
  * the Sandbox's link from links.h, PID namespace, non-root uid/gid), then the API calls
@@ -14,9 +16,14 @@
  * host-initiated vsock connection ("CONNECT 1024") to the guest's sbx-agent, whose ready line ends
  * the boot. That connection is the agent channel (protocol in driver.h).
  */
+#include "fs.h"
+#include "clock.h"
 #include "host/cgroup.h"
 #include "drivers/driver.h"
+#include "drivers/shared.h"
 #include "drivers/fc_api.h"
+#include "images/image_cache.h"
+#include "images/image_erofs.h"
 #include "log.h"
 #include "host/links.h"
 
@@ -26,7 +33,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <linux/if.h>
 #include <linux/if_tun.h>
@@ -65,6 +71,8 @@ extern char **environ;
 #define FC_SHUTDOWN_GRACE_MS 3000
 #define FC_KILL_WAIT_MS 2000
 #define FC_JAILER_ID_MAX 64
+/* An App's image inside the jail, attached as a read-only drive after the root drive (if any). */
+#define FC_IMAGE_IN_JAIL "/image.erofs"
 
 /* Everything derived from one Sandbox id; recomputable from the store for reap(). */
 struct fc_layout {
@@ -91,13 +99,6 @@ struct fc_guest {
     char root_name[64];
     char image_hash[80];
 };
-
-static long long monotonic_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void sleep_ms(int ms)
 {
@@ -169,21 +170,9 @@ static int cgroup2_mount(char *out, size_t outlen)
 /* The host's cgroup hierarchies as worker/host/cgroup.c finds them (cgroup_root, else detected),
  * shared with the process driver: VM cgroups are <v2 root>/sbx/<jailer id>, plus
  * <v1 memory root>/<jailer id> for the memory peak on hosts without the v2 memory controller. */
-static struct cgroup_host fc_cgroups;
-
 static const struct cgroup_host *host_cgroups(const struct sbx_config *cfg)
 {
-    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    static bool detected;
-    pthread_mutex_lock(&lock);
-    if (!detected) {
-        char report[1024];
-        cgroup_detect(cfg, &fc_cgroups, report, sizeof report);
-        log_info("firecracker: %s", report);
-        detected = true;
-    }
-    pthread_mutex_unlock(&lock);
-    return &fc_cgroups;
+    return driver_cgroups(cfg, "firecracker");
 }
 
 /* --parent-cgroup is relative to the cgroup2 mount (the jailer finds the mount itself and makes
@@ -307,23 +296,10 @@ static int make_dir(const char *path, mode_t mode, uid_t uid, gid_t gid, char *e
 
 static int make_dirs(const char *path, mode_t mode, char *err, size_t errlen)
 {
-    char buf[PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, mode) != 0 && errno != EEXIST) {
-            snprintf(err, errlen, "mkdir %s: %s", buf, strerror(errno));
-            return -1;
-        }
-        *p = '/';
-    }
-    if (mkdir(buf, mode) != 0 && errno != EEXIST) {
-        snprintf(err, errlen, "mkdir %s: %s", buf, strerror(errno));
-        return -1;
-    }
-    return 0;
+    if (fs_mkdir_p(path, mode) == 0)
+        return 0;
+    snprintf(err, errlen, "mkdir %s: %s", path, strerror(errno));
+    return -1;
 }
 
 static int copy_file(const char *src, const char *dst, uid_t uid, gid_t gid, char *err,
@@ -537,10 +513,10 @@ static int wait_gone(pid_t pid, int timeout_ms)
     int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     if (pidfd < 0)
         return errno == ESRCH ? 0 : -1;
-    long long deadline = monotonic_ms() + timeout_ms;
+    long long deadline = clock_mono_ms() + timeout_ms;
     int rc = -1;
     for (;;) {
-        long long left = deadline - monotonic_ms();
+        long long left = deadline - clock_mono_ms();
         struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
         int n = poll(&pfd, 1, left > 0 ? (int)left : 0);
         if (n > 0) {
@@ -655,7 +631,7 @@ static pid_t spawn_jailer(const struct sbx_config *cfg, const struct fc_layout *
 /* With --new-pid-ns the jailer writes the VMM's pid to <exec name>.pid and exits 0. */
 static pid_t await_vmm_pid(const struct fc_layout *lay, pid_t jailer, char *err, size_t errlen)
 {
-    long long deadline = monotonic_ms() + FC_JAILER_TIMEOUT_MS;
+    long long deadline = clock_mono_ms() + FC_JAILER_TIMEOUT_MS;
     int status = 0;
     for (;;) {
         pid_t r = waitpid(jailer, &status, WNOHANG);
@@ -671,7 +647,7 @@ static pid_t await_vmm_pid(const struct fc_layout *lay, pid_t jailer, char *err,
             snprintf(err, errlen, "waitpid jailer: %s", strerror(errno));
             return -1;
         }
-        if (monotonic_ms() > deadline) {
+        if (clock_mono_ms() > deadline) {
             kill(jailer, SIGKILL);
             waitpid(jailer, &status, 0);
             snprintf(err, errlen, "the jailer did not finish within %d ms", FC_JAILER_TIMEOUT_MS);
@@ -702,9 +678,9 @@ static pid_t await_vmm_pid(const struct fc_layout *lay, pid_t jailer, char *err,
 /* Waits until Firecracker answers on its API socket (it creates it right after exec). */
 static int await_api(const struct fc_layout *lay, pid_t vmm, char *err, size_t errlen)
 {
-    long long deadline = monotonic_ms() + FC_JAILER_TIMEOUT_MS;
+    long long deadline = clock_mono_ms() + FC_JAILER_TIMEOUT_MS;
     char last[256] = "";
-    while (monotonic_ms() < deadline) {
+    while (clock_mono_ms() < deadline) {
         struct fc_response resp;
         if (fc_api_request(lay->api_sock, "GET", "/", NULL, 1000, &resp, last, sizeof last) == 0) {
             fc_response_clear(&resp);
@@ -754,10 +730,10 @@ static void guest_mac_for(const char *jailer_id, char *out, size_t outlen)
 }
 
 static int configure_vm(const struct fc_layout *lay, const struct fc_guest *g,
-                        const struct store_shape *shape, const char *guest_net, char *err,
-                        size_t errlen)
+                        const struct store_shape *shape, const char *guest_net, bool with_image,
+                        char *err, size_t errlen)
 {
-    char kernel[80], root[80], boot_args[512], mac[24], net[96] = "";
+    char kernel[80], root[80], boot_args[600], mac[24], net[96] = "", image[64] = "";
     snprintf(kernel, sizeof kernel, "/%s", g->kernel_name);
     snprintf(root, sizeof root, "/%s", g->root_name);
     /* reboot=k: a guest reboot (Ctrl-Alt-Del at terminate) ends the VMM. sbx.channel=vsock:<port>
@@ -765,10 +741,14 @@ static int configure_vm(const struct fc_layout *lay, const struct fc_guest *g,
     /* sbx.net=<addr>/<prefix>,<gateway>: the guest init configures eth0 from it. */
     if (guest_net[0])
         snprintf(net, sizeof net, " sbx.net=%s", guest_net);
+    /* sbx.image: the guest init mounts the App's image from it (agent/guest_image.h). Firecracker
+     * attaches the root device first, so the image is the second disk after a root drive. */
+    if (with_image)
+        snprintf(image, sizeof image, " sbx.image=%s", g->rootfs[0] ? "/dev/vdb" : "/dev/vda");
     snprintf(boot_args, sizeof boot_args,
              "console=ttyS0 reboot=k panic=1 pci=off i8042.noaux i8042.nomux i8042.dumbkbd "
-             "quiet %s sbx.channel=vsock:%d%s",
-             g->rootfs[0] ? "root=/dev/vda ro" : "rdinit=/init", FC_AGENT_VSOCK_PORT, net);
+             "quiet %s sbx.channel=vsock:%d%s%s",
+             g->rootfs[0] ? "root=/dev/vda ro" : "rdinit=/init", FC_AGENT_VSOCK_PORT, net, image);
     guest_mac_for(lay->jailer_id, mac, sizeof mac);
 
     json_t *boot = json_pack("{s:s, s:s}", "kernel_image_path", kernel, "boot_args", boot_args);
@@ -780,6 +760,12 @@ static int configure_vm(const struct fc_layout *lay, const struct fc_guest *g,
         put_json(lay, "/drives/rootfs",
                  json_pack("{s:s, s:s, s:b, s:b}", "drive_id", "rootfs", "path_on_host", root,
                            "is_root_device", 1, "is_read_only", 1),
+                 err, errlen) != 0)
+        return -1;
+    if (with_image &&
+        put_json(lay, "/drives/image",
+                 json_pack("{s:s, s:s, s:b, s:b}", "drive_id", "image", "path_on_host",
+                           FC_IMAGE_IN_JAIL, "is_root_device", 0, "is_read_only", 1),
                  err, errlen) != 0)
         return -1;
     if (put_json(lay, "/machine-config",
@@ -801,36 +787,6 @@ static int configure_vm(const struct fc_layout *lay, const struct fc_guest *g,
 }
 
 /* ---- the agent channel over vsock ---- */
-
-/* Reads one line (without the newline) byte by byte, so that nothing after it is consumed: the
- * rest of the stream belongs to the worker. Returns the length, or -1 (EOF, timeout, too long). */
-static ssize_t read_line(int fd, char *buf, size_t buflen, long long deadline)
-{
-    size_t len = 0;
-    while (len + 1 < buflen) {
-        char c;
-        ssize_t n = recv(fd, &c, 1, 0);
-        if (n == 1) {
-            if (c == '\n') {
-                buf[len] = '\0';
-                return (ssize_t)len;
-            }
-            buf[len++] = c;
-            continue;
-        }
-        if (n == 0)
-            return -1;
-        if (errno == EINTR)
-            continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK)
-            return -1;
-        long long left = deadline - monotonic_ms();
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        if (left <= 0 || poll(&pfd, 1, (int)left) <= 0)
-            return -1;
-    }
-    return -1;
-}
 
 /* One attempt of the host-initiated vsock handshake. Returns the connected fd, or -1 when the
  * guest is not listening yet (Firecracker then closes the connection) or on error. */
@@ -861,9 +817,10 @@ static int vsock_connect_once(const struct fc_layout *lay, long long deadline, c
         return -1;
     }
     /* The answer to CONNECT comes once the guest accepted or refused; bound each attempt. */
-    long long attempt_deadline = monotonic_ms() + 2000;
-    if (read_line(fd, line, sizeof line,
-                  attempt_deadline < deadline ? attempt_deadline : deadline) < 0) {
+    long long attempt_deadline = clock_mono_ms() + 2000;
+    size_t len;
+    if (driver_read_line(fd, attempt_deadline < deadline ? attempt_deadline : deadline, NULL, NULL,
+                         line, sizeof line, &len) != DRIVER_LINE_OK) {
         snprintf(why, whylen, "no answer to CONNECT %d (guest agent not listening yet)",
                  FC_AGENT_VSOCK_PORT);
         close(fd);
@@ -884,7 +841,7 @@ static int vsock_connect_once(const struct fc_layout *lay, long long deadline, c
 static int open_agent_channel(const struct fc_layout *lay, pid_t vmm, struct sandbox_runtime *rt,
                               char *err, size_t errlen)
 {
-    long long deadline = monotonic_ms() + FC_AGENT_READY_TIMEOUT_MS;
+    long long deadline = clock_mono_ms() + FC_AGENT_READY_TIMEOUT_MS;
     char why[256] = "";
     int fd = -1;
     while (fd < 0) {
@@ -897,7 +854,7 @@ static int open_agent_channel(const struct fc_layout *lay, pid_t vmm, struct san
             snprintf(err, errlen, "the VMM exited while the guest booted: %s", tail);
             return -1;
         }
-        if (monotonic_ms() >= deadline) {
+        if (clock_mono_ms() >= deadline) {
             snprintf(err, errlen, "the guest agent was not reachable within %d ms: %s",
                      FC_AGENT_READY_TIMEOUT_MS, why);
             return -1;
@@ -905,44 +862,24 @@ static int open_agent_channel(const struct fc_layout *lay, pid_t vmm, struct san
         sleep_ms(50);
     }
     char line[1024];
-    if (read_line(fd, line, sizeof line, deadline) < 0) {
+    size_t len;
+    if (driver_read_line(fd, deadline, NULL, NULL, line, sizeof line, &len) != DRIVER_LINE_OK) {
         snprintf(err, errlen, "the guest agent sent no ready line within %d ms",
                  FC_AGENT_READY_TIMEOUT_MS);
         close(fd);
         return -1;
     }
-    json_t *msg = json_loads(line, 0, NULL);
-    const char *type = json_string_value(json_object_get(msg, "type"));
-    const char *kernel = json_string_value(json_object_get(msg, "kernel"));
-    if (!type || strcmp(type, "ready") != 0) {
-        const char *agent_err = json_string_value(json_object_get(msg, "error"));
+    char agent_err[400];
+    if (driver_ready_line(line, len, rt, agent_err, sizeof agent_err) != 0) {
         snprintf(err, errlen, "the guest agent did not report ready: %.300s",
-                 agent_err ? agent_err : line);
-        json_decref(msg);
+                 agent_err[0] ? agent_err : line);
         close(fd);
         return -1;
     }
-    snprintf(rt->kernel, sizeof rt->kernel, "%s", kernel ? kernel : "");
-    json_decref(msg);
     return fd;
 }
 
 /* ---- cleanup ---- */
-
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-    (void)st;
-    (void)ftw;
-    int rc = type == FTW_DP ? rmdir(path) : unlink(path);
-    if (rc != 0 && errno != ENOENT)
-        log_warn("firecracker: remove %s: %s", path, strerror(errno));
-    return 0;
-}
-
-static void remove_tree(const char *path)
-{
-    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
-}
 
 /* Everything a Sandbox may have left: VMM, jail, cgroup, network namespace. Idempotent. */
 static void clean_up(const struct sbx_config *cfg, const struct fc_layout *lay, pid_t vmm,
@@ -954,12 +891,13 @@ static void clean_up(const struct sbx_config *cfg, const struct fc_layout *lay, 
     if (lay->cgroup_dir[0] && cgroup_populated(lay->cgroup_dir))
         cgroup_kill_all(lay->cgroup_dir);
     if (usage)
-        cgroup_read_usage(h, lay->cgroup_dir, lay->jailer_id, usage);
+        cgroup_read_usage(h, lay->cgroup_dir, lay->jailer_id, &usage->cpu_usec,
+                          &usage->mem_peak_bytes);
     char cg_err[256];
     if (cgroup_remove(h, lay->cgroup_dir, lay->jailer_id, 2000, cg_err, sizeof cg_err) != 0)
         log_warn("firecracker %s: %s", lay->jailer_id, cg_err);
     net_destroy(lay, lay->sandbox_id, lay->net_address);
-    remove_tree(lay->jail_dir);
+    (void)fs_remove_tree(lay->jail_dir);
 }
 
 /* ---- the driver interface ---- */
@@ -997,6 +935,28 @@ static int fc_init(const struct sbx_config *cfg, char *err, size_t errlen)
     return net_init(cfg->net_pool, err, errlen);
 }
 
+/* An App's image in the jail: a hard link of the cache's rootfs.erofs, which is root-owned and
+ * 0444, so the VMM (the sandbox uid) can neither write nor chmod it; across file systems a copy
+ * that is the same. */
+static int place_image_in_jail(const char *erofs, const char *root_dir, char *err, size_t errlen)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%.600s%s", root_dir, FC_IMAGE_IN_JAIL);
+    if (link(erofs, path) == 0)
+        return 0;
+    if (errno != EXDEV && errno != EPERM) {
+        snprintf(err, errlen, "link %s to %s: %s", erofs, path, strerror(errno));
+        return -1;
+    }
+    if (copy_file(erofs, path, 0, 0, err, errlen) != 0)
+        return -1;
+    if (chmod(path, 0444) != 0) {
+        snprintf(err, errlen, "chmod %s: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 static int fc_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, char *err,
                    size_t errlen)
 {
@@ -1008,8 +968,13 @@ static int fc_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, cha
     }
     rt->pid = 0;
     rt->channel_fd = -1;
+    /* An App's image: the digest's read-only block image, built on first use. */
+    char image_erofs[PATH_MAX] = "";
     if (layout_for(cfg, rt->sandbox_id, lay, err, errlen) != 0 ||
-        find_guest(cfg, &guest, err, errlen) != 0) {
+        find_guest(cfg, &guest, err, errlen) != 0 ||
+        (!image_is_default(rt->shape.image) &&
+         image_erofs_ensure(cfg, rt->shape.image, image_erofs, sizeof image_erofs, err, errlen) !=
+             0)) {
         free(lay);
         return -1;
     }
@@ -1037,6 +1002,8 @@ static int fc_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, cha
         rc = place_in_jail(guest.rootfs[0] ? guest.rootfs : guest.initrd, path, uid, gid, err,
                            errlen);
     }
+    if (rc == 0 && image_erofs[0])
+        rc = place_image_in_jail(image_erofs, lay->root_dir, err, errlen);
     if (rc == 0)
         rc = net_create(cfg, lay, guest_net, sizeof guest_net, err, errlen);
     /* The jailer joins an existing cgroup; making it first also makes the v1 memory twin. */
@@ -1056,7 +1023,7 @@ static int fc_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, cha
     if (rc == 0)
         rc = await_api(lay, vmm, err, errlen);
     if (rc == 0)
-        rc = configure_vm(lay, &guest, &rt->shape, guest_net, err, errlen);
+        rc = configure_vm(lay, &guest, &rt->shape, guest_net, image_erofs[0] != '\0', err, errlen);
     int channel = rc == 0 ? open_agent_channel(lay, vmm, rt, err, errlen) : -1;
     if (channel < 0) {
         clean_up(cfg, lay, vmm > 0 ? vmm : 0, false, NULL);
@@ -1067,7 +1034,8 @@ static int fc_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, cha
     rt->channel_fd = channel;
     snprintf(rt->jail_dir, sizeof rt->jail_dir, "%s", lay->jail_dir);
     snprintf(rt->cgroup_path, sizeof rt->cgroup_path, "%s", lay->cgroup_dir);
-    snprintf(rt->image_hash, sizeof rt->image_hash, "%s", guest.image_hash);
+    snprintf(rt->image_hash, sizeof rt->image_hash, "%s",
+             image_erofs[0] ? rt->shape.image : guest.image_hash);
     snprintf(rt->net_address, sizeof rt->net_address, "%s", lay->net_address);
     rt->driver_state = lay;
     log_info("firecracker %s: booted (vmm pid %d, kernel %s, address %s)", lay->jailer_id, (int)vmm,

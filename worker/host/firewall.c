@@ -46,7 +46,8 @@ const char *const fw_drop_reason_names[FW_DROP_COUNT] = {
 #define SET_NFS "nfs"
 #define SET_ID_SANDBOXES 1
 #define SET_ID_NFS 2
-#define TABLE_COMMENT_FMT "sbx firewall v1 pool %s: managed by sbx, do not edit"
+/* v2: the spoofing check before `established` (a worker finding a v1 table replaces it). */
+#define TABLE_COMMENT_FMT "sbx firewall v2 pool %s: managed by sbx, do not edit"
 
 /* The special-use IPv4 ranges besides RFC 1918 and 169.254/16 (issue 5 lists them). */
 static const struct {
@@ -443,15 +444,13 @@ static void rule_dispatch(struct fw_batch *b, const char *base, uint32_t meta_ke
     batch_rule(b, r);
 }
 
-/* The rules every packet from a Sandbox passes first, to the host or elsewhere. */
+/* The rules every packet from a Sandbox passes first, to the host or elsewhere. The interface
+ * and address check comes before `established`: conntrack knows nothing of interfaces, so a
+ * packet from another Sandbox carrying this Sandbox's address and ports matches this Sandbox's
+ * connection and would be accepted as part of it. */
 static void rules_from_sandbox_common(struct fw_batch *b, const char *chain)
 {
-    struct nftnl_rule *r = rule_new(chain); /* ct state established,related accept */
-    m_ct_established(r);
-    x_verdict(r, NF_ACCEPT, NULL);
-    batch_rule(b, r);
-
-    r = rule_new(chain); /* meta nfproto ipv6 counter name "drop_ipv6" drop */
+    struct nftnl_rule *r = rule_new(chain); /* meta nfproto ipv6 counter name "drop_ipv6" drop */
     m_nfproto(r, NFPROTO_IPV6);
     x_counter(r, FW_DROP_IPV6);
     x_verdict(r, NF_DROP, NULL);
@@ -462,6 +461,11 @@ static void rules_from_sandbox_common(struct fw_batch *b, const char *chain)
     m_iif_saddr_in(r, SET_SANDBOXES, SET_ID_SANDBOXES, true);
     x_counter(r, FW_DROP_SPOOFED);
     x_verdict(r, NF_DROP, NULL);
+    batch_rule(b, r);
+
+    r = rule_new(chain); /* ct state established,related accept */
+    m_ct_established(r);
+    x_verdict(r, NF_ACCEPT, NULL);
     batch_rule(b, r);
 }
 

@@ -30,8 +30,6 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-struct store;
-
 struct net_pool {
     struct in_addr net;
     int len;
@@ -41,7 +39,7 @@ int net_pool_parse(const char *cidr, struct net_pool *out, char *err, size_t err
 
 /* One Sandbox's link, as made or as found on the host. */
 struct net_link {
-    char sandbox_id[FW_OWNER_LEN]; /* the owner, also the interface's alias */
+    char sandbox_id[FW_OWNER_LEN]; /* the owner (see net_set_installation), the interface's alias */
     char ifname[IFNAMSIZ];         /* host side, "sbx<slot>" */
     uint32_t slot;
     struct in_addr host_addr;    /* the host side and the Sandbox's default gateway */
@@ -88,7 +86,19 @@ int net_links(const struct net_pool *pool, struct net_link **out, size_t *n, cha
 /* net.ipv4.ip_forward = 1 in the caller's network namespace (Sandbox traffic is routed). */
 int net_enable_forwarding(char *err, size_t errlen);
 
-/* ---- the worker's calls: one network state per worker process, set up by net_init ---- */
+/* ---- the worker's calls: one network state per process (links.c's hidden `net`), made by the
+ * first net_init (each driver's init calls it) ---- */
+
+/* Tags this process's links and firewall elements with the installation (installation.h), before
+ * net_init: the owner the kernel records (interface alias, element comment) is then
+ * "<installation>/<sandboxId>", and reconciliation judges only owners of this installation, so
+ * two sbx installations on one host never remove each other's. Interface names stay
+ * "sbx<slot>": the slot and its addresses are taken by creating the interface (the kernel's name
+ * uniqueness is what keeps installations sharing a net_pool apart), and a name of 15 characters
+ * has no room for a tag. Without a call, owners are bare Sandbox ids (and every owner found is
+ * judged). Owners without an installation, written before tagging, count as this one's. */
+#define NET_INSTALLATION_LEN 16
+void net_set_installation(const char *installation_id);
 
 /* Parses net_pool, enables forwarding and makes sure the firewall table exists (fw_init).
  * Call once, at worker start, before any Sandbox boots. */
@@ -127,9 +137,5 @@ struct net_reconcile_report {
  * Sandbox made after it was recorded as live is kept. report may be NULL. */
 int net_reconcile(bool (*is_live)(const char *sandbox_id, void *arg), void *arg,
                   struct net_reconcile_report *report, char *err, size_t errlen);
-/* The same with the store's answer: live = a non-terminal Sandbox of any worker
- * (sandbox_list_live with worker ""), read after the host's state. */
-int net_reconcile_store(struct store *st, struct net_reconcile_report *report, char *err,
-                        size_t errlen);
 
 #endif

@@ -11,7 +11,7 @@
 #include "images/image_digest.h"
 #include "images/importer.h"
 #include "log.h"
-#include "timefmt.h"
+#include "clock.h"
 #include "worker.h"
 
 #include <dirent.h>
@@ -87,7 +87,7 @@ static void evict(const char *dir, const char *hex, const char *why)
 
 void images_sweep(struct worker *w)
 {
-    int64_t now = now_ms();
+    int64_t now = clock_wall_ms();
     char(*in_use)[STORE_DIGEST_LEN] = NULL, (*ready)[STORE_DIGEST_LEN] = NULL;
     size_t n_use = 0, n_ready = 0;
     char base[600], dir[700], marker[720], digest[STORE_DIGEST_LEN];

@@ -13,7 +13,7 @@
 #include "images/registry_pull.h"
 #include "log.h"
 #include "sandbox/jobs.h"
-#include "timefmt.h"
+#include "clock.h"
 #include "worker.h"
 
 #include <stdio.h>
@@ -57,7 +57,7 @@ static bool fetch_failed_lately(const char *digest)
 {
     for (size_t i = 0; i < FETCH_FAILED_MAX; i++)
         if (strcmp(fetch_failed[i].digest, digest) == 0 &&
-            now_ms() - fetch_failed[i].at < FETCH_RETRY_MS)
+            clock_wall_ms() - fetch_failed[i].at < FETCH_RETRY_MS)
             return true;
     return false;
 }
@@ -76,7 +76,7 @@ static void fetch_done(struct import_job *j)
         if (fetch_failed[i].at < fetch_failed[oldest].at)
             oldest = i;
     snprintf(fetch_failed[oldest].digest, sizeof fetch_failed[oldest].digest, "%s", j->digest);
-    fetch_failed[oldest].at = now_ms();
+    fetch_failed[oldest].at = clock_wall_ms();
 }
 
 static void import_done(void *arg)

@@ -11,8 +11,8 @@
  * the same transaction; no event carries the credentials.
  */
 #include "id.h"
-#include "sql.h"
-#include "timefmt.h"
+#include "store_sql.h"
+#include "clock.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -82,31 +82,6 @@ static void image_page_free(void *items, size_t n)
 static const struct sql_page image_page = {sizeof(struct store_image), image_from_row,
                                            image_page_free};
 
-/* Ends a transaction: COMMIT when r is OK, ROLLBACK otherwise. */
-static enum store_status finish(struct store *st, enum store_status r)
-{
-    if (r == STORE_OK)
-        return sql_commit(st);
-    sql_rollback(st);
-    return r;
-}
-
-static enum store_status step_done(struct store *st, struct sql_stmt *s)
-{
-    int rc = sql_step(s);
-    sql_done(s);
-    return rc == SQL_DONE ? STORE_OK : sql_status(st, rc);
-}
-
-/* Event data as compact JSON (jansson escapes names and details); NULL when out of memory, which
- * sql_event records as no data rather than losing the event. */
-static char *event_data(json_t *obj)
-{
-    char *s = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
-    json_decref(obj);
-    return s;
-}
-
 static enum store_status load(struct store *st, const char *id_or_name, struct store_image *out)
 {
     struct sql_stmt *s = sql_stmt(st, "SELECT " IMAGE_COLS " FROM images WHERE deleted_at IS NULL "
@@ -123,7 +98,7 @@ static enum store_status im_create(struct store *st, const struct store_ctx *ctx
 {
     struct sql_stmt *s;
     enum store_status r;
-    int64_t now = now_ms(), taken = 0;
+    int64_t now = clock_wall_ms(), taken = 0;
 
     if (id_new("img", im->id, sizeof im->id) != 0)
         return STORE_ERROR;
@@ -132,18 +107,18 @@ static enum store_status im_create(struct store *st, const struct store_ctx *ctx
     /* The name is unique among live Images: say so as a conflict rather than a constraint error. */
     s = sql_stmt(st, "SELECT count(*) FROM images WHERE name = ?1 AND deleted_at IS NULL");
     if (!s)
-        return finish(st, STORE_ERROR);
+        return sql_end(st, STORE_ERROR);
     sql_bind_text(s, 1, im->name);
     if (sql_step(s) == SQL_ROW)
         taken = sql_col_int64(s, 0);
     sql_done(s);
     if (taken)
-        return finish(st, STORE_CONFLICT);
+        return sql_end(st, STORE_CONFLICT);
     s = sql_stmt(st, "INSERT INTO images (id, name, state, source, upload_path, upload_sha256, "
                      "upload_bytes, credentials, created_at) "
                      "VALUES (?1, ?2, 'importing', ?3, ?4, ?5, ?6, ?7, ?8)");
     if (!s)
-        return finish(st, STORE_ERROR);
+        return sql_end(st, STORE_ERROR);
     sql_bind_text(s, 1, im->id);
     sql_bind_text(s, 2, im->name);
     sql_bind_text(s, 3, im->source);
@@ -153,13 +128,12 @@ static enum store_status im_create(struct store *st, const struct store_ctx *ctx
         sql_bind_int64(s, 6, im->upload_bytes);
     sql_bind_text_or_null(s, 7, im->credentials_json);
     sql_bind_int64(s, 8, now);
-    r = step_done(st, s);
+    r = sql_step_done(st, s);
     if (r == STORE_OK) {
-        char *data = event_data(json_pack("{s:s,s:s}", "name", im->name, "source", im->source));
-        r = sql_event(st, ctx, "image.created", "image", im->id, NULL, NULL, data);
-        free(data);
+        r = sql_event_json(st, ctx, "image.created", "image", im->id, NULL, NULL,
+                           json_pack("{s:s,s:s}", "name", im->name, "source", im->source));
     }
-    r = finish(st, r);
+    r = sql_end(st, r);
     if (r == STORE_OK) {
         snprintf(im->state, sizeof im->state, "importing");
         im->created_at = now;
@@ -209,17 +183,16 @@ static enum store_status im_delete(struct store *st, const struct store_ctx *ctx
             r = STORE_ERROR;
         } else {
             sql_bind_text(s, 1, image_id);
-            sql_bind_int64(s, 2, now_ms());
-            r = step_done(st, s);
+            sql_bind_int64(s, 2, clock_wall_ms());
+            r = sql_step_done(st, s);
         }
     }
     if (r == STORE_OK) {
-        char *data = event_data(
+        r = sql_event_json(
+            st, ctx, "image.deleted", "image", image_id, NULL, NULL,
             json_pack("{s:s,s:s?}", "name", im.name, "digest", im.digest[0] ? im.digest : NULL));
-        r = sql_event(st, ctx, "image.deleted", "image", image_id, NULL, NULL, data);
-        free(data);
     }
-    r = finish(st, r);
+    r = sql_end(st, r);
     if (r == STORE_OK && out)
         *out = im;
     else
@@ -234,7 +207,7 @@ static enum store_status im_claim_import(struct store *st, const struct store_ct
     struct store_image im = {0};
     struct sql_stmt *s;
     enum store_status r;
-    int64_t now = now_ms();
+    int64_t now = clock_wall_ms();
     int rc;
 
     if ((r = sql_begin(st)) != STORE_OK)
@@ -245,7 +218,7 @@ static enum store_status im_claim_import(struct store *st, const struct store_ct
                      "WHERE k.id = images.claimed_by AND k.stopped_at IS NULL "
                      "AND k.heartbeat_at >= ?1)) ORDER BY created_at LIMIT 1");
     if (!s)
-        return finish(st, STORE_ERROR);
+        return sql_end(st, STORE_ERROR);
     sql_bind_int64(s, 1, now - stale_ms);
     rc = sql_step(s);
     if (rc == SQL_ROW) {
@@ -254,7 +227,7 @@ static enum store_status im_claim_import(struct store *st, const struct store_ct
     }
     sql_done(s);
     if (rc != SQL_ROW)
-        return finish(st, rc == SQL_DONE ? STORE_EMPTY : sql_status(st, rc));
+        return sql_end(st, rc == SQL_DONE ? STORE_EMPTY : sql_status(st, rc));
     s = sql_stmt(st, "UPDATE images SET claimed_by = ?2, claimed_at = ?3 WHERE id = ?1");
     if (!s) {
         r = STORE_ERROR;
@@ -262,15 +235,14 @@ static enum store_status im_claim_import(struct store *st, const struct store_ct
         sql_bind_text(s, 1, im.id);
         sql_bind_text(s, 2, worker_id);
         sql_bind_int64(s, 3, now);
-        r = step_done(st, s);
+        r = sql_step_done(st, s);
     }
     if (r == STORE_OK) {
-        char *data = event_data(json_pack("{s:s,s:s?}", "workerId", worker_id, "previousWorkerId",
-                                          im.claimed_by[0] ? im.claimed_by : NULL));
-        r = sql_event(st, ctx, "image.claimed", "image", im.id, NULL, NULL, data);
-        free(data);
+        r = sql_event_json(st, ctx, "image.claimed", "image", im.id, NULL, NULL,
+                           json_pack("{s:s,s:s?}", "workerId", worker_id, "previousWorkerId",
+                                     im.claimed_by[0] ? im.claimed_by : NULL));
     }
-    r = finish(st, r);
+    r = sql_end(st, r);
     if (r == STORE_OK) {
         snprintf(im.claimed_by, sizeof im.claimed_by, "%s", worker_id);
         *out = im;
@@ -286,7 +258,6 @@ static enum store_status im_finish_import(struct store *st, const struct store_c
 {
     struct sql_stmt *s;
     enum store_status r;
-    char *data;
 
     if ((r = sql_begin(st)) != STORE_OK)
         return r;
@@ -297,7 +268,7 @@ static enum store_status im_finish_import(struct store *st, const struct store_c
                      "WHERE id = ?1 AND claimed_by = ?2 AND state = 'importing' "
                      "AND deleted_at IS NULL");
     if (!s)
-        return finish(st, STORE_ERROR);
+        return sql_end(st, STORE_ERROR);
     sql_bind_text(s, 1, image_id);
     sql_bind_text(s, 2, worker_id);
     sql_bind_text(s, 3, res->ok ? "ready" : "failed");
@@ -313,24 +284,21 @@ static enum store_status im_finish_import(struct store *st, const struct store_c
     sql_bind_text_or_null(s, 11, res->ok ? res->env_json : NULL);
     sql_bind_text_or_null(s, 12, res->ok ? res->working_dir : NULL);
     sql_bind_text_or_null(s, 13, res->ok ? res->user : NULL);
-    sql_bind_int64(s, 14, now_ms());
+    sql_bind_int64(s, 14, clock_wall_ms());
     sql_bind_text_or_null(s, 15, res->ok ? res->manifest_digest : NULL);
-    r = step_done(st, s);
+    r = sql_step_done(st, s);
     if (r == STORE_OK && sql_changes(st) == 0)
         r = STORE_CONFLICT;
     if (r != STORE_OK)
-        return finish(st, r);
-    if (res->ok)
-        data = event_data(json_pack("{s:s,s:I,s:I}", "digest", res->digest, "layerCount",
-                                    (json_int_t)res->layer_count, "unpackedBytes",
-                                    (json_int_t)res->unpacked_bytes));
-    else
-        data = event_data(
-            json_pack("{s:s,s:s?}", "code", res->problem_code, "detail", res->problem_detail));
-    r = sql_event(st, ctx, res->ok ? "image.imported" : "image.failed", "image", image_id, NULL,
-                  NULL, data);
-    free(data);
-    return finish(st, r);
+        return sql_end(st, r);
+    json_t *data =
+        res->ok ? json_pack("{s:s,s:I,s:I}", "digest", res->digest, "layerCount",
+                            (json_int_t)res->layer_count, "unpackedBytes",
+                            (json_int_t)res->unpacked_bytes)
+                : json_pack("{s:s,s:s?}", "code", res->problem_code, "detail", res->problem_detail);
+    r = sql_event_json(st, ctx, res->ok ? "image.imported" : "image.failed", "image", image_id,
+                       NULL, NULL, data);
+    return sql_end(st, r);
 }
 
 static enum store_status im_touch(struct store *st, const char *digest)
@@ -339,8 +307,8 @@ static enum store_status im_touch(struct store *st, const char *digest)
     if (!s)
         return STORE_ERROR;
     sql_bind_text_copy(s, 1, digest);
-    sql_bind_int64(s, 2, now_ms());
-    return step_done(st, s);
+    sql_bind_int64(s, 2, clock_wall_ms());
+    return sql_step_done(st, s);
 }
 
 /* Reads a one-column list of digests. */
@@ -440,7 +408,7 @@ enum store_status sql_image_check_ready(struct store *st, const char *image_id, 
     return ok ? STORE_OK : STORE_CONFLICT;
 }
 
-void store_sql_images_init(struct store *st)
+void sql_images_init(struct store *st)
 {
     st->image_create = im_create;
     st->image_get = im_get;
