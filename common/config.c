@@ -127,6 +127,14 @@ static const struct setting settings[] = {
     INT(webhook_retry_max_ms, "300000", 0, 86400000, "largest webhook retry backoff (ms)"),
     INT(webhook_threads, "2", 0, 64,
         "worker threads delivering webhooks, one endpoint each at a time (0: none)"),
+    INT(image_upload_limit, "8589934592", 1024, 1099511627776LL,
+        "largest uploaded image archive in bytes (413 above); also the limit of a pull"),
+    INT(image_unpacked_limit, "17179869184", 1024, 1099511627776LL,
+        "largest unpacked image tree in bytes (the import fails above)"),
+    INT(image_cache_limit, "0", 0, 1099511627776LL,
+        "bytes of this host's image cache before unused images are evicted (0: no limit)"),
+    STR(insecure_registries, "",
+        "registries (host[:port], comma-separated) pulled over plain http; https otherwise"),
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 

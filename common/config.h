@@ -84,6 +84,11 @@ struct sbx_config {
     int64_t webhook_retry_base_ms; /* SBX_WEBHOOK_RETRY_BASE_MS */
     int64_t webhook_retry_max_ms;  /* SBX_WEBHOOK_RETRY_MAX_MS */
     int64_t webhook_threads;       /* SBX_WEBHOOK_THREADS: per worker process */
+    /* images (docs/images.md) */
+    int64_t image_upload_limit;     /* SBX_IMAGE_UPLOAD_LIMIT: bytes of an uploaded image archive */
+    int64_t image_unpacked_limit;   /* SBX_IMAGE_UNPACKED_LIMIT: bytes of an unpacked image tree */
+    int64_t image_cache_limit;      /* SBX_IMAGE_CACHE_LIMIT: bytes of a host's image cache */
+    char insecure_registries[1024]; /* SBX_INSECURE_REGISTRIES: host[:port],... pulled over http */
 };
 
 /* Fills cfg from defaults, the file, the environment and argv (in that order of precedence,

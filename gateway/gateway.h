@@ -54,6 +54,7 @@ enum body_kind {
     BODY_NONE,     /* the body is ignored */
     BODY_OPTIONAL, /* may be empty; if not, it must be a JSON object */
     BODY_REQUIRED, /* must be a JSON object */
+    BODY_UPLOAD,   /* a JSON object, or an image archive streamed to http_images.c */
 };
 
 struct request;
@@ -105,6 +106,10 @@ struct request {
     /* POST messages: the enqueue handed to the store's committer while the connection is
      * suspended (http_messages.c); freed with the request. */
     struct pending_enqueue *enqueue;
+
+    /* POST /v1/images with an archive: the upload being written to disk (http_images.c); freed
+     * with the request. */
+    struct image_upload *upload;
 };
 
 /* ---- router.c ---- */
@@ -165,6 +170,23 @@ enum MHD_Result http_event_list(struct request *r);
  * now), or after Last-Event-ID when given. */
 enum MHD_Result http_event_stream(struct request *r, const char *session_id, int64_t after);
 enum MHD_Result http_message_stream(struct request *r);
+enum MHD_Result http_image_create(struct request *r);
+enum MHD_Result http_image_list(struct request *r);
+enum MHD_Result http_image_get(struct request *r);
+enum MHD_Result http_image_delete(struct request *r);
+/* Uploads (BODY_UPLOAD routes, router.c): whether a Content-Type is an image archive's; begin
+ * (after auth, before the body: checks ?name= and the announced length, opens the file; false
+ * with a reply queued on refusal); each chunk; whether it went over image_upload_limit; and
+ * the request's upload state freed (the file removed unless the store has it). */
+bool http_image_is_upload_type(const char *content_type);
+bool http_image_upload_begin(struct request *r, long long content_length, enum MHD_Result *ret);
+void http_image_upload_chunk(struct request *r, const char *data, size_t len);
+bool http_image_upload_too_large(const struct request *r);
+void http_image_request_free(struct request *r);
+/* An App's `image` (an Image's id or name, or "default") to the Image's id ("" for default) and
+ * digest ("default"): 0, or -1 with 422 (no such Image) or 409 (not ready) replied. */
+int http_image_resolve(struct request *r, const char *image, char *image_id, size_t idlen,
+                       char *digest, size_t digestlen, enum MHD_Result *ret);
 
 /* The request body as a JSON object with only the allowed fields (NULL-terminated list); an
  * empty body is {} on routes whose body is optional. On failure replies 400 and returns NULL. */

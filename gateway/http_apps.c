@@ -12,7 +12,8 @@
 
 static const char *const app_fields[] = {
     "name",  "keepAliveSeconds", "vcpuCount", "memSizeMib", "driver",
-    "image", "maxAttempts",      "command",   "limits",     NULL};
+    "image", "maxAttempts",      "command",   "limits",     "env",
+    NULL};
 
 /* The App fields present in obj, validated; command_json is a new string the caller frees. */
 struct app_input {
@@ -21,6 +22,8 @@ struct app_input {
     bool has_keep_alive, has_vcpu, has_mem, has_max_attempts;
     char *command_json;
     char *limits_json; /* NULL: absent; "": null or {} (no caps) */
+    char *env_json;
+    char image_id[STORE_ID_LEN], image_digest[STORE_DIGEST_LEN];
 };
 
 /* "limits": {"vmmMemoryMib": 64..1048576, "vmmCpus": 1..256}, each optional, or null: the host
@@ -64,6 +67,49 @@ static int limits_read(json_t *obj, char **limits_json, struct input_error *e)
     return *limits_json ? 1 : -1;
 }
 
+/* An App's env: an object of at most 128 variables, names [A-Za-z_][A-Za-z0-9_]*, string values
+ * of at most 4096 bytes (no NUL). *out_json is new compact JSON text the caller frees. */
+static int env_read(json_t *obj, char **out_json, struct input_error *e)
+{
+    json_t *env, *v;
+    const char *k;
+    int rc = input_object(obj, "env", &env, e);
+    if (rc <= 0)
+        return rc;
+    e->code = "invalid-value";
+    snprintf(e->field, sizeof e->field, "env");
+    if (json_object_size(env) > 128) {
+        snprintf(e->detail, sizeof e->detail, "field \"env\" has more than 128 variables");
+        return -1;
+    }
+    json_object_foreach(env, k, v)
+    {
+        bool ok = (k[0] == '_' || (k[0] >= 'A' && k[0] <= 'Z') || (k[0] >= 'a' && k[0] <= 'z')) &&
+                  strlen(k) <= 256;
+        for (const char *c = k; ok && *c; c++)
+            ok = *c == '_' || (*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') ||
+                 (*c >= '0' && *c <= '9');
+        if (!ok) {
+            snprintf(e->detail, sizeof e->detail,
+                     "field \"env\": \"%.60s\" is not a variable name ([A-Za-z_][A-Za-z0-9_]*)", k);
+            return -1;
+        }
+        if (!json_is_string(v) || json_string_length(v) > 4096 ||
+            strlen(json_string_value(v)) != json_string_length(v)) {
+            snprintf(e->detail, sizeof e->detail,
+                     "field \"env\": the value of %.60s must be a string of at most 4096 bytes", k);
+            return -1;
+        }
+    }
+    *out_json = json_dumps(env, JSON_COMPACT | JSON_SORT_KEYS);
+    if (!*out_json) {
+        e->code = "internal";
+        snprintf(e->detail, sizeof e->detail, "out of memory");
+        return -1;
+    }
+    return 1;
+}
+
 static bool app_input_read(json_t *obj, struct app_input *in, struct input_error *e)
 {
     int rc;
@@ -103,9 +149,17 @@ static bool app_input_read(json_t *obj, struct app_input *in, struct input_error
         return false;
     if (input_string_array(obj, "command", 64, 4096, &in->command_json, e) < 0)
         return false;
-    if (limits_read(obj, &in->limits_json, e) < 0)
+    if (limits_read(obj, &in->limits_json, e) < 0 || env_read(obj, &in->env_json, e) < 0)
         return false;
     return true;
+}
+
+static void app_input_free(struct app_input *in)
+{
+    free(in->command_json);
+    free(in->env_json);
+    free(in->limits_json);
+    in->command_json = in->env_json = in->limits_json = NULL;
 }
 
 static enum MHD_Result reply_app(struct request *r, unsigned status, struct store_app *a)
@@ -131,15 +185,19 @@ enum MHD_Result http_app_create(struct request *r)
         return ret;
     if (!app_input_read(obj, &in, &e)) {
         json_decref(obj);
-        free(in.command_json);
-        free(in.limits_json);
+        app_input_free(&in);
         return reply_input_error(r, &e);
     }
     if (!in.name) {
         json_decref(obj);
-        free(in.command_json);
-        free(in.limits_json);
+        app_input_free(&in);
         return reply_problem(r, "invalid-field", "name", "field \"name\" is required");
+    }
+    if (http_image_resolve(r, in.image ? in.image : "default", in.image_id, sizeof in.image_id,
+                           in.image_digest, sizeof in.image_digest, &ret) != 0) {
+        json_decref(obj);
+        app_input_free(&in);
+        return ret;
     }
     snprintf(a.name, sizeof a.name, "%s", in.name);
     a.keep_alive_seconds = in.has_keep_alive ? in.keep_alive : 60;
@@ -148,17 +206,34 @@ enum MHD_Result http_app_create(struct request *r)
     a.max_attempts = in.has_max_attempts ? in.max_attempts : 3;
     snprintf(a.driver, sizeof a.driver, "%s", in.driver ? in.driver : r->gw->cfg.driver);
     snprintf(a.image, sizeof a.image, "%s", in.image ? in.image : "default");
-    a.command_json = in.command_json ? in.command_json : strdup("[\"/usr/bin/sbx-echo-agent\"]");
+    snprintf(a.image_id, sizeof a.image_id, "%s", in.image_id);
+    snprintf(a.image_digest, sizeof a.image_digest, "%s", in.image_digest);
+    /* Without a command, the built-in rootfs runs its echo agent and an Image its entrypoint and
+     * cmd ([] here; the worker reads them from the image's config). */
+    a.command_json = in.command_json       ? in.command_json
+                     : in.image_id[0] == 0 ? strdup("[\"/usr/bin/sbx-echo-agent\"]")
+                                           : strdup("[]");
+    a.env_json = in.env_json ? in.env_json : strdup("{}");
     /* "" (null or {}) is no caps: stored as NULL. */
     if (in.limits_json && in.limits_json[0])
         a.limits_json = in.limits_json;
     else
         free(in.limits_json);
+    in.limits_json = NULL;
     json_decref(obj);
-    if (!a.command_json)
+    if (!a.command_json || !a.env_json) {
+        store_app_clear(&a);
         return reply_problem(r, "internal", NULL, "out of memory");
+    }
 
     enum store_status s = r->gw->st->app_create(r->gw->st, &r->ctx, &a);
+    if (s == STORE_CONFLICT && a.image_id[0] &&
+        http_image_resolve(r, a.image, a.image_id, sizeof a.image_id, a.image_digest,
+                           sizeof a.image_digest, &ret) != 0) {
+        /* The Image was deleted or changed between the check and the insert. */
+        store_app_clear(&a);
+        return ret;
+    }
     if (s == STORE_CONFLICT) {
         ret = reply_problem(r, "conflict", "name", "an App named \"%s\" already exists", a.name);
         store_app_clear(&a);
@@ -210,9 +285,15 @@ enum MHD_Result http_app_patch(struct request *r)
         return ret;
     if (!app_input_read(obj, &in, &e)) {
         json_decref(obj);
-        free(in.command_json);
-        free(in.limits_json);
+        app_input_free(&in);
         return reply_input_error(r, &e);
+    }
+    /* A new image is resolved again, to the Image's digest now. */
+    if (in.image && http_image_resolve(r, in.image, in.image_id, sizeof in.image_id,
+                                       in.image_digest, sizeof in.image_digest, &ret) != 0) {
+        json_decref(obj);
+        app_input_free(&in);
+        return ret;
     }
     struct store_app_patch p = {
         .name = in.name,
@@ -224,9 +305,32 @@ enum MHD_Result http_app_patch(struct request *r)
         .max_attempts = in.has_max_attempts ? &in.max_attempts : NULL,
         .command_json = in.command_json,
         .limits_json = in.limits_json,
+        .image_id = in.image ? in.image_id : NULL,
+        .image_digest = in.image ? in.image_digest : NULL,
+        .env_json = in.env_json,
     };
+    /* The built-in rootfs has no entrypoint: an App moving to it from an Image that ran the
+     * image's own needs a command. */
+    if (in.image && !in.image_id[0] && !in.command_json) {
+        struct store_app cur;
+        enum store_status g = r->gw->st->app_get(r->gw->st, r->params[0], &cur);
+        bool no_command = g == STORE_OK && cur.command_json && strcmp(cur.command_json, "[]") == 0;
+        if (g == STORE_OK)
+            store_app_clear(&cur);
+        if (no_command) {
+            json_decref(obj);
+            app_input_free(&in);
+            return reply_problem(r, "invalid-value", "command",
+                                 "the App runs its Image's entrypoint; with image \"default\" "
+                                 "give it a command");
+        }
+    }
     enum store_status s = r->gw->st->app_update(r->gw->st, &r->ctx, r->params[0], &p, &a);
-    if (s == STORE_CONFLICT)
+    if (s == STORE_CONFLICT && in.image_id[0] &&
+        http_image_resolve(r, in.image, in.image_id, sizeof in.image_id, in.image_digest,
+                           sizeof in.image_digest, &ret) != 0)
+        ; /* the Image was deleted or changed meanwhile: replied */
+    else if (s == STORE_CONFLICT)
         ret = reply_problem(r, "conflict", "name", "an App named \"%s\" already exists",
                             in.name ? in.name : "");
     else if (s != STORE_OK)
@@ -234,8 +338,7 @@ enum MHD_Result http_app_patch(struct request *r)
     else
         ret = reply_app(r, 200, &a);
     json_decref(obj);
-    free(in.command_json);
-    free(in.limits_json);
+    app_input_free(&in);
     return ret;
 }
 

@@ -5,6 +5,8 @@
 #include "json_text.h"
 #include "timefmt.h"
 
+#include <string.h>
+
 json_t *render_time(int64_t ms)
 {
     char buf[32];
@@ -41,13 +43,47 @@ json_t *render_app(const struct store_app *a)
         json_decref(limits);
         limits = json_null();
     }
-    return json_pack("{s:s, s:s, s:I, s:I, s:I, s:s, s:s, s:I, s:o, s:o, s:o, s:o}", "id", a->id,
-                     "name", a->name, "keepAliveSeconds", (json_int_t)a->keep_alive_seconds,
-                     "vcpuCount", (json_int_t)a->vcpu_count, "memSizeMib",
-                     (json_int_t)a->mem_size_mib, "driver", a->driver, "image", a->image,
-                     "maxAttempts", (json_int_t)a->max_attempts, "command",
-                     stored_json(a->command_json), "limits", limits, "createdAt",
-                     render_time(a->created_at), "updatedAt", render_time(a->updated_at));
+    json_t *env = stored_json(a->env_json);
+    if (!json_is_object(env)) {
+        json_decref(env);
+        env = json_object();
+    }
+    return json_pack(
+        "{s:s, s:s, s:I, s:I, s:I, s:s, s:s, s:o, s:s, s:I, s:o, s:o, s:o, s:o, s:o}", "id", a->id,
+        "name", a->name, "keepAliveSeconds", (json_int_t)a->keep_alive_seconds, "vcpuCount",
+        (json_int_t)a->vcpu_count, "memSizeMib", (json_int_t)a->mem_size_mib, "driver", a->driver,
+        "image", a->image, "imageId", str_or_null(a->image_id), "imageDigest",
+        a->image_digest[0] ? a->image_digest : "default", "maxAttempts",
+        (json_int_t)a->max_attempts, "command", stored_json(a->command_json), "limits", limits,
+        "env", env, "createdAt", render_time(a->created_at), "updatedAt",
+        render_time(a->updated_at));
+}
+
+json_t *render_image(const struct store_image *im)
+{
+    json_t *problem = im->problem_code[0]
+                          ? json_pack("{s:s, s:s}", "code", im->problem_code, "detail",
+                                      im->problem_detail ? im->problem_detail : "")
+                          : json_null();
+    bool ready = strcmp(im->state, "ready") == 0;
+    json_t *config =
+        ready
+            ? json_pack("{s:o, s:o, s:o, s:o, s:o}", "entrypoint", stored_json(im->entrypoint_json),
+                        "cmd", stored_json(im->cmd_json), "env", stored_json(im->env_json),
+                        "workingDir", str_or_null(im->working_dir), "user", str_or_null(im->user))
+            : json_null();
+    return json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:o, s:I, s:o, s:o, s:o, "
+                     "s:o}",
+                     "id", im->id, "name", im->name, "state", im->state, "problem", problem,
+                     "digest", str_or_null(im->digest), "source", im->source, "uploadBytes",
+                     im->upload_bytes > 0 ? json_integer(im->upload_bytes) : json_null(),
+                     "uploadSha256", str_or_null(im->upload_sha256), "layerCount",
+                     ready ? json_integer(im->layer_count) : json_null(), "unpackedBytes",
+                     ready ? json_integer(im->unpacked_bytes) : json_null(), "config", config,
+                     "appCount", (json_int_t)im->app_count, "createdAt",
+                     render_time(im->created_at), "readyAt", render_time(im->ready_at),
+                     "lastUsedAt", render_time(im->last_used_at), "manifestDigest",
+                     str_or_null(im->manifest_digest));
 }
 
 json_t *render_key(const struct store_key *k)

@@ -11,6 +11,8 @@
 
 json_t *render_time(int64_t ms); /* null for 0 */
 json_t *render_app(const struct store_app *a);
+/* An Image; never its credentials. */
+json_t *render_image(const struct store_image *im);
 json_t *render_key(const struct store_key *k);
 json_t *render_sandbox(const struct store_sandbox *b);
 json_t *render_workspace(const struct store_workspace *w);

@@ -59,6 +59,10 @@ const struct route gateway_routes[] = {
     {"GET", "/v1/workspaces/{workspaceId}", AUTH_KEY, BODY_NONE, http_workspace_get},
     {"DELETE", "/v1/workspaces/{workspaceId}", AUTH_KEY, BODY_NONE, http_workspace_delete},
     {"GET", "/v1/events", AUTH_EITHER, BODY_NONE, http_event_list},
+    {"POST", "/v1/images", AUTH_ADMIN, BODY_UPLOAD, http_image_create},
+    {"GET", "/v1/images", AUTH_ADMIN, BODY_NONE, http_image_list},
+    {"GET", "/v1/images/{imageId}", AUTH_ADMIN, BODY_NONE, http_image_get},
+    {"DELETE", "/v1/images/{imageId}", AUTH_ADMIN, BODY_NONE, http_image_delete},
 };
 const int gateway_route_count = (int)(sizeof gateway_routes / sizeof gateway_routes[0]);
 
@@ -190,10 +194,18 @@ static bool request_admit(struct request *r, enum MHD_Result *ret)
     const char *ct = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Type");
     long long length = cl ? atoll(cl) : 0;
     r->body_present = length > 0 || (te && strcasecmp(te, "identity") != 0);
-    if ((r->route->body == BODY_REQUIRED || r->body_present) && !is_json_content_type(ct)) {
-        *ret = reply_problem(r, "unsupported-media-type", NULL,
-                             "the body must be sent as Content-Type: application/json, not %s",
-                             ct ? ct : "(none)");
+    /* An image archive is streamed to disk, under its own limit (http_images.c). */
+    if (r->route->body == BODY_UPLOAD && http_image_is_upload_type(ct))
+        return http_image_upload_begin(r, length, ret);
+    if ((r->route->body == BODY_REQUIRED || r->route->body == BODY_UPLOAD || r->body_present) &&
+        !is_json_content_type(ct)) {
+        *ret =
+            reply_problem(r, "unsupported-media-type", NULL,
+                          r->route->body == BODY_UPLOAD
+                              ? "the body must be an image archive (Content-Type: "
+                                "application/x-tar) or application/json, not %s"
+                              : "the body must be sent as Content-Type: application/json, not %s",
+                          ct ? ct : "(none)");
         return false;
     }
     if (length > gw->cfg.body_limit) {
@@ -257,6 +269,20 @@ enum MHD_Result gateway_access_handler(void *cls, struct MHD_Connection *conn, c
         *upload_data_size = 0;
         return MHD_YES;
     }
+    if (*upload_data_size > 0 && r->upload) {
+        r->body_present = true;
+        r->body_received += *upload_data_size;
+        http_image_upload_chunk(r, upload_data, *upload_data_size);
+        *upload_data_size = 0;
+        /* Over image_upload_limit: dropped to the end for the 413, as below, up to a cap. */
+        if (http_image_upload_too_large(r) &&
+            r->body_received > (size_t)gw->cfg.image_upload_limit + BODY_DISCARD_MAX) {
+            log_emit(LOG_LEVEL_INFO, r->request_id, "closing: upload over %zu bytes",
+                     r->body_received);
+            return MHD_NO;
+        }
+        return MHD_YES;
+    }
     if (*upload_data_size > 0) {
         r->body_present = true;
         r->body_received += *upload_data_size;
@@ -302,6 +328,7 @@ void gateway_request_completed(void *cls, struct MHD_Connection *conn, void **co
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         log_emit(LOG_LEVEL_DEBUG, r->request_id, "request ended early (%d)", (int)toe);
     http_message_request_free(r);
+    http_image_request_free(r);
     free(r->body);
     free(r);
     *con_cls = NULL;

@@ -66,6 +66,17 @@ static const struct ctl_command commands[] = {
      "consistent copy through SQLite's online backup API, safe while sbx writes; the copy is "
      "checked before it is moved to PATH.",
      cmd_db},
+    {"image",
+     "sbxctl image push FILE --name NAME [--no-wait] | image pull REFERENCE --name NAME "
+     "[--username USER --password-stdin] [--no-wait] | image ls | image rm ID|NAME",
+     "Images, through the gateway with the admin token (SBX_ADMIN_TOKEN or the config file). "
+     "push uploads a docker-archive or OCI archive (a progress bar on stderr when it is a "
+     "terminal) and follows the import until the Image is ready (exit 0) or failed (exit 1, "
+     "with its problem code); pull asks the gateway to pull REFERENCE (HOST[:PORT]/REPO[:TAG] or "
+     "...@sha256:HEX; the password from stdin or SBX_REGISTRY_PASSWORD, never the command "
+     "line) and follows it the same way; ls lists the Images; rm deletes one (refused while an "
+     "App names it).",
+     cmd_image},
     {"firewall", "sbxctl firewall [--raw]",
      "The nftables table `inet sbx`, read through the firewall's read-only fw_open(): which "
      "Sandbox owns which element, with the store's view of each Sandbox, and the drop counters; "

@@ -101,6 +101,7 @@ int cmd_hosts(struct ctl *ctl, int argc, char **argv);
 int cmd_keys(struct ctl *ctl, int argc, char **argv);
 int cmd_db(struct ctl *ctl, int argc, char **argv);
 int cmd_firewall(struct ctl *ctl, int argc, char **argv);
+int cmd_image(struct ctl *ctl, int argc, char **argv);
 
 const struct ctl_command *ctl_find_command(const char *name);
 

@@ -10,6 +10,8 @@
 #include "delivery/chunks.h"
 #include "delivery/delivery.h"
 #include "delivery/webhook_sender.h"
+#include "images/cache_sweep.h"
+#include "images/import_jobs.h"
 #include "host/firewall.h"
 #include "host/links.h"
 #include "host/nfs_export.h"
@@ -91,6 +93,7 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
      * case and its Sandbox starts work at once; DELETEs are rare and cheap to check after. */
     consumer_run(w);
     sandbox_check_stop_requests(w);
+    images_poll(w);
 }
 
 static void on_poll(evutil_socket_t fd, short what, void *arg)
@@ -107,6 +110,8 @@ static void on_poll(evutil_socket_t fd, short what, void *arg)
     pool_refresh_shapes(w);
     pool_replenish(w);
     consumer_run(w);
+    images_poll(w);
+    images_sweep(w);
 }
 
 /* The firewall's drop counters reach /metrics through the store (the gateway never opens the

@@ -71,6 +71,8 @@ struct worker {
     } drivers[8];
     size_t n_drivers;
 
+    bool image_job_running; /* an Image import is queued or running (images/import_jobs.c) */
+
     /* recovery/reconcile.c: the once-per-process passes already made */
     struct {
         bool nfs_exports, network, host_lost;

@@ -44,6 +44,7 @@ const char *store_status_name(enum store_status st);
 
 #define STORE_ID_LEN 32 /* ids are "<prefix>_" + 20 base32 chars; room to spare */
 #define STORE_NAME_LEN 128
+#define STORE_DIGEST_LEN 80 /* "sha256:" + 64 hex digits, or "default" */
 
 /* Who causes a change, for the audit trail. */
 struct store_ctx {
@@ -68,14 +69,17 @@ struct store_app {
     int64_t vcpu_count;
     int64_t mem_size_mib;
     char driver[16];
-    char image[STORE_NAME_LEN];
+    char image[STORE_NAME_LEN]; /* as the App names it: an Image's id or name, or "default" */
     int64_t max_attempts;
-    char *command_json; /* JSON array of strings */
+    char *command_json; /* JSON array of strings; [] runs the image's entrypoint + cmd */
     int64_t created_at;
     int64_t updated_at;
     /* Optional host caps of its microVMs' VMM process, {"vmmMemoryMib":N,"vmmCpus":N} (each
      * optional); NULL: none. */
     char *limits_json;
+    char image_id[STORE_ID_LEN];         /* the Image it resolved to ("" for "default") */
+    char image_digest[STORE_DIGEST_LEN]; /* that Image's digest, or "default": the shape's image */
+    char *env_json;                      /* JSON object of the App's environment ({} when none) */
 };
 void store_app_clear(struct store_app *a);
 void store_app_list_free(struct store_app *a, size_t n);
@@ -91,6 +95,10 @@ struct store_app_patch {
     const int64_t *max_attempts;
     const char *command_json;
     const char *limits_json; /* NULL: unchanged; "": removed */
+    /* With image: the Image it resolved to ("" for "default") and its digest; both or neither. */
+    const char *image_id;
+    const char *image_digest;
+    const char *env_json;
 };
 
 /* A Sandbox's shape: what the warm pool keeps per kind. */
@@ -398,6 +406,52 @@ struct store_webhook_result {
     int64_t failing_after; /* consecutive failed attempts that mark the endpoint failing */
 };
 
+/* ==== images ==== */
+
+/* An Image: a userspace imported from an uploaded archive or pulled from a registry. */
+struct store_image {
+    char id[STORE_ID_LEN];
+    char name[STORE_NAME_LEN];
+    char state[16];                /* importing, ready, failed */
+    char source[512];              /* "upload" or the registry reference */
+    char upload_path[512];         /* the uploaded archive ("" for a pull, or once imported) */
+    char upload_sha256[80];        /* "sha256:<hex>" of the uploaded body ("" for a pull) */
+    int64_t upload_bytes;          /* its size (0 for a pull) */
+    char problem_code[64];         /* "" unless failed */
+    char *problem_detail;          /* NULL unless failed */
+    char digest[STORE_DIGEST_LEN]; /* "" until ready */
+    int64_t layer_count;
+    int64_t unpacked_bytes;
+    char *entrypoint_json; /* the image config's Entrypoint, a JSON array; NULL when none */
+    char *cmd_json;        /* its Cmd, a JSON array; NULL when none */
+    char *env_json;        /* its Env, a JSON array of "K=V"; NULL when none */
+    char working_dir[512]; /* "" when none */
+    char user[128];        /* "" when none */
+    char manifest_digest[STORE_DIGEST_LEN]; /* a pull's image manifest ("" for an upload) */
+    /* {"username","password"} for a pull: only image_claim_import fills it */
+    char *credentials_json;
+    char claimed_by[STORE_ID_LEN];
+    int64_t created_at;
+    int64_t ready_at; /* 0 while importing */
+    int64_t last_used_at;
+    int64_t app_count; /* (out) live Apps that name it */
+};
+void store_image_clear(struct store_image *im);
+void store_image_list_free(struct store_image *im, size_t n);
+
+/* How an import ended: ready with what the image is, or failed with a stable problem code. */
+struct store_image_result {
+    bool ok;
+    const char *problem_code;   /* when !ok */
+    const char *problem_detail; /* when !ok */
+    const char *digest;         /* when ok */
+    int64_t layer_count;
+    int64_t unpacked_bytes;
+    const char *entrypoint_json, *cmd_json, *env_json; /* NULL when the image has none */
+    const char *working_dir, *user;                    /* NULL or "" when none */
+    const char *manifest_digest; /* a pull's image manifest; NULL for an upload */
+};
+
 /* ==== the function table ==== */
 
 struct store {
@@ -654,6 +708,50 @@ struct store {
     enum store_status (*host_declare_lost)(struct store *st, const struct store_ctx *ctx,
                                            const char *self_host_id, int64_t stale_ms,
                                            size_t *n_lost);
+
+    /* ---- images (images.c): the admin's, and the workers' that import them ---- */
+    /* Inserts an importing Image from im's name, source, upload_path, upload_sha256,
+     * upload_bytes and credentials_json (may be NULL); writes its id and times back.
+     * STORE_CONFLICT when the name is taken. */
+    enum store_status (*image_create)(struct store *st, const struct store_ctx *ctx,
+                                      struct store_image *im);
+    /* By id, or by name when no id matches; deleted Images are STORE_NOT_FOUND. */
+    enum store_status (*image_get)(struct store *st, const char *id_or_name,
+                                   struct store_image *out);
+    enum store_status (*image_list)(struct store *st, const char *after, size_t limit,
+                                    struct store_image **out, size_t *n, char *next_cursor);
+    /* Marks it deleted (its name becomes free). STORE_CONFLICT while a live App names it. out
+     * (may be NULL) is the Image as it was, so that the caller can remove its upload. */
+    enum store_status (*image_delete)(struct store *st, const struct store_ctx *ctx,
+                                      const char *image_id, struct store_image *out);
+    /* Claims the oldest importing Image that no live worker is importing (unclaimed, or claimed
+     * by a worker that stopped or whose heartbeat is older than stale_ms) for worker_id. out
+     * carries the credentials. STORE_EMPTY when there is none. */
+    enum store_status (*image_claim_import)(struct store *st, const struct store_ctx *ctx,
+                                            const char *worker_id, int64_t stale_ms,
+                                            struct store_image *out);
+    /* Ends worker_id's import: ready or failed as res says, with its event (image.imported or
+     * image.failed); clears the credentials and the upload path. STORE_CONFLICT when the Image
+     * is no longer importing under this worker (deleted, or reclaimed). */
+    enum store_status (*image_finish_import)(struct store *st, const struct store_ctx *ctx,
+                                             const char *image_id, const char *worker_id,
+                                             const struct store_image_result *res);
+    /* last_used_at = now for the Images of this digest (a Sandbox booted on it). */
+    enum store_status (*image_touch)(struct store *st, const char *digest);
+    /* The digests that a host's cache must keep: those of Images that live Apps name, and the
+     * images of live Sandboxes (warm ones included). */
+    enum store_status (*image_digests_in_use)(struct store *st, char (**digests)[STORE_DIGEST_LEN],
+                                              size_t *n);
+    /* For a ready, pulled Image of this digest: its source reference and the manifest digest it
+     * was pulled by, so that another host can pull the same image. STORE_NOT_FOUND when no pulled
+     * Image has the digest. */
+    enum store_status (*image_pull_source)(struct store *st, const char *digest, char *source,
+                                           size_t sourcelen, char *manifest_digest,
+                                           size_t manifestlen);
+    /* The digests of ready, not deleted Images (what a host's cache may hold), least recently
+     * used (last_used_at, else ready_at) first. */
+    enum store_status (*image_digests_ready)(struct store *st, char (**digests)[STORE_DIGEST_LEN],
+                                             size_t *n);
 
     /* ---- audit and metrics (events.c, counts.c) ---- */
     /* session_id NULL: all of the App's events (app_id "": everything). after: last event id. */

@@ -356,8 +356,8 @@ static void test_versions_match_sqlite(void **state)
 /* ---- the same tables, columns, indexes, keys and views as SQLite ---- */
 
 /* The tables whose lists page by rowid: SQLite's is implicit, PostgreSQL's declared. */
-static const char *const paged_by_rowid[] = {"apps", "api_keys", "workspaces", "sessions",
-                                             "sandboxes"};
+static const char *const paged_by_rowid[] = {"apps",     "api_keys",  "workspaces",
+                                             "sessions", "sandboxes", "images"};
 
 /* Tables: "table.column type NULL|NOT NULL" per column, in column order within each table, with
  * SQLite's types named as PostgreSQL's (INTEGER: bigint, BLOB: bytea). A SQLite PRIMARY KEY column

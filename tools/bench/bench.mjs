@@ -3,10 +3,12 @@
 //
 //   node tools/bench/bench.mjs <build dir> <output dir> [scenario ...]
 //
-// Scenarios: ingestion, warm, burst, cold, expiry, scale, streaming, postgres (default: all). The postgres
-// scenario needs a PostgreSQL server: run under tests/pg-run.sh (tools/sbx bench does).
+// Scenarios: ingestion, warm, burst, cold, expiry, scale, streaming, postgres, images (default:
+// all). The postgres scenario needs a PostgreSQL server: run under tests/pg-run.sh (tools/sbx
+// bench does); images builds the Debian + python3 test image (tests/images/build-test-images.sh,
+// cached in <build dir>/image-archives) and needs root.
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdirSync, writeFileSync, appendFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, writeFileSync, appendFileSync, existsSync, mkdtempSync, rmSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -17,7 +19,7 @@ const here = dirname(fileURLToPath(import.meta.url));
 const buildDir = resolve(process.argv[2] || 'build');
 const outDir = resolve(process.argv[3] || join(buildDir, 'bench'));
 const wanted = process.argv.slice(4);
-const all = ['ingestion', 'warm', 'burst', 'cold', 'expiry', 'scale', 'streaming', 'postgres'];
+const all = ['ingestion', 'warm', 'burst', 'cold', 'expiry', 'scale', 'streaming', 'postgres', 'images'];
 const scenarios = wanted.length ? wanted : all;
 // wrk run length per connection count (SBX_BENCH_SECONDS), short enough for a few-minute run.
 const wrkSeconds = Number(process.env.SBX_BENCH_SECONDS) || 5;
@@ -605,8 +607,83 @@ async function postgres() {
   results.scenarios.postgres = out;
 }
 
+// Images: the import of the Debian + python3 test image (upload and import, docker-archive)
+// beside `tar -x` of the same two layers onto the same disk; a second App on the same digest
+// (no second import); and, where the drivers boot images, cold and warm activation of an App on
+// the Python image beside the default image.
+async function images() {
+  const imagesDir = join(buildDir, 'image-archives');
+  execFileSync(join(here, '..', '..', 'tests', 'images', 'build-test-images.sh'), [imagesDir], { stdio: ['ignore', 'ignore', 'inherit'] });
+  const archive = join(imagesDir, 'py.docker.tar');
+  const runs = 3;
+  const imp = [], untar = [], importOnly = [];
+  for (let i = 0; i < runs; i++) {
+    const sbx = new Sbx(buildDir, { SBX_POOL_SIZE: '0', SBX_POLL_MS: '100' });
+    await sbx.start();
+    // The baseline on the same disk as the cache: the data directory's filesystem.
+    const dest = join(sbx.dataDir, 'untar');
+    mkdirSync(dest);
+    let t0 = performance.now();
+    execFileSync('tar', ['-xpf', join(imagesDir, 'layer1.tar'), '-C', dest, '--numeric-owner']);
+    execFileSync('tar', ['-xpf', join(imagesDir, 'layer2.tar'), '-C', dest, '--numeric-owner']);
+    untar.push(performance.now() - t0);
+    rmSync(dest, { recursive: true, force: true });
+    t0 = performance.now();
+    const body = readFileSync(archive);
+    const r = await fetch(`${sbx.base}/v1/images?name=py`, {
+      method: 'POST', headers: { Authorization: `Bearer ${sbx.adminToken}`, 'Content-Type': 'application/x-tar' }, body,
+    });
+    const im = await r.json();
+    if (r.status !== 202) throw new Error(`upload: ${r.status} ${JSON.stringify(im)}`);
+    let got;
+    for (;;) {
+      got = await sbx.req('GET', `/v1/images/${im.id}`, { token: sbx.adminToken });
+      if (got.state !== 'importing') break;
+      await sleep(20);
+    }
+    imp.push(performance.now() - t0);
+    if (got.state !== 'ready') throw new Error(`import ${got.state}: ${JSON.stringify(got.problem)}`);
+    importOnly.push(Date.parse(got.readyAt) - Date.parse(got.createdAt));
+    if (i === runs - 1) {
+      // A second App on the same digest: resolved at once, no second import.
+      const a1 = await sbx.app({ image: 'py', maxAttempts: 1 });
+      t0 = performance.now();
+      const a2 = await sbx.app({ image: im.id, maxAttempts: 1 });
+      const secondMs = performance.now() - t0;
+      const imports = sbx.sql(`SELECT count(*) AS n FROM events WHERE kind = 'image.imported'`)[0].n;
+      const cacheDirs = readdirSync(join(sbx.dataDir, 'images', 'sha256')).length;
+      row('images', 'second App on the digest: create', secondMs, '', 0, 'ms',
+        `${imports} import, ${cacheDirs} cache dir, both Apps on ${a1.imageDigest === a2.imageDigest ? 'the same' : 'DIFFERENT'} digest`);
+      results.scenarios.images = { ...(results.scenarios.images || {}), secondApp: { ms: secondMs, imports, cacheDirs } };
+      // Activation on the image, where this build's drivers boot images.
+      const s = await sbx.session({ keepAliveSeconds: 1 });
+      const m = await sbx.roundTrip(s.id, { hello: 'image' });
+      if (m.state === 'completed' && m.reply && m.reply.python) {
+        const lat = [];
+        for (let k = 0; k < 5; k++) {
+          const s2 = await sbx.session({ keepAliveSeconds: 1 });
+          const t1 = performance.now();
+          await sbx.roundTrip(s2.id, { k });
+          lat.push(performance.now() - t1);
+        }
+        const c = summarize(lat);
+        const w = await warmBaseline();
+        row('images', 'python image: cold POST to reply p50', c.p50, 'default image warm p50', w.p50, 'ms', `n=5, pool 0`);
+        results.scenarios.images.pythonCold = c;
+      } else {
+        console.log(`images      activation on the image: skipped (the ${got.digest.slice(0, 19)}... App answered ${m.state}: ${m.error || 'no python in the reply'}; the drivers of this build do not boot images)`);
+      }
+    }
+    await sbx.stop();
+  }
+  const a = summarize(imp), b = summarize(untar), o = summarize(importOnly);
+  row('images', 'upload + import py.docker.tar p50', a.p50, 'tar -x of its layers', b.p50, 'ms', `n=${runs}, ${(statSync(archive).size / 1048576).toFixed(0)} MiB archive`, true);
+  row('images', 'import alone (createdAt..readyAt)', o.p50, 'tar -x of its layers', b.p50, 'ms', `n=${runs}: staging + digests + layers + publish`, true);
+  results.scenarios.images = { ...(results.scenarios.images || {}), uploadAndImport: a, importOnly: o, tarX: b };
+}
+
 header();
-const fns = { ingestion, warm, burst, cold, expiry, scale, streaming, postgres };
+const fns = { ingestion, warm, burst, cold, expiry, scale, streaming, postgres, images };
 for (const name of scenarios) {
   if (!fns[name]) {
     console.error(`unknown scenario ${name}; known: ${all.join(', ')}`);

@@ -73,8 +73,10 @@ static void attach_done(void *arg)
         sandbox_terminate(sb, reason, false);
         return;
     }
-    if (agent_protocol_send_start(sb, sb->delivery->app.command_json) != 0) {
-        sandbox_terminate(sb, "cannot start the agent", false);
+    char why[256];
+    if (agent_protocol_send_start(sb, &sb->delivery->app, why, sizeof why) != 0) {
+        snprintf(reason, sizeof reason, "cannot start the agent: %s", why);
+        sandbox_terminate(sb, reason, false);
         return;
     }
     sandbox_arm_deadline(sb);
@@ -140,7 +142,7 @@ void delivery_activate(struct worker *w, struct store_delivery *d)
 
     memset(&shape, 0, sizeof shape);
     snprintf(shape.driver, sizeof shape.driver, "%s", d->app.driver);
-    snprintf(shape.image, sizeof shape.image, "%s", d->app.image);
+    snprintf(shape.image, sizeof shape.image, "%s", d->app.image_digest);
     shape.vcpu_count = d->app.vcpu_count;
     shape.mem_size_mib = d->app.mem_size_mib;
     const struct driver *drv = sandbox_driver(w, shape.driver);

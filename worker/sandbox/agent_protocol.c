@@ -7,6 +7,7 @@
  * lines go to the worker's log within the Sandbox's budget.
  */
 #include "sandbox/agent_channel.h"
+#include "images/image_run.h"
 #include "log.h"
 #include "sandbox/sandbox.h"
 #include "clock.h"
@@ -150,11 +151,15 @@ int agent_protocol_watch(struct sandbox *sb)
     return 0;
 }
 
-int agent_protocol_send_start(struct sandbox *sb, const char *argv_json)
+int agent_protocol_send_start(struct sandbox *sb, const struct store_app *app, char *err,
+                              size_t errlen)
 {
-    /* {"type":"start","argv":[...],"workspace":...} */
-    json_error_t jerr;
-    json_t *argv = json_loads(argv_json ? argv_json : "[]", 0, &jerr);
+    /* {"type":"start","argv":[...],"env":[...],"cwd":...,"user":...,"workspace":...}, with the
+     * image's defaults where the App gives none (images/image_run.h). */
+    struct image_run run;
+    if (image_run_resolve(&sb->w->cfg, app->image_digest, app->command_json, app->env_json, &run,
+                          err, errlen) != 0)
+        return -1;
     /* A driver serving the Workspace over NFS (qemu) names the source for the agent to mount. */
     json_t *ws = json_null();
     if (sb->workspace_dir[0] && sb->rt.workspace_nfs[0]) {
@@ -164,12 +169,19 @@ int agent_protocol_send_start(struct sandbox *sb, const char *argv_json)
         json_decref(ws);
         ws = json_string("/workspace");
     }
-    json_t *start = json_pack("{s:s,s:o,s:o}", "type", "start", "argv", argv ? argv : json_array(),
-                              "workspace", ws ? ws : json_null());
+    json_t *start = json_pack("{s:s,s:O,s:O,s:o}", "type", "start", "argv", run.argv, "env",
+                              run.env, "workspace", ws ? ws : json_null());
+    if (start && run.cwd[0])
+        json_object_set_new(start, "cwd", json_string(run.cwd));
+    if (start && run.user[0])
+        json_object_set_new(start, "user", json_string(run.user));
+    image_run_clear(&run);
     char *line = start ? json_dumps(start, JSON_COMPACT) : NULL;
     json_decref(start);
     int rc = line ? agent_channel_send(sb->chan, line, strlen(line)) : -1;
     free(line);
+    if (rc != 0)
+        snprintf(err, errlen, "the agent channel is closed");
     return rc;
 }
 

@@ -5,6 +5,7 @@
  * runs on the event loop, and every state change is written to the store first.
  */
 #include "sandbox/sandbox.h"
+#include "images/image_cache.h"
 #include "log.h"
 #include "sandbox/jobs.h"
 #include "clock.h"
@@ -101,6 +102,9 @@ int sandbox_boot(struct worker *w, const struct driver *drv, const struct store_
     sb->cold = d != NULL;
     sb->boot_started = clock_mono_ms();
     rc = w->st->sandbox_insert(w->st, &w->ctx, w->id, shape, sb->cold, &rec);
+    /* For the image cache's least-recently-used eviction (images/cache_sweep.c). */
+    if (rc == STORE_OK && !image_is_default(shape->image) && w->st->image_touch)
+        (void)w->st->image_touch(w->st, shape->image);
     if (rc != STORE_OK) {
         log_error("worker: cannot record a new sandbox: %s", store_status_name(rc));
         snprintf(err, errlen, "store error recording a sandbox");

@@ -3,6 +3,7 @@
  * threads at a time so that cold boots and terminations are never stuck behind a refill.
  */
 #include "sandbox/pool.h"
+#include "images/image_cache.h"
 #include "sandbox/jobs.h"
 #include "drivers/shared.h"
 #include "sandbox/sandbox.h"
@@ -52,6 +53,11 @@ void pool_replenish(struct worker *w)
     for (size_t i = 0; i < w->n_shapes; i++) {
         const struct driver *drv = sandbox_driver(w, w->shapes[i].driver);
         if (!drv)
+            continue;
+        /* An image this host's cache lacks (not imported here yet, or being fetched): nothing
+         * to boot it from (images/import_jobs.c fetches pulled ones). */
+        if (!image_is_default(w->shapes[i].image) &&
+            !image_cache_ready(&w->cfg, w->shapes[i].image))
             continue;
         size_t have = sandbox_count_pool(w, &w->shapes[i], NULL);
         while (have < (size_t)w->cfg.pool_size && booting_total < boot_limit) {

@@ -169,9 +169,11 @@ void sandbox_shutdown(struct worker *w);
 
 /* Watches the agent channel the boot left in sb->rt.channel_fd; -1 when it cannot. */
 int agent_protocol_watch(struct sandbox *sb);
-/* Sends the start line for the App's command (argv as JSON text, NULL for none) and the
- * Workspace (sb->workspace_dir, sb->rt.workspace_nfs). 0, or -1 when it could not be sent. */
-int agent_protocol_send_start(struct sandbox *sb, const char *argv_json);
+/* Sends the start line for the App: its command (or its image's entrypoint and cmd), env, cwd
+ * and user (images/image_run.h) and the Workspace (sb->workspace_dir, sb->rt.workspace_nfs). 0, or
+ * -1 with the reason in err when there is nothing to run or it could not be sent. */
+int agent_protocol_send_start(struct sandbox *sb, const struct store_app *app, char *err,
+                              size_t errlen);
 /* Sends d to the agent (ACTIVATING or IDLE -> BUSY, carrying d) and starts the message deadline;
  * a closed channel terminates the Sandbox (hooks->lost then gets d). */
 void sandbox_send_message(struct sandbox *sb, struct store_delivery *d);

@@ -28,6 +28,9 @@ void sql_app_from_row(struct sql_stmt *s, int c, struct store_app *a)
     a->created_at = sql_col_int64(s, c + 9);
     a->updated_at = sql_col_int64(s, c + 10);
     a->limits_json = sql_col_dup(s, c + 11);
+    sql_col_copy(s, c + 12, a->image_id, sizeof a->image_id);
+    sql_col_copy(s, c + 13, a->image_digest, sizeof a->image_digest);
+    a->env_json = sql_col_dup(s, c + 14);
 }
 
 void store_app_clear(struct store_app *a)
@@ -36,6 +39,8 @@ void store_app_clear(struct store_app *a)
     a->command_json = NULL;
     free(a->limits_json);
     a->limits_json = NULL;
+    free(a->env_json);
+    a->env_json = NULL;
 }
 
 void store_app_list_free(struct store_app *a, size_t n)
@@ -96,9 +101,14 @@ static enum store_status app_create(struct store *st, const struct store_ctx *ct
         return STORE_ERROR;
     if ((r = sql_begin(st)) != STORE_OK)
         return r;
+    /* The Image the gateway resolved must still be ready, with that digest, as the App lands. */
+    r = sql_image_check_ready(st, app->image_id, app->image_digest);
+    if (r != STORE_OK)
+        return sql_end(st, r);
     s = sql_stmt(st, "INSERT INTO apps (id, name, keep_alive_seconds, vcpu_count, mem_size_mib, "
-                     "driver, image, max_attempts, command, created_at, updated_at, limits) "
-                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11)");
+                     "driver, image, max_attempts, command, created_at, updated_at, limits, "
+                     "image_id, image_digest, env) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12, ?13, ?14)");
     if (!s)
         return sql_end(st, STORE_ERROR);
     sql_bind_text(s, 1, app->id);
@@ -112,6 +122,9 @@ static enum store_status app_create(struct store *st, const struct store_ctx *ct
     sql_bind_text(s, 9, app->command_json ? app->command_json : "[]");
     sql_bind_int64(s, 10, now);
     sql_bind_text_or_null(s, 11, app->limits_json);
+    sql_bind_text_or_null(s, 12, app->image_id);
+    sql_bind_text(s, 13, app->image_digest[0] ? app->image_digest : "default");
+    sql_bind_text(s, 14, app->env_json ? app->env_json : "{}");
     r = sql_step_done(st, s);
     if (r == STORE_OK) {
         r = sql_event_json(st, ctx, "app.created", "app", app->id, app->id, NULL,
@@ -150,6 +163,9 @@ static enum store_status app_update(struct store *st, const struct store_ctx *ct
 
     if ((r = sql_begin(st)) != STORE_OK)
         return r;
+    if (p->image_digest &&
+        (r = sql_image_check_ready(st, p->image_id, p->image_digest)) != STORE_OK)
+        return sql_end(st, r);
     s = sql_stmt(st, "UPDATE apps SET name = COALESCE(?2, name), "
                      "keep_alive_seconds = COALESCE(?3, keep_alive_seconds), "
                      "vcpu_count = COALESCE(?4, vcpu_count), "
@@ -157,7 +173,10 @@ static enum store_status app_update(struct store *st, const struct store_ctx *ct
                      "image = COALESCE(?7, image), max_attempts = COALESCE(?8, max_attempts), "
                      "command = COALESCE(?9, command), updated_at = ?10, "
                      "limits = CASE WHEN CAST(?11 AS TEXT) IS NULL THEN limits "
-                     "ELSE NULLIF(CAST(?11 AS TEXT), '') END "
+                     "ELSE NULLIF(CAST(?11 AS TEXT), '') END, "
+                     "image_id = CASE WHEN CAST(?13 AS TEXT) IS NULL THEN image_id "
+                     "ELSE CAST(?12 AS TEXT) END, "
+                     "image_digest = COALESCE(?13, image_digest), env = COALESCE(?14, env) "
                      "WHERE id = ?1 AND deleted_at IS NULL");
     if (!s)
         return sql_end(st, STORE_ERROR);
@@ -181,6 +200,12 @@ static enum store_status app_update(struct store *st, const struct store_ctx *ct
     sql_bind_int64(s, 10, clock_wall_ms());
     if (p->limits_json)
         sql_bind_text(s, 11, p->limits_json);
+    if (p->image_digest) {
+        sql_bind_text_or_null(s, 12, p->image_id);
+        sql_bind_text(s, 13, p->image_digest);
+    }
+    if (p->env_json)
+        sql_bind_text(s, 14, p->env_json);
     r = sql_step_done(st, s);
     if (r == STORE_OK && sql_changes(st) == 0)
         r = STORE_NOT_FOUND;
@@ -194,7 +219,8 @@ static enum store_status app_update(struct store *st, const struct store_ctx *ct
                                 p->image ? "image" : NULL,
                                 p->max_attempts ? "maxAttempts" : NULL,
                                 p->command_json ? "command" : NULL,
-                                p->limits_json ? "limits" : NULL};
+                                p->limits_json ? "limits" : NULL,
+                                p->env_json ? "env" : NULL};
         n = (size_t)snprintf(data, sizeof data, "{\"fields\":[");
         for (size_t i = 0, k = 0; i < sizeof fields / sizeof fields[0]; i++)
             if (fields[i])
@@ -290,9 +316,10 @@ static const struct sql_page shape_page = {sizeof(struct store_shape), shape_pag
 
 static enum store_status app_shapes(struct store *st, struct store_shape **out, size_t *n)
 {
-    struct sql_stmt *s = sql_stmt(st, "SELECT DISTINCT driver, image, vcpu_count, mem_size_mib "
-                                      "FROM apps WHERE deleted_at IS NULL "
-                                      "ORDER BY driver, image, vcpu_count, mem_size_mib");
+    struct sql_stmt *s =
+        sql_stmt(st, "SELECT DISTINCT driver, image_digest, vcpu_count, mem_size_mib "
+                     "FROM apps WHERE deleted_at IS NULL "
+                     "ORDER BY driver, image_digest, vcpu_count, mem_size_mib");
     return sql_read_all(st, s, &shape_page, (void *)out, n);
 }
 

@@ -29,7 +29,7 @@
 #define CLAIM_PICK_SQL                                                                             \
     "SELECT m.id, m.session_id, CASE WHEN s.worker_id IS NULL THEN 1 ELSE 0 END, "                 \
     "CASE WHEN m.not_before > m.created_at THEN m.not_before ELSE m.created_at END, "              \
-    "s.updated_at, a.driver, a.image, a.vcpu_count, a.mem_size_mib FROM messages m "               \
+    "s.updated_at, a.driver, a.image_digest, a.vcpu_count, a.mem_size_mib FROM messages m "        \
     "JOIN sessions s ON s.id = m.session_id JOIN apps a ON a.id = s.app_id "                       \
     "WHERE m.state = 'queued' AND m.not_before <= ?1 AND s.state <> 'deleted' "                    \
     "AND (s.worker_id IS NULL OR s.worker_id = ?2) AND (?3 = 0 OR s.worker_id = ?2) "              \

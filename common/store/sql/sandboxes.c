@@ -129,19 +129,20 @@ static enum store_status pool_stats(struct store *st, struct store_pool_stat **o
 {
     /* Every shape a live App asks for, plus every shape that has Sandboxes. */
     struct sql_stmt *s = sql_stmt(
-        st, "WITH shapes AS (SELECT driver, image, vcpu_count, mem_size_mib FROM apps "
-            "WHERE deleted_at IS NULL UNION SELECT driver, image, vcpu_count, mem_size_mib "
-            "FROM sandboxes) "
-            "SELECT h.driver, h.image, h.vcpu_count, h.mem_size_mib, "
-            "count(CASE WHEN b.state = 'warm' THEN 1 END), "
-            "count(CASE WHEN b.state = 'booting' THEN 1 END), "
-            "count(CASE WHEN b.state IN ('claimed', 'running') THEN 1 END), "
-            "count(CASE WHEN b.cold = 1 THEN 1 END), "
-            "count(CASE WHEN b.state = 'failed' AND b.ready_at IS NULL THEN 1 END) "
-            "FROM shapes h LEFT JOIN sandboxes b ON b.driver = h.driver AND b.image = h.image "
-            "AND b.vcpu_count = h.vcpu_count AND b.mem_size_mib = h.mem_size_mib "
-            "GROUP BY h.driver, h.image, h.vcpu_count, h.mem_size_mib "
-            "ORDER BY h.driver, h.image, h.vcpu_count, h.mem_size_mib");
+        st,
+        "WITH shapes AS (SELECT driver, image_digest AS image, vcpu_count, mem_size_mib FROM apps "
+        "WHERE deleted_at IS NULL UNION SELECT driver, image, vcpu_count, mem_size_mib "
+        "FROM sandboxes) "
+        "SELECT h.driver, h.image, h.vcpu_count, h.mem_size_mib, "
+        "count(CASE WHEN b.state = 'warm' THEN 1 END), "
+        "count(CASE WHEN b.state = 'booting' THEN 1 END), "
+        "count(CASE WHEN b.state IN ('claimed', 'running') THEN 1 END), "
+        "count(CASE WHEN b.cold = 1 THEN 1 END), "
+        "count(CASE WHEN b.state = 'failed' AND b.ready_at IS NULL THEN 1 END) "
+        "FROM shapes h LEFT JOIN sandboxes b ON b.driver = h.driver AND b.image = h.image "
+        "AND b.vcpu_count = h.vcpu_count AND b.mem_size_mib = h.mem_size_mib "
+        "GROUP BY h.driver, h.image, h.vcpu_count, h.mem_size_mib "
+        "ORDER BY h.driver, h.image, h.vcpu_count, h.mem_size_mib");
     return sql_read_all(st, s, &pool_stat_page, (void *)out, n);
 }
 

@@ -274,6 +274,7 @@ void store_sql_init(struct store *st)
     sql_events_init(st);
     sql_counts_init(st);
     sql_bounds_init(st);
+    sql_images_init(st);
 }
 
 void store_sql_fini(struct store *st)

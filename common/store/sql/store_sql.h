@@ -125,7 +125,8 @@ enum store_status sql_event_json(struct store *st, const struct store_ctx *ctx, 
  */
 #define SQL_APP_COLS                                                                               \
     "a.id, a.name, a.keep_alive_seconds, a.vcpu_count, a.mem_size_mib, a.driver, a.image, "        \
-    "a.max_attempts, a.command, a.created_at, a.updated_at, a.limits"
+    "a.max_attempts, a.command, a.created_at, a.updated_at, a.limits, a.image_id, "           \
+    "a.image_digest, a.env"
 #define SQL_SESSION_COLS                                                                           \
     "s.id, s.app_id, s.name, s.state, s.sandbox_id, s.keep_alive_seconds, "                        \
     "COALESCE(s.keep_alive_seconds, a.keep_alive_seconds), s.workspace_id, s.metadata, "           \
@@ -181,6 +182,10 @@ enum store_status sql_worker_release_in_tx(struct store *st, const struct store_
                                            const char *worker_id, int64_t now, const char *reason,
                                            size_t *requeued);
 
+/* STORE_OK when image_id is NULL or "" (the built-in rootfs) or names a ready, not deleted Image
+ * whose digest is digest; STORE_CONFLICT otherwise. (images.c) */
+enum store_status sql_image_check_ready(struct store *st, const char *image_id, const char *digest);
+
 /* ---- the function table ---- */
 
 /* Each table's file fills in its entries of the store's function table. */
@@ -200,6 +205,7 @@ void sql_chunks_init(struct store *st);     /* an agent's partial output */
 void sql_event_feed_init(struct store *st); /* the live event feed's newest-id read */
 void sql_webhooks_init(struct store *st);   /* webhook endpoints and their outbox */
 void sql_bounds_init(struct store *st);     /* what a host cannot bound */
+void sql_images_init(struct store *st);
 /* The group commit (enqueue.c) also has state to set up and a thread to stop. */
 void sql_enqueue_init(struct store *st);
 void sql_enqueue_fini(struct store *st);

@@ -947,6 +947,57 @@ test("webhooks: register (secret once), list, get, deliveries with attempts, del
   expectProblem(await admin.DELETE("/v1/apps/{appId}/webhooks/{webhookId}", { params: { path: { appId, webhookId } } }), 404, "not-found");
 });
 
+/** A request the typed client cannot send (an archive body, or one of two content types), checked against the spec. */
+async function rawChecked(method: string, path: string, template: string, contentType: string, body: string): Promise<{ status: number; json: any; headers: Headers }> {
+  const response = await fetch(`${gw.baseUrl}${path}`, { method, headers: { Authorization: `Bearer ${gw.adminToken}`, "Content-Type": contentType }, body });
+  const bodyText = await response.text();
+  const errors = contract.check({ method, template, status: response.status, headers: response.headers, bodyText });
+  assert.deepEqual(errors, [], errors.join("\n"));
+  const key = `${method} ${template}`;
+  if (!seen.has(key)) seen.set(key, new Set());
+  seen.get(key)?.add(response.status);
+  const json = bodyText ? JSON.parse(bodyText) : null;
+  if (response.status >= 400) problemCodesSeen.add(json.code);
+  return { status: response.status, json, headers: response.headers };
+}
+
+test("images: upload and pull answer 202 importing, list, get by id and name, delete; never the password", async () => {
+  const up = await rawChecked("POST", "/v1/images?name=contract-upload", "/v1/images", "application/x-tar", "\0".repeat(2048));
+  assert.equal(up.status, 202);
+  assert.equal(up.json.state, "importing");
+  assert.equal(up.json.source, "upload");
+  assert.equal(up.json.uploadBytes, 2048);
+  assert.equal(up.headers.get("location"), `/v1/images/${up.json.id}`);
+  const dup = await rawChecked("POST", "/v1/images?name=contract-upload", "/v1/images", "application/x-tar", "x");
+  assert.equal(dup.status, 409);
+  const noName = await rawChecked("POST", "/v1/images", "/v1/images", "application/x-tar", "x");
+  assert.equal(noName.status, 400);
+  assert.equal(noName.json.field, "name");
+  const pull = await rawChecked("POST", "/v1/images", "/v1/images", "application/json",
+    JSON.stringify({ name: "contract-pull", reference: "127.0.0.1:1/sbx/none:v1", username: "u", password: "hunter2" }));
+  assert.equal(pull.status, 202);
+  assert.equal(pull.json.source, "127.0.0.1:1/sbx/none:v1");
+  assert.ok(!JSON.stringify(pull.json).includes("hunter2"));
+  const badRef = await rawChecked("POST", "/v1/images", "/v1/images", "application/json", JSON.stringify({ name: "r", reference: "no-host" }));
+  assert.equal(badRef.status, 422);
+  const text = await rawChecked("POST", "/v1/images?name=t", "/v1/images", "text/plain", "x");
+  assert.equal(text.status, 415);
+
+  const list = await admin.GET("/v1/images", { params: { query: { limit: 1 } } });
+  assert.equal(list.response.status, 200);
+  assert.equal(list.data?.items.length, 1);
+  assert.ok(list.data?.nextCursor);
+  const byName = await admin.GET("/v1/images/{imageId}", { params: { path: { imageId: "contract-pull" } } });
+  assert.equal(byName.data?.id, pull.json.id);
+  expectProblem(await anon.GET("/v1/images"), 401, "unauthorized");
+  // An App cannot name an Image that is not ready, nor one that does not exist.
+  expectProblem(await admin.POST("/v1/apps", { body: { name: "on-image", image: "contract-pull" } }), 409, "conflict", "image");
+  expectProblem(await admin.POST("/v1/apps", { body: { name: "on-image", image: "no-such-image" } }), 422, "invalid-value", "image");
+  const del = await admin.DELETE("/v1/images/{imageId}", { params: { path: { imageId: up.json.id } } });
+  assert.equal(del.response.status, 204);
+  expectProblem(await admin.GET("/v1/images/{imageId}", { params: { path: { imageId: up.json.id } } }), 404, "not-found");
+});
+
 test("coverage: every operation of the spec answered with a success status", () => {
   const missing: string[] = [];
   for (const { method, template } of contract.operations()) {

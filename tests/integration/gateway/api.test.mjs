@@ -119,7 +119,9 @@ test('apps: create, defaults, validation, conflict, list, get, patch, delete', a
   assert.deepEqual(g.json, app);
   assertProblem(assert, await req(gw, 'GET', '/v1/apps/app_doesnotexist00000000', { token: gw.admin }), 404, 'not-found');
 
-  const p = await req(gw, 'PATCH', `/v1/apps/${app.id}`, { token: gw.admin, body: { keepAliveSeconds: 5, command: ['/bin/cat'], image: 'img2' } });
+  // An App's image names an Image (or default): an unknown one is refused.
+  assertProblem(assert, await req(gw, 'PATCH', `/v1/apps/${app.id}`, { token: gw.admin, body: { image: 'img2' } }), 422, 'invalid-value', 'image');
+  const p = await req(gw, 'PATCH', `/v1/apps/${app.id}`, { token: gw.admin, body: { keepAliveSeconds: 5, command: ['/bin/cat'], image: 'default' } });
   assert.equal(p.status, 200);
   assert.equal(p.json.keepAliveSeconds, 5);
   assert.deepEqual(p.json.command, ['/bin/cat']);

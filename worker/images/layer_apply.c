@@ -1,0 +1,532 @@
+/*
+ * layer_apply.c: one layer onto an image tree, never writing outside it (layer_apply.h).
+ *
+ * Hidden state: while a layer is applied, `written` holds the paths this layer wrote, so that an
+ * opaque whiteout (which may come after its directory's new entries in the tar) removes only
+ * what lower layers put in the directory.
+ */
+#include "images/layer_apply.h"
+#include "images/image_digest.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define WH_PREFIX ".wh."
+#define WH_OPAQUE ".wh..wh..opq"
+
+int image_fail(struct image_problem *p, const char *code, const char *fmt, ...)
+{
+    if (p->code)
+        return -1;
+    p->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->detail, sizeof p->detail, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* ---- the set of paths this layer wrote (open addressing; grows at half full) ---- */
+
+struct path_set {
+    char **slots;
+    size_t cap, n;
+};
+
+static uint64_t path_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return h;
+}
+
+static bool path_set_has(const struct path_set *ps, const char *path)
+{
+    if (!ps->cap)
+        return false;
+    for (size_t i = path_hash(path) & (ps->cap - 1);; i = (i + 1) & (ps->cap - 1)) {
+        if (!ps->slots[i])
+            return false;
+        if (strcmp(ps->slots[i], path) == 0)
+            return true;
+    }
+}
+
+static int path_set_add(struct path_set *ps, const char *path)
+{
+    if (path_set_has(ps, path))
+        return 0;
+    if ((ps->n + 1) * 2 > ps->cap) {
+        size_t cap = ps->cap ? ps->cap * 2 : 1024;
+        char **slots = calloc(cap, sizeof *slots);
+        if (!slots)
+            return -1;
+        for (size_t i = 0; i < ps->cap; i++) {
+            if (!ps->slots[i])
+                continue;
+            size_t j = path_hash(ps->slots[i]) & (cap - 1);
+            while (slots[j])
+                j = (j + 1) & (cap - 1);
+            slots[j] = ps->slots[i];
+        }
+        free(ps->slots);
+        ps->slots = slots;
+        ps->cap = cap;
+    }
+    char *copy = strdup(path);
+    if (!copy)
+        return -1;
+    size_t i = path_hash(path) & (ps->cap - 1);
+    while (ps->slots[i])
+        i = (i + 1) & (ps->cap - 1);
+    ps->slots[i] = copy;
+    ps->n++;
+    return 0;
+}
+
+static void path_set_free(struct path_set *ps)
+{
+    for (size_t i = 0; i < ps->cap; i++)
+        free(ps->slots[i]);
+    free(ps->slots);
+    memset(ps, 0, sizeof *ps);
+}
+
+/* ---- paths ---- */
+
+/* Turns a tar entry name into a path relative to the tree: "./a//b/" -> "a/b", "./" -> "".
+ * Refuses absolute names and any ".." component. */
+static int clean_name(const char *name, char *out, size_t outlen, struct image_problem *p)
+{
+    size_t n = 0;
+    if (!name || name[0] == '/')
+        return image_fail(p, IMAGE_PATH_ESCAPE, "entry '%s' is an absolute path", name ? name : "");
+    const char *s = name;
+    while (*s) {
+        while (*s == '/')
+            s++;
+        const char *e = strchr(s, '/');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        if (len == 2 && s[0] == '.' && s[1] == '.')
+            return image_fail(p, IMAGE_PATH_ESCAPE, "entry '%s' goes up with '..'", name);
+        if (len > 0 && !(len == 1 && s[0] == '.')) {
+            if (n + len + 2 > outlen)
+                return image_fail(p, IMAGE_BAD_LAYER, "entry name '%.200s...' is too long", name);
+            if (n)
+                out[n++] = '/';
+            memcpy(out + n, s, len);
+            n += len;
+        }
+        s += len;
+    }
+    out[n] = '\0';
+    return 0;
+}
+
+static long sys_openat2(int dirfd, const char *path, int flags)
+{
+    struct open_how how = {.flags = (uint64_t)flags,
+                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+    return syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+}
+
+/* Fails the import for an error of resolving `what` beneath the tree. */
+static int resolve_fail(struct image_problem *p, const char *what, int err)
+{
+    if (err == EXDEV || err == ELOOP)
+        return image_fail(p, IMAGE_PATH_ESCAPE, "'%s' leads out of the image tree through a link",
+                          what);
+    if (err == ENOTDIR)
+        return image_fail(p, IMAGE_BAD_LAYER, "a parent of '%s' is not a directory", what);
+    return image_fail(p, IMAGE_IO_ERROR, "cannot open '%s' in the image tree: %s", what,
+                      strerror(err));
+}
+
+/* Opens directory `dir` (relative, "" for the root) beneath rootfd, creating missing components
+ * as root-owned 0755 directories. Returns an O_PATH fd or -1 with the problem. */
+static int open_dir_beneath(int rootfd, const char *dir, struct image_problem *p, int depth)
+{
+    if (!*dir)
+        return (int)sys_openat2(rootfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    long fd = sys_openat2(rootfd, dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0)
+        return (int)fd;
+    if (errno != ENOENT || depth > 512)
+        return resolve_fail(p, dir, errno);
+    /* Create it in its parent (which may itself be missing). */
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", dir);
+    char *slash = strrchr(parent, '/');
+    const char *leaf = dir;
+    if (slash) {
+        *slash = '\0';
+        leaf = dir + (slash - parent) + 1;
+    } else {
+        parent[0] = '\0';
+    }
+    int pfd = open_dir_beneath(rootfd, parent, p, depth + 1);
+    if (pfd < 0)
+        return -1;
+    if (mkdirat(pfd, leaf, 0755) != 0 && errno != EEXIST) {
+        int e = errno;
+        close(pfd);
+        return image_fail(p, IMAGE_IO_ERROR, "cannot create '%s': %s", dir, strerror(e));
+    }
+    close(pfd);
+    fd = sys_openat2(rootfd, dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return resolve_fail(p, dir, errno);
+    return (int)fd;
+}
+
+/* Splits a clean path into its directory and leaf; opens the directory beneath rootfd. */
+static int open_parent(int rootfd, const char *path, const char **leaf, struct image_problem *p)
+{
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash) {
+        *leaf = path;
+        dir[0] = '\0';
+    } else {
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+        *leaf = slash + 1;
+    }
+    return open_dir_beneath(rootfd, dir, p, 0);
+}
+
+/* ---- removal without following links ---- */
+
+int tree_remove_at(int at, const char *name)
+{
+    struct stat sb;
+    if (fstatat(at, name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+        return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(sb.st_mode))
+        return unlinkat(at, name, 0) == 0 || errno == ENOENT ? 0 : -1;
+    int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return -1;
+    }
+    struct dirent *de;
+    int rc = 0;
+    while (rc == 0 && (de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        rc = tree_remove_at(dirfd(d), de->d_name);
+    }
+    closedir(d);
+    if (rc != 0)
+        return -1;
+    return unlinkat(at, name, AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+/* An opaque whiteout: removes the children of dir (relative) that this layer did not write. */
+static int apply_opaque(int rootfd, const char *dir, const struct path_set *written,
+                        struct image_problem *p)
+{
+    int pfd = open_dir_beneath(rootfd, dir, p, 0);
+    if (pfd < 0)
+        return -1;
+    int fd = openat(pfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    close(pfd);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return image_fail(p, IMAGE_IO_ERROR, "cannot read '%s': %s", dir, strerror(errno));
+    }
+    struct dirent *de;
+    char child[4096];
+    int rc = 0;
+    while (rc == 0 && (de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        snprintf(child, sizeof child, "%s%s%s", dir, *dir ? "/" : "", de->d_name);
+        if (path_set_has(written, child))
+            continue;
+        if (tree_remove_at(dirfd(d), de->d_name) != 0)
+            rc = image_fail(p, IMAGE_IO_ERROR, "cannot remove '%s': %s", child, strerror(errno));
+    }
+    closedir(d);
+    return rc;
+}
+
+/* ---- entries ---- */
+
+/* Owner, mode and times of what is now at (dirfd, leaf); the mode after the owner, since chown
+ * clears set-id bits. Without root the owners cannot be kept: they stay the importer's. */
+static int set_meta(int dirfd, const char *leaf, struct archive_entry *e, bool is_link,
+                    const char *path, struct image_problem *p)
+{
+    if (fchownat(dirfd, leaf, (uid_t)archive_entry_uid(e), (gid_t)archive_entry_gid(e),
+                 AT_SYMLINK_NOFOLLOW) != 0 &&
+        !(errno == EPERM && geteuid() != 0))
+        return image_fail(p, IMAGE_IO_ERROR, "cannot set the owner of '%s': %s", path,
+                          strerror(errno));
+    if (!is_link && fchmodat(dirfd, leaf, archive_entry_perm(e) & 07777, 0) != 0)
+        return image_fail(p, IMAGE_IO_ERROR, "cannot set the mode of '%s': %s", path,
+                          strerror(errno));
+    struct timespec ts[2] = {{.tv_sec = archive_entry_mtime(e)},
+                             {.tv_sec = archive_entry_mtime(e)}};
+    ts[0].tv_nsec = ts[1].tv_nsec = archive_entry_mtime_nsec(e);
+    (void)utimensat(dirfd, leaf, ts, AT_SYMLINK_NOFOLLOW); /* times are not worth failing for */
+    return 0;
+}
+
+/* Makes room for a new non-directory at (dirfd, leaf): whatever is there goes. */
+static int clear_leaf(int dirfd, const char *leaf, const char *path, struct image_problem *p)
+{
+    if (tree_remove_at(dirfd, leaf) != 0)
+        return image_fail(p, IMAGE_IO_ERROR, "cannot replace '%s': %s", path, strerror(errno));
+    return 0;
+}
+
+static int write_file(struct archive *a, int dirfd, const char *leaf, struct archive_entry *e,
+                      const char *path, struct image_problem *p)
+{
+    int fd = openat(dirfd, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return image_fail(p, IMAGE_IO_ERROR, "cannot create '%s': %s", path, strerror(errno));
+    const void *buf;
+    size_t len;
+    la_int64_t off;
+    int r, rc = 0;
+    while ((r = archive_read_data_block(a, &buf, &len, &off)) == ARCHIVE_OK) {
+        /* Sparse files come as blocks at offsets: holes stay holes. */
+        const char *b = buf;
+        while (len > 0) {
+            ssize_t w = pwrite(fd, b, len, (off_t)off);
+            if (w < 0) {
+                rc = image_fail(p, IMAGE_IO_ERROR, "cannot write '%s': %s", path, strerror(errno));
+                break;
+            }
+            b += w;
+            off += w;
+            len -= (size_t)w;
+        }
+        if (rc)
+            break;
+    }
+    if (!rc && r != ARCHIVE_EOF) {
+        const char *why = archive_error_string(a);
+        rc = image_fail(p, why && strstr(why, "runcated") ? IMAGE_TRUNCATED : IMAGE_BAD_LAYER,
+                        "reading '%s': %s", path, why ? why : "unknown error");
+    }
+    if (!rc && ftruncate(fd, (off_t)archive_entry_size(e)) != 0)
+        rc = image_fail(p, IMAGE_IO_ERROR, "cannot size '%s': %s", path, strerror(errno));
+    if (close(fd) != 0 && !rc)
+        rc = image_fail(p, IMAGE_IO_ERROR, "cannot write '%s': %s", path, strerror(errno));
+    return rc;
+}
+
+static int apply_entry(struct archive *a, int rootfd, struct archive_entry *e,
+                       int64_t unpacked_limit, struct layer_stats *st, struct path_set *written,
+                       struct image_problem *p)
+{
+    char path[4096];
+    const char *leaf;
+    mode_t type = archive_entry_filetype(e);
+    const char *hardlink = archive_entry_hardlink(e);
+
+    if (clean_name(archive_entry_pathname(e), path, sizeof path, p) != 0)
+        return -1;
+    if (!*path) {
+        /* The tree's root itself ("./"): keep its owner and mode. */
+        if (type == AE_IFDIR && set_meta(rootfd, ".", e, false, "/", p) != 0)
+            return -1;
+        return 0;
+    }
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+
+    /* Whiteouts are instructions, not files. */
+    if (strncmp(base, WH_PREFIX, strlen(WH_PREFIX)) == 0) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%.*s", (int)(base - path > 0 ? base - path - 1 : 0), path);
+        if (strcmp(base, WH_OPAQUE) == 0)
+            return apply_opaque(rootfd, dir, written, p);
+        int dfd = open_dir_beneath(rootfd, dir, p, 0);
+        if (dfd < 0)
+            return -1;
+        int rc = tree_remove_at(dfd, base + strlen(WH_PREFIX));
+        int err = errno;
+        close(dfd);
+        if (rc != 0)
+            return image_fail(p, IMAGE_IO_ERROR, "cannot delete '%s': %s", path, strerror(err));
+        return 0;
+    }
+
+    if (!hardlink && (type == AE_IFCHR || type == AE_IFBLK || type == AE_IFSOCK)) {
+        st->dropped++;
+        return 0;
+    }
+    if (!hardlink && type == AE_IFREG) {
+        int64_t size = archive_entry_size(e);
+        if (size < 0 || st->unpacked_bytes + size > unpacked_limit)
+            return image_fail(p, IMAGE_TREE_TOO_LARGE,
+                              "the unpacked tree exceeds image_unpacked_limit (%lld bytes) at "
+                              "'%s'",
+                              (long long)unpacked_limit, path);
+        st->unpacked_bytes += size;
+    }
+
+    int dfd = open_parent(rootfd, path, &leaf, p);
+    if (dfd < 0)
+        return -1;
+    int rc = 0;
+    if (hardlink) {
+        char target[4096];
+        const char *tleaf;
+        int tfd = -1;
+        struct stat sb;
+        if (clean_name(hardlink, target, sizeof target, p) != 0 || !*target)
+            rc = p->code ? -1
+                         : image_fail(p, IMAGE_PATH_ESCAPE, "hard link '%s' has no target", path);
+        if (!rc && (tfd = open_parent(rootfd, target, &tleaf, p)) < 0)
+            rc = -1;
+        if (!rc && fstatat(tfd, tleaf, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+            rc = image_fail(p, IMAGE_BAD_LAYER, "hard link '%s' to missing '%s'", path, target);
+        if (!rc && S_ISDIR(sb.st_mode))
+            rc = image_fail(p, IMAGE_BAD_LAYER, "hard link '%s' to directory '%s'", path, target);
+        if (!rc && strcmp(target, path) != 0 && (rc = clear_leaf(dfd, leaf, path, p)) == 0 &&
+            linkat(tfd, tleaf, dfd, leaf, 0) != 0)
+            rc = image_fail(p, IMAGE_IO_ERROR, "cannot link '%s' to '%s': %s", path, target,
+                            strerror(errno));
+        if (tfd >= 0)
+            close(tfd);
+    } else if (type == AE_IFDIR) {
+        struct stat sb;
+        if (fstatat(dfd, leaf, &sb, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(sb.st_mode))
+            rc = clear_leaf(dfd, leaf, path, p);
+        if (!rc && mkdirat(dfd, leaf, 0700) != 0 && errno != EEXIST)
+            rc = image_fail(p, IMAGE_IO_ERROR, "cannot create '%s': %s", path, strerror(errno));
+        if (!rc)
+            rc = set_meta(dfd, leaf, e, false, path, p);
+    } else if (type == AE_IFREG) {
+        if ((rc = clear_leaf(dfd, leaf, path, p)) == 0 &&
+            (rc = write_file(a, dfd, leaf, e, path, p)) == 0)
+            rc = set_meta(dfd, leaf, e, false, path, p);
+    } else if (type == AE_IFLNK) {
+        const char *to = archive_entry_symlink(e);
+        if ((rc = clear_leaf(dfd, leaf, path, p)) == 0 && symlinkat(to ? to : "", dfd, leaf) != 0)
+            rc = image_fail(p, IMAGE_IO_ERROR, "cannot create symlink '%s': %s", path,
+                            strerror(errno));
+        if (!rc)
+            rc = set_meta(dfd, leaf, e, true, path, p);
+    } else if (type == AE_IFIFO) {
+        if ((rc = clear_leaf(dfd, leaf, path, p)) == 0 && mkfifoat(dfd, leaf, 0600) != 0)
+            rc =
+                image_fail(p, IMAGE_IO_ERROR, "cannot create fifo '%s': %s", path, strerror(errno));
+        if (!rc)
+            rc = set_meta(dfd, leaf, e, false, path, p);
+    } else {
+        rc = image_fail(p, IMAGE_BAD_LAYER, "entry '%s' has an unknown type", path);
+    }
+    close(dfd);
+    if (!rc && path_set_add(written, path) != 0)
+        rc = image_fail(p, IMAGE_IO_ERROR, "out of memory");
+    if (!rc)
+        st->entries++;
+    return rc;
+}
+
+/* An archive reader for a layer: tar in any of libarchive's compressions (gzip, zstd, ...). */
+static struct archive *open_layer(const char *layer_path, bool raw, struct image_problem *p)
+{
+    struct archive *a = archive_read_new();
+    if (!a) {
+        image_fail(p, IMAGE_IO_ERROR, "out of memory");
+        return NULL;
+    }
+    archive_read_support_filter_all(a);
+    if (raw)
+        archive_read_support_format_raw(a);
+    else
+        archive_read_support_format_tar(a);
+    if (archive_read_open_filename(a, layer_path, 1 << 16) != ARCHIVE_OK) {
+        image_fail(p, !archive_io_errno(archive_errno(a)) ? IMAGE_BAD_LAYER : IMAGE_IO_ERROR,
+                   "cannot read a layer: %s", archive_error_string(a));
+        archive_read_free(a);
+        return NULL;
+    }
+    return a;
+}
+
+int layer_apply(int rootfd, const char *layer_path, int64_t unpacked_limit, struct layer_stats *st,
+                struct image_problem *p)
+{
+    struct path_set written = {0};
+    struct archive_entry *e;
+    struct archive *a = open_layer(layer_path, false, p);
+    int r, rc = 0;
+    bool any = false;
+
+    if (!a)
+        return -1;
+    while ((r = archive_read_next_header(a, &e)) == ARCHIVE_OK || r == ARCHIVE_WARN) {
+        any = true;
+        if (apply_entry(a, rootfd, e, unpacked_limit, st, &written, p) != 0) {
+            rc = -1;
+            break;
+        }
+    }
+    if (!rc && r != ARCHIVE_EOF) {
+        const char *why = archive_error_string(a);
+        rc = image_fail(p,
+                        why && strstr(why, "runcated") ? IMAGE_TRUNCATED
+                        : any                          ? IMAGE_BAD_LAYER
+                                                       : IMAGE_NOT_ARCHIVE,
+                        "layer: %s", why ? why : "not a tar archive");
+    }
+    archive_read_free(a);
+    path_set_free(&written);
+    return rc;
+}
+
+int layer_diff_id(const char *layer_path, char out[72], struct image_problem *p)
+{
+    struct archive_entry *e;
+    struct archive *a = open_layer(layer_path, true, p);
+    struct image_hasher h;
+    const void *buf;
+    size_t len;
+    la_int64_t off;
+    int r;
+
+    if (!a)
+        return -1;
+    image_hasher_init(&h);
+    if ((r = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
+        while ((r = archive_read_data_block(a, &buf, &len, &off)) == ARCHIVE_OK)
+            image_hasher_update(&h, buf, len);
+    } else if (r == ARCHIVE_EOF) {
+        r = ARCHIVE_EOF; /* an empty file: the digest of nothing */
+    }
+    if (r != ARCHIVE_EOF) {
+        const char *why = archive_error_string(a);
+        image_fail(p, why && strstr(why, "runcated") ? IMAGE_TRUNCATED : IMAGE_BAD_LAYER,
+                   "layer: %s", why ? why : "unreadable");
+        archive_read_free(a);
+        return -1;
+    }
+    archive_read_free(a);
+    image_hasher_final(&h, out);
+    return 0;
+}

@@ -1,0 +1,40 @@
+/*
+ * layer_apply.h: applies one image layer (a tar, possibly gzip- or zstd-compressed) onto an image
+ * tree, as OCI's image-layer spec says: entries in order, replacing what lower layers left at the
+ * same path; `.wh.NAME` deletes NAME, `.wh..wh..opq` empties its directory of what lower layers put
+ * there. Modes, owners, times, symlinks and hard links are kept; device nodes and sockets are
+ * dropped (a Sandbox gets its /dev from sbx).
+ *
+ * Nothing is written outside the tree: every path is resolved from the tree's directory fd with
+ * openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS), so a symlink of this or a lower layer that
+ * points out of the tree (absolute, or through ../) fails the import instead of being followed;
+ * the last component is never followed (O_NOFOLLOW, AT_SYMLINK_NOFOLLOW); names with `..` or a
+ * leading `/`, and hard links to such names, fail too.
+ */
+#ifndef SBX_LAYER_APPLY_H
+#define SBX_LAYER_APPLY_H
+
+#include "images/image_problem.h"
+
+#include <stdint.h>
+
+struct layer_stats {
+    int64_t unpacked_bytes; /* regular file bytes written so far, over all layers (in and out) */
+    int64_t entries;        /* entries applied */
+    int64_t dropped;        /* device nodes and sockets left out */
+};
+
+/* Applies the layer at layer_path onto the tree whose directory is rootfd. Fails (with
+ * IMAGE_TREE_TOO_LARGE) before st->unpacked_bytes would exceed unpacked_limit. Returns 0, or -1
+ * with the problem; the tree is then half-applied and only good for removal. */
+int layer_apply(int rootfd, const char *layer_path, int64_t unpacked_limit, struct layer_stats *st,
+                struct image_problem *p);
+
+/* The digest of the layer's uncompressed bytes (its diff id, what an image config lists). */
+int layer_diff_id(const char *layer_path, char out[72], struct image_problem *p);
+
+/* Removes name (a file, or a directory and everything in it) under dirfd without following any
+ * symlink. ENOENT is success. Returns 0 or -1 with errno. */
+int tree_remove_at(int dirfd, const char *name);
+
+#endif
