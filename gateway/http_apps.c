@@ -11,9 +11,8 @@
 #include <string.h>
 
 static const char *const app_fields[] = {
-    "name",  "keepAliveSeconds", "vcpuCount", "memSizeMib", "driver",
-    "image", "maxAttempts",      "command",   "limits",     "env",
-    NULL};
+    "name",        "keepAliveSeconds", "vcpuCount", "memSizeMib", "driver", "image",
+    "maxAttempts", "command",          "limits",    "env",        NULL};
 
 /* The App fields present in obj, validated; command_json is a new string the caller frees. */
 struct app_input {

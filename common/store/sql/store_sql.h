@@ -125,7 +125,7 @@ enum store_status sql_event_json(struct store *st, const struct store_ctx *ctx, 
  */
 #define SQL_APP_COLS                                                                               \
     "a.id, a.name, a.keep_alive_seconds, a.vcpu_count, a.mem_size_mib, a.driver, a.image, "        \
-    "a.max_attempts, a.command, a.created_at, a.updated_at, a.limits, a.image_id, "           \
+    "a.max_attempts, a.command, a.created_at, a.updated_at, a.limits, a.image_id, "                \
     "a.image_digest, a.env"
 #define SQL_SESSION_COLS                                                                           \
     "s.id, s.app_id, s.name, s.state, s.sandbox_id, s.keep_alive_seconds, "                        \
