@@ -106,7 +106,7 @@ static void make_workspace(void)
 
 struct swapper {
     atomic_int stop;
-    long swaps;
+    atomic_long swaps;
 };
 
 static void *swap_loop(void *arg)
@@ -117,7 +117,7 @@ static void *swap_loop(void *arg)
     snprintf(s, sizeof s, "%s/s", ws);
     while (!atomic_load(&sw->stop))
         if (renameat2(AT_FDCWD, d, AT_FDCWD, s, RENAME_EXCHANGE) == 0)
-            sw->swaps++;
+            atomic_fetch_add(&sw->swaps, 1);
     return NULL;
 }
 
@@ -132,11 +132,15 @@ static void test_exchanging_a_directory_for_a_symlink_never_reaches_the_victim(v
         pthread_t t;
         make_workspace();
         assert_int_equal(pthread_create(&t, NULL, swap_loop, &sw), 0);
+        /* On a loaded machine the new thread may not run for a while: start the removal only
+         * once it is exchanging, so that every round really races. */
+        while (atomic_load(&sw.swaps) < 2)
+            sched_yield();
         if (fs_remove_tree(ws) != 0)
             left++;
         atomic_store(&sw.stop, 1);
         pthread_join(t, NULL);
-        swaps += sw.swaps;
+        swaps += atomic_load(&sw.swaps);
         if (victim_files() != VICTIM_FILES + 1)
             fail_msg("round %d: the removal reached the victim (%d of %d files left)", round,
                      victim_files(), VICTIM_FILES + 1);
