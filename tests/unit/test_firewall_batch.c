@@ -43,13 +43,16 @@ static const struct {
                         "=> reg 8 ][payload load 4b @ network header + 12 => reg 12 ][lookup reg 8 "
                         "set sandboxes 0x1 ][counter drop_spoofed][immediate reg 0 drop ]"},
     {"sandbox_to_host",
-     "[meta load l4proto => reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + "
-     "2 => reg 1 ][cmp eq reg 1 0x0000bb01 ][immediate reg 0 accept ]"},
-    {"sandbox_to_host",
      "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => reg 8 ][payload "
      "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set nfs ][meta load l4proto => reg 1 "
      "][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + 2 => reg 1 ][cmp eq reg 1 "
      "0x00000108 ][immediate reg 0 accept ]"},
+    {"sandbox_to_host", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname "
+                        "=> reg 8 ][payload load 4b @ network header + 12 => reg 12 ][lookup reg 8 "
+                        "set egress_none ][counter drop_policy][immediate reg 0 drop ]"},
+    {"sandbox_to_host",
+     "[meta load l4proto => reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + "
+     "2 => reg 1 ][cmp eq reg 1 0x0000bb01 ][immediate reg 0 accept ]"},
     {"sandbox_to_host", "[counter drop_host][immediate reg 0 drop ]"},
     {"sandbox_out", "[ct load state => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00000006 ) ^ 0x00000000 "
                     "][cmp neq reg 1 0x00000000 ][immediate reg 0 accept ]"},
@@ -117,7 +120,30 @@ static const struct {
     {"sandbox_out",
      "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
      "16 => reg 1 ][cmp eq reg 1 0xffffffff ][counter drop_special][immediate reg 0 drop ]"},
-    {"sandbox_out", "[immediate reg 0 accept ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => "
+                    "reg 8 ][payload load 4b @ network header + 12 => reg 12 ][lookup reg 8 set "
+                    "egress_none ][counter drop_policy][immediate reg 0 drop ]"},
+    {"sandbox_out",
+     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => reg 8 ][payload "
+     "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set egress_app dreg 0 ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load l4proto => "
+                    "reg 1 ][cmp eq reg 1 0x00000011 ][payload load 4b @ network header + 16 => "
+                    "reg 1 ][lookup reg 1 set resolvers ][payload load 2b @ transport header + 2 "
+                    "=> reg 1 ][cmp eq reg 1 0x00003500 ][immediate reg 0 accept ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load l4proto => "
+                    "reg 1 ][cmp eq reg 1 0x00000006 ][payload load 4b @ network header + 16 => "
+                    "reg 1 ][lookup reg 1 set resolvers ][payload load 2b @ transport header + 2 "
+                    "=> reg 1 ][cmp eq reg 1 0x00003500 ][immediate reg 0 accept ]"},
+    {"sandbox_out",
+     "[meta load l4proto => reg 1 ][cmp eq reg 1 0x00000011 ][payload load 2b @ transport header + "
+     "2 => reg 1 ][cmp eq reg 1 0x00003500 ][counter drop_dns][immediate reg 0 drop ]"},
+    {"sandbox_out",
+     "[meta load l4proto => reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + "
+     "2 => reg 1 ][cmp eq reg 1 0x00003500 ][counter drop_dns][immediate reg 0 drop ]"},
+    {"sandbox_out",
+     "[meta load l4proto => reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + "
+     "2 => reg 1 ][lookup reg 1 set egress_ports ][immediate reg 0 accept ]"},
+    {"sandbox_out", "[counter drop_egress][immediate reg 0 drop ]"},
     {"sandbox_in", "[ct load state => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00000006 ) ^ 0x00000000 "
                    "][cmp neq reg 1 0x00000000 ][immediate reg 0 accept ]"},
     {"sandbox_in", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x0000000a ][counter "
@@ -289,12 +315,26 @@ static void test_structure_batch(void **state)
         case NFT_MSG_NEWSET: {
             struct nftnl_set *s = nftnl_set_alloc();
             assert_int_equal(nftnl_set_nlmsg_parse(nlh, s), 0);
-            assert_string_equal(nftnl_set_get_str(s, NFTNL_SET_NAME),
-                                sets == 0 ? "sandboxes" : "nfs");
-            /* ifname (16 bytes) . ipv4_addr (4): nft's type id (41 << 6) | 7 */
-            assert_int_equal(nftnl_set_get_u32(s, NFTNL_SET_KEY_LEN), 20);
-            assert_int_equal(nftnl_set_get_u32(s, NFTNL_SET_KEY_TYPE), (41 << 6) | 7);
-            assert_int_equal(nftnl_set_get_u32(s, NFTNL_SET_FLAGS), 0); /* a plain hash */
+            /* ifname (16 bytes) . ipv4_addr (4): nft's type id (41 << 6) | 7; inet_service 13,
+             * ipv4_addr 7; egress_app maps to verdicts (jump egress_<app>). */
+            static const struct {
+                const char *name;
+                uint32_t key_len, key_type, flags;
+            } want_sets[] = {
+                {"sandboxes", 20, (41 << 6) | 7, 0},
+                {"nfs", 20, (41 << 6) | 7, 0},
+                {"egress_ports", 2, 13, 0},
+                {"resolvers", 4, 7, 0},
+                {"egress_none", 20, (41 << 6) | 7, 0},
+                {"egress_app", 20, (41 << 6) | 7, NFT_SET_MAP},
+            };
+            assert_true(sets < sizeof want_sets / sizeof want_sets[0]);
+            assert_string_equal(nftnl_set_get_str(s, NFTNL_SET_NAME), want_sets[sets].name);
+            assert_int_equal(nftnl_set_get_u32(s, NFTNL_SET_KEY_LEN), want_sets[sets].key_len);
+            assert_int_equal(nftnl_set_get_u32(s, NFTNL_SET_KEY_TYPE), want_sets[sets].key_type);
+            assert_int_equal(nftnl_set_get_u32(s, NFTNL_SET_FLAGS), want_sets[sets].flags);
+            if (want_sets[sets].flags & NFT_SET_MAP)
+                assert_int_equal(nftnl_set_get_u32(s, NFTNL_SET_DATA_TYPE), 0xffffff00);
             nftnl_set_free(s);
             sets++;
             break;
@@ -351,7 +391,7 @@ static void test_structure_batch(void **state)
     }
     assert_int_equal(tables, 1);
     assert_int_equal(counters, FW_DROP_COUNT);
-    assert_int_equal(sets, 2);
+    assert_int_equal(sets, 6);
     assert_int_equal(chains, 7);
     assert_int_equal(rules, NRULES);
     fw_batch_free(&b);

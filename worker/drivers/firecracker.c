@@ -18,6 +18,7 @@
 #include "drivers/driver.h"
 #include "drivers/fc_api.h"
 #include "log.h"
+#include "host/egress.h"
 #include "host/links.h"
 
 #include <jansson.h>
@@ -994,7 +995,9 @@ static int fc_init(const struct sbx_config *cfg, char *err, size_t errlen)
         return 0;
     }
     /* As root every guest gets its link and firewall (shared with the other drivers). */
-    return net_init(cfg->net_pool, err, errlen);
+    if (net_init(cfg->net_pool, err, errlen) != 0)
+        return -1;
+    return net_egress_init(cfg, err, errlen);
 }
 
 static int fc_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, char *err,

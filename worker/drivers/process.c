@@ -28,6 +28,7 @@
 #include "drivers/driver.h"
 #include "host/jail.h"
 #include "log.h"
+#include "host/egress.h"
 #include "host/links.h"
 
 #include <errno.h>
@@ -163,6 +164,8 @@ struct child_plan {
     char root_workspace[PATH_MAX + 16];
     char dev_files[6][PATH_MAX + 16];
     char tmp_options[64];
+    char resolv_src[PATH_MAX];       /* sbx's resolv.conf for Sandboxes ("" for none) */
+    char root_resolv[PATH_MAX + 16]; /* <root>/etc/resolv.conf */
     char hostname[64];
     uid_t uid;
     gid_t gid;
@@ -228,6 +231,23 @@ static void child_build_dev(const struct child_plan *p)
         child_fail(p, "remount /dev read-only");
 }
 
+/* The Sandbox's /etc/resolv.conf names the resolvers it may use (issue 15): sbx's file, bound
+ * read-only over the image's. An image without the file (or with a dangling symlink there, e.g.
+ * to systemd-resolved's stub) has no mount point on its read-only root: it keeps what it has. */
+static void child_bind_resolv_conf(const struct child_plan *p)
+{
+    if (!p->resolv_src[0])
+        return;
+    if (mount(p->resolv_src, p->root_resolv, NULL, MS_BIND, NULL) != 0) {
+        if (errno == ENOENT)
+            return;
+        child_fail(p, "bind /etc/resolv.conf");
+    }
+    if (mount(NULL, p->root_resolv, NULL,
+              MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
+        child_fail(p, "remount /etc/resolv.conf read-only");
+}
+
 static void child_build_root(const struct child_plan *p)
 {
     /* Nothing we mount may reach the host; the slot stays a slave so the host's Workspace bind
@@ -241,6 +261,7 @@ static void child_build_root(const struct child_plan *p)
     if (mount(NULL, p->root, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) !=
         0)
         child_fail(p, "remount the rootfs read-only");
+    child_bind_resolv_conf(p);
     if (mount("tmpfs", p->root_tmp, "tmpfs", MS_NOSUID | MS_NODEV, p->tmp_options) != 0)
         child_fail(p, "mount /tmp");
     if (mount("proc", p->root_proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
@@ -383,6 +404,14 @@ static void plan_paths(struct child_plan *p, const char *rootfs, const char *jai
     snprintf(p->root_workspace, sizeof p->root_workspace, "%s/workspace", p->root);
     for (size_t i = 0; i < 6; i++)
         snprintf(p->dev_files[i], sizeof p->dev_files[i], "%s/dev/%s", p->root, dev_names[i]);
+}
+
+/* With the worker's network only: without it the Sandbox has loopback alone, no resolver. */
+static void plan_resolv_conf(struct child_plan *p)
+{
+    const char *src = net_firewall() && geteuid() == 0 ? net_egress_resolv_conf() : "";
+    snprintf(p->resolv_src, sizeof p->resolv_src, "%s", src);
+    snprintf(p->root_resolv, sizeof p->root_resolv, "%s/etc/resolv.conf", p->root);
 }
 
 static int fd_above_floor(int fd)
@@ -562,6 +591,7 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
         return -1;
     }
     plan_paths(plan, rootfs, rt->jail_dir);
+    plan_resolv_conf(plan);
     snprintf(plan->tmp_options, sizeof plan->tmp_options, "size=%dm,mode=1777",
              tmp_size_mib(&rt->shape));
     snprintf(plan->hostname, sizeof plan->hostname, "%s", rt->sandbox_id);
@@ -870,7 +900,9 @@ static int process_init(const struct sbx_config *cfg, char *err, size_t errlen)
         return 0;
     }
     /* As root every Sandbox gets its link and firewall; without a firewall, no Sandbox boots. */
-    return net_init(cfg->net_pool, err, errlen);
+    if (net_init(cfg->net_pool, err, errlen) != 0)
+        return -1;
+    return net_egress_init(cfg, err, errlen);
 }
 
 const struct driver driver_process = {

@@ -24,6 +24,7 @@
  */
 #include "host/cgroup.h"
 #include "drivers/driver.h"
+#include "host/egress.h"
 #include "host/links.h"
 #include "host/nfs_export.h"
 #include "log.h"
@@ -188,7 +189,9 @@ static int qemu_init(const struct sbx_config *cfg, char *err, size_t errlen)
         return 0;
     }
     /* As root every guest gets its tap link and firewall (shared with the process driver). */
-    return net_init(cfg->net_pool, err, errlen);
+    if (net_init(cfg->net_pool, err, errlen) != 0)
+        return -1;
+    return net_egress_init(cfg, err, errlen);
 }
 
 /* ---------------------------------------------------------------- jail */
