@@ -1,6 +1,7 @@
 /*
  * http_apps.c: /v1/apps and /v1/apps/{appId} (admin only): create, list, get, patch, delete.
  */
+#include "egress_policy.h"
 #include "gateway.h"
 #include "json_input.h"
 #include "render.h"
@@ -10,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const app_fields[] = {"name",        "keepAliveSeconds", "vcpuCount",
-                                         "memSizeMib",  "driver",           "image",
-                                         "maxAttempts", "command",          NULL};
+static const char *const app_fields[] = {
+    "name",  "keepAliveSeconds", "vcpuCount", "memSizeMib", "driver",
+    "image", "maxAttempts",      "command",   "network",    NULL};
 
 /* The App fields present in obj, validated; command_json is a new string the caller frees. */
 struct app_input {
@@ -20,7 +21,43 @@ struct app_input {
     int64_t keep_alive, vcpu, mem, max_attempts;
     bool has_keep_alive, has_vcpu, has_mem, has_max_attempts;
     char *command_json;
+    char *network_json; /* the policy's normal form, when "network" was given */
 };
+
+/* "network": validated (422 naming e.g. network.allow[2]) and written back in its normal form. */
+static bool network_read(json_t *obj, struct app_input *in, struct input_error *e)
+{
+    json_t *network = json_object_get(obj, "network");
+    if (!network)
+        return true;
+    struct egress_policy *p = malloc(sizeof *p);
+    if (!p) {
+        e->code = "invalid-field";
+        snprintf(e->field, sizeof e->field, "network");
+        snprintf(e->detail, sizeof e->detail, "out of memory");
+        return false;
+    }
+    int rc =
+        egress_policy_parse(network, p, e->field, sizeof e->field, e->detail, sizeof e->detail);
+    bool ok = rc == 0;
+    if (!ok) {
+        e->code = rc == EGRESS_POLICY_UNKNOWN_FIELD ? "unknown-field"
+                  : rc == EGRESS_POLICY_BAD_TYPE    ? "invalid-field"
+                                                    : "invalid-value";
+    } else {
+        json_t *norm = egress_policy_json(p);
+        in->network_json = norm ? json_dumps(norm, JSON_COMPACT) : NULL;
+        json_decref(norm);
+        ok = in->network_json != NULL;
+        if (!ok) {
+            e->code = "invalid-field";
+            snprintf(e->field, sizeof e->field, "network");
+            snprintf(e->detail, sizeof e->detail, "out of memory");
+        }
+    }
+    free(p);
+    return ok;
+}
 
 static bool app_input_read(json_t *obj, struct app_input *in, struct input_error *e)
 {
@@ -61,7 +98,7 @@ static bool app_input_read(json_t *obj, struct app_input *in, struct input_error
         return false;
     if (input_string_array(obj, "command", 64, 4096, &in->command_json, e) < 0)
         return false;
-    return true;
+    return network_read(obj, in, e);
 }
 
 static enum MHD_Result reply_app(struct request *r, unsigned status, struct store_app *a)
@@ -88,11 +125,13 @@ enum MHD_Result http_app_create(struct request *r)
     if (!app_input_read(obj, &in, &e)) {
         json_decref(obj);
         free(in.command_json);
+        free(in.network_json);
         return reply_input_error(r, &e);
     }
     if (!in.name) {
         json_decref(obj);
         free(in.command_json);
+        free(in.network_json);
         return reply_problem(r, "invalid-field", "name", "field \"name\" is required");
     }
     snprintf(a.name, sizeof a.name, "%s", in.name);
@@ -103,6 +142,7 @@ enum MHD_Result http_app_create(struct request *r)
     snprintf(a.driver, sizeof a.driver, "%s", in.driver ? in.driver : r->gw->cfg.driver);
     snprintf(a.image, sizeof a.image, "%s", in.image ? in.image : "default");
     a.command_json = in.command_json ? in.command_json : strdup("[\"/usr/bin/sbx-echo-agent\"]");
+    a.network_json = in.network_json; /* NULL: the store's default, public */
     json_decref(obj);
     if (!a.command_json)
         return reply_problem(r, "internal", NULL, "out of memory");
@@ -160,6 +200,7 @@ enum MHD_Result http_app_patch(struct request *r)
     if (!app_input_read(obj, &in, &e)) {
         json_decref(obj);
         free(in.command_json);
+        free(in.network_json);
         return reply_input_error(r, &e);
     }
     struct store_app_patch p = {
@@ -171,6 +212,7 @@ enum MHD_Result http_app_patch(struct request *r)
         .image = in.image,
         .max_attempts = in.has_max_attempts ? &in.max_attempts : NULL,
         .command_json = in.command_json,
+        .network_json = in.network_json,
     };
     enum store_status s = r->gw->st->app_update(r->gw->st, &r->ctx, r->params[0], &p, &a);
     if (s == STORE_CONFLICT)
@@ -182,6 +224,7 @@ enum MHD_Result http_app_patch(struct request *r)
         ret = reply_app(r, 200, &a);
     json_decref(obj);
     free(in.command_json);
+    free(in.network_json);
     return ret;
 }
 

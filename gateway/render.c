@@ -35,12 +35,18 @@ static json_t *stored_json(const char *text)
 
 json_t *render_app(const struct store_app *a)
 {
-    return json_pack("{s:s, s:s, s:I, s:I, s:I, s:s, s:s, s:I, s:o, s:o, s:o}", "id", a->id, "name",
-                     a->name, "keepAliveSeconds", (json_int_t)a->keep_alive_seconds, "vcpuCount",
-                     (json_int_t)a->vcpu_count, "memSizeMib", (json_int_t)a->mem_size_mib, "driver",
-                     a->driver, "image", a->image, "maxAttempts", (json_int_t)a->max_attempts,
-                     "command", stored_json(a->command_json), "createdAt",
-                     render_time(a->created_at), "updatedAt", render_time(a->updated_at));
+    json_t *network = stored_json(a->network_json);
+    if (!json_is_object(network)) {
+        json_decref(network);
+        network = json_pack("{s:s}", "egress", "public"); /* a row from before 0007 */
+    }
+    return json_pack("{s:s, s:s, s:I, s:I, s:I, s:s, s:s, s:I, s:o, s:o, s:o, s:o}", "id", a->id,
+                     "name", a->name, "keepAliveSeconds", (json_int_t)a->keep_alive_seconds,
+                     "vcpuCount", (json_int_t)a->vcpu_count, "memSizeMib",
+                     (json_int_t)a->mem_size_mib, "driver", a->driver, "image", a->image,
+                     "maxAttempts", (json_int_t)a->max_attempts, "command",
+                     stored_json(a->command_json), "createdAt", render_time(a->created_at),
+                     "updatedAt", render_time(a->updated_at), "network", network);
 }
 
 json_t *render_key(const struct store_key *k)

@@ -57,6 +57,7 @@ struct store_app {
     char image[STORE_NAME_LEN];
     int64_t max_attempts;
     char *command_json; /* JSON array of strings */
+    char *network_json; /* JSON object: the egress policy in its normal form (egress_policy.h) */
     int64_t created_at;
     int64_t updated_at;
 };
@@ -73,6 +74,7 @@ struct store_app_patch {
     const char *image;
     const int64_t *max_attempts;
     const char *command_json;
+    const char *network_json; /* the normal form (egress_policy_json) */
 };
 
 struct store_key {

@@ -207,7 +207,7 @@ enum store_status sql_read_one(struct store *st, struct sql_stmt *s, const struc
  * effective keep-alive). */
 #define SQL_APP_COLS                                                                               \
     "a.id, a.name, a.keep_alive_seconds, a.vcpu_count, a.mem_size_mib, a.driver, a.image, "        \
-    "a.max_attempts, a.command, a.created_at, a.updated_at"
+    "a.max_attempts, a.command, a.created_at, a.updated_at, a.network"
 #define SQL_SESSION_COLS                                                                           \
     "s.id, s.app_id, s.name, s.state, s.sandbox_id, s.keep_alive_seconds, "                        \
     "COALESCE(s.keep_alive_seconds, a.keep_alive_seconds), s.workspace_id, s.metadata, "           \

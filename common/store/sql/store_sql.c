@@ -124,6 +124,7 @@ void sql_app_from_row(struct sql_stmt *s, int c, struct store_app *a)
     a->command_json = sql_col_dup(s, c + 8);
     a->created_at = sql_col_int64(s, c + 9);
     a->updated_at = sql_col_int64(s, c + 10);
+    a->network_json = sql_col_dup(s, c + 11);
 }
 
 void sql_session_from_row(struct sql_stmt *s, int c, struct store_session *o)
@@ -218,6 +219,8 @@ void store_app_clear(struct store_app *a)
 {
     free(a->command_json);
     a->command_json = NULL;
+    free(a->network_json);
+    a->network_json = NULL;
 }
 
 void store_app_list_free(struct store_app *a, size_t n)

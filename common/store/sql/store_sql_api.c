@@ -169,8 +169,8 @@ static enum store_status sq_app_create(struct store *st, const struct store_ctx 
     if ((r = sql_begin(st)) != STORE_OK)
         return r;
     s = sql_stmt(st, "INSERT INTO apps (id, name, keep_alive_seconds, vcpu_count, mem_size_mib, "
-                     "driver, image, max_attempts, command, created_at, updated_at) "
-                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)");
+                     "driver, image, max_attempts, command, created_at, updated_at, network) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11)");
     if (!s)
         return finish(st, STORE_ERROR);
     sql_bind_text(s, 1, app->id);
@@ -183,6 +183,7 @@ static enum store_status sq_app_create(struct store *st, const struct store_ctx 
     sql_bind_int64(s, 8, app->max_attempts);
     sql_bind_text(s, 9, app->command_json ? app->command_json : "[]");
     sql_bind_int64(s, 10, now);
+    sql_bind_text(s, 11, app->network_json ? app->network_json : "{\"egress\":\"public\"}");
     r = step_done(st, s);
     if (r == STORE_OK) {
         json_str(name_json, sizeof name_json, app->name);
@@ -239,7 +240,8 @@ static enum store_status sq_app_update(struct store *st, const struct store_ctx 
                      "vcpu_count = COALESCE(?4, vcpu_count), "
                      "mem_size_mib = COALESCE(?5, mem_size_mib), driver = COALESCE(?6, driver), "
                      "image = COALESCE(?7, image), max_attempts = COALESCE(?8, max_attempts), "
-                     "command = COALESCE(?9, command), updated_at = ?10 "
+                     "command = COALESCE(?9, command), network = COALESCE(?11, network), "
+                     "updated_at = ?10 "
                      "WHERE id = ?1 AND deleted_at IS NULL");
     if (!s)
         return finish(st, STORE_ERROR);
@@ -261,6 +263,8 @@ static enum store_status sq_app_update(struct store *st, const struct store_ctx 
     if (p->command_json)
         sql_bind_text(s, 9, p->command_json);
     sql_bind_int64(s, 10, now_ms());
+    if (p->network_json)
+        sql_bind_text(s, 11, p->network_json);
     r = step_done(st, s);
     if (r == STORE_OK && sql_changes(st) == 0)
         r = STORE_NOT_FOUND;
@@ -273,7 +277,8 @@ static enum store_status sq_app_update(struct store *st, const struct store_ctx 
                                 p->driver ? "driver" : NULL,
                                 p->image ? "image" : NULL,
                                 p->max_attempts ? "maxAttempts" : NULL,
-                                p->command_json ? "command" : NULL};
+                                p->command_json ? "command" : NULL,
+                                p->network_json ? "network" : NULL};
         n = (size_t)snprintf(data, sizeof data, "{\"fields\":[");
         for (size_t i = 0, k = 0; i < sizeof fields / sizeof fields[0]; i++)
             if (fields[i])
