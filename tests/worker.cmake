@@ -38,3 +38,13 @@ if(NODE_EXECUTABLE AND TARGET sbx-echo-agent AND TARGET sbx-worker)
       TIMEOUT 300)
   endforeach()
 endif()
+
+# Per-App egress policies end to end (issue 15): a world namespace of its own, hence --mount too.
+if(NODE_EXECUTABLE AND TARGET rootfs)
+  add_test(NAME it.worker.egress_e2e
+           COMMAND unshare --net --mount -- ${NODE_EXECUTABLE} --test --test-concurrency=1
+                   ${CMAKE_CURRENT_SOURCE_DIR}/integration/worker/egress_e2e.test.mjs)
+  set_tests_properties(it.worker.egress_e2e PROPERTIES
+    ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBX_NET_PROBE=$<TARGET_FILE:net_probe>;SBX_EGRESS_WORLD=${CMAKE_CURRENT_SOURCE_DIR}/integration/network/egress_world.sh"
+    TIMEOUT 180 RUN_SERIAL ON)
+endif()

@@ -6,6 +6,7 @@
  */
 #include "worker.h"
 #include "sandbox/agent_channel.h"
+#include "sandbox/egress.h"
 #include "id.h"
 #include "sandbox/jobs.h"
 #include "host/firewall.h"
@@ -102,6 +103,7 @@ static void on_poll(evutil_socket_t fd, short what, void *arg)
         return;
     reconcile_run(w);
     lifecycle_check_stop_requests(w);
+    sandbox_egress_refresh(w);
     pool_refresh_shapes(w);
     pool_replenish(w);
     consumer_run(w);

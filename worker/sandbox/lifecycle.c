@@ -6,6 +6,7 @@
  */
 #include "sandbox/lifecycle.h"
 #include "sandbox/agent_channel.h"
+#include "sandbox/egress.h"
 #include "sandbox/jobs.h"
 #include "log.h"
 #include "sandbox/pool.h"
@@ -538,6 +539,14 @@ static void workspace_dir_of(struct worker *w, const struct store_delivery *d, c
 static void start_attach(struct sandbox *sb)
 {
     struct worker *w = sb->w;
+    /* The App's egress policy is in place before its command can run (fail closed). */
+    char why[512];
+    if (sandbox_egress_apply(sb, sb->delivery->app.id, sb->delivery->app.network_json, why,
+                             sizeof why) != 0) {
+        log_error("worker: %s: %s", sb->rt.sandbox_id, why);
+        lifecycle_terminate(sb, "egress policy could not be applied", true);
+        return;
+    }
     workspace_dir_of(w, sb->delivery, sb->workspace_dir, sizeof sb->workspace_dir);
     if (!sb->workspace_dir[0]) {
         /* Every driver's attach is a no-op without a Workspace: skip the job thread round trip

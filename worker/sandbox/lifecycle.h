@@ -46,6 +46,9 @@ struct sandbox {
     int64_t log_window_start; /* mono ms */
     int64_t log_window_bytes;
     int64_t log_dropped_lines;
+    /* The App's egress policy applied to it (sandbox/egress.c): digest of its text, and mode. */
+    char egress_applied[65];
+    int egress_mode;
 };
 
 /* A Sandbox of this worker serving the Session (activating, idle or busy), or NULL. */
