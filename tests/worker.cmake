@@ -45,6 +45,6 @@ if(NODE_EXECUTABLE AND TARGET rootfs)
            COMMAND unshare --net --mount -- ${NODE_EXECUTABLE} --test --test-concurrency=1
                    ${CMAKE_CURRENT_SOURCE_DIR}/integration/worker/egress_e2e.test.mjs)
   set_tests_properties(it.worker.egress_e2e PROPERTIES
-    ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBX_NET_PROBE=$<TARGET_FILE:net_probe>;SBX_EGRESS_WORLD=${CMAKE_CURRENT_SOURCE_DIR}/integration/network/egress_world.sh"
+    ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBX_NET_PROBE=$<TARGET_FILE:net_probe>;SBX_SBXCTL_BIN=$<TARGET_FILE:sbxctl>;SBX_EGRESS_WORLD=${CMAKE_CURRENT_SOURCE_DIR}/integration/network/egress_world.sh"
     TIMEOUT 180 RUN_SERIAL ON)
 endif()

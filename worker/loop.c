@@ -7,6 +7,7 @@
 #include "worker.h"
 #include "sandbox/agent_channel.h"
 #include "sandbox/egress.h"
+#include "sandbox/egress_events.h"
 #include "id.h"
 #include "sandbox/jobs.h"
 #include "host/firewall.h"
@@ -104,6 +105,7 @@ static void on_poll(evutil_socket_t fd, short what, void *arg)
     reconcile_run(w);
     lifecycle_check_stop_requests(w);
     sandbox_egress_refresh(w);
+    egress_events_tick(w);
     pool_refresh_shapes(w);
     pool_replenish(w);
     consumer_run(w);
@@ -321,6 +323,7 @@ int worker_run(struct worker *w)
 
 void worker_fini(struct worker *w)
 {
+    egress_events_stop(); /* its event and batch, before the loop and the store go */
     /* Jobs still running use their Sandbox: let them end before freeing anything. */
     jobs_free(w->jobs);
     /* Sandboxes left only when the loop ended abnormally (adopted by another worker, which reaps

@@ -282,6 +282,12 @@ struct store_delivery {
 };
 void store_delivery_clear(struct store_delivery *d);
 
+/* One firewall denial to record (egress_denials_record). */
+struct store_egress_denial {
+    char sandbox_id[STORE_ID_LEN];
+    const char *data_json; /* the event's data object */
+};
+
 /* Usage measured at a Sandbox's end. */
 struct store_usage {
     int64_t cpu_usec;       /* -1: not measured */
@@ -548,6 +554,12 @@ struct store {
      * value (the first one's). */
     enum store_status (*setting_init)(struct store *st, const char *key, const char *value,
                                       char *out, size_t outlen);
+
+    /* ---- egress denials (the worker that reads the host's firewall log; issue 15) ---- */
+    /* Records n events `sandbox.egress_denied` in one transaction, each with the App and Session
+     * its Sandbox serves (none for a warm one) and data_json as its data. */
+    enum store_status (*egress_denials_record)(struct store *st, const struct store_ctx *ctx,
+                                               const struct store_egress_denial *v, size_t n);
 };
 
 /* Opens the backend that `store` names: "sqlite" (the file sqlite_path, on one host) or a

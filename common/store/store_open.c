@@ -40,6 +40,7 @@ struct store *store_pg_open(const char *url, int busy_timeout_ms, char *err, siz
     store_sql_settings_init(st);
     store_sql_api_init(st);
     store_sql_queue_init(st);
+    store_sql_egress_init(st);
     log_info("store: PostgreSQL at %s", sql_pg_store_url(st));
     return st;
 }

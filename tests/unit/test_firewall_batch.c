@@ -41,7 +41,8 @@ static const struct {
                         "drop_ipv6][immediate reg 0 drop ]"},
     {"sandbox_to_host", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname "
                         "=> reg 8 ][payload load 4b @ network header + 12 => reg 12 ][lookup reg 8 "
-                        "set sandboxes 0x1 ][counter drop_spoofed][immediate reg 0 drop ]"},
+                        "set sandboxes 0x1 ][log prefix sbx drop_spoofed  group 5213 snaplen 64 "
+                        "qthreshold 0 ][counter drop_spoofed][immediate reg 0 drop ]"},
     {"sandbox_to_host",
      "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => reg 8 ][payload "
      "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set nfs ][meta load l4proto => reg 1 "
@@ -49,80 +50,85 @@ static const struct {
      "0x00000108 ][immediate reg 0 accept ]"},
     {"sandbox_to_host", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname "
                         "=> reg 8 ][payload load 4b @ network header + 12 => reg 12 ][lookup reg 8 "
-                        "set egress_none ][counter drop_policy][immediate reg 0 drop ]"},
+                        "set egress_none ][log prefix sbx drop_policy  group 5213 snaplen 64 "
+                        "qthreshold 0 ][counter drop_policy][immediate reg 0 drop ]"},
     {"sandbox_to_host",
      "[meta load l4proto => reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + "
      "2 => reg 1 ][cmp eq reg 1 0x0000bb01 ][immediate reg 0 accept ]"},
-    {"sandbox_to_host", "[counter drop_host][immediate reg 0 drop ]"},
+    {"sandbox_to_host", "[log prefix sbx drop_host  group 5213 snaplen 64 qthreshold 0 ][counter "
+                        "drop_host][immediate reg 0 drop ]"},
     {"sandbox_out", "[ct load state => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00000006 ) ^ 0x00000000 "
                     "][cmp neq reg 1 0x00000000 ][immediate reg 0 accept ]"},
     {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x0000000a ][counter "
                     "drop_ipv6][immediate reg 0 drop ]"},
     {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => "
                     "reg 8 ][payload load 4b @ network header + 12 => reg 12 ][lookup reg 8 set "
-                    "sandboxes 0x1 ][counter drop_spoofed][immediate reg 0 drop ]"},
+                    "sandboxes 0x1 ][log prefix sbx drop_spoofed  group 5213 snaplen 64 qthreshold "
+                    "0 ][counter drop_spoofed][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x000000ff ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x0000000a ][log prefix sbx drop_private  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_private][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x0000f0ff ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x000010ac ][log prefix sbx drop_private  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_private][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x0000ffff ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x0000a8c0 ][log prefix sbx drop_private  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_private][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x0000ffff ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x0000fea9 ][log prefix sbx drop_metadata  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_metadata][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x000000ff ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x00000000 ][log prefix sbx drop_special  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_special][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x0000c0ff ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x00004064 ][log prefix sbx drop_special  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_special][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x000000ff ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x0000007f ][log prefix sbx drop_special  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_special][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00ffffff ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x000000c0 ][log prefix sbx drop_special  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_special][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00ffffff ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x000200c0 ][log prefix sbx drop_special  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_special][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x0000feff ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x000012c6 ][log prefix sbx drop_special  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_special][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00ffffff ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x006433c6 ][log prefix sbx drop_special  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_special][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00ffffff ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x007100cb ][log prefix sbx drop_special  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_special][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x000000f0 ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x000000e0 ][log prefix sbx drop_special  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_special][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x000000f0 ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x000000f0 ][log prefix sbx drop_special  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_special][immediate reg 0 drop ]"},
     {"sandbox_out",
      "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x000000ff ) ^ 0x00000000 ][cmp eq reg 1 0x0000000a "
-     "][counter drop_private][immediate reg 0 drop ]"},
-    {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x0000f0ff ) ^ 0x00000000 ][cmp eq reg 1 0x000010ac "
-     "][counter drop_private][immediate reg 0 drop ]"},
-    {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x0000ffff ) ^ 0x00000000 ][cmp eq reg 1 0x0000a8c0 "
-     "][counter drop_private][immediate reg 0 drop ]"},
-    {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x0000ffff ) ^ 0x00000000 ][cmp eq reg 1 0x0000fea9 "
-     "][counter drop_metadata][immediate reg 0 drop ]"},
-    {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x000000ff ) ^ 0x00000000 ][cmp eq reg 1 0x00000000 "
-     "][counter drop_special][immediate reg 0 drop ]"},
-    {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x0000c0ff ) ^ 0x00000000 ][cmp eq reg 1 0x00004064 "
-     "][counter drop_special][immediate reg 0 drop ]"},
-    {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x000000ff ) ^ 0x00000000 ][cmp eq reg 1 0x0000007f "
-     "][counter drop_special][immediate reg 0 drop ]"},
-    {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00ffffff ) ^ 0x00000000 ][cmp eq reg 1 0x000000c0 "
-     "][counter drop_special][immediate reg 0 drop ]"},
-    {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00ffffff ) ^ 0x00000000 ][cmp eq reg 1 0x000200c0 "
-     "][counter drop_special][immediate reg 0 drop ]"},
-    {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x0000feff ) ^ 0x00000000 ][cmp eq reg 1 0x000012c6 "
-     "][counter drop_special][immediate reg 0 drop ]"},
-    {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00ffffff ) ^ 0x00000000 ][cmp eq reg 1 0x006433c6 "
-     "][counter drop_special][immediate reg 0 drop ]"},
-    {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00ffffff ) ^ 0x00000000 ][cmp eq reg 1 0x007100cb "
-     "][counter drop_special][immediate reg 0 drop ]"},
-    {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x000000f0 ) ^ 0x00000000 ][cmp eq reg 1 0x000000e0 "
-     "][counter drop_special][immediate reg 0 drop ]"},
-    {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x000000f0 ) ^ 0x00000000 ][cmp eq reg 1 0x000000f0 "
-     "][counter drop_special][immediate reg 0 drop ]"},
-    {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][cmp eq reg 1 0xffffffff ][counter drop_special][immediate reg 0 drop ]"},
+     "16 => reg 1 ][cmp eq reg 1 0xffffffff ][log prefix sbx drop_special  group 5213 snaplen 64 "
+     "qthreshold 0 ][counter drop_special][immediate reg 0 drop ]"},
     {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => "
                     "reg 8 ][payload load 4b @ network header + 12 => reg 12 ][lookup reg 8 set "
-                    "egress_none ][counter drop_policy][immediate reg 0 drop ]"},
+                    "egress_none ][log prefix sbx drop_policy  group 5213 snaplen 64 qthreshold 0 "
+                    "][counter drop_policy][immediate reg 0 drop ]"},
     {"sandbox_out",
      "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => reg 8 ][payload "
      "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set egress_app dreg 0 ]"},
@@ -136,14 +142,17 @@ static const struct {
                     "=> reg 1 ][cmp eq reg 1 0x00003500 ][immediate reg 0 accept ]"},
     {"sandbox_out",
      "[meta load l4proto => reg 1 ][cmp eq reg 1 0x00000011 ][payload load 2b @ transport header + "
-     "2 => reg 1 ][cmp eq reg 1 0x00003500 ][counter drop_dns][immediate reg 0 drop ]"},
+     "2 => reg 1 ][cmp eq reg 1 0x00003500 ][log prefix sbx drop_dns  group 5213 snaplen 64 "
+     "qthreshold 0 ][counter drop_dns][immediate reg 0 drop ]"},
     {"sandbox_out",
      "[meta load l4proto => reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + "
-     "2 => reg 1 ][cmp eq reg 1 0x00003500 ][counter drop_dns][immediate reg 0 drop ]"},
+     "2 => reg 1 ][cmp eq reg 1 0x00003500 ][log prefix sbx drop_dns  group 5213 snaplen 64 "
+     "qthreshold 0 ][counter drop_dns][immediate reg 0 drop ]"},
     {"sandbox_out",
      "[meta load l4proto => reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + "
      "2 => reg 1 ][lookup reg 1 set egress_ports ][immediate reg 0 accept ]"},
-    {"sandbox_out", "[counter drop_egress][immediate reg 0 drop ]"},
+    {"sandbox_out", "[log prefix sbx drop_egress  group 5213 snaplen 64 qthreshold 0 ][counter "
+                    "drop_egress][immediate reg 0 drop ]"},
     {"sandbox_in", "[ct load state => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00000006 ) ^ 0x00000000 "
                    "][cmp neq reg 1 0x00000000 ][immediate reg 0 accept ]"},
     {"sandbox_in", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x0000000a ][counter "

@@ -372,6 +372,18 @@ static void x_counter(struct nftnl_rule *r, enum fw_drop_reason reason)
     nftnl_expr_set_str(e, NFTNL_EXPR_OBJREF_IMM_NAME, name);
 }
 
+/* log prefix "sbx drop_<reason> " group FW_NFLOG_GROUP snaplen FW_NFLOG_SNAPLEN: the denial, for
+ * egress_log.c (NFLOG), before the counter counts it. */
+static void x_log(struct nftnl_rule *r, enum fw_drop_reason reason)
+{
+    char prefix[48];
+    snprintf(prefix, sizeof(prefix), FW_NFLOG_PREFIX "%s ", fw_drop_reason_names[reason]);
+    struct nftnl_expr *e = expr_new(r, "log");
+    nftnl_expr_set_str(e, NFTNL_EXPR_LOG_PREFIX, prefix);
+    nftnl_expr_set_u16(e, NFTNL_EXPR_LOG_GROUP, FW_NFLOG_GROUP);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_LOG_SNAPLEN, FW_NFLOG_SNAPLEN);
+}
+
 static void x_verdict(struct nftnl_rule *r, int verdict, const char *chain)
 {
     struct nftnl_expr *e = expr_new(r, "immediate");
@@ -486,6 +498,7 @@ static void rules_from_sandbox_common(struct fw_batch *b, const char *chain)
     r = rule_new(chain); /* meta nfproto ipv4 iifname . ip saddr != @sandboxes ... drop */
     m_nfproto(r, NFPROTO_IPV4);
     m_iif_saddr_in(r, SET_SANDBOXES, SET_ID_SANDBOXES, true);
+    x_log(r, FW_DROP_SPOOFED);
     x_counter(r, FW_DROP_SPOOFED);
     x_verdict(r, NF_DROP, NULL);
     batch_rule(b, r);
@@ -497,6 +510,7 @@ static void rule_egress_none(struct fw_batch *b, const char *chain)
     struct nftnl_rule *r = rule_new(chain);
     m_nfproto(r, NFPROTO_IPV4);
     m_iif_saddr_in(r, SET_EGRESS_NONE, SET_ID_EGRESS_NONE, false);
+    x_log(r, FW_DROP_POLICY);
     x_counter(r, FW_DROP_POLICY);
     x_verdict(r, NF_DROP, NULL);
     batch_rule(b, r);
@@ -523,6 +537,7 @@ static void rules_sandbox_to_host(struct fw_batch *b)
     batch_rule(b, r);
 
     r = rule_new(chain); /* counter name "drop_host" drop */
+    x_log(r, FW_DROP_HOST);
     x_counter(r, FW_DROP_HOST);
     x_verdict(r, NF_DROP, NULL);
     batch_rule(b, r);
@@ -534,6 +549,7 @@ static void rule_drop_daddr(struct fw_batch *b, const char *chain, const char *n
     struct nftnl_rule *r = rule_new(chain); /* meta nfproto ipv4 ip daddr N/L counter drop */
     m_nfproto(r, NFPROTO_IPV4);
     m_ip_prefix(r, OFF_DADDR, addr4(net), len);
+    x_log(r, reason);
     x_counter(r, reason);
     x_verdict(r, NF_DROP, NULL);
     batch_rule(b, r);
@@ -576,6 +592,7 @@ static void rules_public_egress(struct fw_batch *b, const char *chain)
         m_l4proto(r, dns_protos[i]);
         x_dport(r);
         x_cmp(r, NFT_REG_1, NFT_CMP_EQ, &dns, 2);
+        x_log(r, FW_DROP_DNS);
         x_counter(r, FW_DROP_DNS);
         x_verdict(r, NF_DROP, NULL);
         batch_rule(b, r);
@@ -588,6 +605,7 @@ static void rules_public_egress(struct fw_batch *b, const char *chain)
     batch_rule(b, r);
 
     r = rule_new(chain); /* counter name "drop_egress" drop */
+    x_log(r, FW_DROP_EGRESS);
     x_counter(r, FW_DROP_EGRESS);
     x_verdict(r, NF_DROP, NULL);
     batch_rule(b, r);
@@ -1494,6 +1512,7 @@ static void fill_app_policy(struct fw_batch *b, const void *arg)
         batch_rule(b, r);
     }
     r = rule_new(p->chain); /* counter name "drop_policy" drop */
+    x_log(r, FW_DROP_POLICY);
     x_counter(r, FW_DROP_POLICY);
     x_verdict(r, NF_DROP, NULL);
     batch_rule(b, r);

@@ -51,6 +51,13 @@
 #define FW_IFNAME_PREFIX "sbx"
 #define FW_OWNER_LEN 64 /* room for a Sandbox id */
 
+/* Every drop of a packet from a Sandbox (all reasons but ipv6 and inbound) is also logged to this
+ * NFLOG group with the prefix "sbx drop_<reason> " and the first FW_NFLOG_SNAPLEN bytes of the
+ * packet (IPv4 header and ports): worker/host/egress_log.h reads them. */
+#define FW_NFLOG_GROUP 5213
+#define FW_NFLOG_PREFIX "sbx drop_"
+#define FW_NFLOG_SNAPLEN 64
+
 /* Why a packet was dropped: one named nftables counter each ("drop_<name>"). */
 enum fw_drop_reason {
     FW_DROP_HOST,     /* new connection to the host other than TCP 443 (and 2049 with NFS) */

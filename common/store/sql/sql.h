@@ -237,5 +237,6 @@ void store_sql_api_init(struct store *st);
 void store_sql_api_fini(struct store *st);
 void store_sql_queue_init(struct store *st);
 void store_sql_settings_init(struct store *st);
+void store_sql_egress_init(struct store *st);
 
 #endif

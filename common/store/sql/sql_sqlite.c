@@ -436,5 +436,6 @@ struct store *store_sqlite_open(const char *path, int busy_timeout_ms, const cha
     store_sql_settings_init(st);
     store_sql_api_init(st);
     store_sql_queue_init(st);
+    store_sql_egress_init(st);
     return st;
 }

@@ -11,6 +11,8 @@
  *   net_probe tcp-hold ADDR PORT GOFILE [--timeout MS]  an open connection, before and after GOFILE
  *   net_probe dns NAME SERVER [--timeout MS]   one DNS query (A, over UDP) to SERVER:53; prints
  *                                              "rcode=N a.b.c.d/ttl ..." when answered
+ *   net_probe flood ADDR PORT COUNT   COUNT UDP datagrams to ADDR:PORT, each from a new socket (a
+ *                                     new flow each); exit 0 once sent
  *   net_probe lookup NAME    getaddrinfo (IPv4), as any program of an image resolves: prints the
  *                            addresses, exit 0; 2 when the name did not resolve
  * ADDR may be IPv4 or IPv6 (with %ifname for link-local).
@@ -244,6 +246,26 @@ static int probe_dns(const char *name, const char *server, int timeout_ms)
         off += (size_t)rdlen;
     }
     return report(ANSWERED, out);
+}
+
+static int flood(const char *host, int port, long count)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    if (resolve(host, port, SOCK_DGRAM, &ss, &len) < 0)
+        return OTHER;
+    long sent = 0;
+    for (long i = 0; i < count; i++) {
+        int fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return report(OTHER, strerror(errno));
+        if (sendto(fd, "x", 1, 0, (struct sockaddr *)&ss, len) == 1)
+            sent++;
+        close(fd);
+    }
+    char msg[64];
+    snprintf(msg, sizeof msg, "sent %ld of %ld", sent, count);
+    return report(ANSWERED, msg);
 }
 
 static int probe_lookup(const char *name)
@@ -544,6 +566,8 @@ int main(int argc, char **argv)
         return probe_icmp(argv[2], timeout);
     if (argc >= 4 && strcmp(argv[1], "dns") == 0)
         return probe_dns(argv[2], argv[3], timeout);
+    if (argc >= 5 && strcmp(argv[1], "flood") == 0)
+        return flood(argv[2], atoi(argv[3]), atol(argv[4]));
     if (argc >= 3 && strcmp(argv[1], "lookup") == 0)
         return probe_lookup(argv[2]);
     fprintf(stderr, "usage: net_probe serve|tcp|udp|icmp ... (see the comment at the top)\n");

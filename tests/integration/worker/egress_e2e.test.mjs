@@ -3,7 +3,11 @@
 // host; the echo agent runs the image's busybox nc and nslookup inside its Sandbox. Proves: public
 // mode (egress_ports and dns_resolvers), a PATCH to none and to an allowlist changing a live
 // Sandbox's reach without a restart (same Sandbox id), two Apps with different lists on one host
-// each reaching only their own addresses, and the policy drops counted for /metrics.
+// each reaching only their own addresses, and the policy drops counted for /metrics. Then the
+// denials as events: `sandbox.egress_denied` with Sandbox, Session, App, destination, port,
+// protocol and rule; a flood of 10,000 attempts from inside the Sandbox stays under the per-Sandbox
+// rate limit with the suppressed count recorded, counted per App and rule in /metrics, and the
+// last denials shown by `sbxctl sandbox ID`.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -14,6 +18,7 @@ import { startSbx, req } from './harness.mjs';
 
 const WORLD = process.env.SBX_EGRESS_WORLD;
 const PROBE = process.env.SBX_NET_PROBE;
+const SBXCTL = process.env.SBX_SBXCTL_BIN;
 
 test('egress: public, none and allowlist applied live; two Apps isolated', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'sbx-egress-e2e-'));
@@ -70,6 +75,48 @@ test('egress: public, none and allowlist applied live; two Apps isolated', async
     await patch({ egress: 'public' });
     await sbx.until(() => reaches(a.key, sa.id, '11.11.11.11', 443), 10000, 'public again');
     assert.equal((await nc(a.key, sa.id, '11.11.11.11', 443)).sandboxId, sandboxId);
+
+    // denials as events, with the right fields
+    const denied = () => JSON.parse(sbx.sql(`SELECT json_group_array(json_object('id', id, 'app', app_id, 'session', session_id, 'data', json(data))) FROM events WHERE object_id = '${sandboxId}' AND kind = 'sandbox.egress_denied'`));
+    await sbx.until(() => denied().some((e) => e.data.rule === 'egress' && e.data.port === 8080), 10000, 'a denial event for 8080');
+    const e8080 = denied().find((e) => e.data.rule === 'egress' && e.data.port === 8080);
+    assert.equal(e8080.app, a.app.id);
+    assert.equal(e8080.session, sa.id);
+    assert.equal(e8080.data.destination, '11.11.11.11');
+    assert.equal(e8080.data.protocol, 'tcp');
+    assert.match(e8080.data.source, /^10\.213\./);
+    assert.ok(denied().some((e) => e.data.rule === 'policy' && e.data.destination === '11.11.11.11' && e.data.port === 443), 'the none and allowlist refusals');
+    assert.ok(denied().some((e) => e.data.rule === 'policy' && e.data.port === 53 && e.data.protocol === 'udp'), 'DNS refused in none mode');
+
+    // a flood of 10,000 attempts from inside the Sandbox: the rate limit holds, nothing is lost
+    const pid = sbx.sql(`SELECT pid FROM sandboxes WHERE id = '${sandboxId}'`);
+    await new Promise((r) => setTimeout(r, 10500)); // a fresh rate-limit window
+    const before = denied();
+    const t0 = Date.now();
+    const out = execFileSync('nsenter', ['-t', pid, '-n', PROBE, 'flood', '11.11.11.11', '5000', '10000'], { encoding: 'utf8' });
+    assert.match(out, /sent 10000 of 10000/);
+    const flood = await sbx.until(() => {
+      const after = denied().filter((e) => e.id > Math.max(0, ...before.map((b) => b.id)));
+      const recorded = after.filter((e) => !e.data.summary && e.data.port === 5000).length;
+      const suppressed = after.reduce((n, e) => n + (e.data.suppressed || 0), 0);
+      return recorded + suppressed >= 10000 ? { after, recorded, suppressed } : null;
+    }, 30000, 'every flood attempt recorded or counted as suppressed');
+    const windows = Math.ceil((Date.now() - t0) / 10000) + 1;
+    console.log(`# flood: ${flood.recorded} events, ${flood.suppressed} suppressed, ${flood.after.length} rows, ${Date.now() - t0} ms`);
+    assert.ok(flood.recorded <= 10 * windows, `${flood.recorded} events in ${windows} windows`);
+    assert.ok(flood.after.length <= 11 * windows, `${flood.after.length} rows for a flood`);
+    assert.equal(flood.recorded + flood.suppressed, 10000);
+    assert.ok(flood.after.some((e) => e.data.summary && e.data.suppressed > 0), 'a summary of the suppressed ones');
+
+    // counted per App and rule for /metrics, and shown by sbxctl
+    await sbx.until(async () => {
+      const m = await req(sbx.gw, 'GET', '/metrics', { token: sbx.gw.admin });
+      const line = m.text.split('\n').find((l) => l.startsWith(`sbx_egress_denied_total{app="${a.app.id}",reason="egress"}`));
+      return line && Number(line.split(' ')[1]) >= 10001;
+    }, 10000, 'per-App denials in /metrics');
+    const ctl = execFileSync(SBXCTL, ['--db', join(sbx.dataDir, 'sbx.db'), 'sandbox', sandboxId], { encoding: 'utf8' });
+    assert.match(ctl, /Last egress denials/);
+    assert.match(ctl, /11\.11\.11\.11 +5000 +udp +egress/);
 
     // the drops are counted per reason for /metrics (published by the worker through the store)
     await sbx.until(() => /reason="policy"} [1-9]/.test(sbx.sql(`SELECT value FROM settings WHERE key = 'firewall_metrics'`)), 10000, 'policy drops published');
