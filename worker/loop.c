@@ -7,6 +7,7 @@
 #include "worker.h"
 #include "sandbox/agent_channel.h"
 #include "sandbox/egress.h"
+#include "sandbox/egress_dns.h"
 #include "sandbox/egress_events.h"
 #include "id.h"
 #include "sandbox/jobs.h"
@@ -106,6 +107,7 @@ static void on_poll(evutil_socket_t fd, short what, void *arg)
     lifecycle_check_stop_requests(w);
     sandbox_egress_refresh(w);
     egress_events_tick(w);
+    egress_dns_tick(w);
     pool_refresh_shapes(w);
     pool_replenish(w);
     consumer_run(w);
@@ -323,6 +325,7 @@ int worker_run(struct worker *w)
 
 void worker_fini(struct worker *w)
 {
+    egress_dns_stop();    /* its thread asks the store */
     egress_events_stop(); /* its event and batch, before the loop and the store go */
     /* Jobs still running use their Sandbox: let them end before freeing anything. */
     jobs_free(w->jobs);

@@ -53,6 +53,11 @@ static const struct {
                         "set egress_none ][log prefix sbx drop_policy  group 5213 snaplen 64 "
                         "qthreshold 0 ][counter drop_policy][immediate reg 0 drop ]"},
     {"sandbox_to_host",
+     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => reg 8 ][payload "
+     "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set egress_app ][meta load l4proto => "
+     "reg 1 ][cmp eq reg 1 0x00000011 ][payload load 2b @ transport header + 2 => reg 1 ][cmp eq "
+     "reg 1 0x0000b414 ][immediate reg 0 accept ]"},
+    {"sandbox_to_host",
      "[meta load l4proto => reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + "
      "2 => reg 1 ][cmp eq reg 1 0x0000bb01 ][immediate reg 0 accept ]"},
     {"sandbox_to_host", "[log prefix sbx drop_host  group 5213 snaplen 64 qthreshold 0 ][counter "
@@ -170,6 +175,11 @@ static const struct {
      "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
      "12 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x0000ffff ) ^ 0x00000000 ][cmp eq reg 1 0x0000d50a "
      "][meta load oifname => reg 1 ][cmp neq reg 1 0x00786273 ][masq ]"},
+    {"prerouting",
+     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => reg 8 ][payload "
+     "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set egress_app ][meta load l4proto => "
+     "reg 1 ][cmp eq reg 1 0x00000011 ][payload load 2b @ transport header + 2 => reg 1 ][cmp eq "
+     "reg 1 0x00003500 ][immediate reg 1 0x0000b414 ][redir proto_min reg 1 ]"},
 };
 
 #define NRULES (sizeof(expected_rules) / sizeof(expected_rules[0]))
@@ -361,6 +371,10 @@ static void test_structure_batch(void **state)
                     assert_int_equal(hook, NF_INET_POST_ROUTING);
                     assert_string_equal(type, "nat");
                     assert_int_equal(prio, 100);
+                } else if (strcmp(name, "prerouting") == 0) { /* DNS to sbx's forwarder */
+                    assert_int_equal(hook, NF_INET_PRE_ROUTING);
+                    assert_string_equal(type, "nat");
+                    assert_int_equal(prio, -100);
                 } else {
                     assert_string_equal(type, "filter");
                     assert_int_equal(prio, -10);
@@ -401,7 +415,7 @@ static void test_structure_batch(void **state)
     assert_int_equal(tables, 1);
     assert_int_equal(counters, FW_DROP_COUNT);
     assert_int_equal(sets, 6);
-    assert_int_equal(chains, 7);
+    assert_int_equal(chains, 8);
     assert_int_equal(rules, NRULES);
     fw_batch_free(&b);
 }

@@ -531,6 +531,18 @@ static void rules_sandbox_to_host(struct fw_batch *b)
 
     rule_egress_none(b, chain); /* egress none: not even the gateway's 443 */
 
+    /* meta nfproto ipv4 iifname . ip saddr @egress_app meta l4proto udp udp dport 5300 accept:
+     * an allowlist Sandbox's DNS, redirected to the forwarder */
+    r = rule_new(chain);
+    m_nfproto(r, NFPROTO_IPV4);
+    m_iif_saddr_in(r, MAP_EGRESS_APP, SET_ID_EGRESS_APP, false);
+    m_l4proto(r, IPPROTO_UDP);
+    uint16_t fwd = htons(FW_DNS_FORWARDER_PORT);
+    x_dport(r);
+    x_cmp(r, NFT_REG_1, NFT_CMP_EQ, &fwd, 2);
+    x_verdict(r, NF_ACCEPT, NULL);
+    batch_rule(b, r);
+
     r = rule_new(chain); /* tcp dport 443 accept */
     m_tcp_dport(r, 443);
     x_verdict(r, NF_ACCEPT, NULL);
@@ -657,6 +669,26 @@ static void rule_masquerade(struct fw_batch *b, const struct pool4 *pool)
     batch_rule(b, r);
 }
 
+/* meta nfproto ipv4 iifname . ip saddr @egress_app meta l4proto udp udp dport 53
+ * redirect to :FW_DNS_FORWARDER_PORT -- an allowlist Sandbox's DNS, whatever resolver it names,
+ * goes to sbx's forwarder, which answers only allowed names (so DNS carries nothing out). */
+static void rule_dns_redirect(struct fw_batch *b)
+{
+    struct nftnl_rule *r = rule_new("prerouting");
+    m_nfproto(r, NFPROTO_IPV4);
+    m_iif_saddr_in(r, MAP_EGRESS_APP, SET_ID_EGRESS_APP, false);
+    m_l4proto(r, IPPROTO_UDP);
+    uint16_t dns = htons(53), to = htons(FW_DNS_FORWARDER_PORT);
+    x_dport(r);
+    x_cmp(r, NFT_REG_1, NFT_CMP_EQ, &dns, 2);
+    struct nftnl_expr *e = expr_new(r, "immediate");
+    nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
+    nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &to, 2);
+    e = expr_new(r, "redir");
+    nftnl_expr_set_u32(e, NFTNL_EXPR_REDIR_REG_PROTO_MIN, NFT_REG_1);
+    batch_rule(b, r);
+}
+
 /* The whole table, after the table message itself. Base chains run before the host's usual
  * filter priority so that the drops are counted here first; a drop is final in nftables whatever
  * other tables say, and an accept here still leaves other tables their say. */
@@ -684,6 +716,7 @@ static void batch_structure(struct fw_batch *b, const struct pool4 *pool)
     batch_chain(b, "forward", "filter", NF_INET_FORWARD, -10);
     batch_chain(b, "output", "filter", NF_INET_LOCAL_OUT, -10);
     batch_chain(b, "postrouting", "nat", NF_INET_POST_ROUTING, 100);
+    batch_chain(b, "prerouting", "nat", NF_INET_PRE_ROUTING, -100);
 
     rules_sandbox_to_host(b);
     rules_sandbox_out(b);
@@ -695,6 +728,7 @@ static void batch_structure(struct fw_batch *b, const struct pool4 *pool)
     rule_dispatch(b, "forward", NFT_META_IIFNAME, "sandbox_out");
     rule_dispatch(b, "output", NFT_META_OIFNAME, "sandbox_in");
     rule_masquerade(b, pool);
+    rule_dns_redirect(b);
 }
 
 static void table_comment(const char *pool, char *out, size_t outlen)
@@ -1487,15 +1521,41 @@ static int app_chain_name(const char *app_id, char *out, size_t outlen, char *er
     return 0;
 }
 
+#define APP_NAMES_PREFIX "names_"
+#define SET_ID_APP_NAMES 100
+/* address . port, as nft concatenates them: each field padded to 4 bytes */
+#define KEY_TYPE_IPV4_SERVICE ((KEY_TYPE_IPV4 << 6) | KEY_TYPE_INET_SERVICE)
+#define KEY_LEN_IPV4_SERVICE 8
+
 struct app_policy {
     const char *chain;
+    const char *names_set;
     const struct fw_allow_net *allow;
     size_t n;
 };
 
+/* names_<app>: `ipv4_addr . inet_service` elements with timeouts, filled by the DNS forwarder. */
+static void batch_names_set(struct fw_batch *b, const char *name)
+{
+    struct nftnl_set *s = must(nftnl_set_alloc());
+    nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
+    nftnl_set_set_str(s, NFTNL_SET_NAME, name);
+    nftnl_set_set_u32(s, NFTNL_SET_FAMILY, NFPROTO_INET);
+    nftnl_set_set_u32(s, NFTNL_SET_ID, SET_ID_APP_NAMES);
+    nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, KEY_TYPE_IPV4_SERVICE);
+    nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, KEY_LEN_IPV4_SERVICE);
+    nftnl_set_set_u32(s, NFTNL_SET_FLAGS, NFT_SET_TIMEOUT);
+    struct nlmsghdr *nlh = batch_msg(b, NFT_MSG_NEWSET, NLM_F_CREATE);
+    nftnl_set_nlmsg_build_payload(nlh, s);
+    batch_commit(b, nlh);
+    nftnl_set_free(s);
+}
+
 static void fill_app_policy(struct fw_batch *b, const void *arg)
 {
     const struct app_policy *p = arg;
+    batch_names_set(b, p->names_set);
+    batch_flush_set(b, p->names_set); /* a new list: names resolve again under it */
     batch_chain(b, p->chain, NULL, 0, 0);
     struct nftnl_rule *r = rule_new(p->chain); /* flush: a delete-rules message without a handle */
     struct nlmsghdr *nlh = batch_msg(b, NFT_MSG_DELRULE, 0);
@@ -1511,6 +1571,15 @@ static void fill_app_policy(struct fw_batch *b, const void *arg)
         x_verdict(r, NFT_RETURN, NULL);
         batch_rule(b, r);
     }
+    /* meta l4proto tcp ip daddr . tcp dport @names_<app> return: what allowed names resolved to */
+    r = rule_new(p->chain);
+    m_nfproto(r, NFPROTO_IPV4);
+    m_l4proto(r, IPPROTO_TCP);
+    x_payload(r, NFT_PAYLOAD_NETWORK_HEADER, OFF_DADDR, 4, NFT_REG32_00);
+    x_payload(r, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2, NFT_REG32_01);
+    x_lookup(r, NFT_REG32_00, p->names_set, SET_ID_APP_NAMES, false);
+    x_verdict(r, NFT_RETURN, NULL);
+    batch_rule(b, r);
     r = rule_new(p->chain); /* counter name "drop_policy" drop */
     x_log(r, FW_DROP_POLICY);
     x_counter(r, FW_DROP_POLICY);
@@ -1527,7 +1596,9 @@ int fw_app_policy_set(struct fw *fw, const char *app_id, const struct fw_allow_n
     for (size_t i = 0; i < n; i++)
         if (allow[i].len < 0 || allow[i].len > 32)
             return fail(err, errlen, "allow entry %zu: prefix length %d", i, allow[i].len);
-    struct app_policy p = {chain, allow, n};
+    char names[FW_OWNER_LEN + 16];
+    snprintf(names, sizeof names, "%s%s", APP_NAMES_PREFIX, app_id);
+    struct app_policy p = {chain, names, allow, n};
     return fw_apply(fw, fill_app_policy, &p, err, errlen);
 }
 
@@ -1669,4 +1740,119 @@ static void batch_carry_egress(struct fw *fw, struct fw_batch *b)
                            NULL);
         keys_free(&acc);
     }
+}
+
+/* ---- names resolved through sbx's DNS forwarder ---- */
+
+struct names_add {
+    const char *set;
+    const struct fw_name_addr *v;
+    size_t n;
+};
+
+static void name_key(const struct fw_name_addr *a, char key[KEY_LEN_IPV4_SERVICE])
+{
+    memset(key, 0, KEY_LEN_IPV4_SERVICE);
+    memcpy(key, &a->addr.s_addr, 4);
+    uint16_t be = htons(a->port);
+    memcpy(key + 4, &be, 2);
+}
+
+/* Each element made absent, then added with its timeout: an add of an existing element would
+ * keep the old timeout. */
+static void fill_names_add(struct fw_batch *b, const void *arg)
+{
+    const struct names_add *x = arg;
+    for (size_t i = 0; i < x->n; i++) {
+        char key[KEY_LEN_IPV4_SERVICE];
+        name_key(&x->v[i], key);
+        batch_elem_raw(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, x->set, key, sizeof key, NULL);
+        batch_elem_raw(b, NFT_MSG_DELSETELEM, 0, x->set, key, sizeof key, NULL);
+        struct nftnl_set *s = must(nftnl_set_alloc());
+        nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
+        nftnl_set_set_str(s, NFTNL_SET_NAME, x->set);
+        nftnl_set_set_u32(s, NFTNL_SET_FAMILY, NFPROTO_INET);
+        struct nftnl_set_elem *e = must(nftnl_set_elem_alloc());
+        nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, key, sizeof key);
+        nftnl_set_elem_set_u64(e, NFTNL_SET_ELEM_TIMEOUT, x->v[i].timeout_ms);
+        nftnl_set_elem_add(s, e);
+        struct nlmsghdr *nlh = batch_msg(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE);
+        nftnl_set_elems_nlmsg_build_payload(nlh, s);
+        batch_commit(b, nlh);
+        nftnl_set_free(s);
+    }
+}
+
+int fw_app_names_add(struct fw *fw, const char *app_id, const struct fw_name_addr *v, size_t n,
+                     char *err, size_t errlen)
+{
+    char chain[FW_OWNER_LEN + 16], set[FW_OWNER_LEN + 16];
+    if (app_chain_name(app_id, chain, sizeof chain, err, errlen) < 0)
+        return -1;
+    if (n == 0)
+        return 0;
+    snprintf(set, sizeof set, "%s%s", APP_NAMES_PREFIX, app_id);
+    struct names_add x = {set, v, n};
+    return fw_apply(fw, fill_names_add, &x, err, errlen);
+}
+
+struct members_acc {
+    struct fw_egress_member *v;
+    size_t n, cap;
+};
+
+static int members_cb(const struct nlmsghdr *nlh, void *data)
+{
+    struct members_acc *acc = data;
+    struct nftnl_set *s = must(nftnl_set_alloc());
+    if (nftnl_set_elems_nlmsg_parse(nlh, s) == 0) {
+        struct nftnl_set_elems_iter *it = must(nftnl_set_elems_iter_create(s));
+        for (struct nftnl_set_elem *e = nftnl_set_elems_iter_next(it); e;
+             e = nftnl_set_elems_iter_next(it)) {
+            uint32_t klen = 0;
+            const char *key = nftnl_set_elem_get(e, NFTNL_SET_ELEM_KEY, &klen);
+            const char *chain = nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_CHAIN)
+                                    ? nftnl_set_elem_get_str(e, NFTNL_SET_ELEM_CHAIN)
+                                    : NULL;
+            if (!key || klen != KEY_LEN || !chain ||
+                strncmp(chain, APP_CHAIN_PREFIX, strlen(APP_CHAIN_PREFIX)) != 0)
+                continue;
+            if (acc->n == acc->cap) {
+                acc->cap = acc->cap ? acc->cap * 2 : 64;
+                acc->v = must(realloc(acc->v, acc->cap * sizeof(*acc->v)));
+            }
+            struct fw_egress_member *m = &acc->v[acc->n++];
+            memset(m, 0, sizeof *m);
+            memcpy(m->ifname, key, IFNAMSIZ - 1);
+            memcpy(&m->addr.s_addr, key + KEY_IFNAME_LEN, 4);
+            snprintf(m->app_id, sizeof m->app_id, "%s", chain + strlen(APP_CHAIN_PREFIX));
+        }
+        nftnl_set_elems_iter_destroy(it);
+    }
+    nftnl_set_free(s);
+    return MNL_CB_OK;
+}
+
+int fw_egress_members(struct fw *fw, struct fw_egress_member **out, size_t *n, char *err,
+                      size_t errlen)
+{
+    char buf[MNL_SOCKET_BUFFER_SIZE];
+    struct members_acc acc = {0};
+    pthread_mutex_lock(&fw->lock);
+    struct nlmsghdr *nlh =
+        nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSETELEM, NFPROTO_INET, NLM_F_DUMP, fw_next_seq(fw));
+    struct nftnl_set *s = must(nftnl_set_alloc());
+    nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
+    nftnl_set_set_str(s, NFTNL_SET_NAME, MAP_EGRESS_APP);
+    nftnl_set_elems_nlmsg_build_payload(nlh, s);
+    nftnl_set_free(s);
+    int rc = fw_request(fw, "map " MAP_EGRESS_APP, nlh, members_cb, &acc, err, errlen);
+    pthread_mutex_unlock(&fw->lock);
+    if (rc < 0) {
+        free(acc.v);
+        return -1;
+    }
+    *out = acc.v;
+    *n = acc.n;
+    return 0;
 }

@@ -57,6 +57,9 @@
 #define FW_NFLOG_GROUP 5213
 #define FW_NFLOG_PREFIX "sbx drop_"
 #define FW_NFLOG_SNAPLEN 64
+/* UDP DNS from a Sandbox of an allowlist App, to any address, is redirected to this port of the
+ * host (nat prerouting), where sbx's DNS forwarder answers (host/dns_forwarder.h). */
+#define FW_DNS_FORWARDER_PORT 5300
 
 /* Why a packet was dropped: one named nftables counter each ("drop_<name>"). */
 enum fw_drop_reason {
@@ -167,6 +170,26 @@ struct fw_allow_net {
  * whatever the number of the App's Sandboxes: they all jump to this chain. */
 int fw_app_policy_set(struct fw *fw, const char *app_id, const struct fw_allow_net *allow, size_t n,
                       char *err, size_t errlen);
+
+/* The addresses an allowed name resolved to, for an App: the elements `address . port` of its
+ * set names_<app_id> (which its chain returns from), each expiring after timeout_ms. An existing
+ * element gets the new timeout. */
+struct fw_name_addr {
+    struct in_addr addr;
+    uint16_t port;
+    uint32_t timeout_ms;
+};
+int fw_app_names_add(struct fw *fw, const char *app_id, const struct fw_name_addr *v, size_t n,
+                     char *err, size_t errlen);
+
+/* The Sandboxes under an allowlist (the map egress_app): which App each one's address serves. */
+struct fw_egress_member {
+    char ifname[IFNAMSIZ];
+    struct in_addr addr;
+    char app_id[FW_OWNER_LEN];
+};
+int fw_egress_members(struct fw *fw, struct fw_egress_member **out, size_t *n, char *err,
+                      size_t errlen);
 
 /* Puts the Sandbox under mode (app_id names the chain for FW_EGRESS_ALLOWLIST, which must exist:
  * fw_app_policy_set). Replaces what it was under before, in one batch. */

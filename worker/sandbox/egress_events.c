@@ -11,6 +11,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,16 @@ struct pending {
     struct store_egress_denial d;
     char *data;
 };
+
+/* Refused lookups handed over by the forwarder's thread. */
+struct refused_lookup {
+    struct egress_denial d;
+    char name[256];
+};
+#define MAX_REFUSED_QUEUE 1024
+static pthread_mutex_t refused_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct refused_lookup refused_queue[MAX_REFUSED_QUEUE];
+static size_t refused_n, refused_dropped;
 
 static struct {
     struct egress_log *log;
@@ -172,7 +183,7 @@ static void queue_event(const char *sandbox_id, char *data)
     p->d.data_json = data;
 }
 
-static char *denial_json(const struct egress_denial *d, int64_t suppressed)
+static char *denial_json(const struct egress_denial *d, const char *name, int64_t suppressed)
 {
     char dst[INET_ADDRSTRLEN], src[INET_ADDRSTRLEN], pbuf[8];
     inet_ntop(AF_INET, &d->dst, dst, sizeof dst);
@@ -182,6 +193,8 @@ static char *denial_json(const struct egress_denial *d, int64_t suppressed)
                           "interface", d->ifname, "suppressed", (json_int_t)suppressed);
     if (o && d->dport)
         json_object_set_new(o, "port", json_integer(d->dport));
+    if (o && name)
+        json_object_set_new(o, "name", json_string(name));
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return text;
@@ -189,7 +202,7 @@ static char *denial_json(const struct egress_denial *d, int64_t suppressed)
 
 static void on_denial(const struct egress_denial *d, void *arg)
 {
-    (void)arg;
+    const char *name = arg;
     const char *owner = owner_of(d);
     int64_t now = mono_now();
     struct tracked *t = owner ? track(owner, now) : NULL;
@@ -209,24 +222,28 @@ static void on_denial(const struct egress_denial *d, void *arg)
         return;
     }
     t->emitted++;
-    queue_event(t->sandbox_id, denial_json(d, t->suppressed));
+    queue_event(t->sandbox_id, denial_json(d, name, t->suppressed));
     t->suppressed = 0;
 }
 
+/* Writes the queued events in one transaction. A busy store keeps them for the next try (up to
+ * MAX_PENDING: the rate limit keeps the queue short, whatever the flood). */
+#define MAX_PENDING 4096
 static void flush_batch(void)
 {
     if (!ee.nbatch)
         return;
     struct store_egress_denial *v = malloc(ee.nbatch * sizeof *v);
-    if (v) {
-        for (size_t i = 0; i < ee.nbatch; i++)
-            v[i] = ee.batch[i].d;
-        enum store_status rc = ee.w->st->egress_denials_record(ee.w->st, &ee.w->ctx, v, ee.nbatch);
-        if (rc != STORE_OK)
-            log_warn("egress: %zu denial event(s) not recorded: %s", ee.nbatch,
-                     store_status_name(rc));
-        free(v);
-    }
+    if (!v)
+        return; /* the next flush tries again */
+    for (size_t i = 0; i < ee.nbatch; i++)
+        v[i] = ee.batch[i].d;
+    enum store_status rc = ee.w->st->egress_denials_record(ee.w->st, &ee.w->ctx, v, ee.nbatch);
+    free(v);
+    if (rc == STORE_BUSY && ee.nbatch < MAX_PENDING)
+        return;
+    if (rc != STORE_OK)
+        log_warn("egress: %zu denial event(s) not recorded: %s", ee.nbatch, store_status_name(rc));
     for (size_t i = 0; i < ee.nbatch; i++)
         free(ee.batch[i].data);
     ee.nbatch = 0;
@@ -317,12 +334,46 @@ static void publish_series(struct worker *w)
     free(text);
 }
 
+void egress_events_refused_lookup(const char *ifname, struct in_addr src, const char *qname)
+{
+    pthread_mutex_lock(&refused_lock);
+    if (refused_n < MAX_REFUSED_QUEUE) {
+        struct refused_lookup *r = &refused_queue[refused_n++];
+        memset(r, 0, sizeof *r);
+        snprintf(r->d.ifname, sizeof r->d.ifname, "%s", ifname);
+        r->d.src = src;
+        r->d.proto = IPPROTO_UDP;
+        r->d.dport = 53;
+        snprintf(r->d.reason, sizeof r->d.reason, "name");
+        snprintf(r->name, sizeof r->name, "%s", qname);
+    } else {
+        refused_dropped++;
+    }
+    pthread_mutex_unlock(&refused_lock);
+}
+
+/* The forwarder's refusals, through the same per-Sandbox rate limit as the firewall's. */
+static void drain_refused(void)
+{
+    static struct refused_lookup batch[MAX_REFUSED_QUEUE];
+    pthread_mutex_lock(&refused_lock);
+    size_t n = refused_n;
+    memcpy(batch, refused_queue, n * sizeof *batch);
+    refused_n = 0;
+    pthread_mutex_unlock(&refused_lock);
+    for (size_t i = 0; i < n; i++)
+        on_denial(&batch[i].d, batch[i].name);
+}
+
 void egress_events_tick(struct worker *w)
 {
     ee.w = w;
+    drain_refused();
     try_open(w);
-    if (!ee.log)
+    if (!ee.log) {
+        flush_batch();
         return;
+    }
     flush_windows(mono_now());
     publish_series(w);
 }

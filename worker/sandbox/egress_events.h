@@ -15,6 +15,8 @@
 
 #include "worker.h"
 
+#include <netinet/in.h>
+
 #define EGRESS_EVENTS_PER_WINDOW 10
 #define EGRESS_EVENT_WINDOW_MS 10000
 
@@ -22,6 +24,9 @@
  * another worker of the host held it), writes the summaries of ended windows and publishes the
  * counters when they changed. */
 void egress_events_tick(struct worker *w);
+/* A lookup sbx's DNS forwarder refused (any thread): recorded like a denial, with rule "name" and
+ * the name, at the next tick. */
+void egress_events_refused_lookup(const char *ifname, struct in_addr src, const char *qname);
 /* At worker exit. */
 void egress_events_stop(void);
 

@@ -7,7 +7,12 @@
 // denials as events: `sandbox.egress_denied` with Sandbox, Session, App, destination, port,
 // protocol and rule; a flood of 10,000 attempts from inside the Sandbox stays under the per-Sandbox
 // rate limit with the suppressed count recorded, counted per App and rule in /metrics, and the
-// last denials shown by `sbxctl sandbox ID`.
+// last denials shown by `sbxctl sandbox ID`. Names: an allowlist of names enforced through sbx's
+// DNS forwarder (an allowed name resolves and connects, on its port only; a name not on the list
+// is REFUSED and its address unreachable even by IP; a wildcard matches a subdomain, not the
+// domain itself; DNS to another address is answered by the forwarder, not by that address; a TTL
+// expiry closes the address again; another App does not see the addresses; the refused lookup is
+// an event with its name).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -76,9 +81,48 @@ test('egress: public, none and allowlist applied live; two Apps isolated', async
     await sbx.until(() => reaches(a.key, sa.id, '11.11.11.11', 443), 10000, 'public again');
     assert.equal((await nc(a.key, sa.id, '11.11.11.11', 443)).sandboxId, sandboxId);
 
+    // names, through sbx's DNS forwarder
+    const c = await sbx.app('egress-c', { keepAliveSeconds: 120, maxAttempts: 1, network: { egress: 'allowlist', allow: ['api.test:443', '*.wild.test'] } });
+    const sc = await sbx.session(c.key);
+    const lookup = async (key, sid, name, server) => (await run(key, sid, ['/bin/busybox', 'timeout', '2', '/bin/busybox', 'nslookup', name, ...(server ? [server] : [])])).out;
+    const resolved = (out, name, addr) => new RegExp(`Name:\\s+${name.replace(/\./g, '\\.')}\\s+Address:\\s+${addr.replace(/\./g, '\\.')}`).test(out);
+    assert.ok(!(await reaches(c.key, sc.id, '11.11.11.11', 443)), 'nothing is open before a lookup');
+    const l1 = await lookup(c.key, sc.id, 'api.test');
+    assert.ok(resolved(l1, 'api.test', '11.11.11.11'), `an allowed name resolves: ${l1}`);
+    assert.ok(await reaches(c.key, sc.id, '11.11.11.11', 443), 'and its address connects');
+    const byName = await run(c.key, sc.id, ['/bin/busybox', 'nc', '-w', '1', 'api.test', '443']);
+    assert.match(byName.out, /hello 11\.11\.11\.11/, 'by name too');
+    assert.ok(!(await reaches(c.key, sc.id, '11.11.11.11', 80)), 'on the entry\'s port only');
+    const l2 = await lookup(c.key, sc.id, 'alt.test');
+    assert.match(l2, /REFUSED/, `a name not on the list is refused: ${l2}`);
+    assert.ok(!(await reaches(c.key, sc.id, '11.11.11.12', 443)), 'and its address is unreachable by IP');
+    const l3 = await lookup(c.key, sc.id, 'a.wild.test');
+    assert.ok(resolved(l3, 'a.wild.test', '11.11.11.12'), `a wildcard matches a subdomain: ${l3}`);
+    assert.ok(await reaches(c.key, sc.id, '11.11.11.12', 80), 'on any port of egress_ports');
+    assert.match(await lookup(c.key, sc.id, 'wild.test'), /REFUSED/, 'but not the domain itself');
+    const l4 = await lookup(c.key, sc.id, 'api.test', '11.11.11.11');
+    assert.ok(resolved(l4, 'api.test', '11.11.11.11'), `DNS to another address is answered by sbx's forwarder: ${l4}`);
+    assert.match(await lookup(c.key, sc.id, 'alt.test', '11.11.11.11'), /REFUSED/, 'and refused there too');
+    // another App's addresses: D allows other.test; C still cannot reach it
+    const d = await sbx.app('egress-d', { keepAliveSeconds: 120, maxAttempts: 1, network: { egress: 'allowlist', allow: ['other.test:443'] } });
+    const sd = await sbx.session(d.key);
+    assert.ok(resolved(await lookup(d.key, sd.id, 'other.test'), 'other.test', '11.11.11.13'));
+    assert.ok(await reaches(d.key, sd.id, '11.11.11.13', 443), "D reaches what D resolved");
+    assert.ok(!(await reaches(c.key, sc.id, '11.11.11.13', 443)), "C does not reach what D resolved");
+    assert.ok(!(await reaches(d.key, sd.id, '11.11.11.11', 443)), "D does not reach what C resolved");
+    // TTL 2 s + 5 s grace: without another lookup, the address closes again
+    assert.ok(await reaches(c.key, sc.id, '11.11.11.11', 443));
+    await new Promise((r) => setTimeout(r, 8000));
+    assert.ok(!(await reaches(c.key, sc.id, '11.11.11.11', 443)), 'closed after TTL + grace');
+    // the refused lookup as an event, with the name
+    const cSandbox = byName.sandboxId;
+    await sbx.until(() => sbx.sql(`SELECT COUNT(*) FROM events WHERE object_id = '${cSandbox}' AND kind = 'sandbox.egress_denied' AND json_extract(data, '$.rule') = 'name' AND json_extract(data, '$.name') = 'alt.test'`) !== '0', 10000, 'the refused lookup recorded');
+
     // denials as events, with the right fields
     const denied = () => JSON.parse(sbx.sql(`SELECT json_group_array(json_object('id', id, 'app', app_id, 'session', session_id, 'data', json(data))) FROM events WHERE object_id = '${sandboxId}' AND kind = 'sandbox.egress_denied'`));
-    await sbx.until(() => denied().some((e) => e.data.rule === 'egress' && e.data.port === 8080), 10000, 'a denial event for 8080');
+    await sbx.until(() => denied().some((e) => e.data.rule === 'egress' && e.data.port === 8080), 10000, 'a denial event for 8080').catch((e) => {
+      throw new Error(`${e.message}: ${JSON.stringify(denied())}\n${sbx.workers[0].log.split('\n').filter((l) => /egress/.test(l)).join('\n')}`);
+    });
     const e8080 = denied().find((e) => e.data.rule === 'egress' && e.data.port === 8080);
     assert.equal(e8080.app, a.app.id);
     assert.equal(e8080.session, sa.id);
