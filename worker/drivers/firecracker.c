@@ -758,14 +758,17 @@ static int configure_vm(const struct fc_layout *lay, const struct fc_guest *g,
                         const struct store_shape *shape, const char *guest_net, char *err,
                         size_t errlen)
 {
-    char kernel[80], root[80], boot_args[512], mac[24], net[96] = "";
+    char kernel[80], root[80], boot_args[640], mac[24], net[256] = "", dns[160];
     snprintf(kernel, sizeof kernel, "/%s", g->kernel_name);
     snprintf(root, sizeof root, "/%s", g->root_name);
     /* reboot=k: a guest reboot (Ctrl-Alt-Del at terminate) ends the VMM. sbx.channel=vsock:<port>
      * tells the guest init (agent/guest_init.c) to run sbx-agent listening on that vsock port. */
-    /* sbx.net=<addr>/<prefix>,<gateway>: the guest init configures eth0 from it. */
-    if (guest_net[0])
-        snprintf(net, sizeof net, " sbx.net=%s", guest_net);
+    /* sbx.net=<addr>/<prefix>,<gateway>: the guest init configures eth0 from it; sbx.dns= its
+     * resolv.conf (the host's dns_resolvers). */
+    if (guest_net[0]) {
+        net_egress_kernel_arg(dns, sizeof dns);
+        snprintf(net, sizeof net, " sbx.net=%s %s", guest_net, dns);
+    }
     snprintf(boot_args, sizeof boot_args,
              "console=ttyS0 reboot=k panic=1 pci=off i8042.noaux i8042.nomux i8042.dumbkbd "
              "quiet %s sbx.channel=vsock:%d%s",
