@@ -1632,17 +1632,50 @@ static void fill_sandbox_egress(struct fw_batch *b, const void *arg)
                        KEY_LEN, x->chain);
 }
 
+static int elem_found_cb(const struct nlmsghdr *nlh, void *data)
+{
+    (void)nlh;
+    *(int *)data = 1;
+    return MNL_CB_OK;
+}
+
+/* 1 when the map egress_app has the Sandbox's element, 0 when not, -1 when it cannot tell. */
+static int app_entry_exists(struct fw *fw, const struct fw_sandbox *sb)
+{
+    char buf[MNL_SOCKET_BUFFER_SIZE], key[KEY_LEN], why[256];
+    sandbox_key(sb, key);
+    pthread_mutex_lock(&fw->lock);
+    struct nlmsghdr *nlh =
+        nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSETELEM, NFPROTO_INET, NLM_F_ACK, fw_next_seq(fw));
+    struct nftnl_set *s = must(nftnl_set_alloc());
+    nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
+    nftnl_set_set_str(s, NFTNL_SET_NAME, MAP_EGRESS_APP);
+    struct nftnl_set_elem *e = must(nftnl_set_elem_alloc());
+    nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, key, KEY_LEN);
+    nftnl_set_elem_add(s, e);
+    nftnl_set_elems_nlmsg_build_payload(nlh, s);
+    nftnl_set_free(s);
+    int found = 0;
+    int rc = fw_request(fw, "map " MAP_EGRESS_APP, nlh, elem_found_cb, &found, why, sizeof why);
+    int e2 = errno;
+    pthread_mutex_unlock(&fw->lock);
+    if (rc < 0)
+        return e2 == ENOENT ? 0 : -1;
+    return found;
+}
+
 /* A map element cannot be made absent with add-then-delete as set elements are (an add with
- * another verdict clashes), so: delete it in the batch, and when the kernel says there was none
- * (ENOENT), send the batch again without that delete. */
+ * another verdict clashes), so the batch deletes it only when the kernel says it is there. A
+ * batch the kernel refuses costs milliseconds (its abort path), so asking first is the fast way;
+ * should the answer be stale, the batch is sent again the other way. */
 static int apply_sandbox_egress(struct fw *fw, struct sandbox_egress *x, char *err, size_t errlen)
 {
-    x->drop_app_entry = true;
+    x->drop_app_entry = app_entry_exists(fw, x->sb) != 0;
     if (fw_apply(fw, fill_sandbox_egress, x, err, errlen) == 0)
         return 0;
-    if (errno != ENOENT)
+    if (!(errno == ENOENT && x->drop_app_entry) && !(errno == EEXIST && !x->drop_app_entry))
         return -1;
-    x->drop_app_entry = false;
+    x->drop_app_entry = !x->drop_app_entry;
     return fw_apply(fw, fill_sandbox_egress, x, err, errlen);
 }
 
