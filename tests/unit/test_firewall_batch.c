@@ -54,9 +54,9 @@ static const struct {
                         "qthreshold 0 ][counter drop_policy][immediate reg 0 drop ]"},
     {"sandbox_to_host",
      "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => reg 8 ][payload "
-     "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set egress_app ][meta load l4proto => "
-     "reg 1 ][cmp eq reg 1 0x00000011 ][payload load 2b @ transport header + 2 => reg 1 ][cmp eq "
-     "reg 1 0x0000b414 ][immediate reg 0 accept ]"},
+     "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set egress_allowlist ][meta load "
+     "l4proto => reg 1 ][cmp eq reg 1 0x00000011 ][payload load 2b @ transport header + 2 => reg 1 "
+     "][cmp eq reg 1 0x0000b414 ][immediate reg 0 accept ]"},
     {"sandbox_to_host",
      "[meta load l4proto => reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + "
      "2 => reg 1 ][cmp eq reg 1 0x0000bb01 ][immediate reg 0 accept ]"},
@@ -134,9 +134,9 @@ static const struct {
                     "reg 8 ][payload load 4b @ network header + 12 => reg 12 ][lookup reg 8 set "
                     "egress_none ][log prefix sbx drop_policy  group 5213 snaplen 64 qthreshold 0 "
                     "][counter drop_policy][immediate reg 0 drop ]"},
-    {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => reg 8 ][payload "
-     "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set egress_app dreg 0 ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => "
+                    "reg 8 ][payload load 4b @ network header + 12 => reg 12 ][lookup reg 8 set "
+                    "egress_allowlist ][immediate reg 0 jump -> egress_dispatch ]"},
     {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load l4proto => "
                     "reg 1 ][cmp eq reg 1 0x00000011 ][payload load 4b @ network header + 16 => "
                     "reg 1 ][lookup reg 1 set resolvers ][payload load 2b @ transport header + 2 "
@@ -177,9 +177,9 @@ static const struct {
      "][meta load oifname => reg 1 ][cmp neq reg 1 0x00786273 ][masq ]"},
     {"prerouting",
      "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => reg 8 ][payload "
-     "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set egress_app ][meta load l4proto => "
-     "reg 1 ][cmp eq reg 1 0x00000011 ][payload load 2b @ transport header + 2 => reg 1 ][cmp eq "
-     "reg 1 0x00003500 ][immediate reg 1 0x0000b414 ][redir proto_min reg 1 ]"},
+     "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set egress_allowlist ][meta load "
+     "l4proto => reg 1 ][cmp eq reg 1 0x00000011 ][payload load 2b @ transport header + 2 => reg 1 "
+     "][cmp eq reg 1 0x00003500 ][immediate reg 1 0x0000b414 ][redir proto_min reg 1 ]"},
 };
 
 #define NRULES (sizeof(expected_rules) / sizeof(expected_rules[0]))
@@ -335,7 +335,7 @@ static void test_structure_batch(void **state)
             struct nftnl_set *s = nftnl_set_alloc();
             assert_int_equal(nftnl_set_nlmsg_parse(nlh, s), 0);
             /* ifname (16 bytes) . ipv4_addr (4): nft's type id (41 << 6) | 7; inet_service 13,
-             * ipv4_addr 7; egress_app maps to verdicts (jump egress_<app>). */
+             * ipv4_addr 7. */
             static const struct {
                 const char *name;
                 uint32_t key_len, key_type, flags;
@@ -345,15 +345,13 @@ static void test_structure_batch(void **state)
                 {"egress_ports", 2, 13, 0},
                 {"resolvers", 4, 7, 0},
                 {"egress_none", 20, (41 << 6) | 7, 0},
-                {"egress_app", 20, (41 << 6) | 7, NFT_SET_MAP},
+                {"egress_allowlist", 20, (41 << 6) | 7, 0},
             };
             assert_true(sets < sizeof want_sets / sizeof want_sets[0]);
             assert_string_equal(nftnl_set_get_str(s, NFTNL_SET_NAME), want_sets[sets].name);
             assert_int_equal(nftnl_set_get_u32(s, NFTNL_SET_KEY_LEN), want_sets[sets].key_len);
             assert_int_equal(nftnl_set_get_u32(s, NFTNL_SET_KEY_TYPE), want_sets[sets].key_type);
             assert_int_equal(nftnl_set_get_u32(s, NFTNL_SET_FLAGS), want_sets[sets].flags);
-            if (want_sets[sets].flags & NFT_SET_MAP)
-                assert_int_equal(nftnl_set_get_u32(s, NFTNL_SET_DATA_TYPE), 0xffffff00);
             nftnl_set_free(s);
             sets++;
             break;
@@ -415,7 +413,7 @@ static void test_structure_batch(void **state)
     assert_int_equal(tables, 1);
     assert_int_equal(counters, FW_DROP_COUNT);
     assert_int_equal(sets, 6);
-    assert_int_equal(chains, 8);
+    assert_int_equal(chains, 9);
     assert_int_equal(rules, NRULES);
     fw_batch_free(&b);
 }

@@ -54,14 +54,16 @@ const char *const fw_drop_reason_names[FW_DROP_COUNT] = {
 #define SET_EGRESS_PORTS "egress_ports"
 #define SET_RESOLVERS "resolvers"
 #define SET_EGRESS_NONE "egress_none"
-#define MAP_EGRESS_APP "egress_app"
+#define SET_EGRESS_ALLOWLIST "egress_allowlist"
+#define CHAIN_EGRESS_DISPATCH "egress_dispatch"
+#define APP_MEMBERS_PREFIX "members_"
+#define SET_ID_APP_MEMBERS 101
 #define SET_ID_EGRESS_PORTS 3
 #define SET_ID_RESOLVERS 4
 #define SET_ID_EGRESS_NONE 5
-#define SET_ID_EGRESS_APP 6
+#define SET_ID_EGRESS_ALLOWLIST 6
 #define KEY_TYPE_IPV4 7u
 #define KEY_TYPE_INET_SERVICE 13u
-#define DATA_TYPE_VERDICT 0xffffff00u
 #define APP_CHAIN_PREFIX "egress_"
 #define TABLE_COMMENT_FMT "sbx firewall v2 pool %s: managed by sbx, do not edit"
 
@@ -531,11 +533,11 @@ static void rules_sandbox_to_host(struct fw_batch *b)
 
     rule_egress_none(b, chain); /* egress none: not even the gateway's 443 */
 
-    /* meta nfproto ipv4 iifname . ip saddr @egress_app meta l4proto udp udp dport 5300 accept:
-     * an allowlist Sandbox's DNS, redirected to the forwarder */
+    /* meta nfproto ipv4 iifname . ip saddr @egress_allowlist meta l4proto udp udp dport 5300
+     * accept: an allowlist Sandbox's DNS, redirected to the forwarder */
     r = rule_new(chain);
     m_nfproto(r, NFPROTO_IPV4);
-    m_iif_saddr_in(r, MAP_EGRESS_APP, SET_ID_EGRESS_APP, false);
+    m_iif_saddr_in(r, SET_EGRESS_ALLOWLIST, SET_ID_EGRESS_ALLOWLIST, false);
     m_l4proto(r, IPPROTO_UDP);
     uint16_t fwd = htons(FW_DNS_FORWARDER_PORT);
     x_dport(r);
@@ -573,16 +575,12 @@ static void rules_public_egress(struct fw_batch *b, const char *chain)
 {
     rule_egress_none(b, chain);
 
-    /* meta nfproto ipv4 iifname . ip saddr vmap @egress_app (jump egress_<app>) */
+    /* meta nfproto ipv4 iifname . ip saddr @egress_allowlist jump egress_dispatch: an allowlist
+     * Sandbox goes through its App's chain (egress_dispatch holds one rule per App) */
     struct nftnl_rule *r = rule_new(chain);
     m_nfproto(r, NFPROTO_IPV4);
-    x_meta(r, NFT_META_IIFNAME, NFT_REG32_00);
-    x_payload(r, NFT_PAYLOAD_NETWORK_HEADER, OFF_SADDR, 4, NFT_REG32_04);
-    struct nftnl_expr *e = expr_new(r, "lookup");
-    nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_SREG, NFT_REG32_00);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_DREG, NFT_REG_VERDICT);
-    nftnl_expr_set_str(e, NFTNL_EXPR_LOOKUP_SET, MAP_EGRESS_APP);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_SET_ID, SET_ID_EGRESS_APP);
+    m_iif_saddr_in(r, SET_EGRESS_ALLOWLIST, SET_ID_EGRESS_ALLOWLIST, false);
+    x_verdict(r, NFT_JUMP, CHAIN_EGRESS_DISPATCH);
     batch_rule(b, r);
 
     static const uint8_t dns_protos[2] = {IPPROTO_UDP, IPPROTO_TCP};
@@ -669,14 +667,14 @@ static void rule_masquerade(struct fw_batch *b, const struct pool4 *pool)
     batch_rule(b, r);
 }
 
-/* meta nfproto ipv4 iifname . ip saddr @egress_app meta l4proto udp udp dport 53
+/* meta nfproto ipv4 iifname . ip saddr @egress_allowlist meta l4proto udp udp dport 53
  * redirect to :FW_DNS_FORWARDER_PORT -- an allowlist Sandbox's DNS, whatever resolver it names,
  * goes to sbx's forwarder, which answers only allowed names (so DNS carries nothing out). */
 static void rule_dns_redirect(struct fw_batch *b)
 {
     struct nftnl_rule *r = rule_new("prerouting");
     m_nfproto(r, NFPROTO_IPV4);
-    m_iif_saddr_in(r, MAP_EGRESS_APP, SET_ID_EGRESS_APP, false);
+    m_iif_saddr_in(r, SET_EGRESS_ALLOWLIST, SET_ID_EGRESS_ALLOWLIST, false);
     m_l4proto(r, IPPROTO_UDP);
     uint16_t dns = htons(53), to = htons(FW_DNS_FORWARDER_PORT);
     x_dport(r);
@@ -706,12 +704,13 @@ static void batch_structure(struct fw_batch *b, const struct pool4 *pool)
     batch_set_typed(b, SET_RESOLVERS, SET_ID_RESOLVERS, KEY_TYPE_IPV4, 4, 0,
                     "the only DNS resolvers (dns_resolvers)");
     batch_set(b, SET_EGRESS_NONE, SET_ID_EGRESS_NONE, "Sandboxes of Apps with egress none");
-    batch_set_typed(b, MAP_EGRESS_APP, SET_ID_EGRESS_APP, KEY_TYPE_IFNAME_IPV4, KEY_LEN,
-                    DATA_TYPE_VERDICT, "Sandboxes of allowlist Apps: jump to their App's chain");
+    batch_set(b, SET_EGRESS_ALLOWLIST, SET_ID_EGRESS_ALLOWLIST,
+              "Sandboxes of allowlist Apps (each element's comment: its App)");
 
     batch_chain(b, "sandbox_to_host", NULL, 0, 0);
     batch_chain(b, "sandbox_out", NULL, 0, 0);
     batch_chain(b, "sandbox_in", NULL, 0, 0);
+    batch_chain(b, CHAIN_EGRESS_DISPATCH, NULL, 0, 0);
     batch_chain(b, "input", "filter", NF_INET_LOCAL_IN, -10);
     batch_chain(b, "forward", "filter", NF_INET_FORWARD, -10);
     batch_chain(b, "output", "filter", NF_INET_LOCAL_OUT, -10);
@@ -1528,8 +1527,11 @@ static int app_chain_name(const char *app_id, char *out, size_t outlen, char *er
 #define KEY_LEN_IPV4_SERVICE 8
 
 struct app_policy {
+    const char *app_id;
     const char *chain;
     const char *names_set;
+    const char *members_set;
+    bool add_dispatch; /* egress_dispatch has no rule for this App yet */
     const struct fw_allow_net *allow;
     size_t n;
 };
@@ -1556,7 +1558,21 @@ static void fill_app_policy(struct fw_batch *b, const void *arg)
     const struct app_policy *p = arg;
     batch_names_set(b, p->names_set);
     batch_flush_set(b, p->names_set); /* a new list: names resolve again under it */
+    batch_set_typed(b, p->members_set, SET_ID_APP_MEMBERS, KEY_TYPE_IFNAME_IPV4, KEY_LEN, 0,
+                    "the App's allowlist Sandboxes");
     batch_chain(b, p->chain, NULL, 0, 0);
+    if (p->add_dispatch) { /* iifname . ip saddr @members_<app> jump egress_<app> */
+        struct nftnl_rule *d = rule_new(CHAIN_EGRESS_DISPATCH);
+        m_nfproto(d, NFPROTO_IPV4);
+        m_iif_saddr_in(d, p->members_set, SET_ID_APP_MEMBERS, false);
+        x_verdict(d, NFT_JUMP, p->chain);
+        struct nftnl_udata_buf *ud = must(nftnl_udata_buf_alloc(FW_OWNER_LEN + 8));
+        nftnl_udata_put_strz(ud, NFTNL_UDATA_RULE_COMMENT, p->app_id);
+        nftnl_rule_set_data(d, NFTNL_RULE_USERDATA, nftnl_udata_buf_data(ud),
+                            nftnl_udata_buf_len(ud));
+        batch_rule(b, d);
+        nftnl_udata_buf_free(ud);
+    }
     struct nftnl_rule *r = rule_new(p->chain); /* flush: a delete-rules message without a handle */
     struct nlmsghdr *nlh = batch_msg(b, NFT_MSG_DELRULE, 0);
     nftnl_rule_nlmsg_build_payload(nlh, r);
@@ -1587,6 +1603,45 @@ static void fill_app_policy(struct fw_batch *b, const void *arg)
     batch_rule(b, r);
 }
 
+struct dispatch_scan {
+    const char *app_id;
+    int found;
+};
+
+static int dispatch_rule_cb(const struct nlmsghdr *nlh, void *data)
+{
+    struct dispatch_scan *d = data;
+    struct nftnl_rule *r = must(nftnl_rule_alloc());
+    if (nftnl_rule_nlmsg_parse(nlh, r) == 0 && nftnl_rule_is_set(r, NFTNL_RULE_USERDATA)) {
+        uint32_t len = 0;
+        const void *ud = nftnl_rule_get_data(r, NFTNL_RULE_USERDATA, &len);
+        char owner[FW_OWNER_LEN];
+        udata_comment(ud, len, owner, sizeof owner);
+        if (strcmp(owner, d->app_id) == 0)
+            d->found = 1;
+    }
+    nftnl_rule_free(r);
+    return MNL_CB_OK;
+}
+
+/* 1 when egress_dispatch has the App's rule (its comment is the App id), 0 when not. */
+static int dispatch_rule_exists(struct fw *fw, const char *app_id, char *err, size_t errlen)
+{
+    char buf[MNL_SOCKET_BUFFER_SIZE];
+    pthread_mutex_lock(&fw->lock);
+    struct nlmsghdr *nlh =
+        nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETRULE, NFPROTO_INET, NLM_F_DUMP, fw_next_seq(fw));
+    struct nftnl_rule *r = must(nftnl_rule_alloc());
+    nftnl_rule_set_str(r, NFTNL_RULE_TABLE, FW_TABLE);
+    nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, CHAIN_EGRESS_DISPATCH);
+    nftnl_rule_nlmsg_build_payload(nlh, r);
+    nftnl_rule_free(r);
+    struct dispatch_scan d = {app_id, 0};
+    int rc = fw_request(fw, "chain " CHAIN_EGRESS_DISPATCH, nlh, dispatch_rule_cb, &d, err, errlen);
+    pthread_mutex_unlock(&fw->lock);
+    return rc < 0 ? -1 : d.found;
+}
+
 int fw_app_policy_set(struct fw *fw, const char *app_id, const struct fw_allow_net *allow, size_t n,
                       char *err, size_t errlen)
 {
@@ -1596,17 +1651,21 @@ int fw_app_policy_set(struct fw *fw, const char *app_id, const struct fw_allow_n
     for (size_t i = 0; i < n; i++)
         if (allow[i].len < 0 || allow[i].len > 32)
             return fail(err, errlen, "allow entry %zu: prefix length %d", i, allow[i].len);
-    char names[FW_OWNER_LEN + 16];
+    char names[FW_OWNER_LEN + 16], members[FW_OWNER_LEN + 16];
     snprintf(names, sizeof names, "%s%s", APP_NAMES_PREFIX, app_id);
-    struct app_policy p = {chain, names, allow, n};
+    snprintf(members, sizeof members, "%s%s", APP_MEMBERS_PREFIX, app_id);
+    int has = dispatch_rule_exists(fw, app_id, err, errlen);
+    if (has < 0)
+        return -1;
+    struct app_policy p = {app_id, chain, names, members, !has, allow, n};
     return fw_apply(fw, fill_app_policy, &p, err, errlen);
 }
 
 struct sandbox_egress {
     const struct fw_sandbox *sb;
     enum fw_egress_mode mode;
-    const char *chain;
-    bool drop_app_entry; /* the Sandbox may have an element in egress_app: delete it first */
+    const char *app_id;          /* FW_EGRESS_ALLOWLIST */
+    char prev_app[FW_OWNER_LEN]; /* the allowlist App it is under now ("" none) */
 };
 
 static void sandbox_key(const struct fw_sandbox *sb, char key[KEY_LEN])
@@ -1616,31 +1675,53 @@ static void sandbox_key(const struct fw_sandbox *sb, char key[KEY_LEN])
     memcpy(key + KEY_IFNAME_LEN, &sb->addr.s_addr, 4);
 }
 
+/* Plain set elements only: no verdict map, whose every change makes the kernel validate all
+ * its jumps (a cost growing with the number of Sandboxes). */
 static void fill_sandbox_egress(struct fw_batch *b, const void *arg)
 {
     const struct sandbox_egress *x = arg;
-    char key[KEY_LEN];
-    sandbox_key(x->sb, key);
+    char members[FW_OWNER_LEN + 16];
     batch_elem_absent(b, SET_EGRESS_NONE, x->sb->ifname, x->sb->addr);
-    if (x->drop_app_entry)
-        batch_elem_raw(b, NFT_MSG_DELSETELEM, 0, MAP_EGRESS_APP, key, KEY_LEN, NULL);
-    if (x->mode == FW_EGRESS_NONE)
+    if (x->prev_app[0]) {
+        snprintf(members, sizeof members, "%s%s", APP_MEMBERS_PREFIX, x->prev_app);
+        batch_elem(b, NFT_MSG_DELSETELEM, 0, SET_EGRESS_ALLOWLIST, x->sb->ifname, x->sb->addr,
+                   NULL);
+        batch_elem_absent(b, members, x->sb->ifname, x->sb->addr);
+    }
+    if (x->mode == FW_EGRESS_NONE) {
         batch_elem(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, SET_EGRESS_NONE, x->sb->ifname, x->sb->addr,
                    x->sb->sandbox_id);
-    else if (x->mode == FW_EGRESS_ALLOWLIST)
-        batch_elem_raw(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE | NLM_F_EXCL, MAP_EGRESS_APP, key,
-                       KEY_LEN, x->chain);
+    } else if (x->mode == FW_EGRESS_ALLOWLIST) {
+        snprintf(members, sizeof members, "%s%s", APP_MEMBERS_PREFIX, x->app_id);
+        batch_elem(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE | NLM_F_EXCL, SET_EGRESS_ALLOWLIST,
+                   x->sb->ifname, x->sb->addr, x->app_id);
+        batch_elem(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, members, x->sb->ifname, x->sb->addr,
+                   x->sb->sandbox_id);
+    }
 }
 
-static int elem_found_cb(const struct nlmsghdr *nlh, void *data)
+/* The comment of the (one) element in the answer: the allowlist App. */
+static int elem_comment_cb(const struct nlmsghdr *nlh, void *data)
 {
-    (void)nlh;
-    *(int *)data = 1;
+    char *app = data;
+    struct nftnl_set *s = must(nftnl_set_alloc());
+    if (nftnl_set_elems_nlmsg_parse(nlh, s) == 0) {
+        struct nftnl_set_elems_iter *it = must(nftnl_set_elems_iter_create(s));
+        struct nftnl_set_elem *e = nftnl_set_elems_iter_next(it);
+        uint32_t ulen = 0;
+        const void *ud = e ? nftnl_set_elem_get(e, NFTNL_SET_ELEM_USERDATA, &ulen) : NULL;
+        udata_comment(ud, ulen, app, FW_OWNER_LEN);
+        if (e && !app[0])
+            strcpy(app, "?"); /* an element without its App: still to be deleted */
+        nftnl_set_elems_iter_destroy(it);
+    }
+    nftnl_set_free(s);
     return MNL_CB_OK;
 }
 
-/* 1 when the map egress_app has the Sandbox's element, 0 when not, -1 when it cannot tell. */
-static int app_entry_exists(struct fw *fw, const struct fw_sandbox *sb)
+/* 1 with the App (app_out) when the Sandbox is in egress_allowlist, 0 when not, -1 when it cannot
+ * tell. */
+static int allowlist_app_of(struct fw *fw, const struct fw_sandbox *sb, char app_out[FW_OWNER_LEN])
 {
     char buf[MNL_SOCKET_BUFFER_SIZE], key[KEY_LEN], why[256];
     sandbox_key(sb, key);
@@ -1649,34 +1730,35 @@ static int app_entry_exists(struct fw *fw, const struct fw_sandbox *sb)
         nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSETELEM, NFPROTO_INET, NLM_F_ACK, fw_next_seq(fw));
     struct nftnl_set *s = must(nftnl_set_alloc());
     nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
-    nftnl_set_set_str(s, NFTNL_SET_NAME, MAP_EGRESS_APP);
+    nftnl_set_set_str(s, NFTNL_SET_NAME, SET_EGRESS_ALLOWLIST);
     struct nftnl_set_elem *e = must(nftnl_set_elem_alloc());
     nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, key, KEY_LEN);
     nftnl_set_elem_add(s, e);
     nftnl_set_elems_nlmsg_build_payload(nlh, s);
     nftnl_set_free(s);
-    int found = 0;
-    int rc = fw_request(fw, "map " MAP_EGRESS_APP, nlh, elem_found_cb, &found, why, sizeof why);
+    app_out[0] = '\0';
+    int rc =
+        fw_request(fw, "set " SET_EGRESS_ALLOWLIST, nlh, elem_comment_cb, app_out, why, sizeof why);
     int e2 = errno;
     pthread_mutex_unlock(&fw->lock);
     if (rc < 0)
         return e2 == ENOENT ? 0 : -1;
-    return found;
+    return app_out[0] ? 1 : 0;
 }
 
-/* A map element cannot be made absent with add-then-delete as set elements are (an add with
- * another verdict clashes), so the batch deletes it only when the kernel says it is there. A
- * batch the kernel refuses costs milliseconds (its abort path), so asking first is the fast way;
- * should the answer be stale, the batch is sent again the other way. */
+/* The batch leaves the App the Sandbox is under now (its members_<app> set is named by the
+ * egress_allowlist element's comment), so it asks first; a batch the kernel refuses costs
+ * milliseconds (its abort path). Should the answer be stale, it asks once more. */
 static int apply_sandbox_egress(struct fw *fw, struct sandbox_egress *x, char *err, size_t errlen)
 {
-    x->drop_app_entry = app_entry_exists(fw, x->sb) != 0;
-    if (fw_apply(fw, fill_sandbox_egress, x, err, errlen) == 0)
-        return 0;
-    if (!(errno == ENOENT && x->drop_app_entry) && !(errno == EEXIST && !x->drop_app_entry))
-        return -1;
-    x->drop_app_entry = !x->drop_app_entry;
-    return fw_apply(fw, fill_sandbox_egress, x, err, errlen);
+    for (int attempt = 0;; attempt++) {
+        if (allowlist_app_of(fw, x->sb, x->prev_app) < 0)
+            return fail(err, errlen, "nftables: cannot read set %s", SET_EGRESS_ALLOWLIST);
+        if (fw_apply(fw, fill_sandbox_egress, x, err, errlen) == 0)
+            return 0;
+        if (attempt == 1 || (errno != ENOENT && errno != EEXIST))
+            return -1;
+    }
 }
 
 int fw_sandbox_set_egress(struct fw *fw, const struct fw_sandbox *sb, enum fw_egress_mode mode,
@@ -1687,13 +1769,13 @@ int fw_sandbox_set_egress(struct fw *fw, const struct fw_sandbox *sb, enum fw_eg
     char chain[FW_OWNER_LEN + 16] = "";
     if (mode == FW_EGRESS_ALLOWLIST && app_chain_name(app_id, chain, sizeof chain, err, errlen) < 0)
         return -1;
-    struct sandbox_egress x = {sb, mode, chain, true};
+    struct sandbox_egress x = {sb, mode, app_id, ""};
     return apply_sandbox_egress(fw, &x, err, errlen);
 }
 
 static int forget_egress(struct fw *fw, const struct fw_sandbox *sb, char *err, size_t errlen)
 {
-    struct sandbox_egress x = {sb, FW_EGRESS_PUBLIC, NULL, true};
+    struct sandbox_egress x = {sb, FW_EGRESS_PUBLIC, NULL, ""};
     return apply_sandbox_egress(fw, &x, err, errlen);
 }
 
@@ -1764,7 +1846,7 @@ static void batch_carry_egress(struct fw *fw, struct fw_batch *b)
     } carry[] = {{SET_EGRESS_PORTS, SET_EGRESS_PORTS},
                  {SET_RESOLVERS, SET_RESOLVERS},
                  {SET_EGRESS_NONE, SET_EGRESS_NONE},
-                 {MAP_EGRESS_APP, SET_EGRESS_NONE}};
+                 {SET_EGRESS_ALLOWLIST, SET_EGRESS_NONE}};
     for (size_t c = 0; c < sizeof carry / sizeof carry[0]; c++) {
         struct keys_acc acc;
         fw_read_keys(fw, carry[c].from, &acc);
@@ -1842,13 +1924,12 @@ static int members_cb(const struct nlmsghdr *nlh, void *data)
         struct nftnl_set_elems_iter *it = must(nftnl_set_elems_iter_create(s));
         for (struct nftnl_set_elem *e = nftnl_set_elems_iter_next(it); e;
              e = nftnl_set_elems_iter_next(it)) {
-            uint32_t klen = 0;
+            uint32_t klen = 0, ulen = 0;
             const char *key = nftnl_set_elem_get(e, NFTNL_SET_ELEM_KEY, &klen);
-            const char *chain = nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_CHAIN)
-                                    ? nftnl_set_elem_get_str(e, NFTNL_SET_ELEM_CHAIN)
-                                    : NULL;
-            if (!key || klen != KEY_LEN || !chain ||
-                strncmp(chain, APP_CHAIN_PREFIX, strlen(APP_CHAIN_PREFIX)) != 0)
+            const void *ud = nftnl_set_elem_get(e, NFTNL_SET_ELEM_USERDATA, &ulen);
+            char app[FW_OWNER_LEN];
+            udata_comment(ud, ulen, app, sizeof app);
+            if (!key || klen != KEY_LEN || !app[0])
                 continue;
             if (acc->n == acc->cap) {
                 acc->cap = acc->cap ? acc->cap * 2 : 64;
@@ -1858,7 +1939,7 @@ static int members_cb(const struct nlmsghdr *nlh, void *data)
             memset(m, 0, sizeof *m);
             memcpy(m->ifname, key, IFNAMSIZ - 1);
             memcpy(&m->addr.s_addr, key + KEY_IFNAME_LEN, 4);
-            snprintf(m->app_id, sizeof m->app_id, "%s", chain + strlen(APP_CHAIN_PREFIX));
+            snprintf(m->app_id, sizeof m->app_id, "%s", app);
         }
         nftnl_set_elems_iter_destroy(it);
     }
@@ -1876,10 +1957,10 @@ int fw_egress_members(struct fw *fw, struct fw_egress_member **out, size_t *n, c
         nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSETELEM, NFPROTO_INET, NLM_F_DUMP, fw_next_seq(fw));
     struct nftnl_set *s = must(nftnl_set_alloc());
     nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
-    nftnl_set_set_str(s, NFTNL_SET_NAME, MAP_EGRESS_APP);
+    nftnl_set_set_str(s, NFTNL_SET_NAME, SET_EGRESS_ALLOWLIST);
     nftnl_set_elems_nlmsg_build_payload(nlh, s);
     nftnl_set_free(s);
-    int rc = fw_request(fw, "map " MAP_EGRESS_APP, nlh, members_cb, &acc, err, errlen);
+    int rc = fw_request(fw, "set " SET_EGRESS_ALLOWLIST, nlh, members_cb, &acc, err, errlen);
     pthread_mutex_unlock(&fw->lock);
     if (rc < 0) {
         free(acc.v);

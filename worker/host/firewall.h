@@ -22,8 +22,9 @@
  *   - to the other special-use IPv4 ranges: dropped                        (drop_special);
  *   - a Sandbox of an App whose egress is "none" (set `egress_none`): dropped (drop_policy), and
  *     so are its new connections to the host's 443 (NFS while attached stays open);
- *   - a Sandbox of an allowlist App (map `egress_app`: its element -> jump egress_<app>): what its
- *     App's chain does not return from is dropped (drop_policy); what it returns goes on below;
+ *   - a Sandbox of an allowlist App (set `egress_allowlist`, and its App's `members_<app>`, which
+ *     the App's rule in chain egress_dispatch jumps from to the chain egress_<app>): what its App's
+ *     chain does not return from is dropped (drop_policy); what it returns goes on below;
  *   - DNS (UDP/TCP 53) to an address of the set `resolvers`: accepted; to any other: dropped
  *     (drop_dns);
  *   - TCP to a port of the set `egress_ports`: accepted and masqueraded to the uplink;
@@ -182,7 +183,8 @@ struct fw_name_addr {
 int fw_app_names_add(struct fw *fw, const char *app_id, const struct fw_name_addr *v, size_t n,
                      char *err, size_t errlen);
 
-/* The Sandboxes under an allowlist (the map egress_app): which App each one's address serves. */
+/* The Sandboxes under an allowlist (the set egress_allowlist, whose elements' comments name their
+ * App): which App each one's address serves. */
 struct fw_egress_member {
     char ifname[IFNAMSIZ];
     struct in_addr addr;

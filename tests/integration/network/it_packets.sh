@@ -53,6 +53,7 @@ expect() {
     case "$want" in
     answered) [ $rc -eq 0 ] && ok "$what ($out)" || bad "$what: expected an answer, got rc=$rc $out" ;;
     blocked) [ $rc -eq 1 ] && ok "$what ($out)" || bad "$what: expected a silent drop, got rc=$rc $out" ;;
+    refused) [ $rc -eq 2 ] && ok "$what ($out)" || bad "$what: expected a refusal, got rc=$rc $out" ;;
     esac
 }
 
@@ -233,7 +234,11 @@ expect answered "allowlist: 11.11.11.11:443 on the list" tcp 11.11.11.11 443
 c=$(counter policy)
 expect blocked "allowlist: 11.11.11.11:80 (port not on the list)" tcp 11.11.11.11 80
 expect blocked "allowlist: 11.11.11.12 (not on the list)" tcp 11.11.11.12 443
-expect blocked "allowlist: DNS (no name on the list)" dns api.test 11.11.11.53
+# An allowlist Sandbox's DNS goes to sbx's forwarder on the host (port 5300), whatever resolver it
+# names; this test runs none, so the host refuses instead of the world resolver answering.
+expect refused "allowlist: DNS redirected to the host's forwarder, not to the resolver" dns api.test 11.11.11.53
+nft list chain inet sbx prerouting | grep -q 'udp dport 53 redirect to :5300' &&
+    ok "the redirect rule" || bad "prerouting: $(nft list chain inet sbx prerouting)"
 expect_count policy "$c"
 expect answered "allowlist: TCP 443 to the host (gateway)" tcp "$GW1" 443
 ctl policy app_a 11.11.11.12/32 10.99.0.0/16 169.254.0.0/16 192.0.2.0/24 || bad "policy app_a changed"
