@@ -60,6 +60,10 @@ const struct driver *worker_driver(struct worker *w, const char *name)
     }
     snprintf(w->drivers[w->n_drivers].name, sizeof w->drivers[0].name, "%s", name);
     w->drivers[w->n_drivers++].drv = drv;
+    /* The firewall exists from a driver's init on: its log reader and the DNS forwarder start now,
+     * before any Sandbox of this worker can be denied anything (later polls retry). */
+    egress_events_tick(w);
+    egress_dns_tick(w);
     return drv;
 }
 

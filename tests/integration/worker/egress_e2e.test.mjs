@@ -131,6 +131,20 @@ test('egress: public, none and allowlist applied live; two Apps isolated', async
     assert.match(e8080.data.source, /^10\.213\./);
     assert.ok(denied().some((e) => e.data.rule === 'policy' && e.data.destination === '11.11.11.11' && e.data.port === 443), 'the none and allowlist refusals');
     assert.ok(denied().some((e) => e.data.rule === 'policy' && e.data.port === 53 && e.data.protocol === 'udp'), 'DNS refused in none mode');
+    // and through the API, to the App's own key: every refused attempt is visible to the App
+    const seen = [];
+    for (let cursor = ''; ;) {
+      const page = await req(sbx.gw, 'GET', `/v1/events?limit=200${cursor ? `&cursor=${cursor}` : ''}`, { token: a.key });
+      assert.equal(page.status, 200, page.text);
+      seen.push(...page.json.items);
+      if (!page.json.nextCursor) break;
+      cursor = page.json.nextCursor;
+    }
+    const apiDenial = seen.find((e) => e.kind === 'sandbox.egress_denied' && e.objectId === sandboxId && e.data.port === 8080);
+    assert.ok(apiDenial, 'the denial in GET /v1/events');
+    assert.equal(apiDenial.sessionId, sa.id);
+    assert.equal(apiDenial.appId, a.app.id);
+    assert.ok(!seen.some((e) => e.kind === 'sandbox.egress_denied' && e.appId !== a.app.id), "no other App's denials");
 
     // a flood of 10,000 attempts from inside the Sandbox: the rate limit holds, nothing is lost
     const pid = sbx.sql(`SELECT pid FROM sandboxes WHERE id = '${sandboxId}'`);
