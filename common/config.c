@@ -1,6 +1,7 @@
 /*
  * config.c: the table of settings and the three sources they are read from.
  */
+#include "fs.h"
 #include "config.h"
 
 #include "egress_settings.h"
@@ -344,30 +345,11 @@ int config_load(struct sbx_config *cfg, int argc, char **argv, char *err, size_t
     return 0;
 }
 
-/* mkdir -p: each missing component of path is made with mode. */
-static int make_dirs(const char *path, mode_t mode)
-{
-    char tmp[600];
-    if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(tmp, mode) != 0 && errno != EEXIST)
-            return -1;
-        *p = '/';
-    }
-    return mkdir(tmp, mode) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 int config_make_data_dirs(const struct sbx_config *cfg, char *err, size_t errlen)
 {
     char run_dir[600];
     snprintf(run_dir, sizeof run_dir, "%.500s/run", cfg->data_dir);
-    if (make_dirs(cfg->data_dir, 0755) != 0 || make_dirs(run_dir, 0700) != 0) {
+    if (fs_mkdir_p(cfg->data_dir, 0755) != 0 || fs_mkdir_p(run_dir, 0700) != 0) {
         snprintf(err, errlen, "cannot create %s: %s", run_dir, strerror(errno));
         return -1;
     }

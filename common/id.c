@@ -5,11 +5,11 @@
  * B-trees keyed on them.
  */
 #include "id.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <string.h>
 #include <sys/random.h>
-#include <time.h>
 
 int random_bytes(void *buf, size_t len)
 {
@@ -51,13 +51,11 @@ int id_new(const char *prefix, char *out, size_t outlen)
 
 int id_new_ordered(const char *prefix, char *out, size_t outlen)
 {
-    struct timespec ts;
     size_t plen = strlen(prefix);
 
     if (id_new(prefix, out, outlen) != 0)
         return -1;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    uint64_t ms = (uint64_t)clock_wall_ms();
     for (int i = 8; i >= 0; i--) {
         out[plen + 1 + i] = alphabet[ms & 31];
         ms >>= 5;

@@ -2,6 +2,7 @@
  * log.c: one JSON object per line, written with a single write() so that lines from several
  * threads or processes sharing stderr never interleave.
  */
+#include "clock.h"
 #include "log.h"
 #include "timefmt.h"
 
@@ -50,7 +51,7 @@ void log_emit(enum log_level lvl, const char *request_id, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    time_format_ms(now_ms(), ts, sizeof ts);
+    time_format_ms(clock_wall_ms(), ts, sizeof ts);
     len = (size_t)snprintf(line, sizeof line, "{\"ts\":\"%s\",\"level\":\"%s\",\"component\":\"",
                            ts, level_names[lvl]);
     len = json_escape(line, len, sizeof line, log_component);

@@ -5,7 +5,7 @@
  */
 #include "notify.h"
 #include "notify_pg.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -197,7 +197,7 @@ static void unix_refresh(struct notify_peer *p)
     size_t rlen = strlen(p->role);
 
     p->n = 0;
-    p->listed_at = mono_ms();
+    p->listed_at = clock_mono_ms();
     if (!d)
         return;
     while ((de = readdir(d)) && p->n < NOTIFY_MAX_PEERS) {
@@ -218,7 +218,7 @@ static void unix_send(struct notify_peer *p, const char *msg)
 {
     size_t len = strlen(msg);
     pthread_mutex_lock(&p->lock);
-    if (mono_ms() - p->listed_at > 1000)
+    if (clock_mono_ms() - p->listed_at > 1000)
         unix_refresh(p);
     for (size_t i = 0; i < p->n; i++) {
         if (sendto(p->fd, msg, len, 0, (struct sockaddr *)&p->addrs[i], sizeof p->addrs[i]) < 0 &&

@@ -15,7 +15,7 @@
  */
 #include "notify_pg.h"
 #include "log.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <libpq-fe.h>
@@ -80,7 +80,7 @@ static const char *conn_error(const PGconn *c)
 static int wait_fd(int fd, short events, int64_t deadline)
 {
     for (;;) {
-        int64_t left = deadline - mono_ms();
+        int64_t left = deadline - clock_mono_ms();
         if (left < 0)
             left = 0;
         struct pollfd pfd = {fd, events, 0};
@@ -174,7 +174,7 @@ struct pg_listener {
 
 static void arm_timer(struct pg_listener *l, int64_t at)
 {
-    int64_t in = at - mono_ms();
+    int64_t in = at - clock_mono_ms();
     if (in < 1)
         in = 1; /* zero would disarm it */
     struct itimerspec its = {.it_value = {(time_t)(in / 1000), (long)(in % 1000) * 1000000}};
@@ -231,7 +231,7 @@ static void lost(struct pg_listener *l, const char *why)
     l->was_ready = false;
     drop_connection(l);
     l->state = LISTENER_DOWN;
-    arm_timer(l, mono_ms() + l->retry_ms);
+    arm_timer(l, clock_mono_ms() + l->retry_ms);
     l->retry_ms = l->retry_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : l->retry_ms * 2;
 }
 
@@ -244,7 +244,7 @@ static void start_connecting(struct pg_listener *l)
     }
     l->state = LISTENER_CONNECTING;
     l->polling = PGRES_POLLING_WRITING;
-    arm_timer(l, mono_ms() + CONNECT_TIMEOUT_MS);
+    arm_timer(l, clock_mono_ms() + CONNECT_TIMEOUT_MS);
     if (watch_socket(l, EPOLLOUT) != 0)
         lost(l, "cannot watch its socket");
 }
@@ -345,14 +345,14 @@ int pg_listener_recv(struct pg_listener *l, char *buf, size_t buflen)
         enum listener_state before = l->state;
         switch (l->state) {
         case LISTENER_DOWN:
-            if (!timer_fired && mono_ms() < l->deadline)
+            if (!timer_fired && clock_mono_ms() < l->deadline)
                 return 0;
             timer_fired = false; /* that was the retry timer; next it measures the attempt */
             start_connecting(l);
             break;
         case LISTENER_CONNECTING:
         case LISTENER_LISTENING:
-            if (timer_fired || mono_ms() >= l->deadline) {
+            if (timer_fired || clock_mono_ms() >= l->deadline) {
                 lost(l, "timed out");
                 return 0;
             }
@@ -416,7 +416,7 @@ struct pg_listener *pg_listener_new(const char *url, const char *channel, char *
     }
     /* The first connection is made here, so that a caller that returns from notify_listen()
      * is listening already; when it cannot be, the background retries take over. */
-    int64_t deadline = mono_ms() + CONNECT_TIMEOUT_MS;
+    int64_t deadline = clock_mono_ms() + CONNECT_TIMEOUT_MS;
     char why[256];
     l->conn = connect_within(url, "sbx-notify-listen", deadline, why, sizeof why);
     if (!l->conn) {
@@ -494,7 +494,7 @@ static int ensure_connection(struct pg_sender *s, int64_t deadline)
     char why[256];
     if (s->conn)
         return 0;
-    if (mono_ms() < s->retry_at)
+    if (clock_mono_ms() < s->retry_at)
         return -1;
     s->conn = connect_within(s->url, "sbx-notify-send", deadline, why, sizeof why);
     if (!s->conn) {
@@ -503,7 +503,7 @@ static int ensure_connection(struct pg_sender *s, int64_t deadline)
                      "receivers poll",
                      s->channel, why);
         s->logged_down = true;
-        s->retry_at = mono_ms() + SEND_RETRY_MS;
+        s->retry_at = clock_mono_ms() + SEND_RETRY_MS;
         return -1;
     }
     if (s->logged_down)
@@ -537,11 +537,11 @@ static int send_batch_once(struct pg_sender *s, size_t n, int64_t deadline)
 /* Sends the first n messages of s->batch. */
 static void send_batch(struct pg_sender *s, size_t n)
 {
-    int64_t deadline = mono_ms() + SEND_TIMEOUT_MS;
+    int64_t deadline = clock_mono_ms() + SEND_TIMEOUT_MS;
     bool had_connection = s->conn != NULL;
     /* A connection idle across a server restart fails on its first use: one more try on a new
      * connection, within the same deadline. */
-    if (send_batch_once(s, n, deadline) != 0 && had_connection && mono_ms() < deadline)
+    if (send_batch_once(s, n, deadline) != 0 && had_connection && clock_mono_ms() < deadline)
         send_batch_once(s, n, deadline);
 }
 

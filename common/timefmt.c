@@ -1,24 +1,10 @@
 /*
- * timefmt.c: clocks and timestamp formatting.
+ * timefmt.c: timestamp formatting (timefmt.h).
  */
 #include "timefmt.h"
 
 #include <stdio.h>
 #include <time.h>
-
-int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 void time_format_ms(int64_t ms, char *out, size_t outlen)
 {

@@ -6,7 +6,7 @@
 #include "log.h"
 #include "reply.h"
 #include "sha256.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -99,7 +99,7 @@ static bool auth_fail(struct request *r, const char *addr, bool counted, const c
                       enum MHD_Result *ret)
 {
     if (counted)
-        ratelimit_fail(r->gw->rl, addr, mono_ms());
+        ratelimit_fail(r->gw->rl, addr, clock_mono_ms());
     log_emit(LOG_LEVEL_INFO, r->request_id, "auth failed from %s on %s %s: %s", addr, r->method,
              r->path, why);
     *ret = reply_problem(r, "unauthorized", NULL, "%s", why);
@@ -118,7 +118,7 @@ bool auth_request(struct request *r, enum MHD_Result *ret)
     client_address(r->conn, addr, sizeof addr);
     /* A blocked address is refused before its token is looked at, so that continued guessing
      * learns nothing. */
-    if (ratelimit_blocked(gw->rl, addr, mono_ms(), &retry_after)) {
+    if (ratelimit_blocked(gw->rl, addr, clock_mono_ms(), &retry_after)) {
         snprintf(retry, sizeof retry, "%lld", (long long)retry_after);
         *ret = reply_problem_header(r, "rate-limited", NULL, "Retry-After", retry,
                                     "too many failed authentication attempts from %s; retry "

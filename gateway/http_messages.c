@@ -11,7 +11,7 @@
 #include "render.h"
 #include "reply.h"
 #include "sha256.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -181,7 +181,7 @@ enum MHD_Result http_message_create(struct request *r)
 
 void http_message_drain(struct gateway *gw, int timeout_ms)
 {
-    for (int64_t end = mono_ms() + timeout_ms; mono_ms() < end;) {
+    for (int64_t end = clock_mono_ms() + timeout_ms; clock_mono_ms() < end;) {
         if (__atomic_load_n(&gw->enqueues_suspended, __ATOMIC_SEQ_CST) <= 0)
             return;
         usleep(10000);
@@ -229,12 +229,12 @@ enum MHD_Result http_message_get(struct request *r)
             return reply_input_error(r, &e);
         if (wait > gw->cfg.max_wait)
             wait = gw->cfg.max_wait;
-        r->wait_deadline_ms = wait > 0 ? mono_ms() + wait * 1000 : -1;
+        r->wait_deadline_ms = wait > 0 ? clock_mono_ms() + wait * 1000 : -1;
     }
     enum store_status st = gw->st->message_get(gw->st, r->app_id, r->params[0], r->params[1], &m);
     if (st != STORE_OK)
         return reply_store_error(r, st, "message");
-    if (!finished(&m) && r->wait_deadline_ms > mono_ms() && !gw->stopping) {
+    if (!finished(&m) && r->wait_deadline_ms > clock_mono_ms() && !gw->stopping) {
         store_message_clear(&m);
         longpoll_park(gw->lp, r, r->params[1]);
         return MHD_YES;

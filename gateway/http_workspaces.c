@@ -3,6 +3,7 @@
  * <data_dir>/workspaces/<appId>/<workspaceId>, owned by the Sandbox uid:gid, mode 0770), list, get,
  * delete (refused while a live Session names it; removes the directory).
  */
+#include "fs.h"
 #include "gateway.h"
 #include "json_input.h"
 #include "log.h"
@@ -10,7 +11,6 @@
 #include "reply.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,23 +42,6 @@ static int workspace_mkdir(const struct gateway *gw, const struct store_workspac
         geteuid() == 0)
         return -1; /* not root (a developer's run): the directory stays the gateway user's */
     return 0;
-}
-
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)ftw;
-    if ((flag == FTW_DP ? rmdir(path) : unlink(path)) != 0 && errno != ENOENT)
-        log_warn("workspace: cannot remove %s: %s", path, strerror(errno));
-    return 0;
-}
-
-/* Removes the tree without following symlinks an agent may have planted, and without crossing
- * into other file systems (a Workspace still mounted somewhere is left alone). */
-static void workspace_rmtree(const char *path)
-{
-    if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0 && errno != ENOENT)
-        log_warn("workspace: cannot walk %s: %s", path, strerror(errno));
 }
 
 enum MHD_Result http_workspace_create(struct request *r)
@@ -131,6 +114,9 @@ enum MHD_Result http_workspace_delete(struct request *r)
                              "the Workspace is attached to a live Session; delete it first");
     if (s != STORE_OK)
         return reply_store_error(r, s, "Workspace");
-    workspace_rmtree(w.path);
+    /* Without following symlinks an agent may have planted, and without crossing into other file
+     * systems (a Workspace still mounted somewhere is left alone). */
+    if (fs_remove_tree(w.path) != 0)
+        log_warn("workspace: cannot remove %s: %s", w.path, strerror(errno));
     return reply_empty(r, 204);
 }

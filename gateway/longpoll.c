@@ -4,7 +4,7 @@
 #include "longpoll.h"
 #include "log.h"
 #include "notify.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -161,11 +161,11 @@ static int64_t next_deadline(struct longpoll *lp)
 static void *longpoll_main(void *arg)
 {
     struct longpoll *lp = arg;
-    int64_t last_recheck = mono_ms();
+    int64_t last_recheck = clock_mono_ms();
     char buf[128];
 
     for (;;) {
-        int64_t now = mono_ms();
+        int64_t now = clock_mono_ms();
         int64_t every = notify_listener_reliable(lp->notify) ? RECHECK_RELIABLE_MS : RECHECK_MS;
         int64_t timeout = last_recheck + every - now;
         int64_t d = next_deadline(lp);
@@ -182,7 +182,7 @@ static void *longpoll_main(void *arg)
         }
         if (fds[1].revents)
             break;
-        now = mono_ms();
+        now = clock_mono_ms();
         bool resync = false;
         while (fds[0].revents && notify_recv(lp->notify, buf, sizeof buf) > 0) {
             if (strncmp(buf, "msg ", 4) == 0)
@@ -249,10 +249,10 @@ void longpoll_stop(struct longpoll *lp, int timeout_ms)
         pthread_join(lp->thread, NULL);
         lp->thread_started = false;
     }
-    mark(lp, NULL, mono_ms());
+    mark(lp, NULL, clock_mono_ms());
     resume_marked(lp);
     /* MHD must not be stopped while a connection is suspended: wait for them to run again. */
-    for (int64_t end = mono_ms() + timeout_ms; mono_ms() < end;) {
+    for (int64_t end = clock_mono_ms() + timeout_ms; clock_mono_ms() < end;) {
         pthread_mutex_lock(&lp->lock);
         int parked = lp->parked;
         pthread_mutex_unlock(&lp->lock);

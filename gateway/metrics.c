@@ -5,7 +5,7 @@
  */
 #include "metrics.h"
 #include "gateway.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -200,7 +200,7 @@ static void render_store(struct store *st, struct buf *b)
     out(b, "# HELP sbx_queue_oldest_age_seconds Age of the oldest queued message.\n"
            "# TYPE sbx_queue_oldest_age_seconds gauge\n");
     out(b, "sbx_queue_oldest_age_seconds %.3f\n",
-        c.oldest_queued_at ? (double)(now_ms() - c.oldest_queued_at) / 1000.0 : 0.0);
+        c.oldest_queued_at ? (double)(clock_wall_ms() - c.oldest_queued_at) / 1000.0 : 0.0);
     out(b, "# HELP sbx_sessions Sessions by state.\n# TYPE sbx_sessions gauge\n");
     for (int i = 0; i < 4; i++)
         out(b, "sbx_sessions{state=\"%s\"} %lld\n", store_session_states[i],
@@ -270,7 +270,7 @@ static void render_hosts(struct store *st, struct buf *b)
 {
     struct store_host *hosts = NULL;
     size_t n = 0;
-    int64_t now = now_ms();
+    int64_t now = clock_wall_ms();
     if (!st->host_list || st->host_list(st, &hosts, &n) != STORE_OK)
         return;
     static const struct {

@@ -3,8 +3,9 @@
  *
  * The gateway and the workers never talk to each other directly: they meet in the store (and are
  * woken by notify.h). A backend is a table of function pointers, as in GNU Taler's database
- * plugins, so that a second backend (PostgreSQL) can be added without touching either side.
- * The SQLite backend is store_sqlite.c.
+ * plugins. The one implementation is SQL, written once in common/store/sql/ (one file per table,
+ * named in the sections below) over two engines, SQLite (sql_sqlite.c) and PostgreSQL
+ * (sql_pg.c); store_open() picks one.
  *
  * Conventions:
  * - Every function returns an enum store_status. Output parameters are written only on STORE_OK.
@@ -16,6 +17,8 @@
  * - Every App-scoped lookup takes the caller's app id: an object of another App is STORE_NOT_FOUND,
  *   exactly like one that does not exist. An empty app id ("") means "any App" (admin, workers).
  * - The store is safe to call from several threads at once.
+ *
+ * The records come first, grouped by table in the order of the function table's sections.
  */
 #ifndef SBX_STORE_H
 #define SBX_STORE_H
@@ -23,6 +26,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* ==== statuses, ids, callers and cursors ==== */
 
 enum store_status {
     STORE_OK = 0,
@@ -39,13 +44,18 @@ const char *store_status_name(enum store_status st);
 
 #define STORE_ID_LEN 32 /* ids are "<prefix>_" + 20 base32 chars; room to spare */
 #define STORE_NAME_LEN 128
-#define STORE_SHAPE_LEN 64
 
 /* Who causes a change, for the audit trail. */
 struct store_ctx {
     const char *actor;      /* "admin", "key:<keyId>", "gateway", "worker:<workerId>" */
     const char *request_id; /* may be NULL */
 };
+
+/* Cursor pagination: list functions return up to limit rows after `after` (an opaque cursor, ""
+ * for the start) and write the cursor of the next page to next_cursor ("" at the end). */
+#define STORE_CURSOR_LEN 32
+
+/* ==== apps ==== */
 
 struct store_app {
     char id[STORE_ID_LEN];
@@ -77,6 +87,16 @@ struct store_app_patch {
     const char *network_json; /* the normal form (egress_policy_json) */
 };
 
+/* A Sandbox's shape: what the warm pool keeps per kind. */
+struct store_shape {
+    char driver[16];
+    char image[STORE_NAME_LEN];
+    int64_t vcpu_count;
+    int64_t mem_size_mib;
+};
+
+/* ==== api keys ==== */
+
 struct store_key {
     char id[STORE_ID_LEN];
     char app_id[STORE_ID_LEN];
@@ -86,6 +106,8 @@ struct store_key {
     int64_t revoked_at; /* 0: active */
 };
 
+/* ==== workspaces ==== */
+
 struct store_workspace {
     char id[STORE_ID_LEN];
     char app_id[STORE_ID_LEN];
@@ -94,6 +116,8 @@ struct store_workspace {
     int64_t created_at;
     int64_t attached_sessions; /* live Sessions that name it */
 };
+
+/* ==== sessions ==== */
 
 struct store_session {
     char id[STORE_ID_LEN];
@@ -122,6 +146,8 @@ struct store_session_patch {
     const char *metadata_json;         /* replaces the metadata object */
     const int64_t *keep_alive_seconds; /* 0 clears the override */
 };
+
+/* ==== messages ==== */
 
 struct store_message {
     char id[STORE_ID_LEN];
@@ -160,13 +186,23 @@ struct store_enqueue {
 typedef void (*store_enqueue_done_fn)(void *arg, enum store_status status, struct store_message *m,
                                       bool replayed);
 
-/* A Sandbox's shape: what the warm pool keeps per kind. */
-struct store_shape {
-    char driver[16];
-    char image[STORE_NAME_LEN];
-    int64_t vcpu_count;
-    int64_t mem_size_mib;
+/* ==== the queue ==== */
+
+/* How a worker's claim places idle Sessions on hosts (queue_claim_placed). */
+struct store_placement {
+    int64_t grace_ms;     /* after this wait for the chosen host, any host may take the message */
+    int64_t host_lost_ms; /* a host whose heartbeat is older is not chosen */
 };
+
+/* What a worker claims: the next message to deliver, with its Session and App. */
+struct store_delivery {
+    struct store_message message;
+    struct store_session session;
+    struct store_app app;
+};
+void store_delivery_clear(struct store_delivery *d);
+
+/* ==== sandboxes ==== */
 
 struct store_sandbox {
     char id[STORE_ID_LEN];
@@ -192,6 +228,12 @@ struct store_sandbox {
     int64_t terminated_at;
 };
 
+/* Usage measured at a Sandbox's end. */
+struct store_usage {
+    int64_t cpu_usec;       /* -1: not measured */
+    int64_t mem_peak_bytes; /* -1: not measured */
+};
+
 struct store_pool_stat {
     struct store_shape shape;
     int64_t warm;
@@ -200,6 +242,36 @@ struct store_pool_stat {
     int64_t cold_activations;
     int64_t boot_failures;
 };
+
+/* ==== workers ==== */
+
+/* A worker process as registered in the store. */
+struct store_worker {
+    char id[STORE_ID_LEN];
+    char host[256];
+    int64_t pid;
+    int64_t started_at;
+    int64_t heartbeat_at;
+    char host_id[STORE_NAME_LEN]; /* the host it belongs to ("" for a worker before hosts) */
+};
+
+/* ==== hosts ==== */
+
+/* A worker host: one machine's (or one host id's) workers, which share its kernel state. */
+#define STORE_HOST_ID_LEN 128
+struct store_host {
+    char id[STORE_HOST_ID_LEN];
+    char address[256];      /* "" when none */
+    int64_t capacity;       /* Sessions it serves at once; placement skips it when full */
+    int64_t registered_at;  /* (out) */
+    int64_t heartbeat_at;   /* (out) */
+    int64_t lost_at;        /* (out) 0: live */
+    int64_t workers;        /* (out) its live workers */
+    int64_t serving;        /* (out) Sessions its workers own (activating or active) */
+    int64_t live_sandboxes; /* (out) its Sandboxes not ended */
+};
+
+/* ==== audit and metrics ==== */
 
 struct store_event {
     int64_t id;
@@ -214,6 +286,14 @@ struct store_event {
     char *data_json; /* NULL or a JSON object */
 };
 void store_event_list_free(struct store_event *e, size_t n);
+
+/* ==== egress denials ==== */
+
+/* One firewall denial to record (egress_denials_record). */
+struct store_egress_denial {
+    char sandbox_id[STORE_ID_LEN];
+    const char *data_json; /* the event's data object */
+};
 
 /* Upper bounds (ms) of the Sandbox duration histograms in struct store_counts. */
 #define STORE_DURATION_BUCKETS 10
@@ -240,70 +320,25 @@ extern const char *const store_session_states[4];
 extern const char *const store_message_states[4];
 extern const char *const store_sandbox_states[7];
 
-/* Cursor pagination: list functions return up to limit rows after `after` (an opaque cursor, ""
- * for the start) and write the cursor of the next page to next_cursor ("" at the end). */
-#define STORE_CURSOR_LEN 32
-
-/* A worker process as registered in the store. */
-struct store_worker {
-    char id[STORE_ID_LEN];
-    char host[256];
-    int64_t pid;
-    int64_t started_at;
-    int64_t heartbeat_at;
-    char host_id[STORE_NAME_LEN]; /* the host it belongs to ("" for a worker before hosts) */
-};
-
-/* A worker host: one machine's (or one host id's) workers, which share its kernel state. */
-#define STORE_HOST_ID_LEN 128
-struct store_host {
-    char id[STORE_HOST_ID_LEN];
-    char address[256];      /* "" when none */
-    int64_t capacity;       /* Sessions it serves at once; placement skips it when full */
-    int64_t registered_at;  /* (out) */
-    int64_t heartbeat_at;   /* (out) */
-    int64_t lost_at;        /* (out) 0: live */
-    int64_t workers;        /* (out) its live workers */
-    int64_t serving;        /* (out) Sessions its workers own (activating or active) */
-    int64_t live_sandboxes; /* (out) its Sandboxes not ended */
-};
-
-/* How a worker's claim places idle Sessions on hosts (queue_claim_placed). */
-struct store_placement {
-    int64_t grace_ms;     /* after this wait for the chosen host, any host may take the message */
-    int64_t host_lost_ms; /* a host whose heartbeat is older is not chosen */
-};
-
-/* What a worker claims: the next message to deliver, with its Session and App. */
-struct store_delivery {
-    struct store_message message;
-    struct store_session session;
-    struct store_app app;
-};
-void store_delivery_clear(struct store_delivery *d);
-
-/* One firewall denial to record (egress_denials_record). */
-struct store_egress_denial {
-    char sandbox_id[STORE_ID_LEN];
-    const char *data_json; /* the event's data object */
-};
-
-/* Usage measured at a Sandbox's end. */
-struct store_usage {
-    int64_t cpu_usec;       /* -1: not measured */
-    int64_t mem_peak_bytes; /* -1: not measured */
-};
+/* ==== the function table ==== */
 
 struct store {
     void *cls; /* the backend's own state */
 
     void (*close)(struct store *st);
 
-    /* ---- settings ---- */
+    /* ---- settings (settings.c) ---- */
+    /* A key-value map that every process of one database shares. */
     enum store_status (*setting_get)(struct store *st, const char *key, char *out, size_t outlen);
     enum store_status (*setting_put)(struct store *st, const char *key, const char *value);
+    /* Stores value under key unless the key has a value already; either way writes the value the
+     * store now holds to out. Several gateways starting at once on one database agree on one
+     * value (the first one's). */
+    enum store_status (*setting_init)(struct store *st, const char *key, const char *value,
+                                      char *out, size_t outlen);
 
-    /* ---- apps (admin) ---- */
+    /* ---- apps (apps.c) ---- */
+    /* Created and changed by the admin; the workers read their shapes. */
     enum store_status (*app_create)(struct store *st, const struct store_ctx *ctx,
                                     struct store_app *app /* in: fields; out: id, times */);
     enum store_status (*app_get)(struct store *st, const char *app_id, struct store_app *out);
@@ -316,8 +351,10 @@ struct store {
      */
     enum store_status (*app_delete)(struct store *st, const struct store_ctx *ctx,
                                     const char *app_id);
+    /* The distinct shapes of live Apps: what the warm pool keeps ready. */
+    enum store_status (*app_shapes)(struct store *st, struct store_shape **out, size_t *n);
 
-    /* ---- api keys (admin) ---- */
+    /* ---- api keys (keys.c) ---- */
     enum store_status (*key_create)(struct store *st, const struct store_ctx *ctx,
                                     const char *app_id, const char *name, const char *prefix,
                                     const uint8_t hash[32], struct store_key *out);
@@ -329,7 +366,7 @@ struct store {
     enum store_status (*key_lookup)(struct store *st, const uint8_t hash[32],
                                     struct store_key *out);
 
-    /* ---- workspaces ---- */
+    /* ---- workspaces (workspaces.c) ---- */
     enum store_status (*workspace_create)(struct store *st, const struct store_ctx *ctx,
                                           const char *app_id, const char *name,
                                           const char *data_dir, struct store_workspace *out);
@@ -343,7 +380,8 @@ struct store {
                                           const char *app_id, const char *ws_id,
                                           struct store_workspace *out);
 
-    /* ---- sessions ---- */
+    /* ---- sessions (sessions.c) ---- */
+    /* The gateway creates, reads, patches and deletes them; the workers touch them. */
     /* With a name that already exists in the App: writes the existing Session and *created=false.
      */
     enum store_status (*session_create)(struct store *st, const struct store_ctx *ctx,
@@ -365,8 +403,12 @@ struct store {
      * stop_requested_at) to terminate its Sandbox. */
     enum store_status (*session_delete)(struct store *st, const struct store_ctx *ctx,
                                         const char *app_id, const char *session_id);
+    /* Keep-alive deadline of the Session's current Sandbox; last_activity_at = now. */
+    enum store_status (*session_touch)(struct store *st, const char *session_id,
+                                       int64_t expires_at);
 
-    /* ---- messages (gateway side) ---- */
+    /* ---- messages (messages.c, enqueue.c) ---- */
+    /* The gateway writes and reads them; the queue below moves them through their states. */
     /* Commits the message durably before returning (group commit: concurrent callers share one
      * transaction). With an idempotency key already used in this Session: the original message and
      * *replayed=true when request_hash matches, STORE_CONFLICT when it does not. STORE_NOT_FOUND
@@ -390,44 +432,28 @@ struct store {
                                       const char *after, size_t limit, struct store_message **out,
                                       size_t *n, char *next_cursor);
 
-    /* ---- sandboxes and pool (gateway side) ---- */
-    enum store_status (*sandbox_get)(struct store *st, const char *app_id, const char *sandbox_id,
-                                     struct store_sandbox *out);
-    /* app_id "" lists all (admin); an App sees only the Sandboxes that served it. */
-    enum store_status (*sandbox_list)(struct store *st, const char *app_id, const char *after,
-                                      size_t limit, struct store_sandbox **out, size_t *n,
-                                      char *next_cursor);
-    /* Asks the owning worker to terminate the Sandbox now (sets stop_requested_at). */
-    enum store_status (*sandbox_request_stop)(struct store *st, const struct store_ctx *ctx,
-                                              const char *app_id, const char *sandbox_id,
-                                              struct store_sandbox *out);
-    enum store_status (*pool_stats)(struct store *st, struct store_pool_stat **out, size_t *n);
-
-    /* ---- audit and metrics ---- */
-    /* session_id NULL: all of the App's events (app_id "": everything). after: last event id. */
-    enum store_status (*event_list)(struct store *st, const char *app_id, const char *session_id,
-                                    int64_t after, size_t limit, struct store_event **out,
-                                    size_t *n);
-    enum store_status (*counts)(struct store *st, struct store_counts *out);
-
-    /* ---- workers ---- */
-    enum store_status (*worker_register)(struct store *st, const char *worker_id, const char *host,
-                                         int64_t pid);
-    /* STORE_CONFLICT when the worker was adopted (taken for dead) or stopped: it must exit. */
-    enum store_status (*worker_heartbeat)(struct store *st, const char *worker_id);
-    enum store_status (*worker_stop)(struct store *st, const char *worker_id);
-    /* Workers whose heartbeat is older than stale_ms (and not this one): their ids. */
-    enum store_status (*worker_list_dead)(struct store *st, int64_t stale_ms,
-                                          char (**ids)[STORE_ID_LEN], size_t *n);
-
-    /* ---- queue (worker side) ---- */
+    /* ---- the queue (queue.c) ---- */
+    /* What the workers consume: claims with leases, and how each attempt ends. */
     /* Claims the next deliverable message: queued, not_before <= now, the lowest unfinished seq of
      * its Session, and its Session either idle or owned by this worker. Marks it delivering with a
      * lease until now + lease_ms, counts the attempt, and on an idle Session marks the Session
-     * activating and owned by this worker. STORE_EMPTY when nothing is deliverable. */
-    enum store_status (*queue_claim)(struct store *st, const struct store_ctx *ctx,
-                                     const char *worker_id, int64_t lease_ms,
-                                     struct store_delivery *out);
+     * activating and owned by this worker. STORE_EMPTY when nothing is deliverable.
+     * With placement, a message of an idle Session is claimed only when this worker's host is
+     * where it belongs (a live host with a warm Sandbox of the App's shape, least loaded first;
+     * else the least loaded live host; never a full one), or once the message has waited longer
+     * than grace_ms for that host; messages of Sessions this worker owns are always claimable; and
+     * STORE_EMPTY too when this worker was stopped. placement NULL: no placement (one host), the
+     * first deliverable message. */
+    enum store_status (*queue_claim_placed)(struct store *st, const struct store_ctx *ctx,
+                                            const char *worker_id, int64_t lease_ms,
+                                            const struct store_placement *placement,
+                                            struct store_delivery *out);
+    /* Like queue_claim_placed without placement, but only messages of Sessions this worker
+     * already owns (it is at its Sandbox limit and can serve only Sessions whose Sandbox it
+     * holds). */
+    enum store_status (*queue_claim_owned)(struct store *st, const struct store_ctx *ctx,
+                                           const char *worker_id, int64_t lease_ms,
+                                           struct store_delivery *out);
     enum store_status (*queue_extend_lease)(struct store *st, const char *message_id,
                                             const char *worker_id, int64_t lease_ms);
     /* Records the reply; the message becomes completed (only if still leased by worker_id,
@@ -441,13 +467,31 @@ struct store {
                                     const char *message_id, const char *worker_id,
                                     const char *sandbox_id, const char *reason, int64_t backoff_ms,
                                     bool *final);
+    /* Gives back a lease without counting the attempt (the message was not handed to an agent,
+     * e.g. at shutdown): delivering -> queued at once. STORE_CONFLICT if no longer ours. */
+    enum store_status (*queue_release)(struct store *st, const struct store_ctx *ctx,
+                                       const char *message_id, const char *worker_id);
     /* Leases that expired (their worker died or hung) go back to queued. *n: how many. */
     enum store_status (*queue_requeue_expired)(struct store *st, const struct store_ctx *ctx,
                                                size_t *n);
     /* Earliest time a queued message becomes deliverable (0: none queued), for the retry timer. */
     enum store_status (*queue_next_due)(struct store *st, int64_t *at);
 
-    /* ---- sandbox lifecycle (worker side) ---- */
+    /* ---- sandboxes (sandboxes.c) ---- */
+    /* The gateway reads them and asks for stops; the workers record their lifecycle, one transition
+     * per function: booting -> warm -> claimed -> running, booting -> claimed (cold), then stopping
+     * and terminated or failed. */
+    enum store_status (*sandbox_get)(struct store *st, const char *app_id, const char *sandbox_id,
+                                     struct store_sandbox *out);
+    /* app_id "" lists all (admin); an App sees only the Sandboxes that served it. */
+    enum store_status (*sandbox_list)(struct store *st, const char *app_id, const char *after,
+                                      size_t limit, struct store_sandbox **out, size_t *n,
+                                      char *next_cursor);
+    /* Asks the owning worker to terminate the Sandbox now (sets stop_requested_at). */
+    enum store_status (*sandbox_request_stop)(struct store *st, const struct store_ctx *ctx,
+                                              const char *app_id, const char *sandbox_id,
+                                              struct store_sandbox *out);
+    enum store_status (*pool_stats)(struct store *st, struct store_pool_stat **out, size_t *n);
     enum store_status (*sandbox_insert)(struct store *st, const struct store_ctx *ctx,
                                         const char *worker_id, const struct store_shape *shape,
                                         bool cold, struct store_sandbox *out /* out: id */);
@@ -469,9 +513,6 @@ struct store {
     /* claimed -> running; the Session becomes active, activation_count + 1. */
     enum store_status (*sandbox_mark_running)(struct store *st, const struct store_ctx *ctx,
                                               const char *sandbox_id, const char *session_id);
-    /* Keep-alive deadline of the Session's current Sandbox; last_activity_at = now. */
-    enum store_status (*session_touch)(struct store *st, const char *session_id,
-                                       int64_t expires_at);
     enum store_status (*sandbox_mark_stopping)(struct store *st, const struct store_ctx *ctx,
                                                const char *sandbox_id, const char *reason);
     /* -> terminated (or failed when failed=true) with reason and usage; if it served a Session
@@ -486,6 +527,26 @@ struct store {
     /* Live Sandboxes of this worker with stop_requested_at set, or serving a deleted Session. */
     enum store_status (*sandbox_list_stop_requested)(struct store *st, const char *worker_id,
                                                      struct store_sandbox **out, size_t *n);
+    /* Sandboxes of host_id's workers that its loss at lost_at terminated in the store (their
+     * processes, jails, cgroups and network state may still be on the machine). */
+    enum store_status (*sandbox_list_host_lost)(struct store *st, const char *host_id,
+                                                int64_t lost_at, struct store_sandbox **out,
+                                                size_t *n);
+
+    /* ---- workers (workers.c) ---- */
+    /* Worker processes: registration, liveness, adoption of a dead one's work. */
+    enum store_status (*worker_register)(struct store *st, const char *worker_id, const char *host,
+                                         int64_t pid);
+    /* STORE_CONFLICT when the worker was adopted (taken for dead) or stopped: it must exit. */
+    enum store_status (*worker_heartbeat)(struct store *st, const char *worker_id);
+    enum store_status (*worker_stop)(struct store *st, const char *worker_id);
+    /* Workers that have not stopped (stopped_at unset), this one included, so that a worker can
+     * tell a dead peer by its pid on this host without waiting for its heartbeat to go stale. */
+    enum store_status (*worker_list_active)(struct store *st, struct store_worker **out, size_t *n);
+    /* The host worker_id belongs to ("" for a worker registered before hosts), stopped or not.
+     * STORE_NOT_FOUND for an unknown worker. */
+    enum store_status (*worker_host)(struct store *st, const char *worker_id, char *host_id,
+                                     size_t len);
     /* Moves the Sandboxes and Sessions of a dead worker to new_owner (for reconciliation), in one
      * transaction that also requeues the dead worker's leases at once, sends its Sessions back to
      * idle and marks it stopped. STORE_NOT_FOUND when it is already stopped (another worker
@@ -493,23 +554,8 @@ struct store {
     enum store_status (*worker_adopt)(struct store *st, const struct store_ctx *ctx,
                                       const char *dead_worker_id, const char *new_owner);
 
-    /* ---- worker side, added by the worker area ---- */
-    /* Workers that have not stopped (stopped_at unset), this one included, so that a worker can
-     * tell a dead peer by its pid on this host without waiting for its heartbeat to go stale. */
-    enum store_status (*worker_list_active)(struct store *st, struct store_worker **out, size_t *n);
-    /* Like queue_claim, but only messages of Sessions this worker already owns (it is at its
-     * Sandbox limit and can serve only Sessions whose Sandbox it holds). */
-    enum store_status (*queue_claim_owned)(struct store *st, const struct store_ctx *ctx,
-                                           const char *worker_id, int64_t lease_ms,
-                                           struct store_delivery *out);
-    /* Gives back a lease without counting the attempt (the message was not handed to an agent,
-     * e.g. at shutdown): delivering -> queued at once. STORE_CONFLICT if no longer ours. */
-    enum store_status (*queue_release)(struct store *st, const struct store_ctx *ctx,
-                                       const char *message_id, const char *worker_id);
-    /* The distinct shapes of live Apps: what the warm pool keeps ready. */
-    enum store_status (*app_shapes)(struct store *st, struct store_shape **out, size_t *n);
-
-    /* ---- hosts (several worker hosts on one store), added by the hosts area ---- */
+    /* ---- hosts (hosts.c) ---- */
+    /* Several worker hosts on one store. */
     /* Registers (or refreshes) host->id with its address and capacity, heartbeat now, and records
      * that worker_id (registered before) runs on it. A host that had been declared lost comes
      * back: lost_at is cleared and *was_lost_at (may be NULL) says when it was lost (0: it was
@@ -530,37 +576,22 @@ struct store {
     enum store_status (*host_declare_lost)(struct store *st, const struct store_ctx *ctx,
                                            const char *self_host_id, int64_t stale_ms,
                                            size_t *n_lost);
-    /* Sandboxes of host_id's workers that its loss at lost_at terminated in the store (their
-     * processes, jails, cgroups and network state may still be on the machine). */
-    enum store_status (*sandbox_list_host_lost)(struct store *st, const char *host_id,
-                                                int64_t lost_at, struct store_sandbox **out,
-                                                size_t *n);
-    /* queue_claim with placement: a message of an idle Session is claimed only when this
-     * worker's host is where it belongs (a live host with a warm Sandbox of the App's shape,
-     * least loaded first; else the least loaded live host; never a full one), or once the
-     * message has waited longer than grace_ms for that host. Messages of Sessions this worker
-     * owns are claimed as by queue_claim. STORE_EMPTY too when this worker was stopped. */
-    enum store_status (*queue_claim_placed)(struct store *st, const struct store_ctx *ctx,
-                                            const char *worker_id, int64_t lease_ms,
-                                            const struct store_placement *placement,
-                                            struct store_delivery *out);
-    /* The host worker_id belongs to ("" for a worker registered before hosts), stopped or not.
-     * STORE_NOT_FOUND for an unknown worker. */
-    enum store_status (*worker_host)(struct store *st, const char *worker_id, char *host_id,
-                                     size_t len);
 
-    /* Stores value under key unless the key has a value already; either way writes the value the
-     * store now holds to out. Several gateways starting at once on one database agree on one
-     * value (the first one's). */
-    enum store_status (*setting_init)(struct store *st, const char *key, const char *value,
-                                      char *out, size_t outlen);
+    /* ---- audit and metrics (events.c, counts.c) ---- */
+    /* session_id NULL: all of the App's events (app_id "": everything). after: last event id. */
+    enum store_status (*event_list)(struct store *st, const char *app_id, const char *session_id,
+                                    int64_t after, size_t limit, struct store_event **out,
+                                    size_t *n);
+    enum store_status (*counts)(struct store *st, struct store_counts *out);
 
-    /* ---- egress denials (the worker that reads the host's firewall log; issue 15) ---- */
+    /* ---- egress denials (egress_denials.c; the worker that reads the host's firewall log) ---- */
     /* Records n events `sandbox.egress_denied` in one transaction, each with the App and Session
      * its Sandbox serves (none for a warm one) and data_json as its data. */
     enum store_status (*egress_denials_record)(struct store *st, const struct store_ctx *ctx,
                                                const struct store_egress_denial *v, size_t n);
 };
+
+/* ==== opening a store ==== */
 
 /* Opens the backend that `store` names: "sqlite" (the file sqlite_path, on one host) or a
  * postgres:// (postgresql://) libpq connection URL (several hosts). busy_timeout_ms applies to

@@ -23,7 +23,7 @@ struct store *store_open(const char *store, const char *sqlite_path, int busy_ti
 
 static void store_pg_close(struct store *st)
 {
-    store_sql_api_fini(st);
+    store_sql_fini(st);
     sql_pg_store_close(st);
 }
 
@@ -37,10 +37,7 @@ struct store *store_pg_open(const char *url, int busy_timeout_ms, char *err, siz
         return NULL;
     }
     st->close = store_pg_close;
-    store_sql_settings_init(st);
-    store_sql_api_init(st);
-    store_sql_queue_init(st);
-    store_sql_egress_init(st);
+    store_sql_init(st);
     log_info("store: PostgreSQL at %s", sql_pg_store_url(st));
     return st;
 }

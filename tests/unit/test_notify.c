@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "notify.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <event2/event.h>
 #include <glob.h>
@@ -45,9 +45,9 @@ static bool readable_within(struct notify_listener *l, int ms)
 /* notify_recv() with a check that it returned at once, whatever it had to do. */
 static int recv_now(struct notify_listener *l, char *buf, size_t len)
 {
-    int64_t t0 = mono_ms();
+    int64_t t0 = clock_mono_ms();
     int n = notify_recv(l, buf, len);
-    int64_t took = mono_ms() - t0;
+    int64_t took = clock_mono_ms() - t0;
     if (took > 100)
         fail_msg("notify_recv blocked for %lld ms", (long long)took);
     return n;
@@ -57,12 +57,12 @@ static int recv_now(struct notify_listener *l, char *buf, size_t len)
  * copies it into buf; false when none came. */
 static bool next_message(struct notify_listener *l, int ms, bool want_resync, char *buf, size_t len)
 {
-    int64_t end = mono_ms() + ms;
+    int64_t end = clock_mono_ms() + ms;
     for (;;) {
         while (recv_now(l, buf, len) > 0)
             if (want_resync == (strcmp(buf, NOTIFY_RESYNC) == 0))
                 return true;
-        int64_t left = end - mono_ms();
+        int64_t left = end - clock_mono_ms();
         if (left <= 0)
             return false;
         readable_within(l, (int)left);
@@ -335,16 +335,16 @@ static void test_pg_nothing_blocks_while_the_server_is_down(void **state)
     expect_message(l, "queue");
 
     pg_ctl("stop");
-    for (int64_t end = mono_ms() + 3000; mono_ms() < end;) {
+    for (int64_t end = clock_mono_ms() + 3000; clock_mono_ms() < end;) {
         readable_within(l, 500);
         while (recv_now(l, buf, sizeof buf) > 0)
             assert_string_equal(buf, NOTIFY_RESYNC); /* nothing else can come now */
     }
     assert_false(notify_listener_reliable(l));
-    int64_t t0 = mono_ms();
+    int64_t t0 = clock_mono_ms();
     notify_send(p, "queue");
     notify_send(p, "stop");
-    assert_true(mono_ms() - t0 < 100); /* queued: the peer's thread meets the refusal */
+    assert_true(clock_mono_ms() - t0 < 100); /* queued: the peer's thread meets the refusal */
 
     pg_ctl("start");
     expect_resync(l, 10000);
@@ -394,10 +394,10 @@ static void *send_many(void *arg)
     char msg[64];
     for (int i = 0; i < PER_SENDER; i++) {
         snprintf(msg, sizeof msg, "msg t%02d-%03d", a->index, i);
-        int64_t t0 = mono_ms();
+        int64_t t0 = clock_mono_ms();
         notify_send(a->p, msg);
-        if (mono_ms() - t0 > a->slowest_ms)
-            a->slowest_ms = mono_ms() - t0;
+        if (clock_mono_ms() - t0 > a->slowest_ms)
+            a->slowest_ms = clock_mono_ms() - t0;
     }
     return NULL;
 }
@@ -465,7 +465,7 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
 static bool loop_until(struct loop_seen *seen, int *counter, int want, int ms)
 {
     struct timeval slice = {0, 100 * 1000};
-    for (int64_t end = mono_ms() + ms; *counter < want && mono_ms() < end;) {
+    for (int64_t end = clock_mono_ms() + ms; *counter < want && clock_mono_ms() < end;) {
         event_base_loopexit(seen->base, &slice);
         event_base_dispatch(seen->base);
     }

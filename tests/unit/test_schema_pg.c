@@ -15,7 +15,7 @@
 
 #include "migrations.h"
 #include "store.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <libpq-fe.h>
 #include <sqlite3.h>
@@ -687,7 +687,7 @@ static char *view_value(const char *view, const char *column, const char *value,
         (strcmp(column, "session_ids") == 0 || strcmp(column, "detail") == 0))
         return sorted_list(value);
     if (strcmp(column, "lifetime_ms") == 0 && !ended) {
-        long long lifetime = atoll(value), want = (long long)now_ms() - atoll(created_at);
+        long long lifetime = atoll(value), want = (long long)clock_wall_ms() - atoll(created_at);
         assert_true(lifetime <= want + 1000 && lifetime >= want - 60000);
         return strdup("(until now)");
     }

@@ -14,7 +14,7 @@
 #include "sha256.h"
 #include "store.h"
 #include "store_fixture.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -354,7 +354,7 @@ static void test_ordered_ids(void **state)
     uint64_t ms = 0;
     for (size_t i = 4; i < 13; i++)
         ms = ms << 5 | (uint64_t)(strchr(alphabet, a[i]) - alphabet);
-    int64_t now = now_ms();
+    int64_t now = clock_wall_ms();
     assert_true((int64_t)ms <= now && (int64_t)ms > now - 1000);
 }
 

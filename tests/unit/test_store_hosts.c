@@ -17,7 +17,7 @@
 
 #include "store.h"
 #include "store_fixture.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +59,7 @@ static void add_host(struct store_fixture *f, const char *host_id, const char *w
 /* An idle Session with one queued message created `age_ms` ago. */
 static void add_idle_session_with_message(struct store_fixture *f, const char *sid, int64_t age_ms)
 {
-    int64_t t = now_ms() - age_ms;
+    int64_t t = clock_wall_ms() - age_ms;
     db_exec(
         f,
         "INSERT INTO sessions (id, app_id, created_at, updated_at) VALUES ('%s', 'app_a', %lld, "
@@ -158,13 +158,13 @@ static void test_declare_lost_ends_the_hosts_work_in_one_transaction(void **stat
      * Sandbox yet); it also holds a warm Sandbox. host-a holds a warm Sandbox of its own. */
     add_idle_session_with_message(f, "ses_1", 0);
     add_idle_session_with_message(f, "ses_2", 0);
-    assert_int_equal(f->st->queue_claim(f->st, &ctx, "wrk_b", 30000, &d), STORE_OK);
+    assert_int_equal(f->st->queue_claim_placed(f->st, &ctx, "wrk_b", 30000, NULL, &d), STORE_OK);
     assert_string_equal(d.session.id, "ses_1");
     store_delivery_clear(&d);
     assert_int_equal(f->st->sandbox_insert(f->st, &ctx, "wrk_b", &shape, true, &running), STORE_OK);
     assert_int_equal(f->st->sandbox_assign(f->st, &ctx, running.id, "app_a", "ses_1"), STORE_OK);
     assert_int_equal(f->st->sandbox_mark_running(f->st, &ctx, running.id, "ses_1"), STORE_OK);
-    assert_int_equal(f->st->queue_claim(f->st, &ctx, "wrk_b", 30000, &d), STORE_OK);
+    assert_int_equal(f->st->queue_claim_placed(f->st, &ctx, "wrk_b", 30000, NULL, &d), STORE_OK);
     assert_string_equal(d.session.id, "ses_2");
     store_delivery_clear(&d);
     assert_int_equal(f->st->sandbox_insert(f->st, &ctx, "wrk_b", &shape, false, &warm), STORE_OK);
@@ -288,7 +288,7 @@ static void test_placement_prefers_a_warm_sandbox_of_the_shape(void **state)
     /* Placement does not apply to the unplaced claim. */
     add_idle_session_with_message(f, "ses_2", 0);
     struct store_delivery d;
-    assert_int_equal(f->st->queue_claim(f->st, &ctx, "wrk_a", 30000, &d), STORE_OK);
+    assert_int_equal(f->st->queue_claim_placed(f->st, &ctx, "wrk_a", 30000, NULL, &d), STORE_OK);
     store_delivery_clear(&d);
 }
 

@@ -16,7 +16,7 @@
 #include "id.h"
 #include "store.h"
 #include "store_fixture.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -61,7 +61,7 @@ static void add_message(struct store_fixture *f, const char *session, int seq, i
 static enum store_status claim(struct store_fixture *f, const char *worker,
                                struct store_delivery *d)
 {
-    return f->st->queue_claim(f->st, &ctx, worker, 30000, d);
+    return f->st->queue_claim_placed(f->st, &ctx, worker, 30000, NULL, d);
 }
 
 static void test_claims_in_seq_order_one_at_a_time(void **state)
@@ -152,7 +152,7 @@ static void test_expired_lease_is_requeued_and_old_holder_cannot_complete(void *
     size_t n = 99;
     add_session(f, "ses_1");
     add_message(f, "ses_1", 1, 3);
-    assert_int_equal(f->st->queue_claim(f->st, &ctx, "wrk_a", 1, &d), STORE_OK);
+    assert_int_equal(f->st->queue_claim_placed(f->st, &ctx, "wrk_a", 1, NULL, &d), STORE_OK);
     store_delivery_clear(&d);
     /* A 1 ms lease: wait it out, then requeue. */
     usleep(5000);
@@ -174,7 +174,7 @@ static void test_extend_lease_keeps_it_from_expiring(void **state)
     size_t n = 99;
     add_session(f, "ses_1");
     add_message(f, "ses_1", 1, 3);
-    assert_int_equal(f->st->queue_claim(f->st, &ctx, "wrk_a", 1, &d), STORE_OK);
+    assert_int_equal(f->st->queue_claim_placed(f->st, &ctx, "wrk_a", 1, NULL, &d), STORE_OK);
     store_delivery_clear(&d);
     assert_int_equal(f->st->queue_extend_lease(f->st, "msg_ses_1_1", "wrk_a", 60000), STORE_OK);
     assert_int_equal(f->st->queue_extend_lease(f->st, "msg_ses_1_1", "wrk_b", 60000),
@@ -189,7 +189,7 @@ static void test_failed_attempt_backs_off_then_retries(void **state)
     struct store_fixture *f = *state;
     struct store_delivery d;
     bool final = true;
-    int64_t due = 0, before = now_ms();
+    int64_t due = 0, before = clock_wall_ms();
     add_session(f, "ses_1");
     add_message(f, "ses_1", 1, 3);
     add_message(f, "ses_1", 2, 3);
@@ -368,6 +368,26 @@ static void test_cold_assign_and_stop_requests(void **state)
     free(list);
 }
 
+/* The workers that have not stopped and whose heartbeat is older than stale_ms, oldest first:
+ * how a worker tells a dead peer on another machine (reconcile.c, from worker_list_active). */
+static enum store_status list_dead(struct store_fixture *f, int64_t stale_ms,
+                                   char (**ids)[STORE_ID_LEN], size_t *n)
+{
+    struct store_worker *workers = NULL;
+    size_t count = 0, dead = 0;
+    enum store_status rc = f->st->worker_list_active(f->st, &workers, &count);
+    if (rc != STORE_OK)
+        return rc;
+    *ids = calloc(count ? count : 1, STORE_ID_LEN);
+    assert_non_null(*ids);
+    for (size_t i = 0; i < count; i++)
+        if (workers[i].heartbeat_at < clock_wall_ms() - stale_ms)
+            snprintf((*ids)[dead++], STORE_ID_LEN, "%s", workers[i].id);
+    free(workers);
+    *n = dead;
+    return STORE_OK;
+}
+
 static void test_adopt_requeues_and_frees_a_dead_workers_work(void **state)
 {
     struct store_fixture *f = *state;
@@ -380,13 +400,13 @@ static void test_adopt_requeues_and_frees_a_dead_workers_work(void **state)
     add_message(f, "ses_1", 1, 3);
     assert_int_equal(f->st->worker_register(f->st, "wrk_dead", "host", 1), STORE_OK);
     assert_int_equal(f->st->worker_register(f->st, "wrk_new", "host", 2), STORE_OK);
-    assert_int_equal(f->st->queue_claim(f->st, &ctx, "wrk_dead", 30000, &d), STORE_OK);
+    assert_int_equal(f->st->queue_claim_placed(f->st, &ctx, "wrk_dead", 30000, NULL, &d), STORE_OK);
     store_delivery_clear(&d);
     assert_int_equal(f->st->sandbox_insert(f->st, &ctx, "wrk_dead", &shape, true, &sb), STORE_OK);
     assert_int_equal(f->st->sandbox_assign(f->st, &ctx, sb.id, "app_a", "ses_1"), STORE_OK);
 
     db_exec(f, "UPDATE workers SET heartbeat_at = 1 WHERE id = 'wrk_dead'");
-    assert_int_equal(f->st->worker_list_dead(f->st, 10000, &dead, &n), STORE_OK);
+    assert_int_equal(list_dead(f, 10000, &dead, &n), STORE_OK);
     assert_int_equal(n, 1);
     assert_string_equal(dead[0], "wrk_dead");
     free(dead);
@@ -437,7 +457,7 @@ static void test_worker_stop_leaves_the_active_and_dead_lists(void **state)
     assert_string_equal(workers[0].id, "wrk_b");
     free(workers);
     db_exec(f, "UPDATE workers SET heartbeat_at = 1");
-    assert_int_equal(f->st->worker_list_dead(f->st, 10000, &dead, &n), STORE_OK);
+    assert_int_equal(list_dead(f, 10000, &dead, &n), STORE_OK);
     assert_int_equal(n, 1);
     assert_string_equal(dead[0], "wrk_b");
     free(dead);
@@ -465,7 +485,7 @@ static void *claim_loop(void *arg)
     int idle_rounds = 0;
     while (idle_rounds < 200) {
         struct store_delivery d;
-        enum store_status rc = st->queue_claim(st, &ctx, c->worker_id, 30000, &d);
+        enum store_status rc = st->queue_claim_placed(st, &ctx, c->worker_id, 30000, NULL, &d);
         if (rc == STORE_EMPTY) {
             idle_rounds++;
             usleep(1000);

@@ -6,7 +6,7 @@
  */
 #include "sandbox/lifecycle.h"
 #include "log.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +21,7 @@ void consumer_kick(struct worker *w)
  * rest, so the timer is never longer than one poll). */
 static void schedule_next_due(struct worker *w)
 {
-    int64_t at = 0, now = now_ms();
+    int64_t at = 0, now = clock_wall_ms();
     if (w->st->queue_next_due(w->st, &at) != STORE_OK || at == 0 || at <= now)
         return;
     int64_t ms = at - now + 1;

@@ -4,6 +4,7 @@
  * Every wait is bounded by one deadline per request: a wedged VMM must turn into an error the
  * worker can act on, never into a worker thread blocked forever.
  */
+#include "clock.h"
 #include "drivers/fc_api.h"
 
 #include <jansson.h>
@@ -23,16 +24,9 @@
 /* Firecracker's answers are small JSON documents; anything bigger is not Firecracker. */
 #define FC_RESPONSE_MAX (1024 * 1024)
 
-static long long monotonic_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int remaining_ms(long long deadline)
 {
-    long long left = deadline - monotonic_ms();
+    long long left = deadline - clock_mono_ms();
     return left > 0 ? (int)left : 0;
 }
 
@@ -244,7 +238,7 @@ int fc_api_request(const char *sock_path, const char *method, const char *path,
                    const char *json_body, int timeout_ms, struct fc_response *resp, char *err,
                    size_t errlen)
 {
-    long long deadline = monotonic_ms() + timeout_ms;
+    long long deadline = clock_mono_ms() + timeout_ms;
     char local_err[256];
     memset(resp, 0, sizeof *resp);
     int fd = connect_unix(sock_path, deadline, local_err, sizeof local_err);

@@ -14,6 +14,8 @@
  * host-initiated vsock connection ("CONNECT 1024") to the guest's sbx-agent, whose ready line ends
  * the boot. That connection is the agent channel (protocol in driver.h).
  */
+#include "fs.h"
+#include "clock.h"
 #include "host/cgroup.h"
 #include "drivers/driver.h"
 #include "drivers/fc_api.h"
@@ -27,7 +29,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <linux/if.h>
 #include <linux/if_tun.h>
@@ -92,13 +93,6 @@ struct fc_guest {
     char root_name[64];
     char image_hash[80];
 };
-
-static long long monotonic_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void sleep_ms(int ms)
 {
@@ -308,23 +302,10 @@ static int make_dir(const char *path, mode_t mode, uid_t uid, gid_t gid, char *e
 
 static int make_dirs(const char *path, mode_t mode, char *err, size_t errlen)
 {
-    char buf[PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, mode) != 0 && errno != EEXIST) {
-            snprintf(err, errlen, "mkdir %s: %s", buf, strerror(errno));
-            return -1;
-        }
-        *p = '/';
-    }
-    if (mkdir(buf, mode) != 0 && errno != EEXIST) {
-        snprintf(err, errlen, "mkdir %s: %s", buf, strerror(errno));
-        return -1;
-    }
-    return 0;
+    if (fs_mkdir_p(path, mode) == 0)
+        return 0;
+    snprintf(err, errlen, "mkdir %s: %s", path, strerror(errno));
+    return -1;
 }
 
 static int copy_file(const char *src, const char *dst, uid_t uid, gid_t gid, char *err,
@@ -538,10 +519,10 @@ static int wait_gone(pid_t pid, int timeout_ms)
     int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     if (pidfd < 0)
         return errno == ESRCH ? 0 : -1;
-    long long deadline = monotonic_ms() + timeout_ms;
+    long long deadline = clock_mono_ms() + timeout_ms;
     int rc = -1;
     for (;;) {
-        long long left = deadline - monotonic_ms();
+        long long left = deadline - clock_mono_ms();
         struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
         int n = poll(&pfd, 1, left > 0 ? (int)left : 0);
         if (n > 0) {
@@ -656,7 +637,7 @@ static pid_t spawn_jailer(const struct sbx_config *cfg, const struct fc_layout *
 /* With --new-pid-ns the jailer writes the VMM's pid to <exec name>.pid and exits 0. */
 static pid_t await_vmm_pid(const struct fc_layout *lay, pid_t jailer, char *err, size_t errlen)
 {
-    long long deadline = monotonic_ms() + FC_JAILER_TIMEOUT_MS;
+    long long deadline = clock_mono_ms() + FC_JAILER_TIMEOUT_MS;
     int status = 0;
     for (;;) {
         pid_t r = waitpid(jailer, &status, WNOHANG);
@@ -672,7 +653,7 @@ static pid_t await_vmm_pid(const struct fc_layout *lay, pid_t jailer, char *err,
             snprintf(err, errlen, "waitpid jailer: %s", strerror(errno));
             return -1;
         }
-        if (monotonic_ms() > deadline) {
+        if (clock_mono_ms() > deadline) {
             kill(jailer, SIGKILL);
             waitpid(jailer, &status, 0);
             snprintf(err, errlen, "the jailer did not finish within %d ms", FC_JAILER_TIMEOUT_MS);
@@ -703,9 +684,9 @@ static pid_t await_vmm_pid(const struct fc_layout *lay, pid_t jailer, char *err,
 /* Waits until Firecracker answers on its API socket (it creates it right after exec). */
 static int await_api(const struct fc_layout *lay, pid_t vmm, char *err, size_t errlen)
 {
-    long long deadline = monotonic_ms() + FC_JAILER_TIMEOUT_MS;
+    long long deadline = clock_mono_ms() + FC_JAILER_TIMEOUT_MS;
     char last[256] = "";
-    while (monotonic_ms() < deadline) {
+    while (clock_mono_ms() < deadline) {
         struct fc_response resp;
         if (fc_api_request(lay->api_sock, "GET", "/", NULL, 1000, &resp, last, sizeof last) == 0) {
             fc_response_clear(&resp);
@@ -828,7 +809,7 @@ static ssize_t read_line(int fd, char *buf, size_t buflen, long long deadline)
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             return -1;
-        long long left = deadline - monotonic_ms();
+        long long left = deadline - clock_mono_ms();
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
         if (left <= 0 || poll(&pfd, 1, (int)left) <= 0)
             return -1;
@@ -865,7 +846,7 @@ static int vsock_connect_once(const struct fc_layout *lay, long long deadline, c
         return -1;
     }
     /* The answer to CONNECT comes once the guest accepted or refused; bound each attempt. */
-    long long attempt_deadline = monotonic_ms() + 2000;
+    long long attempt_deadline = clock_mono_ms() + 2000;
     if (read_line(fd, line, sizeof line,
                   attempt_deadline < deadline ? attempt_deadline : deadline) < 0) {
         snprintf(why, whylen, "no answer to CONNECT %d (guest agent not listening yet)",
@@ -888,7 +869,7 @@ static int vsock_connect_once(const struct fc_layout *lay, long long deadline, c
 static int open_agent_channel(const struct fc_layout *lay, pid_t vmm, struct sandbox_runtime *rt,
                               char *err, size_t errlen)
 {
-    long long deadline = monotonic_ms() + FC_AGENT_READY_TIMEOUT_MS;
+    long long deadline = clock_mono_ms() + FC_AGENT_READY_TIMEOUT_MS;
     char why[256] = "";
     int fd = -1;
     while (fd < 0) {
@@ -901,7 +882,7 @@ static int open_agent_channel(const struct fc_layout *lay, pid_t vmm, struct san
             snprintf(err, errlen, "the VMM exited while the guest booted: %s", tail);
             return -1;
         }
-        if (monotonic_ms() >= deadline) {
+        if (clock_mono_ms() >= deadline) {
             snprintf(err, errlen, "the guest agent was not reachable within %d ms: %s",
                      FC_AGENT_READY_TIMEOUT_MS, why);
             return -1;
@@ -933,21 +914,6 @@ static int open_agent_channel(const struct fc_layout *lay, pid_t vmm, struct san
 
 /* ---- cleanup ---- */
 
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-    (void)st;
-    (void)ftw;
-    int rc = type == FTW_DP ? rmdir(path) : unlink(path);
-    if (rc != 0 && errno != ENOENT)
-        log_warn("firecracker: remove %s: %s", path, strerror(errno));
-    return 0;
-}
-
-static void remove_tree(const char *path)
-{
-    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
-}
-
 /* Everything a Sandbox may have left: VMM, jail, cgroup, network namespace. Idempotent. */
 static void clean_up(const struct sbx_config *cfg, const struct fc_layout *lay, pid_t vmm,
                      bool graceful, struct store_usage *usage)
@@ -963,7 +929,7 @@ static void clean_up(const struct sbx_config *cfg, const struct fc_layout *lay, 
     if (cgroup_remove(h, lay->cgroup_dir, lay->jailer_id, 2000, cg_err, sizeof cg_err) != 0)
         log_warn("firecracker %s: %s", lay->jailer_id, cg_err);
     net_destroy(lay, lay->sandbox_id, lay->net_address);
-    remove_tree(lay->jail_dir);
+    (void)fs_remove_tree(lay->jail_dir);
 }
 
 /* ---- the driver interface ---- */

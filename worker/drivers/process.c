@@ -24,6 +24,7 @@
  * cloned the child exits: the worker must call boot() from long-lived helper threads. The agent
  * also ends when its channel closes, which covers the rest.
  */
+#include "clock.h"
 #include "host/cgroup.h"
 #include "drivers/driver.h"
 #include "host/jail.h"
@@ -386,13 +387,6 @@ static void child_main(const struct child_plan *p)
 
 /* ---- boot ---- */
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void plan_paths(struct child_plan *p, const char *rootfs, const char *jail_dir)
 {
     snprintf(p->rootfs, sizeof p->rootfs, "%s", rootfs);
@@ -427,7 +421,7 @@ static int wait_for_exec(int error_fd, int64_t deadline, char *err, size_t errle
     char msg[256];
     size_t got = 0;
     for (;;) {
-        int left = (int)(deadline - now_ms());
+        int left = (int)(deadline - clock_mono_ms());
         struct pollfd pfd = {.fd = error_fd, .events = POLLIN};
         if (left <= 0 || poll(&pfd, 1, left) == 0) {
             snprintf(err, errlen, "the Sandbox did not start within %d ms", BOOT_TIMEOUT_MS);
@@ -479,7 +473,7 @@ static int wait_for_ready(struct sandbox_runtime *rt, int64_t deadline, char *er
     char line[1024];
     size_t len = 0;
     for (;;) {
-        int left = (int)(deadline - now_ms());
+        int left = (int)(deadline - clock_mono_ms());
         struct pollfd pfd = {.fd = rt->channel_fd, .events = POLLIN};
         if (left <= 0 || poll(&pfd, 1, left) == 0) {
             snprintf(err, errlen, "the agent did not say ready within %d ms", BOOT_TIMEOUT_MS);
@@ -569,7 +563,7 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
                         size_t errlen)
 {
     ensure_detected(cfg);
-    int64_t deadline = now_ms() + BOOT_TIMEOUT_MS;
+    int64_t deadline = clock_mono_ms() + BOOT_TIMEOUT_MS;
     char rootfs[PATH_MAX];
     rootfs_path(cfg, rootfs, sizeof rootfs);
     rt->pid = 0;

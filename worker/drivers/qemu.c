@@ -22,6 +22,8 @@
  * Termination: QMP system_powerdown (the guest init powers off on the ACPI power button), then
  * QMP quit, then SIGKILL, each after a timeout; then the jail and cgroup are removed.
  */
+#include "fs.h"
+#include "clock.h"
 #include "host/cgroup.h"
 #include "drivers/driver.h"
 #include "host/egress.h"
@@ -32,7 +34,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <grp.h>
 #include <arpa/inet.h>
 #include <jansson.h>
@@ -70,13 +71,6 @@
 struct qemu_state {
     int qmp_fd;
 };
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static const struct cgroup_host *host_cgroups(const struct sbx_config *cfg);
 
@@ -195,27 +189,6 @@ static int qemu_init(const struct sbx_config *cfg, char *err, size_t errlen)
 }
 
 /* ---------------------------------------------------------------- jail */
-
-/* Removes a tree without ever leaving its filesystem (a stray mount inside is left alone, not
- * emptied). */
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-    (void)st;
-    (void)ftw;
-    int rc = (type == FTW_DP) ? rmdir(path) : unlink(path);
-    if (rc != 0 && errno != ENOENT)
-        log_warn("qemu driver: cannot remove %s: %s", path, strerror(errno));
-    return 0;
-}
-
-static int remove_tree(const char *dir)
-{
-    struct stat st;
-    if (lstat(dir, &st) != 0)
-        return errno == ENOENT ? 0 : -1;
-    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
-    return access(dir, F_OK) == 0 ? -1 : 0;
-}
 
 /* Hard-links src to dst, or copies it when they are on different filesystems. */
 static int link_or_copy(const char *src, const char *dst, char *err, size_t errlen)
@@ -489,9 +462,9 @@ static bool process_alive(pid_t pid)
 
 static bool wait_exit(pid_t pid, int timeout_ms)
 {
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = clock_mono_ms() + timeout_ms;
     while (process_alive(pid)) {
-        if (now_ms() >= deadline)
+        if (clock_mono_ms() >= deadline)
             return false;
         struct timespec ts = {0, 20 * 1000000L};
         nanosleep(&ts, NULL);
@@ -526,7 +499,7 @@ static void append_log_tail(const char *jail, const char *name, char *err, size_
 static int accept_from_qemu(int lfd, pid_t pid, int timeout_ms, const char *what, char *err,
                             size_t errlen)
 {
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = clock_mono_ms() + timeout_ms;
     for (;;) {
         int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd >= 0)
@@ -539,7 +512,7 @@ static int accept_from_qemu(int lfd, pid_t pid, int timeout_ms, const char *what
             snprintf(err, errlen, "qemu exited before connecting its %s socket", what);
             return -1;
         }
-        if (now_ms() >= deadline) {
+        if (clock_mono_ms() >= deadline) {
             snprintf(err, errlen, "qemu did not connect its %s socket within %d ms", what,
                      timeout_ms);
             return -1;
@@ -554,7 +527,7 @@ static int accept_from_qemu(int lfd, pid_t pid, int timeout_ms, const char *what
 static int read_line(int fd, pid_t pid, int timeout_ms, char *out, size_t outlen, char *err,
                      size_t errlen)
 {
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = clock_mono_ms() + timeout_ms;
     size_t len = 0;
     for (;;) {
         char c;
@@ -580,7 +553,7 @@ static int read_line(int fd, pid_t pid, int timeout_ms, char *out, size_t outlen
             snprintf(err, errlen, "qemu exited");
             return -1;
         }
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - clock_mono_ms();
         if (left <= 0) {
             snprintf(err, errlen, "timed out after %d ms", timeout_ms);
             return -1;
@@ -595,7 +568,7 @@ static int read_line(int fd, pid_t pid, int timeout_ms, char *out, size_t outlen
 static int write_all(int fd, const char *s, int timeout_ms)
 {
     size_t len = strlen(s), off = 0;
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = clock_mono_ms() + timeout_ms;
     while (off < len) {
         ssize_t n = write(fd, s + off, len - off);
         if (n > 0) {
@@ -604,7 +577,7 @@ static int write_all(int fd, const char *s, int timeout_ms)
         }
         if (n < 0 && errno != EAGAIN && errno != EINTR)
             return -1;
-        if (now_ms() >= deadline)
+        if (clock_mono_ms() >= deadline)
             return -1;
         struct pollfd p = {.fd = fd, .events = POLLOUT};
         poll(&p, 1, 50);
@@ -902,7 +875,7 @@ static int qemu_terminate(const struct sbx_config *cfg, struct sandbox_runtime *
 static int qemu_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, char *err,
                      size_t errlen)
 {
-    int64_t started = now_ms();
+    int64_t started = clock_mono_ms();
     rt->pid = -1;
     rt->channel_fd = -1;
     rt->driver_state = NULL;
@@ -995,7 +968,7 @@ static int qemu_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, c
     if (wait_ready(rt, err, errlen) != 0)
         goto fail_log;
     log_info("qemu driver: %s ready in %lld ms (pid %d, guest kernel %s)", rt->sandbox_id,
-             (long long)(now_ms() - started), (int)rt->pid, rt->kernel);
+             (long long)(clock_mono_ms() - started), (int)rt->pid, rt->kernel);
     return 0;
 
 fail_log:
@@ -1090,7 +1063,7 @@ static int qemu_terminate(const struct sbx_config *cfg, struct sandbox_runtime *
         rt->workspace_nfs[0] = '\0';
         network_down(rt->sandbox_id, rt->net_address);
     }
-    if (rc == 0 && rt->jail_dir[0] != '\0' && remove_tree(rt->jail_dir) != 0) {
+    if (rc == 0 && rt->jail_dir[0] != '\0' && fs_remove_tree(rt->jail_dir) != 0) {
         snprintf(err, errlen, "cannot remove jail %s", rt->jail_dir);
         rc = -1;
     }
@@ -1134,7 +1107,7 @@ static int qemu_reap(const struct sbx_config *cfg, const struct store_sandbox *s
         return -1;
     }
     struct stat st;
-    if (lstat(expected, &st) == 0 && remove_tree(expected) != 0) {
+    if (lstat(expected, &st) == 0 && fs_remove_tree(expected) != 0) {
         snprintf(err, errlen, "cannot remove jail %s", expected);
         return -1;
     }

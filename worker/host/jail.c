@@ -1,6 +1,7 @@
 /*
  * jail.c: create, attach a Workspace to, and remove per-Sandbox jail directories (see jail.h).
  */
+#include "fs.h"
 #include "host/jail.h"
 
 #include <errno.h>
@@ -49,21 +50,6 @@ void jail_slot_path(const char *jail_dir, char *out, size_t outlen)
     snprintf(out, outlen, "%s/workspace", jail_dir);
 }
 
-static int mkdir_p(const char *path, mode_t mode)
-{
-    char tmp[1024];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(tmp, mode) != 0 && errno != EEXIST)
-            return -1;
-        *p = '/';
-    }
-    return mkdir(tmp, mode) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 /* Unmounts everything stacked on path (lazily, so a busy mount cannot stop it); EINVAL means
  * nothing is mounted there any more. */
 static void unmount_all(const char *path)
@@ -78,7 +64,7 @@ int jail_create(const char *jail_dir, bool shared_slot, char *err, size_t errlen
     char root[1100], slot[1100];
     jail_root_path(jail_dir, root, sizeof root);
     jail_slot_path(jail_dir, slot, sizeof slot);
-    if (mkdir_p(jail_dir, 0711) != 0 || mkdir(root, 0755) != 0 || mkdir(slot, 0755) != 0) {
+    if (fs_mkdir_p(jail_dir, 0711) != 0 || mkdir(root, 0755) != 0 || mkdir(slot, 0755) != 0) {
         snprintf(err, errlen, "create jail %s: %s", jail_dir, strerror(errno));
         return -1;
     }

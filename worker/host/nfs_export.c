@@ -1,6 +1,8 @@
 /*
  * nfs_export.c: runs sbx's nfs-ganesha and manages one export per Sandbox (see nfs_export.h).
  */
+#include "fs.h"
+#include "clock.h"
 #include "host/nfs_export.h"
 #include "log.h"
 
@@ -55,39 +57,17 @@ static void paths_of(const struct sbx_config *cfg, struct nfs_paths *p)
     snprintf(p->lock, sizeof p->lock, "%.3000s/lock", p->dir);
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
 }
 
-static int mkdir_p(const char *path, mode_t mode)
-{
-    char tmp[PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *s = tmp + 1; *s; s++) {
-        if (*s != '/')
-            continue;
-        *s = '\0';
-        if (mkdir(tmp, mode) != 0 && errno != EEXIST)
-            return -1;
-        *s = '/';
-    }
-    return mkdir(tmp, mode) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 /* Takes both locks; returns the flock fd (or -1 with err). */
 static int lock_take(const struct nfs_paths *p, char *err, size_t errlen)
 {
     pthread_mutex_lock(&nfs_lock);
-    if (mkdir_p(p->exports, 0700) != 0 || mkdir_p(p->recovery, 0700) != 0) {
+    if (fs_mkdir_p(p->exports, 0700) != 0 || fs_mkdir_p(p->recovery, 0700) != 0) {
         snprintf(err, errlen, "cannot create %s: %s", p->dir, strerror(errno));
         pthread_mutex_unlock(&nfs_lock);
         return -1;
@@ -253,8 +233,8 @@ static int start_server(const struct nfs_paths *p, char *err, size_t errlen)
                  GANESHA_BIN);
         return -1;
     }
-    int64_t deadline = now_ms() + GANESHA_START_TIMEOUT_MS;
-    while (now_ms() < deadline) {
+    int64_t deadline = clock_mono_ms() + GANESHA_START_TIMEOUT_MS;
+    while (clock_mono_ms() < deadline) {
         if (running_pid(p) > 0 && port_listening())
             return 0;
         sleep_ms(100);
@@ -293,8 +273,8 @@ static int apply(const struct nfs_paths *p, bool need_server, char *err, size_t 
         snprintf(err, errlen, "signal %s (pid %d): %s", GANESHA_BIN, (int)pid, strerror(errno));
         return -1;
     }
-    int64_t deadline = now_ms() + GANESHA_RELOAD_TIMEOUT_MS;
-    while (now_ms() < deadline) {
+    int64_t deadline = clock_mono_ms() + GANESHA_RELOAD_TIMEOUT_MS;
+    while (clock_mono_ms() < deadline) {
         if (count_reloads(p) > before)
             return 0;
         sleep_ms(50);

@@ -10,7 +10,7 @@
 #include "log.h"
 #include "host/links.h"
 #include "host/nfs_export.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -210,7 +210,7 @@ void reconcile_run(struct worker *w)
     struct store_worker *workers = NULL;
     size_t n = 0, requeued = 0;
     bool adopted = false;
-    int64_t now = now_ms();
+    int64_t now = clock_wall_ms();
 
     if (w->st->worker_list_active(w->st, &workers, &n) == STORE_OK) {
         for (size_t i = 0; i < n; i++) {

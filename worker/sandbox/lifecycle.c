@@ -10,7 +10,7 @@
 #include "sandbox/jobs.h"
 #include "log.h"
 #include "sandbox/pool.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -177,7 +177,7 @@ static void sandbox_idle(struct sandbox *sb)
         return;
     }
     enum store_status rc =
-        w->st->session_touch(w->st, sb->session_id, now_ms() + sb->keep_alive_ms);
+        w->st->session_touch(w->st, sb->session_id, clock_wall_ms() + sb->keep_alive_ms);
     if (rc != STORE_OK)
         log_warn("worker: cannot record the keep-alive of %s: %s", sb->session_id,
                  store_status_name(rc));
@@ -295,7 +295,7 @@ static void agent_started(struct sandbox *sb)
  * window, says how many lines the last one dropped. */
 static void sandbox_log_line(struct sandbox *sb, const char *text)
 {
-    int64_t now = mono_ms();
+    int64_t now = clock_mono_ms();
     if (now - sb->log_window_start >= LOG_BUDGET_MS) {
         if (sb->log_dropped_lines > 0)
             log_warn("sandbox %s: %lld log lines dropped (over %d bytes in %d s)",
@@ -397,7 +397,7 @@ static void boot_done(void *arg)
         lifecycle_terminate(sb, sb->stop_reason, sb->stop_failed);
         return;
     }
-    int64_t boot_ms = mono_ms() - sb->boot_started;
+    int64_t boot_ms = clock_mono_ms() - sb->boot_started;
     if (sb->delivery) {
         rc = w->st->sandbox_assign(w->st, &w->ctx, sb->rt.sandbox_id, sb->app_id, sb->session_id);
         if (rc != STORE_OK) {
@@ -441,7 +441,7 @@ void lifecycle_boot(struct worker *w, const struct driver *drv, const struct sto
     }
     sb->phase = SB_BOOTING;
     sb->cold = d != NULL;
-    sb->boot_started = mono_ms();
+    sb->boot_started = clock_mono_ms();
     if (d) {
         sb->delivery = d;
         snprintf(sb->app_id, sizeof sb->app_id, "%s", d->app.id);

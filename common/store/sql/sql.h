@@ -1,7 +1,7 @@
 /*
  * sql.h: the SQL engines under the store (SQLite, PostgreSQL) behind one small statement API, so
- * that the store's logic (store_sql_api.c for the gateway, store_sql_queue.c for the workers) is
- * written once and runs on either database.
+ * that the store's logic (one file per table, on the shared helpers of store_sql.h) is written
+ * once and runs on either database.
  *
  * Not for the gateway or the workers: they see only store.h. An engine provides a struct
  * sql_engine; a store opened on it has a struct sql_store as its cls.
@@ -67,7 +67,7 @@ struct sql_engine {
 /* What every engine's store keeps as its cls; engines extend it (first member). */
 struct sql_store {
     const struct sql_engine *eng;
-    void *api; /* store_sql_api.c's own state (group commit) */
+    void *api; /* the group commit's state (enqueue.c) */
 };
 
 struct sql_stmt {
@@ -167,76 +167,10 @@ static inline enum store_status sql_status(struct store *st, int rc)
     return sql_eng(st)->status(st, rc);
 }
 
-/* ---- engine-independent helpers (store_sql.c) ---- */
-
-/* An integer column, or dflt when it is NULL. */
-static inline int64_t sql_col_int64_or(struct sql_stmt *s, int col, int64_t dflt)
-{
-    return sql_col_null(s, col) ? dflt : sql_col_int64(s, col);
-}
-
-/* Column helpers: copy text into a fixed buffer ("" for NULL), or strdup it (NULL for NULL). */
-void sql_col_copy(struct sql_stmt *s, int col, char *out, size_t outlen);
-char *sql_col_dup(struct sql_stmt *s, int col);
-
-/* Appends an audit event inside the caller's transaction. data_json may be NULL. */
-enum store_status sql_event(struct store *st, const struct store_ctx *ctx, const char *kind,
-                            const char *object_type, const char *object_id, const char *app_id,
-                            const char *session_id, const char *data_json);
-
-/* One page of a list (limit SIZE_MAX: every row): steps s (bound, asking for limit + 1 rows) and
- * turns each row into an item of elem_size with from_row, which returns the row's cursor key. A row
- * beyond limit only means that there is a next page: its cursor is the last item's key. out is the
- * caller's `struct store_x **`. On failure the items read so far are released with free_items. */
-struct sql_page {
-    size_t elem_size;
-    int64_t (*from_row)(struct sql_stmt *s, void *item);
-    void (*free_items)(void *items, size_t n);
-};
-enum store_status sql_read_page(struct store *st, struct sql_stmt *s, size_t limit,
-                                const struct sql_page *pg, void *out, size_t *n, char *next_cursor);
-
-/* Steps s (bound) for at most one row: STORE_OK with the row in out (through pg->from_row, on a
- * zeroed item), STORE_NOT_FOUND without one. Resets s. */
-enum store_status sql_read_one(struct store *st, struct sql_stmt *s, const struct sql_page *pg,
-                               void *out);
-
-/* Rows as both sides read them: the columns (with the aliases a, s and m) and their readers, which
- * start at column c (a statement may select several objects in one row). NULL times read as 0,
- * NULL usage as -1 (not measured). SQL_SESSION_COLS needs the Session's App joined as a (for the
- * effective keep-alive). */
-#define SQL_APP_COLS                                                                               \
-    "a.id, a.name, a.keep_alive_seconds, a.vcpu_count, a.mem_size_mib, a.driver, a.image, "        \
-    "a.max_attempts, a.command, a.created_at, a.updated_at, a.network"
-#define SQL_SESSION_COLS                                                                           \
-    "s.id, s.app_id, s.name, s.state, s.sandbox_id, s.keep_alive_seconds, "                        \
-    "COALESCE(s.keep_alive_seconds, a.keep_alive_seconds), s.workspace_id, s.metadata, "           \
-    "s.activation_count, s.cpu_usec, s.mem_peak_bytes, s.worker_id, s.expires_at, "                \
-    "s.stop_requested_at, s.created_at, s.updated_at, s.last_activity_at"
-#define SQL_MESSAGE_COLS                                                                           \
-    "m.id, m.session_id, m.app_id, m.seq, m.state, m.body, m.reply, m.error, m.attempts, "         \
-    "m.max_attempts, m.idempotency_key, m.request_id, m.sandbox_id, m.lease_owner, "               \
-    "m.lease_expires_at, m.not_before, m.created_at, m.updated_at, m.completed_at"
-void sql_app_from_row(struct sql_stmt *s, int c, struct store_app *a);
-void sql_session_from_row(struct sql_stmt *s, int c, struct store_session *o);
-void sql_message_from_row(struct sql_stmt *s, int c, struct store_message *m);
-
-/* A Sandbox row as both sides read it: SELECT SQL_SANDBOX_COLS FROM sandboxes ..., read with
- * sql_sandbox_page (from_row returns the rowid, the lists' cursor). NULL usage reads as -1 (not
- * measured), NULL times as 0. */
-#define SQL_SANDBOX_COLS                                                                           \
-    "rowid, id, state, driver, image, image_hash, vcpu_count, mem_size_mib, worker_id, app_id, "   \
-    "session_id, pid, jail_dir, cgroup_path, net_address, cold, boot_ms, cpu_usec, "               \
-    "mem_peak_bytes, termination_reason, stop_requested_at, created_at, ready_at, claimed_at, "    \
-    "terminated_at "
-extern const struct sql_page sql_sandbox_page;
-
-/* Fills in the store's function table from the engine-independent logic; called by each engine's
- * open function once its struct sql_store is the store's cls. */
-void store_sql_api_init(struct store *st);
-void store_sql_api_fini(struct store *st);
-void store_sql_queue_init(struct store *st);
-void store_sql_settings_init(struct store *st);
-void store_sql_egress_init(struct store *st);
+/* Fills in the store's function table from the engine-independent logic (store_sql.c and the
+ * table files); called by each engine's open function once its struct sql_store is the store's
+ * cls. store_sql_fini undoes it: each engine's close function calls it first. */
+void store_sql_init(struct store *st);
+void store_sql_fini(struct store *st);
 
 #endif

@@ -21,7 +21,7 @@
  */
 #include "sql_pg.h"
 #include "log.h"
-#include "timefmt.h"
+#include "clock.h"
 
 #include <ctype.h>
 #include <inttypes.h>
@@ -1207,7 +1207,7 @@ static int pg_apply_migration(struct pg_conn *c, const struct sbx_migration *m)
     if (pg_run(c, m->sql) != SQL_DONE)
         return -1;
     snprintf(version, sizeof version, "%d", m->version);
-    snprintf(at, sizeof at, "%" PRId64, now_ms());
+    snprintf(at, sizeof at, "%" PRId64, clock_wall_ms());
     res = PQexecParams(c->db,
                        "INSERT INTO schema_version (version, name, applied_at) "
                        "VALUES ($1::integer, $2, $3::bigint)",

@@ -377,7 +377,7 @@ static void sq_close(struct store *st)
     struct sq_store *s = st->cls;
     struct sq_conn *c, *next;
 
-    store_sql_api_fini(st);
+    store_sql_fini(st);
     pthread_mutex_lock(&s->conns_lock);
     for (c = s->conns; c; c = next) {
         next = c->next;
@@ -433,9 +433,6 @@ struct store *store_sqlite_open(const char *path, int busy_timeout_ms, const cha
     sqlite3_close(db);
 
     st->close = sq_close;
-    store_sql_settings_init(st);
-    store_sql_api_init(st);
-    store_sql_queue_init(st);
-    store_sql_egress_init(st);
+    store_sql_init(st);
     return st;
 }

@@ -1,10 +1,11 @@
 /*
- * store_sql.c: the parts of the store that do not depend on the SQL engine (sql.h): state names,
- * column helpers, the audit event writer that every mutation calls inside its own transaction,
- * the page reader behind every list, the records' clear()s, and the settings table.
+ * store_sql.c: what the store's per-table files share (store_sql.h): the state and status names,
+ * column copies, running statements, ending transactions, one-row, paged and id-list reads, the
+ * audit event writer that every mutation calls inside its own transaction, and store_sql_init(),
+ * which assembles the function table from every table's file. No hidden state.
  */
-#include "sql.h"
-#include "timefmt.h"
+#include "store_sql.h"
+#include "clock.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -23,6 +24,8 @@ const char *store_status_name(enum store_status st)
     return (unsigned)st < sizeof names / sizeof names[0] ? names[st] : "unknown";
 }
 
+/* ---- statements ---- */
+
 void sql_col_copy(struct sql_stmt *s, int col, char *out, size_t outlen)
 {
     const char *t = sql_col_text(s, col);
@@ -35,30 +38,54 @@ char *sql_col_dup(struct sql_stmt *s, int col)
     return t ? strdup(t) : NULL;
 }
 
-enum store_status sql_event(struct store *st, const struct store_ctx *ctx, const char *kind,
-                            const char *object_type, const char *object_id, const char *app_id,
-                            const char *session_id, const char *data_json)
+enum store_status sql_step_done(struct store *st, struct sql_stmt *s)
 {
-    struct sql_stmt *s =
-        sql_stmt(st, "INSERT INTO events (at, actor, kind, object_type, object_id, "
-                     "app_id, session_id, request_id, data) "
-                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
     int rc;
     if (!s)
         return STORE_ERROR;
-    sql_bind_int64(s, 1, now_ms());
-    sql_bind_text(s, 2, ctx && ctx->actor ? ctx->actor : "unknown");
-    sql_bind_text(s, 3, kind);
-    sql_bind_text(s, 4, object_type);
-    sql_bind_text(s, 5, object_id);
-    sql_bind_text_or_null(s, 6, app_id);
-    sql_bind_text_or_null(s, 7, session_id);
-    sql_bind_text_or_null(s, 8, ctx ? ctx->request_id : NULL);
-    sql_bind_text_or_null(s, 9, data_json);
     rc = sql_step(s);
     sql_done(s);
     return rc == SQL_DONE ? STORE_OK : sql_status(st, rc);
 }
+
+enum store_status sql_step_change(struct store *st, struct sql_stmt *s,
+                                  enum store_status if_unchanged)
+{
+    enum store_status rc = sql_step_done(st, s);
+    if (rc == STORE_OK && sql_changes(st) == 0)
+        return if_unchanged;
+    return rc;
+}
+
+enum store_status sql_step_int(struct store *st, struct sql_stmt *s, int64_t *out)
+{
+    enum store_status r = STORE_OK;
+    int rc;
+    if (!s)
+        return STORE_ERROR;
+    rc = sql_step(s);
+    if (rc == SQL_ROW)
+        *out = sql_col_int64(s, 0);
+    else
+        r = rc == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, rc);
+    sql_done(s);
+    return r;
+}
+
+enum store_status sql_end(struct store *st, enum store_status rc)
+{
+    if (rc == STORE_OK)
+        return sql_commit(st);
+    sql_rollback(st);
+    return rc;
+}
+
+void sql_bind_app(struct sql_stmt *s, int idx, const char *app_id)
+{
+    sql_bind_text_copy(s, idx, app_id ? app_id : "");
+}
+
+/* ---- reads ---- */
 
 enum store_status sql_read_page(struct store *st, struct sql_stmt *s, size_t limit,
                                 const struct sql_page *pg, void *out, size_t *n, char *next_cursor)
@@ -95,11 +122,23 @@ enum store_status sql_read_page(struct store *st, struct sql_stmt *s, size_t lim
     return STORE_OK;
 }
 
+enum store_status sql_read_all(struct store *st, struct sql_stmt *s, const struct sql_page *pg,
+                               void *out, size_t *n)
+{
+    char no_cursor[STORE_CURSOR_LEN];
+    if (!s)
+        return STORE_ERROR;
+    return sql_read_page(st, s, SIZE_MAX, pg, out, n, no_cursor);
+}
+
 enum store_status sql_read_one(struct store *st, struct sql_stmt *s, const struct sql_page *pg,
                                void *out)
 {
-    int rc = sql_step(s);
     enum store_status r = STORE_OK;
+    int rc;
+    if (!s)
+        return STORE_ERROR;
+    rc = sql_step(s);
     if (rc == SQL_ROW) {
         memset(out, 0, pg->elem_size);
         pg->from_row(s, out);
@@ -110,219 +149,111 @@ enum store_status sql_read_one(struct store *st, struct sql_stmt *s, const struc
     return r;
 }
 
-void sql_app_from_row(struct sql_stmt *s, int c, struct store_app *a)
-{
-    memset(a, 0, sizeof *a);
-    sql_col_copy(s, c + 0, a->id, sizeof a->id);
-    sql_col_copy(s, c + 1, a->name, sizeof a->name);
-    a->keep_alive_seconds = sql_col_int64(s, c + 2);
-    a->vcpu_count = sql_col_int64(s, c + 3);
-    a->mem_size_mib = sql_col_int64(s, c + 4);
-    sql_col_copy(s, c + 5, a->driver, sizeof a->driver);
-    sql_col_copy(s, c + 6, a->image, sizeof a->image);
-    a->max_attempts = sql_col_int64(s, c + 7);
-    a->command_json = sql_col_dup(s, c + 8);
-    a->created_at = sql_col_int64(s, c + 9);
-    a->updated_at = sql_col_int64(s, c + 10);
-    a->network_json = sql_col_dup(s, c + 11);
-}
-
-void sql_session_from_row(struct sql_stmt *s, int c, struct store_session *o)
-{
-    memset(o, 0, sizeof *o);
-    sql_col_copy(s, c + 0, o->id, sizeof o->id);
-    sql_col_copy(s, c + 1, o->app_id, sizeof o->app_id);
-    sql_col_copy(s, c + 2, o->name, sizeof o->name);
-    sql_col_copy(s, c + 3, o->state, sizeof o->state);
-    sql_col_copy(s, c + 4, o->sandbox_id, sizeof o->sandbox_id);
-    o->keep_alive_seconds = sql_col_int64_or(s, c + 5, 0);
-    o->effective_keep_alive_seconds = sql_col_int64(s, c + 6);
-    sql_col_copy(s, c + 7, o->workspace_id, sizeof o->workspace_id);
-    o->metadata_json = sql_col_dup(s, c + 8);
-    o->activation_count = sql_col_int64(s, c + 9);
-    o->cpu_usec = sql_col_int64(s, c + 10);
-    o->mem_peak_bytes = sql_col_int64_or(s, c + 11, -1);
-    sql_col_copy(s, c + 12, o->worker_id, sizeof o->worker_id);
-    o->expires_at = sql_col_int64_or(s, c + 13, 0);
-    o->stop_requested_at = sql_col_int64_or(s, c + 14, 0);
-    o->created_at = sql_col_int64(s, c + 15);
-    o->updated_at = sql_col_int64(s, c + 16);
-    o->last_activity_at = sql_col_int64_or(s, c + 17, 0);
-}
-
-void sql_message_from_row(struct sql_stmt *s, int c, struct store_message *m)
-{
-    memset(m, 0, sizeof *m);
-    sql_col_copy(s, c + 0, m->id, sizeof m->id);
-    sql_col_copy(s, c + 1, m->session_id, sizeof m->session_id);
-    sql_col_copy(s, c + 2, m->app_id, sizeof m->app_id);
-    m->seq = sql_col_int64(s, c + 3);
-    sql_col_copy(s, c + 4, m->state, sizeof m->state);
-    m->body_json = sql_col_dup(s, c + 5);
-    m->reply_json = sql_col_dup(s, c + 6);
-    m->error = sql_col_dup(s, c + 7);
-    m->attempts = sql_col_int64(s, c + 8);
-    m->max_attempts = sql_col_int64(s, c + 9);
-    sql_col_copy(s, c + 10, m->idempotency_key, sizeof m->idempotency_key);
-    sql_col_copy(s, c + 11, m->request_id, sizeof m->request_id);
-    sql_col_copy(s, c + 12, m->sandbox_id, sizeof m->sandbox_id);
-    sql_col_copy(s, c + 13, m->lease_owner, sizeof m->lease_owner);
-    m->lease_expires_at = sql_col_int64_or(s, c + 14, 0);
-    m->not_before = sql_col_int64(s, c + 15);
-    m->created_at = sql_col_int64(s, c + 16);
-    m->updated_at = sql_col_int64(s, c + 17);
-    m->completed_at = sql_col_int64_or(s, c + 18, 0);
-}
-
-static int64_t sandbox_from_row(struct sql_stmt *s, void *item)
-{
-    struct store_sandbox *b = item;
-    sql_col_copy(s, 1, b->id, sizeof b->id);
-    sql_col_copy(s, 2, b->state, sizeof b->state);
-    sql_col_copy(s, 3, b->shape.driver, sizeof b->shape.driver);
-    sql_col_copy(s, 4, b->shape.image, sizeof b->shape.image);
-    sql_col_copy(s, 5, b->image_hash, sizeof b->image_hash);
-    b->shape.vcpu_count = sql_col_int64(s, 6);
-    b->shape.mem_size_mib = sql_col_int64(s, 7);
-    sql_col_copy(s, 8, b->worker_id, sizeof b->worker_id);
-    sql_col_copy(s, 9, b->app_id, sizeof b->app_id);
-    sql_col_copy(s, 10, b->session_id, sizeof b->session_id);
-    b->pid = sql_col_int64_or(s, 11, 0);
-    sql_col_copy(s, 12, b->jail_dir, sizeof b->jail_dir);
-    sql_col_copy(s, 13, b->cgroup_path, sizeof b->cgroup_path);
-    sql_col_copy(s, 14, b->net_address, sizeof b->net_address);
-    b->cold = sql_col_int64(s, 15) != 0;
-    b->boot_ms = sql_col_int64_or(s, 16, -1);
-    b->cpu_usec = sql_col_int64_or(s, 17, -1);
-    b->mem_peak_bytes = sql_col_int64_or(s, 18, -1);
-    sql_col_copy(s, 19, b->termination_reason, sizeof b->termination_reason);
-    b->stop_requested_at = sql_col_int64_or(s, 20, 0);
-    b->created_at = sql_col_int64(s, 21);
-    b->ready_at = sql_col_int64_or(s, 22, 0);
-    b->claimed_at = sql_col_int64_or(s, 23, 0);
-    b->terminated_at = sql_col_int64_or(s, 24, 0);
-    return sql_col_int64(s, 0);
-}
-
-static void sandbox_items_free(void *items, size_t n)
+void sql_free_items(void *items, size_t n)
 {
     (void)n;
     free(items);
 }
 
-const struct sql_page sql_sandbox_page = {sizeof(struct store_sandbox), sandbox_from_row,
-                                          sandbox_items_free};
-
-/* ---- records ---- */
-
-void store_app_clear(struct store_app *a)
+int64_t sql_cursor_parse(const char *after)
 {
-    free(a->command_json);
-    a->command_json = NULL;
-    free(a->network_json);
-    a->network_json = NULL;
+    if (!after || !*after)
+        return 0;
+    char *end;
+    long long v = strtoll(after, &end, 10);
+    if (*end != '\0' || v < 0)
+        return -1;
+    return v;
 }
 
-void store_app_list_free(struct store_app *a, size_t n)
+enum store_status sql_app_list_page(struct store *st, const char *sql, const char *app_id,
+                                    const char *after, size_t limit, const struct sql_page *pg,
+                                    void *out, size_t *n, char *next_cursor)
 {
-    for (size_t i = 0; a && i < n; i++)
-        store_app_clear(&a[i]);
-    free(a);
-}
+    struct sql_stmt *s = sql_stmt(st, sql);
+    int64_t from = sql_cursor_parse(after);
 
-void store_session_clear(struct store_session *s)
-{
-    free(s->metadata_json);
-    s->metadata_json = NULL;
-}
-
-void store_session_list_free(struct store_session *s, size_t n)
-{
-    for (size_t i = 0; s && i < n; i++)
-        store_session_clear(&s[i]);
-    free(s);
-}
-
-void store_message_clear(struct store_message *m)
-{
-    free(m->body_json);
-    free(m->reply_json);
-    free(m->error);
-    m->body_json = m->reply_json = m->error = NULL;
-}
-
-void store_message_list_free(struct store_message *m, size_t n)
-{
-    for (size_t i = 0; m && i < n; i++)
-        store_message_clear(&m[i]);
-    free(m);
-}
-
-void store_event_list_free(struct store_event *e, size_t n)
-{
-    for (size_t i = 0; e && i < n; i++)
-        free(e[i].data_json);
-    free(e);
-}
-
-void store_delivery_clear(struct store_delivery *d)
-{
-    store_message_clear(&d->message);
-    store_session_clear(&d->session);
-    store_app_clear(&d->app);
-}
-/* ---- settings ---- */
-
-static enum store_status sq_setting_get(struct store *st, const char *key, char *out, size_t outlen)
-{
-    struct sql_stmt *s = sql_stmt(st, "SELECT value FROM settings WHERE key = ?1");
-    enum store_status rc;
+    if (from < 0)
+        return STORE_INVALID;
     if (!s)
         return STORE_ERROR;
-    sql_bind_text(s, 1, key);
-    int r = sql_step(s);
-    if (r == SQL_ROW) {
-        sql_col_copy(s, 0, out, outlen);
-        rc = STORE_OK;
-    } else {
-        rc = r == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, r);
-    }
-    sql_done(s);
+    sql_bind_app(s, 1, app_id);
+    sql_bind_int64(s, 2, from);
+    sql_bind_int64(s, 3, (int64_t)limit + 1);
+    return sql_read_page(st, s, limit, pg, out, n, next_cursor);
+}
+
+static int64_t id_from_row(struct sql_stmt *s, void *item)
+{
+    sql_col_copy(s, 0, item, STORE_ID_LEN);
+    return 0;
+}
+
+static const struct sql_page id_page = {STORE_ID_LEN, id_from_row, sql_free_items};
+
+enum store_status sql_read_ids(struct store *st, struct sql_stmt *s, char (**ids)[STORE_ID_LEN],
+                               size_t *n)
+{
+    return sql_read_all(st, s, &id_page, (void *)ids, n);
+}
+
+/* ---- audit events ---- */
+
+enum store_status sql_event(struct store *st, const struct store_ctx *ctx, const char *kind,
+                            const char *object_type, const char *object_id, const char *app_id,
+                            const char *session_id, const char *data_json)
+{
+    struct sql_stmt *s =
+        sql_stmt(st, "INSERT INTO events (at, actor, kind, object_type, object_id, "
+                     "app_id, session_id, request_id, data) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_int64(s, 1, clock_wall_ms());
+    sql_bind_text(s, 2, ctx && ctx->actor ? ctx->actor : "unknown");
+    sql_bind_text(s, 3, kind);
+    sql_bind_text(s, 4, object_type);
+    sql_bind_text(s, 5, object_id);
+    sql_bind_text_or_null(s, 6, app_id);
+    sql_bind_text_or_null(s, 7, session_id);
+    sql_bind_text_or_null(s, 8, ctx ? ctx->request_id : NULL);
+    sql_bind_text_or_null(s, 9, data_json);
+    return sql_step_done(st, s);
+}
+
+enum store_status sql_event_json(struct store *st, const struct store_ctx *ctx, const char *kind,
+                                 const char *object_type, const char *object_id, const char *app_id,
+                                 const char *session_id, json_t *data)
+{
+    char *text = data ? json_dumps(data, JSON_COMPACT) : NULL;
+    json_decref(data);
+    enum store_status rc =
+        sql_event(st, ctx, kind, object_type, object_id, app_id, session_id, text);
+    free(text);
     return rc;
 }
 
-static enum store_status sq_setting_put(struct store *st, const char *key, const char *value)
+/* ---- the function table ---- */
+
+void store_sql_init(struct store *st)
 {
-    struct sql_stmt *s = sql_stmt(st, "INSERT INTO settings (key, value) VALUES (?1, ?2) "
-                                      "ON CONFLICT (key) DO UPDATE SET value = excluded.value");
-    if (!s)
-        return STORE_ERROR;
-    sql_bind_text(s, 1, key);
-    sql_bind_text(s, 2, value);
-    int r = sql_step(s);
-    sql_done(s);
-    return r == SQL_DONE ? STORE_OK : sql_status(st, r);
+    sql_settings_init(st);
+    sql_apps_init(st);
+    sql_keys_init(st);
+    sql_workspaces_init(st);
+    sql_sessions_init(st);
+    sql_messages_init(st);
+    sql_queue_init(st);
+    sql_sandboxes_init(st);
+    sql_workers_init(st);
+    sql_hosts_init(st);
+    sql_enqueue_init(st);
+    sql_events_init(st);
+    sql_counts_init(st);
+    sql_egress_init(st);
 }
 
-static enum store_status sq_setting_init(struct store *st, const char *key, const char *value,
-                                         char *out, size_t outlen)
+void store_sql_fini(struct store *st)
 {
-    struct sql_stmt *s = sql_stmt(st, "INSERT INTO settings (key, value) VALUES (?1, ?2) "
-                                      "ON CONFLICT (key) DO NOTHING");
-    if (!s)
-        return STORE_ERROR;
-    sql_bind_text(s, 1, key);
-    sql_bind_text(s, 2, value);
-    int r = sql_step(s);
-    sql_done(s);
-    if (r != SQL_DONE)
-        return sql_status(st, r);
-    return sq_setting_get(st, key, out, outlen);
-}
-
-void store_sql_settings_init(struct store *st)
-{
-    st->setting_get = sq_setting_get;
-    st->setting_put = sq_setting_put;
-    st->setting_init = sq_setting_init;
+    sql_enqueue_fini(st);
 }

@@ -11,6 +11,7 @@
  *
  * Usage: test_qemu_driver GUEST_DIR [reap]   (GUEST_DIR: the guest-image fixture's output)
  */
+#include "clock.h"
 #include "config.h"
 #include "drivers/driver.h"
 #include "log.h"
@@ -58,13 +59,6 @@ check_that(bool ok, const char *what, const char *file, int line, const char *fm
     return false;
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int send_line(int fd, const char *line)
 {
     size_t len = strlen(line), off = 0;
@@ -88,7 +82,7 @@ static json_t *read_until(int fd, const char *key, int timeout_ms)
 {
     static char buf[65536];
     static size_t len;
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = clock_mono_ms() + timeout_ms;
     for (;;) {
         char *nl = memchr(buf, '\n', len);
         if (nl != NULL) {
@@ -103,7 +97,7 @@ static json_t *read_until(int fd, const char *key, int timeout_ms)
             json_decref(msg);
             continue;
         }
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - clock_mono_ms();
         if (left <= 0 || len == sizeof buf)
             return NULL;
         struct pollfd p = {.fd = fd, .events = POLLIN};
@@ -181,10 +175,11 @@ int main(int argc, char **argv)
     rt.shape.mem_size_mib = 256;
 
     REQUIRE(driver_qemu.init(&cfg, err, sizeof err) == 0, "init: %s", err);
-    int64_t t0 = now_ms();
+    int64_t t0 = clock_mono_ms();
     REQUIRE(driver_qemu.boot(&cfg, &rt, err, sizeof err) == 0, "boot: %s", err);
     booted = true;
-    fprintf(stderr, "booted in %lld ms, guest kernel %s\n", (long long)(now_ms() - t0), rt.kernel);
+    fprintf(stderr, "booted in %lld ms, guest kernel %s\n", (long long)(clock_mono_ms() - t0),
+            rt.kernel);
 
     /* The guest runs its own kernel, not the host's. */
     struct utsname host;
@@ -345,10 +340,10 @@ out:
         snprintf(jail, sizeof jail, "%s", rt.jail_dir);
         snprintf(cg, sizeof cg, "%s", rt.cgroup_path);
         struct store_usage usage;
-        int64_t t1 = now_ms();
+        int64_t t1 = clock_mono_ms();
         CHECK(driver_qemu.terminate(&cfg, &rt, &usage, err, sizeof err) == 0, "terminate: %s", err);
         fprintf(stderr, "terminated in %lld ms, cpu %lld usec, peak memory %lld bytes\n",
-                (long long)(now_ms() - t1), (long long)usage.cpu_usec,
+                (long long)(clock_mono_ms() - t1), (long long)usage.cpu_usec,
                 (long long)usage.mem_peak_bytes);
         CHECK(kill(pid, 0) != 0 && errno == ESRCH, "qemu pid %d still exists", (int)pid);
         CHECK(access(jail, F_OK) != 0, "jail %s still exists", jail);

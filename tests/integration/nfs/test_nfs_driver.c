@@ -12,6 +12,7 @@
  *
  * Usage: test_nfs_driver GUEST_DIR      (needs root, nfs-ganesha, the guest-image fixture)
  */
+#include "clock.h"
 #include "config.h"
 #include "drivers/driver.h"
 #include "host/firewall.h"
@@ -55,13 +56,6 @@ check_that(bool ok, const char *what, const char *file, int line, const char *fm
     return false;
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* One guest: its runtime and a line buffer for its agent channel. */
 struct vm {
     const char *name;
@@ -92,7 +86,7 @@ static int send_line(int fd, const char *line)
 /* The next line of vm's channel that is a JSON object with member key (caller decrefs). */
 static json_t *read_until(struct vm *vm, const char *key, int timeout_ms)
 {
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = clock_mono_ms() + timeout_ms;
     for (;;) {
         char *nl = memchr(vm->buf, '\n', vm->len);
         if (nl != NULL) {
@@ -107,7 +101,7 @@ static json_t *read_until(struct vm *vm, const char *key, int timeout_ms)
             json_decref(msg);
             continue;
         }
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - clock_mono_ms();
         if (left <= 0 || vm->len == sizeof vm->buf)
             return NULL;
         struct pollfd p = {.fd = vm->rt.channel_fd, .events = POLLIN};
@@ -278,11 +272,11 @@ int main(int argc, char **argv)
         snprintf(vm->rt.shape.driver, sizeof vm->rt.shape.driver, "qemu");
         vm->rt.shape.vcpu_count = 1;
         vm->rt.shape.mem_size_mib = 256;
-        int64_t t0 = now_ms();
+        int64_t t0 = clock_mono_ms();
         REQUIRE(driver_qemu.boot(&cfg, &vm->rt, err, sizeof err) == 0, "boot %s: %s", vm->name,
                 err);
         vm->booted = true;
-        fprintf(stderr, "%s booted in %lld ms at %s\n", vm->name, (long long)(now_ms() - t0),
+        fprintf(stderr, "%s booted in %lld ms at %s\n", vm->name, (long long)(clock_mono_ms() - t0),
                 vm->rt.net_address);
         CHECK(!nfs_element(vm->rt.sandbox_id), "%s may reach TCP 2049 with no Workspace", vm->name);
     }

@@ -3,6 +3,8 @@
  * namespaces from the built rootfs, speaks the agent channel protocol to sbx-agent and the echo
  * agent, attaches Workspaces, terminates and reaps. Needs root (CI runs as root).
  */
+#include "fs.h"
+#include "clock.h"
 #include "host/cgroup.h"
 #include "drivers/driver.h"
 #include "id.h"
@@ -11,7 +13,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <grp.h>
-#include <ftw.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <poll.h>
@@ -43,13 +44,6 @@ struct sandbox {
     size_t len;
 };
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static bool path_exists(const char *p)
 {
     struct stat st;
@@ -59,7 +53,7 @@ static bool path_exists(const char *p)
 /* True when pid has ended (gone, or a zombie its new parent has not reaped yet) within 2 s. */
 static bool process_ended(pid_t pid)
 {
-    int64_t deadline = now_ms() + 2000;
+    int64_t deadline = clock_mono_ms() + 2000;
     do {
         char path[64], buf[512] = "";
         snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
@@ -74,7 +68,7 @@ static bool process_ended(pid_t pid)
             return true;
         struct timespec ts = {0, 20000000};
         nanosleep(&ts, NULL);
-    } while (now_ms() < deadline);
+    } while (clock_mono_ms() < deadline);
     return false;
 }
 
@@ -112,7 +106,7 @@ static void send_line(struct sandbox *sb, const char *fmt, ...)
 /* Next channel line as JSON; NULL on timeout or end of stream. Skips log lines. */
 static json_t *read_json(struct sandbox *sb, int timeout_ms)
 {
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = clock_mono_ms() + timeout_ms;
     for (;;) {
         char *nl = memchr(sb->buf, '\n', sb->len);
         if (nl) {
@@ -129,7 +123,7 @@ static json_t *read_json(struct sandbox *sb, int timeout_ms)
             }
             return v;
         }
-        int left = (int)(deadline - now_ms());
+        int left = (int)(deadline - clock_mono_ms());
         struct pollfd p = {.fd = sb->rt.channel_fd, .events = POLLIN};
         if (left <= 0 || poll(&p, 1, left) != 1)
             return NULL;
@@ -486,8 +480,8 @@ static void test_worker_death_kills_sandbox(void **state)
     /* PR_SET_PDEATHSIG: the Sandbox's init dies with the worker, without anyone reaping. */
     char cg_events[600];
     snprintf(cg_events, sizeof cg_events, "%s", rec.cgroup_path);
-    int64_t deadline = now_ms() + 5000;
-    while (cgroup_populated(cg_events) && now_ms() < deadline) {
+    int64_t deadline = clock_mono_ms() + 5000;
+    while (cgroup_populated(cg_events) && clock_mono_ms() < deadline) {
         struct timespec ts = {0, 20000000};
         nanosleep(&ts, NULL);
     }
@@ -619,12 +613,6 @@ static int setup(void **state)
     return 0;
 }
 
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-    (void)st, (void)type, (void)ftw;
-    return remove(path) == 0 || errno == ENOENT ? 0 : -1;
-}
-
 /* Reaps whatever a failed test left (so a failure leaves no jails or cgroups behind), then removes
  * the data directory without crossing into any mount (FTW_MOUNT). */
 static int teardown(void **state)
@@ -648,7 +636,7 @@ static int teardown(void **state)
         closedir(d);
     if (leftovers)
         fprintf(stderr, "teardown: reaped %d Sandbox(es) left by failed tests\n", leftovers);
-    if (nftw(data_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0)
+    if (fs_remove_tree(data_dir) != 0)
         fprintf(stderr, "teardown: could not remove %s\n", data_dir);
     return 0;
 }

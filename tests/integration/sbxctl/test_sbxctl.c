@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "clock.h"
 #include "host/firewall.h"
 #include "store.h"
 #include "timefmt.h"
@@ -178,7 +179,7 @@ static void sql(sqlite3 *db, const char *fmt, ...)
 static int64_t tick(void)
 {
     static int64_t last;
-    int64_t t = now_ms();
+    int64_t t = clock_wall_ms();
     last = t > last ? t : last + 1;
     return last;
 }
@@ -233,7 +234,8 @@ static void sandbox_boot(struct fixture *f, char *id_out, bool cold)
 static void claim_message(struct fixture *f, const char *want_msg)
 {
     struct store_delivery d = {0};
-    assert_int_equal(f->st->queue_claim(f->st, &worker_ctx, "wrk_test", 30000, &d), STORE_OK);
+    assert_int_equal(f->st->queue_claim_placed(f->st, &worker_ctx, "wrk_test", 30000, NULL, &d),
+                     STORE_OK);
     assert_string_equal(d.message.id, want_msg);
     store_delivery_clear(&d);
 }
@@ -262,7 +264,7 @@ static void complete(struct fixture *f, const char *msg, const char *session, co
 {
     assert_int_equal(f->st->queue_complete(f->st, &worker_ctx, msg, "wrk_test", sandbox, reply),
                      STORE_OK);
-    assert_int_equal(f->st->session_touch(f->st, session, now_ms() + 60000), STORE_OK);
+    assert_int_equal(f->st->session_touch(f->st, session, clock_wall_ms() + 60000), STORE_OK);
 }
 
 static void sandbox_end(struct fixture *f, const char *id, bool failed, const char *reason)
@@ -353,7 +355,7 @@ static void build_scenario(struct fixture *f)
 
     /* The pool refills, strictly after t_end. */
     usleep(2000);
-    f->t_end = now_ms();
+    f->t_end = clock_wall_ms();
     usleep(2000);
     sandbox_boot(f, f->sbD, false);
 }

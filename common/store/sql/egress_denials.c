@@ -1,9 +1,8 @@
 /*
- * store_sql_egress.c: the events of the firewall's denials (issue 15), `sandbox.egress_denied`,
+ * egress_denials.c: the events of the firewall's denials (issue 15), `sandbox.egress_denied`,
  * written in batches by the one worker of a host that reads the firewall's log. Both engines.
  */
-#include "sql.h"
-#include "store.h"
+#include "store_sql.h"
 
 static enum store_status record_one(struct store *st, const struct store_ctx *ctx,
                                     const struct store_egress_denial *d)
@@ -25,8 +24,8 @@ static enum store_status record_one(struct store *st, const struct store_ctx *ct
                      app_id[0] ? app_id : NULL, session_id[0] ? session_id : NULL, d->data_json);
 }
 
-static enum store_status sq_egress_denials_record(struct store *st, const struct store_ctx *ctx,
-                                                  const struct store_egress_denial *v, size_t n)
+static enum store_status egress_denials_record(struct store *st, const struct store_ctx *ctx,
+                                               const struct store_egress_denial *v, size_t n)
 {
     if (n == 0)
         return STORE_OK;
@@ -35,14 +34,10 @@ static enum store_status sq_egress_denials_record(struct store *st, const struct
         return r;
     for (size_t i = 0; r == STORE_OK && i < n; i++)
         r = record_one(st, ctx, &v[i]);
-    if (r != STORE_OK) {
-        sql_rollback(st);
-        return r;
-    }
-    return sql_commit(st);
+    return sql_end(st, r);
 }
 
-void store_sql_egress_init(struct store *st)
+void sql_egress_init(struct store *st)
 {
-    st->egress_denials_record = sq_egress_denials_record;
+    st->egress_denials_record = egress_denials_record;
 }

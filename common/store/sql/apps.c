@@ -1,0 +1,306 @@
+/*
+ * apps.c: the apps table: an App's settings (its Sandboxes' shape, keep-alive, attempts, command),
+ * created, read, listed, patched and soft-deleted by the admin; the distinct shapes of live Apps
+ * (what the workers' warm pools keep ready); and the App row reader that the Session, message and
+ * delivery reads share. Deleting an App revokes its keys (one event each) in the same transaction.
+ * No hidden state.
+ */
+#include "id.h"
+#include "clock.h"
+#include "store_sql.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void sql_app_from_row(struct sql_stmt *s, int c, struct store_app *a)
+{
+    memset(a, 0, sizeof *a);
+    sql_col_copy(s, c + 0, a->id, sizeof a->id);
+    sql_col_copy(s, c + 1, a->name, sizeof a->name);
+    a->keep_alive_seconds = sql_col_int64(s, c + 2);
+    a->vcpu_count = sql_col_int64(s, c + 3);
+    a->mem_size_mib = sql_col_int64(s, c + 4);
+    sql_col_copy(s, c + 5, a->driver, sizeof a->driver);
+    sql_col_copy(s, c + 6, a->image, sizeof a->image);
+    a->max_attempts = sql_col_int64(s, c + 7);
+    a->command_json = sql_col_dup(s, c + 8);
+    a->created_at = sql_col_int64(s, c + 9);
+    a->updated_at = sql_col_int64(s, c + 10);
+    a->network_json = sql_col_dup(s, c + 11);
+}
+
+void store_app_clear(struct store_app *a)
+{
+    free(a->command_json);
+    a->command_json = NULL;
+    free(a->network_json);
+    a->network_json = NULL;
+}
+
+void store_app_list_free(struct store_app *a, size_t n)
+{
+    for (size_t i = 0; a && i < n; i++)
+        store_app_clear(&a[i]);
+    free(a);
+}
+
+#define APP_COLS "a.rowid, " SQL_APP_COLS
+
+static int64_t app_from_row(struct sql_stmt *s, struct store_app *a)
+{
+    sql_app_from_row(s, 1, a);
+    return sql_col_int64(s, 0);
+}
+
+static int64_t app_page_row(struct sql_stmt *s, void *item)
+{
+    return app_from_row(s, item);
+}
+
+static void app_page_free(void *items, size_t n)
+{
+    store_app_list_free(items, n);
+}
+
+static const struct sql_page app_page = {sizeof(struct store_app), app_page_row, app_page_free};
+
+static enum store_status app_get(struct store *st, const char *app_id, struct store_app *out)
+{
+    struct sql_stmt *s =
+        sql_stmt(st, "SELECT " APP_COLS " FROM apps a WHERE id = ?1 AND deleted_at IS NULL");
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text_copy(s, 1, app_id);
+    return sql_read_one(st, s, &app_page, out);
+}
+
+enum store_status sql_app_exists(struct store *st, const char *app_id)
+{
+    struct sql_stmt *s = sql_stmt(st, "SELECT 1 FROM apps WHERE id = ?1 AND deleted_at IS NULL");
+    int64_t one;
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text_copy(s, 1, app_id);
+    return sql_step_int(st, s, &one);
+}
+
+static enum store_status app_create(struct store *st, const struct store_ctx *ctx,
+                                    struct store_app *app)
+{
+    struct sql_stmt *s;
+    enum store_status r;
+    int64_t now = clock_wall_ms();
+
+    if (id_new("app", app->id, sizeof app->id) != 0)
+        return STORE_ERROR;
+    if ((r = sql_begin(st)) != STORE_OK)
+        return r;
+    s = sql_stmt(st, "INSERT INTO apps (id, name, keep_alive_seconds, vcpu_count, mem_size_mib, "
+                     "driver, image, max_attempts, command, created_at, updated_at, network) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11)");
+    if (!s)
+        return sql_end(st, STORE_ERROR);
+    sql_bind_text(s, 1, app->id);
+    sql_bind_text(s, 2, app->name);
+    sql_bind_int64(s, 3, app->keep_alive_seconds);
+    sql_bind_int64(s, 4, app->vcpu_count);
+    sql_bind_int64(s, 5, app->mem_size_mib);
+    sql_bind_text(s, 6, app->driver);
+    sql_bind_text(s, 7, app->image);
+    sql_bind_int64(s, 8, app->max_attempts);
+    sql_bind_text(s, 9, app->command_json ? app->command_json : "[]");
+    sql_bind_int64(s, 10, now);
+    sql_bind_text(s, 11, app->network_json ? app->network_json : "{\"egress\":\"public\"}");
+    r = sql_step_done(st, s);
+    if (r == STORE_OK) {
+        r = sql_event_json(st, ctx, "app.created", "app", app->id, app->id, NULL,
+                           json_pack("{s:s}", "name", app->name));
+    }
+    r = sql_end(st, r);
+    if (r == STORE_OK)
+        app->created_at = app->updated_at = now;
+    return r;
+}
+
+static enum store_status app_list(struct store *st, const char *after, size_t limit,
+                                  struct store_app **out, size_t *n, char *next_cursor)
+{
+    struct sql_stmt *s = sql_stmt(st, "SELECT " APP_COLS " FROM apps a WHERE deleted_at IS NULL "
+                                      "AND rowid > ?1 ORDER BY rowid LIMIT ?2");
+    int64_t from = sql_cursor_parse(after);
+
+    if (from < 0)
+        return STORE_INVALID;
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_int64(s, 1, from);
+    sql_bind_int64(s, 2, (int64_t)limit + 1);
+    return sql_read_page(st, s, limit, &app_page, (void *)out, n, next_cursor);
+}
+
+static enum store_status app_update(struct store *st, const struct store_ctx *ctx,
+                                    const char *app_id, const struct store_app_patch *p,
+                                    struct store_app *out)
+{
+    struct sql_stmt *s;
+    enum store_status r;
+    char data[512];
+    size_t n = 0;
+
+    if ((r = sql_begin(st)) != STORE_OK)
+        return r;
+    s = sql_stmt(st, "UPDATE apps SET name = COALESCE(?2, name), "
+                     "keep_alive_seconds = COALESCE(?3, keep_alive_seconds), "
+                     "vcpu_count = COALESCE(?4, vcpu_count), "
+                     "mem_size_mib = COALESCE(?5, mem_size_mib), driver = COALESCE(?6, driver), "
+                     "image = COALESCE(?7, image), max_attempts = COALESCE(?8, max_attempts), "
+                     "command = COALESCE(?9, command), network = COALESCE(?11, network), "
+                     "updated_at = ?10 "
+                     "WHERE id = ?1 AND deleted_at IS NULL");
+    if (!s)
+        return sql_end(st, STORE_ERROR);
+    sql_bind_text(s, 1, app_id);
+    if (p->name)
+        sql_bind_text(s, 2, p->name);
+    if (p->keep_alive_seconds)
+        sql_bind_int64(s, 3, *p->keep_alive_seconds);
+    if (p->vcpu_count)
+        sql_bind_int64(s, 4, *p->vcpu_count);
+    if (p->mem_size_mib)
+        sql_bind_int64(s, 5, *p->mem_size_mib);
+    if (p->driver)
+        sql_bind_text(s, 6, p->driver);
+    if (p->image)
+        sql_bind_text(s, 7, p->image);
+    if (p->max_attempts)
+        sql_bind_int64(s, 8, *p->max_attempts);
+    if (p->command_json)
+        sql_bind_text(s, 9, p->command_json);
+    sql_bind_int64(s, 10, clock_wall_ms());
+    if (p->network_json)
+        sql_bind_text(s, 11, p->network_json);
+    r = sql_step_done(st, s);
+    if (r == STORE_OK && sql_changes(st) == 0)
+        r = STORE_NOT_FOUND;
+    if (r == STORE_OK) {
+        /* The event names the fields that changed (not their values: the command may be long). */
+        const char *fields[] = {p->name ? "name" : NULL,
+                                p->keep_alive_seconds ? "keepAliveSeconds" : NULL,
+                                p->vcpu_count ? "vcpuCount" : NULL,
+                                p->mem_size_mib ? "memSizeMib" : NULL,
+                                p->driver ? "driver" : NULL,
+                                p->image ? "image" : NULL,
+                                p->max_attempts ? "maxAttempts" : NULL,
+                                p->command_json ? "command" : NULL,
+                                p->network_json ? "network" : NULL};
+        n = (size_t)snprintf(data, sizeof data, "{\"fields\":[");
+        for (size_t i = 0, k = 0; i < sizeof fields / sizeof fields[0]; i++)
+            if (fields[i])
+                n += (size_t)snprintf(data + n, sizeof data - n, "%s\"%s\"", k++ ? "," : "",
+                                      fields[i]);
+        snprintf(data + n, sizeof data - n, "]}");
+        r = sql_event(st, ctx, "app.updated", "app", app_id, app_id, NULL, data);
+    }
+    struct store_app fresh = {0};
+    if (r == STORE_OK)
+        r = app_get(st, app_id, &fresh);
+    r = sql_end(st, r);
+    if (r == STORE_OK)
+        *out = fresh;
+    else
+        store_app_clear(&fresh);
+    return r;
+}
+
+static enum store_status app_delete(struct store *st, const struct store_ctx *ctx,
+                                    const char *app_id)
+{
+    struct sql_stmt *s;
+    enum store_status r;
+    int64_t live = 0, now = clock_wall_ms();
+    struct store_app app;
+
+    if ((r = sql_begin(st)) != STORE_OK)
+        return r;
+    r = app_get(st, app_id, &app);
+    if (r == STORE_OK)
+        store_app_clear(&app);
+    if (r == STORE_OK) {
+        s = sql_stmt(st, "SELECT (SELECT count(*) FROM sessions WHERE app_id = ?1 "
+                         "AND state <> 'deleted') + (SELECT count(*) FROM workspaces "
+                         "WHERE app_id = ?1 AND deleted_at IS NULL)");
+        if (!s)
+            return sql_end(st, STORE_ERROR);
+        sql_bind_text(s, 1, app_id);
+        r = sql_step_int(st, s, &live);
+        if (r == STORE_OK && live > 0)
+            r = STORE_CONFLICT;
+    }
+    if (r == STORE_OK) {
+        /* Revoke its keys one by one so that each revocation has its own event. */
+        s = sql_stmt(st, "SELECT id FROM api_keys WHERE app_id = ?1 AND revoked_at IS NULL");
+        if (!s)
+            return sql_end(st, STORE_ERROR);
+        sql_bind_text(s, 1, app_id);
+        char(*ids)[STORE_ID_LEN] = NULL;
+        size_t nids = 0;
+        r = sql_read_ids(st, s, &ids, &nids);
+        for (size_t i = 0; r == STORE_OK && i < nids; i++) {
+            s = sql_stmt(st, "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1");
+            if (!s) {
+                r = STORE_ERROR;
+                break;
+            }
+            sql_bind_text(s, 1, ids[i]);
+            sql_bind_int64(s, 2, now);
+            r = sql_step_done(st, s);
+            if (r == STORE_OK)
+                r = sql_event(st, ctx, "key.revoked", "key", ids[i], app_id, NULL,
+                              "{\"reason\":\"app deleted\"}");
+        }
+        free(ids);
+    }
+    if (r == STORE_OK) {
+        s = sql_stmt(st, "UPDATE apps SET deleted_at = ?2, updated_at = ?2 WHERE id = ?1");
+        if (!s)
+            return sql_end(st, STORE_ERROR);
+        sql_bind_text(s, 1, app_id);
+        sql_bind_int64(s, 2, now);
+        r = sql_step_done(st, s);
+    }
+    if (r == STORE_OK)
+        r = sql_event(st, ctx, "app.deleted", "app", app_id, app_id, NULL, NULL);
+    return sql_end(st, r);
+}
+
+static int64_t shape_page_row(struct sql_stmt *s, void *item)
+{
+    struct store_shape *sh = item;
+    sql_col_copy(s, 0, sh->driver, sizeof sh->driver);
+    sql_col_copy(s, 1, sh->image, sizeof sh->image);
+    sh->vcpu_count = sql_col_int64(s, 2);
+    sh->mem_size_mib = sql_col_int64(s, 3);
+    return 0;
+}
+
+static const struct sql_page shape_page = {sizeof(struct store_shape), shape_page_row,
+                                           sql_free_items};
+
+static enum store_status app_shapes(struct store *st, struct store_shape **out, size_t *n)
+{
+    struct sql_stmt *s = sql_stmt(st, "SELECT DISTINCT driver, image, vcpu_count, mem_size_mib "
+                                      "FROM apps WHERE deleted_at IS NULL "
+                                      "ORDER BY driver, image, vcpu_count, mem_size_mib");
+    return sql_read_all(st, s, &shape_page, (void *)out, n);
+}
+
+void sql_apps_init(struct store *st)
+{
+    st->app_create = app_create;
+    st->app_get = app_get;
+    st->app_list = app_list;
+    st->app_update = app_update;
+    st->app_delete = app_delete;
+    st->app_shapes = app_shapes;
+}

@@ -1,0 +1,407 @@
+/*
+ * enqueue.c: writing new messages, with idempotency keys and group commit.
+ *
+ * With synchronous=FULL every COMMIT is an fsync, so one transaction per message would cap the
+ * gateway at the disk's fsync rate. Callers hand their request to one committer thread (with its
+ * own connection), which writes up to ENQUEUE_BATCH_MAX queued requests in one transaction, each
+ * inside its own SAVEPOINT so that one bad row fails alone, and wakes every caller of the batch
+ * once the COMMIT is on disk (or hands an asynchronous caller its result through its callback).
+ *
+ * Hidden state: the committer (struct enqueue_committer: its thread, its queue of requests and
+ * their lock) hangs off the store's struct sql_store (api); it is started on the first enqueue and
+ * stopped, after draining its queue, by sql_enqueue_fini.
+ */
+#include "id.h"
+#include "log.h"
+#include "clock.h"
+#include "store_sql.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ENQUEUE_BATCH_MAX 64
+
+#define MSG_COLS SQL_MESSAGE_COLS " "
+
+static void message_row(struct sql_stmt *s, struct store_message *m)
+{
+    sql_message_from_row(s, 0, m);
+}
+
+/* One caller's enqueue, waiting for the committer: either a blocked caller (done_cb NULL: it
+ * sleeps on enqueue_committer.done until done is set) or an asynchronous one (heap-allocated, with
+ * its own result, handed to done_cb and freed by the committer). */
+struct enqueue_req {
+    const struct store_ctx *ctx;
+    const struct store_enqueue *req;
+    struct store_message *out;
+    bool *replayed;
+    enum store_status status;
+    bool done;
+    store_enqueue_done_fn done_cb;
+    void *done_arg;
+    struct store_message own_out; /* async: the result */
+    bool own_replayed;
+    struct enqueue_req *next;
+};
+
+struct enqueue_committer {
+    pthread_mutex_t lock;
+    pthread_cond_t work; /* the committer waits here for requests */
+    pthread_cond_t done; /* callers wait here for their batch */
+    struct enqueue_req *head, *tail;
+    bool stopping;
+    bool thread_started;
+    pthread_t committer;
+};
+
+/* Writes one message inside the committer's open transaction (and its savepoint). */
+/* enqueue_one() on PostgreSQL without an Idempotency-Key: the same reads and writes as below (seq
+ * from the Session, the row, next_seq + 1, the audit event, the row back) in one statement of
+ * data-modifying CTEs, so one round trip to the server instead of five: on a network each round
+ * trip costs more than the work, and the group commit holds the writers' lock meanwhile. SQLite
+ * has no data-modifying CTEs and no round trips. No row back: no such Session in this App. */
+static enum store_status enqueue_one_pg(struct store *st, struct enqueue_req *e)
+{
+    const struct store_enqueue *q = e->req;
+    char id[STORE_ID_LEN];
+    struct sql_stmt *s;
+    int rc;
+
+    if (id_new_ordered("msg", id, sizeof id) != 0)
+        return STORE_ERROR;
+    s = sql_stmt(
+        st,
+        "WITH s AS (UPDATE sessions SET next_seq = sessions.next_seq + 1 FROM apps a "
+        "WHERE sessions.id = ?2 AND (?3 = '' OR sessions.app_id = ?3) "
+        "AND sessions.state <> 'deleted' AND a.id = sessions.app_id "
+        "RETURNING sessions.next_seq - 1 AS seq, a.max_attempts, sessions.app_id), "
+        "m AS (INSERT INTO messages (id, session_id, app_id, seq, body, max_attempts, "
+        "request_id, created_at, updated_at) "
+        "SELECT ?1, ?2, s.app_id, s.seq, ?4, s.max_attempts, ?5, ?6, ?6 FROM s RETURNING *), "
+        "e AS (INSERT INTO events (at, actor, kind, object_type, object_id, app_id, session_id, "
+        "request_id, data) SELECT ?6, ?7, 'message.queued', 'message', m.id, m.app_id, "
+        "m.session_id, ?5, '{\"seq\":' || m.seq || '}' FROM m) "
+        "SELECT " MSG_COLS "FROM m");
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, id);
+    sql_bind_text(s, 2, q->session_id);
+    sql_bind_app(s, 3, q->app_id);
+    sql_bind_text(s, 4, q->body_json);
+    sql_bind_text_or_null(s, 5, e->ctx ? e->ctx->request_id : NULL);
+    sql_bind_int64(s, 6, clock_wall_ms());
+    sql_bind_text(s, 7, e->ctx && e->ctx->actor ? e->ctx->actor : "unknown");
+    rc = sql_step(s);
+    if (rc == SQL_ROW) {
+        message_row(s, e->out);
+        *e->replayed = false;
+    }
+    sql_done(s);
+    if (rc == SQL_ROW)
+        return STORE_OK;
+    return rc == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, rc);
+}
+
+static enum store_status enqueue_one(struct store *st, struct enqueue_req *e)
+{
+    const struct store_enqueue *q = e->req;
+    struct sql_stmt *s;
+    enum store_status r;
+    int64_t seq = 0, max_attempts = 0, now = clock_wall_ms();
+    char id[STORE_ID_LEN], data[64], app_id[STORE_ID_LEN];
+    int rc;
+
+    if (sql_dialect(st) == SQL_POSTGRES && !(q->idempotency_key && *q->idempotency_key))
+        return enqueue_one_pg(st, e);
+
+    s = sql_stmt(st, "SELECT s.next_seq, a.max_attempts, s.app_id FROM sessions s JOIN apps a "
+                     "ON a.id = s.app_id WHERE s.id = ?1 AND (?2 = '' OR s.app_id = ?2) "
+                     "AND s.state <> 'deleted'");
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, q->session_id);
+    sql_bind_app(s, 2, q->app_id);
+    rc = sql_step(s);
+    if (rc == SQL_ROW) {
+        seq = sql_col_int64(s, 0);
+        max_attempts = sql_col_int64(s, 1);
+        sql_col_copy(s, 2, app_id, sizeof app_id);
+    }
+    sql_done(s);
+    if (rc != SQL_ROW)
+        return rc == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, rc);
+
+    if (q->idempotency_key && *q->idempotency_key) {
+        s = sql_stmt(st, "SELECT " MSG_COLS ", m.request_hash FROM messages m "
+                         "WHERE m.session_id = ?1 AND m.idempotency_key = ?2");
+        if (!s)
+            return STORE_ERROR;
+        sql_bind_text(s, 1, q->session_id);
+        sql_bind_text(s, 2, q->idempotency_key);
+        rc = sql_step(s);
+        if (rc == SQL_ROW) {
+            const char *hash = sql_col_text(s, 19);
+            if (hash && q->request_hash && strcmp(hash, q->request_hash) == 0) {
+                message_row(s, e->out);
+                *e->replayed = true;
+                r = STORE_OK;
+            } else {
+                r = STORE_CONFLICT;
+            }
+            sql_done(s);
+            return r;
+        }
+        sql_done(s);
+        if (rc != SQL_DONE)
+            return sql_status(st, rc);
+    }
+
+    if (id_new_ordered("msg", id, sizeof id) != 0)
+        return STORE_ERROR;
+    s = sql_stmt(st, "INSERT INTO messages (id, session_id, app_id, seq, body, max_attempts, "
+                     "idempotency_key, request_hash, request_id, created_at, updated_at) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)");
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, id);
+    sql_bind_text(s, 2, q->session_id);
+    sql_bind_text(s, 3, app_id);
+    sql_bind_int64(s, 4, seq);
+    sql_bind_text(s, 5, q->body_json);
+    sql_bind_int64(s, 6, max_attempts);
+    sql_bind_text_or_null(s, 7, q->idempotency_key);
+    sql_bind_text_or_null(s, 8, q->idempotency_key ? q->request_hash : NULL);
+    sql_bind_text_or_null(s, 9, e->ctx ? e->ctx->request_id : NULL);
+    sql_bind_int64(s, 10, now);
+    if ((r = sql_step_done(st, s)) != STORE_OK)
+        return r;
+    s = sql_stmt(st, "UPDATE sessions SET next_seq = next_seq + 1 WHERE id = ?1");
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, q->session_id);
+    if ((r = sql_step_done(st, s)) != STORE_OK)
+        return r;
+    snprintf(data, sizeof data, "{\"seq\":%" PRId64 "}", seq);
+    if ((r = sql_event(st, e->ctx, "message.queued", "message", id, app_id, q->session_id, data)) !=
+        STORE_OK)
+        return r;
+
+    s = sql_stmt(st, "SELECT " MSG_COLS "FROM messages m WHERE m.id = ?1");
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, id);
+    rc = sql_step(s);
+    if (rc == SQL_ROW) {
+        message_row(s, e->out);
+        *e->replayed = false;
+    }
+    sql_done(s);
+    return rc == SQL_ROW ? STORE_OK : sql_status(st, rc);
+}
+
+/* Writes a batch in one transaction; each request gets its own status. */
+static void commit_batch(struct store *st, struct enqueue_req **batch, size_t n)
+{
+    enum store_status r = sql_begin(st);
+    bool any_ok = false;
+
+    for (size_t i = 0; i < n; i++) {
+        struct enqueue_req *e = batch[i];
+        if (r != STORE_OK) {
+            e->status = r;
+            continue;
+        }
+        int x = sql_exec(st, "SAVEPOINT enqueue");
+        if (x != SQL_DONE) {
+            e->status = sql_status(st, x);
+            continue;
+        }
+        e->status = enqueue_one(st, e);
+        if (e->status != STORE_OK) {
+            sql_exec(st, "ROLLBACK TO enqueue");
+            if (e->out->body_json || e->out->reply_json || e->out->error)
+                store_message_clear(e->out);
+        } else {
+            any_ok = true;
+        }
+        sql_exec(st, "RELEASE enqueue");
+    }
+    if (r != STORE_OK)
+        return;
+    r = any_ok ? sql_commit(st) : (sql_rollback(st), STORE_OK);
+    if (r != STORE_OK) {
+        /* The COMMIT failed (disk full, I/O error): nothing of the batch is durable. */
+        for (size_t i = 0; i < n; i++) {
+            if (batch[i]->status == STORE_OK) {
+                store_message_clear(batch[i]->out);
+                batch[i]->status = r;
+            }
+        }
+    }
+}
+
+static void *committer_main(void *arg)
+{
+    struct store *st = arg;
+    struct sql_store *s = st->cls;
+    struct enqueue_committer *api = s->api;
+    struct enqueue_req *batch[ENQUEUE_BATCH_MAX];
+
+    pthread_mutex_lock(&api->lock);
+    for (;;) {
+        while (!api->head && !api->stopping)
+            pthread_cond_wait(&api->work, &api->lock);
+        if (!api->head && api->stopping)
+            break;
+        size_t n = 0;
+        while (api->head && n < ENQUEUE_BATCH_MAX) {
+            batch[n++] = api->head;
+            api->head = api->head->next;
+        }
+        if (!api->head)
+            api->tail = NULL;
+        pthread_mutex_unlock(&api->lock);
+        commit_batch(st, batch, n);
+        /* Asynchronous callers first, outside the lock: their callbacks may take their own locks
+         * (the gateway resumes an HTTP connection). The request is unlinked from the queue, so
+         * nothing else refers to it once the callback is called. */
+        size_t blocked = 0;
+        for (size_t i = 0; i < n; i++) {
+            struct enqueue_req *e = batch[i];
+            if (!e->done_cb) {
+                batch[blocked++] = e;
+                continue;
+            }
+            e->done_cb(e->done_arg, e->status, e->status == STORE_OK ? e->out : NULL,
+                       e->own_replayed);
+            free(e);
+        }
+        pthread_mutex_lock(&api->lock);
+        for (size_t i = 0; i < blocked; i++)
+            batch[i]->done = true;
+        if (blocked)
+            pthread_cond_broadcast(&api->done);
+    }
+    pthread_mutex_unlock(&api->lock);
+    return NULL;
+}
+
+/* Appends e to the committer's queue, starting the committer on first use. False when the store
+ * is stopping or the thread cannot start: e was not queued. Called with api->lock held. */
+static bool queue_for_commit(struct store *st, struct enqueue_committer *api, struct enqueue_req *e)
+{
+    /* Started on first use: processes that never enqueue (workers, sbxctl) have no committer. */
+    if (!api->thread_started && !api->stopping) {
+        if (pthread_create(&api->committer, NULL, committer_main, st) == 0)
+            api->thread_started = true;
+        else
+            log_error("store: cannot start the enqueue committer thread");
+    }
+    if (api->stopping || !api->thread_started)
+        return false;
+    if (api->tail)
+        api->tail->next = e;
+    else
+        api->head = e;
+    api->tail = e;
+    pthread_cond_signal(&api->work);
+    return true;
+}
+
+static enum store_status message_enqueue(struct store *st, const struct store_ctx *ctx,
+                                         const struct store_enqueue *req, struct store_message *out,
+                                         bool *replayed)
+{
+    struct sql_store *s = st->cls;
+    struct enqueue_committer *api = s->api;
+    struct store_message m = {0};
+    bool rep = false;
+    struct enqueue_req e = {.ctx = ctx, .req = req, .out = &m, .replayed = &rep};
+
+    if (!api || !req->session_id || !req->body_json)
+        return STORE_ERROR;
+    pthread_mutex_lock(&api->lock);
+    if (!queue_for_commit(st, api, &e)) {
+        pthread_mutex_unlock(&api->lock);
+        return STORE_ERROR;
+    }
+    while (!e.done)
+        pthread_cond_wait(&api->done, &api->lock);
+    pthread_mutex_unlock(&api->lock);
+    if (e.status == STORE_OK) {
+        *out = m;
+        *replayed = rep;
+    }
+    return e.status;
+}
+
+static enum store_status message_enqueue_async(struct store *st, const struct store_ctx *ctx,
+                                               const struct store_enqueue *req,
+                                               store_enqueue_done_fn done, void *arg)
+{
+    struct sql_store *s = st->cls;
+    struct enqueue_committer *api = s->api;
+    struct enqueue_req *e;
+
+    if (!api || !done || !req->session_id || !req->body_json)
+        return STORE_ERROR;
+    if (!(e = calloc(1, sizeof *e)))
+        return STORE_ERROR;
+    e->ctx = ctx;
+    e->req = req;
+    e->out = &e->own_out;
+    e->replayed = &e->own_replayed;
+    e->done_cb = done;
+    e->done_arg = arg;
+    pthread_mutex_lock(&api->lock);
+    bool queued = queue_for_commit(st, api, e);
+    pthread_mutex_unlock(&api->lock);
+    if (!queued) {
+        free(e);
+        return STORE_ERROR;
+    }
+    return STORE_OK;
+}
+
+void sql_enqueue_init(struct store *st)
+{
+    struct sql_store *s = st->cls;
+    struct enqueue_committer *api = calloc(1, sizeof *api);
+
+    st->message_enqueue = message_enqueue;
+    st->message_enqueue_async = message_enqueue_async;
+    s->api = api;
+    if (!api) {
+        log_error("store: out of memory for the enqueue committer");
+        return;
+    }
+    pthread_mutex_init(&api->lock, NULL);
+    pthread_cond_init(&api->work, NULL);
+    pthread_cond_init(&api->done, NULL);
+}
+
+void sql_enqueue_fini(struct store *st)
+{
+    struct sql_store *s = st->cls;
+    struct enqueue_committer *api = s->api;
+
+    if (!api)
+        return;
+    pthread_mutex_lock(&api->lock);
+    api->stopping = true;
+    bool started = api->thread_started;
+    pthread_cond_signal(&api->work);
+    pthread_mutex_unlock(&api->lock);
+    /* The committer drains what is queued before it exits, so no caller is left waiting. */
+    if (started)
+        pthread_join(api->committer, NULL);
+    pthread_mutex_destroy(&api->lock);
+    pthread_cond_destroy(&api->work);
+    pthread_cond_destroy(&api->done);
+    free(api);
+    s->api = NULL;
+}

@@ -1,0 +1,607 @@
+/*
+ * queue.c: the message queue the workers consume: claims with leases (and placement across
+ * hosts), lease extension, completion, failed attempts with backoff, releases, requeueing of
+ * expired leases, and the next retry's due time.
+ *
+ * A message is queued -> delivering (claimed, leased, its attempt counted) -> completed, or back
+ * to queued (a failed attempt with attempts left, a release, an expired lease) or failed (out of
+ * attempts). Every claim is one writer transaction (sql_begin): the database's write lock is held
+ * from the first read (SQLite's BEGIN IMMEDIATE, PostgreSQL's advisory lock), so two worker
+ * processes, on one host or several, can never both see a message as free and both take it.
+ * Every state change writes its audit event in the same transaction. No hidden state.
+ */
+#include "clock.h"
+#include "id.h"
+#include "log.h"
+#include "store_sql.h"
+
+#include <stdio.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The next deliverable messages. A message is deliverable when it is queued and due, its Session
+ * is not deleted and is free or ours, and no earlier message of its Session is unfinished: that
+ * one rule gives both per-Session order and one-at-a-time delivery, since a delivering message is
+ * unfinished and blocks every later one. Placement (claim_choose) may pass over the first ones,
+ * so up to ?4 come, each with what placement needs: when it became claimable (its creation, its
+ * retry time, or its Session's return to idle, whichever is last) and its App's shape. */
+#define CLAIM_PICK_SQL                                                                             \
+    "SELECT m.id, m.session_id, CASE WHEN s.worker_id IS NULL THEN 1 ELSE 0 END, "                 \
+    "CASE WHEN m.not_before > m.created_at THEN m.not_before ELSE m.created_at END, "              \
+    "s.updated_at, a.driver, a.image, a.vcpu_count, a.mem_size_mib FROM messages m "               \
+    "JOIN sessions s ON s.id = m.session_id JOIN apps a ON a.id = s.app_id "                       \
+    "WHERE m.state = 'queued' AND m.not_before <= ?1 AND s.state <> 'deleted' "                    \
+    "AND (s.worker_id IS NULL OR s.worker_id = ?2) AND (?3 = 0 OR s.worker_id = ?2) "              \
+    "AND NOT EXISTS (SELECT 1 FROM messages e WHERE e.session_id = m.session_id "                  \
+    "AND e.seq < m.seq AND e.state IN ('queued', 'delivering')) "                                  \
+    "ORDER BY m.not_before, m.created_at LIMIT ?4"
+static const char claim_pick_sql[] = CLAIM_PICK_SQL;
+/* PostgreSQL: the claim also locks the message rows it reads and passes over those another
+ * transaction holds, so claimers never queue behind each other on a row (SQLite has no row
+ * locks: its one writer at a time is the whole lock). A peek locks nothing. */
+static const char claim_pick_pg_sql[] = CLAIM_PICK_SQL " FOR UPDATE OF m SKIP LOCKED";
+
+static const char *claim_pick(struct store *st, bool lock)
+{
+    return lock && sql_dialect(st) == SQL_POSTGRES ? claim_pick_pg_sql : claim_pick_sql;
+}
+
+/* How many deliverable messages a placed claim looks at before giving up: the ones it passes over
+ * belong to other hosts for at most the placement grace. */
+#define PLACED_CANDIDATES 32
+
+/* What a claim picked. */
+struct claim_pick_result {
+    char message_id[STORE_ID_LEN];
+    char session_id[STORE_ID_LEN];
+    bool session_free;
+};
+
+/* ---- placement ---- */
+
+/* What placement needs to know about the claimer, in one read: its host, whether it was stopped
+ * (a worker of a host declared lost, or one taken for dead, must not start anything new), how
+ * many hosts are live (not lost, heartbeat fresh) and whether its own is one of them. */
+struct claimer {
+    char host_id[STORE_HOST_ID_LEN];
+    bool stopped;
+    int64_t live_hosts;
+    bool host_live;
+};
+
+static enum store_status claimer_load(struct store *st, const char *worker_id, int64_t fresh_since,
+                                      struct claimer *c)
+{
+    struct sql_stmt *s = sql_stmt(
+        st, "SELECT w.host_id, CASE WHEN w.stopped_at IS NULL THEN 0 ELSE 1 END, "
+            "(SELECT COUNT(*) FROM hosts h WHERE h.lost_at IS NULL AND h.heartbeat_at >= ?2), "
+            "(SELECT COUNT(*) FROM hosts h WHERE h.id = w.host_id AND h.lost_at IS NULL AND "
+            "h.heartbeat_at >= ?2) FROM workers w WHERE w.id = ?1");
+    int r;
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, worker_id);
+    sql_bind_int64(s, 2, fresh_since);
+    memset(c, 0, sizeof *c);
+    r = sql_step(s);
+    if (r == SQL_ROW) {
+        sql_col_copy(s, 0, c->host_id, sizeof c->host_id);
+        c->stopped = sql_col_int64(s, 1) != 0;
+        c->live_hosts = sql_col_int64(s, 2);
+        c->host_live = sql_col_int64(s, 3) > 0;
+    }
+    sql_done(s);
+    return r == SQL_ROW || r == SQL_DONE ? STORE_OK : sql_status(st, r);
+}
+
+/* The host placement chooses for an idle Session of this shape, into best ("" when every live
+ * host is full): among live hosts with a live worker and room (Sessions served < capacity), one
+ * holding a warm Sandbox of the shape first, then the least loaded (served / capacity, compared
+ * exactly by cross-multiplying), then the smallest id, so that every worker computes the same. */
+static enum store_status best_host(struct store *st, const struct store_shape *shape,
+                                   int64_t fresh_since, char *best, size_t len)
+{
+    struct sql_stmt *s = sql_stmt(
+        st, "SELECT h.id, h.capacity, "
+            "(SELECT COUNT(*) FROM workers w JOIN sessions s ON s.worker_id = w.id "
+            "WHERE w.host_id = h.id AND s.state IN ('activating', 'active')), "
+            "(SELECT COUNT(*) FROM sandboxes b JOIN workers w ON w.id = b.worker_id "
+            "WHERE b.state = 'warm' AND b.driver = ?1 AND b.image = ?2 AND b.vcpu_count = ?3 "
+            "AND b.mem_size_mib = ?4 AND b.stop_requested_at IS NULL AND w.host_id = h.id) "
+            "FROM hosts h WHERE h.lost_at IS NULL AND h.heartbeat_at >= ?5 AND EXISTS "
+            "(SELECT 1 FROM workers w WHERE w.host_id = h.id AND w.stopped_at IS NULL) "
+            "ORDER BY h.id");
+    int64_t best_cap = 0, best_serving = 0;
+    bool best_warm = false;
+    int r;
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, shape->driver);
+    sql_bind_text(s, 2, shape->image);
+    sql_bind_int64(s, 3, shape->vcpu_count);
+    sql_bind_int64(s, 4, shape->mem_size_mib);
+    sql_bind_int64(s, 5, fresh_since);
+    best[0] = '\0';
+    while ((r = sql_step(s)) == SQL_ROW) {
+        int64_t cap = sql_col_int64(s, 1), serving = sql_col_int64(s, 2);
+        bool warm = sql_col_int64(s, 3) > 0;
+        if (serving >= cap)
+            continue; /* full: never chosen */
+        bool better = !best[0] || (warm && !best_warm) ||
+                      (warm == best_warm && serving * best_cap < best_serving * cap);
+        if (!better)
+            continue;
+        sql_col_copy(s, 0, best, len);
+        best_cap = cap;
+        best_serving = serving;
+        best_warm = warm;
+    }
+    sql_done(s);
+    return r == SQL_DONE ? STORE_OK : sql_status(st, r);
+}
+
+/* Picks the message to claim: the first deliverable one that this worker may take. Without
+ * placement that is the first one. With placement, a message of a Session this worker owns is
+ * always ours; one of an idle Session is ours when our host is where placement puts it, or when
+ * it has waited for its host longer than the grace (so that a slow or dying host never starves a
+ * Session). The best host is computed once per shape per pick; when ours is the only live host, it
+ * is ours. */
+static enum store_status claim_choose(struct store *st, const char *worker_id, bool owned_only,
+                                      const struct store_placement *placement, int64_t now,
+                                      bool lock, struct claim_pick_result *out)
+{
+    char host_id[STORE_HOST_ID_LEN] = "", best[STORE_HOST_ID_LEN] = "";
+    struct store_shape best_for = {0};
+    bool have_best = false, single_host = false;
+    int64_t fresh_since = 0;
+    enum store_status rc;
+
+    if (placement) {
+        struct claimer c;
+        fresh_since = now - placement->host_lost_ms;
+        if ((rc = claimer_load(st, worker_id, fresh_since, &c)) != STORE_OK)
+            return rc;
+        if (c.stopped)
+            return STORE_EMPTY;
+        snprintf(host_id, sizeof host_id, "%s", c.host_id);
+        /* Nothing to choose between when this is the only live host, or when no host is live;
+         * a worker without a host (registered the old way) places nothing either. */
+        single_host = !host_id[0] || c.live_hosts == 0 || (c.live_hosts == 1 && c.host_live);
+    }
+    struct sql_stmt *pick = sql_stmt(st, claim_pick(st, lock));
+    int r;
+    if (!pick)
+        return STORE_ERROR;
+    sql_bind_int64(pick, 1, now);
+    sql_bind_text(pick, 2, worker_id);
+    sql_bind_int64(pick, 3, owned_only ? 1 : 0);
+    sql_bind_int64(pick, 4, placement && !single_host ? PLACED_CANDIDATES : 1);
+    rc = STORE_EMPTY;
+    while ((r = sql_step(pick)) == SQL_ROW) {
+        bool session_free = sql_col_int64(pick, 2) != 0;
+        int64_t since = sql_col_int64(pick, 3), idle_since = sql_col_int64(pick, 4);
+        bool ours = !placement || single_host || !session_free;
+        if (!ours) {
+            if (idle_since > since)
+                since = idle_since;
+            ours = now - since >= placement->grace_ms;
+        }
+        if (!ours) {
+            struct store_shape shape = {0};
+            sql_col_copy(pick, 5, shape.driver, sizeof shape.driver);
+            sql_col_copy(pick, 6, shape.image, sizeof shape.image);
+            shape.vcpu_count = sql_col_int64(pick, 7);
+            shape.mem_size_mib = sql_col_int64(pick, 8);
+            if (!have_best || memcmp(&shape, &best_for, sizeof shape) != 0) {
+                enum store_status brc = best_host(st, &shape, fresh_since, best, sizeof best);
+                if (brc != STORE_OK) {
+                    rc = brc;
+                    break;
+                }
+                best_for = shape;
+                have_best = true;
+            }
+            ours = strcmp(best, host_id) == 0;
+        }
+        if (!ours)
+            continue;
+        sql_col_copy(pick, 0, out->message_id, sizeof out->message_id);
+        sql_col_copy(pick, 1, out->session_id, sizeof out->session_id);
+        out->session_free = session_free;
+        rc = STORE_OK;
+        break;
+    }
+    if (r != SQL_ROW && r != SQL_DONE)
+        rc = sql_status(st, r);
+    sql_done(pick);
+    return rc;
+}
+
+/* A delivery row: SQL_MESSAGE_COLS, SQL_SESSION_COLS, SQL_APP_COLS. */
+static int64_t delivery_from_row(struct sql_stmt *s, void *item)
+{
+    struct store_delivery *d = item;
+    sql_message_from_row(s, 0, &d->message);
+    sql_session_from_row(s, 19, &d->session);
+    sql_app_from_row(s, 37, &d->app);
+    return 0;
+}
+
+static void delivery_items_free(void *items, size_t n)
+{
+    struct store_delivery *d = items;
+    for (size_t i = 0; d && i < n; i++)
+        store_delivery_clear(&d[i]);
+    free(items);
+}
+
+static const struct sql_page delivery_page = {sizeof(struct store_delivery), delivery_from_row,
+                                              delivery_items_free};
+
+static enum store_status delivery_load(struct store *st, const char *message_id,
+                                       struct store_delivery *out)
+{
+    struct sql_stmt *s =
+        sql_stmt(st, "SELECT " SQL_MESSAGE_COLS ", " SQL_SESSION_COLS ", " SQL_APP_COLS
+                     " FROM messages m JOIN sessions s ON s.id = m.session_id "
+                     "JOIN apps a ON a.id = s.app_id WHERE m.id = ?1");
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, message_id);
+    return sql_read_one(st, s, &delivery_page, out);
+}
+
+static enum store_status claim_in_tx(struct store *st, const struct store_ctx *ctx,
+                                     const char *worker_id, int64_t lease_ms, bool owned_only,
+                                     const struct store_placement *placement,
+                                     struct store_delivery *out)
+{
+    struct claim_pick_result pick;
+    int64_t now = clock_wall_ms();
+    enum store_status rc = claim_choose(st, worker_id, owned_only, placement, now, true, &pick);
+    if (rc != STORE_OK)
+        return rc;
+    const char *message_id = pick.message_id, *session_id = pick.session_id;
+    bool session_free = pick.session_free;
+    struct sql_stmt *lease =
+        sql_stmt(st, "UPDATE messages SET state = 'delivering', lease_owner = ?2, "
+                     "lease_expires_at = ?3, attempts = attempts + 1, "
+                     "updated_at = ?4 WHERE id = ?1 AND state = 'queued'");
+    if (!lease)
+        return STORE_ERROR;
+    sql_bind_text(lease, 1, message_id);
+    sql_bind_text(lease, 2, worker_id);
+    sql_bind_int64(lease, 3, now + lease_ms);
+    sql_bind_int64(lease, 4, now);
+    if ((rc = sql_step_done(st, lease)) != STORE_OK)
+        return rc;
+
+    if (session_free) {
+        struct sql_stmt *own =
+            sql_stmt(st, "UPDATE sessions SET state = 'activating', worker_id = ?2, "
+                         "updated_at = ?3 WHERE id = ?1");
+        if (!own)
+            return STORE_ERROR;
+        sql_bind_text(own, 1, session_id);
+        sql_bind_text(own, 2, worker_id);
+        sql_bind_int64(own, 3, now);
+        if ((rc = sql_step_done(st, own)) != STORE_OK)
+            return rc;
+    }
+    if ((rc = delivery_load(st, message_id, out)) != STORE_OK)
+        return rc;
+    if (session_free) {
+        rc = sql_event_json(st, ctx, "session.activating", "session", session_id, out->app.id,
+                            session_id, json_pack("{s:s}", "workerId", worker_id));
+    }
+    if (rc == STORE_OK) {
+        rc = sql_event_json(st, ctx, "message.delivering", "message", message_id, out->app.id,
+                            session_id,
+                            json_pack("{s:I,s:s}", "attempt", (json_int_t)out->message.attempts,
+                                      "workerId", worker_id));
+    }
+    if (rc != STORE_OK)
+        store_delivery_clear(out);
+    return rc;
+}
+
+/* Whether anything is deliverable to this worker, read without taking the write lock: in WAL mode
+ * this never waits, so the many wake-ups that find nothing to do do not queue behind the gateway's
+ * commits (nor, with placement, behind other hosts' claims). */
+static enum store_status claim_peek(struct store *st, const char *worker_id, bool owned_only,
+                                    const struct store_placement *placement)
+{
+    struct claim_pick_result pick;
+    return claim_choose(st, worker_id, owned_only, placement, clock_wall_ms(), false, &pick);
+}
+
+static enum store_status claim_next(struct store *st, const struct store_ctx *ctx,
+                                    const char *worker_id, int64_t lease_ms, bool owned_only,
+                                    const struct store_placement *placement,
+                                    struct store_delivery *out)
+{
+    enum store_status rc = claim_peek(st, worker_id, owned_only, placement);
+    struct store_delivery d;
+    if (rc != STORE_OK)
+        return rc;
+    /* Something looked deliverable: claim it for real under the write lock (it may be gone). */
+    if ((rc = sql_begin(st)) != STORE_OK)
+        return rc;
+    memset(&d, 0, sizeof d);
+    rc = sql_end(st, claim_in_tx(st, ctx, worker_id, lease_ms, owned_only, placement, &d));
+    if (rc == STORE_OK)
+        *out = d;
+    else if (rc != STORE_EMPTY)
+        store_delivery_clear(&d);
+    return rc;
+}
+
+static enum store_status queue_claim_owned(struct store *st, const struct store_ctx *ctx,
+                                           const char *worker_id, int64_t lease_ms,
+                                           struct store_delivery *out)
+{
+    return claim_next(st, ctx, worker_id, lease_ms, true, NULL, out);
+}
+
+static enum store_status queue_claim_placed(struct store *st, const struct store_ctx *ctx,
+                                            const char *worker_id, int64_t lease_ms,
+                                            const struct store_placement *placement,
+                                            struct store_delivery *out)
+{
+    return claim_next(st, ctx, worker_id, lease_ms, false, placement, out);
+}
+
+static enum store_status queue_extend_lease(struct store *st, const char *message_id,
+                                            const char *worker_id, int64_t lease_ms)
+{
+    struct sql_stmt *s = sql_stmt(st, "UPDATE messages SET lease_expires_at = ?3 WHERE id = ?1 AND "
+                                      "state = 'delivering' AND lease_owner = ?2");
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, message_id);
+    sql_bind_text(s, 2, worker_id);
+    sql_bind_int64(s, 3, clock_wall_ms() + lease_ms);
+    return sql_step_change(st, s, STORE_CONFLICT);
+}
+
+/* The message's Session and App, for the events of a transition. */
+static enum store_status message_owner(struct store *st, const char *message_id, char *session_id,
+                                       char *app_id, int64_t *attempts, int64_t *max_attempts)
+{
+    struct sql_stmt *s = sql_stmt(st, "SELECT session_id, app_id, attempts, max_attempts "
+                                      "FROM messages WHERE id = ?1");
+    enum store_status rc;
+    int r;
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, message_id);
+    r = sql_step(s);
+    if (r == SQL_ROW) {
+        sql_col_copy(s, 0, session_id, STORE_ID_LEN);
+        sql_col_copy(s, 1, app_id, STORE_ID_LEN);
+        *attempts = sql_col_int64(s, 2);
+        *max_attempts = sql_col_int64(s, 3);
+        rc = STORE_OK;
+    } else {
+        rc = r == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, r);
+    }
+    sql_done(s);
+    return rc;
+}
+
+static enum store_status complete_in_tx(struct store *st, const struct store_ctx *ctx,
+                                        const char *message_id, const char *worker_id,
+                                        const char *sandbox_id, const char *reply_json)
+{
+    struct sql_stmt *s =
+        sql_stmt(st, "UPDATE messages SET state = 'completed', reply = ?3, "
+                     "error = NULL, sandbox_id = ?4, lease_owner = NULL, "
+                     "lease_expires_at = NULL, completed_at = ?5, updated_at = ?5 "
+                     "WHERE id = ?1 AND state = 'delivering' AND lease_owner = ?2");
+    char session_id[STORE_ID_LEN], app_id[STORE_ID_LEN];
+    int64_t attempts, max_attempts;
+    enum store_status rc;
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, message_id);
+    sql_bind_text(s, 2, worker_id);
+    sql_bind_text(s, 3, reply_json ? reply_json : "null");
+    sql_bind_text_or_null(s, 4, sandbox_id);
+    sql_bind_int64(s, 5, clock_wall_ms());
+    if ((rc = sql_step_done(st, s)) != STORE_OK)
+        return rc;
+    if (sql_changes(st) == 0)
+        return STORE_CONFLICT; /* the lease moved on: someone else owns this delivery now */
+    if ((rc = message_owner(st, message_id, session_id, app_id, &attempts, &max_attempts)) !=
+        STORE_OK)
+        return rc;
+    rc = sql_event_json(st, ctx, "message.completed", "message", message_id, app_id, session_id,
+                        json_pack("{s:I,s:s?}", "attempt", (json_int_t)attempts, "sandboxId",
+                                  sandbox_id && *sandbox_id ? sandbox_id : NULL));
+    return rc;
+}
+
+static enum store_status queue_complete(struct store *st, const struct store_ctx *ctx,
+                                        const char *message_id, const char *worker_id,
+                                        const char *sandbox_id, const char *reply_json)
+{
+    enum store_status rc;
+    if ((rc = sql_begin(st)) != STORE_OK)
+        return rc;
+    return sql_end(st, complete_in_tx(st, ctx, message_id, worker_id, sandbox_id, reply_json));
+}
+
+/* Ends an attempt that did not produce a reply: back to queued after backoff, or failed for good
+ * once the message has used its attempts. lease_owner NULL means any holder (expired leases). */
+static enum store_status fail_in_tx(struct store *st, const struct store_ctx *ctx,
+                                    const char *message_id, const char *worker_id,
+                                    const char *sandbox_id, const char *reason, int64_t backoff_ms,
+                                    bool *final)
+{
+    char session_id[STORE_ID_LEN], app_id[STORE_ID_LEN];
+    int64_t attempts, max_attempts, now = clock_wall_ms();
+    enum store_status rc;
+    struct sql_stmt *check =
+        sql_stmt(st, "SELECT 1 FROM messages WHERE id = ?1 AND "
+                     "state = 'delivering' AND (CAST(?2 AS TEXT) IS NULL OR lease_owner = ?2)");
+    int r;
+    if (!check)
+        return STORE_ERROR;
+    sql_bind_text(check, 1, message_id);
+    sql_bind_text_or_null(check, 2, worker_id);
+    r = sql_step(check);
+    sql_done(check);
+    if (r == SQL_DONE)
+        return STORE_CONFLICT;
+    if (r != SQL_ROW)
+        return sql_status(st, r);
+    if ((rc = message_owner(st, message_id, session_id, app_id, &attempts, &max_attempts)) !=
+        STORE_OK)
+        return rc;
+
+    bool give_up = attempts >= max_attempts;
+    struct sql_stmt *s;
+    if (give_up)
+        s = sql_stmt(st, "UPDATE messages SET state = 'failed', error = ?2, sandbox_id = "
+                         "COALESCE(?3, sandbox_id), lease_owner = NULL, lease_expires_at = NULL, "
+                         "completed_at = ?4, updated_at = ?4 WHERE id = ?1");
+    else
+        s = sql_stmt(st, "UPDATE messages SET state = 'queued', error = ?2, sandbox_id = "
+                         "COALESCE(?3, sandbox_id), lease_owner = NULL, lease_expires_at = NULL, "
+                         "not_before = ?5, updated_at = ?4 WHERE id = ?1");
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, message_id);
+    sql_bind_text(s, 2, reason ? reason : "unknown failure");
+    sql_bind_text_or_null(s, 3, sandbox_id);
+    sql_bind_int64(s, 4, now);
+    if (!give_up)
+        sql_bind_int64(s, 5, now + (backoff_ms > 0 ? backoff_ms : 0));
+    if ((rc = sql_step_done(st, s)) != STORE_OK)
+        return rc;
+    json_t *data = give_up
+                       ? json_pack("{s:I,s:s?}", "attempts", (json_int_t)attempts, "reason", reason)
+                       : json_pack("{s:I,s:s?,s:I}", "attempt", (json_int_t)attempts, "reason",
+                                   reason, "backoffMs", (json_int_t)backoff_ms);
+    rc = sql_event_json(st, ctx, give_up ? "message.failed" : "message.retry", "message",
+                        message_id, app_id, session_id, data);
+    if (rc == STORE_OK && final)
+        *final = give_up;
+    return rc;
+}
+
+static enum store_status queue_fail(struct store *st, const struct store_ctx *ctx,
+                                    const char *message_id, const char *worker_id,
+                                    const char *sandbox_id, const char *reason, int64_t backoff_ms,
+                                    bool *final)
+{
+    enum store_status rc;
+    bool fin = false;
+    if ((rc = sql_begin(st)) != STORE_OK)
+        return rc;
+    rc = sql_end(st, fail_in_tx(st, ctx, message_id, worker_id ? worker_id : "", sandbox_id, reason,
+                                backoff_ms, &fin));
+    if (rc == STORE_OK && final)
+        *final = fin;
+    return rc;
+}
+
+static enum store_status queue_release(struct store *st, const struct store_ctx *ctx,
+                                       const char *message_id, const char *worker_id)
+{
+    enum store_status rc;
+    char session_id[STORE_ID_LEN], app_id[STORE_ID_LEN];
+    int64_t attempts, max_attempts;
+    if ((rc = sql_begin(st)) != STORE_OK)
+        return rc;
+    struct sql_stmt *s = sql_stmt(st, "UPDATE messages SET state = 'queued', lease_owner = NULL, "
+                                      "lease_expires_at = NULL, attempts = CASE WHEN attempts > 0 "
+                                      "THEN attempts - 1 ELSE 0 END, "
+                                      "updated_at = ?3 WHERE id = ?1 AND state = 'delivering' AND "
+                                      "lease_owner = ?2");
+    if (!s)
+        return sql_end(st, STORE_ERROR);
+    sql_bind_text(s, 1, message_id);
+    sql_bind_text(s, 2, worker_id);
+    sql_bind_int64(s, 3, clock_wall_ms());
+    rc = sql_step_change(st, s, STORE_CONFLICT);
+    if (rc == STORE_OK)
+        rc = message_owner(st, message_id, session_id, app_id, &attempts, &max_attempts);
+    if (rc == STORE_OK)
+        rc =
+            sql_event(st, ctx, "message.released", "message", message_id, app_id, session_id, NULL);
+    return sql_end(st, rc);
+}
+
+enum store_status sql_queue_requeue_in_tx(struct store *st, const struct store_ctx *ctx,
+                                          char (*ids)[STORE_ID_LEN], size_t n, const char *reason)
+{
+    enum store_status rc = STORE_OK;
+    for (size_t i = 0; i < n && rc == STORE_OK; i++) {
+        rc = fail_in_tx(st, ctx, ids[i], NULL, NULL, reason, 0, NULL);
+        if (rc == STORE_CONFLICT)
+            rc = STORE_OK;
+    }
+    return rc;
+}
+
+static enum store_status queue_requeue_expired(struct store *st, const struct store_ctx *ctx,
+                                               size_t *n)
+{
+    enum store_status rc;
+    char(*ids)[STORE_ID_LEN] = NULL;
+    size_t count = 0;
+    if ((rc = sql_begin(st)) != STORE_OK)
+        return rc;
+    struct sql_stmt *s = sql_stmt(st, "SELECT id FROM messages WHERE state = 'delivering' AND "
+                                      "lease_expires_at < ?1");
+    if (!s)
+        return sql_end(st, STORE_ERROR);
+    sql_bind_int64(s, 1, clock_wall_ms());
+    rc = sql_read_ids(st, s, &ids, &count);
+    if (rc == STORE_OK)
+        rc = sql_queue_requeue_in_tx(st, ctx, ids, count,
+                                     "lease expired: the worker delivering it was lost");
+    free(ids);
+    rc = sql_end(st, rc);
+    if (rc == STORE_OK && n)
+        *n = count;
+    return rc;
+}
+
+static enum store_status queue_next_due(struct store *st, int64_t *at)
+{
+    /* Only the head of each Session's queue counts: a later message waits for it anyway. */
+    struct sql_stmt *s = sql_stmt(st, "SELECT MIN(m.not_before) FROM messages m WHERE m.state = "
+                                      "'queued' AND NOT EXISTS (SELECT 1 FROM messages e WHERE "
+                                      "e.session_id = m.session_id AND e.seq < m.seq AND "
+                                      "e.state IN ('queued', 'delivering'))");
+    int r;
+    if (!s)
+        return STORE_ERROR;
+    r = sql_step(s);
+    if (r == SQL_ROW)
+        *at = sql_col_int64_or(s, 0, 0);
+    sql_done(s);
+    return r == SQL_ROW ? STORE_OK : sql_status(st, r);
+}
+
+void store_delivery_clear(struct store_delivery *d)
+{
+    store_message_clear(&d->message);
+    store_session_clear(&d->session);
+    store_app_clear(&d->app);
+}
+
+void sql_queue_init(struct store *st)
+{
+    st->queue_claim_owned = queue_claim_owned;
+    st->queue_extend_lease = queue_extend_lease;
+    st->queue_complete = queue_complete;
+    st->queue_fail = queue_fail;
+    st->queue_release = queue_release;
+    st->queue_requeue_expired = queue_requeue_expired;
+    st->queue_next_due = queue_next_due;
+    st->queue_claim_placed = queue_claim_placed;
+}

@@ -1,0 +1,57 @@
+/*
+ * settings.c: the store's settings table, a key-value map for what the gateways and workers of
+ * one database must agree on (the admin token, for one). No hidden state.
+ */
+#include "store_sql.h"
+
+static enum store_status setting_get(struct store *st, const char *key, char *out, size_t outlen)
+{
+    struct sql_stmt *s = sql_stmt(st, "SELECT value FROM settings WHERE key = ?1");
+    enum store_status rc;
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, key);
+    int r = sql_step(s);
+    if (r == SQL_ROW) {
+        sql_col_copy(s, 0, out, outlen);
+        rc = STORE_OK;
+    } else {
+        rc = r == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, r);
+    }
+    sql_done(s);
+    return rc;
+}
+
+static enum store_status setting_put(struct store *st, const char *key, const char *value)
+{
+    struct sql_stmt *s = sql_stmt(st, "INSERT INTO settings (key, value) VALUES (?1, ?2) "
+                                      "ON CONFLICT (key) DO UPDATE SET value = excluded.value");
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, key);
+    sql_bind_text(s, 2, value);
+    return sql_step_done(st, s);
+}
+
+static enum store_status setting_init(struct store *st, const char *key, const char *value,
+                                      char *out, size_t outlen)
+{
+    struct sql_stmt *s = sql_stmt(st, "INSERT INTO settings (key, value) VALUES (?1, ?2) "
+                                      "ON CONFLICT (key) DO NOTHING");
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, key);
+    sql_bind_text(s, 2, value);
+    int r = sql_step(s);
+    sql_done(s);
+    if (r != SQL_DONE)
+        return sql_status(st, r);
+    return setting_get(st, key, out, outlen);
+}
+
+void sql_settings_init(struct store *st)
+{
+    st->setting_get = setting_get;
+    st->setting_put = setting_put;
+    st->setting_init = setting_init;
+}

@@ -1,0 +1,192 @@
+/*
+ * store_sql.h: what the store's per-table files (common/store/sql/<table>.c) share, on top of the
+ * engines' statement API (sql.h): running a statement to its end, transactions, one-row and
+ * paged reads, the audit event every mutation appends, the row readers that several tables' files
+ * need, the steps one table's file takes inside another's transaction, and each file's function
+ * that fills in its entries of the store's function table (store_sql_init in sql.h calls them
+ * all).
+ *
+ * Private to the store, like sql.h: the gateway and the workers see only store.h.
+ *
+ * Conventions the table files keep: every mutation runs in one writer transaction (sql_begin; the
+ * write lock is taken at BEGIN) together with its audit event(s), ended by sql_end; a function
+ * named *_in_tx runs inside its caller's transaction; list cursors are the decimal rowid (for
+ * messages: the seq) of the last row of the previous page.
+ */
+#ifndef SBX_STORE_SQL_H
+#define SBX_STORE_SQL_H
+
+#include "sql.h"
+
+#include <jansson.h>
+
+/* ---- statements ---- */
+
+/* An integer column, or dflt when it is NULL. */
+static inline int64_t sql_col_int64_or(struct sql_stmt *s, int col, int64_t dflt)
+{
+    return sql_col_null(s, col) ? dflt : sql_col_int64(s, col);
+}
+
+/* Column helpers: copy text into a fixed buffer ("" for NULL), or strdup it (NULL for NULL). */
+void sql_col_copy(struct sql_stmt *s, int col, char *out, size_t outlen);
+char *sql_col_dup(struct sql_stmt *s, int col);
+
+/* Runs a bound statement that returns no rows and resets it. s NULL (sql_stmt failed):
+ * STORE_ERROR. */
+enum store_status sql_step_done(struct store *st, struct sql_stmt *s);
+
+/* A state transition: runs an UPDATE whose WHERE names the state(s) it starts from, like
+ * sql_step_done, and returns if_unchanged when it changed no row (the row is not, or no longer, in
+ * such a state, or does not exist). */
+enum store_status sql_step_change(struct store *st, struct sql_stmt *s,
+                                  enum store_status if_unchanged);
+
+/* Runs a one-integer query ("SELECT count(*) ...") into *out; STORE_NOT_FOUND without a row. */
+enum store_status sql_step_int(struct store *st, struct sql_stmt *s, int64_t *out);
+
+/* Ends the writer transaction that sql_begin opened: COMMIT when rc is STORE_OK, otherwise
+ * ROLLBACK. Returns the final status (a failed COMMIT's). */
+enum store_status sql_end(struct store *st, enum store_status rc);
+
+/* Binds an App scope: "" or NULL binds "" (any App). */
+void sql_bind_app(struct sql_stmt *s, int idx, const char *app_id);
+
+/* ---- reads ---- */
+
+/* One page of a list (limit SIZE_MAX: every row): steps s (bound, asking for limit + 1 rows) and
+ * turns each row into an item of elem_size with from_row, which returns the row's cursor key. A row
+ * beyond limit only means that there is a next page: its cursor is the last item's key. out is the
+ * caller's `struct store_x **`. On failure the items read so far are released with free_items. */
+struct sql_page {
+    size_t elem_size;
+    int64_t (*from_row)(struct sql_stmt *s, void *item);
+    void (*free_items)(void *items, size_t n);
+};
+enum store_status sql_read_page(struct store *st, struct sql_stmt *s, size_t limit,
+                                const struct sql_page *pg, void *out, size_t *n, char *next_cursor);
+
+/* Every row s (bound) returns, as sql_read_page without a limit or a cursor. */
+enum store_status sql_read_all(struct store *st, struct sql_stmt *s, const struct sql_page *pg,
+                               void *out, size_t *n);
+
+/* Steps s (bound) for at most one row: STORE_OK with the row in out (through pg->from_row, on a
+ * zeroed item), STORE_NOT_FOUND without one. Resets s. */
+enum store_status sql_read_one(struct store *st, struct sql_stmt *s, const struct sql_page *pg,
+                               void *out);
+
+/* free_items for items that hold no heap memory of their own. */
+void sql_free_items(void *items, size_t n);
+
+/* A cursor as the lists take it ("" or NULL: the start): its key, or -1 when malformed. */
+int64_t sql_cursor_parse(const char *after);
+
+/* One page of an App-scoped list whose statement sql takes (?1 the App id or "", ?2 the cursor's
+ * key, ?3 the row limit): what the workspace, Session and Sandbox lists share. A malformed cursor
+ * is STORE_INVALID. */
+enum store_status sql_app_list_page(struct store *st, const char *sql, const char *app_id,
+                                    const char *after, size_t limit, const struct sql_page *pg,
+                                    void *out, size_t *n, char *next_cursor);
+
+/* The ids (the first column, STORE_ID_LEN each) of every row s (bound) returns. */
+enum store_status sql_read_ids(struct store *st, struct sql_stmt *s, char (**ids)[STORE_ID_LEN],
+                               size_t *n);
+
+/* ---- audit events ---- */
+
+/* Appends an audit event inside the caller's transaction. data_json may be NULL. */
+enum store_status sql_event(struct store *st, const struct store_ctx *ctx, const char *kind,
+                            const char *object_type, const char *object_id, const char *app_id,
+                            const char *session_id, const char *data_json);
+
+/* sql_event with its data as a JSON object (jansson escapes the strings in it), which it takes
+ * over (data may be NULL: no data). */
+enum store_status sql_event_json(struct store *st, const struct store_ctx *ctx, const char *kind,
+                                 const char *object_type, const char *object_id, const char *app_id,
+                                 const char *session_id, json_t *data);
+
+/* ---- rows that several tables' files read ---- */
+
+/* The columns (with the aliases a, s and m) and their readers, which start at column c (a
+ * statement may select several objects in one row). NULL times read as 0, NULL usage as -1 (not
+ * measured). SQL_SESSION_COLS needs the Session's App joined as a (for the effective keep-alive).
+ */
+#define SQL_APP_COLS                                                                               \
+    "a.id, a.name, a.keep_alive_seconds, a.vcpu_count, a.mem_size_mib, a.driver, a.image, "        \
+    "a.max_attempts, a.command, a.created_at, a.updated_at, a.network"
+#define SQL_SESSION_COLS                                                                           \
+    "s.id, s.app_id, s.name, s.state, s.sandbox_id, s.keep_alive_seconds, "                        \
+    "COALESCE(s.keep_alive_seconds, a.keep_alive_seconds), s.workspace_id, s.metadata, "           \
+    "s.activation_count, s.cpu_usec, s.mem_peak_bytes, s.worker_id, s.expires_at, "                \
+    "s.stop_requested_at, s.created_at, s.updated_at, s.last_activity_at"
+#define SQL_MESSAGE_COLS                                                                           \
+    "m.id, m.session_id, m.app_id, m.seq, m.state, m.body, m.reply, m.error, m.attempts, "         \
+    "m.max_attempts, m.idempotency_key, m.request_id, m.sandbox_id, m.lease_owner, "               \
+    "m.lease_expires_at, m.not_before, m.created_at, m.updated_at, m.completed_at"
+void sql_app_from_row(struct sql_stmt *s, int c, struct store_app *a);         /* apps.c */
+void sql_session_from_row(struct sql_stmt *s, int c, struct store_session *o); /* sessions.c */
+void sql_message_from_row(struct sql_stmt *s, int c, struct store_message *m); /* messages.c */
+
+/* A Sandbox row: SELECT SQL_SANDBOX_COLS FROM sandboxes ..., read with sql_sandbox_page (from_row
+ * returns the rowid, the lists' cursor). NULL usage reads as -1 (not measured), NULL times as 0.
+ * (sandboxes.c) */
+#define SQL_SANDBOX_COLS                                                                           \
+    "rowid, id, state, driver, image, image_hash, vcpu_count, mem_size_mib, worker_id, app_id, "   \
+    "session_id, pid, jail_dir, cgroup_path, net_address, cold, boot_ms, cpu_usec, "               \
+    "mem_peak_bytes, termination_reason, stop_requested_at, created_at, ready_at, claimed_at, "    \
+    "terminated_at "
+extern const struct sql_page sql_sandbox_page;
+
+/* ---- steps that one table's file takes inside another's transaction ---- */
+
+/* STORE_OK when the App exists and is not deleted. (apps.c) */
+enum store_status sql_app_exists(struct store *st, const char *app_id);
+
+/* The Session goes back to idle and stops pointing at its Sandbox; its worker lets go of it
+ * (nothing when it is deleted). (sessions.c) */
+enum store_status sql_session_to_idle_in_tx(struct store *st, const struct store_ctx *ctx,
+                                            const char *session_id, const char *app_id,
+                                            const char *sandbox_id);
+/* Points the Session at its new Sandbox (still activating) while worker_id owns it;
+ * STORE_CONFLICT when it was deleted meanwhile or is no longer that worker's. (sessions.c) */
+enum store_status sql_session_point_at_in_tx(struct store *st, const char *session_id,
+                                             const char *sandbox_id, const char *worker_id);
+
+/* Requeues (or fails, when out of attempts) each leased message of ids, whoever holds it: the
+ * attempt ends like any failed attempt, with reason. (queue.c) */
+enum store_status sql_queue_requeue_in_tx(struct store *st, const struct store_ctx *ctx,
+                                          char (*ids)[STORE_ID_LEN], size_t n, const char *reason);
+
+/* Ends a Sandbox as sandbox_finish does (store.h). (sandboxes.c) */
+enum store_status sql_sandbox_finish_in_tx(struct store *st, const struct store_ctx *ctx,
+                                           const char *sandbox_id, bool failed, const char *reason,
+                                           const struct store_usage *usage);
+
+/* Lets go of everything a worker that is gone held (see worker_adopt in store.h) but its
+ * Sandboxes; *requeued grows by the leases requeued. STORE_NOT_FOUND when it was stopped already.
+ * (workers.c) */
+enum store_status sql_worker_release_in_tx(struct store *st, const struct store_ctx *ctx,
+                                           const char *worker_id, int64_t now, const char *reason,
+                                           size_t *requeued);
+
+/* ---- the function table ---- */
+
+/* Each table's file fills in its entries of the store's function table. */
+void sql_settings_init(struct store *st);
+void sql_apps_init(struct store *st);
+void sql_keys_init(struct store *st);
+void sql_workspaces_init(struct store *st);
+void sql_sessions_init(struct store *st);
+void sql_messages_init(struct store *st);
+void sql_queue_init(struct store *st);
+void sql_sandboxes_init(struct store *st);
+void sql_workers_init(struct store *st);
+void sql_hosts_init(struct store *st);
+void sql_events_init(struct store *st);
+void sql_counts_init(struct store *st);
+void sql_egress_init(struct store *st);
+/* The group commit (enqueue.c) also has state to set up and a thread to stop. */
+void sql_enqueue_init(struct store *st);
+void sql_enqueue_fini(struct store *st);
+
+#endif
