@@ -209,9 +209,9 @@ static void batch_chain(struct fw_batch *b, const char *name, const char *type, 
     nftnl_chain_free(c);
 }
 
-/* A set (data_type 0) or a verdict map (data_type DATA_TYPE_VERDICT) keyed by key_type. */
+/* A plain set keyed by key_type (nft's datatype id) of key_len bytes. */
 static void batch_set_typed(struct fw_batch *b, const char *name, uint32_t id, uint32_t key_type,
-                            uint32_t key_len, uint32_t data_type, const char *comment)
+                            uint32_t key_len, const char *comment)
 {
     struct nftnl_set *s = must(nftnl_set_alloc());
     nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
@@ -220,11 +220,7 @@ static void batch_set_typed(struct fw_batch *b, const char *name, uint32_t id, u
     nftnl_set_set_u32(s, NFTNL_SET_ID, id);
     nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, key_type);
     nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, key_len);
-    nftnl_set_set_u32(s, NFTNL_SET_FLAGS, data_type ? NFT_SET_MAP : 0);
-    if (data_type) {
-        nftnl_set_set_u32(s, NFTNL_SET_DATA_TYPE, data_type);
-        nftnl_set_set_u32(s, NFTNL_SET_DATA_LEN, sizeof(uint32_t));
-    }
+    nftnl_set_set_u32(s, NFTNL_SET_FLAGS, 0);
     struct nftnl_udata_buf *ud = must(nftnl_udata_buf_alloc(256));
     nftnl_udata_put_strz(ud, NFTNL_UDATA_SET_COMMENT, comment);
     nftnl_set_set_data(s, NFTNL_SET_USERDATA, nftnl_udata_buf_data(ud), nftnl_udata_buf_len(ud));
@@ -237,7 +233,7 @@ static void batch_set_typed(struct fw_batch *b, const char *name, uint32_t id, u
 
 static void batch_set(struct fw_batch *b, const char *name, uint32_t id, const char *comment)
 {
-    batch_set_typed(b, name, id, KEY_TYPE_IFNAME_IPV4, KEY_LEN, 0, comment);
+    batch_set_typed(b, name, id, KEY_TYPE_IFNAME_IPV4, KEY_LEN, comment);
 }
 
 static void batch_counter(struct fw_batch *b, const char *name)
@@ -699,9 +695,9 @@ static void batch_structure(struct fw_batch *b, const struct pool4 *pool)
     }
     batch_set(b, SET_SANDBOXES, SET_ID_SANDBOXES, "live Sandboxes: host interface . address");
     batch_set(b, SET_NFS, SET_ID_NFS, "Sandboxes with an NFS Workspace: may reach TCP 2049");
-    batch_set_typed(b, SET_EGRESS_PORTS, SET_ID_EGRESS_PORTS, KEY_TYPE_INET_SERVICE, 2, 0,
+    batch_set_typed(b, SET_EGRESS_PORTS, SET_ID_EGRESS_PORTS, KEY_TYPE_INET_SERVICE, 2,
                     "TCP ports open to public IPv4 (egress_ports)");
-    batch_set_typed(b, SET_RESOLVERS, SET_ID_RESOLVERS, KEY_TYPE_IPV4, 4, 0,
+    batch_set_typed(b, SET_RESOLVERS, SET_ID_RESOLVERS, KEY_TYPE_IPV4, 4,
                     "the only DNS resolvers (dns_resolvers)");
     batch_set(b, SET_EGRESS_NONE, SET_ID_EGRESS_NONE, "Sandboxes of Apps with egress none");
     batch_set(b, SET_EGRESS_ALLOWLIST, SET_ID_EGRESS_ALLOWLIST,
@@ -1448,9 +1444,9 @@ int fw_list(struct fw *fw, FILE *out, char *err, size_t errlen)
 
 /* ---- egress: host-wide sets, per-App chains, per-Sandbox membership ---- */
 
-/* One element of set_name with a raw key; for a verdict map also its verdict (chain: jump). */
+/* One element of set_name with a raw key. */
 static void batch_elem_raw(struct fw_batch *b, uint16_t type, uint16_t flags, const char *set_name,
-                           const void *key, uint32_t klen, const char *jump_chain)
+                           const void *key, uint32_t klen)
 {
     struct nftnl_set *s = must(nftnl_set_alloc());
     nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
@@ -1458,10 +1454,6 @@ static void batch_elem_raw(struct fw_batch *b, uint16_t type, uint16_t flags, co
     nftnl_set_set_u32(s, NFTNL_SET_FAMILY, NFPROTO_INET);
     struct nftnl_set_elem *e = must(nftnl_set_elem_alloc());
     nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, key, klen);
-    if (jump_chain) {
-        nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_VERDICT, (uint32_t)NFT_JUMP);
-        nftnl_set_elem_set_str(e, NFTNL_SET_ELEM_CHAIN, jump_chain);
-    }
     nftnl_set_elem_add(s, e);
     struct nlmsghdr *nlh = batch_msg(b, type, flags);
     nftnl_set_elems_nlmsg_build_payload(nlh, s);
@@ -1495,12 +1487,12 @@ static void fill_egress_sets(struct fw_batch *b, const void *arg)
     batch_flush_set(b, SET_EGRESS_PORTS);
     for (size_t i = 0; i < e->nports; i++) {
         uint16_t be = htons(e->ports[i]);
-        batch_elem_raw(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, SET_EGRESS_PORTS, &be, 2, NULL);
+        batch_elem_raw(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, SET_EGRESS_PORTS, &be, 2);
     }
     batch_flush_set(b, SET_RESOLVERS);
     for (size_t i = 0; i < e->nresolvers; i++)
         batch_elem_raw(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, SET_RESOLVERS, &e->resolvers[i].s_addr,
-                       4, NULL);
+                       4);
 }
 
 int fw_set_egress(struct fw *fw, const uint16_t *ports, size_t nports,
@@ -1558,7 +1550,7 @@ static void fill_app_policy(struct fw_batch *b, const void *arg)
     const struct app_policy *p = arg;
     batch_names_set(b, p->names_set);
     batch_flush_set(b, p->names_set); /* a new list: names resolve again under it */
-    batch_set_typed(b, p->members_set, SET_ID_APP_MEMBERS, KEY_TYPE_IFNAME_IPV4, KEY_LEN, 0,
+    batch_set_typed(b, p->members_set, SET_ID_APP_MEMBERS, KEY_TYPE_IFNAME_IPV4, KEY_LEN,
                     "the App's allowlist Sandboxes");
     batch_chain(b, p->chain, NULL, 0, 0);
     if (p->add_dispatch) { /* iifname . ip saddr @members_<app> jump egress_<app> */
@@ -1851,8 +1843,7 @@ static void batch_carry_egress(struct fw *fw, struct fw_batch *b)
         struct keys_acc acc;
         fw_read_keys(fw, carry[c].from, &acc);
         for (size_t i = 0; i < acc.n; i++)
-            batch_elem_raw(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, carry[c].to, acc.v[i], acc.len[i],
-                           NULL);
+            batch_elem_raw(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, carry[c].to, acc.v[i], acc.len[i]);
         keys_free(&acc);
     }
 }
@@ -1881,8 +1872,8 @@ static void fill_names_add(struct fw_batch *b, const void *arg)
     for (size_t i = 0; i < x->n; i++) {
         char key[KEY_LEN_IPV4_SERVICE];
         name_key(&x->v[i], key);
-        batch_elem_raw(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, x->set, key, sizeof key, NULL);
-        batch_elem_raw(b, NFT_MSG_DELSETELEM, 0, x->set, key, sizeof key, NULL);
+        batch_elem_raw(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, x->set, key, sizeof key);
+        batch_elem_raw(b, NFT_MSG_DELSETELEM, 0, x->set, key, sizeof key);
         struct nftnl_set *s = must(nftnl_set_alloc());
         nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
         nftnl_set_set_str(s, NFTNL_SET_NAME, x->set);
