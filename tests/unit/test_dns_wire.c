@@ -43,6 +43,12 @@ static void test_question_name(void **state)
     memcpy(m, query, sizeof m);
     m[12] = 0xc0; /* a compression pointer in the question */
     assert_int_equal(dns_question_name(m, sizeof m, name, sizeof name, NULL), -1);
+    memcpy(m, query, sizeof m);
+    m[14] = '.'; /* "a.i" as one label: it would read as the name a.i.example.com */
+    assert_int_equal(dns_question_name(m, sizeof m, name, sizeof name, NULL), -1);
+    memcpy(m, query, sizeof m);
+    m[19] = '\0'; /* a NUL inside the label "Example" */
+    assert_int_equal(dns_question_name(m, sizeof m, name, sizeof name, NULL), -1);
     for (size_t len = 0; len < sizeof query; len++) /* truncated anywhere */
         assert_int_equal(dns_question_name(query, len, name, sizeof name, NULL), -1);
     assert_int_equal(dns_question_name(query, sizeof query, name, 8, NULL), -1); /* no room */

@@ -57,8 +57,14 @@ int dns_question_name(const unsigned char *m, size_t len, char *name, size_t nam
             return -1;
         if (n)
             name[n++] = '.';
-        for (size_t i = 0; i < l; i++)
-            name[n++] = (char)tolower(m[off + 1 + i]);
+        /* A host name's characters only: a label holding a dot (or a NUL) would read as another
+         * name than the one the resolver is asked for, and could pass for an allowed one. */
+        for (size_t i = 0; i < l; i++) {
+            unsigned char c = m[off + 1 + i];
+            if (!isalnum(c) && c != '-' && c != '_')
+                return -1;
+            name[n++] = (char)tolower(c);
+        }
         off += 1 + l;
     }
     if (off + 5 > len || n == 0)

@@ -54,7 +54,8 @@ struct dns_forwarder_stats {
 };
 void dns_forwarder_stats(struct dns_forwarder *f, struct dns_forwarder_stats *out);
 
-/* The wire format helpers, for tests: the question's name of a query (lower case, dotted), or -1;
+/* The wire format helpers, for tests: the question's name of a query (lower case, dotted; labels
+ * of letters, digits, '-' and '_' only), or -1;
  * and the A records of an answer, up to max, with their TTLs. */
 int dns_question_name(const unsigned char *msg, size_t len, char *name, size_t namelen,
                       uint16_t *qtype);
