@@ -19,9 +19,10 @@ function(sbx_static_agent target)
 endfunction()
 
 sbx_static_agent(sbx-agent ${SBX_AGENT_DIR}/sbx-agent.c ${SBX_AGENT_DIR}/relay.c
-                 ${SBX_AGENT_DIR}/guest_nfs.c)
+                 ${SBX_AGENT_DIR}/guest_nfs.c ${SBX_AGENT_DIR}/image_user.c)
 sbx_static_agent(sbx-echo-agent ${SBX_AGENT_DIR}/echo-agent.c ${SBX_AGENT_DIR}/relay.c
-                 ${SBX_AGENT_DIR}/guest_nfs.c)
+                 ${SBX_AGENT_DIR}/guest_nfs.c ${SBX_AGENT_DIR}/image_user.c)
 
-add_library(sbxrelay STATIC ${SBX_AGENT_DIR}/relay.c ${SBX_AGENT_DIR}/guest_nfs.c)
+add_library(sbxrelay STATIC ${SBX_AGENT_DIR}/relay.c ${SBX_AGENT_DIR}/guest_nfs.c
+                            ${SBX_AGENT_DIR}/image_user.c)
 target_include_directories(sbxrelay PUBLIC ${SBX_AGENT_DIR})

@@ -71,9 +71,9 @@ static void do_write_file(struct json_span spec, struct relay_buf *out)
     struct json_span v;
     char path[ECHO_MAX_PATH];
     char *data = malloc(ECHO_MAX_FILE + 1);
-    if (!data || json_object_get(spec, "path", &v) != 1 ||
-        json_string_decode(v, path, sizeof path) != 0 || json_object_get(spec, "data", &v) != 1 ||
-        json_string_decode(v, data, ECHO_MAX_FILE + 1) != 0) {
+    if (!data || jspan_member(spec, "path", &v) != 1 ||
+        jspan_string_decode(v, path, sizeof path) != 0 || jspan_member(spec, "data", &v) != 1 ||
+        jspan_string_decode(v, data, ECHO_MAX_FILE + 1) != 0) {
         relay_buf_puts(out,
                        "{\"error\":\"writeFile needs path and data strings (data <= 1 MiB)\"}");
         free(data);
@@ -99,7 +99,7 @@ static void do_read_file(struct json_span spec, struct relay_buf *out)
 {
     struct json_span v;
     char path[ECHO_MAX_PATH];
-    if (json_object_get(spec, "path", &v) != 1 || json_string_decode(v, path, sizeof path) != 0) {
+    if (jspan_member(spec, "path", &v) != 1 || jspan_string_decode(v, path, sizeof path) != 0) {
         relay_buf_puts(out, "{\"error\":\"readFile needs a path string\"}");
         return;
     }
@@ -129,10 +129,10 @@ static void do_run(struct json_span argv_json, struct relay_buf *out)
     char *argv[33] = {0};
     size_t argc = 0, pos = 0;
     struct json_span elem;
-    int ok = json_is_array(argv_json);
-    while (ok && json_array_next(argv_json, &pos, &elem) == 1) {
+    int ok = jspan_is_array(argv_json);
+    while (ok && jspan_array_next(argv_json, &pos, &elem) == 1) {
         argv[argc] = malloc(ECHO_MAX_PATH);
-        if (argc == 32 || !argv[argc] || json_string_decode(elem, argv[argc], ECHO_MAX_PATH)) {
+        if (argc == 32 || !argv[argc] || jspan_string_decode(elem, argv[argc], ECHO_MAX_PATH)) {
             ok = 0;
             argc++;
             break;
@@ -191,7 +191,7 @@ static void do_run(struct json_span argv_json, struct relay_buf *out)
 static void log_to_stderr(struct json_span text)
 {
     char *line = malloc(RELAY_MAX_LINE);
-    if (line && json_string_decode(text, line, RELAY_MAX_LINE) == 0) {
+    if (line && jspan_string_decode(text, line, RELAY_MAX_LINE) == 0) {
         for (char *p = line; *p; p++)
             if (*p == '\n' || *p == '\r')
                 *p = ' ';
@@ -212,23 +212,23 @@ static void sleep_ms(int64_t ms)
 static void answer(const char *line, size_t len, const struct utsname *u)
 {
     struct json_span msg, id, body, v;
-    if (json_parse(line, len, &msg) != 0 || !json_is_object(msg)) {
+    if (jspan_parse(line, len, &msg) != 0 || !jspan_is_object(msg)) {
         reply_error("null", 4, "not a JSON object");
         return;
     }
-    if (json_object_get(msg, "id", &id) != 1) {
+    if (jspan_member(msg, "id", &id) != 1) {
         reply_error("null", 4, "the line has no id");
         return;
     }
-    if (json_object_get(msg, "body", &body) != 1)
+    if (jspan_member(msg, "body", &body) != 1)
         body = (struct json_span){"null", 4};
-    bool is_obj = json_is_object(body), crash = false;
+    bool is_obj = jspan_is_object(body), crash = false;
     int64_t ms;
-    if (is_obj && json_object_get(body, "stderr", &v) == 1)
+    if (is_obj && jspan_member(body, "stderr", &v) == 1)
         log_to_stderr(v);
-    if (is_obj && json_object_get(body, "sleepMs", &v) == 1 && json_int64(v, &ms) == 0 && ms > 0)
+    if (is_obj && jspan_member(body, "sleepMs", &v) == 1 && jspan_int64(v, &ms) == 0 && ms > 0)
         sleep_ms(ms > ECHO_MAX_SLEEP_MS ? ECHO_MAX_SLEEP_MS : ms);
-    if (is_obj && json_object_get(body, "crash", &v) == 1 && json_bool(v, &crash) == 0 && crash)
+    if (is_obj && jspan_member(body, "crash", &v) == 1 && jspan_bool(v, &crash) == 0 && crash)
         exit(3);
 
     struct relay_buf out;
@@ -245,15 +245,15 @@ static void answer(const char *line, size_t len, const struct utsname *u)
     snprintf(ids, sizeof ids, ",\"pid\":%d,\"uid\":%u,\"gid\":%u", (int)getpid(),
              (unsigned)getuid(), (unsigned)getgid());
     relay_buf_puts(&out, ids);
-    if (is_obj && json_object_get(body, "writeFile", &v) == 1) {
+    if (is_obj && jspan_member(body, "writeFile", &v) == 1) {
         relay_buf_puts(&out, ",\"writeFile\":");
         do_write_file(v, &out);
     }
-    if (is_obj && json_object_get(body, "readFile", &v) == 1) {
+    if (is_obj && jspan_member(body, "readFile", &v) == 1) {
         relay_buf_puts(&out, ",\"readFile\":");
         do_read_file(v, &out);
     }
-    if (is_obj && json_object_get(body, "run", &v) == 1) {
+    if (is_obj && jspan_member(body, "run", &v) == 1) {
         relay_buf_puts(&out, ",\"run\":");
         do_run(v, &out);
     }

@@ -3,7 +3,8 @@
 # Static and without sanitizers like the other in-Sandbox programs (sbx_static_agent is defined by
 # agent/agent.cmake, included before this file).
 if(COMMAND sbx_static_agent)
-  sbx_static_agent(sbx-guest-init ${CMAKE_CURRENT_LIST_DIR}/guest_init.c)
+  sbx_static_agent(sbx-guest-init ${CMAKE_CURRENT_LIST_DIR}/guest_init.c
+                   ${CMAKE_CURRENT_LIST_DIR}/guest_image.c)
 endif()
 if(TARGET sbx-agent)
   target_sources(sbx-agent PRIVATE ${CMAKE_CURRENT_LIST_DIR}/channel_vm.c)

@@ -10,12 +10,16 @@
  * /usr/bin/sbx-agent on the channel the kernel command line names:
  *     sbx.channel=virtio:<port name>   (qemu: virtio-serial, the default virtio:sbx.agent)
  *     sbx.channel=vsock:<port>         (firecracker: vsock, host-initiated)
- * and stays PID 1: it reaps every orphan, powers the VM off when the agent exits (a guest without
- * its agent is useless to the host), and on the ACPI power button (QMP system_powerdown) it stops
- * the agent and powers off, which is the graceful path of the host's terminate().
+ * For a Sandbox of an App's image (sbx.image=<device>) it first makes that image the root, under a
+ * writable overlay, with sbx's own files at /.sbx (agent/guest_image.h), and runs the agent from
+ * there. It stays PID 1: it reaps every orphan, powers the VM off when the agent exits (a guest
+ * without its agent is useless to the host), and on the ACPI power button (QMP system_powerdown) it
+ * stops the agent and powers off, which is the graceful path of the host's terminate().
  *
  * Console output (serial, the jail's console log) is a few "sbx-init:" lines for operators.
  */
+#include "guest_image.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/input.h>
@@ -265,16 +269,17 @@ static int channel_from_cmdline(char *option, size_t optlen, char *value, size_t
     return 0;
 }
 
-static pid_t start_agent(const sigset_t *blocked, const char *option, const char *value)
+static pid_t start_agent(const sigset_t *blocked, const char *agent, const char *option,
+                         const char *value)
 {
     pid_t pid = fork();
     if (pid == 0) {
         sigprocmask(SIG_UNBLOCK, blocked, NULL);
         setsid();
-        char *argv[] = {AGENT_PATH, "--guest", (char *)option, (char *)value, NULL};
+        char *argv[] = {(char *)agent, "--guest", (char *)option, (char *)value, NULL};
         char *envp[] = {"PATH=/usr/bin:/bin", "HOME=/tmp", NULL};
-        execve(AGENT_PATH, argv, envp);
-        say("exec %s: %s", AGENT_PATH, strerror(errno));
+        execve(agent, argv, envp);
+        say("exec %s: %s", agent, strerror(errno));
         _exit(127);
     }
     if (pid < 0)
@@ -340,6 +345,15 @@ int main(void)
     char option[32], value[128];
     if (channel_from_cmdline(option, sizeof option, value, sizeof value) != 0)
         power_off();
+    bool image = false;
+    char why[512];
+    if (guest_image_enter(&image, why, sizeof why) != 0) {
+        say("the App's image: %s", why);
+        power_off();
+    }
+    const char *agent = image ? GUEST_IMAGE_SBX_DIR AGENT_PATH : AGENT_PATH;
+    if (image)
+        say("root is the App's image; sbx-agent from %s", agent);
 
     sigset_t blocked;
     sigemptyset(&blocked);
@@ -347,8 +361,8 @@ int main(void)
     sigprocmask(SIG_BLOCK, &blocked, NULL);
     int sfd = signalfd(-1, &blocked, SFD_CLOEXEC | SFD_NONBLOCK);
 
-    pid_t agent = start_agent(&blocked, option, value);
-    if (agent < 0)
+    pid_t agent_pid = start_agent(&blocked, agent, option, value);
+    if (agent_pid < 0)
         power_off();
     say("started sbx-agent %s %s", option, value);
 
@@ -363,8 +377,8 @@ int main(void)
         for (int i = 1; i <= nbuttons; i++) {
             if ((fds[i].revents & POLLIN) && power_key_pressed(fds[i].fd)) {
                 say("power button: stopping the agent");
-                kill(-agent, SIGTERM);
-                kill(agent, SIGTERM);
+                kill(-agent_pid, SIGTERM);
+                kill(agent_pid, SIGTERM);
                 power_off();
             }
         }
@@ -374,7 +388,7 @@ int main(void)
         int status;
         pid_t pid;
         while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-            if (pid == agent) {
+            if (pid == agent_pid) {
                 say("sbx-agent exited (status %d): powering off",
                     WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
                 power_off();

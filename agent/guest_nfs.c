@@ -19,6 +19,9 @@
 #include <unistd.h>
 
 #define MODULES_NFS "/etc/modules.nfs"
+/* In a guest whose root is an App's image the initramfs is at /.sbx (agent/guest_image.h): the
+ * list and the modules are found there, never in the image. */
+#define SBX_DIR "/.sbx"
 /* Mount attempts go on every 500 ms until this deadline. A deadline, not a count: one attempt
  * against an unreachable server can itself take seconds (ARP, TCP SYN retries), and the worker
  * waits for the start answer only message_timeout. */
@@ -27,15 +30,21 @@
 /* Loads the NFS client (sunrpc ... nfsv4, in dependency order). Already loaded is fine. */
 static int load_nfs_modules(char *err, size_t errlen)
 {
-    FILE *f = fopen(MODULES_NFS, "re");
+    const char *prefix = SBX_DIR;
+    FILE *f = fopen(SBX_DIR MODULES_NFS, "re");
+    if (f == NULL) {
+        prefix = "";
+        f = fopen(MODULES_NFS, "re");
+    }
     if (f == NULL)
         return 0; /* a kernel with NFS built in (or a host test): mount() says if it is missing */
-    char path[256];
+    char line[256], path[300];
     int rc = 0;
-    while (fgets(path, sizeof path, f) != NULL) {
-        path[strcspn(path, "\n")] = '\0';
-        if (path[0] == '\0')
+    while (fgets(line, sizeof line, f) != NULL) {
+        line[strcspn(line, "\n")] = '\0';
+        if (line[0] == '\0')
             continue;
+        snprintf(path, sizeof path, "%s%s", prefix, line);
         int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0 || (syscall(SYS_finit_module, fd, "", 0) != 0 && errno != EEXIST)) {
             snprintf(err, errlen, "load NFS module %s: %s", path, strerror(errno));

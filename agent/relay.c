@@ -9,9 +9,11 @@
  */
 #include "relay.h"
 #include "guest_nfs.h"
+#include "image_user.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -256,7 +258,7 @@ static int scan_value(struct scanner *sc, int depth)
     }
 }
 
-int json_parse(const char *line, size_t len, struct json_span *value)
+int jspan_parse(const char *line, size_t len, struct json_span *value)
 {
     struct scanner sc = {(const unsigned char *)line, len, 0};
     skip_ws(&sc);
@@ -272,22 +274,22 @@ int json_parse(const char *line, size_t len, struct json_span *value)
     return 0;
 }
 
-bool json_is_object(struct json_span v)
+bool jspan_is_object(struct json_span v)
 {
     return v.len >= 2 && v.p[0] == '{';
 }
 
-bool json_is_array(struct json_span v)
+bool jspan_is_array(struct json_span v)
 {
     return v.len >= 2 && v.p[0] == '[';
 }
 
-bool json_is_string(struct json_span v)
+bool jspan_is_string(struct json_span v)
 {
     return v.len >= 2 && v.p[0] == '"';
 }
 
-bool json_is_null(struct json_span v)
+bool jspan_is_null(struct json_span v)
 {
     return v.len == 4 && memcmp(v.p, "null", 4) == 0;
 }
@@ -313,9 +315,9 @@ static void next_element(struct scanner *sc, struct json_span *key, struct json_
     skip_ws(sc);
 }
 
-int json_object_get(struct json_span obj, const char *key, struct json_span *value)
+int jspan_member(struct json_span obj, const char *key, struct json_span *value)
 {
-    if (!json_is_object(obj))
+    if (!jspan_is_object(obj))
         return 0;
     struct scanner sc = {(const unsigned char *)obj.p, obj.len, 1};
     skip_ws(&sc);
@@ -325,7 +327,7 @@ int json_object_get(struct json_span obj, const char *key, struct json_span *val
     for (;;) {
         struct json_span k, v;
         next_element(&sc, &k, &v, true);
-        if (json_string_decode(k, decoded, sizeof decoded) == 0 && strcmp(decoded, key) == 0) {
+        if (jspan_string_decode(k, decoded, sizeof decoded) == 0 && strcmp(decoded, key) == 0) {
             *value = v;
             return 1;
         }
@@ -335,9 +337,9 @@ int json_object_get(struct json_span obj, const char *key, struct json_span *val
     }
 }
 
-int json_array_next(struct json_span arr, size_t *pos, struct json_span *elem)
+int jspan_array_next(struct json_span arr, size_t *pos, struct json_span *elem)
 {
-    if (!json_is_array(arr))
+    if (!jspan_is_array(arr))
         return 0;
     struct scanner sc = {(const unsigned char *)arr.p, arr.len, *pos == 0 ? 1 : *pos};
     skip_ws(&sc);
@@ -421,9 +423,9 @@ static size_t decode_escape(const char *p, const char *end, unsigned int *cp)
     return 5;
 }
 
-int json_string_decode(struct json_span v, char *out, size_t outlen)
+int jspan_string_decode(struct json_span v, char *out, size_t outlen)
 {
-    if (!json_is_string(v) || outlen == 0)
+    if (!jspan_is_string(v) || outlen == 0)
         return -1;
     const char *p = v.p + 1, *end = v.p + v.len - 1;
     size_t n = 0;
@@ -449,7 +451,7 @@ int json_string_decode(struct json_span v, char *out, size_t outlen)
     return 0;
 }
 
-int json_int64(struct json_span v, int64_t *out)
+int jspan_int64(struct json_span v, int64_t *out)
 {
     char digits[24];
     if (v.len == 0 || v.len >= sizeof digits)
@@ -470,7 +472,7 @@ int json_int64(struct json_span v, int64_t *out)
     return 0;
 }
 
-int json_bool(struct json_span v, bool *out)
+int jspan_bool(struct json_span v, bool *out)
 {
     if (v.len == 4 && memcmp(v.p, "true", 4) == 0) {
         *out = true;
@@ -677,6 +679,7 @@ int line_reader_rest(struct line_reader *r, const char **line, size_t *len)
 #define RELAY_LOG_LINE_MAX 16384
 #define RELAY_MAX_ARGS 256
 #define RELAY_MAX_ARG_LEN 4096
+#define RELAY_MAX_ENV 1024
 /* How long the command gets after SIGTERM (host closed the channel) before SIGKILL. */
 #define RELAY_KILL_GRACE_MS 2000
 /* How long output of an exited command is still drained (a grandchild may keep the pipe open). */
@@ -785,6 +788,13 @@ struct start_request {
     size_t argc;
     char workspace[PATH_MAX];
     char workspace_nfs[256]; /* "<host addr>:/<export>" to mount at workspace first, or "" */
+    /* From the App's image (driver.h): the environment that replaces the default one (has_env),
+     * the directory to start in ("" for the Workspace or /) and the user ("" for the agent's). */
+    bool has_env;
+    char *env[RELAY_MAX_ENV + 1];
+    size_t envc;
+    char cwd[PATH_MAX];
+    char user[256];
 };
 
 static void start_request_free(struct start_request *req)
@@ -792,22 +802,68 @@ static void start_request_free(struct start_request *req)
     for (size_t i = 0; i < req->argc; i++)
         free(req->argv[i]);
     req->argc = 0;
+    for (size_t i = 0; i < req->envc; i++)
+        free(req->env[i]);
+    req->envc = 0;
+}
+
+/* Reads the image's part of a start line: "env" (an array of "K=V"), "cwd" (an absolute path)
+ * and "user" (a string), each optional or null. */
+static int parse_start_image(struct json_span msg, struct start_request *req, const char **why)
+{
+    struct json_span env, cwd, user, elem;
+    req->has_env = false;
+    req->envc = 0;
+    req->cwd[0] = req->user[0] = '\0';
+    if (jspan_member(msg, "env", &env) == 1 && !jspan_is_null(env)) {
+        if (!jspan_is_array(env)) {
+            *why = "env must be an array of \"KEY=VALUE\" strings";
+            return -1;
+        }
+        req->has_env = true;
+        size_t pos = 0;
+        while (jspan_array_next(env, &pos, &elem) == 1) {
+            char *kv = malloc(RELAY_MAX_ARG_LEN);
+            if (req->envc == RELAY_MAX_ENV || !kv ||
+                jspan_string_decode(elem, kv, RELAY_MAX_ARG_LEN) != 0 || kv[0] == '=' ||
+                !strchr(kv, '=')) {
+                free(kv);
+                *why = "env must hold at most 1024 \"KEY=VALUE\" strings of at most 4095 bytes";
+                return -1;
+            }
+            req->env[req->envc++] = kv;
+        }
+        req->env[req->envc] = NULL;
+    }
+    if (jspan_member(msg, "cwd", &cwd) == 1 && !jspan_is_null(cwd) &&
+        (jspan_string_decode(cwd, req->cwd, sizeof req->cwd) != 0 ||
+         (req->cwd[0] != '\0' && req->cwd[0] != '/'))) {
+        *why = "cwd must be an absolute path";
+        return -1;
+    }
+    if (jspan_member(msg, "user", &user) == 1 && !jspan_is_null(user) &&
+        jspan_string_decode(user, req->user, sizeof req->user) != 0) {
+        *why = "user must be a name, uid, name:group or uid:gid";
+        return -1;
+    }
+    return 0;
 }
 
 static int parse_start(struct json_span msg, struct start_request *req, const char **why)
 {
     struct json_span argv, ws, elem;
     req->argc = 0;
+    req->envc = 0;
     req->workspace[0] = '\0';
-    if (json_object_get(msg, "argv", &argv) != 1 || !json_is_array(argv)) {
+    if (jspan_member(msg, "argv", &argv) != 1 || !jspan_is_array(argv)) {
         *why = "start needs an argv array";
         return -1;
     }
     size_t pos = 0;
-    while (json_array_next(argv, &pos, &elem) == 1) {
+    while (jspan_array_next(argv, &pos, &elem) == 1) {
         char *arg = malloc(RELAY_MAX_ARG_LEN);
         if (req->argc == RELAY_MAX_ARGS || !arg ||
-            json_string_decode(elem, arg, RELAY_MAX_ARG_LEN) != 0) {
+            jspan_string_decode(elem, arg, RELAY_MAX_ARG_LEN) != 0) {
             free(arg);
             start_request_free(req);
             *why = "argv must hold at most 256 strings of at most 4095 bytes without NUL";
@@ -822,19 +878,23 @@ static int parse_start(struct json_span msg, struct start_request *req, const ch
         return -1;
     }
     req->workspace_nfs[0] = '\0';
-    if (json_object_get(msg, "workspace", &ws) != 1 || json_is_null(ws))
+    if (parse_start_image(msg, req, why) != 0) {
+        start_request_free(req);
+        return -1;
+    }
+    if (jspan_member(msg, "workspace", &ws) != 1 || jspan_is_null(ws))
         return 0;
     /* A path (already there: the process driver's bind mount), or {"path":...,"nfs":...}: a
      * microVM's Workspace, which the agent mounts itself. */
     struct json_span path, nfs;
     bool ok;
-    if (json_is_object(ws))
-        ok = json_object_get(ws, "path", &path) == 1 &&
-             json_string_decode(path, req->workspace, sizeof req->workspace) == 0 &&
-             (json_object_get(ws, "nfs", &nfs) != 1 ||
-              json_string_decode(nfs, req->workspace_nfs, sizeof req->workspace_nfs) == 0);
+    if (jspan_is_object(ws))
+        ok = jspan_member(ws, "path", &path) == 1 &&
+             jspan_string_decode(path, req->workspace, sizeof req->workspace) == 0 &&
+             (jspan_member(ws, "nfs", &nfs) != 1 ||
+              jspan_string_decode(nfs, req->workspace_nfs, sizeof req->workspace_nfs) == 0);
     else
-        ok = json_string_decode(ws, req->workspace, sizeof req->workspace) == 0;
+        ok = jspan_string_decode(ws, req->workspace, sizeof req->workspace) == 0;
     if (!ok || (req->workspace_nfs[0] && req->workspace[0] != '/')) {
         start_request_free(req);
         *why = "workspace must be a path, {\"path\":...,\"nfs\":\"addr:/export\"} or null";
@@ -843,10 +903,20 @@ static int parse_start(struct json_span msg, struct start_request *req, const ch
     return 0;
 }
 
-/* In the forked child: becomes the command. Only async-signal-safe calls until execve. */
-static void exec_command(const struct start_request *req, char *const envp[], int in, int out,
-                         int err, int errpipe)
+/* What the forked child reports when it cannot become the command: the step and its errno. */
+enum exec_step { EXEC_STEP_EXEC, EXEC_STEP_CWD, EXEC_STEP_USER };
+struct exec_failure {
+    int step;
+    int error;
+};
+
+/* In the forked child: becomes the command, as user when not NULL. Only async-signal-safe calls
+ * until execve (and the environ assignment, which makes execvpe search the command's PATH). */
+static void exec_command(const struct start_request *req, char *const envp[],
+                         const struct image_user *user, int in, int out, int err, int errpipe)
 {
+    extern char **environ;
+    struct exec_failure failure = {EXEC_STEP_EXEC, 0};
     sigset_t none;
     sigemptyset(&none);
     for (int s = 1; s < NSIG; s++)
@@ -855,18 +925,79 @@ static void exec_command(const struct start_request *req, char *const envp[], in
     setsid(); /* its own process group, so the relay can signal all of it at once */
     if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
         goto fail;
-    const char *dir = req->workspace[0] ? req->workspace : "/";
-    if (chdir(dir) != 0 && chdir("/") != 0)
+    failure.step = EXEC_STEP_USER;
+    if (user && (setgroups(user->ngroups, user->groups) != 0 ||
+                 setresgid(user->gid, user->gid, user->gid) != 0 ||
+                 setresuid(user->uid, user->uid, user->uid) != 0))
         goto fail;
+    /* The image's working directory, as that user; otherwise the Workspace or /. */
+    failure.step = EXEC_STEP_CWD;
+    if (req->cwd[0]) {
+        if (chdir(req->cwd) != 0)
+            goto fail;
+    } else {
+        const char *dir = req->workspace[0] ? req->workspace : "/";
+        if (chdir(dir) != 0 && chdir("/") != 0)
+            goto fail;
+    }
+    failure.step = EXEC_STEP_EXEC;
+    environ = (char **)envp;
     if (strchr(req->argv[0], '/'))
         execve(req->argv[0], req->argv, envp);
     else
         execvpe(req->argv[0], req->argv, envp);
-fail:;
-    int e = errno;
-    ssize_t ignored = write(errpipe, &e, sizeof e);
+fail:
+    failure.error = errno;
+    ssize_t ignored = write(errpipe, &failure, sizeof failure);
     (void)ignored;
     _exit(127);
+}
+
+/* True when env (NULL-terminated "K=V") sets key. */
+static bool env_has(char *const *env, size_t n, const char *key)
+{
+    size_t klen = strlen(key);
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(env[i], key, klen) == 0 && env[i][klen] == '=')
+            return true;
+    return false;
+}
+
+/* The command's environment. Without the image's env: sbx's defaults. With it: exactly that list,
+ * plus PATH, HOME (the user's, from the image's /etc/passwd; without a user, as by default, the
+ * Workspace or /tmp) and SBX_WORKSPACE when it lacks them, as OCI runtimes add PATH and HOME. envp
+ * has room for RELAY_MAX_ENV + 4 entries; the strings it points to live in req and in the three
+ * buffers. */
+static void build_env(const struct start_request *req, const struct image_user *user, char **envp,
+                      char *home, size_t homelen, char *wsenv, size_t wslen)
+{
+    static char default_path[] = "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
+    static char tmpdir[] = "TMPDIR=/tmp", lang[] = "LANG=C.UTF-8";
+    size_t n = 0;
+    snprintf(wsenv, wslen, "SBX_WORKSPACE=%s", req->workspace);
+    if (!req->has_env) {
+        snprintf(home, homelen, "HOME=%s",
+                 user ? user->home : (req->workspace[0] ? req->workspace : "/tmp"));
+        envp[n++] = default_path;
+        envp[n++] = home;
+        envp[n++] = wsenv;
+        envp[n++] = tmpdir;
+        envp[n++] = lang;
+        envp[n] = NULL;
+        return;
+    }
+    for (size_t i = 0; i < req->envc; i++)
+        envp[n++] = req->env[i];
+    if (!env_has(req->env, req->envc, "PATH"))
+        envp[n++] = default_path;
+    if (!env_has(req->env, req->envc, "HOME")) {
+        snprintf(home, homelen, "HOME=%s",
+                 user ? user->home : (req->workspace[0] ? req->workspace : "/tmp"));
+        envp[n++] = home;
+    }
+    if (req->workspace[0] && !env_has(req->env, req->envc, "SBX_WORKSPACE"))
+        envp[n++] = wsenv;
+    envp[n] = NULL;
 }
 
 static void close_fd(int *fd)
@@ -879,42 +1010,60 @@ static void close_fd(int *fd)
 static int start_command(struct relay *r, const struct start_request *req, char *why, size_t len)
 {
     int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, ep[2] = {-1, -1};
+    char **envp = NULL;
+    /* The image's user, looked up in the image (the Sandbox's root). Only a guest's root agent
+     * can become it; the process driver's agent holds no capabilities and its uid, the Sandbox's,
+     * stands for every user of the image (docs/images.md). */
+    struct image_user resolved;
+    const struct image_user *user = NULL;
+    if (req->user[0]) {
+        if (image_user_resolve(req->user, -1, &resolved, why, len) != 0)
+            return -1;
+        user = &resolved;
+    }
+    const struct image_user *switch_to = user && image_user_can_switch() ? user : NULL;
+    envp = calloc(RELAY_MAX_ENV + 8, sizeof *envp);
+    if (!envp) {
+        snprintf(why, len, "out of memory");
+        return -1;
+    }
+    char home[PATH_MAX + 8], wsenv[PATH_MAX + 16];
+    build_env(req, user, envp, home, sizeof home, wsenv, sizeof wsenv);
     if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) ||
         pipe2(ep, O_CLOEXEC)) {
         snprintf(why, len, "pipe: %s", strerror(errno));
         goto fail;
     }
-    char home[PATH_MAX + 8], wsenv[PATH_MAX + 16];
-    snprintf(home, sizeof home, "HOME=%s", req->workspace[0] ? req->workspace : "/tmp");
-    snprintf(wsenv, sizeof wsenv, "SBX_WORKSPACE=%s", req->workspace);
-    char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
-                    home,
-                    wsenv,
-                    "TMPDIR=/tmp",
-                    "LANG=C.UTF-8",
-                    NULL};
     pid_t pid = fork();
     if (pid < 0) {
         snprintf(why, len, "fork: %s", strerror(errno));
         goto fail;
     }
     if (pid == 0)
-        exec_command(req, envp, in[0], out[1], err[1], ep[1]);
+        exec_command(req, envp, switch_to, in[0], out[1], err[1], ep[1]);
     close_fd(&in[0]);
     close_fd(&out[1]);
     close_fd(&err[1]);
     close_fd(&ep[1]);
-    int child_errno = 0;
+    struct exec_failure failure = {0, 0};
     ssize_t got;
     do {
-        got = read(ep[0], &child_errno, sizeof child_errno);
+        got = read(ep[0], &failure, sizeof failure);
     } while (got < 0 && errno == EINTR);
     close_fd(&ep[0]);
     if (got > 0) {
         /* The child is reaped by the SIGCHLD path like any other. */
-        snprintf(why, len, "cannot run %s: %s", req->argv[0], strerror(child_errno));
+        if (failure.step == EXEC_STEP_CWD)
+            snprintf(why, len, "cannot change to the working directory %.300s: %s",
+                     req->cwd[0] ? req->cwd : "/", strerror(failure.error));
+        else if (failure.step == EXEC_STEP_USER)
+            snprintf(why, len, "cannot become user %.64s (uid %u gid %u): %s", req->user,
+                     (unsigned)user->uid, (unsigned)user->gid, strerror(failure.error));
+        else
+            snprintf(why, len, "cannot run %s: %s", req->argv[0], strerror(failure.error));
         goto fail;
     }
+    free(envp);
     r->cmd_pid = pid;
     r->cmd_stdin = in[1];
     r->out.fd = out[0];
@@ -924,6 +1073,7 @@ static int start_command(struct relay *r, const struct start_request *req, char 
     set_nonblocking(r->err.fd);
     return 0;
 fail:
+    free(envp);
     for (int i = 0; i < 2; i++) {
         close_fd(&in[i]);
         close_fd(&out[i]);
@@ -967,19 +1117,19 @@ static void handle_host_line(struct relay *r, const char *line, size_t len)
     struct json_span msg, type, id;
     if (len == 0)
         return;
-    if (json_parse(line, len, &msg) != 0 || !json_is_object(msg)) {
+    if (jspan_parse(line, len, &msg) != 0 || !jspan_is_object(msg)) {
         send_log(r, "sbx-agent: ignored a line from the host that is not a JSON object", "", 0);
         return;
     }
-    if (json_object_get(msg, "type", &type) == 1) {
+    if (jspan_member(msg, "type", &type) == 1) {
         char t[32];
-        if (json_string_decode(type, t, sizeof t) == 0 && strcmp(t, "start") == 0)
+        if (jspan_string_decode(type, t, sizeof t) == 0 && strcmp(t, "start") == 0)
             handle_start(r, msg);
         else
             send_log(r, "sbx-agent: ignored an unknown control line", "", 0);
         return;
     }
-    if (json_object_get(msg, "id", &id) != 1) {
+    if (jspan_member(msg, "id", &id) != 1) {
         send_log(r, "sbx-agent: ignored a host line with neither type nor id", "", 0);
         return;
     }
@@ -999,8 +1149,8 @@ static void handle_command_stdout(struct relay *r, const char *line, size_t len)
     struct json_span msg, v;
     if (len == 0)
         return;
-    if (json_parse(line, len, &msg) == 0 && json_is_object(msg) &&
-        json_object_get(msg, "id", &v) == 1 && json_object_get(msg, "type", &v) == 0) {
+    if (jspan_parse(line, len, &msg) == 0 && jspan_is_object(msg) &&
+        jspan_member(msg, "id", &v) == 1 && jspan_member(msg, "type", &v) == 0) {
         if (relay_buf_append(&r->chan_out, line, len) == 0)
             relay_buf_append(&r->chan_out, "\n", 1);
         return;

@@ -10,6 +10,10 @@ add_executable(test_backoff ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_backoff.c)
 target_link_libraries(test_backoff PRIVATE sbxworker PkgConfig::CMOCKA)
 add_test(NAME unit.worker.backoff COMMAND test_backoff)
 
+add_executable(test_driver_shared ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_driver_shared.c)
+target_link_libraries(test_driver_shared PRIVATE sbxworker PkgConfig::CMOCKA)
+add_test(NAME unit.worker.driver_shared COMMAND test_driver_shared)
+
 # sbx-worker-fork: the worker with a fork() test-double driver (no isolation), to test the
 # lifecycle logic on its own.
 add_executable(sbx-worker-fork ${CMAKE_CURRENT_SOURCE_DIR}/integration/worker/fork_worker.c)

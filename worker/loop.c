@@ -2,25 +2,26 @@
  * loop.c: the worker process around its libevent loop: registration in the store, wake-ups
  * (notify.h), the heartbeat and fallback-poll timers, signals, and the orderly shutdown on SIGTERM
  * (stop claiming, let deliveries in flight finish for shutdown_grace, release what is left,
- * terminate every Sandbox, exit 0).
+ * terminate every Sandbox, exit 0). It wires the Sandboxes' news (sandbox_hooks) to delivery/
+ * and to itself: a Sandbox warm or gone refills the pool, kicks the consumer, and lets a stopping
+ * worker exit once it holds nothing.
  */
 #include "worker.h"
-#include "sandbox/agent_channel.h"
+#include "delivery/delivery.h"
+#include "host/firewall.h"
+#include "host/links.h"
+#include "host/nfs_export.h"
+#include "id.h"
+#include "log.h"
+#include "notify.h"
+#include "recovery/host_beat.h"
+#include "recovery/reconcile.h"
 #include "sandbox/egress.h"
 #include "sandbox/egress_dns.h"
 #include "sandbox/egress_events.h"
-#include "id.h"
 #include "sandbox/jobs.h"
-#include "host/firewall.h"
-#include "recovery/host_beat.h"
-#include "sandbox/lifecycle.h"
-#include "log.h"
-#include "host/links.h"
-#include "host/nfs_export.h"
-#include "notify.h"
 #include "sandbox/pool.h"
-#include "recovery/reconcile.h"
-#include "timefmt.h"
+#include "sandbox/sandbox.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -34,45 +35,36 @@ static struct timeval ms_tv(int64_t ms)
     return tv;
 }
 
-void worker_notify_gateway(struct worker *w, const char *kind, const char *id)
-{
-    char msg[96];
-    if (!w->gateway_peer)
-        return;
-    snprintf(msg, sizeof msg, "%s %s", kind, id);
-    notify_send(w->gateway_peer, msg);
-}
-
-const struct driver *worker_driver(struct worker *w, const char *name)
-{
-    char err[512];
-    for (size_t i = 0; i < w->n_drivers; i++)
-        if (strcmp(w->drivers[i].name, name) == 0)
-            return w->drivers[i].drv;
-    if (w->n_drivers == sizeof w->drivers / sizeof w->drivers[0])
-        return NULL;
-    const struct driver *drv = w->find_driver(name);
-    if (!drv)
-        log_error("worker: no driver named \"%s\" in this build", name);
-    else if (drv->init && drv->init(&w->cfg, err, sizeof err) != 0) {
-        log_error("worker: driver %s cannot run on this host: %s", name, err);
-        drv = NULL;
-    }
-    snprintf(w->drivers[w->n_drivers].name, sizeof w->drivers[0].name, "%s", name);
-    w->drivers[w->n_drivers++].drv = drv;
-    /* The firewall exists from a driver's init on: its log reader and the DNS forwarder start now,
-     * before any Sandbox of this worker can be denied anything (later polls retry). */
-    egress_events_tick(w);
-    egress_dns_tick(w);
-    return drv;
-}
-
-void worker_maybe_exit(struct worker *w)
+/* Exits the loop once a stopping worker holds nothing any more. */
+static void maybe_exit(struct worker *w)
 {
     if (!w->stopping || w->sandboxes || w->n_deliveries > 0)
         return;
     event_base_loopexit(w->base, NULL);
 }
+
+/* sandbox_hooks: a pool Sandbox became warm (the pool may want another). */
+static void on_sandbox_warm(struct worker *w)
+{
+    pool_replenish(w);
+}
+
+/* sandbox_hooks: a Sandbox ended: its place in the pool and its capacity are free again. */
+static void on_sandbox_gone(struct worker *w)
+{
+    pool_replenish(w);
+    consumer_kick(w);
+    maybe_exit(w);
+}
+
+static const struct sandbox_hooks hooks = {
+    .activating = activation_continue,
+    .started = activation_started,
+    .replied = delivery_replied,
+    .lost = delivery_lost,
+    .warm = on_sandbox_warm,
+    .gone = on_sandbox_gone,
+};
 
 static void on_kick(evutil_socket_t fd, short what, void *arg)
 {
@@ -97,7 +89,7 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
     /* A hint only: whatever it said, look at the store. Claim first: a new message is the common
      * case and its Sandbox starts work at once; DELETEs are rare and cheap to check after. */
     consumer_run(w);
-    lifecycle_check_stop_requests(w);
+    sandbox_check_stop_requests(w);
 }
 
 static void on_poll(evutil_socket_t fd, short what, void *arg)
@@ -107,8 +99,9 @@ static void on_poll(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (w->stopping)
         return;
-    reconcile_run(w);
-    lifecycle_check_stop_requests(w);
+    if (reconcile_run(w))
+        consumer_kick(w);
+    sandbox_check_stop_requests(w);
     sandbox_egress_refresh(w);
     egress_events_tick(w);
     egress_dns_tick(w);
@@ -122,15 +115,14 @@ static void on_poll(evutil_socket_t fd, short what, void *arg)
  * when they changed, so an idle host costs no commit. Every worker reads the same shared table. */
 static void publish_firewall_metrics(struct worker *w)
 {
-    static char last[4096];
     char text[4096], err[256];
     struct fw *fw = net_firewall();
     if (!fw || fw_metrics_text(fw, text, sizeof text, err, sizeof err) != 0)
         return;
-    if (strcmp(text, last) == 0)
+    if (strcmp(text, w->firewall_metrics_sent) == 0)
         return;
     if (w->st->setting_put(w->st, "firewall_metrics", text) == STORE_OK)
-        memcpy(last, text, sizeof last);
+        memcpy(w->firewall_metrics_sent, text, sizeof w->firewall_metrics_sent);
 }
 
 static void on_heartbeat(evutil_socket_t fd, short what, void *arg)
@@ -152,8 +144,9 @@ static void on_heartbeat(evutil_socket_t fd, short what, void *arg)
     }
     if (rc != STORE_OK)
         log_warn("worker: heartbeat failed: %s", store_status_name(rc));
-    reconcile_other_hosts(w);
-    lifecycle_renew_leases(w);
+    if (reconcile_other_hosts(w))
+        consumer_kick(w);
+    delivery_renew_leases(w);
     publish_firewall_metrics(w);
 }
 
@@ -177,8 +170,8 @@ static void on_grace(evutil_socket_t fd, short what, void *arg)
     (void)what;
     log_info("worker: shutdown grace over; releasing deliveries still in flight");
     w->grace_expired = true;
-    lifecycle_shutdown(w);
-    worker_maybe_exit(w);
+    sandbox_shutdown(w);
+    maybe_exit(w);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
@@ -196,8 +189,8 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     event_del(w->poll_ev);
     struct timeval tv = ms_tv(w->cfg.shutdown_grace * 1000);
     evtimer_add(w->grace_ev, &tv);
-    lifecycle_shutdown(w);
-    worker_maybe_exit(w);
+    sandbox_shutdown(w);
+    maybe_exit(w);
 }
 
 int worker_init(struct worker *w, const struct sbx_config *cfg,
@@ -207,6 +200,7 @@ int worker_init(struct worker *w, const struct sbx_config *cfg,
     memset(w, 0, sizeof *w);
     w->cfg = *cfg;
     w->find_driver = find_driver;
+    w->sandbox_hooks = &hooks;
     if (id_new("wrk", w->id, sizeof w->id) != 0) {
         snprintf(err, errlen, "cannot make a worker id: no randomness");
         return -1;
@@ -311,7 +305,7 @@ int worker_run(struct worker *w)
     log_info("worker %s started on host %s (pid %d, pool %lld per shape, at most %lld sandboxes)",
              w->id, w->cfg.host_id, (int)getpid(), (long long)w->cfg.pool_size,
              (long long)w->cfg.max_sandboxes);
-    worker_driver(w, w->cfg.driver); /* says at start what this host cannot do */
+    sandbox_driver(w, w->cfg.driver); /* says at start what this host cannot do */
     reconcile_run(w);
     pool_refresh_shapes(w);
     pool_replenish(w);
@@ -335,18 +329,8 @@ void worker_fini(struct worker *w)
     jobs_free(w->jobs);
     /* Sandboxes left only when the loop ended abnormally (adopted by another worker, which reaps
      * them): their rows stay for reconciliation. */
-    while (w->sandboxes) {
-        struct sandbox *sb = w->sandboxes;
-        w->sandboxes = sb->next;
-        event_free(sb->keepalive_ev);
-        event_free(sb->timeout_ev);
-        agent_channel_free(sb->chan);
-        if (sb->delivery) {
-            store_delivery_clear(sb->delivery);
-            free(sb->delivery);
-        }
-        free(sb);
-    }
+    delivery_drop_all(w);
+    sandbox_free_all(w);
     struct event *evs[] = {w->notify_ev, w->poll_ev,  w->heartbeat_ev, w->kick_ev,
                            w->due_ev,    w->grace_ev, w->sigterm_ev,   w->sigint_ev};
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)

@@ -1,30 +1,37 @@
 /*
- * worker.h: the state of one worker process, shared by the files that each own one part of it:
- *   loop.c                 setup, timers (heartbeat, fallback poll), wake-ups, signals, shutdown;
- *   delivery/claim.c       claiming messages and routing each to its Session's Sandbox;
- *   delivery/backoff.c     retry delays;
- *   sandbox/lifecycle.c    a Sandbox's life: boot, activate, deliver, expire, terminate;
- *   sandbox/pool.c         keeping warm Sandboxes ready per shape;
- *   recovery/reconcile.c   adopting and cleaning up after dead workers of this host, declaring
- *                          other hosts lost, reaping what this host's own loss left behind;
- *   recovery/host_beat.c   the host heartbeat, on a thread of its own.
- * Everything here is touched only on the event loop thread; the job threads get copies.
+ * worker.h: the state of one worker process, shared by the folders that each own one part of it.
+ * Calls go one way, news comes back up through callbacks (sandbox_hooks, set by loop.c):
+ *   loop.c, main.c   wiring, timers (heartbeat, fallback poll), wake-ups, signals, shutdown; it
+ *                    refills the pool, kicks the consumer and exits when the Sandboxes say so
+ *   delivery/        a message from the queue to a Sandbox and its reply back (delivery.h): the
+ *                    sole owner of a delivery and of n_deliveries
+ *   sandbox/         a Sandbox's record and states (sandbox.h), the warm pool, the job threads,
+ *                    the agent channel and protocol, expiry; owns n_serving and the Sandboxes
+ *   recovery/        adopting dead workers of this host, declaring other hosts lost, reaping what
+ *                    this host's own loss left behind, host-level reconciliation, host heartbeat
+ *   drivers/         process, qemu, firecracker behind driver.h
+ *   host/            the host's kernel state (jails, cgroups, links, firewall, NFS): no store, no
+ *                    event loop, nothing of this header
+ * loop.c -> delivery/ -> sandbox/ -> drivers/ -> host/ -> common/ (recovery/ is called by loop.c
+ * and calls sandbox/ and host/). Everything here is touched only on the event loop thread; the
+ * job threads get copies.
  */
 #ifndef SBX_WORKER_H
 #define SBX_WORKER_H
 
 #include "config.h"
 #include "drivers/driver.h"
+#include "notify.h"
 #include "store.h"
 
 #include <event2/event.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 struct jobs;
 struct sandbox;
-struct notify_listener;
-struct notify_peer;
+struct sandbox_hooks;
 struct host_beat;
 
 struct worker {
@@ -46,6 +53,8 @@ struct worker {
     struct event *notify_ev, *poll_ev, *heartbeat_ev, *kick_ev, *due_ev, *grace_ev, *sigterm_ev,
         *sigint_ev;
 
+    /* Where a Sandbox's news goes (sandbox.h): its delivery's functions and the loop's. */
+    const struct sandbox_hooks *sandbox_hooks;
     struct sandbox *sandboxes;  /* every Sandbox this worker owns in memory */
     size_t n_serving;           /* Sandboxes claimed for a Session (activating or running) */
     size_t n_deliveries;        /* messages leased and not yet ended */
@@ -57,6 +66,12 @@ struct worker {
     } drivers[8];
     size_t n_drivers;
 
+    /* recovery/reconcile.c: the once-per-process passes already made */
+    struct {
+        bool nfs_exports, network, host_lost;
+    } reconciled;
+    char firewall_metrics_sent[4096]; /* what the store holds from this worker ("" at start) */
+
     bool stopping;      /* SIGTERM: no more claims, wind down */
     bool grace_expired; /* deliveries in flight are given up too */
     int exit_code;
@@ -67,23 +82,24 @@ int worker_init(struct worker *w, const struct sbx_config *cfg,
                 const struct driver *(*find_driver)(const char *name), char *err, size_t errlen);
 int worker_run(struct worker *w);
 void worker_fini(struct worker *w);
-/* Tells the gateway's long polls about a message ("msg <id>") or a Sandbox ("sandbox <id>"). */
-void worker_notify_gateway(struct worker *w, const char *kind, const char *id);
-/* Exits the loop once a stopping worker holds nothing any more. */
-void worker_maybe_exit(struct worker *w);
-/* The driver of that name, initialised on first use; NULL (logged once) when unavailable. */
-const struct driver *worker_driver(struct worker *w, const char *name);
 
-/* delivery/claim.c */
-void consumer_kick(struct worker *w); /* claim soon (from any callback) */
-void consumer_run(struct worker *w);  /* claim now, as much as capacity allows */
-/* Ends a delivery attempt that did not produce a reply, with backoff; frees nothing. */
-void consumer_fail_attempt(struct worker *w, struct store_delivery *d, const char *sandbox_id,
-                           const char *reason);
+/* Asks for a claim pass soon: w->kick_ev runs consumer_run (delivery/claim.c) on the loop's next
+ * turn. Any layer may ask (a delivery ended, a Sandbox went away); none calls the claim itself. */
+static inline void consumer_kick(struct worker *w)
+{
+    if (w->kick_ev && !w->stopping)
+        event_active(w->kick_ev, 0, 0);
+}
 
-/* delivery/backoff.c: the delay before retry number `attempt` (1 = first retry): base *
- * 2^(attempt-1), capped at max, with "equal jitter" (a uniform draw from the upper half) so that
- * many messages failing together do not retry together. */
-int64_t backoff_delay_ms(int64_t attempt, int64_t base_ms, int64_t max_ms);
+/* Tells the gateway's long polls about a message ("msg <id>") or a Sandbox ("sandbox <id>"): a
+ * hint over notify.h, from any layer (it is not a call into the loop). */
+static inline void worker_notify_gateway(struct worker *w, const char *kind, const char *id)
+{
+    char msg[96];
+    if (!w->gateway_peer)
+        return;
+    snprintf(msg, sizeof msg, "%s %s", kind, id);
+    notify_send(w->gateway_peer, msg);
+}
 
 #endif

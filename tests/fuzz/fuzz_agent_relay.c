@@ -2,7 +2,7 @@
  * fuzz_agent_relay.c: libFuzzer target for the in-Sandbox agents' strict line-JSON reader
  * (agent/relay.c), which reads lines from the host (and, in sbx-agent, from the App's command).
  * Every line the splitter returns must be within its limit and free of newlines; every value
- * json_parse() accepts must also be accepted by jansson (differential check), and the lookups
+ * jspan_parse() accepts must also be accepted by jansson (differential check), and the lookups
  * sbx-agent and the echo agent make on it must stay inside the span.
  */
 #include "fuzz_common.h"
@@ -28,17 +28,17 @@ static void walk(struct json_span v, int depth)
     if (depth > JSON_MAX_DEPTH + 1)
         abort();
     for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
-        if (json_object_get(v, keys[k], &m) == 1) {
+        if (jspan_member(v, keys[k], &m) == 1) {
             FUZZ_CHECK(inside(v, m));
-            (void)json_int64(m, &i64);
-            (void)json_bool(m, &b);
-            if (json_string_decode(m, text, sizeof text) == 0)
+            (void)jspan_int64(m, &i64);
+            (void)jspan_bool(m, &b);
+            if (jspan_string_decode(m, text, sizeof text) == 0)
                 FUZZ_CHECK(fuzz_terminated(text, sizeof text));
             walk(m, depth + 1);
         }
-    if (json_is_array(v)) {
+    if (jspan_is_array(v)) {
         size_t pos = 0;
-        for (int n = 0; n < 1000 && json_array_next(v, &pos, &m) == 1; n++) {
+        for (int n = 0; n < 1000 && jspan_array_next(v, &pos, &m) == 1; n++) {
             FUZZ_CHECK(inside(v, m));
             walk(m, depth + 1);
         }
@@ -50,7 +50,7 @@ static void check_line(const char *line, size_t len, size_t max_line)
     FUZZ_CHECK(len <= max_line);
     FUZZ_CHECK(memchr(line, '\n', len) == NULL);
     struct json_span v;
-    if (json_parse(line, len, &v) != 0)
+    if (jspan_parse(line, len, &v) != 0)
         return;
     FUZZ_CHECK(v.p >= line && v.p + v.len <= line + len && v.len > 0);
     /* What the strict reader accepts, jansson (the host's parser) accepts too. */

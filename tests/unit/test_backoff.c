@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "worker.h"
+#include "delivery/delivery.h"
 
 static void test_backoff_doubles_with_jitter_and_cap(void **state)
 {

@@ -1,7 +1,7 @@
 /*
- * backoff.c: retry delays (see worker.h).
+ * backoff.c: retry delays (delivery.h).
  */
-#include "worker.h"
+#include "delivery/delivery.h"
 #include "id.h"
 
 int64_t backoff_delay_ms(int64_t attempt, int64_t base_ms, int64_t max_ms)

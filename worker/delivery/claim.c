@@ -1,21 +1,16 @@
 /*
- * claim.c: claiming messages and routing each to its Session's Sandbox. Claims happen
+ * claim.c: claiming messages and routing each to its Session's Sandbox (delivery.h): the start of
+ * every delivery, and the one place where w->n_deliveries goes up. Claims happen
  * when something may have changed (a wake-up from the gateway, a delivery that ended, a Sandbox
  * that went away, a retry coming due, the fallback poll), as many as capacity allows; never in a
  * busy loop.
  */
-#include "sandbox/lifecycle.h"
+#include "delivery/delivery.h"
 #include "log.h"
 #include "clock.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-void consumer_kick(struct worker *w)
-{
-    if (w->kick_ev && !w->stopping)
-        event_active(w->kick_ev, 0, 0);
-}
 
 /* Wakes up again when the earliest backed-off message is due (the fallback poll covers the
  * rest, so the timer is never longer than one poll). */
@@ -34,15 +29,15 @@ static void schedule_next_due(struct worker *w)
 /* Routes a claimed message; false when the claim loop should stop for now. */
 static bool route(struct worker *w, struct store_delivery *d)
 {
-    struct sandbox *sb = lifecycle_find_session(w, d->session.id);
-    if (sb && sb->phase == SB_IDLE) {
-        lifecycle_deliver(sb, d);
+    struct sandbox *sb = sandbox_find_session(w, d->session.id);
+    if (sb && sb->state == SB_IDLE) {
+        sandbox_send_message(sb, d);
         return true;
     }
     if (!sb) {
-        sb = lifecycle_find_cold_boot(w, d->session.id);
+        sb = sandbox_find_cold_boot(w, d->session.id);
         if (!sb) {
-            lifecycle_activate(w, d);
+            delivery_activate(w, d);
             return true;
         }
     }
@@ -57,9 +52,7 @@ static bool route(struct worker *w, struct store_delivery *d)
                   sb->rt.sandbox_id);
         w->st->queue_release(w->st, &w->ctx, d->message.id, w->id);
     }
-    store_delivery_clear(d);
-    free(d);
-    w->n_deliveries--;
+    delivery_end(w, d, false); /* no kick: the claim loop stops here for now */
     return false;
 }
 
@@ -96,26 +89,4 @@ void consumer_run(struct worker *w)
             break;
     }
     schedule_next_due(w);
-}
-
-void consumer_fail_attempt(struct worker *w, struct store_delivery *d, const char *sandbox_id,
-                           const char *reason)
-{
-    bool final = false;
-    int64_t backoff =
-        backoff_delay_ms(d->message.attempts, w->cfg.retry_base_ms, w->cfg.retry_max_ms);
-    enum store_status rc = w->st->queue_fail(w->st, &w->ctx, d->message.id, w->id, sandbox_id,
-                                             reason, backoff, &final);
-    if (rc == STORE_OK && final)
-        log_emit(LOG_LEVEL_WARN, d->message.request_id, "worker: %s failed after %lld attempts: %s",
-                 d->message.id, (long long)d->message.attempts, reason);
-    else if (rc == STORE_OK)
-        log_emit(LOG_LEVEL_INFO, d->message.request_id,
-                 "worker: %s attempt %lld failed (%s); retry in %lld ms", d->message.id,
-                 (long long)d->message.attempts, reason, (long long)backoff);
-    else if (rc != STORE_CONFLICT)
-        log_error("worker: cannot record the failed attempt of %s: %s", d->message.id,
-                  store_status_name(rc));
-    worker_notify_gateway(w, "msg", d->message.id);
-    consumer_kick(w);
 }

@@ -7,6 +7,8 @@
  *       vmlinux|vmlinuz, rootfs.ext4|initramfs.cpio.gz   guest artefacts, hard-linked (or copied)
  *       run/firecracker.socket                           Firecracker's API socket
  *       run/vsock.sock                                   the vsock device's host side
+ *       image.erofs                                      an App's image: its cached rootfs.erofs,
+ *                                                        linked (root-owned, 0444: read-only)
  *       firecracker.pid                                  written by the jailer (--new-pid-ns)
  * Boot: jailer (its own cgroup <v2 root>/sbx/<jailer id> from cgroup.h, network namespace with
  * the Sandbox's link from links.h, PID namespace, non-root uid/gid), then the API calls
@@ -18,7 +20,10 @@
 #include "clock.h"
 #include "host/cgroup.h"
 #include "drivers/driver.h"
+#include "drivers/shared.h"
 #include "drivers/fc_api.h"
+#include "images/image_cache.h"
+#include "images/image_erofs.h"
 #include "log.h"
 #include "host/egress.h"
 #include "host/links.h"
@@ -67,6 +72,8 @@ extern char **environ;
 #define FC_SHUTDOWN_GRACE_MS 3000
 #define FC_KILL_WAIT_MS 2000
 #define FC_JAILER_ID_MAX 64
+/* An App's image inside the jail, attached as a read-only drive after the root drive (if any). */
+#define FC_IMAGE_IN_JAIL "/image.erofs"
 
 /* Everything derived from one Sandbox id; recomputable from the store for reap(). */
 struct fc_layout {
@@ -164,21 +171,9 @@ static int cgroup2_mount(char *out, size_t outlen)
 /* The host's cgroup hierarchies as worker/host/cgroup.c finds them (cgroup_root, else detected),
  * shared with the process driver: VM cgroups are <v2 root>/sbx/<jailer id>, plus
  * <v1 memory root>/<jailer id> for the memory peak on hosts without the v2 memory controller. */
-static struct cgroup_host fc_cgroups;
-
 static const struct cgroup_host *host_cgroups(const struct sbx_config *cfg)
 {
-    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    static bool detected;
-    pthread_mutex_lock(&lock);
-    if (!detected) {
-        char report[1024];
-        cgroup_detect(cfg, &fc_cgroups, report, sizeof report);
-        log_info("firecracker: %s", report);
-        detected = true;
-    }
-    pthread_mutex_unlock(&lock);
-    return &fc_cgroups;
+    return driver_cgroups(cfg, "firecracker");
 }
 
 /* --parent-cgroup is relative to the cgroup2 mount (the jailer finds the mount itself and makes
@@ -736,10 +731,10 @@ static void guest_mac_for(const char *jailer_id, char *out, size_t outlen)
 }
 
 static int configure_vm(const struct fc_layout *lay, const struct fc_guest *g,
-                        const struct store_shape *shape, const char *guest_net, char *err,
-                        size_t errlen)
+                        const struct store_shape *shape, const char *guest_net, bool with_image,
+                        char *err, size_t errlen)
 {
-    char kernel[80], root[80], boot_args[640], mac[24], net[256] = "", dns[160];
+    char kernel[80], root[80], boot_args[720], mac[24], net[256] = "", dns[160], image[64] = "";
     snprintf(kernel, sizeof kernel, "/%s", g->kernel_name);
     snprintf(root, sizeof root, "/%s", g->root_name);
     /* reboot=k: a guest reboot (Ctrl-Alt-Del at terminate) ends the VMM. sbx.channel=vsock:<port>
@@ -750,10 +745,14 @@ static int configure_vm(const struct fc_layout *lay, const struct fc_guest *g,
         net_egress_kernel_arg(dns, sizeof dns);
         snprintf(net, sizeof net, " sbx.net=%s %s", guest_net, dns);
     }
+    /* sbx.image: the guest init mounts the App's image from it (agent/guest_image.h). Firecracker
+     * attaches the root device first, so the image is the second disk after a root drive. */
+    if (with_image)
+        snprintf(image, sizeof image, " sbx.image=%s", g->rootfs[0] ? "/dev/vdb" : "/dev/vda");
     snprintf(boot_args, sizeof boot_args,
              "console=ttyS0 reboot=k panic=1 pci=off i8042.noaux i8042.nomux i8042.dumbkbd "
-             "quiet %s sbx.channel=vsock:%d%s",
-             g->rootfs[0] ? "root=/dev/vda ro" : "rdinit=/init", FC_AGENT_VSOCK_PORT, net);
+             "quiet %s sbx.channel=vsock:%d%s%s",
+             g->rootfs[0] ? "root=/dev/vda ro" : "rdinit=/init", FC_AGENT_VSOCK_PORT, net, image);
     guest_mac_for(lay->jailer_id, mac, sizeof mac);
 
     json_t *boot = json_pack("{s:s, s:s}", "kernel_image_path", kernel, "boot_args", boot_args);
@@ -765,6 +764,12 @@ static int configure_vm(const struct fc_layout *lay, const struct fc_guest *g,
         put_json(lay, "/drives/rootfs",
                  json_pack("{s:s, s:s, s:b, s:b}", "drive_id", "rootfs", "path_on_host", root,
                            "is_root_device", 1, "is_read_only", 1),
+                 err, errlen) != 0)
+        return -1;
+    if (with_image &&
+        put_json(lay, "/drives/image",
+                 json_pack("{s:s, s:s, s:b, s:b}", "drive_id", "image", "path_on_host",
+                           FC_IMAGE_IN_JAIL, "is_root_device", 0, "is_read_only", 1),
                  err, errlen) != 0)
         return -1;
     if (put_json(lay, "/machine-config",
@@ -786,36 +791,6 @@ static int configure_vm(const struct fc_layout *lay, const struct fc_guest *g,
 }
 
 /* ---- the agent channel over vsock ---- */
-
-/* Reads one line (without the newline) byte by byte, so that nothing after it is consumed: the
- * rest of the stream belongs to the worker. Returns the length, or -1 (EOF, timeout, too long). */
-static ssize_t read_line(int fd, char *buf, size_t buflen, long long deadline)
-{
-    size_t len = 0;
-    while (len + 1 < buflen) {
-        char c;
-        ssize_t n = recv(fd, &c, 1, 0);
-        if (n == 1) {
-            if (c == '\n') {
-                buf[len] = '\0';
-                return (ssize_t)len;
-            }
-            buf[len++] = c;
-            continue;
-        }
-        if (n == 0)
-            return -1;
-        if (errno == EINTR)
-            continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK)
-            return -1;
-        long long left = deadline - clock_mono_ms();
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        if (left <= 0 || poll(&pfd, 1, (int)left) <= 0)
-            return -1;
-    }
-    return -1;
-}
 
 /* One attempt of the host-initiated vsock handshake. Returns the connected fd, or -1 when the
  * guest is not listening yet (Firecracker then closes the connection) or on error. */
@@ -847,8 +822,9 @@ static int vsock_connect_once(const struct fc_layout *lay, long long deadline, c
     }
     /* The answer to CONNECT comes once the guest accepted or refused; bound each attempt. */
     long long attempt_deadline = clock_mono_ms() + 2000;
-    if (read_line(fd, line, sizeof line,
-                  attempt_deadline < deadline ? attempt_deadline : deadline) < 0) {
+    size_t len;
+    if (driver_read_line(fd, attempt_deadline < deadline ? attempt_deadline : deadline, NULL, NULL,
+                         line, sizeof line, &len) != DRIVER_LINE_OK) {
         snprintf(why, whylen, "no answer to CONNECT %d (guest agent not listening yet)",
                  FC_AGENT_VSOCK_PORT);
         close(fd);
@@ -890,25 +866,20 @@ static int open_agent_channel(const struct fc_layout *lay, pid_t vmm, struct san
         sleep_ms(50);
     }
     char line[1024];
-    if (read_line(fd, line, sizeof line, deadline) < 0) {
+    size_t len;
+    if (driver_read_line(fd, deadline, NULL, NULL, line, sizeof line, &len) != DRIVER_LINE_OK) {
         snprintf(err, errlen, "the guest agent sent no ready line within %d ms",
                  FC_AGENT_READY_TIMEOUT_MS);
         close(fd);
         return -1;
     }
-    json_t *msg = json_loads(line, 0, NULL);
-    const char *type = json_string_value(json_object_get(msg, "type"));
-    const char *kernel = json_string_value(json_object_get(msg, "kernel"));
-    if (!type || strcmp(type, "ready") != 0) {
-        const char *agent_err = json_string_value(json_object_get(msg, "error"));
+    char agent_err[400];
+    if (driver_ready_line(line, len, rt, agent_err, sizeof agent_err) != 0) {
         snprintf(err, errlen, "the guest agent did not report ready: %.300s",
-                 agent_err ? agent_err : line);
-        json_decref(msg);
+                 agent_err[0] ? agent_err : line);
         close(fd);
         return -1;
     }
-    snprintf(rt->kernel, sizeof rt->kernel, "%s", kernel ? kernel : "");
-    json_decref(msg);
     return fd;
 }
 
@@ -924,7 +895,8 @@ static void clean_up(const struct sbx_config *cfg, const struct fc_layout *lay, 
     if (lay->cgroup_dir[0] && cgroup_populated(lay->cgroup_dir))
         cgroup_kill_all(lay->cgroup_dir);
     if (usage)
-        cgroup_read_usage(h, lay->cgroup_dir, lay->jailer_id, usage);
+        cgroup_read_usage(h, lay->cgroup_dir, lay->jailer_id, &usage->cpu_usec,
+                          &usage->mem_peak_bytes);
     char cg_err[256];
     if (cgroup_remove(h, lay->cgroup_dir, lay->jailer_id, 2000, cg_err, sizeof cg_err) != 0)
         log_warn("firecracker %s: %s", lay->jailer_id, cg_err);
@@ -969,6 +941,28 @@ static int fc_init(const struct sbx_config *cfg, char *err, size_t errlen)
     return net_egress_init(cfg, err, errlen);
 }
 
+/* An App's image in the jail: a hard link of the cache's rootfs.erofs, which is root-owned and
+ * 0444, so the VMM (the sandbox uid) can neither write nor chmod it; across file systems a copy
+ * that is the same. */
+static int place_image_in_jail(const char *erofs, const char *root_dir, char *err, size_t errlen)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%.600s%s", root_dir, FC_IMAGE_IN_JAIL);
+    if (link(erofs, path) == 0)
+        return 0;
+    if (errno != EXDEV && errno != EPERM) {
+        snprintf(err, errlen, "link %s to %s: %s", erofs, path, strerror(errno));
+        return -1;
+    }
+    if (copy_file(erofs, path, 0, 0, err, errlen) != 0)
+        return -1;
+    if (chmod(path, 0444) != 0) {
+        snprintf(err, errlen, "chmod %s: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 static int fc_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, char *err,
                    size_t errlen)
 {
@@ -980,8 +974,13 @@ static int fc_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, cha
     }
     rt->pid = 0;
     rt->channel_fd = -1;
+    /* An App's image: the digest's read-only block image, built on first use. */
+    char image_erofs[PATH_MAX] = "";
     if (layout_for(cfg, rt->sandbox_id, lay, err, errlen) != 0 ||
-        find_guest(cfg, &guest, err, errlen) != 0) {
+        find_guest(cfg, &guest, err, errlen) != 0 ||
+        (!image_is_default(rt->shape.image) &&
+         image_erofs_ensure(cfg, rt->shape.image, image_erofs, sizeof image_erofs, err, errlen) !=
+             0)) {
         free(lay);
         return -1;
     }
@@ -1009,6 +1008,8 @@ static int fc_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, cha
         rc = place_in_jail(guest.rootfs[0] ? guest.rootfs : guest.initrd, path, uid, gid, err,
                            errlen);
     }
+    if (rc == 0 && image_erofs[0])
+        rc = place_image_in_jail(image_erofs, lay->root_dir, err, errlen);
     if (rc == 0)
         rc = net_create(cfg, lay, guest_net, sizeof guest_net, err, errlen);
     /* The jailer joins an existing cgroup; making it first also makes the v1 memory twin. */
@@ -1028,7 +1029,7 @@ static int fc_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, cha
     if (rc == 0)
         rc = await_api(lay, vmm, err, errlen);
     if (rc == 0)
-        rc = configure_vm(lay, &guest, &rt->shape, guest_net, err, errlen);
+        rc = configure_vm(lay, &guest, &rt->shape, guest_net, image_erofs[0] != '\0', err, errlen);
     int channel = rc == 0 ? open_agent_channel(lay, vmm, rt, err, errlen) : -1;
     if (channel < 0) {
         clean_up(cfg, lay, vmm > 0 ? vmm : 0, false, NULL);
@@ -1039,7 +1040,8 @@ static int fc_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, cha
     rt->channel_fd = channel;
     snprintf(rt->jail_dir, sizeof rt->jail_dir, "%s", lay->jail_dir);
     snprintf(rt->cgroup_path, sizeof rt->cgroup_path, "%s", lay->cgroup_dir);
-    snprintf(rt->image_hash, sizeof rt->image_hash, "%s", guest.image_hash);
+    snprintf(rt->image_hash, sizeof rt->image_hash, "%s",
+             image_erofs[0] ? rt->shape.image : guest.image_hash);
     snprintf(rt->net_address, sizeof rt->net_address, "%s", lay->net_address);
     rt->driver_state = lay;
     log_info("firecracker %s: booted (vmm pid %d, kernel %s, address %s)", lay->jailer_id, (int)vmm,

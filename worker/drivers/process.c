@@ -23,10 +23,15 @@
  * dying worker takes its Sandboxes along. Note that Linux delivers it when the *thread* that
  * cloned the child exits: the worker must call boot() from long-lived helper threads. The agent
  * also ends when its channel closes, which covers the rest.
+ *
+ * Hidden state: `cgroups`, the host's hierarchies as drivers/shared.h detected them (set by
+ * ensure_detected before each use).
  */
 #include "clock.h"
 #include "host/cgroup.h"
 #include "drivers/driver.h"
+#include "drivers/process_image.h"
+#include "drivers/shared.h"
 #include "host/jail.h"
 #include "log.h"
 #include "host/egress.h"
@@ -82,20 +87,12 @@
 
 /* ---- host facts, detected once ---- */
 
-static struct cgroup_host cgroups;
-static char cgroup_report[1024];
-static pthread_mutex_t detect_lock = PTHREAD_MUTEX_INITIALIZER;
-static bool detected;
+/* The host's cgroup hierarchies (drivers/shared.h), set by ensure_detected before each use. */
+static const struct cgroup_host *cgroups;
 
-/* Detects the cgroup hierarchies on first use; later calls (any thread) see the same result. */
 static void ensure_detected(const struct sbx_config *cfg)
 {
-    pthread_mutex_lock(&detect_lock);
-    if (!detected) {
-        cgroup_detect(cfg, &cgroups, cgroup_report, sizeof cgroup_report);
-        detected = true;
-    }
-    pthread_mutex_unlock(&detect_lock);
+    cgroups = driver_cgroups(cfg, "process driver");
 }
 
 static void rootfs_path(const struct sbx_config *cfg, char *out, size_t len)
@@ -165,8 +162,7 @@ struct child_plan {
     char root_workspace[PATH_MAX + 16];
     char dev_files[6][PATH_MAX + 16];
     char tmp_options[64];
-    char resolv_src[PATH_MAX];       /* sbx's resolv.conf for Sandboxes ("" for none) */
-    char root_resolv[PATH_MAX + 16]; /* <root>/etc/resolv.conf */
+    char resolv_src[PATH_MAX]; /* sbx's resolv.conf for Sandboxes ("" for none) */
     char hostname[64];
     uid_t uid;
     gid_t gid;
@@ -174,6 +170,7 @@ struct child_plan {
     bool drop_privileges; /* false in a user namespace, where only our own uid is mapped */
     uid_t outer_uid;      /* the worker's ids, mapped to 0 in a user namespace */
     gid_t outer_gid;
+    struct process_image_plan image; /* the App's image as the root, unless image.enabled false */
     int sync_fd;  /* read end: one byte when the parent is done, EOF when it died */
     int error_fd; /* write end: "<step>: <errno>" when a step fails */
     int channel_fd;
@@ -232,21 +229,42 @@ static void child_build_dev(const struct child_plan *p)
         child_fail(p, "remount /dev read-only");
 }
 
-/* The Sandbox's /etc/resolv.conf names the resolvers it may use (issue 15): sbx's file, bound
- * read-only over the image's. An image without the file (or with a dangling symlink there, e.g.
- * to systemd-resolved's stub) has no mount point on its read-only root: it keeps what it has. */
-static void child_bind_resolv_conf(const struct child_plan *p)
+/* The Sandbox's /etc/resolv.conf names the resolvers it may use (issue 15): sbx's file (open as
+ * fd before pivot_root) bound read-only over the image's, after pivot_root, so that a symlink
+ * there resolves inside the Sandbox's root. A writable root (an App's image) without the file
+ * gets an empty one to bind onto; a read-only root without it, or with a dangling symlink there
+ * (e.g. to systemd-resolved's stub), keeps what it has. */
+static void child_bind_resolv_conf(const struct child_plan *p, int fd)
 {
-    if (!p->resolv_src[0])
+    if (fd < 0)
         return;
-    if (mount(p->resolv_src, p->root_resolv, NULL, MS_BIND, NULL) != 0) {
-        if (errno == ENOENT)
+    int made = open("/etc/resolv.conf", O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (made >= 0)
+        close(made);
+    char src[64];
+    snprintf(src, sizeof src, "/proc/self/fd/%d", fd);
+    if (mount(src, "/etc/resolv.conf", NULL, MS_BIND, NULL) != 0) {
+        close(fd);
+        if (errno == ENOENT || errno == ELOOP)
             return;
         child_fail(p, "bind /etc/resolv.conf");
     }
-    if (mount(NULL, p->root_resolv, NULL,
+    close(fd);
+    if (mount(NULL, "/etc/resolv.conf", NULL,
               MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
         child_fail(p, "remount /etc/resolv.conf read-only");
+}
+
+/* The built-in rootfs, bound read-only as the Sandbox's root. */
+static void child_bind_default_rootfs(const struct child_plan *p)
+{
+    if (mount(p->rootfs, p->root, NULL, MS_BIND, NULL) != 0)
+        child_fail(p, "bind the rootfs");
+    if (mount(NULL, p->root, NULL, MS_PRIVATE, NULL) != 0)
+        child_fail(p, "make the root private");
+    if (mount(NULL, p->root, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) !=
+        0)
+        child_fail(p, "remount the rootfs read-only");
 }
 
 static void child_build_root(const struct child_plan *p)
@@ -255,14 +273,15 @@ static void child_build_root(const struct child_plan *p)
      * still arrives. */
     if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) != 0)
         child_fail(p, "make mounts slave");
-    if (mount(p->rootfs, p->root, NULL, MS_BIND, NULL) != 0)
-        child_fail(p, "bind the rootfs");
-    if (mount(NULL, p->root, NULL, MS_PRIVATE, NULL) != 0)
-        child_fail(p, "make the root private");
-    if (mount(NULL, p->root, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) !=
-        0)
-        child_fail(p, "remount the rootfs read-only");
-    child_bind_resolv_conf(p);
+    if (p->image.enabled) {
+        /* An App's image: a writable overlay over the cached tree (process_image.h). */
+        const char *step = process_image_mount(&p->image, p->drop_privileges, p->uid, p->gid);
+        if (step)
+            child_fail(p, step);
+    } else {
+        child_bind_default_rootfs(p);
+    }
+    int resolv_fd = p->resolv_src[0] ? open(p->resolv_src, O_PATH | O_CLOEXEC) : -1;
     if (mount("tmpfs", p->root_tmp, "tmpfs", MS_NOSUID | MS_NODEV, p->tmp_options) != 0)
         child_fail(p, "mount /tmp");
     if (mount("proc", p->root_proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
@@ -279,6 +298,7 @@ static void child_build_root(const struct child_plan *p)
     if (mount("/proc/sys", "/proc/sys", NULL, MS_BIND | MS_REC, NULL) != 0 ||
         mount(NULL, "/proc/sys", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) != 0)
         child_fail(p, "make /proc/sys read-only");
+    child_bind_resolv_conf(p, resolv_fd);
 }
 
 static void child_limit(const struct child_plan *p)
@@ -381,8 +401,9 @@ static void child_main(const struct child_plan *p)
         child_fail(p, "close_range");
     char *const argv[] = {"sbx-agent", "--channel-fd", "3", NULL};
     char *const envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", NULL};
-    execve("/usr/bin/sbx-agent", argv, envp);
-    child_fail(p, "exec /usr/bin/sbx-agent");
+    const char *agent = p->image.enabled ? PROCESS_IMAGE_AGENT : "/usr/bin/sbx-agent";
+    execve(agent, argv, envp);
+    child_fail(p, "exec sbx-agent");
 }
 
 /* ---- boot ---- */
@@ -405,7 +426,6 @@ static void plan_resolv_conf(struct child_plan *p)
 {
     const char *src = net_firewall() && geteuid() == 0 ? net_egress_resolv_conf() : "";
     snprintf(p->resolv_src, sizeof p->resolv_src, "%s", src);
-    snprintf(p->root_resolv, sizeof p->root_resolv, "%s/etc/resolv.conf", p->root);
 }
 
 static int fd_above_floor(int fd)
@@ -465,56 +485,29 @@ static void describe_early_exit(struct sandbox_runtime *rt, char *err, size_t er
         rt->pid = 0; /* reaped: nothing left to kill */
 }
 
-/* Reads the agent's ready line. The channel is a stream socket: peek at what has arrived and
- * consume only up to the newline, so no later line is taken from the agent channel, in a few
- * syscalls instead of one read() per byte. */
+/* Reads the agent's ready line (drivers/shared.h: nothing after it is consumed). */
 static int wait_for_ready(struct sandbox_runtime *rt, int64_t deadline, char *err, size_t errlen)
 {
-    char line[1024];
-    size_t len = 0;
-    for (;;) {
-        int left = (int)(deadline - clock_mono_ms());
-        struct pollfd pfd = {.fd = rt->channel_fd, .events = POLLIN};
-        if (left <= 0 || poll(&pfd, 1, left) == 0) {
-            snprintf(err, errlen, "the agent did not say ready within %d ms", BOOT_TIMEOUT_MS);
-            return -1;
-        }
-        ssize_t n = recv(rt->channel_fd, line + len, sizeof line - 1 - len, MSG_PEEK);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN))
-            continue;
-        if (n <= 0) {
-            if (len == sizeof line - 1)
-                snprintf(err, errlen, "the agent's ready line is too long");
-            else
-                describe_early_exit(rt, err, errlen);
-            return -1;
-        }
-        char *nl = memchr(line + len, '\n', (size_t)n);
-        size_t take = nl ? (size_t)(nl - (line + len)) + 1 : (size_t)n;
-        if (read(rt->channel_fd, line + len, take) != (ssize_t)take) {
-            describe_early_exit(rt, err, errlen);
-            return -1;
-        }
-        len += take;
-        if (nl) {
-            len--; /* drop the newline */
-            break;
-        }
+    char line[1024], agent_err[8];
+    size_t len;
+    switch (driver_read_line(rt->channel_fd, deadline, NULL, NULL, line, sizeof line, &len)) {
+    case DRIVER_LINE_OK:
+        break;
+    case DRIVER_LINE_TIMEOUT:
+        snprintf(err, errlen, "the agent did not say ready within %d ms", BOOT_TIMEOUT_MS);
+        return -1;
+    case DRIVER_LINE_TOO_LONG:
+        snprintf(err, errlen, "the agent's ready line is too long");
+        return -1;
+    default:
+        describe_early_exit(rt, err, errlen);
+        return -1;
     }
-    line[len] = '\0';
-    json_error_t jerr;
-    json_t *msg = json_loadb(line, len, 0, &jerr);
-    const char *type = json_string_value(json_object_get(msg, "type"));
-    const char *kernel = json_string_value(json_object_get(msg, "kernel"));
-    int rc = 0;
-    if (!type || strcmp(type, "ready") != 0) {
+    if (driver_ready_line(line, len, rt, agent_err, sizeof agent_err) != 0) {
         snprintf(err, errlen, "the agent's first line was not ready: %.200s", line);
-        rc = -1;
-    } else {
-        snprintf(rt->kernel, sizeof rt->kernel, "%s", kernel ? kernel : "");
+        return -1;
     }
-    json_decref(msg);
-    return rc;
+    return 0;
 }
 
 static void kill_and_wait(pid_t pid, const char *cgroup_path, int grace_ms);
@@ -529,7 +522,7 @@ static int cleanup_host_state(const struct sbx_config *cfg, const char *sandbox_
     if (jail_dir[0] && jail_remove(jail_dir, err, errlen) != 0)
         rc = -1;
     char cg_err[256];
-    if (cgroup_remove(&cgroups, cgroup_path, sandbox_id, 5000, cg_err, sizeof cg_err) != 0) {
+    if (cgroup_remove(cgroups, cgroup_path, sandbox_id, 5000, cg_err, sizeof cg_err) != 0) {
         if (rc == 0)
             snprintf(err, errlen, "%s", cg_err);
         rc = -1;
@@ -590,18 +583,24 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
              tmp_size_mib(&rt->shape));
     snprintf(plan->hostname, sizeof plan->hostname, "%s", rt->sandbox_id);
     plan->uid = (uid_t)cfg->sandbox_uid;
-    plan->nproc = cgroup_limits_pids(&cgroups) ? SANDBOX_NPROC_WITH_PIDS_CGROUP : SANDBOX_NPROC;
+    plan->nproc = cgroup_limits_pids(cgroups) ? SANDBOX_NPROC_WITH_PIDS_CGROUP : SANDBOX_NPROC;
     plan->gid = (gid_t)cfg->sandbox_gid;
     plan->drop_privileges = geteuid() == 0;
     plan->outer_uid = geteuid();
     plan->outer_gid = getegid();
+    if (process_image_prepare(cfg, &rt->shape, plan->root, rootfs, plan->drop_privileges, plan->uid,
+                              plan->gid, &plan->image, rt->image_hash, sizeof rt->image_hash, err,
+                              errlen) != 0) {
+        free(plan);
+        return -1;
+    }
 
     bool privileged = geteuid() == 0;
     if (jail_create(rt->jail_dir, privileged, err, errlen) != 0)
         goto fail;
     /* Accounting is not worth refusing a Sandbox for when we are not root (init said so). */
     char cg_err[256];
-    if (cgroup_create(&cgroups, rt->sandbox_id, rt->cgroup_path, sizeof rt->cgroup_path, cg_err,
+    if (cgroup_create(cgroups, rt->sandbox_id, rt->cgroup_path, sizeof rt->cgroup_path, cg_err,
                       sizeof cg_err) != 0) {
         if (privileged) {
             snprintf(err, errlen, "%s", cg_err);
@@ -635,8 +634,7 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
     rt->channel_fd = chan[0];
     chan[0] = -1;
 
-    if (cgroup_add_pid(&cgroups, rt->cgroup_path, rt->sandbox_id, pid, cg_err, sizeof cg_err) !=
-        0) {
+    if (cgroup_add_pid(cgroups, rt->cgroup_path, rt->sandbox_id, pid, cg_err, sizeof cg_err) != 0) {
         if (privileged) {
             snprintf(err, errlen, "%s", cg_err);
             goto fail;
@@ -656,6 +654,7 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
     fcntl(rt->channel_fd, F_SETFL, fl | O_NONBLOCK);
     close(sync[1]);
     close(errp[0]);
+    process_image_release(&plan->image);
     free(plan);
     return 0;
 
@@ -679,6 +678,7 @@ fail:
                            cleanup_err, sizeof cleanup_err) != 0)
         log_warn("process driver: cleanup after a failed boot of %s: %s", rt->sandbox_id,
                  cleanup_err);
+    process_image_release(&plan->image);
     free(plan);
     return -1;
 }
@@ -767,8 +767,9 @@ static int process_terminate(const struct sbx_config *cfg, struct sandbox_runtim
     if (rt->pid > 0)
         kill_and_wait(rt->pid, rt->cgroup_path, TERM_GRACE_MS);
     rt->pid = 0;
-    if (rt->cgroup_path[0] || cgroups.v1_memory_root[0])
-        cgroup_read_usage(&cgroups, rt->cgroup_path, rt->sandbox_id, usage);
+    if (rt->cgroup_path[0] || cgroups->v1_memory_root[0])
+        cgroup_read_usage(cgroups, rt->cgroup_path, rt->sandbox_id, &usage->cpu_usec,
+                          &usage->mem_peak_bytes);
     int rc = cleanup_host_state(cfg, rt->sandbox_id, rt->net_address, rt->jail_dir, rt->cgroup_path,
                                 err, errlen);
     if (rc == 0) {
@@ -843,8 +844,8 @@ static int process_reap(const struct sbx_config *cfg, const struct store_sandbox
          * from the id alone, so the jail is still found. */
         jail_dir[0] = '\0';
     }
-    if (cgroups.v2_root[0])
-        snprintf(cgroup_path, sizeof cgroup_path, "%.400s/sbx/%.64s", cgroups.v2_root, sb->id);
+    if (cgroups->v2_root[0])
+        snprintf(cgroup_path, sizeof cgroup_path, "%.400s/sbx/%.64s", cgroups->v2_root, sb->id);
     if (sb->cgroup_path[0] && strcmp(sb->cgroup_path, cgroup_path) != 0)
         log_warn("process driver: %s recorded cgroup %s, reaping %s", sb->id, sb->cgroup_path,
                  cgroup_path);
@@ -882,10 +883,9 @@ static int process_init(const struct sbx_config *cfg, char *err, size_t errlen)
     log_info("process driver: rootfs %s (%s), jails under %s/%s, sandbox uid %lld gid %lld", rootfs,
              hash[0] ? hash : "no image hash file", cfg->chroot_base, PROCESS_DRIVER,
              (long long)cfg->sandbox_uid, (long long)cfg->sandbox_gid);
-    log_info("process driver: %s", cgroup_report);
-    if (!cgroups.v2_root[0])
+    if (!cgroups->v2_root[0])
         log_warn("process driver: CPU time cannot be measured on this host");
-    if (!cgroups.v2_memory && !cgroups.v1_memory_root[0])
+    if (!cgroups->v2_memory && !cgroups->v1_memory_root[0])
         log_warn("process driver: peak memory cannot be measured on this host");
     if (geteuid() != 0) {
         log_warn("process driver: not root: Sandboxes run in a user namespace as the worker's "

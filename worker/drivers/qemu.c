@@ -26,9 +26,12 @@
 #include "clock.h"
 #include "host/cgroup.h"
 #include "drivers/driver.h"
+#include "drivers/shared.h"
 #include "host/egress.h"
 #include "host/links.h"
 #include "host/nfs_export.h"
+#include "images/image_cache.h"
+#include "images/image_erofs.h"
 #include "log.h"
 
 #include <dirent.h>
@@ -67,6 +70,10 @@
 #define QEMU_POWERDOWN_TIMEOUT_MS 3000 /* guest init handles the power button and powers off */
 #define QEMU_QUIT_TIMEOUT_MS 2000
 #define QEMU_TAP_FD 3 /* where the tap fd sits in QEMU's fd table */
+/* An App's image in the jail (the digest's rootfs.erofs, linked read-only) and in the guest, where
+ * the guest init mounts it under an overlay (agent/guest_image.c). */
+#define QEMU_IMAGE_IN_JAIL "/image.erofs"
+#define QEMU_IMAGE_DEVICE "/dev/vda"
 
 struct qemu_state {
     int qmp_fd;
@@ -274,6 +281,31 @@ static int build_jail(const char *guest_dir, const char *jail, char *err, size_t
             return -1;
     }
     return 0;
+}
+
+/* ---------------------------------------------------------------- an App's image */
+
+/* For a Sandbox of an imported image: its rootfs.erofs (built on first use), whose path goes to
+ * erofs, and the digest as the Sandbox's image hash. For the built-in image erofs stays "". */
+static int app_image_prepare(const struct sbx_config *cfg, struct sandbox_runtime *rt, char *erofs,
+                             size_t erofslen, char *err, size_t errlen)
+{
+    erofs[0] = '\0';
+    if (image_is_default(rt->shape.image))
+        return 0;
+    if (image_erofs_ensure(cfg, rt->shape.image, erofs, erofslen, err, errlen) != 0)
+        return -1;
+    snprintf(rt->image_hash, sizeof rt->image_hash, "%s", rt->shape.image);
+    return 0;
+}
+
+/* Links (or copies) the image into the jail's root. The cache's file is root-owned and 0444, so
+ * the link is read-only to the jailed QEMU; a copy is made the same. */
+static int app_image_place(const char *erofs, const char *jail_root, char *err, size_t errlen)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%.4000s%s", jail_root, QEMU_IMAGE_IN_JAIL);
+    return link_or_copy(erofs, path, err, errlen);
 }
 
 /* Creates a listening unix socket at path, owned by uid:gid so the jailed QEMU may connect. */
@@ -522,10 +554,9 @@ static int accept_from_qemu(int lfd, pid_t pid, int timeout_ms, const char *what
     }
 }
 
-/* Reads one line (without the newline) from a non-blocking fd, byte by byte so nothing after it
- * is consumed: the worker reads the rest of the stream. Fails on timeout, EOF or QEMU's exit. */
-static int read_line(int fd, pid_t pid, int timeout_ms, char *out, size_t outlen, char *err,
-                     size_t errlen)
+/* Reads one QMP line (without the newline) from a non-blocking fd, byte by byte; a longer line
+ * than outlen is cut. Fails on timeout or EOF. (The agent's ready line: driver_read_line.) */
+static int read_line(int fd, int timeout_ms, char *out, size_t outlen, char *err, size_t errlen)
 {
     int64_t deadline = clock_mono_ms() + timeout_ms;
     size_t len = 0;
@@ -547,10 +578,6 @@ static int read_line(int fd, pid_t pid, int timeout_ms, char *out, size_t outlen
         }
         if (errno != EAGAIN && errno != EINTR) {
             snprintf(err, errlen, "channel read: %s", strerror(errno));
-            return -1;
-        }
-        if (pid > 0 && !process_alive(pid)) {
-            snprintf(err, errlen, "qemu exited");
             return -1;
         }
         int64_t left = deadline - clock_mono_ms();
@@ -595,7 +622,7 @@ static int qmp_execute(int fd, const char *command, int timeout_ms, char *err, s
         return -1;
     }
     for (;;) {
-        if (read_line(fd, -1, timeout_ms, line, sizeof line, err, errlen) != 0)
+        if (read_line(fd, timeout_ms, line, sizeof line, err, errlen) != 0)
             return -1;
         json_t *reply = json_loads(line, 0, NULL);
         int done = reply && json_object_get(reply, "return")  ? 1
@@ -615,30 +642,19 @@ static int qmp_execute(int fd, const char *command, int timeout_ms, char *err, s
 static int qmp_handshake(int fd, char *err, size_t errlen)
 {
     char greeting[4096];
-    if (read_line(fd, -1, QEMU_CONNECT_TIMEOUT_MS, greeting, sizeof greeting, err, errlen) != 0)
+    if (read_line(fd, QEMU_CONNECT_TIMEOUT_MS, greeting, sizeof greeting, err, errlen) != 0)
         return -1;
     return qmp_execute(fd, "qmp_capabilities", QEMU_CONNECT_TIMEOUT_MS, err, errlen);
 }
 
 /* ---------------------------------------------------------------- cgroup */
 
-/* The host's cgroup hierarchies (worker/host/cgroup.h), detected once: a Sandbox's QEMU goes into
- * <v2 root>/sbx/<sandboxId> for CPU time, and v1 memory where the v2 controller is missing. */
-static struct cgroup_host qemu_cgroups;
-static bool qemu_cgroups_detected;
-static pthread_mutex_t qemu_cgroups_lock = PTHREAD_MUTEX_INITIALIZER;
-
+/* The host's cgroup hierarchies (drivers/shared.h, detected once per process): a Sandbox's QEMU
+ * goes into <v2 root>/sbx/<sandboxId> for CPU time, and v1 memory where the v2 controller is
+ * missing. */
 static const struct cgroup_host *host_cgroups(const struct sbx_config *cfg)
 {
-    pthread_mutex_lock(&qemu_cgroups_lock);
-    if (!qemu_cgroups_detected) {
-        char report[1024];
-        cgroup_detect(cfg, &qemu_cgroups, report, sizeof report);
-        log_info("qemu driver: %s", report);
-        qemu_cgroups_detected = true;
-    }
-    pthread_mutex_unlock(&qemu_cgroups_lock);
-    return &qemu_cgroups;
+    return driver_cgroups(cfg, "qemu driver");
 }
 
 /* Accounting only: a failure is logged and the Sandbox runs unmeasured. */
@@ -713,26 +729,38 @@ static void network_down(const char *sandbox_id, const char *net_address)
 
 /* ---------------------------------------------------------------- driver functions */
 
+static bool qemu_gone(void *arg)
+{
+    return !process_alive(*(const pid_t *)arg);
+}
+
+/* Reads the agent's ready line (drivers/shared.h: nothing after it is consumed). */
 static int wait_ready(struct sandbox_runtime *rt, char *err, size_t errlen)
 {
-    char line[1024], why[256];
-    if (read_line(rt->channel_fd, rt->pid, QEMU_BOOT_TIMEOUT_MS, line, sizeof line, why,
-                  sizeof why) != 0) {
-        snprintf(err, errlen, "guest agent not ready: %s", why);
+    static const char *const why[] = {[DRIVER_LINE_TIMEOUT] = "timed out",
+                                      [DRIVER_LINE_CLOSED] = "channel closed",
+                                      [DRIVER_LINE_TOO_LONG] = "line too long",
+                                      [DRIVER_LINE_ERROR] = "channel read failed",
+                                      [DRIVER_LINE_GONE] = "qemu exited"};
+    char line[1024], agent_err[256];
+    size_t len;
+    pid_t pid = rt->pid;
+    enum driver_line got =
+        driver_read_line(rt->channel_fd, clock_mono_ms() + QEMU_BOOT_TIMEOUT_MS,
+                         pid > 0 ? qemu_gone : NULL, &pid, line, sizeof line, &len);
+    if (got != DRIVER_LINE_OK) {
+        if (got == DRIVER_LINE_TIMEOUT)
+            snprintf(err, errlen, "guest agent not ready: timed out after %d ms",
+                     QEMU_BOOT_TIMEOUT_MS);
+        else
+            snprintf(err, errlen, "guest agent not ready: %s", why[got]);
         return -1;
     }
-    json_t *msg = json_loads(line, 0, NULL);
-    const char *type = json_string_value(json_object_get(msg, "type"));
-    const char *kernel = json_string_value(json_object_get(msg, "kernel"));
-    int rc = 0;
-    if (type == NULL || strcmp(type, "ready") != 0) {
+    if (driver_ready_line(line, len, rt, agent_err, sizeof agent_err) != 0) {
         snprintf(err, errlen, "guest agent said %.200s instead of ready", line);
-        rc = -1;
-    } else {
-        snprintf(rt->kernel, sizeof rt->kernel, "%s", kernel ? kernel : "");
+        return -1;
     }
-    json_decref(msg);
-    return rc;
+    return 0;
 }
 
 /* The host's TSC rate in kHz from /proc/cpuinfo (constant_tsc hosts report it as "cpu MHz"), or
@@ -765,7 +793,7 @@ struct qemu_args {
 };
 
 static void build_argv(struct qemu_args *a, const char *bin, const char *accel,
-                       const struct store_shape *shape, const char *guest_net)
+                       const struct store_shape *shape, const char *guest_net, bool with_image)
 {
     int n = 0, s = 0;
 #define ARG(x) (a->argv[n++] = (char *)(x))
@@ -799,15 +827,18 @@ static void build_argv(struct qemu_args *a, const char *bin, const char *accel,
      * kernel hangs setting up its timers. TCG's guest TSC runs at the host's TSC rate, so the
      * kernel is told that rate and to trust it. */
     long long tsc_khz = strcmp(accel, "tcg") == 0 ? host_tsc_khz() : 0;
-    char tsc[64] = "", net[256] = "";
+    char tsc[64] = "", net[256] = "", image[64] = "";
     if (tsc_khz > 0)
         snprintf(tsc, sizeof tsc, " tsc=reliable tsc_early_khz=%lld", tsc_khz);
     /* The guest init configures eth0 from sbx.net and its resolv.conf from sbx.dns (see
      * agent/guest_init.c). */
     if (guest_net[0] != '\0')
         guest_net_args(guest_net, net, sizeof net);
-    FMT("console=ttyS0 quiet panic=-1 rdinit=/init sbx.channel=virtio:%s%s%s", QEMU_AGENT_PORT, tsc,
-        net);
+    /* The guest init mounts an App's image from sbx.image (agent/guest_image.c). */
+    if (with_image)
+        snprintf(image, sizeof image, " sbx.image=%s", QEMU_IMAGE_DEVICE);
+    FMT("console=ttyS0 quiet panic=-1 rdinit=/init sbx.channel=virtio:%s%s%s%s", QEMU_AGENT_PORT,
+        tsc, net, image);
     ARG("-serial");
     ARG("file:/console.log");
     ARG("-chardev");
@@ -824,6 +855,13 @@ static void build_argv(struct qemu_args *a, const char *bin, const char *accel,
     FMT("tap,id=net0,fd=%d", QEMU_TAP_FD);
     ARG("-device");
     ARG("virtio-net-device,netdev=net0");
+    if (with_image) {
+        /* Read-only to the guest as well as to QEMU: writes go to the guest's tmpfs upper. */
+        ARG("-drive");
+        ARG("file=" QEMU_IMAGE_IN_JAIL ",if=none,id=image,format=raw,readonly=on");
+        ARG("-device");
+        ARG("virtio-blk-device,drive=image");
+    }
     a->argv[n] = NULL;
 #undef ARG
 #undef FMT
@@ -887,6 +925,9 @@ static int qemu_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, c
     resolve_guest_dir(cfg, guest_dir, sizeof guest_dir);
     if (read_image_hash(guest_dir, rt->image_hash, sizeof rt->image_hash, err, errlen) != 0)
         return -1;
+    char image_erofs[PATH_MAX] = "";
+    if (app_image_prepare(cfg, rt, image_erofs, sizeof image_erofs, err, errlen) != 0)
+        return -1;
 
     if (strlen(cfg->chroot_base) > 400) {
         snprintf(err, errlen, "chroot_base is too long for unix socket paths in the jail");
@@ -915,7 +956,8 @@ static int qemu_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, c
     st->qmp_fd = -1;
     rt->driver_state = st;
 
-    if (build_jail(guest_dir, rt->jail_dir, err, errlen) != 0)
+    if (build_jail(guest_dir, rt->jail_dir, err, errlen) != 0 ||
+        (image_erofs[0] && app_image_place(image_erofs, root, err, errlen) != 0))
         goto fail;
     /* QEMU writes the guest console as the sandbox uid. */
     int cfd = open(console, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -935,7 +977,7 @@ static int qemu_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, c
     int tap_fd = -1;
     if (network_up(cfg, rt, &tap_fd, guest_net, sizeof guest_net, err, errlen) != 0)
         goto fail;
-    build_argv(&args, bin, choose_accel(cfg), &rt->shape, guest_net);
+    build_argv(&args, bin, choose_accel(cfg), &rt->shape, guest_net, image_erofs[0] != '\0');
     struct qemu_launch launch = {.jail_root = root,
                                  .usr_target = usr,
                                  .dev_null = devnull,
@@ -1054,7 +1096,8 @@ static int qemu_terminate(const struct sbx_config *cfg, struct sandbox_runtime *
     if (rc == 0) {
         const struct cgroup_host *h = host_cgroups(cfg);
         if (rt->cgroup_path[0] != '\0' || h->v1_memory_root[0] != '\0')
-            cgroup_read_usage(h, rt->cgroup_path, rt->sandbox_id, usage);
+            cgroup_read_usage(h, rt->cgroup_path, rt->sandbox_id, &usage->cpu_usec,
+                              &usage->mem_peak_bytes);
         cgroup_detach(cfg, rt->cgroup_path, rt->sandbox_id);
         rt->cgroup_path[0] = '\0';
     }

@@ -1,6 +1,7 @@
 /*
- * registry.c: the table of Sandbox drivers and lookup by name. Other drivers (qemu, firecracker)
- * add themselves here.
+ * registry.c: the table of Sandbox drivers built into sbx-worker and lookup by name. A new driver
+ * is one more line in the table below (and its extern in driver.h); test builds pass a finder of
+ * their own to worker_init instead.
  */
 #include "drivers/driver.h"
 

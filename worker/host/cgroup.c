@@ -252,22 +252,22 @@ static int64_t read_int_file(const char *dir, const char *name)
 }
 
 void cgroup_read_usage(const struct cgroup_host *h, const char *path, const char *sandbox_id,
-                       struct store_usage *usage)
+                       int64_t *cpu_usec, int64_t *mem_peak_bytes)
 {
-    usage->cpu_usec = -1;
-    usage->mem_peak_bytes = -1;
+    *cpu_usec = -1;
+    *mem_peak_bytes = -1;
     char stat[2048];
     if (path[0] && read_file(path, "cpu.stat", stat, sizeof stat) == 0) {
         const char *p = strstr(stat, "usage_usec ");
         if (p)
-            usage->cpu_usec = strtoll(p + strlen("usage_usec "), NULL, 10);
+            *cpu_usec = strtoll(p + strlen("usage_usec "), NULL, 10);
     }
     if (path[0] && h->v2_memory)
-        usage->mem_peak_bytes = read_int_file(path, "memory.peak");
-    if (usage->mem_peak_bytes < 0 && h->v1_memory_root[0]) {
+        *mem_peak_bytes = read_int_file(path, "memory.peak");
+    if (*mem_peak_bytes < 0 && h->v1_memory_root[0]) {
         char v1[700];
         snprintf(v1, sizeof v1, "%s/%s", h->v1_memory_root, sandbox_id);
-        usage->mem_peak_bytes = read_int_file(v1, "memory.max_usage_in_bytes");
+        *mem_peak_bytes = read_int_file(v1, "memory.max_usage_in_bytes");
     }
 }
 

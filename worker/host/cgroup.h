@@ -10,10 +10,10 @@
 #define SBX_CGROUP_H
 
 #include "config.h"
-#include "store.h"
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 struct cgroup_host {
@@ -41,9 +41,9 @@ int cgroup_create(const struct cgroup_host *h, const char *sandbox_id, char *pat
 /* Moves pid into the Sandbox's cgroup(s). */
 int cgroup_add_pid(const struct cgroup_host *h, const char *path, const char *sandbox_id, pid_t pid,
                    char *err, size_t errlen);
-/* Reads CPU time and peak memory; -1 for what cannot be measured. */
+/* Reads CPU time (microseconds) and peak memory (bytes); -1 for what cannot be measured. */
 void cgroup_read_usage(const struct cgroup_host *h, const char *path, const char *sandbox_id,
-                       struct store_usage *usage);
+                       int64_t *cpu_usec, int64_t *mem_peak_bytes);
 /* True while any process is in the v2 cgroup. */
 bool cgroup_populated(const char *path);
 /* True when pid is a member of the v2 cgroup at path. */

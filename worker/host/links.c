@@ -1,12 +1,17 @@
 /*
  * links.c: Sandbox links over rtnetlink (libmnl): veth pairs into a Sandbox's network namespace,
- * tap devices for VMs, their addresses and routes, their removal and reconciliation, and the
- * worker-level calls that pair each link with its firewall elements. See links.h for the model.
+ * tap devices for VMs, their addresses and routes, their removal and reconciliation, conntrack
+ * (ending a detached NFS Workspace's connections), and the worker-level calls that pair each link
+ * with its firewall elements. See links.h for the model.
+ *
+ * Hidden state: `net`, the process's one network (its address pool and firewall handle). net_init
+ * sets it up; every driver's init calls it and the first one makes it (later calls find it made),
+ * so it is there before any Sandbox boots; net_shutdown closes it. Which Sandboxes are live is not
+ * known here: reconciliation asks the caller (is_live; recovery/host_reconcile.c asks the store).
  */
 #include "host/links.h"
 
 #include "log.h"
-#include "store.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -1031,43 +1036,5 @@ int net_reconcile(bool (*is_live)(const char *sandbox_id, void *arg), void *arg,
     free(links);
     if (report)
         *report = rep;
-    return rc;
-}
-
-/* The store's live Sandboxes, read on the first question (after the host's state was read). */
-struct store_live {
-    struct store *st;
-    bool loaded;
-    enum store_status status;
-    struct store_sandbox *v;
-    size_t n;
-};
-
-static bool store_is_live(const char *sandbox_id, void *arg)
-{
-    struct store_live *l = arg;
-    if (!l->loaded) {
-        l->loaded = true;
-        l->status = l->st->sandbox_list_live(l->st, "", &l->v, &l->n);
-    }
-    if (l->status != STORE_OK)
-        return true; /* unknown: keep everything */
-    for (size_t i = 0; i < l->n; i++)
-        if (strcmp(l->v[i].id, sandbox_id) == 0)
-            return true;
-    return false;
-}
-
-int net_reconcile_store(struct store *st, struct net_reconcile_report *report, char *err,
-                        size_t errlen)
-{
-    if (!st->sandbox_list_live)
-        return fail(err, errlen, "the store cannot list live Sandboxes");
-    struct store_live l = {.st = st};
-    int rc = net_reconcile(store_is_live, &l, report, err, errlen);
-    free(l.v);
-    if (rc == 0 && l.loaded && l.status != STORE_OK)
-        return fail(err, errlen, "store: live Sandboxes: %s (nothing removed)",
-                    store_status_name(l.status));
     return rc;
 }

@@ -30,8 +30,6 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-struct store;
-
 struct net_pool {
     struct in_addr net;
     int len;
@@ -88,7 +86,8 @@ int net_links(const struct net_pool *pool, struct net_link **out, size_t *n, cha
 /* net.ipv4.ip_forward = 1 in the caller's network namespace (Sandbox traffic is routed). */
 int net_enable_forwarding(char *err, size_t errlen);
 
-/* ---- the worker's calls: one network state per worker process, set up by net_init ---- */
+/* ---- the worker's calls: one network state per process (links.c's hidden `net`), made by the
+ * first net_init (each driver's init calls it) ---- */
 
 /* Parses net_pool, enables forwarding and makes sure the firewall table exists (fw_init).
  * Call once, at worker start, before any Sandbox boots. */
@@ -127,9 +126,5 @@ struct net_reconcile_report {
  * Sandbox made after it was recorded as live is kept. report may be NULL. */
 int net_reconcile(bool (*is_live)(const char *sandbox_id, void *arg), void *arg,
                   struct net_reconcile_report *report, char *err, size_t errlen);
-/* The same with the store's answer: live = a non-terminal Sandbox of any worker
- * (sandbox_list_live with worker ""), read after the host's state. */
-int net_reconcile_store(struct store *st, struct net_reconcile_report *report, char *err,
-                        size_t errlen);
 
 #endif

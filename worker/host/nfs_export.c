@@ -1,5 +1,7 @@
 /*
  * nfs_export.c: runs sbx's nfs-ganesha and manages one export per Sandbox (see nfs_export.h).
+ * Hidden state: nfs_lock, which the threads of one process take in turn (processes take the flock
+ * on <run>/lock).
  */
 #include "fs.h"
 #include "clock.h"

@@ -6,10 +6,10 @@
  * its own kernel state for them; other hosts are handled by host loss (host_declare_lost).
  */
 #include "recovery/reconcile.h"
-#include "sandbox/lifecycle.h"
+#include "sandbox/sandbox.h"
 #include "log.h"
 #include "host/links.h"
-#include "host/nfs_export.h"
+#include "recovery/host_reconcile.h"
 #include "clock.h"
 
 #include <errno.h>
@@ -46,35 +46,9 @@ static void reap_adopted(struct worker *w)
     if (w->st->sandbox_list_live(w->st, w->id, &list, &n) != STORE_OK)
         return;
     for (size_t i = 0; i < n; i++)
-        if (!lifecycle_find(w, list[i].id))
-            lifecycle_reap(w, &list[i]);
+        if (!sandbox_find(w, list[i].id))
+            sandbox_reap(w, &list[i]);
     free(list);
-}
-
-/* The store's live Sandboxes (of every worker), read at the first question: after the exports
- * were listed, so a Sandbox that exported since is live by then (it is recorded before it
- * boots). Unknown (a store error) counts as live. */
-struct live_list {
-    struct store *st;
-    bool loaded;
-    enum store_status status;
-    struct store_sandbox *v;
-    size_t n;
-};
-
-static bool listed_live(const char *sandbox_id, void *arg)
-{
-    struct live_list *l = arg;
-    if (!l->loaded) {
-        l->loaded = true;
-        l->status = l->st->sandbox_list_live(l->st, "", &l->v, &l->n);
-    }
-    if (l->status != STORE_OK)
-        return true;
-    for (size_t i = 0; i < l->n; i++)
-        if (strcmp(l->v[i].id, sandbox_id) == 0)
-            return true;
-    return false;
 }
 
 /* Once per worker process, at its first pass: NFS exports of Sandboxes that no longer run (a
@@ -82,73 +56,33 @@ static bool listed_live(const char *sandbox_id, void *arg)
  * Sandboxes removes theirs one by one; this catches what no store record leads to. */
 static void reconcile_nfs_exports(struct worker *w)
 {
-    static bool done;
-    struct live_list l = {.st = w->st};
     char err[512];
     size_t removed = 0;
-    if (done || !w->st->sandbox_list_live)
+    if (w->reconciled.nfs_exports || !w->st->sandbox_list_live)
         return;
-    done = true;
-    if (nfs_export_reconcile(&w->cfg, listed_live, &l, &removed, err, sizeof err) != 0)
+    w->reconciled.nfs_exports = true;
+    if (reconcile_host_nfs_exports(w->st, &w->cfg, &removed, err, sizeof err) != 0)
         log_warn("worker: NFS exports: %s", err);
     else if (removed > 0)
         log_info("worker: withdrew %zu NFS exports of Sandboxes no longer running", removed);
-    free(l.v);
-}
-
-/* Whether this host must keep a Sandbox's links and firewall elements: while the Sandbox is live
- * on any host (its owner, here or on a host sharing this kernel, still uses them), and when it
- * ended on another host: that host reaps its own leftovers (two host ids on one machine share one
- * nftables table and one set of links, and neither cleans up after the other). Only a Sandbox of
- * this host that ended, or one the store does not know, is this host's to remove. Unknown (a
- * store error) counts as kept. */
-struct net_keep {
-    struct live_list live;
-    const struct worker *w;
-};
-
-static bool net_keep(const char *sandbox_id, void *arg)
-{
-    struct net_keep *k = arg;
-    struct store *st = k->live.st;
-    struct store_sandbox sb;
-    char host[STORE_HOST_ID_LEN];
-    if (listed_live(sandbox_id, &k->live))
-        return true;
-    enum store_status rc = st->sandbox_get(st, "", sandbox_id, &sb);
-    if (rc == STORE_NOT_FOUND)
-        return false;
-    if (rc != STORE_OK)
-        return true;
-    rc = st->worker_host(st, sb.worker_id, host, sizeof host);
-    if (rc == STORE_NOT_FOUND)
-        return false;
-    return rc != STORE_OK || (host[0] && strcmp(host, k->w->cfg.host_id) != 0);
 }
 
 /* Once per worker process, at its first pass: links and firewall elements of this host's
  * Sandboxes that no longer run (their worker died, or was stopped between a Sandbox's end and its
- * cleanup). */
+ * cleanup). Only once a driver's init set up the network (net_firewall). */
 static void reconcile_network(struct worker *w)
 {
-    static bool done;
     struct net_reconcile_report report = {0};
-    struct net_keep keep = {.live = {.st = w->st}, .w = w};
     char err[512];
-    if (done || !net_firewall())
+    if (w->reconciled.network || !net_firewall())
         return;
-    done = true;
-    int rc = net_reconcile(net_keep, &keep, &report, err, sizeof err);
-    if (rc == 0 && keep.live.loaded && keep.live.status != STORE_OK)
-        log_warn("worker: network reconciliation: store: live Sandboxes: %s (nothing removed)",
-                 store_status_name(keep.live.status));
-    else if (rc != 0)
+    w->reconciled.network = true;
+    if (reconcile_host_network(w->st, w->cfg.host_id, &report, err, sizeof err) != 0)
         log_warn("worker: network reconciliation: %s", err);
     else if (report.links_removed + report.elements_removed > 0)
         log_info("worker: removed %zu links and %zu firewall elements of Sandboxes no longer "
                  "running",
                  report.links_removed, report.elements_removed);
-    free(keep.live.v);
 }
 
 /* Once per worker process, at its first pass, when this host had been declared lost before it
@@ -157,12 +91,11 @@ static void reconcile_network(struct worker *w)
  * already records them terminated ("host lost"), so only the machine is cleaned. */
 static void reap_host_lost(struct worker *w)
 {
-    static bool done;
     struct store_sandbox *list = NULL;
     size_t n = 0;
-    if (done || !w->host_was_lost_at)
+    if (w->reconciled.host_lost || !w->host_was_lost_at)
         return;
-    done = true;
+    w->reconciled.host_lost = true;
     if (w->st->sandbox_list_host_lost(w->st, w->cfg.host_id, w->host_was_lost_at, &list, &n) !=
         STORE_OK) {
         log_warn("worker: cannot list the Sandboxes host %s lost", w->cfg.host_id);
@@ -172,11 +105,11 @@ static void reap_host_lost(struct worker *w)
         log_info("worker: host %s had been declared lost; reaping the %zu Sandboxes it left here",
                  w->cfg.host_id, n);
     for (size_t i = 0; i < n; i++)
-        lifecycle_reap(w, &list[i]);
+        sandbox_reap(w, &list[i]);
     free(list);
 }
 
-void reconcile_other_hosts(struct worker *w)
+bool reconcile_other_hosts(struct worker *w)
 {
     size_t lost = 0;
     enum store_status rc =
@@ -187,8 +120,9 @@ void reconcile_other_hosts(struct worker *w)
         log_warn("worker: declared %zu host(s) lost (no heartbeat for %lld ms); their Sessions "
                  "and messages are free for this host",
                  lost, (long long)w->cfg.host_lost_ms);
-        consumer_kick(w);
+        return true;
     }
+    return false;
 }
 
 /* Whether another worker of this host is gone. On this machine the process table is the truth: a
@@ -202,7 +136,7 @@ static bool same_host_worker_gone(const struct worker *w, const struct store_wor
     return now - o->heartbeat_at > w->cfg.worker_stale_ms;
 }
 
-void reconcile_run(struct worker *w)
+bool reconcile_run(struct worker *w)
 {
     reconcile_nfs_exports(w);
     reconcile_network(w);
@@ -233,6 +167,5 @@ void reconcile_run(struct worker *w)
         reap_adopted(w);
     if (w->st->queue_requeue_expired(w->st, &w->ctx, &requeued) == STORE_OK && requeued > 0)
         log_info("worker: requeued %zu messages whose lease expired", requeued);
-    if (adopted || requeued > 0)
-        consumer_kick(w);
+    return adopted || requeued > 0;
 }

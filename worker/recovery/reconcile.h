@@ -11,12 +11,14 @@
 
 /* Finds dead workers of this host (a pid on this machine that is no longer a worker), adopts and
  * reaps what they left; also requeues expired leases. At its first pass after this host came
- * back from being declared lost, reaps what the loss left on this machine. */
-void reconcile_run(struct worker *w);
+ * back from being declared lost, reaps what the loss left on this machine. True when messages
+ * may have become free to claim (the caller kicks the consumer). */
+bool reconcile_run(struct worker *w);
 
 /* Declares other hosts lost whose heartbeat is older than host_lost_ms (on the heartbeat timer;
- * this host's own heartbeat runs on its thread, host_beat.h). */
-void reconcile_other_hosts(struct worker *w);
+ * this host's own heartbeat runs on its thread, host_beat.h). True when some were: their Sessions
+ * and messages are free for this host. */
+bool reconcile_other_hosts(struct worker *w);
 
 /* Whether pid on this host is a live sbx-worker process (not a zombie, not a reused pid). */
 bool reconcile_pid_is_worker(int64_t pid);

@@ -14,7 +14,7 @@
 #include "host/firewall.h"
 #include "host/links.h"
 #include "log.h"
-#include "sandbox/lifecycle.h"
+#include "sandbox/sandbox.h"
 #include "sha256.h"
 
 #include <stdio.h>
@@ -92,7 +92,7 @@ int sandbox_egress_apply(struct sandbox *sb, const char *app_id, const char *net
 static bool serving(const struct sandbox *sb)
 {
     return sb->app_id[0] && sb->egress_applied[0] &&
-           (sb->phase == SB_ACTIVATING || sb->phase == SB_IDLE || sb->phase == SB_BUSY);
+           (sb->state == SB_ACTIVATING || sb->state == SB_IDLE || sb->state == SB_BUSY);
 }
 
 /* Applies app's current policy to this worker's Sandboxes of it that have another one. */
@@ -123,7 +123,7 @@ static void refresh_app(struct worker *w, const struct store_app *app)
         if (rc != 0) {
             log_error("egress: App %s's new policy cannot be applied to %s: %s; stopping it",
                       app->id, sb->rt.sandbox_id, err);
-            lifecycle_terminate(sb, "egress policy could not be applied", true);
+            sandbox_terminate(sb, "egress policy could not be applied", true);
             break; /* the list may have changed */
         }
         log_info("egress: %s now under App %s's %s policy", sb->rt.sandbox_id, app->id,

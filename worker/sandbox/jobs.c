@@ -27,7 +27,6 @@ struct jobs {
     bool quit;
     size_t nthreads;
     pthread_t *threads;
-    size_t pending;
     int efd;
     struct event *ev;
 };
@@ -81,7 +80,6 @@ static void jobs_on_done(evutil_socket_t fd, short what, void *arg)
     while (list) {
         struct job *jb = list;
         list = jb->next;
-        j->pending--;
         if (jb->done)
             jb->done(jb->arg);
         free(jb);
@@ -121,15 +119,9 @@ int jobs_submit(struct jobs *j, job_fn work, job_fn done, void *arg)
     jb->arg = arg;
     pthread_mutex_lock(&j->lock);
     list_push(&j->queue_head, &j->queue_tail, jb);
-    j->pending++;
     pthread_cond_signal(&j->cond);
     pthread_mutex_unlock(&j->lock);
     return 0;
-}
-
-size_t jobs_pending(const struct jobs *j)
-{
-    return j->pending;
 }
 
 void jobs_free(struct jobs *j)

@@ -17,8 +17,6 @@ typedef void (*job_fn)(void *arg);
 struct jobs *jobs_new(struct event_base *base, size_t nthreads);
 /* Queues a job; work and done both get arg. Returns 0, or -1 when out of memory. */
 int jobs_submit(struct jobs *j, job_fn work, job_fn done, void *arg);
-/* Jobs submitted and not yet done. */
-size_t jobs_pending(const struct jobs *j);
 /* Stops the threads after the queued jobs ran (their done() callbacks are not called). */
 void jobs_free(struct jobs *j);
 

@@ -4,17 +4,12 @@
  */
 #include "sandbox/pool.h"
 #include "sandbox/jobs.h"
-#include "sandbox/lifecycle.h"
+#include "drivers/shared.h"
+#include "sandbox/sandbox.h"
 #include "log.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-static bool same_shape(const struct store_shape *a, const struct store_shape *b)
-{
-    return strcmp(a->driver, b->driver) == 0 && strcmp(a->image, b->image) == 0 &&
-           a->vcpu_count == b->vcpu_count && a->mem_size_mib == b->mem_size_mib;
-}
 
 void pool_refresh_shapes(struct worker *w)
 {
@@ -33,7 +28,7 @@ void pool_refresh_shapes(struct worker *w)
 void pool_ensure_shape(struct worker *w, const struct store_shape *shape)
 {
     for (size_t i = 0; i < w->n_shapes; i++)
-        if (same_shape(&w->shapes[i], shape))
+        if (shape_equal(&w->shapes[i], shape))
             return;
     struct store_shape *grown = realloc(w->shapes, (w->n_shapes + 1) * sizeof *grown);
     if (!grown)
@@ -46,20 +41,21 @@ void pool_replenish(struct worker *w)
 {
     size_t boot_limit = w->cfg.job_threads > 1 ? (size_t)w->cfg.job_threads / 2 : 1;
     size_t booting_total = 0;
+    char err[128];
     if (w->stopping || w->cfg.pool_size <= 0)
         return;
     for (size_t i = 0; i < w->n_shapes; i++) {
         size_t booting = 0;
-        lifecycle_count_pool(w, &w->shapes[i], &booting);
+        sandbox_count_pool(w, &w->shapes[i], &booting);
         booting_total += booting;
     }
     for (size_t i = 0; i < w->n_shapes; i++) {
-        const struct driver *drv = worker_driver(w, w->shapes[i].driver);
+        const struct driver *drv = sandbox_driver(w, w->shapes[i].driver);
         if (!drv)
             continue;
-        size_t have = lifecycle_count_pool(w, &w->shapes[i], NULL);
+        size_t have = sandbox_count_pool(w, &w->shapes[i], NULL);
         while (have < (size_t)w->cfg.pool_size && booting_total < boot_limit) {
-            lifecycle_boot(w, drv, &w->shapes[i], NULL);
+            sandbox_boot(w, drv, &w->shapes[i], NULL, err, sizeof err); /* logs a failure */
             have++;
             booting_total++;
         }

@@ -6,7 +6,9 @@
 // types, enum violations or unknown fields get 400 {"fault_message": ...}; accepted configuration
 // calls get 204. On top of the spec it enforces what Firecracker itself checks: the id in the path
 // matches the body, artefact files exist inside the jail, the tap exists in its network namespace,
-// pre-boot-only calls are refused after InstanceStart, InstanceStart needs a boot source.
+// pre-boot-only calls are refused after InstanceStart, InstanceStart needs a boot source. And what
+// sbx promises on top (sbxDriveCheck): every drive is read-only (is_read_only: true), and so is its
+// file inside the jail (no write bits, and not owned by the VMM's uid, which could chmod it).
 //
 // Its vsock device emulates Firecracker's host-initiated connections on the configured uds_path:
 // "CONNECT <port>\n" is closed while the guest is still booting, and answered "OK <hostport>\n"
@@ -57,6 +59,17 @@ function log(msg) {
   process.stderr.write(`fc-standin[${args.id}]: ${msg}\n`);
 }
 
+// sbx's promise for drives (the guest's root and an App's image): read-only to the guest and to
+// the VMM. Not Firecracker's rule: a fault here says sbx broke its own.
+function sbxDriveCheck(body) {
+  if (body.is_read_only !== true)
+    return `sbx: drive ${body.drive_id} is not read-only (is_read_only must be true)`;
+  const st = fs.statSync(inJail(body.path_on_host));
+  if ((st.mode & 0o222) !== 0 || st.uid === process.getuid())
+    return `sbx: ${body.path_on_host} is writable inside the jail (mode ${(st.mode & 0o777).toString(8)}, uid ${st.uid}, VMM uid ${process.getuid()})`;
+  return null;
+}
+
 // The checks Firecracker makes beyond the schema, for an operation the spec accepted.
 function firecrackerChecks(method, template, params, body) {
   if (method === 'PUT' && PRE_BOOT_ONLY.has(template) && vm.started)
@@ -74,6 +87,8 @@ function firecrackerChecks(method, template, params, body) {
     if (body.path_on_host === undefined) return 'Unable to create the block device: path_on_host is required for virtio-block';
     if (!fs.existsSync(inJail(body.path_on_host)))
       return `Unable to create the block device: No such file or directory (os error 2): ${body.path_on_host}`;
+    const sbxFault = sbxDriveCheck(body);
+    if (sbxFault) return sbxFault;
   }
   if (template === '/network-interfaces/{iface_id}') {
     // /proc/self/net/dev lists the devices of this process's network namespace (the jailer's --netns).

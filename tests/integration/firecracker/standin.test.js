@@ -62,6 +62,9 @@ before(async () => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sbx-fc-standin-'));
   fs.mkdirSync(path.join(dir, 'root', 'run'), { recursive: true });
   fs.writeFileSync(path.join(dir, 'root', 'vmlinux'), 'kernel');
+  // A drive file as sbx places one: read-only, owned by someone else than the VMM.
+  fs.writeFileSync(path.join(dir, 'root', 'image.erofs'), 'image', { mode: 0o444 });
+  fs.chownSync(path.join(dir, 'root', 'image.erofs'), 65534, 65534);
   apiSock = path.join(dir, 'root', 'run', 'api.sock');
   child = spawn(process.execPath, [path.join(__dirname, 'fc-standin.js'), '--api-sock', '/run/api.sock', '--id=t1'], {
     env: { ...process.env, FC_STANDIN_ROOT: path.join(dir, 'root'), FC_STANDIN_RECORD: '', FC_STANDIN_BOOT_MS: '200' },
@@ -105,6 +108,10 @@ const refused = [
   ['path and body ids differ', 'PUT', '/drives/rootfs', { drive_id: 'data', is_root_device: false, path_on_host: '/vmlinux' }, /does not match the id/],
   ['kernel not in the jail', 'PUT', '/boot-source', { kernel_image_path: '/nope' }, /Cannot open kernel image/],
   ['start before a boot source', 'PUT', '/actions', { action_type: 'InstanceStart' }, /without kernel configuration/],
+  ['a writable drive (sbx)', 'PUT', '/drives/image',
+    { drive_id: 'image', is_root_device: false, is_read_only: false, path_on_host: '/image.erofs' }, /drive image is not read-only/],
+  ['a drive file the VMM may write (sbx)', 'PUT', '/drives/rootfs',
+    { drive_id: 'rootfs', is_root_device: true, is_read_only: true, path_on_host: '/vmlinux' }, /is writable inside the jail/],
 ];
 
 for (const [name, method, urlPath, body, fault] of refused) {
@@ -118,6 +125,8 @@ for (const [name, method, urlPath, body, fault] of refused) {
 
 test('accepts a spec-valid boot and plays the guest agent over vsock', async () => {
   assert.equal((await request('PUT', '/boot-source', { kernel_image_path: '/vmlinux', boot_args: 'console=ttyS0' })).status, 204);
+  assert.equal((await request('PUT', '/drives/image',
+    { drive_id: 'image', is_root_device: false, is_read_only: true, path_on_host: '/image.erofs' })).status, 204);
   assert.equal((await request('PUT', '/machine-config', { vcpu_count: 2, mem_size_mib: 256, smt: false })).status, 204);
   assert.equal((await request('PUT', '/vsock', { guest_cid: 3, uds_path: '/run/v.sock' })).status, 204);
   assert.equal((await request('PUT', '/actions', { action_type: 'InstanceStart' })).status, 204);

@@ -609,6 +609,94 @@ static void test_initramfs_guest_boots_without_drive(void **state)
     assert_sandbox_network_gone(rt.sandbox_id, ifname);
 }
 
+/* A Sandbox of an App's image (issue 14): the digest's rootfs.erofs is built once in its cache
+ * directory, hard-linked read-only into the jail and attached as a second, read-only drive; the
+ * guest init learns its device from sbx.image; the Sandbox records the digest. The stand-in
+ * refuses a writable drive or a drive file the VMM could write (fc-standin.js sbxDriveCheck). */
+static void test_image_is_a_read_only_drive(void **state)
+{
+    (void)state;
+    static const char digest[] =
+        "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+    char dir[512], path[700], err[1024] = "";
+    snprintf(dir, sizeof dir, "%s/images/sha256/%s", tmp_dir, digest + 7);
+    snprintf(path, sizeof path, "%s/rootfs/etc", dir);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", path);
+    assert_int_equal(system(cmd), 0);
+    snprintf(path, sizeof path, "%s/rootfs/etc/os-release", dir);
+    write_file(path, "ID=fc-image-test\n", 0644);
+    snprintf(path, sizeof path, "%s/ready", dir);
+    write_file(path, "", 0644);
+    /* What a builder that died halfway left behind; the next build removes it. */
+    char stale[700];
+    snprintf(stale, sizeof stale, "%s/.rootfs.erofs.99999.tmp", dir);
+    write_file(stale, "half an image", 0600);
+
+    struct sbx_config cfg;
+    struct sandbox_runtime rt;
+    fill_config(&cfg, "guest-initrd");
+    reset_records();
+    new_runtime(&rt, 1, 128);
+    snprintf(rt.shape.image, sizeof rt.shape.image, "%s", digest);
+    if (driver_firecracker.boot(&cfg, &rt, err, sizeof err) != 0)
+        fail_msg("boot: %s", err);
+    assert_string_equal(rt.image_hash, digest);
+
+    /* Built once, in the cache, read-only; the jail holds the same inode. */
+    char erofs[600];
+    snprintf(erofs, sizeof erofs, "%s/rootfs.erofs", dir);
+    struct stat st;
+    assert_int_equal(stat(erofs, &st), 0);
+    assert_int_equal(st.st_uid, 0);
+    assert_int_equal(st.st_mode & 0222, 0);
+    snprintf(path, sizeof path, "%s/root/image.erofs", rt.jail_dir);
+    assert_int_equal(inode_of(path), inode_of(erofs));
+    assert_false(exists(stale));
+
+    char ifname[IFNAMSIZ] = "", guest_net[96];
+    assert_sandbox_network(&rt, ifname);
+    expected_guest_net(rt.net_address, guest_net, sizeof guest_net);
+    static const char *const sequence[] = {
+        "PUT /boot-source {\"boot_args\":\"console=ttyS0 reboot=k panic=1 pci=off i8042.noaux "
+        "i8042.nomux i8042.dumbkbd quiet rdinit=/init sbx.channel=vsock:1024 sbx.net=%NET% "
+        "sbx.image=/dev/vda\",\"initrd_path\":\"/initramfs.cpio.gz\",\"kernel_image_path\":"
+        "\"/vmlinux\"}",
+        "PUT /drives/image {\"drive_id\":\"image\",\"is_read_only\":true,\"is_root_device\":false,"
+        "\"path_on_host\":\"/image.erofs\"}",
+        "PUT /machine-config {\"mem_size_mib\":128,\"vcpu_count\":1}",
+        "PUT /network-interfaces/eth0 {\"guest_mac\":\"%MAC%\",\"host_dev_name\":\"tap0\","
+        "\"iface_id\":\"eth0\"}",
+        "PUT /vsock {\"guest_cid\":3,\"uds_path\":\"/run/vsock.sock\"}",
+        "PUT /actions {\"action_type\":\"InstanceStart\"}",
+    };
+    json_t *all = recorded_requests();
+    char expected[6][2048];
+    const char *expected_ptrs[6];
+    expected_with_mac(all, sequence, expected, 6, guest_net);
+    for (int i = 0; i < 6; i++)
+        expected_ptrs[i] = expected[i];
+    assert_requests(all, expected_ptrs, 6);
+    json_decref(all);
+
+    /* A second Sandbox of the digest reuses the image; terminate leaves the cache alone. */
+    struct sandbox_runtime rt2;
+    new_runtime(&rt2, 1, 128);
+    snprintf(rt2.shape.image, sizeof rt2.shape.image, "%s", digest);
+    if (driver_firecracker.boot(&cfg, &rt2, err, sizeof err) != 0)
+        fail_msg("second boot: %s", err);
+    struct stat again;
+    assert_int_equal(stat(erofs, &again), 0);
+    assert_int_equal(again.st_ino, st.st_ino);
+    assert_int_equal(driver_firecracker.terminate(&cfg, &rt2, NULL, err, sizeof err), 0);
+    assert_int_equal(driver_firecracker.terminate(&cfg, &rt, NULL, err, sizeof err), 0);
+    assert_false(exists(rt.jail_dir));
+    assert_int_equal(stat(erofs, &again), 0);
+    assert_int_equal(again.st_ino, st.st_ino);
+    assert_int_equal(again.st_nlink, 1);
+    assert_sandbox_network_gone(rt.sandbox_id, ifname);
+}
+
 /* A shape the spec refuses (vcpu_count above 32): the boot fails with Firecracker's
  * fault_message and leaves no VMM, jail, network namespace or cgroup behind. */
 static void test_refused_request_fails_boot_and_cleans_up(void **state)
@@ -863,6 +951,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_standin_rejects_what_the_spec_rejects),
         cmocka_unit_test(test_boot_follows_contract_and_terminate_removes_jail),
         cmocka_unit_test(test_initramfs_guest_boots_without_drive),
+        cmocka_unit_test(test_image_is_a_read_only_drive),
         cmocka_unit_test(test_refused_request_fails_boot_and_cleans_up),
         cmocka_unit_test(test_reap_removes_what_a_lost_runtime_left),
         cmocka_unit_test(test_concurrent_boots_are_independent),

@@ -1,8 +1,8 @@
 #!/bin/sh
 # guest_image_test.sh: the guest_image fixture. Builds the guest image (the guest-image target,
 # incremental) and checks what the drivers rely on: the bzImage for qemu, the uncompressed kernel
-# Firecracker on x86_64 boots (an ELF64 x86-64 executable), the initramfs, and image.sha256 being
-# the hash of exactly those three.
+# Firecracker on x86_64 boots (an ELF64 x86-64 executable), the initramfs (with the modules an App's
+# image needs), and image.sha256 being the hash of exactly those three.
 #
 #   guest_image_test.sh BUILD_DIR
 set -eu
@@ -32,4 +32,15 @@ type_machine=$(od -An -tu2 -j 16 -N4 "$guest/vmlinux" | tr -s ' ')
 want="sha256:$(cat "$guest/vmlinuz" "$guest/vmlinux" "$guest/initramfs.cpio.gz" | sha256sum | cut -d' ' -f1)"
 [ "$(cat "$guest/image.sha256")" = "$want" ] ||
     fail "image.sha256 is $(cat "$guest/image.sha256"), the three files hash to $want"
+# An App's image needs its block device, erofs and overlay in the guest (agent/guest_image.c):
+# listed in etc/modules.image, each shipped in lib/modules.
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+(cd "$scratch" && gzip -dc "$guest/initramfs.cpio.gz" | cpio --quiet -id etc/modules.image 'lib/modules/*')
+[ -s "$scratch/etc/modules.image" ] || fail "the initramfs has no etc/modules.image"
+for m in virtio_blk erofs overlay; do
+    grep -qx "/lib/modules/$m.ko" "$scratch/etc/modules.image" ||
+        fail "etc/modules.image does not load $m"
+    [ -s "$scratch/lib/modules/$m.ko" ] || fail "the initramfs has no lib/modules/$m.ko"
+done
 echo "guest_image_test: vmlinuz, vmlinux (ELF64 x86-64 executable), initramfs, $want"

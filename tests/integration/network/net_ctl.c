@@ -14,7 +14,7 @@
  *   net_ctl ro-counters | ro-list | ro-metrics    through fw_open (read-only, no init)
  *   net_ctl store-insert DB                       a booting Sandbox in the SQLite store: its id
  *   net_ctl store-finish DB SANDBOX_ID            that Sandbox terminated
- *   net_ctl [-p POOL] store-reconcile DB          net_reconcile_store
+ *   net_ctl [-p POOL] store-reconcile DB          reconcile_host_network (the worker's)
  *   net_ctl [-p POOL] egress PORTS RESOLVERS      fw_set_egress (egress_ports, dns_resolvers)
  *   net_ctl [-p POOL] policy APP_ID [CIDR[:PORT]...]   fw_app_policy_set: the App's allowlist
  *   net_ctl [-p POOL] sandbox-egress SANDBOX_ID ADDRESS public|none|allowlist [APP_ID]
@@ -23,6 +23,7 @@
 #include "host/firewall.h"
 #include "log.h"
 #include "host/links.h"
+#include "recovery/host_reconcile.h"
 #include "store.h"
 
 #include <arpa/inet.h>
@@ -117,7 +118,7 @@ static int store_cmd(const char *cmd, const char *db, const char *sandbox_id, co
     } else if (strcmp(cmd, "store-reconcile") == 0) {
         struct net_reconcile_report rep;
         if (net_init(pool, err, sizeof(err)) < 0 ||
-            net_reconcile_store(st, &rep, err, sizeof(err)) < 0)
+            reconcile_host_network(st, "", &rep, err, sizeof(err)) < 0)
             rc = die("store-reconcile", err);
         else
             printf("links %zu elements %zu\n", rep.links_removed, rep.elements_removed);

@@ -24,7 +24,7 @@
 static bool parses(const char *s)
 {
     struct json_span v;
-    return json_parse(s, strlen(s), &v) == 0;
+    return jspan_parse(s, strlen(s), &v) == 0;
 }
 
 static void test_accepts_valid_json(void **state)
@@ -90,7 +90,7 @@ static void test_rejects_malformed_json(void **state)
             fail_msg("accepted invalid JSON #%zu: %s", i, bad[i]);
     /* A NUL byte inside the line is not JSON either. */
     struct json_span v;
-    assert_int_equal(json_parse("\"a\0b\"", 5, &v), -1);
+    assert_int_equal(jspan_parse("\"a\0b\"", 5, &v), -1);
 }
 
 static void test_bounds_nesting_depth(void **state)
@@ -118,31 +118,31 @@ static void test_object_lookup(void **state)
     const char *line = "{\"type\":\"start\",\"argv\":[\"/bin/a\",\"b\\n\"],\"\\u0069d\":7,"
                        "\"type\":\"second\",\"workspace\":null}";
     struct json_span msg, v, elem;
-    assert_int_equal(json_parse(line, strlen(line), &msg), 0);
+    assert_int_equal(jspan_parse(line, strlen(line), &msg), 0);
     char text[64];
-    assert_int_equal(json_object_get(msg, "type", &v), 1);
-    assert_int_equal(json_string_decode(v, text, sizeof text), 0);
+    assert_int_equal(jspan_member(msg, "type", &v), 1);
+    assert_int_equal(jspan_string_decode(v, text, sizeof text), 0);
     assert_string_equal(text, "start"); /* the first of duplicate keys */
     int64_t id;
-    assert_int_equal(json_object_get(msg, "id", &v), 1); /* escaped key "\u0069d" */
-    assert_int_equal(json_int64(v, &id), 0);
+    assert_int_equal(jspan_member(msg, "id", &v), 1); /* escaped key "\u0069d" */
+    assert_int_equal(jspan_int64(v, &id), 0);
     assert_int_equal(id, 7);
-    assert_int_equal(json_object_get(msg, "workspace", &v), 1);
-    assert_true(json_is_null(v));
-    assert_int_equal(json_object_get(msg, "missing", &v), 0);
-    assert_int_equal(json_object_get(msg, "argv", &v), 1);
+    assert_int_equal(jspan_member(msg, "workspace", &v), 1);
+    assert_true(jspan_is_null(v));
+    assert_int_equal(jspan_member(msg, "missing", &v), 0);
+    assert_int_equal(jspan_member(msg, "argv", &v), 1);
     size_t pos = 0;
-    assert_int_equal(json_array_next(v, &pos, &elem), 1);
-    assert_int_equal(json_string_decode(elem, text, sizeof text), 0);
+    assert_int_equal(jspan_array_next(v, &pos, &elem), 1);
+    assert_int_equal(jspan_string_decode(elem, text, sizeof text), 0);
     assert_string_equal(text, "/bin/a");
-    assert_int_equal(json_array_next(v, &pos, &elem), 1);
-    assert_int_equal(json_string_decode(elem, text, sizeof text), 0);
+    assert_int_equal(jspan_array_next(v, &pos, &elem), 1);
+    assert_int_equal(jspan_string_decode(elem, text, sizeof text), 0);
     assert_string_equal(text, "b\n");
-    assert_int_equal(json_array_next(v, &pos, &elem), 0);
+    assert_int_equal(jspan_array_next(v, &pos, &elem), 0);
     /* Lookups on non-objects find nothing. */
     struct json_span arr;
-    assert_int_equal(json_parse("[1]", 3, &arr), 0);
-    assert_int_equal(json_object_get(arr, "x", &v), 0);
+    assert_int_equal(jspan_parse("[1]", 3, &arr), 0);
+    assert_int_equal(jspan_member(arr, "x", &v), 0);
 }
 
 static void test_string_decoding_edges(void **state)
@@ -151,17 +151,17 @@ static void test_string_decoding_edges(void **state)
     struct json_span v;
     char out[16];
     /* Refused as the worker (jansson) refuses them: NUL, and surrogates not in a high-low pair. */
-    assert_int_equal(json_parse("\"\\u0000\"", 8, &v), -1);
-    assert_int_equal(json_parse("\"\\ud800x\"", 9, &v), -1);
-    assert_int_equal(json_parse("\"\\udc00\"", 8, &v), -1);
-    assert_int_equal(json_parse("\"\\ud800\\u0041\"", 14, &v), -1);
-    assert_int_equal(json_parse("\"\\ud83d\\ude00\"", 14, &v), 0);
-    assert_int_equal(json_string_decode(v, out, sizeof out), 0);
+    assert_int_equal(jspan_parse("\"\\u0000\"", 8, &v), -1);
+    assert_int_equal(jspan_parse("\"\\ud800x\"", 9, &v), -1);
+    assert_int_equal(jspan_parse("\"\\udc00\"", 8, &v), -1);
+    assert_int_equal(jspan_parse("\"\\ud800\\u0041\"", 14, &v), -1);
+    assert_int_equal(jspan_parse("\"\\ud83d\\ude00\"", 14, &v), 0);
+    assert_int_equal(jspan_string_decode(v, out, sizeof out), 0);
     assert_string_equal(out, "\xf0\x9f\x98\x80");
-    assert_int_equal(json_parse("\"0123456789abcdef\"", 18, &v), 0);
-    assert_int_equal(json_string_decode(v, out, sizeof out), -1); /* does not fit */
-    assert_int_equal(json_parse("1", 1, &v), 0);
-    assert_int_equal(json_string_decode(v, out, sizeof out), -1); /* not a string */
+    assert_int_equal(jspan_parse("\"0123456789abcdef\"", 18, &v), 0);
+    assert_int_equal(jspan_string_decode(v, out, sizeof out), -1); /* does not fit */
+    assert_int_equal(jspan_parse("1", 1, &v), 0);
+    assert_int_equal(jspan_string_decode(v, out, sizeof out), -1); /* not a string */
 }
 
 static void test_integers(void **state)
@@ -171,11 +171,11 @@ static void test_integers(void **state)
     int64_t n;
     const char *bad[] = {"1.5", "1e3", "9223372036854775808", "-9223372036854775809", "\"1\""};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        assert_int_equal(json_parse(bad[i], strlen(bad[i]), &v), 0);
-        assert_int_equal(json_int64(v, &n), -1);
+        assert_int_equal(jspan_parse(bad[i], strlen(bad[i]), &v), 0);
+        assert_int_equal(jspan_int64(v, &n), -1);
     }
-    assert_int_equal(json_parse("-9223372036854775808", 20, &v), 0);
-    assert_int_equal(json_int64(v, &n), 0);
+    assert_int_equal(jspan_parse("-9223372036854775808", 20, &v), 0);
+    assert_int_equal(jspan_int64(v, &n), 0);
     assert_true(n == INT64_MIN);
 }
 
@@ -187,8 +187,8 @@ static void test_writer_always_produces_valid_json(void **state)
     relay_buf_init(&b, 4096);
     assert_int_equal(relay_buf_json_string(&b, raw, sizeof raw - 1), 0);
     struct json_span v;
-    assert_int_equal(json_parse(b.data, b.len, &v), 0);
-    assert_true(json_is_string(v));
+    assert_int_equal(jspan_parse(b.data, b.len, &v), 0);
+    assert_true(jspan_is_string(v));
     relay_buf_free(&b);
     /* The cap holds: an append that does not fit fails and leaves the buffer as it was. */
     relay_buf_init(&b, 8);
@@ -211,11 +211,11 @@ static void test_random_bytes_never_crash(void **state)
         for (size_t j = 0; j < len; j++)
             line[j] = alphabet[rand_r(&seed) % (int)(sizeof alphabet - 1)];
         struct json_span v, m;
-        if (json_parse(line, len, &v) == 0) {
+        if (jspan_parse(line, len, &v) == 0) {
             parsed++;
-            json_object_get(v, "id", &m);
+            jspan_member(v, "id", &m);
             size_t pos = 0;
-            while (json_array_next(v, &pos, &m) == 1)
+            while (jspan_array_next(v, &pos, &m) == 1)
                 ;
         }
     }

@@ -1,0 +1,142 @@
+/*
+ * activate.c: giving a claimed message's Session a Sandbox (delivery.h): a warm one of the App's
+ * shape claimed in the store, else a cold boot; then the Session's Workspace attached (a driver
+ * job, skipped without a Workspace) and the App's command started; when the agent says
+ * "started", the message goes out (ACTIVATING -> BUSY) and the Sandbox is recorded running.
+ */
+#include "delivery/delivery.h"
+#include "log.h"
+#include "sandbox/egress.h"
+#include "sandbox/jobs.h"
+#include "sandbox/pool.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void attach_work(void *arg)
+{
+    struct sandbox *sb = arg;
+    sb->job_rc = sb->drv->attach_workspace(&sb->w->cfg, &sb->rt,
+                                           sb->workspace_dir[0] ? sb->workspace_dir : NULL,
+                                           sb->job_err, sizeof sb->job_err);
+}
+
+static void attach_done(void *arg)
+{
+    struct sandbox *sb = arg;
+    char reason[600];
+    sb->job_running = false;
+    if (sb->stop_wanted) {
+        sandbox_terminate(sb, sb->stop_reason, sb->stop_failed);
+        return;
+    }
+    if (sb->job_rc != 0) {
+        snprintf(reason, sizeof reason, "workspace attach failed: %s", sb->job_err);
+        sandbox_terminate(sb, reason, false);
+        return;
+    }
+    if (agent_protocol_send_start(sb, sb->delivery->app.command_json) != 0) {
+        sandbox_terminate(sb, "cannot start the agent", false);
+        return;
+    }
+    sandbox_arm_deadline(sb);
+}
+
+/* The host directory of the Session's Workspace, or "" for none. */
+static void workspace_dir_of(struct worker *w, const struct store_delivery *d, char *out,
+                             size_t outlen)
+{
+    struct store_workspace ws;
+    out[0] = '\0';
+    if (!d->session.workspace_id[0])
+        return;
+    if (w->st->workspace_get &&
+        w->st->workspace_get(w->st, d->app.id, d->session.workspace_id, &ws) == STORE_OK &&
+        ws.path[0]) {
+        snprintf(out, outlen, "%s", ws.path);
+        return;
+    }
+    snprintf(out, outlen, "%.250s/workspaces/%s/%s", w->cfg.data_dir, d->app.id,
+             d->session.workspace_id);
+}
+
+void activation_continue(struct sandbox *sb)
+{
+    struct worker *w = sb->w;
+    /* The App's egress policy is in place before its command can run (fail closed). */
+    char why[512];
+    if (sandbox_egress_apply(sb, sb->delivery->app.id, sb->delivery->app.network_json, why,
+                             sizeof why) != 0) {
+        log_error("worker: %s: %s", sb->rt.sandbox_id, why);
+        sandbox_terminate(sb, "egress policy could not be applied", true);
+        return;
+    }
+    workspace_dir_of(w, sb->delivery, sb->workspace_dir, sizeof sb->workspace_dir);
+    if (!sb->workspace_dir[0]) {
+        /* Every driver's attach is a no-op without a Workspace: skip the job thread round trip
+         * (two thread wake-ups and an eventfd) on the warm path. */
+        sb->rt.workspace_nfs[0] = '\0';
+        sb->job_rc = 0;
+        attach_done(sb);
+        return;
+    }
+    sb->job_running = true;
+    if (jobs_submit(w->jobs, attach_work, attach_done, sb) != 0) {
+        sb->job_running = false;
+        sandbox_terminate(sb, "out of memory", false);
+    }
+}
+
+void activation_started(struct sandbox *sb)
+{
+    /* Deliver first, then record `running`: the App works on the message while this commit
+     * runs. The reply is read by this same loop only after the commit, so the store still sees
+     * the Sandbox running before the message completed. */
+    sandbox_send_message(sb, sb->delivery);
+    if (sb->state != SB_BUSY)
+        return; /* the channel closed: terminated already */
+    sandbox_record_running(sb);
+}
+
+void delivery_activate(struct worker *w, struct store_delivery *d)
+{
+    struct store_shape shape;
+    struct store_sandbox claimed;
+    enum store_status rc;
+    char reason[128];
+
+    memset(&shape, 0, sizeof shape);
+    snprintf(shape.driver, sizeof shape.driver, "%s", d->app.driver);
+    snprintf(shape.image, sizeof shape.image, "%s", d->app.image);
+    shape.vcpu_count = d->app.vcpu_count;
+    shape.mem_size_mib = d->app.mem_size_mib;
+    const struct driver *drv = sandbox_driver(w, shape.driver);
+    if (!drv) {
+        snprintf(reason, sizeof reason, "driver \"%s\" is not available on this worker",
+                 shape.driver);
+        delivery_fail(w, d, NULL, reason);
+        return;
+    }
+    pool_ensure_shape(w, &shape);
+    rc = w->st->sandbox_claim_warm(w->st, &w->ctx, w->id, &shape, d->app.id, d->session.id,
+                                   &claimed);
+    struct sandbox *sb = rc == STORE_OK ? sandbox_find(w, claimed.id) : NULL;
+    if (rc == STORE_OK && sb && sb->state == SB_WARM) {
+        sandbox_claimed(sb, d);
+        activation_continue(sb);
+        return;
+    }
+    if (rc == STORE_OK) {
+        /* The store handed us a Sandbox this process does not hold: never expected. */
+        log_error("worker: claimed warm sandbox %s is not in memory", claimed.id);
+        w->st->sandbox_finish(w->st, &w->ctx, claimed.id, true, "lost by its worker", NULL);
+    } else if (rc == STORE_CONFLICT) {
+        /* The Session was deleted between the claim and now: its message is failed already. */
+        delivery_end(w, d, false);
+        return;
+    } else if (rc != STORE_EMPTY) {
+        log_error("worker: warm claim failed: %s", store_status_name(rc));
+    }
+    if (sandbox_boot(w, drv, &shape, d, reason, sizeof reason) != 0)
+        delivery_fail(w, d, NULL, reason);
+}

@@ -1,0 +1,94 @@
+/*
+ * host_reconcile.c: this host's links, firewall elements and NFS exports against the store
+ * (host_reconcile.h).
+ */
+#include "recovery/host_reconcile.h"
+#include "host/nfs_export.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The store's live Sandboxes (of every worker), read at the first question: after the host's
+ * state was listed, so a Sandbox that made its link or export since is live by then (it is
+ * recorded before it boots). Unknown (a store error) counts as live. */
+struct live_list {
+    struct store *st;
+    bool loaded;
+    enum store_status status;
+    struct store_sandbox *v;
+    size_t n;
+};
+
+static bool listed_live(const char *sandbox_id, void *arg)
+{
+    struct live_list *l = arg;
+    if (!l->loaded) {
+        l->loaded = true;
+        l->status = l->st->sandbox_list_live(l->st, "", &l->v, &l->n);
+    }
+    if (l->status != STORE_OK)
+        return true;
+    for (size_t i = 0; i < l->n; i++)
+        if (strcmp(l->v[i].id, sandbox_id) == 0)
+            return true;
+    return false;
+}
+
+int reconcile_host_nfs_exports(struct store *st, const struct sbx_config *cfg, size_t *removed,
+                               char *err, size_t errlen)
+{
+    struct live_list l = {.st = st};
+    *removed = 0;
+    if (!st->sandbox_list_live) {
+        snprintf(err, errlen, "the store cannot list live Sandboxes");
+        return -1;
+    }
+    int rc = nfs_export_reconcile(cfg, listed_live, &l, removed, err, errlen);
+    free(l.v);
+    return rc;
+}
+
+/* Whether this host must keep a Sandbox's links and firewall elements (host_reconcile.h). */
+struct net_keep {
+    struct live_list live;
+    const char *host_id;
+};
+
+static bool net_keep(const char *sandbox_id, void *arg)
+{
+    struct net_keep *k = arg;
+    struct store *st = k->live.st;
+    struct store_sandbox sb;
+    char host[STORE_HOST_ID_LEN];
+    if (listed_live(sandbox_id, &k->live))
+        return true;
+    enum store_status rc = st->sandbox_get(st, "", sandbox_id, &sb);
+    if (rc == STORE_NOT_FOUND)
+        return false;
+    if (rc != STORE_OK)
+        return true;
+    rc = st->worker_host(st, sb.worker_id, host, sizeof host);
+    if (rc == STORE_NOT_FOUND)
+        return false;
+    return rc != STORE_OK || (host[0] && strcmp(host, k->host_id) != 0);
+}
+
+int reconcile_host_network(struct store *st, const char *host_id,
+                           struct net_reconcile_report *report, char *err, size_t errlen)
+{
+    struct net_keep keep = {.live = {.st = st}, .host_id = host_id};
+    if (!st->sandbox_list_live) {
+        snprintf(err, errlen, "the store cannot list live Sandboxes");
+        return -1;
+    }
+    int rc = net_reconcile(net_keep, &keep, report, err, errlen);
+    free(keep.live.v);
+    if (rc == 0 && keep.live.loaded && keep.live.status != STORE_OK) {
+        snprintf(err, errlen, "store: live Sandboxes: %s (nothing removed)",
+                 store_status_name(keep.live.status));
+        return -1;
+    }
+    return rc;
+}

@@ -1,0 +1,152 @@
+/*
+ * agent_protocol.c: what the worker and a Sandbox's agent say to each other over the agent
+ * channel (the lines of driver.h; agent_channel.c carries them): the start line and message lines
+ * out, and each line in read for what it means to the Sandbox: "started" and a reply go up to its
+ * delivery (sandbox_hooks), a start error, an exit or a closed channel terminate it, log lines go
+ * to the worker's log within the Sandbox's budget.
+ */
+#include "sandbox/agent_channel.h"
+#include "log.h"
+#include "sandbox/sandbox.h"
+#include "clock.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LOG_BUDGET_BYTES 65536
+#define LOG_BUDGET_MS 10000
+
+/* Logs one line of the agent's stderr within the Sandbox's budget; at the start of each new
+ * window, says how many lines the last one dropped. */
+static void sandbox_log_line(struct sandbox *sb, const char *text)
+{
+    int64_t now = clock_mono_ms();
+    if (now - sb->log_window_start >= LOG_BUDGET_MS) {
+        if (sb->log_dropped_lines > 0)
+            log_warn("sandbox %s: %lld log lines dropped (over %d bytes in %d s)",
+                     sb->rt.sandbox_id, (long long)sb->log_dropped_lines, LOG_BUDGET_BYTES,
+                     LOG_BUDGET_MS / 1000);
+        sb->log_window_start = now;
+        sb->log_window_bytes = 0;
+        sb->log_dropped_lines = 0;
+    }
+    int64_t len = (int64_t)strlen(text);
+    if (sb->log_window_bytes + len > LOG_BUDGET_BYTES) {
+        sb->log_dropped_lines++;
+        return;
+    }
+    sb->log_window_bytes += len;
+    log_info("sandbox %s: %s", sb->rt.sandbox_id, text);
+}
+
+static void sandbox_on_line(void *arg, json_t *line)
+{
+    struct sandbox *sb = arg;
+    const char *type = json_string_value(json_object_get(line, "type"));
+    const char *id = json_string_value(json_object_get(line, "id"));
+
+    if (type && strcmp(type, "log") == 0) {
+        sandbox_log_line(sb, json_string_value(json_object_get(line, "line")) ?: "");
+    } else if (type && strcmp(type, "started") == 0 && sb->state == SB_ACTIVATING) {
+        sb->w->sandbox_hooks->started(sb);
+    } else if (type && strcmp(type, "error") == 0 && sb->state == SB_ACTIVATING) {
+        char reason[256];
+        snprintf(reason, sizeof reason, "agent failed to start: %s",
+                 json_string_value(json_object_get(line, "error")) ?: "?");
+        sandbox_terminate(sb, reason, false);
+    } else if (type && strcmp(type, "exit") == 0) {
+        char reason[64];
+        snprintf(reason, sizeof reason, "agent exited with status %lld",
+                 (long long)json_integer_value(json_object_get(line, "status")));
+        sandbox_terminate(sb, reason, false);
+    } else if (type) {
+        log_debug("sandbox %s: control line \"%s\" ignored", sb->rt.sandbox_id, type);
+    } else if (id && sb->state == SB_BUSY && sb->delivery &&
+               strcmp(id, sb->delivery->message.id) == 0) {
+        sb->w->sandbox_hooks->replied(sb, line);
+    } else {
+        log_warn("sandbox %s: unexpected line from the agent (id %s)", sb->rt.sandbox_id,
+                 id ? id : "none");
+    }
+}
+
+static void sandbox_on_closed(void *arg, const char *reason)
+{
+    struct sandbox *sb = arg;
+    sandbox_terminate(sb, reason, false);
+}
+
+int agent_protocol_watch(struct sandbox *sb)
+{
+    struct agent_channel_handlers h = {sandbox_on_line, sandbox_on_closed, sb};
+    sb->chan =
+        agent_channel_new(sb->w->base, sb->rt.channel_fd, (size_t)sb->w->cfg.reply_limit, &h);
+    if (!sb->chan)
+        return -1;
+    sb->rt.channel_fd = -1; /* the channel owns it now; the driver must not close it again */
+    return 0;
+}
+
+int agent_protocol_send_start(struct sandbox *sb, const char *argv_json)
+{
+    /* {"type":"start","argv":[...],"workspace":...} */
+    json_error_t jerr;
+    json_t *argv = json_loads(argv_json ? argv_json : "[]", 0, &jerr);
+    /* A driver serving the Workspace over NFS (qemu) names the source for the agent to mount. */
+    json_t *ws = json_null();
+    if (sb->workspace_dir[0] && sb->rt.workspace_nfs[0]) {
+        json_decref(ws);
+        ws = json_pack("{s:s,s:s}", "path", "/workspace", "nfs", sb->rt.workspace_nfs);
+    } else if (sb->workspace_dir[0]) {
+        json_decref(ws);
+        ws = json_string("/workspace");
+    }
+    json_t *start = json_pack("{s:s,s:o,s:o}", "type", "start", "argv", argv ? argv : json_array(),
+                              "workspace", ws ? ws : json_null());
+    char *line = start ? json_dumps(start, JSON_COMPACT) : NULL;
+    json_decref(start);
+    int rc = line ? agent_channel_send(sb->chan, line, strlen(line)) : -1;
+    free(line);
+    return rc;
+}
+
+/* One message line {"id","seq","body"}: 0, -1 when the channel is closed, -2 out of memory. */
+static int send_message_line(struct sandbox *sb, const struct store_delivery *d)
+{
+    char head[160];
+    /* The body is canonical JSON from the store and the id is [a-z0-9_]: no re-encoding needed. */
+    int hlen = snprintf(head, sizeof head, "{\"id\":\"%s\",\"seq\":%lld,\"body\":", d->message.id,
+                        (long long)d->message.seq);
+    size_t blen = strlen(d->message.body_json);
+    char *line = malloc((size_t)hlen + blen + 2);
+    if (!line)
+        return -2;
+    memcpy(line, head, (size_t)hlen);
+    memcpy(line + hlen, d->message.body_json, blen);
+    line[hlen + blen] = '}';
+    int rc = agent_channel_send(sb->chan, line, (size_t)hlen + blen + 1);
+    free(line);
+    return rc;
+}
+
+void sandbox_send_message(struct sandbox *sb, struct store_delivery *d)
+{
+    sb->delivery = d;
+    sb->state = SB_BUSY;
+    event_del(sb->keepalive_ev);
+    sb->keep_alive_ms = d->session.effective_keep_alive_seconds * 1000;
+    int rc = send_message_line(sb, d);
+    if (rc == -2) {
+        sandbox_terminate(sb, "out of memory", false);
+        return;
+    }
+    log_emit(LOG_LEVEL_DEBUG, d->message.request_id, "worker: delivering %s (seq %lld) to %s",
+             d->message.id, (long long)d->message.seq, sb->rt.sandbox_id);
+    if (rc != 0) {
+        sandbox_terminate(sb, "agent channel closed", false);
+        return;
+    }
+    sandbox_arm_deadline(sb);
+}

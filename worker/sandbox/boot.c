@@ -1,0 +1,140 @@
+/*
+ * boot.c: a Sandbox's way up (sandbox.h): BOOTING (the driver's boot job), then WARM in the pool
+ * or, booted cold for a delivery, ACTIVATING; a warm one claimed for a Session; and "running"
+ * once its App started. Driver calls block, so the boot runs as a job (jobs.h); every other step
+ * runs on the event loop, and every state change is written to the store first.
+ */
+#include "sandbox/sandbox.h"
+#include "log.h"
+#include "sandbox/jobs.h"
+#include "clock.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void boot_work(void *arg)
+{
+    struct sandbox *sb = arg;
+    sb->job_rc = sb->drv->boot(&sb->w->cfg, &sb->rt, sb->job_err, sizeof sb->job_err);
+}
+
+static void boot_done(void *arg)
+{
+    struct sandbox *sb = arg;
+    struct worker *w = sb->w;
+    struct store_sandbox rec;
+    enum store_status rc;
+    char reason[600];
+
+    sb->job_running = false;
+    if (sb->job_rc != 0) {
+        snprintf(reason, sizeof reason, "boot failed: %s", sb->job_err);
+        log_error("worker: sandbox %s %s", sb->rt.sandbox_id, reason);
+        sandbox_terminate(sb, reason, true);
+        return;
+    }
+    memset(&rec, 0, sizeof rec);
+    snprintf(rec.id, sizeof rec.id, "%s", sb->rt.sandbox_id);
+    rec.pid = sb->rt.pid;
+    snprintf(rec.jail_dir, sizeof rec.jail_dir, "%s", sb->rt.jail_dir);
+    snprintf(rec.cgroup_path, sizeof rec.cgroup_path, "%s", sb->rt.cgroup_path);
+    snprintf(rec.net_address, sizeof rec.net_address, "%s", sb->rt.net_address);
+    snprintf(rec.image_hash, sizeof rec.image_hash, "%s", sb->rt.image_hash);
+    if ((rc = w->st->sandbox_set_runtime(w->st, &rec)) != STORE_OK)
+        log_error("worker: cannot record the runtime of %s: %s", sb->rt.sandbox_id,
+                  store_status_name(rc));
+    if (agent_protocol_watch(sb) != 0) {
+        sandbox_terminate(sb, "cannot watch the agent channel", true);
+        return;
+    }
+    if (sb->stop_wanted) {
+        sandbox_terminate(sb, sb->stop_reason, sb->stop_failed);
+        return;
+    }
+    int64_t boot_ms = clock_mono_ms() - sb->boot_started;
+    if (sb->delivery) {
+        rc = w->st->sandbox_assign(w->st, &w->ctx, sb->rt.sandbox_id, sb->app_id, sb->session_id);
+        if (rc != STORE_OK) {
+            sandbox_terminate(sb, rc == STORE_CONFLICT ? "session deleted" : "store error", false);
+            return;
+        }
+        sb->state = SB_ACTIVATING;
+        log_info("worker: cold sandbox %s booted in %lld ms for %s", sb->rt.sandbox_id,
+                 (long long)boot_ms, sb->session_id);
+        w->sandbox_hooks->activating(sb);
+        return;
+    }
+    rc = w->st->sandbox_mark_warm(w->st, &w->ctx, sb->rt.sandbox_id, boot_ms);
+    if (rc != STORE_OK) {
+        sandbox_terminate(sb, "stop requested while booting", false);
+        return;
+    }
+    sb->state = SB_WARM;
+    log_debug("worker: sandbox %s warm in %lld ms", sb->rt.sandbox_id, (long long)boot_ms);
+    worker_notify_gateway(w, "sandbox", sb->rt.sandbox_id);
+    w->sandbox_hooks->warm(w);
+}
+
+/* The Session's fields a claimed Sandbox keeps after its delivery is gone. */
+static void take_session(struct sandbox *sb, struct store_delivery *d)
+{
+    sb->delivery = d;
+    snprintf(sb->app_id, sizeof sb->app_id, "%s", d->app.id);
+    snprintf(sb->session_id, sizeof sb->session_id, "%s", d->session.id);
+    sb->keep_alive_ms = d->session.effective_keep_alive_seconds * 1000;
+    sb->w->n_serving++;
+}
+
+int sandbox_boot(struct worker *w, const struct driver *drv, const struct store_shape *shape,
+                 struct store_delivery *d, char *err, size_t errlen)
+{
+    struct sandbox *sb = sandbox_new(w, drv, shape);
+    struct store_sandbox rec;
+    enum store_status rc;
+
+    if (!sb) {
+        log_error("worker: out of memory booting a sandbox");
+        snprintf(err, errlen, "worker out of memory");
+        return -1;
+    }
+    sb->state = SB_BOOTING;
+    sb->cold = d != NULL;
+    sb->boot_started = clock_mono_ms();
+    rc = w->st->sandbox_insert(w->st, &w->ctx, w->id, shape, sb->cold, &rec);
+    if (rc != STORE_OK) {
+        log_error("worker: cannot record a new sandbox: %s", store_status_name(rc));
+        snprintf(err, errlen, "store error recording a sandbox");
+        sandbox_free(sb);
+        return -1;
+    }
+    if (d)
+        take_session(sb, d);
+    snprintf(sb->rt.sandbox_id, sizeof sb->rt.sandbox_id, "%s", rec.id);
+    sb->job_running = true;
+    if (jobs_submit(w->jobs, boot_work, boot_done, sb) != 0) {
+        sb->job_running = false;
+        sb->job_rc = -1;
+        snprintf(sb->job_err, sizeof sb->job_err, "out of memory");
+        boot_done(sb);
+    }
+    return 0;
+}
+
+void sandbox_claimed(struct sandbox *sb, struct store_delivery *d)
+{
+    sb->state = SB_ACTIVATING;
+    take_session(sb, d);
+    sb->refill_pending = true;
+}
+
+void sandbox_record_running(struct sandbox *sb)
+{
+    struct worker *w = sb->w;
+    enum store_status rc =
+        w->st->sandbox_mark_running(w->st, &w->ctx, sb->rt.sandbox_id, sb->session_id);
+    if (rc != STORE_OK) {
+        sandbox_terminate(sb, rc == STORE_CONFLICT ? "session deleted" : "store error", false);
+        return;
+    }
+    worker_notify_gateway(w, "sandbox", sb->rt.sandbox_id);
+}

@@ -1,0 +1,144 @@
+/*
+ * sandbox.c: the Sandbox records of this worker (sandbox.h): making and freeing one, finding one
+ * by id or Session, counting the pool's, and the drivers they run on (each initialised at its
+ * first use, once per worker: w->drivers). It changes no state: boot.c, expiry.c and
+ * agent_protocol.c do.
+ */
+#include "sandbox/sandbox.h"
+#include "drivers/shared.h"
+#include "log.h"
+#include "sandbox/agent_channel.h"
+#include "sandbox/egress_dns.h"
+#include "sandbox/egress_events.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool serving(const struct sandbox *sb)
+{
+    return sb->state == SB_ACTIVATING || sb->state == SB_IDLE || sb->state == SB_BUSY;
+}
+
+struct sandbox *sandbox_find_session(struct worker *w, const char *session_id)
+{
+    for (struct sandbox *sb = w->sandboxes; sb; sb = sb->next)
+        if (serving(sb) && strcmp(sb->session_id, session_id) == 0)
+            return sb;
+    return NULL;
+}
+
+struct sandbox *sandbox_find_cold_boot(struct worker *w, const char *session_id)
+{
+    for (struct sandbox *sb = w->sandboxes; sb; sb = sb->next)
+        if (sb->state == SB_BOOTING && sb->delivery && strcmp(sb->session_id, session_id) == 0)
+            return sb;
+    return NULL;
+}
+
+struct sandbox *sandbox_find(struct worker *w, const char *sandbox_id)
+{
+    for (struct sandbox *sb = w->sandboxes; sb; sb = sb->next)
+        if (strcmp(sb->rt.sandbox_id, sandbox_id) == 0)
+            return sb;
+    return NULL;
+}
+
+size_t sandbox_count_pool(struct worker *w, const struct store_shape *shape, size_t *booting)
+{
+    size_t n = 0, b = 0;
+    for (struct sandbox *sb = w->sandboxes; sb; sb = sb->next) {
+        if (!shape_equal(&sb->rt.shape, shape) || sb->cold || sb->reaping)
+            continue;
+        if (sb->state == SB_WARM)
+            n++;
+        else if (sb->state == SB_BOOTING && !sb->stop_wanted)
+            b++;
+    }
+    if (booting)
+        *booting = b;
+    return n + b;
+}
+
+bool sandbox_serving(const struct sandbox *sb)
+{
+    return serving(sb) || (sb->state == SB_BOOTING && sb->delivery);
+}
+
+const struct driver *sandbox_driver(struct worker *w, const char *name)
+{
+    char err[512];
+    for (size_t i = 0; i < w->n_drivers; i++)
+        if (strcmp(w->drivers[i].name, name) == 0)
+            return w->drivers[i].drv;
+    if (w->n_drivers == sizeof w->drivers / sizeof w->drivers[0])
+        return NULL;
+    const struct driver *drv = w->find_driver(name);
+    if (!drv)
+        log_error("worker: no driver named \"%s\" in this build", name);
+    else if (drv->init && drv->init(&w->cfg, err, sizeof err) != 0) {
+        log_error("worker: driver %s cannot run on this host: %s", name, err);
+        drv = NULL;
+    }
+    snprintf(w->drivers[w->n_drivers].name, sizeof w->drivers[0].name, "%s", name);
+    w->drivers[w->n_drivers++].drv = drv;
+    /* The firewall exists from a driver's init on: its log reader and the DNS forwarder start now,
+     * before any Sandbox of this worker can be denied anything (later polls retry). */
+    egress_events_tick(w);
+    egress_dns_tick(w);
+    return drv;
+}
+
+struct sandbox *sandbox_new(struct worker *w, const struct driver *drv,
+                            const struct store_shape *shape)
+{
+    struct sandbox *sb = calloc(1, sizeof *sb);
+    if (!sb)
+        return NULL;
+    sb->w = w;
+    sb->drv = drv;
+    sb->rt.shape = *shape;
+    sb->rt.channel_fd = -1;
+    sb->keepalive_ev = evtimer_new(w->base, NULL, NULL);
+    sb->timeout_ev = evtimer_new(w->base, NULL, NULL);
+    if (!sb->keepalive_ev || !sb->timeout_ev) {
+        if (sb->keepalive_ev)
+            event_free(sb->keepalive_ev);
+        if (sb->timeout_ev)
+            event_free(sb->timeout_ev);
+        free(sb);
+        return NULL;
+    }
+    sb->next = w->sandboxes;
+    w->sandboxes = sb;
+    return sb;
+}
+
+/* The record only: its delivery, if any, is delivery/'s and was ended or dropped before. */
+static void sandbox_release(struct sandbox *sb)
+{
+    event_free(sb->keepalive_ev);
+    event_free(sb->timeout_ev);
+    agent_channel_free(sb->chan);
+    free(sb);
+}
+
+void sandbox_free(struct sandbox *sb)
+{
+    struct worker *w = sb->w;
+    for (struct sandbox **p = &w->sandboxes; *p; p = &(*p)->next)
+        if (*p == sb) {
+            *p = sb->next;
+            break;
+        }
+    sandbox_release(sb);
+}
+
+void sandbox_free_all(struct worker *w)
+{
+    while (w->sandboxes) {
+        struct sandbox *sb = w->sandboxes;
+        w->sandboxes = sb->next;
+        sandbox_release(sb);
+    }
+}

@@ -1,0 +1,174 @@
+/*
+ * sandbox.h: one Sandbox in this worker: its record, its states and the calls that move it from
+ * one to the next. The record is the Sandbox's; the message it carries (sb->delivery) belongs to
+ * delivery/, which the Sandbox tells what happened through the hooks below.
+ *
+ * States (enum sandbox_state) and the store's state each one is recorded as:
+ *
+ *   SB_BOOTING     booting    the driver's boot job runs: for the pool, or cold for sb->delivery
+ *   SB_WARM        warm       booted, agent ready, in the pool, unclaimed
+ *   SB_ACTIVATING  claimed    claimed for a Session: Workspace attach, then the App's command
+ *                             starting (the start deadline runs)
+ *   SB_IDLE        running    the App runs, no message in flight; the keep-alive timer runs
+ *   SB_BUSY        running    one message in flight (sb->delivery); the message deadline runs
+ *   SB_STOPPING    stopping   the terminate (or reap) job runs; then the record is freed
+ *
+ * Transitions, and the function that makes each:
+ *
+ *   (new)       -> BOOTING      sandbox_boot           boot.c            pool refill, cold boot
+ *   (new)       -> STOPPING     sandbox_reap           expiry.c          a dead worker's Sandbox
+ *   BOOTING     -> WARM         boot_done              boot.c            a pool boot finished;
+ *                                                                        then hooks->warm
+ *   BOOTING     -> ACTIVATING   boot_done              boot.c            a cold boot finished;
+ *                                                                        then hooks->activating
+ *   WARM        -> ACTIVATING   sandbox_claimed        boot.c            the store gave it a
+ *                                                                        Session
+ *   ACTIVATING  -> BUSY         sandbox_send_message   agent_protocol.c  "started" (hooks->started
+ *                                                                        sends the first message)
+ *   IDLE        -> BUSY         sandbox_send_message   agent_protocol.c  the Session's next one
+ *   BUSY        -> IDLE         sandbox_idle           expiry.c          the reply is recorded
+ *   any other   -> STOPPING     sandbox_terminate      expiry.c          keep-alive over, deadline
+ *                                                                        missed, agent gone or
+ *                                                                        failed, stop requested,
+ *                                                                        shutdown, boot failed
+ *   STOPPING    -> (freed)      terminate_done         expiry.c          then hooks->gone
+ *
+ * Invariants:
+ *   - sb->delivery is set only in BOOTING (cold), ACTIVATING and BUSY; sandbox_terminate hands it
+ *     to hooks->lost before the Sandbox is STOPPING, so a STOPPING Sandbox carries none.
+ *   - w->n_serving counts the Sandboxes claimed for a Session: ACTIVATING, IDLE, BUSY, and BOOTING
+ *     with cold set.
+ *   - While job_running, a job thread uses sb->rt: a terminate asked meanwhile is only recorded
+ *     (stop_wanted) and done by the job's done callback.
+ *   - keepalive_ev is armed only in IDLE; timeout_ev only in ACTIVATING (after the start line) and
+ *     BUSY.
+ *   - Every state change is written to the store before the next step (BUSY and IDLE are both
+ *     "running" there).
+ */
+#ifndef SBX_SANDBOX_H
+#define SBX_SANDBOX_H
+
+#include "worker.h"
+
+#include <jansson.h>
+
+enum sandbox_state { SB_BOOTING, SB_WARM, SB_ACTIVATING, SB_IDLE, SB_BUSY, SB_STOPPING };
+
+struct agent_channel;
+
+struct sandbox {
+    struct sandbox *next;
+    struct worker *w;
+    const struct driver *drv;
+    struct sandbox_runtime rt;
+    enum sandbox_state state;
+    bool cold;
+    bool reaping;     /* left behind by a dead worker: reap, never start */
+    bool job_running; /* a boot or attach job is using rt */
+    /* Claimed from the pool: its refill waits for the first reply (or the end), so the refill's
+     * boot does not compete for the CPUs with the App starting and answering. */
+    bool refill_pending;
+    bool stop_wanted; /* terminate as soon as that job is done */
+    bool stop_failed;
+    char stop_reason[128];
+    char app_id[STORE_ID_LEN];
+    char session_id[STORE_ID_LEN];
+    int64_t keep_alive_ms;
+    int64_t boot_started; /* mono ms */
+    struct agent_channel *chan;
+    struct event *keepalive_ev;      /* keep-alive deadline while idle */
+    struct event *timeout_ev;        /* agent start or message deadline */
+    struct store_delivery *delivery; /* the message carried; owned by delivery/ */
+    struct store_sandbox record;     /* for reaping: what the store knew */
+    /* written by job threads, read in the done callbacks */
+    int job_rc;
+    char job_err[512];
+    char workspace_dir[600];
+    struct store_usage usage;
+    /* The agent's log lines (its stderr) are budgeted per Sandbox, so an App cannot flood the
+     * host's logs: LOG_BUDGET_BYTES per LOG_BUDGET_MS window, then a count of what was dropped. */
+    int64_t log_window_start; /* mono ms */
+    int64_t log_window_bytes;
+    int64_t log_dropped_lines;
+    /* The App's egress policy applied to it (sandbox/egress.c): digest of its text, and mode. */
+    char egress_applied[65];
+    int egress_mode;
+};
+
+/* What a Sandbox tells the layers above it (news goes up only through these; loop.c sets them in
+ * worker_init). Each may free the Sandbox unless it says otherwise. */
+struct sandbox_hooks {
+    /* To the delivery it carries (delivery/). */
+    void (*activating)(struct sandbox *sb); /* cold boot done, assigned: attach, start the App */
+    void (*started)(struct sandbox *sb);    /* the App's command started: deliver sb->delivery */
+    void (*replied)(struct sandbox *sb, json_t *line); /* the agent answered sb->delivery */
+    /* sb ends while carrying sb->delivery: the hook fails or releases it and clears the pointer;
+     * sb is not freed by it. */
+    void (*lost)(struct sandbox *sb, const char *reason);
+    /* To the loop. */
+    void (*warm)(struct worker *w); /* a pool Sandbox became warm */
+    void (*gone)(struct worker *w); /* a Sandbox ended and was freed */
+};
+
+/* ---- sandbox.c: the records ---- */
+
+/* A new record (state BOOTING, linked into w->sandboxes), or NULL when out of memory. */
+struct sandbox *sandbox_new(struct worker *w, const struct driver *drv,
+                            const struct store_shape *shape);
+/* Unlinks and frees the record; it carries no delivery any more. */
+void sandbox_free(struct sandbox *sb);
+/* Frees every record (worker_fini: the loop is gone; deliveries were dropped first). */
+void sandbox_free_all(struct worker *w);
+/* Claimed for a Session: ACTIVATING, IDLE, BUSY, or BOOTING cold with its delivery. */
+bool sandbox_serving(const struct sandbox *sb);
+
+/* A Sandbox of this worker serving the Session (activating, idle or busy), or NULL. */
+struct sandbox *sandbox_find_session(struct worker *w, const char *session_id);
+struct sandbox *sandbox_find(struct worker *w, const char *sandbox_id);
+/* A Sandbox booting cold for the Session, or NULL. */
+struct sandbox *sandbox_find_cold_boot(struct worker *w, const char *session_id);
+/* Warm or booting-for-the-pool Sandboxes of a shape. */
+size_t sandbox_count_pool(struct worker *w, const struct store_shape *shape, size_t *booting);
+/* The driver of that name, initialised on first use; NULL (logged once) when unavailable. */
+const struct driver *sandbox_driver(struct worker *w, const char *name);
+
+/* ---- boot.c: the way up ---- */
+
+/* Boots a fresh Sandbox: for the pool (d NULL) or cold for the claimed delivery d, which it then
+ * carries. -1 with a reason in err when nothing was started (d is then not carried). */
+int sandbox_boot(struct worker *w, const struct driver *drv, const struct store_shape *shape,
+                 struct store_delivery *d, char *err, size_t errlen);
+/* The store claimed this warm Sandbox for d's Session: WARM -> ACTIVATING, carrying d. */
+void sandbox_claimed(struct sandbox *sb, struct store_delivery *d);
+/* Records a BUSY Sandbox that just started its App as running (the store's "claimed" ends);
+ * terminates it when the store refuses (its Session was deleted). */
+void sandbox_record_running(struct sandbox *sb);
+
+/* ---- expiry.c: deadlines, keep-alive, stop requests, terminate, reap ---- */
+
+/* Arms the agent-start or message deadline (message_timeout); missing it terminates. */
+void sandbox_arm_deadline(struct sandbox *sb);
+/* A delivery ended on a Sandbox that is still fine: BUSY -> IDLE, keep-alive armed (or, while
+ * the worker stops, terminated). May free sb. */
+void sandbox_idle(struct sandbox *sb);
+/* Stops the Sandbox (once); its delivery, if any, goes to hooks->lost first. */
+void sandbox_terminate(struct sandbox *sb, const char *reason, bool failed);
+/* Reaps a Sandbox a dead worker left behind (the store row, already adopted by this worker). */
+void sandbox_reap(struct worker *w, const struct store_sandbox *rec);
+/* Terminates the Sandboxes whose stop was requested (DELETE) or whose Session was deleted. */
+void sandbox_check_stop_requests(struct worker *w);
+/* SIGTERM: terminate what is not delivering; with grace_expired, everything. */
+void sandbox_shutdown(struct worker *w);
+
+/* ---- agent_protocol.c: what the worker and the agent say to each other (driver.h) ---- */
+
+/* Watches the agent channel the boot left in sb->rt.channel_fd; -1 when it cannot. */
+int agent_protocol_watch(struct sandbox *sb);
+/* Sends the start line for the App's command (argv as JSON text, NULL for none) and the
+ * Workspace (sb->workspace_dir, sb->rt.workspace_nfs). 0, or -1 when it could not be sent. */
+int agent_protocol_send_start(struct sandbox *sb, const char *argv_json);
+/* Sends d to the agent (ACTIVATING or IDLE -> BUSY, carrying d) and starts the message deadline;
+ * a closed channel terminates the Sandbox (hooks->lost then gets d). */
+void sandbox_send_message(struct sandbox *sb, struct store_delivery *d);
+
+#endif
