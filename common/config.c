@@ -52,9 +52,16 @@ static const struct setting settings[] = {
     INT(http_threads, "8", 1, 1024, "gateway HTTP threads"),
     INT(conn_limit, "10000", 1, 1000000, "simultaneous HTTP connections"),
     INT(conn_timeout, "120", 1, 86400, "seconds an idle HTTP connection is kept"),
+    INT(conn_per_client, "256", 1, 1000000,
+        "simultaneous HTTP connections from one client address (trusted proxies: unlimited)"),
     INT(auth_fail_limit, "100", 1, 1000000,
-        "failed auths from one address per window (429 beyond)"),
+        "failed auths from one client address, or with one key prefix, per window (429 beyond)"),
     INT(auth_fail_window, "60", 1, 86400, "seconds of the failed-auth window"),
+    STR(trusted_proxies, "",
+        "proxies whose X-Forwarded-For names the client (comma-separated addresses or CIDRs)"),
+    STR(metrics_token, "", "bearer token /metrics requires (none when unset)"),
+    STR(metrics_listen, "",
+        "address and port of a listener of its own for /metrics (default: the API listener)"),
     INT(busy_timeout_ms, "5000", 0, 600000,
         "how long a write waits for the store's write lock (SQLite busy timeout, PostgreSQL "
         "lock_timeout); 503 beyond it"),
@@ -345,11 +352,28 @@ int config_load(struct sbx_config *cfg, int argc, char **argv, char *err, size_t
     return 0;
 }
 
+mode_t config_private_mode(mode_t owner_mode)
+{
+    static mode_t mask = (mode_t)-1;
+    mode_t mode = owner_mode & 0700;
+    if (mask == (mode_t)-1) {
+        /* Read once, at start-up (one thread): umask() can only be read by setting it. */
+        mask = umask(0077);
+        umask(mask);
+    }
+    if ((mask & 0070) == 0) /* the unit asks for group access (UMask=0007) */
+        mode |= (mode & 0700) >> 3;
+    return mode;
+}
+
 int config_make_data_dirs(const struct sbx_config *cfg, char *err, size_t errlen)
 {
     char run_dir[600];
     snprintf(run_dir, sizeof run_dir, "%.500s/run", cfg->data_dir);
-    if (fs_mkdir_p(cfg->data_dir, 0755) != 0 || fs_mkdir_p(run_dir, 0700) != 0) {
+    /* The data directory holds every App's messages: private to sbx's user (and group, where
+     * the unit asks for it), whoever creates it first. An existing one keeps its mode. */
+    if (fs_mkdir_p(cfg->data_dir, config_private_mode(0700)) != 0 ||
+        fs_mkdir_p(run_dir, 0700) != 0) {
         snprintf(err, errlen, "cannot create %s: %s", run_dir, strerror(errno));
         return -1;
     }

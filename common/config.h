@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 struct sbx_config {
     char data_dir[512];          /* SBX_DATA_DIR: database, workspaces, jails, run/ */
@@ -26,8 +27,12 @@ struct sbx_config {
     int64_t http_threads;        /* SBX_HTTP_THREADS: gateway thread pool */
     int64_t conn_limit;          /* SBX_CONN_LIMIT: simultaneous HTTP connections */
     int64_t conn_timeout;        /* SBX_CONN_TIMEOUT: idle seconds before a connection is closed */
+    int64_t conn_per_client;     /* SBX_CONN_PER_CLIENT: connections from one client address */
     int64_t auth_fail_limit;     /* SBX_AUTH_FAIL_LIMIT: failed auths per address per window */
     int64_t auth_fail_window;    /* SBX_AUTH_FAIL_WINDOW: seconds of that window (429 beyond) */
+    char trusted_proxies[1024];  /* SBX_TRUSTED_PROXIES: whose X-Forwarded-For is believed */
+    char metrics_token[256];     /* SBX_METRICS_TOKEN: bearer token of /metrics, "" for none */
+    char metrics_listen[128];    /* SBX_METRICS_LISTEN: host:port of /metrics, "" for listen */
     int64_t busy_timeout_ms;     /* SBX_BUSY_TIMEOUT_MS: SQLite busy timeout */
     char synchronous[16];        /* SBX_SYNCHRONOUS: FULL or NORMAL (the gateway's commits) */
     char worker_synchronous[16]; /* SBX_WORKER_SYNCHRONOUS: FULL or NORMAL (the workers') */
@@ -72,8 +77,13 @@ struct sbx_config {
  * consumed are set to NULL. */
 int config_load(struct sbx_config *cfg, int argc, char **argv, char *err, size_t errlen);
 
-/* Creates data_dir (0755) and its run/ directory (0700) when missing, whichever daemon starts
- * first. Returns 0, or -1 with the reason in err. */
+/* The mode of a file or directory only sbx may read: owner_mode's owner bits, and the same bits
+ * for the group when the process's umask leaves group write open (a unit file's UMask=0007 asks
+ * for a group shared by the gateway and the workers); never anything for others. */
+mode_t config_private_mode(mode_t owner_mode);
+
+/* Creates data_dir (config_private_mode(0700)) and its run/ directory (0700) when missing,
+ * whichever daemon starts first. Returns 0, or -1 with the reason in err. */
 int config_make_data_dirs(const struct sbx_config *cfg, char *err, size_t errlen);
 
 /* Prints the reference table: name, environment variable, flag, default, meaning. */

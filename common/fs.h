@@ -11,10 +11,18 @@
  * -1 with errno (ENAMETOOLONG for a path longer than PATH_MAX). */
 int fs_mkdir_p(const char *path, mode_t mode);
 
-/* Removes the tree at path depth first, without following symlinks (an agent may have planted
- * them) and without crossing into another filesystem (a mount inside, such as a Workspace still
- * mounted, is left alone, not emptied). An entry that cannot be removed is logged and passed over.
- * 0 when path is gone (or never existed); -1 with errno when it is still there. */
+/* Removes the tree at path (a Workspace, a jail: what an untrusted Sandbox could write to, maybe
+ * while it still changes it) depth first without ever acting outside it. The walk goes by
+ * directory fds, never by path: each subdirectory is opened relative to its parent's fd with
+ * openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV), each entry removed with
+ * unlinkat() relative to the directory it was listed in. Symlinks are removed as links, never
+ * followed, and a directory exchanged for a symlink (renameat2(RENAME_EXCHANGE)) at any moment of
+ * the walk is at worst a symlink removed as a link. A mount inside (a Workspace still mounted) is
+ * left alone, not emptied; levels below FS_REMOVE_MAX_DEPTH are left. The components of path
+ * itself are trusted (sbx's own directories). 0 when path is gone (or never existed); -1 with
+ * errno (ENOTEMPTY, EXDEV for a mount inside, ELOOP when too deep) when something is left, which
+ * is logged. */
+#define FS_REMOVE_MAX_DEPTH 256
 int fs_remove_tree(const char *path);
 
 #endif

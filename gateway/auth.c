@@ -2,14 +2,14 @@
  * auth.c: bearer tokens and the failed-auth rate limiter (see auth.h).
  */
 #include "auth.h"
+#include "client_addr.h"
 #include "id.h"
 #include "log.h"
 #include "reply.h"
 #include "sha256.h"
 #include "clock.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
+#include <ctype.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,30 +78,43 @@ const char *auth_bearer(const char *header)
     return *header ? header : NULL;
 }
 
-/* The client's address as text, for the rate limiter. */
-static void client_address(struct MHD_Connection *conn, char *out, size_t outlen)
+/* The failed-auth bucket of a presented token: its first AUTH_KEY_SHOWN_PREFIX characters, the
+ * part of a key that is shown (in key lists and logs) and that guesses at one key share. */
+static void token_prefix(const char *token, char out[AUTH_KEY_SHOWN_PREFIX + 1])
 {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    snprintf(out, outlen, "unknown");
-    if (!ci || !ci->client_addr)
-        return;
-    if (ci->client_addr->sa_family == AF_INET)
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)ci->client_addr)->sin_addr,
-                  out, (socklen_t)outlen);
-    else if (ci->client_addr->sa_family == AF_INET6)
-        inet_ntop(AF_INET6,
-                  &((const struct sockaddr_in6 *)(const void *)ci->client_addr)->sin6_addr, out,
-                  (socklen_t)outlen);
+    size_t i = 0;
+    for (; i < AUTH_KEY_SHOWN_PREFIX && token[i]; i++)
+        out[i] = isprint((unsigned char)token[i]) ? token[i] : '?';
+    out[i] = '\0';
 }
 
-static bool auth_fail(struct request *r, const char *addr, bool counted, const char *why,
+/* A wrong or revoked token (counted: for its client address and for its prefix) or a missing
+ * one (not counted). Once the prefix has failed auth_fail_limit times in the window, wherever
+ * from, a wrong token with it is answered 429 too; a right token with that prefix still works,
+ * so that nobody can lock a key's owner out by guessing at it. */
+static bool auth_fail(struct request *r, const char *addr, const char *token, const char *why,
                       enum MHD_Result *ret)
 {
-    if (counted)
-        ratelimit_fail(r->gw->rl, addr, clock_mono_ms());
+    char prefix[AUTH_KEY_SHOWN_PREFIX + 1], retry[32];
+    int64_t now = clock_mono_ms(), retry_after = 0;
+    bool prefix_blocked = false;
+    if (token) {
+        token_prefix(token, prefix);
+        /* Like the address: the failures up to the limit are 401, the ones after it 429. */
+        prefix_blocked = ratelimit_blocked(r->gw->rl_prefix, prefix, now, &retry_after);
+        ratelimit_fail(r->gw->rl, addr, now);
+        ratelimit_fail(r->gw->rl_prefix, prefix, now);
+    }
     log_emit(LOG_LEVEL_INFO, r->request_id, "auth failed from %s on %s %s: %s", addr, r->method,
              r->path, why);
+    if (prefix_blocked) {
+        snprintf(retry, sizeof retry, "%lld", (long long)retry_after);
+        *ret = reply_problem_header(r, "rate-limited", NULL, "Retry-After", retry,
+                                    "too many failed authentication attempts with tokens "
+                                    "starting %s; retry in %lld s",
+                                    prefix, (long long)retry_after);
+        return false;
+    }
     *ret = reply_problem(r, "unauthorized", NULL, "%s", why);
     return false;
 }
@@ -109,13 +122,13 @@ static bool auth_fail(struct request *r, const char *addr, bool counted, const c
 bool auth_request(struct request *r, enum MHD_Result *ret)
 {
     struct gateway *gw = r->gw;
-    char addr[INET6_ADDRSTRLEN + 1], retry[32];
+    char addr[CLIENT_ADDR_LEN], retry[32];
     int64_t retry_after;
     uint8_t hash[32];
     const char *token =
         auth_bearer(MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization"));
 
-    client_address(r->conn, addr, sizeof addr);
+    client_addr_of(gw->proxies, r->conn, addr);
     /* A blocked address is refused before its token is looked at, so that continued guessing
      * learns nothing. */
     if (ratelimit_blocked(gw->rl, addr, clock_mono_ms(), &retry_after)) {
@@ -127,9 +140,9 @@ bool auth_request(struct request *r, enum MHD_Result *ret)
         return false;
     }
     if (!token)
-        return auth_fail(r, addr, false, "an Authorization: Bearer token is required", ret);
+        return auth_fail(r, addr, NULL, "an Authorization: Bearer token is required", ret);
     if (strlen(token) > 200)
-        return auth_fail(r, addr, true, "the token is invalid", ret);
+        return auth_fail(r, addr, token, "the token is invalid", ret);
 
     auth_hash(token, hash);
     if (ct_equal(hash, gw->admin_hash, 32)) {
@@ -142,7 +155,7 @@ bool auth_request(struct request *r, enum MHD_Result *ret)
                                    ? gw->st->key_lookup(gw->st, hash, &key)
                                    : STORE_NOT_FOUND;
         if (st == STORE_NOT_FOUND)
-            return auth_fail(r, addr, true, "the token is invalid or revoked", ret);
+            return auth_fail(r, addr, token, "the token is invalid or revoked", ret);
         if (st != STORE_OK) {
             *ret = reply_store_error(r, st, "API key");
             return false;

@@ -19,6 +19,8 @@
 struct longpoll;
 struct metrics;
 struct ratelimit;
+struct trusted_proxies;
+struct client_conns;
 struct notify_peer;
 
 struct gateway {
@@ -27,8 +29,14 @@ struct gateway {
     struct notify_peer *workers; /* "queue" wake-ups after each enqueue */
     struct longpoll *lp;
     struct metrics *metrics;
-    struct ratelimit *rl;
-    uint8_t admin_hash[32]; /* SHA-256 of the admin token */
+    struct ratelimit *rl;            /* failed auths per client address */
+    struct ratelimit *rl_prefix;     /* failed auths per presented token prefix */
+    struct trusted_proxies *proxies; /* whose X-Forwarded-For names the client */
+    struct client_conns *conns;      /* connections per client address (conn_per_client) */
+    uint8_t admin_hash[32];          /* SHA-256 of the admin token */
+    uint8_t metrics_hash[32];        /* SHA-256 of metrics_token, when it is set */
+    /* The listener of its own for /metrics (metrics_listen), or NULL: /metrics on the API one. */
+    struct MHD_Daemon *metrics_daemon;
     volatile int stopping;  /* set before the daemon stops: long polls answer at once */
     int enqueues_suspended; /* POST messages waiting for their commit (http_messages.c) */
 };

@@ -5,6 +5,7 @@
  */
 #include "gateway.h"
 #include "json_input.h"
+#include "json_text.h"
 #include "log.h"
 #include "longpoll.h"
 #include "notify.h"
@@ -80,9 +81,10 @@ static enum MHD_Result reply_enqueued(struct request *r, enum store_status st,
     if (!replayed)
         notify_send(r->gw->workers, "queue");
     snprintf(location, sizeof location, "/v1/sessions/%s/messages/%s", m->session_id, m->id);
-    json_t *out = render_message(m);
+    struct json_text out = {0};
+    render_message_text(&out, m);
     store_message_clear(m);
-    return reply_json_header(r, replayed ? 200 : 202, out, "Location", location);
+    return reply_json_text(r, replayed ? 200 : 202, &out, "Location", location);
 }
 
 /* Runs on the store's committer thread. */
@@ -203,11 +205,15 @@ enum MHD_Result http_message_list(struct request *r)
                                                   &items, &n, next);
     if (s != STORE_OK)
         return reply_store_error(r, s, "Session");
-    json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(arr, render_message(&items[i]));
+    struct json_text page = {0};
+    render_page_begin(&page);
+    for (size_t i = 0; i < n; i++) {
+        render_page_item(&page, i);
+        render_message_text(&page, &items[i]);
+    }
+    render_page_end(&page, next);
     store_message_list_free(items, n);
-    return reply_json(r, 200, render_page(arr, next));
+    return reply_json_text(r, 200, &page, NULL, NULL);
 }
 
 static bool finished(const struct store_message *m)
@@ -239,7 +245,8 @@ enum MHD_Result http_message_get(struct request *r)
         longpoll_park(gw->lp, r, r->params[1]);
         return MHD_YES;
     }
-    json_t *out = render_message(&m);
+    struct json_text out = {0};
+    render_message_text(&out, &m);
     store_message_clear(&m);
-    return reply_json(r, 200, out);
+    return reply_json_text(r, 200, &out, NULL, NULL);
 }

@@ -1,15 +1,33 @@
 /*
- * http_metrics.c: GET /metrics in the Prometheus text format (metrics.c renders it).
+ * http_metrics.c: GET /metrics in the Prometheus text format (metrics.c renders it). With
+ * metrics_token set, a scraper must present it as a bearer token: the metrics name every App's
+ * shapes and images.
  */
+#include "auth.h"
 #include "gateway.h"
+#include "log.h"
 #include "metrics.h"
 #include "reply.h"
+#include "sha256.h"
 
 #include <stdlib.h>
 
 enum MHD_Result http_metrics(struct request *r)
 {
     size_t len = 0;
+    if (r->gw->cfg.metrics_token[0]) {
+        const char *token =
+            auth_bearer(MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization"));
+        uint8_t hash[32];
+        if (token)
+            auth_hash(token, hash);
+        if (!token || !ct_equal(hash, r->gw->metrics_hash, sizeof hash)) {
+            log_emit(LOG_LEVEL_INFO, r->request_id, "metrics: %s metrics token",
+                     token ? "wrong" : "no");
+            return reply_problem_header(r, "unauthorized", NULL, "WWW-Authenticate", "Bearer",
+                                        "/metrics needs the metrics token (metrics_token)");
+        }
+    }
     char *text = metrics_render(r->gw->metrics, r->gw->st, &len);
     if (!text)
         return reply_problem(r, "internal", NULL, "out of memory rendering metrics");

@@ -1,22 +1,47 @@
 /*
- * http_pool.c: GET /v1/pool: warm, booting and claimed Sandboxes per shape, and the target.
+ * http_pool.c: GET /v1/pool: warm, booting and claimed Sandboxes per shape, and the target. The
+ * admin sees every shape; an App key sees only its own App's shape (other Apps' drivers, images
+ * and sizes are theirs to know).
  */
 #include "gateway.h"
 #include "render.h"
 #include "reply.h"
 
 #include <stdlib.h>
+#include <string.h>
+
+static bool shape_equal(const struct store_shape *a, const struct store_shape *b)
+{
+    return strcmp(a->driver, b->driver) == 0 && strcmp(a->image, b->image) == 0 &&
+           a->vcpu_count == b->vcpu_count && a->mem_size_mib == b->mem_size_mib;
+}
 
 enum MHD_Result http_pool_get(struct request *r)
 {
+    struct store *st = r->gw->st;
     struct store_pool_stat *shapes;
+    struct store_shape own = {0};
     size_t n;
-    enum store_status s = r->gw->st->pool_stats(r->gw->st, &shapes, &n);
+    enum store_status s;
+
+    if (!r->is_admin) {
+        struct store_app app;
+        s = st->app_get(st, r->app_id, &app);
+        if (s != STORE_OK)
+            return reply_store_error(r, s, "App");
+        snprintf(own.driver, sizeof own.driver, "%s", app.driver);
+        snprintf(own.image, sizeof own.image, "%s", app.image);
+        own.vcpu_count = app.vcpu_count;
+        own.mem_size_mib = app.mem_size_mib;
+        store_app_clear(&app);
+    }
+    s = st->pool_stats(st, &shapes, &n);
     if (s != STORE_OK)
         return reply_store_error(r, s, "pool");
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++)
-        json_array_append_new(arr, render_pool_shape(&shapes[i], r->gw->cfg.pool_size));
+        if (r->is_admin || shape_equal(&shapes[i].shape, &own))
+            json_array_append_new(arr, render_pool_shape(&shapes[i], r->gw->cfg.pool_size));
     free(shapes);
     return reply_json(
         r, 200, json_pack("{s:o, s:I}", "shapes", arr, "target", (json_int_t)r->gw->cfg.pool_size));

@@ -4,6 +4,7 @@
  */
 #include "gateway.h"
 #include "json_input.h"
+#include "json_text.h"
 #include "render.h"
 #include "reply.h"
 #include "notify.h"
@@ -14,13 +15,11 @@
 static enum MHD_Result reply_session(struct request *r, unsigned status, struct store_session *s)
 {
     char location[96];
-    json_t *body = render_session(s);
+    struct json_text body = {0};
+    render_session_text(&body, s);
     store_session_clear(s);
-    if (status == 201) {
-        snprintf(location, sizeof location, "/v1/sessions/%s", s->id);
-        return reply_json_header(r, status, body, "Location", location);
-    }
-    return reply_json(r, status, body);
+    snprintf(location, sizeof location, "/v1/sessions/%s", s->id);
+    return reply_json_text(r, status, &body, status == 201 ? "Location" : NULL, location);
 }
 
 enum MHD_Result http_session_create(struct request *r)
@@ -74,11 +73,15 @@ enum MHD_Result http_session_list(struct request *r)
         r->gw->st->session_list(r->gw->st, r->app_id, cursor, limit, &items, &n, next);
     if (s != STORE_OK)
         return reply_store_error(r, s, "Session list");
-    json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(arr, render_session(&items[i]));
+    struct json_text page = {0};
+    render_page_begin(&page);
+    for (size_t i = 0; i < n; i++) {
+        render_page_item(&page, i);
+        render_session_text(&page, &items[i]);
+    }
+    render_page_end(&page, next);
     store_session_list_free(items, n);
-    return reply_json(r, 200, render_page(arr, next));
+    return reply_json_text(r, 200, &page, NULL, NULL);
 }
 
 enum MHD_Result http_session_get(struct request *r)

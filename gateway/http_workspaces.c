@@ -1,7 +1,8 @@
 /*
  * http_workspaces.c: /v1/workspaces (App keys only): create (and its directory
  * <data_dir>/workspaces/<appId>/<workspaceId>, owned by the Sandbox uid:gid, mode 0770), list, get,
- * delete (refused while a live Session names it; removes the directory).
+ * delete (refused while a live Session names it or a Sandbox that had it has not stopped; removes
+ * the directory by directory fds, see fs.h).
  */
 #include "fs.h"
 #include "gateway.h"
@@ -111,12 +112,15 @@ enum MHD_Result http_workspace_delete(struct request *r)
         r->gw->st->workspace_delete(r->gw->st, &r->ctx, r->app_id, r->params[0], &w);
     if (s == STORE_CONFLICT)
         return reply_problem(r, "conflict", NULL,
-                             "the Workspace is attached to a live Session; delete it first");
+                             "the Workspace is attached to a live Session, or a Sandbox that "
+                             "has it mounted has not stopped yet; delete the Session, wait for "
+                             "its Sandbox to stop, then retry");
     if (s != STORE_OK)
         return reply_store_error(r, s, "Workspace");
-    /* Without following symlinks an agent may have planted, and without crossing into other file
-     * systems (a Workspace still mounted somewhere is left alone). */
+    /* By directory fds (fs.h): a Sandbox that had the Workspace may have planted symlinks in it,
+     * and cannot steer the removal out of it. */
     if (fs_remove_tree(w.path) != 0)
-        log_warn("workspace: cannot remove %s: %s", w.path, strerror(errno));
+        log_emit(LOG_LEVEL_WARN, r->request_id, "workspace %s: cannot remove %s: %s", w.id, w.path,
+                 strerror(errno));
     return reply_empty(r, 204);
 }

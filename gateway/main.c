@@ -4,6 +4,8 @@
  * thread pool until SIGINT or SIGTERM, then parks no request and stops cleanly.
  */
 #include "auth.h"
+#include "client_addr.h"
+#include "client_conns.h"
 #include "config.h"
 #include "gateway.h"
 #include "log.h"
@@ -176,11 +178,39 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     log_warn("http: %s", msg);
 }
 
+/* A listener on sa with threads HTTP threads and up to conn_limit connections, at most
+ * conn_per_client of them from one client address when conns is given; or NULL. */
+static struct MHD_Daemon *start_listener(struct gateway *gw, const struct sockaddr_storage *sa,
+                                         unsigned threads, unsigned conn_limit,
+                                         struct client_conns *conns)
+{
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG;
+    if (sa->ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    /* No MHD_OPTION_LISTENING_ADDRESS_REUSE: with SO_REUSEPORT a second gateway started on the
+     * same port would silently share its connections (with another data directory, perhaps). */
+    return MHD_start_daemon(flags, 0, conns ? client_conns_accept : NULL, conns,
+                            gateway_access_handler, gw, MHD_OPTION_NOTIFY_CONNECTION,
+                            conns ? client_conns_notify : NULL, conns, MHD_OPTION_EXTERNAL_LOGGER,
+                            mhd_log, NULL, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)sa,
+                            MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_LIMIT,
+                            conn_limit, MHD_OPTION_CONNECTION_TIMEOUT,
+                            (unsigned)gw->cfg.conn_timeout, MHD_OPTION_NOTIFY_COMPLETED,
+                            gateway_request_completed, gw, MHD_OPTION_END);
+}
+
+static unsigned listener_port(struct MHD_Daemon *d)
+{
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    return info ? info->port : 0;
+}
+
 int main(int argc, char **argv)
 {
     struct gateway gw;
-    char err[1024], run_dir[600], host[128], base_url[200];
-    struct sockaddr_storage sa;
+    char err[1024], run_dir[600], host[128], metrics_host[128], base_url[200];
+    struct sockaddr_storage sa, metrics_sa;
     sigset_t sigs;
     int sig, rc = 1;
 
@@ -216,15 +246,28 @@ int main(int argc, char **argv)
                 gw.cfg.listen);
         return 2;
     }
+    if (gw.cfg.metrics_listen[0] &&
+        parse_listen(gw.cfg.metrics_listen, &metrics_sa, metrics_host, sizeof metrics_host) != 0) {
+        fprintf(stderr,
+                "sbx-gateway: metrics_listen must be host:port with a numeric host, not \"%s\"\n",
+                gw.cfg.metrics_listen);
+        return 2;
+    }
+    if (!(gw.proxies = trusted_proxies_parse(gw.cfg.trusted_proxies, err, sizeof err))) {
+        fprintf(stderr, "sbx-gateway: %s\n", err);
+        return 2;
+    }
     snprintf(run_dir, sizeof run_dir, "%s/run", gw.cfg.data_dir);
     if (config_make_data_dirs(&gw.cfg, err, sizeof err) != 0) {
         fprintf(stderr, "sbx-gateway: %s\n", err);
+        trusted_proxies_free(gw.proxies);
         return 1;
     }
     gw.st = store_open(gw.cfg.store, gw.cfg.db_path, (int)gw.cfg.busy_timeout_ms,
                        gw.cfg.synchronous, err, sizeof err);
     if (!gw.st) {
         fprintf(stderr, "sbx-gateway: %s\n", err);
+        trusted_proxies_free(gw.proxies);
         return 1;
     }
     if (bootstrap_admin(&gw) != 0) {
@@ -234,30 +277,33 @@ int main(int argc, char **argv)
     gw.workers = notify_peer_new(gw.cfg.store, run_dir, "worker");
     gw.metrics = metrics_new();
     gw.rl = ratelimit_new(gw.cfg.auth_fail_limit, gw.cfg.auth_fail_window * 1000);
+    gw.rl_prefix = ratelimit_new(gw.cfg.auth_fail_limit, gw.cfg.auth_fail_window * 1000);
+    gw.conns = client_conns_new(gw.cfg.conn_per_client, gw.proxies);
     gw.lp = longpoll_start(&gw, err, sizeof err);
-    if (!gw.workers || !gw.metrics || !gw.rl || !gw.lp) {
+    if (!gw.workers || !gw.metrics || !gw.rl || !gw.rl_prefix || !gw.conns || !gw.lp) {
         log_error("cannot start: %s", gw.lp ? "out of memory" : err);
         goto out;
     }
 
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
-                     MHD_USE_ERROR_LOG;
-    if (sa.ss_family == AF_INET6)
-        flags |= MHD_USE_IPv6;
-    /* No MHD_OPTION_LISTENING_ADDRESS_REUSE: with SO_REUSEPORT a second gateway started on the
-     * same port would silently share its connections (with another data directory, perhaps). */
-    struct MHD_Daemon *d = MHD_start_daemon(
-        flags, 0, NULL, NULL, gateway_access_handler, &gw, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
-        NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE,
-        (unsigned)gw.cfg.http_threads, MHD_OPTION_CONNECTION_LIMIT, (unsigned)gw.cfg.conn_limit,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)gw.cfg.conn_timeout, MHD_OPTION_NOTIFY_COMPLETED,
-        gateway_request_completed, &gw, MHD_OPTION_END);
+    if (gw.cfg.metrics_token[0])
+        auth_hash(gw.cfg.metrics_token, gw.metrics_hash);
+    /* The metrics listener first: once the API listener runs, /metrics is refused there. */
+    if (gw.cfg.metrics_listen[0]) {
+        gw.metrics_daemon = start_listener(&gw, &metrics_sa, 0, 64, NULL); /* one thread */
+        if (!gw.metrics_daemon) {
+            log_error("cannot listen for /metrics on %s (in use, or not an address of this host?)",
+                      gw.cfg.metrics_listen);
+            goto out;
+        }
+        log_info("/metrics served on %s:%u", metrics_host, listener_port(gw.metrics_daemon));
+    }
+    struct MHD_Daemon *d = start_listener(&gw, &sa, (unsigned)gw.cfg.http_threads,
+                                          (unsigned)gw.cfg.conn_limit, gw.conns);
     if (!d) {
         log_error("cannot listen on %s (in use, or not an address of this host?)", gw.cfg.listen);
         goto out;
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    unsigned port = info ? info->port : 0;
+    unsigned port = listener_port(d);
     snprintf(base_url, sizeof base_url, "http://%s%s%s:%u", sa.ss_family == AF_INET6 ? "[" : "",
              host, sa.ss_family == AF_INET6 ? "]" : "", port);
     if (bootstrap_echo_app(&gw, base_url) != 0)
@@ -278,8 +324,13 @@ int main(int argc, char **argv)
         close(listen_fd);
     rc = 0;
 out:
+    if (gw.metrics_daemon)
+        MHD_stop_daemon(gw.metrics_daemon);
     longpoll_free(gw.lp);
     ratelimit_free(gw.rl);
+    ratelimit_free(gw.rl_prefix);
+    client_conns_free(gw.conns);
+    trusted_proxies_free(gw.proxies);
     metrics_free(gw.metrics);
     notify_peer_free(gw.workers);
     gw.st->close(gw.st);

@@ -2,6 +2,7 @@
  * render.c: store records to API JSON (see render.h).
  */
 #include "render.h"
+#include "json_text.h"
 #include "timefmt.h"
 
 json_t *render_time(int64_t ms)
@@ -56,36 +57,62 @@ json_t *render_key(const struct store_key *k)
                      render_time(k->created_at), "revokedAt", render_time(k->revoked_at));
 }
 
-json_t *render_session(const struct store_session *s)
+/* The Session without metadata (what render_session_text splices in). */
+static json_t *session_fields(const struct store_session *s)
 {
-    json_t *meta = stored_json(s->metadata_json);
-    if (!json_is_object(meta)) {
-        json_decref(meta);
-        meta = json_object();
-    }
-    return json_pack(
-        "{s:s, s:s, s:o, s:s, s:o, s:I, s:o, s:o, s:o, s:I, s:{s:I, s:o}, s:o, s:o, s:o}", "id",
-        s->id, "appId", s->app_id, "name", str_or_null(s->name), "state", s->state, "sandboxId",
-        str_or_null(s->sandbox_id), "keepAliveSeconds", (json_int_t)s->effective_keep_alive_seconds,
-        "keepAliveOverride",
-        s->keep_alive_seconds > 0 ? json_integer(s->keep_alive_seconds) : json_null(),
-        "workspaceId", str_or_null(s->workspace_id), "metadata", meta, "activationCount",
-        (json_int_t)s->activation_count, "usage", "cpuUsec", (json_int_t)s->cpu_usec,
-        "memPeakBytes", int_or_null(s->mem_peak_bytes), "createdAt", render_time(s->created_at),
-        "updatedAt", render_time(s->updated_at), "lastActivityAt",
-        render_time(s->last_activity_at));
+    return json_pack("{s:s, s:s, s:o, s:s, s:o, s:I, s:o, s:o, s:I, s:{s:I, s:o}, s:o, s:o, s:o}",
+                     "id", s->id, "appId", s->app_id, "name", str_or_null(s->name), "state",
+                     s->state, "sandboxId", str_or_null(s->sandbox_id), "keepAliveSeconds",
+                     (json_int_t)s->effective_keep_alive_seconds, "keepAliveOverride",
+                     s->keep_alive_seconds > 0 ? json_integer(s->keep_alive_seconds) : json_null(),
+                     "workspaceId", str_or_null(s->workspace_id), "activationCount",
+                     (json_int_t)s->activation_count, "usage", "cpuUsec", (json_int_t)s->cpu_usec,
+                     "memPeakBytes", int_or_null(s->mem_peak_bytes), "createdAt",
+                     render_time(s->created_at), "updatedAt", render_time(s->updated_at),
+                     "lastActivityAt", render_time(s->last_activity_at));
 }
 
-json_t *render_message(const struct store_message *m)
+void render_session_text(struct json_text *t, const struct store_session *s)
 {
-    return json_pack(
-        "{s:s, s:s, s:I, s:s, s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:o}", "id", m->id,
-        "sessionId", m->session_id, "seq", (json_int_t)m->seq, "state", m->state, "body",
-        stored_json(m->body_json), "reply", stored_json(m->reply_json), "error",
-        str_or_null(m->error), "attempts", (json_int_t)m->attempts, "maxAttempts",
-        (json_int_t)m->max_attempts, "sandboxId", str_or_null(m->sandbox_id), "requestId",
-        str_or_null(m->request_id), "createdAt", render_time(m->created_at), "updatedAt",
-        render_time(m->updated_at), "completedAt", render_time(m->completed_at));
+    const struct json_stored stored[] = {{"metadata", s->metadata_json, "{}", true}};
+    json_text_object_with(t, session_fields(s), stored, 1);
+}
+
+/* The message without body and reply (what render_message_text splices in). */
+static json_t *message_fields(const struct store_message *m)
+{
+    return json_pack("{s:s, s:s, s:I, s:s, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:o}", "id", m->id,
+                     "sessionId", m->session_id, "seq", (json_int_t)m->seq, "state", m->state,
+                     "error", str_or_null(m->error), "attempts", (json_int_t)m->attempts,
+                     "maxAttempts", (json_int_t)m->max_attempts, "sandboxId",
+                     str_or_null(m->sandbox_id), "requestId", str_or_null(m->request_id),
+                     "createdAt", render_time(m->created_at), "updatedAt",
+                     render_time(m->updated_at), "completedAt", render_time(m->completed_at));
+}
+
+void render_message_text(struct json_text *t, const struct store_message *m)
+{
+    const struct json_stored stored[] = {{"body", m->body_json, "null", false},
+                                         {"reply", m->reply_json, "null", false}};
+    json_text_object_with(t, message_fields(m), stored, 2);
+}
+
+void render_page_begin(struct json_text *t)
+{
+    json_text_cstr(t, "{\"items\":[");
+}
+
+void render_page_item(struct json_text *t, size_t index)
+{
+    if (index > 0)
+        json_text_cstr(t, ",");
+}
+
+void render_page_end(struct json_text *t, const char *next_cursor)
+{
+    json_text_cstr(t, "],\"nextCursor\":");
+    json_text_string(t, next_cursor && *next_cursor ? next_cursor : NULL);
+    json_text_cstr(t, "}");
 }
 
 json_t *render_sandbox(const struct store_sandbox *b)

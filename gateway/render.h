@@ -12,13 +12,21 @@
 json_t *render_time(int64_t ms); /* null for 0 */
 json_t *render_app(const struct store_app *a);
 json_t *render_key(const struct store_key *k);
-json_t *render_session(const struct store_session *s);
-json_t *render_message(const struct store_message *m);
 json_t *render_sandbox(const struct store_sandbox *b);
 json_t *render_workspace(const struct store_workspace *w);
 json_t *render_event(const struct store_event *e);
 json_t *render_pool_shape(const struct store_pool_stat *p, int64_t target);
 /* {"items": items, "nextCursor": cursor or null}; items is stolen. */
 json_t *render_page(json_t *items, const char *next_cursor);
+
+/* The same as text, with the stored JSON (bodies, replies, metadata) copied in, never parsed
+ * (json_text.h). A page is render_page_begin, the items (with render_page_item before each),
+ * render_page_end. */
+struct json_text;
+void render_message_text(struct json_text *t, const struct store_message *m);
+void render_session_text(struct json_text *t, const struct store_session *s);
+void render_page_begin(struct json_text *t);
+void render_page_item(struct json_text *t, size_t index);
+void render_page_end(struct json_text *t, const char *next_cursor);
 
 #endif

@@ -4,6 +4,7 @@
  */
 #include "reply.h"
 #include "json_input.h"
+#include "json_text.h"
 #include "log.h"
 
 #include <stdarg.h>
@@ -109,6 +110,25 @@ enum MHD_Result reply_json_header(struct request *r, unsigned status, json_t *bo
                                   const char *header, const char *value)
 {
     return reply_json_typed(r, status, body, "application/json", header, value);
+}
+
+enum MHD_Result reply_json_text(struct request *r, unsigned status, struct json_text *t,
+                                const char *header, const char *value)
+{
+    size_t len;
+    char *text = json_text_take(t, &len);
+    struct MHD_Response *resp;
+    if (!text)
+        return reply_problem(r, "internal", NULL, "out of memory rendering the answer");
+    resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(text);
+        return queue(r, status, NULL);
+    }
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    if (header && value)
+        MHD_add_response_header(resp, header, value);
+    return queue(r, status, resp);
 }
 
 enum MHD_Result reply_empty(struct request *r, unsigned status)

@@ -14,6 +14,11 @@ enum MHD_Result reply_json(struct request *r, unsigned status, json_t *body);
 /* Same, with one extra header (e.g. Location). */
 enum MHD_Result reply_json_header(struct request *r, unsigned status, json_t *body,
                                   const char *header, const char *value);
+/* Replies with the JSON text t (json_text.h) as application/json, taking its buffer; an extra
+ * header when header is not NULL. A text that ran out of memory is a 500. */
+struct json_text;
+enum MHD_Result reply_json_text(struct request *r, unsigned status, struct json_text *t,
+                                const char *header, const char *value);
 /* An empty response (204, or a bodiless 202). */
 enum MHD_Result reply_empty(struct request *r, unsigned status);
 /* A body of the given content type; text is copied. */

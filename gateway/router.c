@@ -160,6 +160,17 @@ static bool request_admit(struct request *r, enum MHD_Result *ret)
         return false;
     }
     r->route = &gateway_routes[r->route_index];
+    if (gw->metrics_daemon) {
+        /* With metrics_listen, /metrics is served there (beside /healthz) and only there. */
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_DAEMON);
+        bool on_metrics = ci && ci->daemon == gw->metrics_daemon;
+        bool is_metrics = r->route->handler == http_metrics;
+        if (on_metrics ? !is_metrics && r->route->handler != http_healthz : is_metrics) {
+            *ret = reply_problem(r, "not-found", NULL, "no route for %s on this listener", r->path);
+            return false;
+        }
+    }
     if (r->route->auth != AUTH_NONE && !auth_request(r, ret))
         return false;
     if (r->route->body == BODY_NONE)

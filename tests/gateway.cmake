@@ -4,7 +4,7 @@ add_executable(test_store_api ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_store_api.c
 target_link_libraries(test_store_api PRIVATE sbxcommon PkgConfig::CMOCKA PkgConfig::SQLITE)
 add_test(NAME unit.gateway.store_api COMMAND test_store_api)
 
-foreach(t auth json_input)
+foreach(t auth json_input json_text)
   add_executable(test_${t} ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_${t}.c)
   target_link_libraries(test_${t} PRIVATE sbxgateway PkgConfig::CMOCKA)
   add_test(NAME unit.gateway.${t} COMMAND test_${t})
@@ -26,3 +26,9 @@ if(NODE_EXECUTABLE)
       TIMEOUT 120)
   endforeach()
 endif()
+
+# Removing an untrusted tree (a Workspace) by directory fds, against a concurrent exchanger.
+add_executable(test_tree_remove ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_tree_remove.c)
+target_link_libraries(test_tree_remove PRIVATE sbxcommon PkgConfig::CMOCKA Threads::Threads)
+add_test(NAME unit.common.tree_remove COMMAND test_tree_remove)
+set_tests_properties(unit.common.tree_remove PROPERTIES TIMEOUT 120)

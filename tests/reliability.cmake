@@ -61,3 +61,41 @@ set_tests_properties(it.reliability.http_abuse PROPERTIES ENVIRONMENT "${rel_env
 add_test(NAME it.reliability.busy_checkpoint
          COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/busy_checkpoint.test.mjs)
 set_tests_properties(it.reliability.busy_checkpoint PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 120)
+
+# Concurrent first starts: a gateway and two workers at once on 100 fresh data directories (in a
+# network namespace of its own: the workers reconcile links at start). On PostgreSQL too, each
+# data directory with a fresh database.
+add_test(NAME it.reliability.first_start
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/in-netns.sh ${NODE_EXECUTABLE} --test ${rel_dir}/first_start.test.mjs)
+set_tests_properties(it.reliability.first_start PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 200)
+add_test(NAME it.pg.reliability.first_start
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh ${CMAKE_CURRENT_SOURCE_DIR}/in-netns.sh
+                 ${NODE_EXECUTABLE} --test ${rel_dir}/first_start.test.mjs)
+set_tests_properties(it.pg.reliability.first_start PROPERTIES ENVIRONMENT "${rel_env};SBX_FIRST_START_ROUNDS=25"
+                                                          TIMEOUT 200)
+
+# What files and endpoints show: data directory and database modes, an App key's view of the
+# pool, /metrics behind metrics_token and on metrics_listen.
+add_test(NAME it.reliability.exposure COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/exposure.test.mjs)
+set_tests_properties(it.reliability.exposure PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 120)
+
+# The failed-auth limiter behind a load balancer: trusted_proxies and X-Forwarded-For, failures
+# per presented key prefix.
+add_test(NAME it.reliability.proxy_auth COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/proxy_auth.test.mjs)
+set_tests_properties(it.reliability.proxy_auth PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 120)
+
+# DELETE /v1/workspaces while the Session's Sandbox has not stopped (409), and the removal's
+# handling of planted symlinks.
+add_test(NAME it.reliability.workspace_delete COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/workspace_delete.test.mjs)
+set_tests_properties(it.reliability.workspace_delete PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 120)
+
+# Bounded answers: 200 messages of 1 MiB listed by four clients at once under a peak RSS bound
+# (the gateway in a memory cgroup of its own where one can be made); connections per client.
+add_test(NAME it.reliability.bounded_answers COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/bounded_answers.test.mjs)
+set_tests_properties(it.reliability.bounded_answers PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 300)
+
+# Two installations on one host (two data directories in one network namespace): restarting
+# either's worker leaves the other's Sandbox links, firewall elements and Workspaces alone.
+add_test(NAME it.reliability.two_installations
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/in-netns.sh ${NODE_EXECUTABLE} --test ${rel_dir}/two_installations.test.mjs)
+set_tests_properties(it.reliability.two_installations PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 240)

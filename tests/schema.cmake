@@ -3,3 +3,8 @@ add_executable(test_schema ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_schema.c)
 target_link_libraries(test_schema PRIVATE sbxcommon PkgConfig::CMOCKA PkgConfig::SQLITE)
 target_compile_definitions(test_schema PRIVATE SBX_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
 add_test(NAME unit.schema COMMAND test_schema)
+
+# Concurrent first opens of an SQLite store (processes of either kind at once on a fresh file).
+add_executable(test_store_first_open ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_store_first_open.c)
+target_link_libraries(test_store_first_open PRIVATE sbxcommon PkgConfig::CMOCKA PkgConfig::SQLITE)
+add_test(NAME unit.store.first_open COMMAND test_store_first_open)

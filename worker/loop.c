@@ -220,7 +220,16 @@ int worker_init(struct worker *w, const struct sbx_config *cfg,
                        err, errlen);
     if (!w->st)
         return -1;
-    enum store_status rc = w->st->worker_register(w->st, w->id, w->hostname, (int64_t)getpid());
+    /* Kernel state this worker makes (links, firewall elements) is tagged with the installation,
+     * so that another sbx on this host leaves it alone, and this one leaves the other's. */
+    enum store_status rc = installation_id(w->st, w->installation);
+    if (rc != STORE_OK) {
+        snprintf(err, errlen, "cannot read the installation id in %s: %s", cfg->db_path,
+                 store_status_name(rc));
+        return -1;
+    }
+    net_set_installation(w->installation);
+    rc = w->st->worker_register(w->st, w->id, w->hostname, (int64_t)getpid());
     if (rc != STORE_OK) {
         snprintf(err, errlen, "cannot register the worker in %s: %s", cfg->db_path,
                  store_status_name(rc));
@@ -302,8 +311,9 @@ int worker_run(struct worker *w)
         log_warn("worker: no host heartbeat thread (%m): other hosts will declare host %s lost",
                  w->cfg.host_id);
 
-    log_info("worker %s started on host %s (pid %d, pool %lld per shape, at most %lld sandboxes)",
-             w->id, w->cfg.host_id, (int)getpid(), (long long)w->cfg.pool_size,
+    log_info("worker %s started on host %s (installation %s, pid %d, pool %lld per shape, at "
+             "most %lld sandboxes)",
+             w->id, w->cfg.host_id, w->installation, (int)getpid(), (long long)w->cfg.pool_size,
              (long long)w->cfg.max_sandboxes);
     sandbox_driver(w, w->cfg.driver); /* says at start what this host cannot do */
     reconcile_run(w);

@@ -20,6 +20,7 @@
 #define SBX_WORKER_H
 
 #include "config.h"
+#include "installation.h"
 #include "drivers/driver.h"
 #include "notify.h"
 #include "store.h"
@@ -45,6 +46,7 @@ struct worker {
     char actor[64];
     struct store_ctx ctx;
     char hostname[256];
+    char installation[INSTALLATION_ID_LEN]; /* tags this worker's kernel state */
     int64_t host_was_lost_at;    /* when this host had been declared lost before it came back (0) */
     struct host_beat *host_beat; /* the host heartbeat thread (host_beat.h) while the loop runs */
 

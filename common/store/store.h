@@ -54,6 +54,10 @@ struct store_ctx {
 /* Cursor pagination: list functions return up to limit rows after `after` (an opaque cursor, ""
  * for the start) and write the cursor of the next page to next_cursor ("" at the end). */
 #define STORE_CURSOR_LEN 32
+/* The message and Session lists end a page early (with a cursor) once it holds this many bytes
+ * of stored text (bodies, replies, errors, metadata), so that one answer stays bounded whatever
+ * the page size asked for; a page always holds at least one item. */
+#define STORE_PAGE_BYTES (4u << 20)
 
 /* ==== apps ==== */
 

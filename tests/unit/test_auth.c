@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "auth.h"
+#include "client_addr.h"
 #include "sha256.h"
 #include "store.h"
 
@@ -209,13 +210,65 @@ static void test_rate_limiter(void **state)
     ratelimit_free(rl);
 }
 
+static void test_client_address_through_trusted_proxies(void **state)
+{
+    char err[256], out[CLIENT_ADDR_LEN];
+    struct trusted_proxies *none, *tp;
+    (void)state;
+
+    assert_non_null(none = trusted_proxies_parse("", err, sizeof err));
+    assert_non_null(
+        tp = trusted_proxies_parse(" 10.0.0.0/8, 192.0.2.1 ,2001:db8::/32", err, sizeof err));
+    assert_true(trusted_proxies_match(tp, "10.1.2.3"));
+    assert_true(trusted_proxies_match(tp, "192.0.2.1"));
+    assert_false(trusted_proxies_match(tp, "192.0.2.2"));
+    assert_true(trusted_proxies_match(tp, "2001:db8::7"));
+    assert_true(trusted_proxies_match(tp, "::ffff:10.9.9.9")); /* IPv4-mapped is IPv4 */
+    assert_false(trusted_proxies_match(tp, "not-an-address"));
+
+    /* From a peer that is not a trusted proxy, X-Forwarded-For is ignored. */
+    client_addr_resolve(none, "198.51.100.5", "203.0.113.9", out);
+    assert_string_equal(out, "198.51.100.5");
+    client_addr_resolve(tp, "198.51.100.5", "203.0.113.9", out);
+    assert_string_equal(out, "198.51.100.5");
+    /* From a trusted proxy: the right-most entry that is not a trusted proxy. What the client
+     * wrote on the left (a forged address) does not count. */
+    client_addr_resolve(tp, "10.0.0.1", "203.0.113.9", out);
+    assert_string_equal(out, "203.0.113.9");
+    client_addr_resolve(tp, "10.0.0.1", "1.2.3.4, 203.0.113.9, 10.0.0.2", out);
+    assert_string_equal(out, "203.0.113.9");
+    client_addr_resolve(tp, "10.0.0.1", " [2001:db9::1]:443 , 10.0.0.2", out);
+    assert_string_equal(out, "2001:db9::1");
+    client_addr_resolve(tp, "10.0.0.1", "203.0.113.9:5555", out);
+    assert_string_equal(out, "203.0.113.9");
+    /* No header, or garbage where the client should be: the last hop known. */
+    client_addr_resolve(tp, "10.0.0.1", NULL, out);
+    assert_string_equal(out, "10.0.0.1");
+    client_addr_resolve(tp, "10.0.0.1", "evil, 10.0.0.3", out);
+    assert_string_equal(out, "10.0.0.3");
+    client_addr_resolve(tp, "10.0.0.1", "", out);
+    assert_string_equal(out, "10.0.0.1");
+
+    /* Bad lists are refused with the reason. */
+    assert_null(trusted_proxies_parse("10.0.0.0/33", err, sizeof err));
+    assert_non_null(strstr(err, "10.0.0.0/33"));
+    assert_null(trusted_proxies_parse("10.0.0.1,,10.0.0.2", err, sizeof err));
+    assert_null(trusted_proxies_parse("proxy.example", err, sizeof err));
+    trusted_proxies_free(none);
+    trusted_proxies_free(tp);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sha256_vectors), cmocka_unit_test(test_ct_equal),
-        cmocka_unit_test(test_base64url),      cmocka_unit_test(test_key_format),
-        cmocka_unit_test(test_bearer),         cmocka_unit_test(test_revoked_key_fails_at_once),
+        cmocka_unit_test(test_sha256_vectors),
+        cmocka_unit_test(test_ct_equal),
+        cmocka_unit_test(test_base64url),
+        cmocka_unit_test(test_key_format),
+        cmocka_unit_test(test_bearer),
+        cmocka_unit_test(test_revoked_key_fails_at_once),
         cmocka_unit_test(test_rate_limiter),
+        cmocka_unit_test(test_client_address_through_trusted_proxies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -35,14 +35,14 @@ static const struct {
     const char *chain;
     const char *exprs;
 } expected_rules[] = {
-    {"sandbox_to_host", "[ct load state => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00000006 ) ^ "
-                        "0x00000000 ][cmp neq reg 1 0x00000000 ][immediate reg 0 accept ]"},
     {"sandbox_to_host", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x0000000a ][counter "
                         "drop_ipv6][immediate reg 0 drop ]"},
     {"sandbox_to_host", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname "
                         "=> reg 8 ][payload load 4b @ network header + 12 => reg 12 ][lookup reg 8 "
                         "set sandboxes 0x1 ][log prefix sbx drop_spoofed  group 5213 snaplen 64 "
                         "qthreshold 0 ][counter drop_spoofed][immediate reg 0 drop ]"},
+    {"sandbox_to_host", "[ct load state => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00000006 ) ^ "
+                        "0x00000000 ][cmp neq reg 1 0x00000000 ][immediate reg 0 accept ]"},
     {"sandbox_to_host",
      "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => reg 8 ][payload "
      "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set nfs ][meta load l4proto => reg 1 "
@@ -62,14 +62,14 @@ static const struct {
      "2 => reg 1 ][cmp eq reg 1 0x0000bb01 ][immediate reg 0 accept ]"},
     {"sandbox_to_host", "[log prefix sbx drop_host  group 5213 snaplen 64 qthreshold 0 ][counter "
                         "drop_host][immediate reg 0 drop ]"},
-    {"sandbox_out", "[ct load state => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00000006 ) ^ 0x00000000 "
-                    "][cmp neq reg 1 0x00000000 ][immediate reg 0 accept ]"},
     {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x0000000a ][counter "
                     "drop_ipv6][immediate reg 0 drop ]"},
     {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => "
                     "reg 8 ][payload load 4b @ network header + 12 => reg 12 ][lookup reg 8 set "
                     "sandboxes 0x1 ][log prefix sbx drop_spoofed  group 5213 snaplen 64 qthreshold "
                     "0 ][counter drop_spoofed][immediate reg 0 drop ]"},
+    {"sandbox_out", "[ct load state => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00000006 ) ^ 0x00000000 "
+                    "][cmp neq reg 1 0x00000000 ][immediate reg 0 accept ]"},
     {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
                     "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x000000ff ) ^ "
                     "0x00000000 ][cmp eq reg 1 0x0000000a ][log prefix sbx drop_private  group "

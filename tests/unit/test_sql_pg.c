@@ -6,6 +6,7 @@
  * reconnection after the server restarts, and migrations (run once, newer schema refused).
  */
 #include "log.h"
+#include "clock.h"
 #include "store/sql/sql_pg.h"
 
 #include <stdarg.h>
@@ -16,6 +17,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <semaphore.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -930,6 +932,66 @@ static void test_store_pg_open_migrates_and_runs_the_store(void **state)
     assert_non_null(strstr(err, "has schema version 9999, newer than this sbx"));
 }
 
+/* A process that opens the store while another one migrates it (or holds the write lock, as a
+ * migration does) waits for it, however long that takes beyond the lock timeout: a gateway and a
+ * worker starting together on a fresh database must both come up. */
+struct lock_holder {
+    const char *url;
+    int hold_ms;
+    atomic_int locked;
+    int rc;
+};
+
+static void *hold_write_lock(void *arg)
+{
+    struct lock_holder *h = arg;
+    char err[512];
+    struct store *st = sql_pg_store_open(h->url, 5000, err, sizeof err);
+    struct timespec hold = {h->hold_ms / 1000, (long)(h->hold_ms % 1000) * 1000000L};
+    h->rc = -1;
+    if (!st) {
+        fprintf(stderr, "holder: %s\n", err);
+        atomic_store(&h->locked, -1);
+        return NULL;
+    }
+    if (sql_begin(st) == STORE_OK && query_int(st, "SELECT 1") == 1) {
+        atomic_store(&h->locked, 1);
+        nanosleep(&hold, NULL);
+        h->rc = sql_commit(st) == STORE_OK ? 0 : -1;
+    } else {
+        atomic_store(&h->locked, -1);
+    }
+    st->close(st);
+    return NULL;
+}
+
+static void test_first_open_waits_for_a_migration_beyond_lock_timeout(void **state)
+{
+    struct lock_holder h = {.hold_ms = 1500};
+    char url[512], err[512];
+    struct store *st;
+    pthread_t t;
+    int64_t t0;
+    (void)state;
+
+    create_database("t_first_open", url, sizeof url);
+    h.url = url;
+    assert_int_equal(pthread_create(&t, NULL, hold_write_lock, &h), 0);
+    while (atomic_load(&h.locked) == 0)
+        usleep(1000);
+    assert_int_equal(atomic_load(&h.locked), 1);
+    t0 = clock_mono_ms();
+    st = store_pg_open(url, 200, err, sizeof err); /* lock_timeout 200 ms */
+    pthread_join(t, NULL);
+    if (!st)
+        fail_msg("a first open beside a migration failed: %s", err);
+    assert_true(clock_mono_ms() - t0 >= 1000); /* it did wait for the holder */
+    assert_int_equal(h.rc, 0);
+    assert_int_equal(query_int(st, "SELECT max(version) FROM schema_version"),
+                     sbx_pg_migrations[sbx_pg_migrations_count - 1].version);
+    st->close(st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -959,6 +1021,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_migrations_run_once_and_newer_schemas_are_refused,
                                         setup, teardown),
         cmocka_unit_test(test_store_pg_open_migrates_and_runs_the_store),
+        cmocka_unit_test(test_first_open_waits_for_a_migration_beyond_lock_timeout),
     };
     log_init("test", "warn");
     return cmocka_run_group_tests(tests, NULL, NULL);

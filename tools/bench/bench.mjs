@@ -367,7 +367,8 @@ async function scale() {
   row('scale', 'warm POST to reply p99', w.p99, 'empty database', we ? we.p99 : NaN, 'ms', 'ratio = empty/scale', true);
 
   // Gateway memory while 10,000 long polls wait.
-  const sbx = new Sbx(buildDir, { SBX_POOL_SIZE: '0', SBX_CONN_LIMIT: '12000' });
+  // One client address holds all of them: conn_per_client is raised with conn_limit.
+  const sbx = new Sbx(buildDir, { SBX_POOL_SIZE: '0', SBX_CONN_LIMIT: '12000', SBX_CONN_PER_CLIENT: '12000' });
   await sbx.start({ gatewayOnly: true, dataDir });
   await sbx.app();
   const s = await sbx.session();

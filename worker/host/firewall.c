@@ -50,7 +50,7 @@ const char *const fw_drop_reason_names[FW_DROP_COUNT] = {
 #define SET_ID_SANDBOXES 1
 #define SET_ID_NFS 2
 /* Egress (issue 15): host-wide ports and resolvers, per-Sandbox policy membership. nft's datatype
- * ids: inet_service 13, verdict 0xffffff00. */
+ * ids: inet_service 13. */
 #define SET_EGRESS_PORTS "egress_ports"
 #define SET_RESOLVERS "resolvers"
 #define SET_EGRESS_NONE "egress_none"
@@ -59,13 +59,15 @@ const char *const fw_drop_reason_names[FW_DROP_COUNT] = {
 #define APP_MEMBERS_PREFIX "members_"
 #define SET_ID_APP_MEMBERS 101
 #define SET_ID_EGRESS_PORTS 3
+#define SET_ID_EGRESS_ALLOWLIST 6
 #define SET_ID_RESOLVERS 4
 #define SET_ID_EGRESS_NONE 5
-#define SET_ID_EGRESS_ALLOWLIST 6
 #define KEY_TYPE_IPV4 7u
 #define KEY_TYPE_INET_SERVICE 13u
 #define APP_CHAIN_PREFIX "egress_"
-#define TABLE_COMMENT_FMT "sbx firewall v2 pool %s: managed by sbx, do not edit"
+/* v2: the spoofing check before `established`; v3: egress (issue 15). A worker finding an older
+ * table replaces it. */
+#define TABLE_COMMENT_FMT "sbx firewall v3 pool %s: managed by sbx, do not edit"
 
 struct fw {
     pthread_mutex_t lock;
@@ -479,15 +481,13 @@ static void rule_dispatch(struct fw_batch *b, const char *base, uint32_t meta_ke
     batch_rule(b, r);
 }
 
-/* The rules every packet from a Sandbox passes first, to the host or elsewhere. */
+/* The rules every packet from a Sandbox passes first, to the host or elsewhere. The interface
+ * and address check comes before `established`: conntrack knows nothing of interfaces, so a
+ * packet from another Sandbox carrying this Sandbox's address and ports matches this Sandbox's
+ * connection and would be accepted as part of it. */
 static void rules_from_sandbox_common(struct fw_batch *b, const char *chain)
 {
-    struct nftnl_rule *r = rule_new(chain); /* ct state established,related accept */
-    m_ct_established(r);
-    x_verdict(r, NF_ACCEPT, NULL);
-    batch_rule(b, r);
-
-    r = rule_new(chain); /* meta nfproto ipv6 counter name "drop_ipv6" drop */
+    struct nftnl_rule *r = rule_new(chain); /* meta nfproto ipv6 counter name "drop_ipv6" drop */
     m_nfproto(r, NFPROTO_IPV6);
     x_counter(r, FW_DROP_IPV6);
     x_verdict(r, NF_DROP, NULL);
@@ -499,6 +499,11 @@ static void rules_from_sandbox_common(struct fw_batch *b, const char *chain)
     x_log(r, FW_DROP_SPOOFED);
     x_counter(r, FW_DROP_SPOOFED);
     x_verdict(r, NF_DROP, NULL);
+    batch_rule(b, r);
+
+    r = rule_new(chain); /* ct state established,related accept */
+    m_ct_established(r);
+    x_verdict(r, NF_ACCEPT, NULL);
     batch_rule(b, r);
 }
 

@@ -39,7 +39,7 @@ int net_pool_parse(const char *cidr, struct net_pool *out, char *err, size_t err
 
 /* One Sandbox's link, as made or as found on the host. */
 struct net_link {
-    char sandbox_id[FW_OWNER_LEN]; /* the owner, also the interface's alias */
+    char sandbox_id[FW_OWNER_LEN]; /* the owner (see net_set_installation), the interface's alias */
     char ifname[IFNAMSIZ];         /* host side, "sbx<slot>" */
     uint32_t slot;
     struct in_addr host_addr;    /* the host side and the Sandbox's default gateway */
@@ -88,6 +88,20 @@ int net_enable_forwarding(char *err, size_t errlen);
 
 /* ---- the worker's calls: one network state per process (links.c's hidden `net`), made by the
  * first net_init (each driver's init calls it) ---- */
+
+/* Tags this process's links and firewall elements with the installation (installation.h), before
+ * net_init: the owner the kernel records (interface alias, element comment) is then
+ * "<installation>/<sandboxId>", and reconciliation judges only owners of this installation, so
+ * two sbx installations on one host never remove each other's. Interface names stay
+ * "sbx<slot>": the slot and its addresses are taken by creating the interface (the kernel's name
+ * uniqueness is what keeps installations sharing a net_pool apart), and a name of 15 characters
+ * has no room for a tag. Without a call, owners are bare Sandbox ids (and every owner found is
+ * judged). Owners without an installation, written before tagging, count as this one's. */
+#define NET_INSTALLATION_LEN 16
+void net_set_installation(const char *installation_id);
+/* The Sandbox id in an owner found on the host (a firewall element's comment, an interface's
+ * alias) when it is this installation's; NULL when it is another's. */
+const char *net_owner_sandbox_id(const char *owner);
 
 /* Parses net_pool, enables forwarding and makes sure the firewall table exists (fw_init).
  * Call once, at worker start, before any Sandbox boots. */

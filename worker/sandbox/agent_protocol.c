@@ -11,6 +11,7 @@
 #include "clock.h"
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,9 +19,13 @@
 #define LOG_BUDGET_BYTES 65536
 #define LOG_BUDGET_MS 10000
 
-/* Logs one line of the agent's stderr within the Sandbox's budget; at the start of each new
- * window, says how many lines the last one dropped. */
-static void sandbox_log_line(struct sandbox *sb, const char *text)
+#define LOG_ID_SHOWN 64 /* bytes of an unexpected line's id that a warning shows */
+
+/* Whether a line of len bytes that the agent caused fits the Sandbox's log budget (then it is
+ * counted); at the start of each new window, says how many lines the last one dropped. Every
+ * line an agent can make the worker log goes through here: a flood must not fill the log, nor
+ * stall the event loop on a slow stderr. */
+static bool sandbox_log_budget(struct sandbox *sb, int64_t len)
 {
     int64_t now = clock_mono_ms();
     if (now - sb->log_window_start >= LOG_BUDGET_MS) {
@@ -32,13 +37,39 @@ static void sandbox_log_line(struct sandbox *sb, const char *text)
         sb->log_window_bytes = 0;
         sb->log_dropped_lines = 0;
     }
-    int64_t len = (int64_t)strlen(text);
     if (sb->log_window_bytes + len > LOG_BUDGET_BYTES) {
         sb->log_dropped_lines++;
-        return;
+        return false;
     }
     sb->log_window_bytes += len;
-    log_info("sandbox %s: %s", sb->rt.sandbox_id, text);
+    return true;
+}
+
+/* Logs one line of the agent's stderr within the Sandbox's budget. */
+static void sandbox_log_line(struct sandbox *sb, const char *text)
+{
+    if (sandbox_log_budget(sb, (int64_t)strlen(text)))
+        log_info("sandbox %s: %s", sb->rt.sandbox_id, text);
+}
+
+/* A line the agent should not have sent (no type, an id that is not the message in delivery):
+ * warned about within the budget, with at most LOG_ID_SHOWN bytes of its id. */
+static void sandbox_unexpected_line(struct sandbox *sb, const char *id)
+{
+    char shown[LOG_ID_SHOWN + 1], msg[LOG_ID_SHOWN + 128];
+    size_t len = id ? strlen(id) : 0, n = 0;
+    for (; id && n < len && n < LOG_ID_SHOWN; n++)
+        shown[n] = id[n] >= 0x20 && id[n] < 0x7f ? id[n] : '?';
+    shown[n] = '\0';
+    if (!id)
+        snprintf(msg, sizeof msg, "unexpected line from the agent (no id)");
+    else if (len > n)
+        snprintf(msg, sizeof msg, "unexpected line from the agent (id %s... of %zu bytes)", shown,
+                 len);
+    else
+        snprintf(msg, sizeof msg, "unexpected line from the agent (id %s)", shown);
+    if (sandbox_log_budget(sb, (int64_t)strlen(msg)))
+        log_warn("sandbox %s: %s", sb->rt.sandbox_id, msg);
 }
 
 static void sandbox_on_line(void *arg, json_t *line)
@@ -67,8 +98,7 @@ static void sandbox_on_line(void *arg, json_t *line)
                strcmp(id, sb->delivery->message.id) == 0) {
         sb->w->sandbox_hooks->replied(sb, line);
     } else {
-        log_warn("sandbox %s: unexpected line from the agent (id %s)", sb->rt.sandbox_id,
-                 id ? id : "none");
+        sandbox_unexpected_line(sb, id);
     }
 }
 

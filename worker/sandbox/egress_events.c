@@ -82,9 +82,16 @@ static int64_t mono_now(void)
 }
 
 /* The Sandbox that owns the element of (ifname, src), else the one of ifname alone (a spoofed
- * source still comes in through its Sandbox's interface). The table is read again on a miss, at
- * most every 500 ms. */
+ * source still comes in through its Sandbox's interface); NULL for another installation's (its
+ * own store records it, not this one). The table is read again on a miss, at most every 500 ms. */
+static const char *owner_element(const struct egress_denial *d);
 static const char *owner_of(const struct egress_denial *d)
+{
+    const char *owner = owner_element(d);
+    return owner ? net_owner_sandbox_id(owner) : NULL;
+}
+
+static const char *owner_element(const struct egress_denial *d)
 {
     for (int pass = 0; pass < 2; pass++) {
         const char *by_if = NULL;

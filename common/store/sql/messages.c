@@ -68,6 +68,14 @@ static void message_page_free(void *items, size_t n)
 static const struct sql_page message_page = {sizeof(struct store_message), message_page_row,
                                              message_page_free};
 
+/* What a message holds of stored text, for the list's byte bound (STORE_PAGE_BYTES). */
+static size_t message_page_bytes(const void *item)
+{
+    const struct store_message *m = item;
+    return (m->body_json ? strlen(m->body_json) : 0) + (m->reply_json ? strlen(m->reply_json) : 0) +
+           (m->error ? strlen(m->error) : 0);
+}
+
 static enum store_status message_get(struct store *st, const char *app_id, const char *session_id,
                                      const char *message_id, struct store_message *out)
 {
@@ -107,7 +115,8 @@ static enum store_status message_list(struct store *st, const char *app_id, cons
     sql_bind_text_copy(s, 1, session_id);
     sql_bind_int64(s, 2, from);
     sql_bind_int64(s, 3, (int64_t)limit + 1);
-    return sql_read_page(st, s, limit, &message_page, (void *)out, n, next_cursor);
+    return sql_read_page_bounded(st, s, limit, &message_page, message_page_bytes, (void *)out, n,
+                                 next_cursor);
 }
 
 void sql_messages_init(struct store *st)

@@ -71,6 +71,13 @@ static void session_page_free(void *items, size_t n)
 static const struct sql_page session_page = {sizeof(struct store_session), session_page_row,
                                              session_page_free};
 
+/* What a Session holds of stored text, for the lists' byte bound (STORE_PAGE_BYTES). */
+static size_t session_page_bytes(const void *item)
+{
+    const struct store_session *x = item;
+    return x->metadata_json ? strlen(x->metadata_json) : 0;
+}
+
 static enum store_status session_get(struct store *st, const char *app_id, const char *session_id,
                                      struct store_session *out)
 {
@@ -166,11 +173,12 @@ static enum store_status session_list(struct store *st, const char *app_id, cons
                                       size_t limit, struct store_session **out, size_t *n,
                                       char *next_cursor)
 {
-    return sql_app_list_page(st,
-                             "SELECT " SES_COLS "WHERE (?1 = '' OR s.app_id = ?1) "
-                             "AND s.state <> 'deleted' AND s.rowid > ?2 "
-                             "ORDER BY s.rowid LIMIT ?3",
-                             app_id, after, limit, &session_page, (void *)out, n, next_cursor);
+    return sql_app_list_page_bounded(st,
+                                     "SELECT " SES_COLS "WHERE (?1 = '' OR s.app_id = ?1) "
+                                     "AND s.state <> 'deleted' AND s.rowid > ?2 "
+                                     "ORDER BY s.rowid LIMIT ?3",
+                                     app_id, after, limit, &session_page, session_page_bytes,
+                                     (void *)out, n, next_cursor);
 }
 
 static enum store_status session_update(struct store *st, const struct store_ctx *ctx,

@@ -1170,8 +1170,10 @@ struct store *sql_pg_store_open(const char *url, int lock_timeout_ms, char *err,
 }
 
 /* Opens a migration transaction: BEGIN, the write lock (waited for without limit: another
- * process may be migrating), schema_version created if needed, and its version read. The
- * transaction stays open. The version, or -1 with c->last_error. */
+ * process may be migrating, which can take longer than lock_timeout; so the transaction's
+ * lock_timeout is lifted before the lock is asked for, not after), schema_version created if
+ * needed, and its version read. The transaction stays open. The version, or -1 with
+ * c->last_error. */
 static int pg_locked_version(struct pg_conn *c)
 {
     char sql[512];
@@ -1179,7 +1181,7 @@ static int pg_locked_version(struct pg_conn *c)
     int version = -1;
 
     snprintf(sql, sizeof sql,
-             "BEGIN; SELECT pg_advisory_xact_lock(%" PRId64 "); SET LOCAL lock_timeout = 0; "
+             "BEGIN; SET LOCAL lock_timeout = 0; SELECT pg_advisory_xact_lock(%" PRId64 "); "
              "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
              "name TEXT NOT NULL, applied_at BIGINT NOT NULL); "
              "SELECT COALESCE(max(version), 0) FROM schema_version",

@@ -4,16 +4,24 @@
  * cached statements.
  */
 #include "sql.h"
+#include "config.h"
 #include "log.h"
 #include "migrations.h"
+#include "clock.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SQ_STMT_CACHE 128
+/* How long opening the store waits for another process that holds the database (switching it to
+ * WAL, or migrating it: a migration of a large database may take longer than busy_timeout_ms). */
+#define SQ_OPEN_WAIT_MS 60000
 
 struct sq_conn;
 
@@ -60,10 +68,53 @@ static int sq_exec_err(sqlite3 *db, const char *sql, char *err, size_t errlen)
     return rc;
 }
 
-static sqlite3 *sq_open_conn(struct sq_store *s, char *err, size_t errlen)
+/* Switches db to WAL. Changing the journal mode needs the database to itself and, unlike other
+ * statements, gives up at once with SQLITE_BUSY instead of calling the busy handler: two
+ * processes opening a fresh database together (the gateway and a worker on a first start) would
+ * see "database is locked". So retry here, with a short jittered sleep, for as long as the busy
+ * timeout allows. Once the file is in WAL (persistent), the switch is a no-op that only reads. */
+static int sq_enable_wal(sqlite3 *db, int busy_timeout_ms, char *err, size_t errlen)
+{
+    int64_t deadline = clock_mono_ms() + (busy_timeout_ms > 0 ? busy_timeout_ms : 0);
+    unsigned seed = (unsigned)getpid() ^ (unsigned)clock_mono_ms();
+
+    for (;;) {
+        sqlite3_stmt *st = NULL;
+        int rc = sqlite3_prepare_v2(db, "PRAGMA journal_mode=WAL", -1, &st, NULL);
+        const char *mode = NULL;
+        bool wal = false;
+        if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+            mode = (const char *)sqlite3_column_text(st, 0);
+            wal = mode && strcmp(mode, "wal") == 0;
+            rc = SQLITE_OK;
+        }
+        if (rc == SQLITE_OK && !wal) {
+            snprintf(err, errlen, "cannot switch to WAL: journal mode stays %s",
+                     mode ? mode : "unknown");
+            sqlite3_finalize(st);
+            return -1;
+        }
+        sqlite3_finalize(st);
+        if (rc == SQLITE_OK)
+            return 0;
+        if ((rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED) {
+            snprintf(err, errlen, "cannot switch to WAL: %s", sqlite3_errmsg(db));
+            return -1;
+        }
+        if (clock_mono_ms() >= deadline) {
+            snprintf(err, errlen, "cannot switch to WAL within %d ms: %s", busy_timeout_ms,
+                     sqlite3_errmsg(db));
+            return -1;
+        }
+        usleep(1000 + rand_r(&seed) % 9000);
+    }
+}
+
+/* A connection to s's file, in WAL mode with the store's pragmas; it waits wait_ms for locks. */
+static sqlite3 *sq_open_conn(struct sq_store *s, int wait_ms, char *err, size_t errlen)
 {
     sqlite3 *db = NULL;
-    char pragmas[256];
+    char pragmas[256], why[256];
     int rc = sqlite3_open_v2(
         s->path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) {
@@ -72,10 +123,14 @@ static sqlite3 *sq_open_conn(struct sq_store *s, char *err, size_t errlen)
         sqlite3_close(db);
         return NULL;
     }
-    sqlite3_busy_timeout(db, s->busy_timeout_ms);
+    sqlite3_busy_timeout(db, wait_ms);
     sqlite3_extended_result_codes(db, 1);
-    snprintf(pragmas, sizeof pragmas,
-             "PRAGMA journal_mode=WAL; PRAGMA foreign_keys=ON; PRAGMA synchronous=%s;",
+    if (sq_enable_wal(db, wait_ms, why, sizeof why) != 0) {
+        snprintf(err, errlen, "%s: %s", s->path, why);
+        sqlite3_close(db);
+        return NULL;
+    }
+    snprintf(pragmas, sizeof pragmas, "PRAGMA foreign_keys=ON; PRAGMA synchronous=%s;",
              s->synchronous);
     if (sq_exec_err(db, pragmas, err, errlen) != SQLITE_OK) {
         sqlite3_close(db);
@@ -106,7 +161,7 @@ static struct sq_conn *sq_conn(struct store *st)
         log_error("store: out of memory");
         return NULL;
     }
-    c->db = sq_open_conn(s, err, sizeof err);
+    c->db = sq_open_conn(s, s->busy_timeout_ms, err, sizeof err);
     if (!c->db) {
         log_error("store: %s", err);
         free(c);
@@ -397,6 +452,7 @@ struct store *store_sqlite_open(const char *path, int busy_timeout_ms, const cha
     struct store *st = calloc(1, sizeof *st);
     struct sq_store *s = calloc(1, sizeof *s);
     sqlite3 *db;
+    int fd;
 
     if (!st || !s) {
         snprintf(err, errlen, "out of memory");
@@ -421,7 +477,17 @@ struct store *store_sqlite_open(const char *path, int busy_timeout_ms, const cha
     pthread_key_create(&s->conn_key, NULL);
     st->cls = s;
 
-    db = sq_open_conn(s, err, errlen);
+    /* A new database is created private (0600, or 0660 where the unit asks for a shared group)
+     * rather than with SQLite's 0644: it holds every App's messages. SQLite gives the -wal and
+     * -shm files the database's own mode. */
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, config_private_mode(0600));
+    if (fd >= 0)
+        close(fd);
+    else if (errno != EEXIST)
+        log_warn("store: cannot create %s: %s (SQLite will try)", path, strerror(errno));
+    db =
+        sq_open_conn(s, s->busy_timeout_ms > SQ_OPEN_WAIT_MS ? s->busy_timeout_ms : SQ_OPEN_WAIT_MS,
+                     err, errlen);
     if (!db || sq_migrate(db, path, err, errlen) != 0) {
         sqlite3_close(db);
         pthread_key_delete(s->conn_key);

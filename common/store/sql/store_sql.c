@@ -90,14 +90,22 @@ void sql_bind_app(struct sql_stmt *s, int idx, const char *app_id)
 enum store_status sql_read_page(struct store *st, struct sql_stmt *s, size_t limit,
                                 const struct sql_page *pg, void *out, size_t *n, char *next_cursor)
 {
+    return sql_read_page_bounded(st, s, limit, pg, NULL, out, n, next_cursor);
+}
+
+enum store_status sql_read_page_bounded(struct store *st, struct sql_stmt *s, size_t limit,
+                                        const struct sql_page *pg,
+                                        size_t (*item_bytes)(const void *item), void *out,
+                                        size_t *n, char *next_cursor)
+{
     char *items = NULL;
-    size_t count = 0;
+    size_t count = 0, bytes = 0;
     int64_t last = 0;
     int rc;
 
     next_cursor[0] = '\0';
     while ((rc = sql_step(s)) == SQL_ROW) {
-        if (count == limit) {
+        if (count == limit || (item_bytes && count > 0 && bytes >= STORE_PAGE_BYTES)) {
             snprintf(next_cursor, STORE_CURSOR_LEN, "%" PRId64, last);
             break;
         }
@@ -108,7 +116,10 @@ enum store_status sql_read_page(struct store *st, struct sql_stmt *s, size_t lim
         }
         items = grown;
         memset(items + count * pg->elem_size, 0, pg->elem_size);
-        last = pg->from_row(s, items + count++ * pg->elem_size);
+        last = pg->from_row(s, items + count * pg->elem_size);
+        if (item_bytes)
+            bytes += item_bytes(items + count * pg->elem_size);
+        count++;
     }
     sql_done(s);
     if (rc != SQL_ROW && rc != SQL_DONE) {
@@ -170,6 +181,15 @@ enum store_status sql_app_list_page(struct store *st, const char *sql, const cha
                                     const char *after, size_t limit, const struct sql_page *pg,
                                     void *out, size_t *n, char *next_cursor)
 {
+    return sql_app_list_page_bounded(st, sql, app_id, after, limit, pg, NULL, out, n, next_cursor);
+}
+
+enum store_status sql_app_list_page_bounded(struct store *st, const char *sql, const char *app_id,
+                                            const char *after, size_t limit,
+                                            const struct sql_page *pg,
+                                            size_t (*item_bytes)(const void *item), void *out,
+                                            size_t *n, char *next_cursor)
+{
     struct sql_stmt *s = sql_stmt(st, sql);
     int64_t from = sql_cursor_parse(after);
 
@@ -180,7 +200,7 @@ enum store_status sql_app_list_page(struct store *st, const char *sql, const cha
     sql_bind_app(s, 1, app_id);
     sql_bind_int64(s, 2, from);
     sql_bind_int64(s, 3, (int64_t)limit + 1);
-    return sql_read_page(st, s, limit, pg, out, n, next_cursor);
+    return sql_read_page_bounded(st, s, limit, pg, item_bytes, out, n, next_cursor);
 }
 
 static int64_t id_from_row(struct sql_stmt *s, void *item)

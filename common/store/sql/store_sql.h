@@ -65,6 +65,12 @@ struct sql_page {
 };
 enum store_status sql_read_page(struct store *st, struct sql_stmt *s, size_t limit,
                                 const struct sql_page *pg, void *out, size_t *n, char *next_cursor);
+/* The same, and the page also ends (early, with a cursor) once its items hold STORE_PAGE_BYTES
+ * as item_bytes counts them (NULL: by count only); it always holds at least one item. */
+enum store_status sql_read_page_bounded(struct store *st, struct sql_stmt *s, size_t limit,
+                                        const struct sql_page *pg,
+                                        size_t (*item_bytes)(const void *item), void *out,
+                                        size_t *n, char *next_cursor);
 
 /* Every row s (bound) returns, as sql_read_page without a limit or a cursor. */
 enum store_status sql_read_all(struct store *st, struct sql_stmt *s, const struct sql_page *pg,
@@ -87,6 +93,12 @@ int64_t sql_cursor_parse(const char *after);
 enum store_status sql_app_list_page(struct store *st, const char *sql, const char *app_id,
                                     const char *after, size_t limit, const struct sql_page *pg,
                                     void *out, size_t *n, char *next_cursor);
+/* The same, bounded in bytes as sql_read_page_bounded. */
+enum store_status sql_app_list_page_bounded(struct store *st, const char *sql, const char *app_id,
+                                            const char *after, size_t limit,
+                                            const struct sql_page *pg,
+                                            size_t (*item_bytes)(const void *item), void *out,
+                                            size_t *n, char *next_cursor);
 
 /* The ids (the first column, STORE_ID_LEN each) of every row s (bound) returns. */
 enum store_status sql_read_ids(struct store *st, struct sql_stmt *s, char (**ids)[STORE_ID_LEN],

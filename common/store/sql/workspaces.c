@@ -111,6 +111,21 @@ static enum store_status workspace_delete(struct store *st, const struct store_c
     if (r == STORE_OK && w.attached_sessions > 0)
         r = STORE_CONFLICT;
     if (r == STORE_OK) {
+        /* A deleted Session's Sandbox may not have stopped yet: it still has the Workspace
+         * mounted (and its agent may still write to it). */
+        s = sql_stmt(st, "SELECT count(*) FROM sandboxes b JOIN sessions x ON x.id = b.session_id "
+                         "WHERE x.workspace_id = ?1 AND b.state NOT IN ('terminated', 'failed')");
+        if (!s)
+            return sql_end(st, STORE_ERROR);
+        sql_bind_text(s, 1, ws_id);
+        int rc = sql_step(s);
+        if (rc == SQL_ROW && sql_col_int64(s, 0) > 0)
+            r = STORE_CONFLICT;
+        else if (rc != SQL_ROW)
+            r = sql_status(st, rc);
+        sql_done(s);
+    }
+    if (r == STORE_OK) {
         s = sql_stmt(st, "UPDATE workspaces SET deleted_at = ?2 WHERE id = ?1");
         if (!s)
             return sql_end(st, STORE_ERROR);

@@ -286,6 +286,37 @@ expect answered "back to public: 11.11.11.12 reachable again" tcp 11.11.11.12 44
 ctl sandbox-egress sbx_test2 "$ADDR2" public || bad "Sandbox 2 back to public"
 SB_PID=$SB2_PID
 
+# Spoofing another Sandbox's live connection: Sandbox 1 has a UDP flow to the world (replied, so
+# conntrack holds it as established); Sandbox 2 sends datagrams with Sandbox 1's address and
+# port, which match that conntrack entry. They must be dropped as spoofed, not accepted as part of
+# an established connection: none may reach the world.
+ip netns exec "$W" nft -f - <<'EOF'
+table ip world {
+    chain input {
+        type filter hook input priority 0;
+        udp dport 53 ip saddr 11.0.0.1 counter
+    }
+}
+EOF
+world_udp() { ip netns exec "$W" nft list chain ip world input | awk '/counter/ { for (i = 1; i <= NF; i++) if ($i == "packets") print $(i + 1) }'; }
+SB_PID=$SB1_PID
+expect answered "Sandbox 1's UDP flow to the world (port 40053)" udp 11.11.11.11 53 --sport 40053
+SB_PID=$SB2_PID
+nsenter -t "$SB2_PID" -n ip addr add "$ADDR1/32" dev eth0
+c=$(counter spoofed)
+w=$(world_udp)
+expect blocked "Sandbox 2 as Sandbox 1 inside its established flow" udp 11.11.11.11 53 --bind "$ADDR1" --sport 40053
+expect blocked "a flood of 500 such datagrams" udp 11.11.11.11 53 --bind "$ADDR1" --sport 40053 --count 500
+now=$(counter spoofed)
+[ "$now" -ge $((c + 501)) ] && ok "all 501 counted as spoofed ($c -> $now)" ||
+    bad "spoofed datagrams not all dropped as spoofed ($c -> $now)"
+[ -n "$w" ] && [ "$w" -gt 0 ] && [ "$(world_udp)" = "$w" ] && ok "none reached the world ($w datagrams from the uplink before and after)" ||
+    bad "spoofed datagrams reached the world ($w -> $(world_udp))"
+nsenter -t "$SB2_PID" -n ip addr del "$ADDR1/32" dev eth0
+SB_PID=$SB1_PID
+expect answered "Sandbox 1's flow still works" udp 11.11.11.11 53 --sport 40053
+SB_PID=$SB2_PID
+
 "$CTL" ro-metrics | grep -q '^sbx_firewall_dropped_packets_total{reason="spoofed"} [1-9]' &&
     ok "drops exported for /metrics" || bad "metrics: $("$CTL" ro-metrics)"
 

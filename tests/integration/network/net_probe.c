@@ -6,7 +6,7 @@
  *
  *   net_probe serve --pidfile F [--tcp P,P,...] [--udp P,...]   (returns once listening)
  *   net_probe tcp ADDR PORT [--timeout MS] [--bind ADDR]
- *   net_probe udp ADDR PORT [--timeout MS]
+ *   net_probe udp ADDR PORT [--timeout MS] [--bind ADDR] [--sport PORT] [--count N]
  *   net_probe icmp ADDR [--timeout MS]
  *   net_probe tcp-hold ADDR PORT GOFILE [--timeout MS]  an open connection, before and after GOFILE
  *   net_probe dns NAME SERVER [--timeout MS]   one DNS query (A, over UDP) to SERVER:53; prints
@@ -130,20 +130,35 @@ static int probe_tcp(const char *host, int port, int timeout_ms, const char *bin
     return report(ANSWERED, buf);
 }
 
-static int probe_udp(const char *host, int port, int timeout_ms)
+/* UDP "ping"s to host:port: one, or count of them (a flood), from bind_addr:sport when given;
+ * then waits for an answer. */
+static int probe_udp(const char *host, int port, int timeout_ms, const char *bind_addr, int sport,
+                     int count)
 {
     struct sockaddr_storage ss;
     socklen_t len;
     if (resolve(host, port, SOCK_DGRAM, &ss, &len) < 0)
         return OTHER;
     int fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&ss, len) < 0)
+    if (fd < 0)
         return report(OTHER, strerror(errno));
-    if (send(fd, "ping", 4, 0) < 0) {
-        int e = errno;
-        close(fd);
-        return report(outcome_of(e), strerror(e));
+    if (bind_addr || sport > 0) {
+        struct sockaddr_storage bs;
+        socklen_t blen;
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (resolve(bind_addr ? bind_addr : "0.0.0.0", sport, SOCK_DGRAM, &bs, &blen) < 0 ||
+            bind(fd, (struct sockaddr *)&bs, blen) < 0)
+            return report(OTHER, "bind");
     }
+    if (connect(fd, (struct sockaddr *)&ss, len) < 0)
+        return report(OTHER, strerror(errno));
+    for (int i = 0; i < (count > 0 ? count : 1); i++)
+        if (send(fd, "ping", 4, 0) < 0) {
+            int e = errno;
+            close(fd);
+            return report(outcome_of(e), strerror(e));
+        }
     struct pollfd p = {fd, POLLIN, 0};
     if (poll(&p, 1, timeout_ms) == 0) {
         close(fd);
@@ -559,7 +574,8 @@ int main(int argc, char **argv)
     if (argc >= 4 && strcmp(argv[1], "tcp") == 0)
         return probe_tcp(argv[2], atoi(argv[3]), timeout, opt_str(argc, argv, "--bind"));
     if (argc >= 4 && strcmp(argv[1], "udp") == 0)
-        return probe_udp(argv[2], atoi(argv[3]), timeout);
+        return probe_udp(argv[2], atoi(argv[3]), timeout, opt_str(argc, argv, "--bind"),
+                         opt_int(argc, argv, "--sport", 0), opt_int(argc, argv, "--count", 1));
     if (argc >= 5 && strcmp(argv[1], "tcp-hold") == 0)
         return probe_tcp_hold(argv[2], atoi(argv[3]), argv[4], timeout);
     if (argc >= 3 && strcmp(argv[1], "icmp") == 0)

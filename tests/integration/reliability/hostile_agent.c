@@ -7,6 +7,7 @@
  *   hang    never answers (message_timeout)
  *   forks   forks children that sleep until fork fails (RLIMIT_NPROC) or N children exist
  *   filltmp writes /tmp/fill until the write fails (the Sandbox's size-limited /tmp)
+ *   longids N lines that answer no message, each with an id of K bytes, then a reply
  *   probe   tries to read host paths and host processes, mount, ptrace, setuid, chroot, ...
  * and reports what happened, so the test can assert containment from the outside.
  * Static, no sanitizers: it runs inside the Sandbox (copied into its Workspace).
@@ -66,6 +67,19 @@ static void do_flood(const char *id, long mib)
             break;
     char out[64];
     snprintf(out, sizeof out, "{\"flooded\":%ld}", lines * (long)sizeof line);
+    reply(id, out);
+}
+
+static void do_longids(const char *id, long lines, long id_bytes)
+{
+    static char fake[1 << 16];
+    size_t n = id_bytes > 0 && (size_t)id_bytes < sizeof fake ? (size_t)id_bytes : 4096;
+    memset(fake, 'i', n);
+    fake[n] = '\0';
+    for (long i = 0; i < lines; i++)
+        printf("{\"id\":\"%s\",\"reply\":%ld}\n", fake, i);
+    char out[64];
+    snprintf(out, sizeof out, "{\"lines\":%ld}", lines);
     reply(id, out);
 }
 
@@ -198,6 +212,8 @@ int main(void)
             do_flood(id, get_number(line, "mib", 8));
         else if (strcmp(what, "huge") == 0)
             do_huge(id, get_number(line, "mib", 100));
+        else if (strcmp(what, "longids") == 0)
+            do_longids(id, get_number(line, "lines", 2000), get_number(line, "idBytes", 4096));
         else if (strcmp(what, "hang") == 0)
             for (;;)
                 pause();

@@ -122,6 +122,20 @@ test('a stdout flood (relayed as log lines) neither loses the reply nor stops th
   assert.equal(sbx.workers[0].exitCode, null, 'the worker died');
 });
 
+test('a flood of lines with over-long ids stays within the log budget and the reply arrives', async () => {
+  const before = sbx.workers[0].log.length;
+  const t0 = Date.now();
+  const { m } = await attack({ do: 'longids', lines: 3000, idBytes: 8192 });
+  assert.equal(m.state, 'completed', m.error);
+  assert.equal(m.reply.lines, 3000);
+  const grown = sbx.workers[0].log.length - before;
+  console.log(`worker log grew by ${grown} bytes for 3000 unexpected lines of 8 KiB ids (${Date.now() - t0} ms)`);
+  // 24 MiB of ids: the log takes the 64 KiB budget of the window plus a line per other event.
+  assert.ok(grown < 256 * 1024, `the worker logged ${grown} bytes`);
+  assert.match(sbx.workers[0].log.slice(before), /unexpected line from the agent \(id i{64}\.\.\. of 8192 bytes\)/);
+  assert.equal(sbx.workers[0].exitCode, null, 'the worker died');
+});
+
 test('filling /tmp stops at the Sandbox tmpfs size (ENOSPC), not the host disk', async () => {
   const { m } = await attack({ do: 'filltmp' });
   assert.equal(m.state, 'completed', m.error);
