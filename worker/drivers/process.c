@@ -59,6 +59,7 @@
 #include <sys/wait.h>
 #include <grp.h>
 #include <linux/capability.h>
+#include <linux/openat2.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -229,30 +230,38 @@ static void child_build_dev(const struct child_plan *p)
         child_fail(p, "remount /dev read-only");
 }
 
-/* The Sandbox's /etc/resolv.conf names the resolvers it may use (issue 15): sbx's file (open as
- * fd before pivot_root) bound read-only over the image's, after pivot_root, so that a symlink
- * there resolves inside the Sandbox's root. A writable root (an App's image) without the file
- * gets an empty one to bind onto; a read-only root without it, or with a dangling symlink there
- * (e.g. to systemd-resolved's stub), keeps what it has. */
-static void child_bind_resolv_conf(const struct child_plan *p, int fd)
+/* The Sandbox's /etc/resolv.conf names the resolvers it may use (issue 15): sbx's file bound
+ * read-only over the root's, before pivot_root. Only onto a path without any symlink (checked with
+ * openat2 RESOLVE_NO_SYMLINKS inside the root), so an image's links cannot aim the bind elsewhere.
+ * A writable root (an App's image) without the file gets an empty one to bind onto; a read-only
+ * root without it, or with a symlink on the way (e.g. to systemd-resolved's stub), keeps what it
+ * has. */
+static void child_bind_resolv_conf(const struct child_plan *p)
 {
+    if (!p->resolv_src[0])
+        return;
+    int root = open(p->root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (root < 0)
+        child_fail(p, "open the root");
+    struct open_how create = {.flags = O_WRONLY | O_CREAT | O_CLOEXEC,
+                              .mode = 0644,
+                              .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS};
+    int fd = (int)syscall(SYS_openat2, root, "etc/resolv.conf", &create, sizeof create);
+    if (fd < 0) { /* a read-only root: is the file there, and reached without a link? */
+        struct open_how find = {.flags = O_PATH | O_CLOEXEC,
+                                .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS};
+        fd = (int)syscall(SYS_openat2, root, "etc/resolv.conf", &find, sizeof find);
+    }
+    close(root);
     if (fd < 0)
         return;
-    int made = open("/etc/resolv.conf", O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (made >= 0)
-        close(made);
-    char src[64];
-    snprintf(src, sizeof src, "/proc/self/fd/%d", fd);
-    if (mount(src, "/etc/resolv.conf", NULL, MS_BIND, NULL) != 0) {
-        close(fd);
-        if (errno == ENOENT || errno == ELOOP)
-            return;
-        child_fail(p, "bind /etc/resolv.conf");
-    }
     close(fd);
-    if (mount(NULL, "/etc/resolv.conf", NULL,
-              MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
-        child_fail(p, "remount /etc/resolv.conf read-only");
+    char at[PATH_MAX + 32];
+    snprintf(at, sizeof at, "%s/etc/resolv.conf", p->root);
+    if (mount(p->resolv_src, at, NULL, MS_BIND, NULL) != 0 ||
+        mount(NULL, at, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              NULL) != 0)
+        child_fail(p, "bind /etc/resolv.conf");
 }
 
 /* The built-in rootfs, bound read-only as the Sandbox's root. */
@@ -281,7 +290,7 @@ static void child_build_root(const struct child_plan *p)
     } else {
         child_bind_default_rootfs(p);
     }
-    int resolv_fd = p->resolv_src[0] ? open(p->resolv_src, O_PATH | O_CLOEXEC) : -1;
+    child_bind_resolv_conf(p);
     if (mount("tmpfs", p->root_tmp, "tmpfs", MS_NOSUID | MS_NODEV, p->tmp_options) != 0)
         child_fail(p, "mount /tmp");
     if (mount("proc", p->root_proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
@@ -298,7 +307,6 @@ static void child_build_root(const struct child_plan *p)
     if (mount("/proc/sys", "/proc/sys", NULL, MS_BIND | MS_REC, NULL) != 0 ||
         mount(NULL, "/proc/sys", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) != 0)
         child_fail(p, "make /proc/sys read-only");
-    child_bind_resolv_conf(p, resolv_fd);
 }
 
 static void child_limit(const struct child_plan *p)

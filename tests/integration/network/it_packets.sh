@@ -93,7 +93,7 @@ for a in 11.11.11.11 11.11.11.12 11.11.11.53 10.99.0.10 172.16.5.10 192.168.77.1
 done
 # Only for the control phase: without sbx's masquerade, the world can answer the pool directly.
 ip -n "$W" route add $POOL via 11.0.0.1
-ip netns exec "$W" "$PROBE" serve --pidfile "$TMP/world.pid" --tcp 80,443,8080,25 --udp 5000 || exit 1
+ip netns exec "$W" "$PROBE" serve --pidfile "$TMP/world.pid" --tcp 80,443,8080,25 --udp 53,5000 || exit 1
 # The world's resolver (Debian's dnsmasq as an authoritative stand-in), TTL 2 s.
 ip netns exec "$W" dnsmasq --conf-file=/dev/null --no-resolv --no-hosts --bind-interfaces \
     --listen-address=11.11.11.53 --user=root --group=root --pid-file="$TMP/dns.pid" \
@@ -299,6 +299,8 @@ table ip world {
 }
 EOF
 world_udp() { ip netns exec "$W" nft list chain ip world input | awk '/counter/ { for (i = 1; i <= NF; i++) if ($i == "packets") print $(i + 1) }'; }
+# UDP to a public address goes only to a resolver (egress): 11.11.11.11 is one for this part.
+ctl egress 80,443 11.11.11.53,11.11.11.11 || bad "egress settings with 11.11.11.11 as a resolver"
 SB_PID=$SB1_PID
 expect answered "Sandbox 1's UDP flow to the world (port 40053)" udp 11.11.11.11 53 --sport 40053
 SB_PID=$SB2_PID
@@ -315,6 +317,7 @@ now=$(counter spoofed)
 nsenter -t "$SB2_PID" -n ip addr del "$ADDR1/32" dev eth0
 SB_PID=$SB1_PID
 expect answered "Sandbox 1's flow still works" udp 11.11.11.11 53 --sport 40053
+ctl egress 80,443 11.11.11.53 || bad "egress settings back"
 SB_PID=$SB2_PID
 
 "$CTL" ro-metrics | grep -q '^sbx_firewall_dropped_packets_total{reason="spoofed"} [1-9]' &&
