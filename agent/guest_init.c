@@ -4,7 +4,9 @@
  * It does what a guest needs before the agent can run: mounts /proc, /sys, /dev, /dev/pts, /tmp and
  * /run; loads the kernel modules listed in /etc/modules.order (written in dependency order by
  * tools/build-guest-image) with finit_module; sets the hostname, brings up lo and configures eth0
- * from sbx.net=<addr>/<prefix>,<gateway> when the host gave the guest a link. Then it starts
+ * from sbx.net=<addr>/<prefix>,<gateway> when the host gave the guest a link, and writes
+ * /etc/resolv.conf from sbx.dns=<addr>,... (the host's dns_resolvers, the only resolvers the
+ * Sandbox's firewall lets DNS reach; "sbx.dns=" for none). Then it starts
  * /usr/bin/sbx-agent on the channel the kernel command line names:
  *     sbx.channel=virtio:<port name>   (qemu: virtio-serial, the default virtio:sbx.agent)
  *     sbx.channel=vsock:<port>         (firecracker: vsock, host-initiated)
@@ -28,6 +30,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,6 +191,45 @@ static void configure_network(const char *spec)
     close(s);
 }
 
+/* Writes /etc/resolv.conf naming the resolvers of "sbx.dns=a.b.c.d,..." (issue 15), so that
+ * getaddrinfo and the image's own tools resolve through them. Each must be an IPv4 address. */
+static void configure_resolvers(const char *list)
+{
+    char text[512];
+    size_t n = (size_t)snprintf(text, sizeof text, "# written by sbx-init from sbx.dns\n");
+    char copy[256];
+    snprintf(copy, sizeof copy, "%s", list);
+    int count = 0;
+    for (char *save = NULL, *a = strtok_r(copy, ",", &save); a; a = strtok_r(NULL, ",", &save)) {
+        struct in_addr ia;
+        if (inet_pton(AF_INET, a, &ia) != 1 || n >= sizeof text - 32) {
+            say("ignoring resolver \"%s\" in sbx.dns", a);
+            continue;
+        }
+        n += (size_t)snprintf(text + n, sizeof text - n, "nameserver %s\n", a);
+        count++;
+    }
+    /* An initramfs root is writable; a read-only root (an image on a disk) gets the file from
+     * /run (a tmpfs) bound over its own /etc/resolv.conf. */
+    const char *path = "/etc/resolv.conf";
+    mkdir("/etc", 0755);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == EROFS) {
+        path = "/run/resolv.conf";
+        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    }
+    bool ok = fd >= 0 && write(fd, text, n) == (ssize_t)n;
+    if (fd >= 0)
+        close(fd);
+    if (ok && strcmp(path, "/etc/resolv.conf") != 0 &&
+        mount(path, "/etc/resolv.conf", NULL, MS_BIND, NULL) != 0)
+        ok = false;
+    if (!ok)
+        say("/etc/resolv.conf: %s", strerror(errno));
+    else
+        say("resolv.conf: %d resolver(s)", count);
+}
+
 /* Reads the kernel command line: sbx.net= configures eth0 on the spot; sbx.channel= gives the
  * agent's channel option and value. Returns 0, or -1 if the channel is malformed. */
 static int channel_from_cmdline(char *option, size_t optlen, char *value, size_t valuelen)
@@ -204,6 +246,10 @@ static int channel_from_cmdline(char *option, size_t optlen, char *value, size_t
     for (char *tok = strtok(cmdline, " \n"); tok != NULL; tok = strtok(NULL, " \n")) {
         if (strncmp(tok, "sbx.net=", 8) == 0) {
             configure_network(tok + 8);
+            continue;
+        }
+        if (strncmp(tok, "sbx.dns=", 8) == 0) {
+            configure_resolvers(tok + 8);
             continue;
         }
         if (strncmp(tok, "sbx.channel=", 12) != 0)

@@ -4,6 +4,8 @@
 #include "fs.h"
 #include "config.h"
 
+#include "egress_settings.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <stddef.h>
@@ -84,6 +86,11 @@ static const struct setting settings[] = {
         "cap of a microVM's console and VMM logs (KiB each; rotated, one older copy kept)"),
     INT(sandbox_pids_max, "1024", 16, 4194304, "processes and threads per Sandbox (pids cgroup)"),
     STR(net_pool, "10.213.0.0/16", "addresses for Sandbox links (a /30 each)"),
+    STR(egress_ports, "80,443",
+        "TCP ports a Sandbox may open to public IPv4 (comma-separated); all else is dropped"),
+    STR(dns_resolvers, "",
+        "IPv4 addresses Sandboxes may send DNS to, comma-separated, or none (default: the "
+        "public nameservers of /etc/resolv.conf)"),
     STR(qemu_bin, "qemu-system-x86_64", "QEMU binary of the qemu driver"),
     STR(qemu_accel, "tcg", "qemu accelerator: tcg, kvm or auto"),
     STR(guest_dir, "", "guest kernel and initramfs (default <data_dir>/guest)"),
@@ -375,6 +382,9 @@ int config_load(struct sbx_config *cfg, int argc, char **argv, char *err, size_t
                  cfg->driver);
         return -1;
     }
+    struct egress_settings egress;
+    if (egress_settings_parse(cfg->egress_ports, cfg->dns_resolvers, &egress, err, errlen) != 0)
+        return -1;
     return 0;
 }
 

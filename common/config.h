@@ -49,6 +49,8 @@ struct sbx_config {
     int64_t vmm_log_max_kib;     /* SBX_VMM_LOG_MAX_KIB: cap of each VMM and console log */
     int64_t sandbox_pids_max;    /* SBX_SANDBOX_PIDS_MAX: tasks per Sandbox (pids cgroup) */
     char net_pool[64];           /* SBX_NET_POOL: addresses for Sandbox links */
+    char egress_ports[256];      /* SBX_EGRESS_PORTS: TCP ports open to public IPv4 */
+    char dns_resolvers[256];     /* SBX_DNS_RESOLVERS: "" = the host's public nameservers */
     char qemu_bin[256];          /* SBX_QEMU_BIN */
     char qemu_accel[16];         /* SBX_QEMU_ACCEL: tcg, kvm or auto */
     char guest_dir[512];         /* SBX_GUEST_DIR: guest kernel and initramfs */

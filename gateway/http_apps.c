@@ -1,6 +1,7 @@
 /*
  * http_apps.c: /v1/apps and /v1/apps/{appId} (admin only): create, list, get, patch, delete.
  */
+#include "egress_policy.h"
 #include "gateway.h"
 #include "json_input.h"
 #include "render.h"
@@ -11,8 +12,8 @@
 #include <string.h>
 
 static const char *const app_fields[] = {
-    "name",        "keepAliveSeconds", "vcpuCount", "memSizeMib", "driver", "image",
-    "maxAttempts", "command",          "limits",    "env",        NULL};
+    "name",        "keepAliveSeconds", "vcpuCount", "memSizeMib", "driver",  "image",
+    "maxAttempts", "command",          "limits",    "env",        "network", NULL};
 
 /* The App fields present in obj, validated; command_json is a new string the caller frees. */
 struct app_input {
@@ -23,6 +24,7 @@ struct app_input {
     char *limits_json; /* NULL: absent; "": null or {} (no caps) */
     char *env_json;
     char image_id[STORE_ID_LEN], image_digest[STORE_DIGEST_LEN];
+    char *network_json; /* the policy's normal form, when "network" was given */
 };
 
 /* "limits": {"vmmMemoryMib": 64..1048576, "vmmCpus": 1..256}, each optional, or null: the host
@@ -109,6 +111,41 @@ static int env_read(json_t *obj, char **out_json, struct input_error *e)
     return 1;
 }
 
+/* "network": validated (422 naming e.g. network.allow[2]) and written back in its normal form. */
+static bool network_read(json_t *obj, struct app_input *in, struct input_error *e)
+{
+    json_t *network = json_object_get(obj, "network");
+    if (!network)
+        return true;
+    struct egress_policy *p = malloc(sizeof *p);
+    if (!p) {
+        e->code = "invalid-field";
+        snprintf(e->field, sizeof e->field, "network");
+        snprintf(e->detail, sizeof e->detail, "out of memory");
+        return false;
+    }
+    int rc =
+        egress_policy_parse(network, p, e->field, sizeof e->field, e->detail, sizeof e->detail);
+    bool ok = rc == 0;
+    if (!ok) {
+        e->code = rc == EGRESS_POLICY_UNKNOWN_FIELD ? "unknown-field"
+                  : rc == EGRESS_POLICY_BAD_TYPE    ? "invalid-field"
+                                                    : "invalid-value";
+    } else {
+        json_t *norm = egress_policy_json(p);
+        in->network_json = norm ? json_dumps(norm, JSON_COMPACT) : NULL;
+        json_decref(norm);
+        ok = in->network_json != NULL;
+        if (!ok) {
+            e->code = "invalid-field";
+            snprintf(e->field, sizeof e->field, "network");
+            snprintf(e->detail, sizeof e->detail, "out of memory");
+        }
+    }
+    free(p);
+    return ok;
+}
+
 static bool app_input_read(json_t *obj, struct app_input *in, struct input_error *e)
 {
     int rc;
@@ -150,7 +187,7 @@ static bool app_input_read(json_t *obj, struct app_input *in, struct input_error
         return false;
     if (limits_read(obj, &in->limits_json, e) < 0 || env_read(obj, &in->env_json, e) < 0)
         return false;
-    return true;
+    return network_read(obj, in, e);
 }
 
 static void app_input_free(struct app_input *in)
@@ -158,7 +195,8 @@ static void app_input_free(struct app_input *in)
     free(in->command_json);
     free(in->env_json);
     free(in->limits_json);
-    in->command_json = in->env_json = in->limits_json = NULL;
+    free(in->network_json);
+    in->command_json = in->env_json = in->limits_json = in->network_json = NULL;
 }
 
 static enum MHD_Result reply_app(struct request *r, unsigned status, struct store_app *a)
@@ -219,6 +257,8 @@ enum MHD_Result http_app_create(struct request *r)
     else
         free(in.limits_json);
     in.limits_json = NULL;
+    a.network_json = in.network_json; /* NULL: the store's default, public */
+    in.network_json = NULL;
     json_decref(obj);
     if (!a.command_json || !a.env_json) {
         store_app_clear(&a);
@@ -307,6 +347,7 @@ enum MHD_Result http_app_patch(struct request *r)
         .image_id = in.image ? in.image_id : NULL,
         .image_digest = in.image ? in.image_digest : NULL,
         .env_json = in.env_json,
+        .network_json = in.network_json,
     };
     /* The built-in rootfs has no entrypoint: an App moving to it from an Image that ran the
      * image's own needs a command. */

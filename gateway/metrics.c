@@ -310,6 +310,17 @@ static void render_firewall(struct store *st, struct buf *b)
         out(b, "%s", text);
 }
 
+/* The firewall's denials per App and rule (issue 15), as the host's reading worker last
+ * published them (settings key egress_metrics, worker/sandbox/egress_events.c). */
+static void render_egress(struct store *st, struct buf *b)
+{
+    size_t cap = 128 * 1024;
+    char *text = malloc(cap);
+    if (text && st->setting_get(st, "egress_metrics", text, cap) == STORE_OK)
+        out(b, "%s", text);
+    free(text);
+}
+
 char *metrics_render(struct metrics *m, struct store *st, size_t *len)
 {
     struct buf b = {malloc(8192), 0, 8192, 0};
@@ -320,6 +331,7 @@ char *metrics_render(struct metrics *m, struct store *st, size_t *len)
     render_pool(st, &b);
     render_hosts(st, &b);
     render_firewall(st, &b);
+    render_egress(st, &b);
     if (b.failed) {
         free(b.p);
         return NULL;

@@ -43,20 +43,25 @@ json_t *render_app(const struct store_app *a)
         json_decref(limits);
         limits = json_null();
     }
+    json_t *network = stored_json(a->network_json);
+    if (!json_is_object(network)) {
+        json_decref(network);
+        network = json_pack("{s:s}", "egress", "public"); /* a row from before 0007 */
+    }
     json_t *env = stored_json(a->env_json);
     if (!json_is_object(env)) {
         json_decref(env);
         env = json_object();
     }
     return json_pack(
-        "{s:s, s:s, s:I, s:I, s:I, s:s, s:s, s:o, s:s, s:I, s:o, s:o, s:o, s:o, s:o}", "id", a->id,
-        "name", a->name, "keepAliveSeconds", (json_int_t)a->keep_alive_seconds, "vcpuCount",
+        "{s:s, s:s, s:I, s:I, s:I, s:s, s:s, s:o, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o}", "id",
+        a->id, "name", a->name, "keepAliveSeconds", (json_int_t)a->keep_alive_seconds, "vcpuCount",
         (json_int_t)a->vcpu_count, "memSizeMib", (json_int_t)a->mem_size_mib, "driver", a->driver,
         "image", a->image, "imageId", str_or_null(a->image_id), "imageDigest",
         a->image_digest[0] ? a->image_digest : "default", "maxAttempts",
         (json_int_t)a->max_attempts, "command", stored_json(a->command_json), "limits", limits,
         "env", env, "createdAt", render_time(a->created_at), "updatedAt",
-        render_time(a->updated_at));
+        render_time(a->updated_at), "network", network);
 }
 
 json_t *render_image(const struct store_image *im)

@@ -30,7 +30,8 @@ CREATE TABLE apps (
     command            TEXT NOT NULL, -- JSON array of strings: the agent's argv inside the Sandbox
     created_at         BIGINT NOT NULL,
     updated_at         BIGINT NOT NULL,
-    deleted_at         BIGINT
+    deleted_at         BIGINT,
+    network            TEXT NOT NULL DEFAULT '{"egress":"public"}' -- JSON: the egress policy (0007)
 );
 CREATE UNIQUE INDEX apps_name ON apps (name) WHERE deleted_at IS NULL;
 

@@ -9,7 +9,8 @@
 option(SBX_FUZZ "Build the libFuzzer targets (configure with CC=clang-14; see tools/fuzz.sh)" OFF)
 set(SBX_FUZZ_SECONDS 8 CACHE STRING "Seconds each it.fuzz.* test fuzzes its target")
 set(SBX_FUZZ_DIR ${CMAKE_CURRENT_SOURCE_DIR}/fuzz)
-set(SBX_FUZZ_TARGETS json_bodies route_query auth_header idempotency_key agent_channel agent_relay)
+set(SBX_FUZZ_TARGETS json_bodies route_query auth_header idempotency_key agent_channel agent_relay
+                     egress_policy dns_wire)
 
 if(SBX_FUZZ)
   if(NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
@@ -33,6 +34,8 @@ if(SBX_FUZZ)
   sbx_fuzz_target(idempotency_key sbxgateway)
   sbx_fuzz_target(agent_channel sbxworker)
   sbx_fuzz_target(agent_relay sbxrelay PkgConfig::JANSSON)
+  sbx_fuzz_target(egress_policy sbxcommon)
+  sbx_fuzz_target(dns_wire sbxworker)
   target_sources(fuzz_agent_relay PRIVATE ${SBX_FUZZ_DIR}/jansson_oracle.c)
 
   foreach(t IN LISTS SBX_FUZZ_TARGETS)

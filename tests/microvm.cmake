@@ -29,3 +29,14 @@ if(TARGET guest-image AND NODE_EXECUTABLE AND TARGET sbx-worker AND TARGET sbx-g
     ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>"
     FIXTURES_REQUIRED guest_image TIMEOUT 300)
 endif()
+
+# Egress in a microVM (issue 15): the guest's resolv.conf from sbx.dns=, DNS and the firewall's
+# rules from a real TCG guest; a world namespace of its own, hence --mount too.
+if(TARGET guest-image AND NODE_EXECUTABLE AND TARGET sbx-worker AND TARGET sbx-gateway)
+  add_test(NAME it.microvm.qemu_egress
+           COMMAND unshare --net --mount -- ${NODE_EXECUTABLE} --test --test-concurrency=1
+                   ${CMAKE_CURRENT_LIST_DIR}/integration/microvm/qemu_egress.test.mjs)
+  set_tests_properties(it.microvm.qemu_egress PROPERTIES
+    ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBX_NET_PROBE=$<TARGET_FILE:net_probe>;SBX_EGRESS_WORLD=${CMAKE_CURRENT_LIST_DIR}/integration/network/egress_world.sh"
+    FIXTURES_REQUIRED guest_image TIMEOUT 300 RUN_SERIAL ON)
+endif()

@@ -11,6 +11,11 @@ add_executable(test_firewall_netns ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_firewal
 target_link_libraries(test_firewall_netns PRIVATE sbxworker PkgConfig::CMOCKA)
 add_test(NAME unit.network.addresses COMMAND test_firewall_netns)
 
+# The DNS wire format of sbx's forwarder (issue 15).
+add_executable(test_dns_wire ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dns_wire.c)
+target_link_libraries(test_dns_wire PRIVATE sbxworker PkgConfig::CMOCKA)
+add_test(NAME unit.network.dns_wire COMMAND test_dns_wire)
+
 add_executable(net_probe ${net_it_dir}/net_probe.c)
 add_executable(net_ctl ${net_it_dir}/net_ctl.c)
 target_link_libraries(net_ctl PRIVATE sbxworker)
@@ -28,6 +33,17 @@ set_target_properties(sbx-bench-firewall PROPERTIES RUNTIME_OUTPUT_DIRECTORY
 # A short run, so that the benchmark keeps working; it asserts nothing about speed.
 add_test(NAME it.network.bench_firewall_runs
          COMMAND sbx-bench-firewall --samples 20 --max 100)
+
+# tools/bench/egress: policy change cost at 10, 100 and 1,000 live Sandboxes; DNS lookup latency
+# through sbx's forwarder beside a direct lookup.
+add_executable(sbx-bench-egress ${CMAKE_SOURCE_DIR}/tools/bench/egress.c)
+target_link_libraries(sbx-bench-egress PRIVATE sbxworker)
+set_target_properties(sbx-bench-egress PROPERTIES RUNTIME_OUTPUT_DIRECTORY
+                                                  ${CMAKE_BINARY_DIR}/tools/bench)
+# A short run in a mount namespace too (dnsmasq's pid file, the resolver on lo); asserts nothing
+# about speed.
+add_test(NAME it.network.bench_egress_runs
+         COMMAND unshare --mount -- $<TARGET_FILE:sbx-bench-egress> --samples 20 --max 100)
 
 add_test(NAME it.network.slots
          COMMAND unshare --net -- bash ${net_it_dir}/it_slots.sh $<TARGET_FILE:net_ctl>)

@@ -47,3 +47,12 @@ endif()
 add_executable(test_log_cap ${CMAKE_CURRENT_LIST_DIR}/unit/test_log_cap.c)
 target_link_libraries(test_log_cap PRIVATE sbxworker PkgConfig::CMOCKA)
 add_test(NAME unit.worker.log_cap COMMAND test_log_cap)
+# Per-App egress policies end to end (issue 15): a world namespace of its own, hence --mount too.
+if(NODE_EXECUTABLE AND TARGET rootfs)
+  add_test(NAME it.worker.egress_e2e
+           COMMAND unshare --net --mount -- ${NODE_EXECUTABLE} --test --test-concurrency=1
+                   ${CMAKE_CURRENT_SOURCE_DIR}/integration/worker/egress_e2e.test.mjs)
+  set_tests_properties(it.worker.egress_e2e PROPERTIES
+    ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBX_NET_PROBE=$<TARGET_FILE:net_probe>;SBX_SBXCTL_BIN=$<TARGET_FILE:sbxctl>;SBX_EGRESS_WORLD=${CMAKE_CURRENT_SOURCE_DIR}/integration/network/egress_world.sh"
+    TIMEOUT 180 RUN_SERIAL ON)
+endif()

@@ -404,19 +404,33 @@ int cmd_sandbox(struct ctl *ctl, int argc, char **argv)
         ctl,
         "SELECT id, at, " UTC("at") " AS at_utc, actor, kind, object_type, "
                                     "object_id, app_id, session_id, request_id, data FROM events "
-                                    "WHERE object_id = ?1 OR (json_valid(data) AND "
-                                    "json_extract(data, '$.sandboxId') = ?1) ORDER BY id",
+                                    "WHERE (object_id = ?1 OR (json_valid(data) AND "
+                                    "json_extract(data, '$.sandboxId') = ?1)) AND kind != "
+                                    "'sandbox.egress_denied' ORDER BY id",
+        "s", pos[0]);
+    /* The firewall's last refusals, newest first (issue 15): rate-limited at the source, the
+     * suppressed ones counted in each row. */
+    json_t *denials = ctl_query(
+        ctl,
+        "SELECT * FROM (SELECT id, " UTC("at") " AS at_utc, json_extract(data, '$.destination') "
+                                               "AS destination, json_extract(data, '$.port') AS "
+                                               "port, json_extract(data, '$.protocol') AS "
+                                               "protocol, json_extract(data, '$.rule') AS rule, "
+                                               "json_extract(data, '$.suppressed') AS suppressed "
+                                               "FROM events WHERE object_id = ?1 AND kind = "
+                                               "'sandbox.egress_denied' ORDER BY id DESC LIMIT "
+                                               "20) ORDER BY id DESC",
         "s", pos[0]);
     json_t *violations = ctl_query(ctl,
                                    "SELECT * FROM sandbox_reuse_violations WHERE sandbox_id "
                                    "= ?1",
                                    "s", pos[0]);
     rc = CTL_OK;
-    if (!messages || !events || !violations) {
+    if (!messages || !events || !violations || !denials) {
         rc = CTL_ERROR;
     } else if (ctl->json) {
-        json_t *all = json_pack("{sOsOsOsO}", "sandbox", sb, "messages", messages, "events", events,
-                                "violations", violations);
+        json_t *all = json_pack("{sOsOsOsOsO}", "sandbox", sb, "messages", messages, "events",
+                                events, "violations", violations, "denials", denials);
         ctl_print_json(all, false);
         json_decref(all);
     } else {
@@ -428,6 +442,17 @@ int cmd_sandbox(struct ctl *ctl, int argc, char **argv)
         ctl_print_table(ctl, messages, message_cols);
         printf("\nEvents (%zu)\n", json_array_size(events));
         ctl_print_table(ctl, events, event_cols);
+        static const struct ctl_col denial_cols[] = {{"at_utc", "TIME"},
+                                                     {"destination", "DESTINATION"},
+                                                     {"port", "PORT"},
+                                                     {"protocol", "PROTO"},
+                                                     {"rule", "RULE"},
+                                                     {"suppressed", "SUPPRESSED"},
+                                                     {0}};
+        if (json_array_size(denials) > 0) {
+            printf("\nLast egress denials (%zu, newest first)\n", json_array_size(denials));
+            ctl_print_table(ctl, denials, denial_cols);
+        }
         if (json_array_size(violations) > 0) {
             printf("\nINTEGRITY VIOLATIONS (%zu)\n", json_array_size(violations));
             ctl_print_table(ctl, violations, violation_cols);
@@ -437,6 +462,7 @@ int cmd_sandbox(struct ctl *ctl, int argc, char **argv)
     json_decref(messages);
     json_decref(events);
     json_decref(violations);
+    json_decref(denials);
     return rc;
 }
 

@@ -21,6 +21,9 @@
 #include "recovery/host_beat.h"
 #include "recovery/reconcile.h"
 #include "recovery/workspace_mounts.h"
+#include "sandbox/egress.h"
+#include "sandbox/egress_dns.h"
+#include "sandbox/egress_events.h"
 #include "sandbox/jobs.h"
 #include "sandbox/pool.h"
 #include "sandbox/sandbox.h"
@@ -107,6 +110,9 @@ static void on_poll(evutil_socket_t fd, short what, void *arg)
         consumer_kick(w);
     workspace_mounts_reconcile(w);
     sandbox_check_stop_requests(w);
+    sandbox_egress_refresh(w);
+    egress_events_tick(w);
+    egress_dns_tick(w);
     pool_refresh_shapes(w);
     pool_replenish(w);
     consumer_run(w);
@@ -340,6 +346,8 @@ int worker_run(struct worker *w)
 
 void worker_fini(struct worker *w)
 {
+    egress_dns_stop();    /* its thread asks the store */
+    egress_events_stop(); /* its event and batch, before the loop and the store go */
     /* Jobs still running use their Sandbox: let them end before freeing anything. */
     jobs_free(w->jobs);
     /* Sandboxes left only when the loop ended abnormally (adopted by another worker, which reaps

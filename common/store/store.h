@@ -72,6 +72,7 @@ struct store_app {
     char image[STORE_NAME_LEN]; /* as the App names it: an Image's id or name, or "default" */
     int64_t max_attempts;
     char *command_json; /* JSON array of strings; [] runs the image's entrypoint + cmd */
+    char *network_json; /* JSON object: the egress policy in its normal form (egress_policy.h) */
     int64_t created_at;
     int64_t updated_at;
     /* Optional host caps of its microVMs' VMM process, {"vmmMemoryMib":N,"vmmCpus":N} (each
@@ -99,6 +100,7 @@ struct store_app_patch {
     const char *image_id;
     const char *image_digest;
     const char *env_json;
+    const char *network_json; /* the normal form (egress_policy_json) */
 };
 
 /* A Sandbox's shape: what the warm pool keeps per kind. */
@@ -301,6 +303,14 @@ struct store_event {
     char *data_json; /* NULL or a JSON object */
 };
 void store_event_list_free(struct store_event *e, size_t n);
+
+/* ==== egress denials ==== */
+
+/* One firewall denial to record (egress_denials_record). */
+struct store_egress_denial {
+    char sandbox_id[STORE_ID_LEN];
+    const char *data_json; /* the event's data object */
+};
 
 /* Upper bounds (ms) of the Sandbox duration histograms in struct store_counts. */
 #define STORE_DURATION_BUCKETS 10
@@ -820,6 +830,11 @@ struct store {
                                               const char *unbounded);
     /* The distinct items that live workers recorded; *out (n strings) for store_strings_free. */
     enum store_status (*sandbox_unbounded)(struct store *st, char ***out, size_t *n);
+    /* ---- egress denials (egress_denials.c; the worker that reads the host's firewall log) ---- */
+    /* Records n events `sandbox.egress_denied` in one transaction, each with the App and Session
+     * its Sandbox serves (none for a warm one) and data_json as its data. */
+    enum store_status (*egress_denials_record)(struct store *st, const struct store_ctx *ctx,
+                                               const struct store_egress_denial *v, size_t n);
 };
 
 /* Frees what sandbox_unbounded returned. */

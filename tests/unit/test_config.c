@@ -9,6 +9,9 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "egress_settings.h"
+
+#include <arpa/inet.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,12 +119,75 @@ static void test_bad_values_are_refused(void **state)
     unsetenv("SBX_POOL_SIZE");
 }
 
+/* issue 15: egress_ports and dns_resolvers refused at start with the reason; the resolvers'
+ * default is the host's public nameservers only. */
+static void test_egress_settings(void **state)
+{
+    (void)state;
+    struct sbx_config cfg;
+    char err[256];
+    char a0[] = "sbx";
+    char *argv[] = {a0, NULL};
+    static const struct {
+        const char *env, *value, *reason;
+    } bad[] = {
+        {"SBX_DNS_RESOLVERS", "dns.example.com", "is not an IPv4 address"},
+        {"SBX_DNS_RESOLVERS", "2001:db8::53", "is not an IPv4 address"},
+        {"SBX_DNS_RESOLVERS", "10.0.0.53", "blocked private range 10.0.0.0/8"},
+        {"SBX_DNS_RESOLVERS", "127.0.0.53", "blocked special range"},
+        {"SBX_DNS_RESOLVERS", "1.1.1.1,", "comma-separated IPv4"},
+        {"SBX_EGRESS_PORTS", "80,http", "ports 1..65535"},
+        {"SBX_EGRESS_PORTS", "0", "ports 1..65535"},
+        {"SBX_EGRESS_PORTS", "65536", "ports 1..65535"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv(bad[i].env, bad[i].value, 1);
+        if (config_load(&cfg, 1, argv, err, sizeof err) != -1)
+            fail_msg("%s=%s was accepted", bad[i].env, bad[i].value);
+        if (!strstr(err, bad[i].reason))
+            fail_msg("%s=%s: %s", bad[i].env, bad[i].value, err);
+        unsetenv(bad[i].env);
+    }
+    setenv("SBX_DNS_RESOLVERS", "9.9.9.9,1.1.1.1,9.9.9.9", 1);
+    setenv("SBX_EGRESS_PORTS", "443,80,443", 1);
+    assert_int_equal(config_load(&cfg, 1, argv, err, sizeof err), 0);
+    struct egress_settings s;
+    assert_int_equal(
+        egress_settings_parse(cfg.egress_ports, cfg.dns_resolvers, &s, err, sizeof err), 0);
+    assert_int_equal(s.nports, 2);
+    assert_int_equal(s.nresolvers, 2);
+    assert_false(s.resolvers_from_host);
+    unsetenv("SBX_DNS_RESOLVERS");
+    unsetenv("SBX_EGRESS_PORTS");
+
+    /* The default: resolv.conf's public nameservers; a stub on loopback and a private one are no
+     * use to a Sandbox. */
+    write_conf("# a host\nnameserver 127.0.0.53\nnameserver 192.168.1.1\nnameserver 9.9.9.9\n"
+               "search example.com\nnameserver 2001:4860:4860::8888\nnameserver 1.1.1.1 # b\n");
+    assert_int_equal(egress_settings_load("80,443", "", conf_path, &s, err, sizeof err), 0);
+    assert_true(s.resolvers_from_host);
+    assert_int_equal(s.nresolvers, 2);
+    char a[INET_ADDRSTRLEN];
+    assert_string_equal(inet_ntop(AF_INET, &s.resolvers[0], a, sizeof a), "9.9.9.9");
+    assert_string_equal(inet_ntop(AF_INET, &s.resolvers[1], a, sizeof a), "1.1.1.1");
+    char text[512];
+    assert_int_equal(egress_resolv_conf_text(&s, text, sizeof text), 0);
+    assert_non_null(strstr(text, "nameserver 9.9.9.9\nnameserver 1.1.1.1\n"));
+    write_conf("nameserver 127.0.0.53\n");
+    assert_int_equal(egress_settings_load("80,443", "", conf_path, &s, err, sizeof err), 0);
+    assert_int_equal(s.nresolvers, 0); /* DNS refused; the worker says so once */
+    assert_int_equal(egress_settings_load("80,443", "none", conf_path, &s, err, sizeof err), 0);
+    assert_int_equal(s.nresolvers, 0);
+    assert_false(s.resolvers_from_host);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_defaults, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flag_beats_env_beats_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_values_are_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_egress_settings, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

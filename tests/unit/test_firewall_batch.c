@@ -39,85 +39,125 @@ static const struct {
                         "drop_ipv6][immediate reg 0 drop ]"},
     {"sandbox_to_host", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname "
                         "=> reg 8 ][payload load 4b @ network header + 12 => reg 12 ][lookup reg 8 "
-                        "set sandboxes 0x1 ][counter drop_spoofed][immediate reg 0 drop ]"},
+                        "set sandboxes 0x1 ][log prefix sbx drop_spoofed  group 5213 snaplen 64 "
+                        "qthreshold 0 ][counter drop_spoofed][immediate reg 0 drop ]"},
     {"sandbox_to_host", "[ct load state => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00000006 ) ^ "
                         "0x00000000 ][cmp neq reg 1 0x00000000 ][immediate reg 0 accept ]"},
-    {"sandbox_to_host",
-     "[meta load l4proto => reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + "
-     "2 => reg 1 ][cmp eq reg 1 0x0000bb01 ][immediate reg 0 accept ]"},
     {"sandbox_to_host",
      "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => reg 8 ][payload "
      "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set nfs ][meta load l4proto => reg 1 "
      "][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + 2 => reg 1 ][cmp eq reg 1 "
      "0x00000108 ][immediate reg 0 accept ]"},
-    {"sandbox_to_host", "[counter drop_host][immediate reg 0 drop ]"},
+    {"sandbox_to_host", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname "
+                        "=> reg 8 ][payload load 4b @ network header + 12 => reg 12 ][lookup reg 8 "
+                        "set egress_none ][log prefix sbx drop_policy  group 5213 snaplen 64 "
+                        "qthreshold 0 ][counter drop_policy][immediate reg 0 drop ]"},
+    {"sandbox_to_host",
+     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => reg 8 ][payload "
+     "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set egress_allowlist ][meta load "
+     "l4proto => reg 1 ][cmp eq reg 1 0x00000011 ][payload load 2b @ transport header + 2 => reg 1 "
+     "][cmp eq reg 1 0x0000b414 ][immediate reg 0 accept ]"},
+    {"sandbox_to_host",
+     "[meta load l4proto => reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + "
+     "2 => reg 1 ][cmp eq reg 1 0x0000bb01 ][immediate reg 0 accept ]"},
+    {"sandbox_to_host", "[log prefix sbx drop_host  group 5213 snaplen 64 qthreshold 0 ][counter "
+                        "drop_host][immediate reg 0 drop ]"},
     {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x0000000a ][counter "
                     "drop_ipv6][immediate reg 0 drop ]"},
     {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => "
                     "reg 8 ][payload load 4b @ network header + 12 => reg 12 ][lookup reg 8 set "
-                    "sandboxes 0x1 ][counter drop_spoofed][immediate reg 0 drop ]"},
+                    "sandboxes 0x1 ][log prefix sbx drop_spoofed  group 5213 snaplen 64 qthreshold "
+                    "0 ][counter drop_spoofed][immediate reg 0 drop ]"},
     {"sandbox_out", "[ct load state => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00000006 ) ^ 0x00000000 "
                     "][cmp neq reg 1 0x00000000 ][immediate reg 0 accept ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x000000ff ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x0000000a ][log prefix sbx drop_private  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_private][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x0000f0ff ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x000010ac ][log prefix sbx drop_private  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_private][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x0000ffff ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x0000a8c0 ][log prefix sbx drop_private  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_private][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x0000ffff ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x0000fea9 ][log prefix sbx drop_metadata  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_metadata][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x000000ff ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x00000000 ][log prefix sbx drop_special  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_special][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x0000c0ff ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x00004064 ][log prefix sbx drop_special  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_special][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x000000ff ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x0000007f ][log prefix sbx drop_special  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_special][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00ffffff ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x000000c0 ][log prefix sbx drop_special  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_special][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00ffffff ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x000200c0 ][log prefix sbx drop_special  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_special][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x0000feff ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x000012c6 ][log prefix sbx drop_special  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_special][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00ffffff ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x006433c6 ][log prefix sbx drop_special  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_special][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00ffffff ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x007100cb ][log prefix sbx drop_special  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_special][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x000000f0 ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x000000e0 ][log prefix sbx drop_special  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_special][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ "
+                    "network header + 16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x000000f0 ) ^ "
+                    "0x00000000 ][cmp eq reg 1 0x000000f0 ][log prefix sbx drop_special  group "
+                    "5213 snaplen 64 qthreshold 0 ][counter drop_special][immediate reg 0 drop ]"},
     {"sandbox_out",
      "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x000000ff ) ^ 0x00000000 ][cmp eq reg 1 0x0000000a "
-     "][counter drop_private][immediate reg 0 drop ]"},
+     "16 => reg 1 ][cmp eq reg 1 0xffffffff ][log prefix sbx drop_special  group 5213 snaplen 64 "
+     "qthreshold 0 ][counter drop_special][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => "
+                    "reg 8 ][payload load 4b @ network header + 12 => reg 12 ][lookup reg 8 set "
+                    "egress_none ][log prefix sbx drop_policy  group 5213 snaplen 64 qthreshold 0 "
+                    "][counter drop_policy][immediate reg 0 drop ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => "
+                    "reg 8 ][payload load 4b @ network header + 12 => reg 12 ][lookup reg 8 set "
+                    "egress_allowlist ][immediate reg 0 jump -> egress_dispatch ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load l4proto => "
+                    "reg 1 ][cmp eq reg 1 0x00000011 ][payload load 4b @ network header + 16 => "
+                    "reg 1 ][lookup reg 1 set resolvers ][payload load 2b @ transport header + 2 "
+                    "=> reg 1 ][cmp eq reg 1 0x00003500 ][immediate reg 0 accept ]"},
+    {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load l4proto => "
+                    "reg 1 ][cmp eq reg 1 0x00000006 ][payload load 4b @ network header + 16 => "
+                    "reg 1 ][lookup reg 1 set resolvers ][payload load 2b @ transport header + 2 "
+                    "=> reg 1 ][cmp eq reg 1 0x00003500 ][immediate reg 0 accept ]"},
     {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x0000f0ff ) ^ 0x00000000 ][cmp eq reg 1 0x000010ac "
-     "][counter drop_private][immediate reg 0 drop ]"},
+     "[meta load l4proto => reg 1 ][cmp eq reg 1 0x00000011 ][payload load 2b @ transport header + "
+     "2 => reg 1 ][cmp eq reg 1 0x00003500 ][log prefix sbx drop_dns  group 5213 snaplen 64 "
+     "qthreshold 0 ][counter drop_dns][immediate reg 0 drop ]"},
     {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x0000ffff ) ^ 0x00000000 ][cmp eq reg 1 0x0000a8c0 "
-     "][counter drop_private][immediate reg 0 drop ]"},
+     "[meta load l4proto => reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + "
+     "2 => reg 1 ][cmp eq reg 1 0x00003500 ][log prefix sbx drop_dns  group 5213 snaplen 64 "
+     "qthreshold 0 ][counter drop_dns][immediate reg 0 drop ]"},
     {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x0000ffff ) ^ 0x00000000 ][cmp eq reg 1 0x0000fea9 "
-     "][counter drop_metadata][immediate reg 0 drop ]"},
-    {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x000000ff ) ^ 0x00000000 ][cmp eq reg 1 0x00000000 "
-     "][counter drop_special][immediate reg 0 drop ]"},
-    {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x0000c0ff ) ^ 0x00000000 ][cmp eq reg 1 0x00004064 "
-     "][counter drop_special][immediate reg 0 drop ]"},
-    {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x000000ff ) ^ 0x00000000 ][cmp eq reg 1 0x0000007f "
-     "][counter drop_special][immediate reg 0 drop ]"},
-    {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00ffffff ) ^ 0x00000000 ][cmp eq reg 1 0x000000c0 "
-     "][counter drop_special][immediate reg 0 drop ]"},
-    {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00ffffff ) ^ 0x00000000 ][cmp eq reg 1 0x000200c0 "
-     "][counter drop_special][immediate reg 0 drop ]"},
-    {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x0000feff ) ^ 0x00000000 ][cmp eq reg 1 0x000012c6 "
-     "][counter drop_special][immediate reg 0 drop ]"},
-    {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00ffffff ) ^ 0x00000000 ][cmp eq reg 1 0x006433c6 "
-     "][counter drop_special][immediate reg 0 drop ]"},
-    {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00ffffff ) ^ 0x00000000 ][cmp eq reg 1 0x007100cb "
-     "][counter drop_special][immediate reg 0 drop ]"},
-    {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x000000f0 ) ^ 0x00000000 ][cmp eq reg 1 0x000000e0 "
-     "][counter drop_special][immediate reg 0 drop ]"},
-    {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x000000f0 ) ^ 0x00000000 ][cmp eq reg 1 0x000000f0 "
-     "][counter drop_special][immediate reg 0 drop ]"},
-    {"sandbox_out",
-     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
-     "16 => reg 1 ][cmp eq reg 1 0xffffffff ][counter drop_special][immediate reg 0 drop ]"},
-    {"sandbox_out", "[immediate reg 0 accept ]"},
+     "[meta load l4proto => reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + "
+     "2 => reg 1 ][lookup reg 1 set egress_ports ][immediate reg 0 accept ]"},
+    {"sandbox_out", "[log prefix sbx drop_egress  group 5213 snaplen 64 qthreshold 0 ][counter "
+                    "drop_egress][immediate reg 0 drop ]"},
     {"sandbox_in", "[ct load state => reg 1 ][bitwise reg 1 = ( reg 1 & 0x00000006 ) ^ 0x00000000 "
                    "][cmp neq reg 1 0x00000000 ][immediate reg 0 accept ]"},
     {"sandbox_in", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x0000000a ][counter "
@@ -135,6 +175,11 @@ static const struct {
      "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][payload load 4b @ network header + "
      "12 => reg 1 ][bitwise reg 1 = ( reg 1 & 0x0000ffff ) ^ 0x00000000 ][cmp eq reg 1 0x0000d50a "
      "][meta load oifname => reg 1 ][cmp neq reg 1 0x00786273 ][masq ]"},
+    {"prerouting",
+     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => reg 8 ][payload "
+     "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set egress_allowlist ][meta load "
+     "l4proto => reg 1 ][cmp eq reg 1 0x00000011 ][payload load 2b @ transport header + 2 => reg 1 "
+     "][cmp eq reg 1 0x00003500 ][immediate reg 1 0x0000b414 ][redir proto_min reg 1 ]"},
 };
 
 #define NRULES (sizeof(expected_rules) / sizeof(expected_rules[0]))
@@ -289,12 +334,24 @@ static void test_structure_batch(void **state)
         case NFT_MSG_NEWSET: {
             struct nftnl_set *s = nftnl_set_alloc();
             assert_int_equal(nftnl_set_nlmsg_parse(nlh, s), 0);
-            assert_string_equal(nftnl_set_get_str(s, NFTNL_SET_NAME),
-                                sets == 0 ? "sandboxes" : "nfs");
-            /* ifname (16 bytes) . ipv4_addr (4): nft's type id (41 << 6) | 7 */
-            assert_int_equal(nftnl_set_get_u32(s, NFTNL_SET_KEY_LEN), 20);
-            assert_int_equal(nftnl_set_get_u32(s, NFTNL_SET_KEY_TYPE), (41 << 6) | 7);
-            assert_int_equal(nftnl_set_get_u32(s, NFTNL_SET_FLAGS), 0); /* a plain hash */
+            /* ifname (16 bytes) . ipv4_addr (4): nft's type id (41 << 6) | 7; inet_service 13,
+             * ipv4_addr 7. */
+            static const struct {
+                const char *name;
+                uint32_t key_len, key_type, flags;
+            } want_sets[] = {
+                {"sandboxes", 20, (41 << 6) | 7, 0},
+                {"nfs", 20, (41 << 6) | 7, 0},
+                {"egress_ports", 2, 13, 0},
+                {"resolvers", 4, 7, 0},
+                {"egress_none", 20, (41 << 6) | 7, 0},
+                {"egress_allowlist", 20, (41 << 6) | 7, 0},
+            };
+            assert_true(sets < sizeof want_sets / sizeof want_sets[0]);
+            assert_string_equal(nftnl_set_get_str(s, NFTNL_SET_NAME), want_sets[sets].name);
+            assert_int_equal(nftnl_set_get_u32(s, NFTNL_SET_KEY_LEN), want_sets[sets].key_len);
+            assert_int_equal(nftnl_set_get_u32(s, NFTNL_SET_KEY_TYPE), want_sets[sets].key_type);
+            assert_int_equal(nftnl_set_get_u32(s, NFTNL_SET_FLAGS), want_sets[sets].flags);
             nftnl_set_free(s);
             sets++;
             break;
@@ -312,6 +369,10 @@ static void test_structure_batch(void **state)
                     assert_int_equal(hook, NF_INET_POST_ROUTING);
                     assert_string_equal(type, "nat");
                     assert_int_equal(prio, 100);
+                } else if (strcmp(name, "prerouting") == 0) { /* DNS to sbx's forwarder */
+                    assert_int_equal(hook, NF_INET_PRE_ROUTING);
+                    assert_string_equal(type, "nat");
+                    assert_int_equal(prio, -100);
                 } else {
                     assert_string_equal(type, "filter");
                     assert_int_equal(prio, -10);
@@ -351,8 +412,8 @@ static void test_structure_batch(void **state)
     }
     assert_int_equal(tables, 1);
     assert_int_equal(counters, FW_DROP_COUNT);
-    assert_int_equal(sets, 2);
-    assert_int_equal(chains, 7);
+    assert_int_equal(sets, 6);
+    assert_int_equal(chains, 9);
     assert_int_equal(rules, NRULES);
     fw_batch_free(&b);
 }

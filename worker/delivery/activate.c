@@ -7,6 +7,7 @@
  */
 #include "delivery/delivery.h"
 #include "log.h"
+#include "sandbox/egress.h"
 #include "sandbox/jobs.h"
 #include "sandbox/pool.h"
 #include "workspace_fs.h"
@@ -105,6 +106,14 @@ static void workspace_dir_of(struct worker *w, const struct store_delivery *d, c
 void activation_continue(struct sandbox *sb)
 {
     struct worker *w = sb->w;
+    /* The App's egress policy is in place before its command can run (fail closed). */
+    char why[512];
+    if (sandbox_egress_apply(sb, sb->delivery->app.id, sb->delivery->app.network_json, why,
+                             sizeof why) != 0) {
+        log_error("worker: %s: %s", sb->rt.sandbox_id, why);
+        sandbox_terminate(sb, "egress policy could not be applied", true);
+        return;
+    }
     workspace_dir_of(w, sb->delivery, sb->workspace_dir, sizeof sb->workspace_dir,
                      &sb->workspace_size_mib);
     if (!sb->workspace_dir[0] && !wants_host_caps(sb)) {

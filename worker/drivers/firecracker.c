@@ -26,6 +26,7 @@
 #include "images/image_erofs.h"
 #include "log.h"
 #include "host/log_cap.h"
+#include "host/egress.h"
 #include "host/links.h"
 
 #include <jansson.h>
@@ -738,14 +739,17 @@ static int configure_vm(const struct fc_layout *lay, const struct fc_guest *g,
                         const struct store_shape *shape, const char *guest_net, bool with_image,
                         char *err, size_t errlen)
 {
-    char kernel[80], root[80], boot_args[600], mac[24], net[96] = "", image[64] = "";
+    char kernel[80], root[80], boot_args[720], mac[24], net[256] = "", dns[160], image[64] = "";
     snprintf(kernel, sizeof kernel, "/%s", g->kernel_name);
     snprintf(root, sizeof root, "/%s", g->root_name);
     /* reboot=k: a guest reboot (Ctrl-Alt-Del at terminate) ends the VMM. sbx.channel=vsock:<port>
      * tells the guest init (agent/guest_init.c) to run sbx-agent listening on that vsock port. */
-    /* sbx.net=<addr>/<prefix>,<gateway>: the guest init configures eth0 from it. */
-    if (guest_net[0])
-        snprintf(net, sizeof net, " sbx.net=%s", guest_net);
+    /* sbx.net=<addr>/<prefix>,<gateway>: the guest init configures eth0 from it; sbx.dns= its
+     * resolv.conf (the host's dns_resolvers). */
+    if (guest_net[0]) {
+        net_egress_kernel_arg(dns, sizeof dns);
+        snprintf(net, sizeof net, " sbx.net=%s %s", guest_net, dns);
+    }
     /* sbx.image: the guest init mounts the App's image from it (agent/guest_image.h). Firecracker
      * attaches the root device first, so the image is the second disk after a root drive. */
     if (with_image)
@@ -937,7 +941,9 @@ static int fc_init(const struct sbx_config *cfg, char *err, size_t errlen)
         return 0;
     }
     /* As root every guest gets its link and firewall (shared with the other drivers). */
-    return net_init(cfg->net_pool, err, errlen);
+    if (net_init(cfg->net_pool, err, errlen) != 0)
+        return -1;
+    return net_egress_init(cfg, err, errlen);
 }
 
 /* An App's image in the jail: a hard link of the cache's rootfs.erofs, which is root-owned and

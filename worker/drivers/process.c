@@ -36,6 +36,7 @@
 #include "drivers/shared.h"
 #include "host/jail.h"
 #include "log.h"
+#include "host/egress.h"
 #include "host/links.h"
 #include "host/uid_range.h"
 #include "host/workspace_idmap.h"
@@ -62,6 +63,7 @@
 #include <sys/wait.h>
 #include <grp.h>
 #include <linux/capability.h>
+#include <linux/openat2.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -165,6 +167,7 @@ struct child_plan {
     char root_workspace[PATH_MAX + 16];
     char dev_files[5][PATH_MAX + 16];
     char tmp_options[64];
+    char resolv_src[PATH_MAX]; /* sbx's resolv.conf for Sandboxes ("" for none) */
     char hostname[64];
     uid_t uid;
     gid_t gid;
@@ -232,6 +235,40 @@ static void child_build_dev(const struct child_plan *p)
         child_fail(p, "remount /dev read-only");
 }
 
+/* The Sandbox's /etc/resolv.conf names the resolvers it may use (issue 15): sbx's file bound
+ * read-only over the root's, before pivot_root. Only onto a path without any symlink (checked with
+ * openat2 RESOLVE_NO_SYMLINKS inside the root), so an image's links cannot aim the bind elsewhere.
+ * A writable root (an App's image) without the file gets an empty one to bind onto; a read-only
+ * root without it, or with a symlink on the way (e.g. to systemd-resolved's stub), keeps what it
+ * has. */
+static void child_bind_resolv_conf(const struct child_plan *p)
+{
+    if (!p->resolv_src[0])
+        return;
+    int root = open(p->root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (root < 0)
+        child_fail(p, "open the root");
+    struct open_how create = {.flags = O_WRONLY | O_CREAT | O_CLOEXEC,
+                              .mode = 0644,
+                              .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS};
+    int fd = (int)syscall(SYS_openat2, root, "etc/resolv.conf", &create, sizeof create);
+    if (fd < 0) { /* a read-only root: is the file there, and reached without a link? */
+        struct open_how find = {.flags = O_PATH | O_CLOEXEC,
+                                .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS};
+        fd = (int)syscall(SYS_openat2, root, "etc/resolv.conf", &find, sizeof find);
+    }
+    close(root);
+    if (fd < 0)
+        return;
+    close(fd);
+    char at[PATH_MAX + 32];
+    snprintf(at, sizeof at, "%s/etc/resolv.conf", p->root);
+    if (mount(p->resolv_src, at, NULL, MS_BIND, NULL) != 0 ||
+        mount(NULL, at, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              NULL) != 0)
+        child_fail(p, "bind /etc/resolv.conf");
+}
+
 /* The built-in rootfs, bound read-only as the Sandbox's root. */
 static void child_bind_default_rootfs(const struct child_plan *p)
 {
@@ -258,6 +295,7 @@ static void child_build_root(const struct child_plan *p)
     } else {
         child_bind_default_rootfs(p);
     }
+    child_bind_resolv_conf(p);
     if (mount("tmpfs", p->root_tmp, "tmpfs", MS_NOSUID | MS_NODEV, p->tmp_options) != 0)
         child_fail(p, "mount /tmp");
     if (mount("proc", p->root_proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
@@ -395,6 +433,13 @@ static void plan_paths(struct child_plan *p, const char *rootfs, const char *jai
     snprintf(p->root_workspace, sizeof p->root_workspace, "%s/workspace", p->root);
     for (size_t i = 0; i < sizeof dev_names / sizeof *dev_names; i++)
         snprintf(p->dev_files[i], sizeof p->dev_files[i], "%s/dev/%s", p->root, dev_names[i]);
+}
+
+/* With the worker's network only: without it the Sandbox has loopback alone, no resolver. */
+static void plan_resolv_conf(struct child_plan *p)
+{
+    const char *src = net_firewall() && geteuid() == 0 ? net_egress_resolv_conf() : "";
+    snprintf(p->resolv_src, sizeof p->resolv_src, "%s", src);
 }
 
 static int fd_above_floor(int fd)
@@ -564,6 +609,7 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
         return -1;
     }
     plan_paths(plan, rootfs, rt->jail_dir);
+    plan_resolv_conf(plan);
     snprintf(plan->tmp_options, sizeof plan->tmp_options, "size=%dm,mode=1777",
              tmp_size_mib(&rt->shape));
     snprintf(plan->hostname, sizeof plan->hostname, "%s", rt->sandbox_id);
@@ -931,7 +977,9 @@ static int process_init(const struct sbx_config *cfg, char *err, size_t errlen)
         return 0;
     }
     /* As root every Sandbox gets its link and firewall; without a firewall, no Sandbox boots. */
-    return net_init(cfg->net_pool, err, errlen);
+    if (net_init(cfg->net_pool, err, errlen) != 0)
+        return -1;
+    return net_egress_init(cfg, err, errlen);
 }
 
 const struct driver driver_process = {

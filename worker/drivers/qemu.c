@@ -29,6 +29,7 @@
 #include "host/log_cap.h"
 #include "drivers/driver.h"
 #include "drivers/shared.h"
+#include "host/egress.h"
 #include "host/links.h"
 #include "host/nfs_export.h"
 #include "images/image_cache.h"
@@ -191,7 +192,9 @@ static int qemu_init(const struct sbx_config *cfg, char *err, size_t errlen)
         return 0;
     }
     /* As root every guest gets its tap link and firewall (shared with the process driver). */
-    return net_init(cfg->net_pool, err, errlen);
+    if (net_init(cfg->net_pool, err, errlen) != 0)
+        return -1;
+    return net_egress_init(cfg, err, errlen);
 }
 
 /* ---------------------------------------------------------------- jail */
@@ -697,6 +700,14 @@ static void cgroup_detach(const struct sbx_config *cfg, const char *path, const 
 
 /* ---------------------------------------------------------------- network (worker/host/links.h) */
 
+/* " sbx.net=<guest_net> sbx.dns=<resolvers>": the guest's link and the resolvers it may use. */
+static void guest_net_args(const char *guest_net, char *out, size_t outlen)
+{
+    char dns[160];
+    net_egress_kernel_arg(dns, sizeof dns);
+    snprintf(out, outlen, " sbx.net=%s %s", guest_net, dns);
+}
+
 /* With the worker's network (net_init done, as root): a persistent tap "sbx<slot>" in the host's
  * namespace with the Sandbox's firewall elements; opened here, by name, and handed to QEMU as an
  * fd, so QEMU itself stays in an empty network namespace. Sets rt->net_address and the guest's
@@ -839,12 +850,13 @@ static void build_argv(struct qemu_args *a, const char *bin, const char *accel,
      * kernel hangs setting up its timers. TCG's guest TSC runs at the host's TSC rate, so the
      * kernel is told that rate and to trust it. */
     long long tsc_khz = strcmp(accel, "tcg") == 0 ? host_tsc_khz() : 0;
-    char tsc[64] = "", net[80] = "", image[64] = "";
+    char tsc[64] = "", net[256] = "", image[64] = "";
     if (tsc_khz > 0)
         snprintf(tsc, sizeof tsc, " tsc=reliable tsc_early_khz=%lld", tsc_khz);
-    /* The guest init configures eth0 from sbx.net (see agent/guest_init.c). */
+    /* The guest init configures eth0 from sbx.net and its resolv.conf from sbx.dns (see
+     * agent/guest_init.c). */
     if (guest_net[0] != '\0')
-        snprintf(net, sizeof net, " sbx.net=%s", guest_net);
+        guest_net_args(guest_net, net, sizeof net);
     /* The guest init mounts an App's image from sbx.image (agent/guest_image.c). */
     if (with_image)
         snprintf(image, sizeof image, " sbx.image=%s", QEMU_IMAGE_DEVICE);

@@ -9,6 +9,8 @@
  */
 #include "host/firewall.h"
 
+#include "ipv4_ranges.h"
+
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -33,7 +35,8 @@
 #include <time.h>
 
 const char *const fw_drop_reason_names[FW_DROP_COUNT] = {
-    "host", "private", "metadata", "special", "ipv6", "inbound", "spoofed",
+    "host",    "private", "metadata", "special", "ipv6",
+    "inbound", "spoofed", "egress",   "dns",     "policy",
 };
 
 /* The sets' key: the interface name (16 bytes, zero padded, as `meta iifname` loads it) followed
@@ -46,22 +49,25 @@ const char *const fw_drop_reason_names[FW_DROP_COUNT] = {
 #define SET_NFS "nfs"
 #define SET_ID_SANDBOXES 1
 #define SET_ID_NFS 2
-/* v2: the spoofing check before `established` (a worker finding a v1 table replaces it). */
-#define TABLE_COMMENT_FMT "sbx firewall v2 pool %s: managed by sbx, do not edit"
-
-/* The special-use IPv4 ranges besides RFC 1918 and 169.254/16 (issue 5 lists them). */
-static const struct {
-    const char *net;
-    int len;
-} special_ranges[] = {
-    {"0.0.0.0", 8},    {"100.64.0.0", 10}, {"127.0.0.0", 8},        {"192.0.0.0", 24},
-    {"192.0.2.0", 24}, {"198.18.0.0", 15}, {"198.51.100.0", 24},    {"203.0.113.0", 24},
-    {"224.0.0.0", 4},  {"240.0.0.0", 4},   {"255.255.255.255", 32},
-};
-static const struct {
-    const char *net;
-    int len;
-} private_ranges[] = {{"10.0.0.0", 8}, {"172.16.0.0", 12}, {"192.168.0.0", 16}};
+/* Egress (issue 15): host-wide ports and resolvers, per-Sandbox policy membership. nft's datatype
+ * ids: inet_service 13. */
+#define SET_EGRESS_PORTS "egress_ports"
+#define SET_RESOLVERS "resolvers"
+#define SET_EGRESS_NONE "egress_none"
+#define SET_EGRESS_ALLOWLIST "egress_allowlist"
+#define CHAIN_EGRESS_DISPATCH "egress_dispatch"
+#define APP_MEMBERS_PREFIX "members_"
+#define SET_ID_APP_MEMBERS 101
+#define SET_ID_EGRESS_PORTS 3
+#define SET_ID_EGRESS_ALLOWLIST 6
+#define SET_ID_RESOLVERS 4
+#define SET_ID_EGRESS_NONE 5
+#define KEY_TYPE_IPV4 7u
+#define KEY_TYPE_INET_SERVICE 13u
+#define APP_CHAIN_PREFIX "egress_"
+/* v2: the spoofing check before `established`; v3: egress (issue 15). A worker finding an older
+ * table replaces it. */
+#define TABLE_COMMENT_FMT "sbx firewall v3 pool %s: managed by sbx, do not edit"
 
 struct fw {
     pthread_mutex_t lock;
@@ -205,15 +211,17 @@ static void batch_chain(struct fw_batch *b, const char *name, const char *type, 
     nftnl_chain_free(c);
 }
 
-static void batch_set(struct fw_batch *b, const char *name, uint32_t id, const char *comment)
+/* A plain set keyed by key_type (nft's datatype id) of key_len bytes. */
+static void batch_set_typed(struct fw_batch *b, const char *name, uint32_t id, uint32_t key_type,
+                            uint32_t key_len, const char *comment)
 {
     struct nftnl_set *s = must(nftnl_set_alloc());
     nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
     nftnl_set_set_str(s, NFTNL_SET_NAME, name);
     nftnl_set_set_u32(s, NFTNL_SET_FAMILY, NFPROTO_INET);
     nftnl_set_set_u32(s, NFTNL_SET_ID, id);
-    nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, KEY_TYPE_IFNAME_IPV4);
-    nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, KEY_LEN);
+    nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, key_type);
+    nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, key_len);
     nftnl_set_set_u32(s, NFTNL_SET_FLAGS, 0);
     struct nftnl_udata_buf *ud = must(nftnl_udata_buf_alloc(256));
     nftnl_udata_put_strz(ud, NFTNL_UDATA_SET_COMMENT, comment);
@@ -223,6 +231,11 @@ static void batch_set(struct fw_batch *b, const char *name, uint32_t id, const c
     batch_commit(b, nlh);
     nftnl_set_free(s);
     nftnl_udata_buf_free(ud);
+}
+
+static void batch_set(struct fw_batch *b, const char *name, uint32_t id, const char *comment)
+{
+    batch_set_typed(b, name, id, KEY_TYPE_IFNAME_IPV4, KEY_LEN, comment);
 }
 
 static void batch_counter(struct fw_batch *b, const char *name)
@@ -359,6 +372,18 @@ static void x_counter(struct nftnl_rule *r, enum fw_drop_reason reason)
     nftnl_expr_set_str(e, NFTNL_EXPR_OBJREF_IMM_NAME, name);
 }
 
+/* log prefix "sbx drop_<reason> " group FW_NFLOG_GROUP snaplen FW_NFLOG_SNAPLEN: the denial, for
+ * egress_log.c (NFLOG), before the counter counts it. */
+static void x_log(struct nftnl_rule *r, enum fw_drop_reason reason)
+{
+    char prefix[48];
+    snprintf(prefix, sizeof(prefix), FW_NFLOG_PREFIX "%s ", fw_drop_reason_names[reason]);
+    struct nftnl_expr *e = expr_new(r, "log");
+    nftnl_expr_set_str(e, NFTNL_EXPR_LOG_PREFIX, prefix);
+    nftnl_expr_set_u16(e, NFTNL_EXPR_LOG_GROUP, FW_NFLOG_GROUP);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_LOG_SNAPLEN, FW_NFLOG_SNAPLEN);
+}
+
 static void x_verdict(struct nftnl_rule *r, int verdict, const char *chain)
 {
     struct nftnl_expr *e = expr_new(r, "immediate");
@@ -401,6 +426,18 @@ static void m_tcp_dport(struct nftnl_rule *r, uint16_t port)
     uint16_t be = htons(port);
     x_payload(r, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2, NFT_REG_1);
     x_cmp(r, NFT_REG_1, NFT_CMP_EQ, &be, 2);
+}
+
+static void m_l4proto(struct nftnl_rule *r, uint8_t proto)
+{
+    x_meta(r, NFT_META_L4PROTO, NFT_REG_1);
+    x_cmp(r, NFT_REG_1, NFT_CMP_EQ, &proto, 1);
+}
+
+/* The destination port into reg 1 (tcp dport / udp dport: the same offset); l4proto matched. */
+static void x_dport(struct nftnl_rule *r)
+{
+    x_payload(r, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2, NFT_REG_1);
 }
 
 /* ip saddr/daddr <net>/<len>; the caller has matched meta nfproto ipv4. */
@@ -459,6 +496,7 @@ static void rules_from_sandbox_common(struct fw_batch *b, const char *chain)
     r = rule_new(chain); /* meta nfproto ipv4 iifname . ip saddr != @sandboxes ... drop */
     m_nfproto(r, NFPROTO_IPV4);
     m_iif_saddr_in(r, SET_SANDBOXES, SET_ID_SANDBOXES, true);
+    x_log(r, FW_DROP_SPOOFED);
     x_counter(r, FW_DROP_SPOOFED);
     x_verdict(r, NF_DROP, NULL);
     batch_rule(b, r);
@@ -469,24 +507,52 @@ static void rules_from_sandbox_common(struct fw_batch *b, const char *chain)
     batch_rule(b, r);
 }
 
+/* meta nfproto ipv4 iifname . ip saddr @egress_none counter name "drop_policy" drop */
+static void rule_egress_none(struct fw_batch *b, const char *chain)
+{
+    struct nftnl_rule *r = rule_new(chain);
+    m_nfproto(r, NFPROTO_IPV4);
+    m_iif_saddr_in(r, SET_EGRESS_NONE, SET_ID_EGRESS_NONE, false);
+    x_log(r, FW_DROP_POLICY);
+    x_counter(r, FW_DROP_POLICY);
+    x_verdict(r, NF_DROP, NULL);
+    batch_rule(b, r);
+}
+
 static void rules_sandbox_to_host(struct fw_batch *b)
 {
     const char *chain = "sandbox_to_host";
     rules_from_sandbox_common(b, chain);
 
-    struct nftnl_rule *r = rule_new(chain); /* tcp dport 443 accept */
-    m_tcp_dport(r, 443);
-    x_verdict(r, NF_ACCEPT, NULL);
-    batch_rule(b, r);
-
-    r = rule_new(chain); /* meta nfproto ipv4 iifname . ip saddr @nfs tcp dport 2049 accept */
+    struct nftnl_rule *r = rule_new(chain); /* meta nfproto ipv4 iifname . ip saddr @nfs tcp dport
+                                               2049 accept */
     m_nfproto(r, NFPROTO_IPV4);
     m_iif_saddr_in(r, SET_NFS, SET_ID_NFS, false);
     m_tcp_dport(r, 2049);
     x_verdict(r, NF_ACCEPT, NULL);
     batch_rule(b, r);
 
+    rule_egress_none(b, chain); /* egress none: not even the gateway's 443 */
+
+    /* meta nfproto ipv4 iifname . ip saddr @egress_allowlist meta l4proto udp udp dport 5300
+     * accept: an allowlist Sandbox's DNS, redirected to the forwarder */
+    r = rule_new(chain);
+    m_nfproto(r, NFPROTO_IPV4);
+    m_iif_saddr_in(r, SET_EGRESS_ALLOWLIST, SET_ID_EGRESS_ALLOWLIST, false);
+    m_l4proto(r, IPPROTO_UDP);
+    uint16_t fwd = htons(FW_DNS_FORWARDER_PORT);
+    x_dport(r);
+    x_cmp(r, NFT_REG_1, NFT_CMP_EQ, &fwd, 2);
+    x_verdict(r, NF_ACCEPT, NULL);
+    batch_rule(b, r);
+
+    r = rule_new(chain); /* tcp dport 443 accept */
+    m_tcp_dport(r, 443);
+    x_verdict(r, NF_ACCEPT, NULL);
+    batch_rule(b, r);
+
     r = rule_new(chain); /* counter name "drop_host" drop */
+    x_log(r, FW_DROP_HOST);
     x_counter(r, FW_DROP_HOST);
     x_verdict(r, NF_DROP, NULL);
     batch_rule(b, r);
@@ -498,7 +564,60 @@ static void rule_drop_daddr(struct fw_batch *b, const char *chain, const char *n
     struct nftnl_rule *r = rule_new(chain); /* meta nfproto ipv4 ip daddr N/L counter drop */
     m_nfproto(r, NFPROTO_IPV4);
     m_ip_prefix(r, OFF_DADDR, addr4(net), len);
+    x_log(r, reason);
     x_counter(r, reason);
+    x_verdict(r, NF_DROP, NULL);
+    batch_rule(b, r);
+}
+
+/* After the blocked ranges, public IPv4 (issue 15): the App's policy narrows first, then DNS only
+ * to the resolvers, TCP only to egress_ports, everything else dropped. */
+static void rules_public_egress(struct fw_batch *b, const char *chain)
+{
+    rule_egress_none(b, chain);
+
+    /* meta nfproto ipv4 iifname . ip saddr @egress_allowlist jump egress_dispatch: an allowlist
+     * Sandbox goes through its App's chain (egress_dispatch holds one rule per App) */
+    struct nftnl_rule *r = rule_new(chain);
+    m_nfproto(r, NFPROTO_IPV4);
+    m_iif_saddr_in(r, SET_EGRESS_ALLOWLIST, SET_ID_EGRESS_ALLOWLIST, false);
+    x_verdict(r, NFT_JUMP, CHAIN_EGRESS_DISPATCH);
+    batch_rule(b, r);
+
+    static const uint8_t dns_protos[2] = {IPPROTO_UDP, IPPROTO_TCP};
+    for (int i = 0; i < 2; i++) { /* meta l4proto udp ip daddr @resolvers udp dport 53 accept */
+        uint16_t dns = htons(53);
+        r = rule_new(chain);
+        m_nfproto(r, NFPROTO_IPV4);
+        m_l4proto(r, dns_protos[i]);
+        x_payload(r, NFT_PAYLOAD_NETWORK_HEADER, OFF_DADDR, 4, NFT_REG_1);
+        x_lookup(r, NFT_REG_1, SET_RESOLVERS, SET_ID_RESOLVERS, false);
+        x_dport(r);
+        x_cmp(r, NFT_REG_1, NFT_CMP_EQ, &dns, 2);
+        x_verdict(r, NF_ACCEPT, NULL);
+        batch_rule(b, r);
+    }
+    for (int i = 0; i < 2; i++) { /* meta l4proto udp udp dport 53 counter "drop_dns" drop */
+        uint16_t dns = htons(53);
+        r = rule_new(chain);
+        m_l4proto(r, dns_protos[i]);
+        x_dport(r);
+        x_cmp(r, NFT_REG_1, NFT_CMP_EQ, &dns, 2);
+        x_log(r, FW_DROP_DNS);
+        x_counter(r, FW_DROP_DNS);
+        x_verdict(r, NF_DROP, NULL);
+        batch_rule(b, r);
+    }
+    r = rule_new(chain); /* meta l4proto tcp tcp dport @egress_ports accept */
+    m_l4proto(r, IPPROTO_TCP);
+    x_dport(r);
+    x_lookup(r, NFT_REG_1, SET_EGRESS_PORTS, SET_ID_EGRESS_PORTS, false);
+    x_verdict(r, NF_ACCEPT, NULL);
+    batch_rule(b, r);
+
+    r = rule_new(chain); /* counter name "drop_egress" drop */
+    x_log(r, FW_DROP_EGRESS);
+    x_counter(r, FW_DROP_EGRESS);
     x_verdict(r, NF_DROP, NULL);
     batch_rule(b, r);
 }
@@ -507,14 +626,15 @@ static void rules_sandbox_out(struct fw_batch *b)
 {
     const char *chain = "sandbox_out";
     rules_from_sandbox_common(b, chain);
-    for (size_t i = 0; i < sizeof(private_ranges) / sizeof(private_ranges[0]); i++)
-        rule_drop_daddr(b, chain, private_ranges[i].net, private_ranges[i].len, FW_DROP_PRIVATE);
-    rule_drop_daddr(b, chain, "169.254.0.0", 16, FW_DROP_METADATA);
-    for (size_t i = 0; i < sizeof(special_ranges) / sizeof(special_ranges[0]); i++)
-        rule_drop_daddr(b, chain, special_ranges[i].net, special_ranges[i].len, FW_DROP_SPECIAL);
-    struct nftnl_rule *r = rule_new(chain); /* public IPv4 */
-    x_verdict(r, NF_ACCEPT, NULL);
-    batch_rule(b, r);
+    static const enum fw_drop_reason reason_of[] = {
+        [IPV4_RANGE_PRIVATE] = FW_DROP_PRIVATE,
+        [IPV4_RANGE_METADATA] = FW_DROP_METADATA,
+        [IPV4_RANGE_SPECIAL] = FW_DROP_SPECIAL,
+    };
+    for (size_t i = 0; i < ipv4_blocked_range_count; i++)
+        rule_drop_daddr(b, chain, ipv4_blocked_ranges[i].net, ipv4_blocked_ranges[i].len,
+                        reason_of[ipv4_blocked_ranges[i].kind]);
+    rules_public_egress(b, chain);
 }
 
 static void rules_sandbox_in(struct fw_batch *b)
@@ -548,6 +668,26 @@ static void rule_masquerade(struct fw_batch *b, const struct pool4 *pool)
     batch_rule(b, r);
 }
 
+/* meta nfproto ipv4 iifname . ip saddr @egress_allowlist meta l4proto udp udp dport 53
+ * redirect to :FW_DNS_FORWARDER_PORT -- an allowlist Sandbox's DNS, whatever resolver it names,
+ * goes to sbx's forwarder, which answers only allowed names (so DNS carries nothing out). */
+static void rule_dns_redirect(struct fw_batch *b)
+{
+    struct nftnl_rule *r = rule_new("prerouting");
+    m_nfproto(r, NFPROTO_IPV4);
+    m_iif_saddr_in(r, SET_EGRESS_ALLOWLIST, SET_ID_EGRESS_ALLOWLIST, false);
+    m_l4proto(r, IPPROTO_UDP);
+    uint16_t dns = htons(53), to = htons(FW_DNS_FORWARDER_PORT);
+    x_dport(r);
+    x_cmp(r, NFT_REG_1, NFT_CMP_EQ, &dns, 2);
+    struct nftnl_expr *e = expr_new(r, "immediate");
+    nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
+    nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &to, 2);
+    e = expr_new(r, "redir");
+    nftnl_expr_set_u32(e, NFTNL_EXPR_REDIR_REG_PROTO_MIN, NFT_REG_1);
+    batch_rule(b, r);
+}
+
 /* The whole table, after the table message itself. Base chains run before the host's usual
  * filter priority so that the drops are counted here first; a drop is final in nftables whatever
  * other tables say, and an accept here still leaves other tables their say. */
@@ -560,14 +700,23 @@ static void batch_structure(struct fw_batch *b, const struct pool4 *pool)
     }
     batch_set(b, SET_SANDBOXES, SET_ID_SANDBOXES, "live Sandboxes: host interface . address");
     batch_set(b, SET_NFS, SET_ID_NFS, "Sandboxes with an NFS Workspace: may reach TCP 2049");
+    batch_set_typed(b, SET_EGRESS_PORTS, SET_ID_EGRESS_PORTS, KEY_TYPE_INET_SERVICE, 2,
+                    "TCP ports open to public IPv4 (egress_ports)");
+    batch_set_typed(b, SET_RESOLVERS, SET_ID_RESOLVERS, KEY_TYPE_IPV4, 4,
+                    "the only DNS resolvers (dns_resolvers)");
+    batch_set(b, SET_EGRESS_NONE, SET_ID_EGRESS_NONE, "Sandboxes of Apps with egress none");
+    batch_set(b, SET_EGRESS_ALLOWLIST, SET_ID_EGRESS_ALLOWLIST,
+              "Sandboxes of allowlist Apps (each element's comment: its App)");
 
     batch_chain(b, "sandbox_to_host", NULL, 0, 0);
     batch_chain(b, "sandbox_out", NULL, 0, 0);
     batch_chain(b, "sandbox_in", NULL, 0, 0);
+    batch_chain(b, CHAIN_EGRESS_DISPATCH, NULL, 0, 0);
     batch_chain(b, "input", "filter", NF_INET_LOCAL_IN, -10);
     batch_chain(b, "forward", "filter", NF_INET_FORWARD, -10);
     batch_chain(b, "output", "filter", NF_INET_LOCAL_OUT, -10);
     batch_chain(b, "postrouting", "nat", NF_INET_POST_ROUTING, 100);
+    batch_chain(b, "prerouting", "nat", NF_INET_PRE_ROUTING, -100);
 
     rules_sandbox_to_host(b);
     rules_sandbox_out(b);
@@ -579,6 +728,7 @@ static void batch_structure(struct fw_batch *b, const struct pool4 *pool)
     rule_dispatch(b, "forward", NFT_META_IIFNAME, "sandbox_out");
     rule_dispatch(b, "output", NFT_META_OIFNAME, "sandbox_in");
     rule_masquerade(b, pool);
+    rule_dns_redirect(b);
 }
 
 static void table_comment(const char *pool, char *out, size_t outlen)
@@ -909,6 +1059,9 @@ static int fw_send_built(struct fw *fw, struct fw_batch *b, char *err, size_t er
     return fw_send_batch(fw, b, err, errlen);
 }
 
+/* The egress sets' contents, for a replacement batch (with the egress functions, below). */
+static void batch_carry_egress(struct fw *fw, struct fw_batch *b);
+
 /* Replaces a table of another version or pool in one batch, carrying the elements over. */
 static int fw_replace_table(struct fw *fw, const char *net_pool, char *err, size_t errlen)
 {
@@ -933,6 +1086,7 @@ static int fw_replace_table(struct fw *fw, const char *net_pool, char *err, size
             batch_elem(&b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, SET_NFS, acc.v[i].ifname,
                        acc.v[i].addr, owner);
     }
+    batch_carry_egress(fw, &b);
     batch_end(&b);
     free(acc.v);
     int rc = fw_send_built(fw, &b, err, errlen);
@@ -995,8 +1149,10 @@ static int fw_apply(struct fw *fw, void (*fill)(struct fw_batch *, const void *)
     batch_end(&b);
     pthread_mutex_lock(&fw->lock);
     int rc = fw_send_built(fw, &b, err, errlen);
+    int e = errno;
     pthread_mutex_unlock(&fw->lock);
     fw_batch_free(&b);
+    errno = e; /* the kernel's answer, for callers that handle one (ENOENT) */
     return rc;
 }
 
@@ -1024,11 +1180,16 @@ static void fill_remove(struct fw_batch *b, const void *arg)
     batch_elem_absent(b, SET_SANDBOXES, sb->ifname, sb->addr);
 }
 
+/* Out of any egress policy (below, with the egress functions). */
+static int forget_egress(struct fw *fw, const struct fw_sandbox *sb, char *err, size_t errlen);
+
+/* A new Sandbox is under the host-wide rules only, whatever a stale element of the same slot was
+ * under, until its App's policy is applied (fw_sandbox_set_egress). */
 int fw_sandbox_add(struct fw *fw, const struct fw_sandbox *sb, char *err, size_t errlen)
 {
-    if (check_sandbox(sb, err, errlen) < 0)
+    if (check_sandbox(sb, err, errlen) < 0 || fw_apply(fw, fill_add, sb, err, errlen) < 0)
         return -1;
-    return fw_apply(fw, fill_add, sb, err, errlen);
+    return forget_egress(fw, sb, err, errlen);
 }
 
 int fw_sandbox_set_nfs(struct fw *fw, const struct fw_sandbox *sb, bool attached, char *err,
@@ -1041,7 +1202,7 @@ int fw_sandbox_set_nfs(struct fw *fw, const struct fw_sandbox *sb, bool attached
 
 int fw_sandbox_remove(struct fw *fw, const struct fw_sandbox *sb, char *err, size_t errlen)
 {
-    if (check_sandbox(sb, err, errlen) < 0)
+    if (check_sandbox(sb, err, errlen) < 0 || forget_egress(fw, sb, err, errlen) < 0)
         return -1;
     return fw_apply(fw, fill_remove, sb, err, errlen);
 }
@@ -1069,17 +1230,19 @@ static int fw_remove_where(struct fw *fw, bool (*keep)(const struct fw_element *
         return -1;
     struct fw_batch b = {0};
     batch_begin(&b, 0);
-    for (size_t i = 0; i < n; i++) {
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
         if (keep(&v[i], arg))
             continue;
         batch_elem_absent(&b, SET_NFS, v[i].ifname, v[i].addr);
         batch_elem_absent(&b, SET_SANDBOXES, v[i].ifname, v[i].addr);
         gone++;
+        struct fw_sandbox sb = {v[i].owner[0] ? v[i].owner : "-", v[i].ifname, v[i].addr};
+        rc = forget_egress(fw, &sb, err, errlen); /* its policy membership, separately */
     }
     batch_end(&b);
     free(v);
-    int rc = 0;
-    if (gone) {
+    if (rc == 0 && gone) {
         pthread_mutex_lock(&fw->lock);
         rc = fw_send_built(fw, &b, err, errlen);
         pthread_mutex_unlock(&fw->lock);
@@ -1281,5 +1444,525 @@ int fw_list(struct fw *fw, FILE *out, char *err, size_t errlen)
                 v[i].nfs ? " (nfs)" : "");
     }
     free(v);
+    return 0;
+}
+
+/* ---- egress: host-wide sets, per-App chains, per-Sandbox membership ---- */
+
+/* One element of set_name with a raw key. */
+static void batch_elem_raw(struct fw_batch *b, uint16_t type, uint16_t flags, const char *set_name,
+                           const void *key, uint32_t klen)
+{
+    struct nftnl_set *s = must(nftnl_set_alloc());
+    nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
+    nftnl_set_set_str(s, NFTNL_SET_NAME, set_name);
+    nftnl_set_set_u32(s, NFTNL_SET_FAMILY, NFPROTO_INET);
+    struct nftnl_set_elem *e = must(nftnl_set_elem_alloc());
+    nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, key, klen);
+    nftnl_set_elem_add(s, e);
+    struct nlmsghdr *nlh = batch_msg(b, type, flags);
+    nftnl_set_elems_nlmsg_build_payload(nlh, s);
+    batch_commit(b, nlh);
+    nftnl_set_free(s);
+}
+
+/* A set's delete-elements message without elements: the kernel empties the set. */
+static void batch_flush_set(struct fw_batch *b, const char *set_name)
+{
+    struct nftnl_set *s = must(nftnl_set_alloc());
+    nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
+    nftnl_set_set_str(s, NFTNL_SET_NAME, set_name);
+    nftnl_set_set_u32(s, NFTNL_SET_FAMILY, NFPROTO_INET);
+    struct nlmsghdr *nlh = batch_msg(b, NFT_MSG_DELSETELEM, 0);
+    nftnl_set_elems_nlmsg_build_payload(nlh, s);
+    batch_commit(b, nlh);
+    nftnl_set_free(s);
+}
+
+struct egress_sets {
+    const uint16_t *ports;
+    size_t nports;
+    const struct in_addr *resolvers;
+    size_t nresolvers;
+};
+
+static void fill_egress_sets(struct fw_batch *b, const void *arg)
+{
+    const struct egress_sets *e = arg;
+    batch_flush_set(b, SET_EGRESS_PORTS);
+    for (size_t i = 0; i < e->nports; i++) {
+        uint16_t be = htons(e->ports[i]);
+        batch_elem_raw(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, SET_EGRESS_PORTS, &be, 2);
+    }
+    batch_flush_set(b, SET_RESOLVERS);
+    for (size_t i = 0; i < e->nresolvers; i++)
+        batch_elem_raw(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, SET_RESOLVERS, &e->resolvers[i].s_addr,
+                       4);
+}
+
+int fw_set_egress(struct fw *fw, const uint16_t *ports, size_t nports,
+                  const struct in_addr *resolvers, size_t nresolvers, char *err, size_t errlen)
+{
+    struct egress_sets e = {ports, nports, resolvers, nresolvers};
+    return fw_apply(fw, fill_egress_sets, &e, err, errlen);
+}
+
+static int app_chain_name(const char *app_id, char *out, size_t outlen, char *err, size_t errlen)
+{
+    if (!app_id || !*app_id ||
+        strspn(app_id, "abcdefghijklmnopqrstuvwxyz0123456789_") != strlen(app_id) ||
+        strlen(app_id) >= FW_OWNER_LEN)
+        return fail(err, errlen, "\"%s\" is not an App id", app_id ? app_id : "");
+    snprintf(out, outlen, "%s%s", APP_CHAIN_PREFIX, app_id);
+    return 0;
+}
+
+#define APP_NAMES_PREFIX "names_"
+#define SET_ID_APP_NAMES 100
+/* address . port, as nft concatenates them: each field padded to 4 bytes */
+#define KEY_TYPE_IPV4_SERVICE ((KEY_TYPE_IPV4 << 6) | KEY_TYPE_INET_SERVICE)
+#define KEY_LEN_IPV4_SERVICE 8
+
+struct app_policy {
+    const char *app_id;
+    const char *chain;
+    const char *names_set;
+    const char *members_set;
+    bool add_dispatch; /* egress_dispatch has no rule for this App yet */
+    const struct fw_allow_net *allow;
+    size_t n;
+};
+
+/* names_<app>: `ipv4_addr . inet_service` elements with timeouts, filled by the DNS forwarder. */
+static void batch_names_set(struct fw_batch *b, const char *name)
+{
+    struct nftnl_set *s = must(nftnl_set_alloc());
+    nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
+    nftnl_set_set_str(s, NFTNL_SET_NAME, name);
+    nftnl_set_set_u32(s, NFTNL_SET_FAMILY, NFPROTO_INET);
+    nftnl_set_set_u32(s, NFTNL_SET_ID, SET_ID_APP_NAMES);
+    nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, KEY_TYPE_IPV4_SERVICE);
+    nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, KEY_LEN_IPV4_SERVICE);
+    nftnl_set_set_u32(s, NFTNL_SET_FLAGS, NFT_SET_TIMEOUT);
+    struct nlmsghdr *nlh = batch_msg(b, NFT_MSG_NEWSET, NLM_F_CREATE);
+    nftnl_set_nlmsg_build_payload(nlh, s);
+    batch_commit(b, nlh);
+    nftnl_set_free(s);
+}
+
+static void fill_app_policy(struct fw_batch *b, const void *arg)
+{
+    const struct app_policy *p = arg;
+    batch_names_set(b, p->names_set);
+    batch_flush_set(b, p->names_set); /* a new list: names resolve again under it */
+    batch_set_typed(b, p->members_set, SET_ID_APP_MEMBERS, KEY_TYPE_IFNAME_IPV4, KEY_LEN,
+                    "the App's allowlist Sandboxes");
+    batch_chain(b, p->chain, NULL, 0, 0);
+    if (p->add_dispatch) { /* iifname . ip saddr @members_<app> jump egress_<app> */
+        struct nftnl_rule *d = rule_new(CHAIN_EGRESS_DISPATCH);
+        m_nfproto(d, NFPROTO_IPV4);
+        m_iif_saddr_in(d, p->members_set, SET_ID_APP_MEMBERS, false);
+        x_verdict(d, NFT_JUMP, p->chain);
+        struct nftnl_udata_buf *ud = must(nftnl_udata_buf_alloc(FW_OWNER_LEN + 8));
+        nftnl_udata_put_strz(ud, NFTNL_UDATA_RULE_COMMENT, p->app_id);
+        nftnl_rule_set_data(d, NFTNL_RULE_USERDATA, nftnl_udata_buf_data(ud),
+                            nftnl_udata_buf_len(ud));
+        batch_rule(b, d);
+        nftnl_udata_buf_free(ud);
+    }
+    struct nftnl_rule *r = rule_new(p->chain); /* flush: a delete-rules message without a handle */
+    struct nlmsghdr *nlh = batch_msg(b, NFT_MSG_DELRULE, 0);
+    nftnl_rule_nlmsg_build_payload(nlh, r);
+    batch_commit(b, nlh);
+    nftnl_rule_free(r);
+    for (size_t i = 0; i < p->n; i++) { /* ip daddr N/L [tcp dport P] return */
+        r = rule_new(p->chain);
+        m_nfproto(r, NFPROTO_IPV4);
+        m_ip_prefix(r, OFF_DADDR, p->allow[i].net, p->allow[i].len);
+        if (p->allow[i].port)
+            m_tcp_dport(r, p->allow[i].port);
+        x_verdict(r, NFT_RETURN, NULL);
+        batch_rule(b, r);
+    }
+    /* meta l4proto tcp ip daddr . tcp dport @names_<app> return: what allowed names resolved to */
+    r = rule_new(p->chain);
+    m_nfproto(r, NFPROTO_IPV4);
+    m_l4proto(r, IPPROTO_TCP);
+    x_payload(r, NFT_PAYLOAD_NETWORK_HEADER, OFF_DADDR, 4, NFT_REG32_00);
+    x_payload(r, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2, NFT_REG32_01);
+    x_lookup(r, NFT_REG32_00, p->names_set, SET_ID_APP_NAMES, false);
+    x_verdict(r, NFT_RETURN, NULL);
+    batch_rule(b, r);
+    r = rule_new(p->chain); /* counter name "drop_policy" drop */
+    x_log(r, FW_DROP_POLICY);
+    x_counter(r, FW_DROP_POLICY);
+    x_verdict(r, NF_DROP, NULL);
+    batch_rule(b, r);
+}
+
+struct dispatch_scan {
+    const char *app_id;
+    int found;
+};
+
+static int dispatch_rule_cb(const struct nlmsghdr *nlh, void *data)
+{
+    struct dispatch_scan *d = data;
+    struct nftnl_rule *r = must(nftnl_rule_alloc());
+    if (nftnl_rule_nlmsg_parse(nlh, r) == 0 && nftnl_rule_is_set(r, NFTNL_RULE_USERDATA)) {
+        uint32_t len = 0;
+        const void *ud = nftnl_rule_get_data(r, NFTNL_RULE_USERDATA, &len);
+        char owner[FW_OWNER_LEN];
+        udata_comment(ud, len, owner, sizeof owner);
+        if (strcmp(owner, d->app_id) == 0)
+            d->found = 1;
+    }
+    nftnl_rule_free(r);
+    return MNL_CB_OK;
+}
+
+/* 1 when egress_dispatch has the App's rule (its comment is the App id), 0 when not. */
+static int dispatch_rule_exists(struct fw *fw, const char *app_id, char *err, size_t errlen)
+{
+    char buf[MNL_SOCKET_BUFFER_SIZE];
+    pthread_mutex_lock(&fw->lock);
+    struct nlmsghdr *nlh =
+        nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETRULE, NFPROTO_INET, NLM_F_DUMP, fw_next_seq(fw));
+    struct nftnl_rule *r = must(nftnl_rule_alloc());
+    nftnl_rule_set_str(r, NFTNL_RULE_TABLE, FW_TABLE);
+    nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, CHAIN_EGRESS_DISPATCH);
+    nftnl_rule_nlmsg_build_payload(nlh, r);
+    nftnl_rule_free(r);
+    struct dispatch_scan d = {app_id, 0};
+    int rc = fw_request(fw, "chain " CHAIN_EGRESS_DISPATCH, nlh, dispatch_rule_cb, &d, err, errlen);
+    pthread_mutex_unlock(&fw->lock);
+    return rc < 0 ? -1 : d.found;
+}
+
+int fw_app_policy_set(struct fw *fw, const char *app_id, const struct fw_allow_net *allow, size_t n,
+                      char *err, size_t errlen)
+{
+    char chain[FW_OWNER_LEN + 16];
+    if (app_chain_name(app_id, chain, sizeof chain, err, errlen) < 0)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        if (allow[i].len < 0 || allow[i].len > 32)
+            return fail(err, errlen, "allow entry %zu: prefix length %d", i, allow[i].len);
+    char names[FW_OWNER_LEN + 16], members[FW_OWNER_LEN + 16];
+    snprintf(names, sizeof names, "%s%s", APP_NAMES_PREFIX, app_id);
+    snprintf(members, sizeof members, "%s%s", APP_MEMBERS_PREFIX, app_id);
+    int has = dispatch_rule_exists(fw, app_id, err, errlen);
+    if (has < 0)
+        return -1;
+    struct app_policy p = {app_id, chain, names, members, !has, allow, n};
+    return fw_apply(fw, fill_app_policy, &p, err, errlen);
+}
+
+struct sandbox_egress {
+    const struct fw_sandbox *sb;
+    enum fw_egress_mode mode;
+    const char *app_id;          /* FW_EGRESS_ALLOWLIST */
+    char prev_app[FW_OWNER_LEN]; /* the allowlist App it is under now ("" none) */
+};
+
+static void sandbox_key(const struct fw_sandbox *sb, char key[KEY_LEN])
+{
+    memset(key, 0, KEY_LEN);
+    strncpy(key, sb->ifname, KEY_IFNAME_LEN - 1);
+    memcpy(key + KEY_IFNAME_LEN, &sb->addr.s_addr, 4);
+}
+
+/* Plain set elements only: no verdict map, whose every change makes the kernel validate all
+ * its jumps (a cost growing with the number of Sandboxes). */
+static void fill_sandbox_egress(struct fw_batch *b, const void *arg)
+{
+    const struct sandbox_egress *x = arg;
+    char members[FW_OWNER_LEN + 16];
+    batch_elem_absent(b, SET_EGRESS_NONE, x->sb->ifname, x->sb->addr);
+    if (x->prev_app[0]) {
+        snprintf(members, sizeof members, "%s%s", APP_MEMBERS_PREFIX, x->prev_app);
+        batch_elem(b, NFT_MSG_DELSETELEM, 0, SET_EGRESS_ALLOWLIST, x->sb->ifname, x->sb->addr,
+                   NULL);
+        batch_elem_absent(b, members, x->sb->ifname, x->sb->addr);
+    }
+    if (x->mode == FW_EGRESS_NONE) {
+        batch_elem(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, SET_EGRESS_NONE, x->sb->ifname, x->sb->addr,
+                   x->sb->sandbox_id);
+    } else if (x->mode == FW_EGRESS_ALLOWLIST) {
+        snprintf(members, sizeof members, "%s%s", APP_MEMBERS_PREFIX, x->app_id);
+        batch_elem(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE | NLM_F_EXCL, SET_EGRESS_ALLOWLIST,
+                   x->sb->ifname, x->sb->addr, x->app_id);
+        batch_elem(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, members, x->sb->ifname, x->sb->addr,
+                   x->sb->sandbox_id);
+    }
+}
+
+/* The comment of the (one) element in the answer: the allowlist App. */
+static int elem_comment_cb(const struct nlmsghdr *nlh, void *data)
+{
+    char *app = data;
+    struct nftnl_set *s = must(nftnl_set_alloc());
+    if (nftnl_set_elems_nlmsg_parse(nlh, s) == 0) {
+        struct nftnl_set_elems_iter *it = must(nftnl_set_elems_iter_create(s));
+        struct nftnl_set_elem *e = nftnl_set_elems_iter_next(it);
+        uint32_t ulen = 0;
+        const void *ud = e ? nftnl_set_elem_get(e, NFTNL_SET_ELEM_USERDATA, &ulen) : NULL;
+        udata_comment(ud, ulen, app, FW_OWNER_LEN);
+        if (e && !app[0])
+            strcpy(app, "?"); /* an element without its App: still to be deleted */
+        nftnl_set_elems_iter_destroy(it);
+    }
+    nftnl_set_free(s);
+    return MNL_CB_OK;
+}
+
+/* 1 with the App (app_out) when the Sandbox is in egress_allowlist, 0 when not, -1 when it cannot
+ * tell. */
+static int allowlist_app_of(struct fw *fw, const struct fw_sandbox *sb, char app_out[FW_OWNER_LEN])
+{
+    char buf[MNL_SOCKET_BUFFER_SIZE], key[KEY_LEN], why[256];
+    sandbox_key(sb, key);
+    pthread_mutex_lock(&fw->lock);
+    struct nlmsghdr *nlh =
+        nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSETELEM, NFPROTO_INET, NLM_F_ACK, fw_next_seq(fw));
+    struct nftnl_set *s = must(nftnl_set_alloc());
+    nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
+    nftnl_set_set_str(s, NFTNL_SET_NAME, SET_EGRESS_ALLOWLIST);
+    struct nftnl_set_elem *e = must(nftnl_set_elem_alloc());
+    nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, key, KEY_LEN);
+    nftnl_set_elem_add(s, e);
+    nftnl_set_elems_nlmsg_build_payload(nlh, s);
+    nftnl_set_free(s);
+    app_out[0] = '\0';
+    int rc =
+        fw_request(fw, "set " SET_EGRESS_ALLOWLIST, nlh, elem_comment_cb, app_out, why, sizeof why);
+    int e2 = errno;
+    pthread_mutex_unlock(&fw->lock);
+    if (rc < 0)
+        return e2 == ENOENT ? 0 : -1;
+    return app_out[0] ? 1 : 0;
+}
+
+/* The batch leaves the App the Sandbox is under now (its members_<app> set is named by the
+ * egress_allowlist element's comment), so it asks first; a batch the kernel refuses costs
+ * milliseconds (its abort path). Should the answer be stale, it asks once more. */
+static int apply_sandbox_egress(struct fw *fw, struct sandbox_egress *x, char *err, size_t errlen)
+{
+    for (int attempt = 0;; attempt++) {
+        if (allowlist_app_of(fw, x->sb, x->prev_app) < 0)
+            return fail(err, errlen, "nftables: cannot read set %s", SET_EGRESS_ALLOWLIST);
+        if (fw_apply(fw, fill_sandbox_egress, x, err, errlen) == 0)
+            return 0;
+        if (attempt == 1 || (errno != ENOENT && errno != EEXIST))
+            return -1;
+    }
+}
+
+int fw_sandbox_set_egress(struct fw *fw, const struct fw_sandbox *sb, enum fw_egress_mode mode,
+                          const char *app_id, char *err, size_t errlen)
+{
+    if (check_sandbox(sb, err, errlen) < 0)
+        return -1;
+    char chain[FW_OWNER_LEN + 16] = "";
+    if (mode == FW_EGRESS_ALLOWLIST && app_chain_name(app_id, chain, sizeof chain, err, errlen) < 0)
+        return -1;
+    struct sandbox_egress x = {sb, mode, app_id, ""};
+    return apply_sandbox_egress(fw, &x, err, errlen);
+}
+
+static int forget_egress(struct fw *fw, const struct fw_sandbox *sb, char *err, size_t errlen)
+{
+    struct sandbox_egress x = {sb, FW_EGRESS_PUBLIC, NULL, ""};
+    return apply_sandbox_egress(fw, &x, err, errlen);
+}
+
+/* ---- carrying egress state over a table replacement ---- */
+
+struct keys_acc {
+    char (*v)[KEY_LEN];
+    uint32_t *len;
+    size_t n, cap;
+};
+
+static int keys_cb(const struct nlmsghdr *nlh, void *data)
+{
+    struct keys_acc *acc = data;
+    struct nftnl_set *s = must(nftnl_set_alloc());
+    if (nftnl_set_elems_nlmsg_parse(nlh, s) == 0) {
+        struct nftnl_set_elems_iter *it = must(nftnl_set_elems_iter_create(s));
+        for (struct nftnl_set_elem *e = nftnl_set_elems_iter_next(it); e;
+             e = nftnl_set_elems_iter_next(it)) {
+            uint32_t klen = 0;
+            const char *key = nftnl_set_elem_get(e, NFTNL_SET_ELEM_KEY, &klen);
+            if (!key || klen == 0 || klen > KEY_LEN)
+                continue;
+            if (acc->n == acc->cap) {
+                acc->cap = acc->cap ? acc->cap * 2 : 64;
+                acc->v = must(realloc(acc->v, acc->cap * sizeof(*acc->v)));
+                acc->len = must(realloc(acc->len, acc->cap * sizeof(*acc->len)));
+            }
+            memset(acc->v[acc->n], 0, KEY_LEN);
+            memcpy(acc->v[acc->n], key, klen);
+            acc->len[acc->n++] = klen;
+        }
+        nftnl_set_elems_iter_destroy(it);
+    }
+    nftnl_set_free(s);
+    return MNL_CB_OK;
+}
+
+/* The keys of set_name; an absent set (an older layout) is just empty. */
+static void fw_read_keys(struct fw *fw, const char *set_name, struct keys_acc *acc)
+{
+    char buf[MNL_SOCKET_BUFFER_SIZE], why[256];
+    struct nlmsghdr *nlh =
+        nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSETELEM, NFPROTO_INET, NLM_F_DUMP, fw_next_seq(fw));
+    struct nftnl_set *s = must(nftnl_set_alloc());
+    nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
+    nftnl_set_set_str(s, NFTNL_SET_NAME, set_name);
+    nftnl_set_elems_nlmsg_build_payload(nlh, s);
+    nftnl_set_free(s);
+    memset(acc, 0, sizeof(*acc));
+    if (fw_request(fw, set_name, nlh, keys_cb, acc, why, sizeof why) < 0)
+        acc->n = 0;
+}
+
+static void keys_free(struct keys_acc *acc)
+{
+    free(acc->v);
+    free(acc->len);
+}
+
+/* The host-wide sets as they were, and every Sandbox under a policy into egress_none: the App
+ * chains do not survive the replacement, so an allowlist Sandbox fails closed until its worker
+ * applies its App's policy again. */
+static void batch_carry_egress(struct fw *fw, struct fw_batch *b)
+{
+    static const struct {
+        const char *from, *to;
+    } carry[] = {{SET_EGRESS_PORTS, SET_EGRESS_PORTS},
+                 {SET_RESOLVERS, SET_RESOLVERS},
+                 {SET_EGRESS_NONE, SET_EGRESS_NONE},
+                 {SET_EGRESS_ALLOWLIST, SET_EGRESS_NONE}};
+    for (size_t c = 0; c < sizeof carry / sizeof carry[0]; c++) {
+        struct keys_acc acc;
+        fw_read_keys(fw, carry[c].from, &acc);
+        for (size_t i = 0; i < acc.n; i++)
+            batch_elem_raw(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, carry[c].to, acc.v[i], acc.len[i]);
+        keys_free(&acc);
+    }
+}
+
+/* ---- names resolved through sbx's DNS forwarder ---- */
+
+struct names_add {
+    const char *set;
+    const struct fw_name_addr *v;
+    size_t n;
+};
+
+static void name_key(const struct fw_name_addr *a, char key[KEY_LEN_IPV4_SERVICE])
+{
+    memset(key, 0, KEY_LEN_IPV4_SERVICE);
+    memcpy(key, &a->addr.s_addr, 4);
+    uint16_t be = htons(a->port);
+    memcpy(key + 4, &be, 2);
+}
+
+/* Each element made absent, then added with its timeout: an add of an existing element would
+ * keep the old timeout. */
+static void fill_names_add(struct fw_batch *b, const void *arg)
+{
+    const struct names_add *x = arg;
+    for (size_t i = 0; i < x->n; i++) {
+        char key[KEY_LEN_IPV4_SERVICE];
+        name_key(&x->v[i], key);
+        batch_elem_raw(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, x->set, key, sizeof key);
+        batch_elem_raw(b, NFT_MSG_DELSETELEM, 0, x->set, key, sizeof key);
+        struct nftnl_set *s = must(nftnl_set_alloc());
+        nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
+        nftnl_set_set_str(s, NFTNL_SET_NAME, x->set);
+        nftnl_set_set_u32(s, NFTNL_SET_FAMILY, NFPROTO_INET);
+        struct nftnl_set_elem *e = must(nftnl_set_elem_alloc());
+        nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, key, sizeof key);
+        nftnl_set_elem_set_u64(e, NFTNL_SET_ELEM_TIMEOUT, x->v[i].timeout_ms);
+        nftnl_set_elem_add(s, e);
+        struct nlmsghdr *nlh = batch_msg(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE);
+        nftnl_set_elems_nlmsg_build_payload(nlh, s);
+        batch_commit(b, nlh);
+        nftnl_set_free(s);
+    }
+}
+
+int fw_app_names_add(struct fw *fw, const char *app_id, const struct fw_name_addr *v, size_t n,
+                     char *err, size_t errlen)
+{
+    char chain[FW_OWNER_LEN + 16], set[FW_OWNER_LEN + 16];
+    if (app_chain_name(app_id, chain, sizeof chain, err, errlen) < 0)
+        return -1;
+    if (n == 0)
+        return 0;
+    snprintf(set, sizeof set, "%s%s", APP_NAMES_PREFIX, app_id);
+    struct names_add x = {set, v, n};
+    return fw_apply(fw, fill_names_add, &x, err, errlen);
+}
+
+struct members_acc {
+    struct fw_egress_member *v;
+    size_t n, cap;
+};
+
+static int members_cb(const struct nlmsghdr *nlh, void *data)
+{
+    struct members_acc *acc = data;
+    struct nftnl_set *s = must(nftnl_set_alloc());
+    if (nftnl_set_elems_nlmsg_parse(nlh, s) == 0) {
+        struct nftnl_set_elems_iter *it = must(nftnl_set_elems_iter_create(s));
+        for (struct nftnl_set_elem *e = nftnl_set_elems_iter_next(it); e;
+             e = nftnl_set_elems_iter_next(it)) {
+            uint32_t klen = 0, ulen = 0;
+            const char *key = nftnl_set_elem_get(e, NFTNL_SET_ELEM_KEY, &klen);
+            const void *ud = nftnl_set_elem_get(e, NFTNL_SET_ELEM_USERDATA, &ulen);
+            char app[FW_OWNER_LEN];
+            udata_comment(ud, ulen, app, sizeof app);
+            if (!key || klen != KEY_LEN || !app[0])
+                continue;
+            if (acc->n == acc->cap) {
+                acc->cap = acc->cap ? acc->cap * 2 : 64;
+                acc->v = must(realloc(acc->v, acc->cap * sizeof(*acc->v)));
+            }
+            struct fw_egress_member *m = &acc->v[acc->n++];
+            memset(m, 0, sizeof *m);
+            memcpy(m->ifname, key, IFNAMSIZ - 1);
+            memcpy(&m->addr.s_addr, key + KEY_IFNAME_LEN, 4);
+            snprintf(m->app_id, sizeof m->app_id, "%s", app);
+        }
+        nftnl_set_elems_iter_destroy(it);
+    }
+    nftnl_set_free(s);
+    return MNL_CB_OK;
+}
+
+int fw_egress_members(struct fw *fw, struct fw_egress_member **out, size_t *n, char *err,
+                      size_t errlen)
+{
+    char buf[MNL_SOCKET_BUFFER_SIZE];
+    struct members_acc acc = {0};
+    pthread_mutex_lock(&fw->lock);
+    struct nlmsghdr *nlh =
+        nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSETELEM, NFPROTO_INET, NLM_F_DUMP, fw_next_seq(fw));
+    struct nftnl_set *s = must(nftnl_set_alloc());
+    nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
+    nftnl_set_set_str(s, NFTNL_SET_NAME, SET_EGRESS_ALLOWLIST);
+    nftnl_set_elems_nlmsg_build_payload(nlh, s);
+    nftnl_set_free(s);
+    int rc = fw_request(fw, "set " SET_EGRESS_ALLOWLIST, nlh, members_cb, &acc, err, errlen);
+    pthread_mutex_unlock(&fw->lock);
+    if (rc < 0) {
+        free(acc.v);
+        return -1;
+    }
+    *out = acc.v;
+    *n = acc.n;
     return 0;
 }

@@ -20,7 +20,15 @@
  *   - to 10/8, 172.16/12, 192.168/16, other Sandboxes included: dropped   (drop_private);
  *   - to 169.254/16 (cloud metadata): dropped                              (drop_metadata);
  *   - to the other special-use IPv4 ranges: dropped                        (drop_special);
- *   - anything else (public IPv4): accepted and masqueraded to the uplink.
+ *   - a Sandbox of an App whose egress is "none" (set `egress_none`): dropped (drop_policy), and
+ *     so are its new connections to the host's 443 (NFS while attached stays open);
+ *   - a Sandbox of an allowlist App (set `egress_allowlist`, and its App's `members_<app>`, which
+ *     the App's rule in chain egress_dispatch jumps from to the chain egress_<app>): what its App's
+ *     chain does not return from is dropped (drop_policy); what it returns goes on below;
+ *   - DNS (UDP/TCP 53) to an address of the set `resolvers`: accepted; to any other: dropped
+ *     (drop_dns);
+ *   - TCP to a port of the set `egress_ports`: accepted and masqueraded to the uplink;
+ *   - anything else to public IPv4 (other ports, UDP, ICMP): dropped (drop_egress).
  * And into a Sandbox: nothing new, from anywhere (drop_inbound).
  * Interfaces named FW_IFNAME_PREFIX* that are not in `sandboxes` get the same treatment and fail
  * closed (their traffic counts as spoofed). Other tables of the host are never read or changed.
@@ -44,6 +52,16 @@
 #define FW_IFNAME_PREFIX "sbx"
 #define FW_OWNER_LEN 64 /* room for a Sandbox id */
 
+/* Every drop of a packet from a Sandbox (all reasons but ipv6 and inbound) is also logged to this
+ * NFLOG group with the prefix "sbx drop_<reason> " and the first FW_NFLOG_SNAPLEN bytes of the
+ * packet (IPv4 header and ports): worker/host/egress_log.h reads them. */
+#define FW_NFLOG_GROUP 5213
+#define FW_NFLOG_PREFIX "sbx drop_"
+#define FW_NFLOG_SNAPLEN 64
+/* UDP DNS from a Sandbox of an allowlist App, to any address, is redirected to this port of the
+ * host (nat prerouting), where sbx's DNS forwarder answers (host/dns_forwarder.h). */
+#define FW_DNS_FORWARDER_PORT 5300
+
 /* Why a packet was dropped: one named nftables counter each ("drop_<name>"). */
 enum fw_drop_reason {
     FW_DROP_HOST,     /* new connection to the host other than TCP 443 (and 2049 with NFS) */
@@ -53,6 +71,9 @@ enum fw_drop_reason {
     FW_DROP_IPV6,     /* any IPv6 from or to a Sandbox */
     FW_DROP_INBOUND,  /* a new connection into a Sandbox */
     FW_DROP_SPOOFED,  /* from a Sandbox interface with an address that is not its own */
+    FW_DROP_EGRESS, /* to public IPv4: not TCP to a port of egress_ports (nor DNS to a resolver) */
+    FW_DROP_DNS,    /* DNS (port 53) to an address that is not a configured resolver */
+    FW_DROP_POLICY, /* refused by the App's egress policy (none, or not on its allowlist) */
     FW_DROP_COUNT
 };
 /* "host", "private", ...: the counter of reason r is named "drop_" + fw_drop_reason_names[r]. */
@@ -125,6 +146,57 @@ int fw_list(struct fw *fw, FILE *out, char *err, size_t errlen);
 /* Deletes `table inet sbx` (and nothing else). For tests and `sbx down`; workers do not call it
  * on exit, since other workers may still rely on the table. */
 int fw_destroy(struct fw *fw, char *err, size_t errlen);
+
+/* ---- egress: the host-wide ports and resolvers, and the per-App policies ---- */
+
+/* Replaces the contents of the sets `egress_ports` (TCP ports open to public IPv4) and `resolvers`
+ * (where DNS may go) in one batch. Every worker calls it at start with the host's settings. */
+int fw_set_egress(struct fw *fw, const uint16_t *ports, size_t nports,
+                  const struct in_addr *resolvers, size_t nresolvers, char *err, size_t errlen);
+
+enum fw_egress_mode {
+    FW_EGRESS_PUBLIC,    /* the host-wide rules only */
+    FW_EGRESS_NONE,      /* nothing leaves but NFS while attached and replies */
+    FW_EGRESS_ALLOWLIST, /* only what the App's chain returns from, then the host-wide rules */
+};
+
+/* One address entry of an App's allowlist: net/len, TCP port (0: any of egress_ports). */
+struct fw_allow_net {
+    struct in_addr net;
+    int len;
+    uint16_t port;
+};
+
+/* Creates or replaces the chain egress_<app_id>: one rule per entry, then drop_policy. One batch,
+ * whatever the number of the App's Sandboxes: they all jump to this chain. */
+int fw_app_policy_set(struct fw *fw, const char *app_id, const struct fw_allow_net *allow, size_t n,
+                      char *err, size_t errlen);
+
+/* The addresses an allowed name resolved to, for an App: the elements `address . port` of its
+ * set names_<app_id> (which its chain returns from), each expiring after timeout_ms. An existing
+ * element gets the new timeout. */
+struct fw_name_addr {
+    struct in_addr addr;
+    uint16_t port;
+    uint32_t timeout_ms;
+};
+int fw_app_names_add(struct fw *fw, const char *app_id, const struct fw_name_addr *v, size_t n,
+                     char *err, size_t errlen);
+
+/* The Sandboxes under an allowlist (the set egress_allowlist, whose elements' comments name their
+ * App): which App each one's address serves. */
+struct fw_egress_member {
+    char ifname[IFNAMSIZ];
+    struct in_addr addr;
+    char app_id[FW_OWNER_LEN];
+};
+int fw_egress_members(struct fw *fw, struct fw_egress_member **out, size_t *n, char *err,
+                      size_t errlen);
+
+/* Puts the Sandbox under mode (app_id names the chain for FW_EGRESS_ALLOWLIST, which must exist:
+ * fw_app_policy_set). Replaces what it was under before, in one batch. */
+int fw_sandbox_set_egress(struct fw *fw, const struct fw_sandbox *sb, enum fw_egress_mode mode,
+                          const char *app_id, char *err, size_t errlen);
 
 /* ---- for tests and inspection: the batches fw_* send, as bytes (nlmsgs, BATCH_BEGIN..END) ---- */
 struct fw_batch {

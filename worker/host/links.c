@@ -793,6 +793,12 @@ static bool owner_is_ours(const char *owner, const char **sandbox_id)
     return true;
 }
 
+const char *net_owner_sandbox_id(const char *owner)
+{
+    const char *sandbox_id = NULL;
+    return owner && owner_is_ours(owner, &sandbox_id) ? sandbox_id : NULL;
+}
+
 int net_init(const char *net_pool, char *err, size_t errlen)
 {
     if (net.fw)

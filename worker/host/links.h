@@ -99,6 +99,9 @@ int net_enable_forwarding(char *err, size_t errlen);
  * judged). Owners without an installation, written before tagging, count as this one's. */
 #define NET_INSTALLATION_LEN 16
 void net_set_installation(const char *installation_id);
+/* The Sandbox id in an owner found on the host (a firewall element's comment, an interface's
+ * alias) when it is this installation's; NULL when it is another's. */
+const char *net_owner_sandbox_id(const char *owner);
 
 /* Parses net_pool, enables forwarding and makes sure the firewall table exists (fw_init).
  * Call once, at worker start, before any Sandbox boots. */

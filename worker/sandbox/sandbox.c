@@ -8,6 +8,8 @@
 #include "drivers/shared.h"
 #include "log.h"
 #include "sandbox/agent_channel.h"
+#include "sandbox/egress_dns.h"
+#include "sandbox/egress_events.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,6 +104,10 @@ const struct driver *sandbox_driver(struct worker *w, const char *name)
     w->drivers[w->n_drivers++].drv = drv;
     if (drv && drv->unbounded)
         record_unbounded(w);
+    /* The firewall exists from a driver's init on: its log reader and the DNS forwarder start now,
+     * before any Sandbox of this worker can be denied anything (later polls retry). */
+    egress_events_tick(w);
+    egress_dns_tick(w);
     return drv;
 }
 

@@ -96,6 +96,9 @@ struct sandbox {
     /* The partial output of the message carried, gathered for the store; owned by delivery/
      * (chunks.h), which frees it when the delivery ends. */
     struct chunk_stream *chunks;
+    /* The App's egress policy applied to it (sandbox/egress.c): digest of its text, and mode. */
+    char egress_applied[65];
+    int egress_mode;
 };
 
 /* What a Sandbox tells the layers above it (news goes up only through these; loop.c sets them in

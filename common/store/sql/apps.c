@@ -31,6 +31,7 @@ void sql_app_from_row(struct sql_stmt *s, int c, struct store_app *a)
     sql_col_copy(s, c + 12, a->image_id, sizeof a->image_id);
     sql_col_copy(s, c + 13, a->image_digest, sizeof a->image_digest);
     a->env_json = sql_col_dup(s, c + 14);
+    a->network_json = sql_col_dup(s, c + 15);
 }
 
 void store_app_clear(struct store_app *a)
@@ -41,6 +42,8 @@ void store_app_clear(struct store_app *a)
     a->limits_json = NULL;
     free(a->env_json);
     a->env_json = NULL;
+    free(a->network_json);
+    a->network_json = NULL;
 }
 
 void store_app_list_free(struct store_app *a, size_t n)
@@ -107,8 +110,9 @@ static enum store_status app_create(struct store *st, const struct store_ctx *ct
         return sql_end(st, r);
     s = sql_stmt(st, "INSERT INTO apps (id, name, keep_alive_seconds, vcpu_count, mem_size_mib, "
                      "driver, image, max_attempts, command, created_at, updated_at, limits, "
-                     "image_id, image_digest, env) "
-                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12, ?13, ?14)");
+                     "image_id, image_digest, env, network) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12, ?13, ?14, "
+                     "?15)");
     if (!s)
         return sql_end(st, STORE_ERROR);
     sql_bind_text(s, 1, app->id);
@@ -125,6 +129,7 @@ static enum store_status app_create(struct store *st, const struct store_ctx *ct
     sql_bind_text_or_null(s, 12, app->image_id);
     sql_bind_text(s, 13, app->image_digest[0] ? app->image_digest : "default");
     sql_bind_text(s, 14, app->env_json ? app->env_json : "{}");
+    sql_bind_text(s, 15, app->network_json ? app->network_json : "{\"egress\":\"public\"}");
     r = sql_step_done(st, s);
     if (r == STORE_OK) {
         r = sql_event_json(st, ctx, "app.created", "app", app->id, app->id, NULL,
@@ -176,7 +181,8 @@ static enum store_status app_update(struct store *st, const struct store_ctx *ct
                      "ELSE NULLIF(CAST(?11 AS TEXT), '') END, "
                      "image_id = CASE WHEN CAST(?13 AS TEXT) IS NULL THEN image_id "
                      "ELSE CAST(?12 AS TEXT) END, "
-                     "image_digest = COALESCE(?13, image_digest), env = COALESCE(?14, env) "
+                     "image_digest = COALESCE(?13, image_digest), env = COALESCE(?14, env), "
+                     "network = COALESCE(?15, network) "
                      "WHERE id = ?1 AND deleted_at IS NULL");
     if (!s)
         return sql_end(st, STORE_ERROR);
@@ -206,6 +212,8 @@ static enum store_status app_update(struct store *st, const struct store_ctx *ct
     }
     if (p->env_json)
         sql_bind_text(s, 14, p->env_json);
+    if (p->network_json)
+        sql_bind_text(s, 15, p->network_json);
     r = sql_step_done(st, s);
     if (r == STORE_OK && sql_changes(st) == 0)
         r = STORE_NOT_FOUND;
@@ -220,7 +228,8 @@ static enum store_status app_update(struct store *st, const struct store_ctx *ct
                                 p->max_attempts ? "maxAttempts" : NULL,
                                 p->command_json ? "command" : NULL,
                                 p->limits_json ? "limits" : NULL,
-                                p->env_json ? "env" : NULL};
+                                p->env_json ? "env" : NULL,
+                                p->network_json ? "network" : NULL};
         n = (size_t)snprintf(data, sizeof data, "{\"fields\":[");
         for (size_t i = 0, k = 0; i < sizeof fields / sizeof fields[0]; i++)
             if (fields[i])

@@ -275,6 +275,7 @@ void store_sql_init(struct store *st)
     sql_counts_init(st);
     sql_bounds_init(st);
     sql_images_init(st);
+    sql_egress_init(st);
 }
 
 void store_sql_fini(struct store *st)

@@ -126,7 +126,7 @@ enum store_status sql_event_json(struct store *st, const struct store_ctx *ctx, 
 #define SQL_APP_COLS                                                                               \
     "a.id, a.name, a.keep_alive_seconds, a.vcpu_count, a.mem_size_mib, a.driver, a.image, "        \
     "a.max_attempts, a.command, a.created_at, a.updated_at, a.limits, a.image_id, "                \
-    "a.image_digest, a.env"
+    "a.image_digest, a.env, a.network"
 #define SQL_SESSION_COLS                                                                           \
     "s.id, s.app_id, s.name, s.state, s.sandbox_id, s.keep_alive_seconds, "                        \
     "COALESCE(s.keep_alive_seconds, a.keep_alive_seconds), s.workspace_id, s.metadata, "           \
@@ -206,6 +206,7 @@ void sql_event_feed_init(struct store *st); /* the live event feed's newest-id r
 void sql_webhooks_init(struct store *st);   /* webhook endpoints and their outbox */
 void sql_bounds_init(struct store *st);     /* what a host cannot bound */
 void sql_images_init(struct store *st);
+void sql_egress_init(struct store *st); /* egress denial events */
 /* The group commit (enqueue.c) also has state to set up and a thread to stop. */
 void sql_enqueue_init(struct store *st);
 void sql_enqueue_fini(struct store *st);

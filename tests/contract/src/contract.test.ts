@@ -205,6 +205,18 @@ test("apps: create with defaults, full create, validation errors", async () => {
   assert.equal(appA.image, "default");
   assert.equal(appA.maxAttempts, 3);
   assert.deepEqual(appA.command, ["/usr/bin/sbx-echo-agent"]);
+  assert.deepEqual(appA.network, { egress: "public" });
+
+  // The egress policy (issue 15): its normal form, and a 422 naming the entry.
+  const listed = await admin.POST("/v1/apps", {
+    body: { name: "contract-egress", network: { egress: "allowlist", allow: ["API.example.com:443", "*.example.org", "8.8.8.8"] } },
+  });
+  assert.equal(listed.response.status, 201);
+  assert.deepEqual(listed.data!.network, { egress: "allowlist", allow: ["api.example.com:443", "*.example.org", "8.8.8.8/32"] });
+  const none = await admin.PATCH("/v1/apps/{appId}", { params: { path: { appId: listed.data!.id } }, body: { network: { egress: "none" } } });
+  assert.equal(none.response.status, 200);
+  assert.deepEqual(none.data!.network, { egress: "none" });
+  expectProblem(await admin.POST("/v1/apps", { body: { name: "x", network: { egress: "allowlist", allow: ["10.0.0.0/8"] } } }), 422, "invalid-value", "network.allow[0]");
 
   const full = await admin.POST("/v1/apps", {
     body: { name: "contract-b", keepAliveSeconds: 300, vcpuCount: 2, memSizeMib: 512, driver: "process", image: "default", maxAttempts: 5, command: ["/usr/bin/sbx-echo-agent", "-v"] },

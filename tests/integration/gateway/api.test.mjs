@@ -138,6 +138,56 @@ test('apps: create, defaults, validation, conflict, list, get, patch, delete', a
     'app.created,app.updated,app.deleted');
 });
 
+test('apps: network egress policy, normal form, 422 naming the field, PATCH (issue 15)', async () => {
+  const c = await req(gw, 'POST', '/v1/apps', { token: gw.admin, body: { name: 'egress-default' } });
+  assert.equal(c.status, 201);
+  assert.deepEqual(c.json.network, { egress: 'public' });
+  const a = await req(gw, 'POST', '/v1/apps', {
+    token: gw.admin,
+    body: { name: 'egress-list', network: { egress: 'allowlist', allow: ['API.Example.com:443', '*.example.org', '11.22.33.0/24', '8.8.8.8', 'example.net.'] } },
+  });
+  assert.equal(a.status, 201);
+  assert.deepEqual(a.json.network, { egress: 'allowlist', allow: ['api.example.com:443', '*.example.org', '11.22.33.0/24', '8.8.8.8/32', 'example.net'] });
+  assert.deepEqual((await req(gw, 'GET', `/v1/apps/${a.json.id}`, { token: gw.admin })).json.network, a.json.network);
+
+  const bad = async (network, status, code, field) =>
+    assertProblem(assert, await req(gw, 'POST', '/v1/apps', { token: gw.admin, body: { name: 'egress-bad', network } }), status, code, field);
+  await bad({ egress: 'some' }, 422, 'invalid-value', 'network.egress');
+  await bad({ egress: 7 }, 400, 'invalid-field', 'network.egress');
+  await bad('none', 400, 'invalid-field', 'network');
+  await bad({ egress: 'none', colour: 1 }, 400, 'unknown-field', 'network.colour');
+  await bad({ egress: 'allowlist' }, 422, 'invalid-value', 'network.allow');
+  await bad({ egress: 'public', allow: ['11.22.33.0/24'] }, 422, 'invalid-value', 'network.allow');
+  await bad({ egress: 'allowlist', allow: 'x.example.com' }, 400, 'invalid-field', 'network.allow');
+  await bad({ egress: 'allowlist', allow: ['a.example.com', 5] }, 400, 'invalid-field', 'network.allow[1]');
+  await bad({ egress: 'allowlist', allow: ['11.22.33.0/33'] }, 422, 'invalid-value', 'network.allow[0]');
+  await bad({ egress: 'allowlist', allow: ['11.22.33.1/24'] }, 422, 'invalid-value', 'network.allow[0]');
+  await bad({ egress: 'allowlist', allow: ['300.1.1.1'] }, 422, 'invalid-value', 'network.allow[0]');
+  await bad({ egress: 'allowlist', allow: ['ok.example.com', 'bad_name.example.com'] }, 422, 'invalid-value', 'network.allow[1]');
+  await bad({ egress: 'allowlist', allow: ['a.*.example.com'] }, 422, 'invalid-value', 'network.allow[0]');
+  await bad({ egress: 'allowlist', allow: ['localhost'] }, 422, 'invalid-value', 'network.allow[0]');
+  await bad({ egress: 'allowlist', allow: ['api.example.com:0'] }, 422, 'invalid-value', 'network.allow[0]');
+  await bad({ egress: 'allowlist', allow: ['api.example.com:65536'] }, 422, 'invalid-value', 'network.allow[0]');
+  await bad({ egress: 'allowlist', allow: ['2001:db8::/32'] }, 422, 'invalid-value', 'network.allow[0]');
+  for (const blocked of ['10.1.0.0/16', '172.20.0.1', '192.168.0.0/24', '169.254.169.254', '127.0.0.1', '100.64.0.0/10', '0.0.0.0/0', '8.0.0.0/4', '224.0.0.1'])
+    await bad({ egress: 'allowlist', allow: ['api.example.com', blocked] }, 422, 'invalid-value', 'network.allow[1]');
+  const many = Array.from({ length: 65 }, (_, i) => `h${i}.example.com`);
+  await bad({ egress: 'allowlist', allow: many }, 422, 'invalid-value', 'network.allow');
+  assert.equal((await req(gw, 'POST', '/v1/apps', { token: gw.admin, body: { name: 'egress-64', network: { egress: 'allowlist', allow: many.slice(0, 64) } } })).status, 201);
+  const problem = await req(gw, 'POST', '/v1/apps', { token: gw.admin, body: { name: 'egress-bad', network: { egress: 'allowlist', allow: ['169.254.0.0/16'] } } });
+  assert.match(problem.json.detail, /blocked metadata range 169\.254\.0\.0\/16/);
+
+  const p = await req(gw, 'PATCH', `/v1/apps/${c.json.id}`, { token: gw.admin, body: { network: { egress: 'none' } } });
+  assert.equal(p.status, 200);
+  assert.deepEqual(p.json.network, { egress: 'none' });
+  const p2 = await req(gw, 'PATCH', `/v1/apps/${c.json.id}`, { token: gw.admin, body: { keepAliveSeconds: 9 } });
+  assert.deepEqual(p2.json.network, { egress: 'none' }, 'a PATCH without network keeps the policy');
+  assertProblem(assert, await req(gw, 'PATCH', `/v1/apps/${c.json.id}`, { token: gw.admin, body: { network: { egress: 'allowlist', allow: ['10.0.0.1'] } } }), 422, 'invalid-value', 'network.allow[0]');
+  assert.deepEqual((await req(gw, 'GET', `/v1/apps/${c.json.id}`, { token: gw.admin })).json.network, { egress: 'none' }, 'a refused PATCH changes nothing');
+  assert.equal(sql(gw, `SELECT network FROM apps WHERE id='${c.json.id}'`), '{"egress":"none"}');
+  assert.match(sql(gw, `SELECT data FROM events WHERE object_id='${c.json.id}' AND kind='app.updated' ORDER BY id LIMIT 1`), /"network"/);
+});
+
 test('app delete is refused while it has live Sessions, and revokes its keys', async () => {
   const { app, key } = await newApp(gw, 'deletable');
   const s = await req(gw, 'POST', '/v1/sessions', { token: key, body: {} });

@@ -4,7 +4,9 @@
 #
 # Runs in a network and mount namespace of its own (tests/network.cmake: unshare --net --mount),
 # which plays the host; a "world" namespace holds a public address (11.11.11.11) and a private one
-# (10.99.0.10) and metadata (169.254.169.254); nothing leaves the machine.
+# (10.99.0.10) and metadata (169.254.169.254) and a DNS resolver (11.11.11.53, Debian's dnsmasq
+# answering api.test); nothing leaves the machine. The Sandbox's own programs (the rootfs's
+# busybox) resolve through the /etc/resolv.conf the driver gives it (issue 15).
 # Usage: it_driver.sh NET_DRIVER_CHECK NET_PROBE ROOTFS
 set -u
 CHECK=$1
@@ -39,8 +41,14 @@ ip link set up0 up
 ip -n "$W" addr add 11.0.0.2/30 dev up0w
 ip -n "$W" link set up0w up
 ip route add default via 11.0.0.2
-for a in 11.11.11.11 10.99.0.10 169.254.169.254; do ip -n "$W" addr add $a/32 dev lo; done
-ip netns exec "$W" "$PROBE" serve --pidfile "$TMP/world.pid" --tcp 80 || exit 1
+for a in 11.11.11.11 11.11.11.53 10.99.0.10 169.254.169.254; do ip -n "$W" addr add $a/32 dev lo; done
+ip netns exec "$W" "$PROBE" serve --pidfile "$TMP/world.pid" --tcp 80,8080 || exit 1
+ip netns exec "$W" dnsmasq --conf-file=/dev/null --no-resolv --no-hosts --bind-interfaces \
+    --listen-address=11.11.11.53 --user=root --group=root --pid-file="$TMP/dns.pid" \
+    --address=/api.test/11.11.11.11 || exit 1
+export SBX_DNS_RESOLVERS=11.11.11.53 SBX_EGRESS_PORTS=80,443
+# In the Sandbox: its mount, network and pid namespaces, its uid (net_driver_check's 4242).
+in_sandbox() { nsenter -t "$SB_PID" -m -n -p -S 4242 -G 4343 "$@" 2>&1; }
 "$PROBE" serve --pidfile "$TMP/host.pid" --tcp 443,2049,8080 || exit 1
 
 for how in terminate reap; do
@@ -60,6 +68,18 @@ for how in terminate reap; do
     blocked "TCP to private 10.99.0.10" tcp 10.99.0.10 80
     blocked "TCP to metadata" tcp 169.254.169.254 80
     answered "TCP to public 11.11.11.11" tcp 11.11.11.11 80
+    blocked "TCP 8080 to public 11.11.11.11 (not in egress_ports)" tcp 11.11.11.11 8080
+    grep -q "^nameserver 11.11.11.53$" "/proc/$SB_PID/root/etc/resolv.conf" &&
+        ok "the Sandbox's /etc/resolv.conf names the resolver" ||
+        bad "resolv.conf: $(cat "/proc/$SB_PID/root/etc/resolv.conf")"
+    out=$(in_sandbox /bin/sh -c 'echo nameserver 1.1.1.1 > /etc/resolv.conf')
+    [ $? -ne 0 ] && ok "and cannot change it ($out)" || bad "the Sandbox wrote its resolv.conf"
+    out=$(in_sandbox /bin/busybox nslookup api.test)
+    echo "$out" | grep -q "11.11.11.11" && ok "a program of the image resolves api.test" ||
+        bad "nslookup in the Sandbox: $out"
+    out=$(echo | in_sandbox /bin/busybox nc -w 3 api.test 80)
+    echo "$out" | grep -q "from" && ok "and connects to it by name ($out)" || bad "nc api.test 80: $out"
+    blocked "DNS to another address" dns api.test 11.11.11.11
     "$PROBE" tcp "$ADDR" 80 >/dev/null
     [ $? -eq 1 ] && ok "no new connection from the host into the Sandbox" || bad "host reached the Sandbox"
 

@@ -3,8 +3,10 @@
 #
 # Runs inside a network and mount namespace of its own (tests/network.cmake starts it under
 # `unshare --net --mount`): that namespace plays the host. It builds, with ip netns and veth pairs,
-#   - "world": the uplink's far side, holding a public address (11.11.11.11: outside every range
-#     sbx blocks; it exists only inside these namespaces, nothing leaves the machine), a simulated
+#   - "world": the uplink's far side, holding public addresses (11.11.11.11 and .12 with listeners
+#     on TCP 80, 443, 8080 and 25 and UDP 5000, and a DNS resolver on 11.11.11.53 answering the
+#     test names: outside every range sbx blocks; they exist only inside these namespaces, nothing
+#     leaves the machine), a simulated
 #     private network (10.99.0.10, 172.16.5.10, 192.168.77.10), a metadata service
 #     (169.254.169.254) and two other special-use addresses (192.0.2.10, 100.64.0.10);
 #   - on the host, listeners on TCP 443, 2049 and 8080;
@@ -51,6 +53,7 @@ expect() {
     case "$want" in
     answered) [ $rc -eq 0 ] && ok "$what ($out)" || bad "$what: expected an answer, got rc=$rc $out" ;;
     blocked) [ $rc -eq 1 ] && ok "$what ($out)" || bad "$what: expected a silent drop, got rc=$rc $out" ;;
+    refused) [ $rc -eq 2 ] && ok "$what ($out)" || bad "$what: expected a refusal, got rc=$rc $out" ;;
     esac
 }
 
@@ -85,12 +88,16 @@ ip link set up0 up
 ip -n "$W" addr add 11.0.0.2/30 dev up0w
 ip -n "$W" link set up0w up
 ip route add default via 11.0.0.2
-for a in 11.11.11.11 10.99.0.10 172.16.5.10 192.168.77.10 169.254.169.254 192.0.2.10 100.64.0.10; do
+for a in 11.11.11.11 11.11.11.12 11.11.11.53 10.99.0.10 172.16.5.10 192.168.77.10 169.254.169.254 192.0.2.10 100.64.0.10; do
     ip -n "$W" addr add $a/32 dev lo
 done
 # Only for the control phase: without sbx's masquerade, the world can answer the pool directly.
 ip -n "$W" route add $POOL via 11.0.0.1
-ip netns exec "$W" "$PROBE" serve --pidfile "$TMP/world.pid" --tcp 80 --udp 53 || exit 1
+ip netns exec "$W" "$PROBE" serve --pidfile "$TMP/world.pid" --tcp 80,443,8080,25 --udp 53,5000 || exit 1
+# The world's resolver (Debian's dnsmasq as an authoritative stand-in), TTL 2 s.
+ip netns exec "$W" dnsmasq --conf-file=/dev/null --no-resolv --no-hosts --bind-interfaces \
+    --listen-address=11.11.11.53 --user=root --group=root --pid-file="$TMP/dns.pid" \
+    --local-ttl=2 --address=/api.test/11.11.11.11 --address=/alt.test/11.11.11.12 || exit 1
 "$PROBE" serve --pidfile "$TMP/host.pid" --tcp 443,2049,8080 --udp 53 || exit 1
 
 # Another table of the host: sbx must leave it exactly as it was.
@@ -108,6 +115,7 @@ out=$("$CTL" ro-counters 2>&1) && bad "read-only counters without a table: $out"
 nft list table inet sbx >/dev/null 2>&1 && bad "read-only access created the table" ||
     ok "read-only access created nothing"
 ctl init || { bad "init"; exit 1; }
+ctl egress 80,443 11.11.11.53 || { bad "egress settings"; exit 1; }
 "$CTL" ro-counters | grep -q "^drop_host 0 0$" && ok "read-only counters after init" ||
     bad "read-only counters after init"
 ctl init && ok "a second init keeps the table" || bad "second init"
@@ -178,12 +186,71 @@ expect blocked "TCP 443 to the host over IPv6" tcp fd00:5b::1 443
 expect blocked "ICMPv6 echo to the host" icmp fd00:5b::1
 expect_count ipv6 "$c"
 
-echo "# public IPv4"
-expect answered "TCP to public 11.11.11.11" tcp 11.11.11.11 80
+echo "# public IPv4: egress_ports (80,443) and dns_resolvers (11.11.11.53) only"
+expect answered "TCP 80 to public 11.11.11.11" tcp 11.11.11.11 80
 echo "$LAST_OUT" | grep -q "from 11.0.0.1" && ok "masqueraded to the uplink address" ||
     bad "not masqueraded: $LAST_OUT"
-expect answered "UDP to public 11.11.11.11" udp 11.11.11.11 53
-expect answered "ICMP to public 11.11.11.11" icmp 11.11.11.11
+expect answered "TCP 443 to public 11.11.11.11" tcp 11.11.11.11 443
+c=$(counter egress)
+expect blocked "TCP 8080 to public 11.11.11.11" tcp 11.11.11.11 8080
+expect blocked "TCP 25 to public 11.11.11.11" tcp 11.11.11.11 25
+expect blocked "UDP 5000 to public 11.11.11.11" udp 11.11.11.11 5000
+expect blocked "ICMP to public 11.11.11.11" icmp 11.11.11.11
+expect_count egress "$c"
+expect answered "DNS to the configured resolver" dns api.test 11.11.11.53
+echo "$LAST_OUT" | grep -q "rcode=0 11.11.11.11/" && ok "the resolver's answer came back" ||
+    bad "DNS answer: $LAST_OUT"
+c=$(counter dns)
+expect blocked "DNS to another public address" dns api.test 11.11.11.11
+expect blocked "TCP 53 to another public address" tcp 11.11.11.11 53
+expect_count dns "$c"
+ctl egress 80,443,8080 11.11.11.53 || bad "egress settings with 8080"
+expect answered "TCP 8080 once egress_ports names it" tcp 11.11.11.11 8080
+ctl egress 80,443 none || bad "egress settings without resolvers"
+expect blocked "DNS with no resolver configured" dns api.test 11.11.11.53
+ctl egress 80,443 11.11.11.53 || bad "egress settings back"
+
+echo "# an App with egress none: nothing leaves but NFS while attached"
+ctl sandbox-egress sbx_test1 "$ADDR1" none || bad "egress none"
+c=$(counter policy)
+expect blocked "none: TCP 443 to public" tcp 11.11.11.11 443
+expect blocked "none: DNS to the resolver" dns api.test 11.11.11.53
+expect blocked "none: TCP 443 to the host (gateway)" tcp "$GW1" 443
+expect_count policy "$c"
+c=$(counter private)
+expect blocked "none: private 10.99.0.10 still counted as private" tcp 10.99.0.10 80
+expect_count private "$c"
+expect blocked "none: metadata" tcp 169.254.169.254 80
+ctl nfs sbx_test1 "$ADDR1" on || bad "nfs on (none)"
+expect answered "none: TCP 2049 to the host while NFS is attached" tcp "$GW1" 2049
+ctl nfs sbx_test1 "$ADDR1" off || bad "nfs off (none)"
+ctl sandbox-egress sbx_test1 "$ADDR1" none || bad "egress none again"
+expect blocked "none, set twice: still nothing" tcp 11.11.11.11 80
+
+echo "# an allowlist App: CIDR entries, live change, two Apps"
+ctl policy app_a 11.11.11.11/32:443 || bad "policy app_a"
+ctl sandbox-egress sbx_test1 "$ADDR1" allowlist app_a || bad "egress allowlist"
+expect answered "allowlist: 11.11.11.11:443 on the list" tcp 11.11.11.11 443
+c=$(counter policy)
+expect blocked "allowlist: 11.11.11.11:80 (port not on the list)" tcp 11.11.11.11 80
+expect blocked "allowlist: 11.11.11.12 (not on the list)" tcp 11.11.11.12 443
+# An allowlist Sandbox's DNS goes to sbx's forwarder on the host (port 5300), whatever resolver it
+# names; this test runs none, so the host refuses instead of the world resolver answering.
+expect refused "allowlist: DNS redirected to the host's forwarder, not to the resolver" dns api.test 11.11.11.53
+nft list chain inet sbx prerouting | grep -q 'udp dport 53 redirect to :5300' &&
+    ok "the redirect rule" || bad "prerouting: $(nft list chain inet sbx prerouting)"
+expect_count policy "$c"
+expect answered "allowlist: TCP 443 to the host (gateway)" tcp "$GW1" 443
+ctl policy app_a 11.11.11.12/32 10.99.0.0/16 169.254.0.0/16 192.0.2.0/24 || bad "policy app_a changed"
+expect answered "allowlist changed live: 11.11.11.12 now reachable" tcp 11.11.11.12 443
+expect blocked "allowlist changed live: 11.11.11.11 no longer" tcp 11.11.11.11 443
+expect blocked "allowlist: an entry port-less still only opens egress_ports" tcp 11.11.11.12 8080
+c=$(counter private)
+expect blocked "allowlist naming 10.99/16: private still blocked" tcp 10.99.0.10 80
+expect_count private "$c"
+expect blocked "allowlist naming 169.254/16: metadata still blocked" tcp 169.254.169.254 80
+expect blocked "allowlist naming 192.0.2/24: special-use still blocked" tcp 192.0.2.10 80
+ctl policy app_a 11.11.11.11/32 || bad "policy app_a again"
 
 echo "# a second Sandbox, inbound and spoofing"
 start_sandbox_process || bad "Sandbox 2 process"
@@ -207,6 +274,17 @@ c=$(counter spoofed)
 expect blocked "Sandbox 2 with a source address not its own" tcp 11.11.11.11 80 --bind 10.213.0.250
 expect_count spoofed "$c"
 expect answered "Sandbox 2 with its own address" tcp 11.11.11.11 80
+ctl policy app_b 11.11.11.12/32 || bad "policy app_b"
+ctl sandbox-egress sbx_test2 "$ADDR2" allowlist app_b || bad "Sandbox 2 allowlist app_b"
+expect answered "app_b's Sandbox reaches app_b's 11.11.11.12" tcp 11.11.11.12 443
+expect blocked "app_b's Sandbox does not reach app_a's 11.11.11.11" tcp 11.11.11.11 443
+SB_PID=$SB1_PID
+expect answered "app_a's Sandbox reaches app_a's 11.11.11.11" tcp 11.11.11.11 443
+expect blocked "app_a's Sandbox does not reach app_b's 11.11.11.12" tcp 11.11.11.12 443
+ctl sandbox-egress sbx_test1 "$ADDR1" public || bad "Sandbox 1 back to public"
+expect answered "back to public: 11.11.11.12 reachable again" tcp 11.11.11.12 443
+ctl sandbox-egress sbx_test2 "$ADDR2" public || bad "Sandbox 2 back to public"
+SB_PID=$SB2_PID
 
 # Spoofing another Sandbox's live connection: Sandbox 1 has a UDP flow to the world (replied, so
 # conntrack holds it as established); Sandbox 2 sends datagrams with Sandbox 1's address and
@@ -221,6 +299,8 @@ table ip world {
 }
 EOF
 world_udp() { ip netns exec "$W" nft list chain ip world input | awk '/counter/ { for (i = 1; i <= NF; i++) if ($i == "packets") print $(i + 1) }'; }
+# UDP to a public address goes only to a resolver (egress): 11.11.11.11 is one for this part.
+ctl egress 80,443 11.11.11.53,11.11.11.11 || bad "egress settings with 11.11.11.11 as a resolver"
 SB_PID=$SB1_PID
 expect answered "Sandbox 1's UDP flow to the world (port 40053)" udp 11.11.11.11 53 --sport 40053
 SB_PID=$SB2_PID
@@ -237,6 +317,7 @@ now=$(counter spoofed)
 nsenter -t "$SB2_PID" -n ip addr del "$ADDR1/32" dev eth0
 SB_PID=$SB1_PID
 expect answered "Sandbox 1's flow still works" udp 11.11.11.11 53 --sport 40053
+ctl egress 80,443 11.11.11.53 || bad "egress settings back"
 SB_PID=$SB2_PID
 
 "$CTL" ro-metrics | grep -q '^sbx_firewall_dropped_packets_total{reason="spoofed"} [1-9]' &&
@@ -252,12 +333,18 @@ nft list table inet sbx | grep -q "\"$IF2\" . $ADDR2 comment \"sbx_test2\"" &&
     ok "nft sees Sandbox 2's element with its owner" || bad "nft: $(nft list set inet sbx sandboxes)"
 
 echo "# a worker with another pool replaces the table in one batch, carrying the elements over"
+ctl policy app_b 11.11.11.12/32 || bad "policy app_b again"
+ctl sandbox-egress sbx_test2 "$ADDR2" allowlist app_b || bad "Sandbox 2 allowlist before the change"
 "$CTL" -p 10.213.0.0/23 init && nft list chain inet sbx postrouting | grep -q "10.213.0.0/23" &&
     ok "pool change rebuilt the table" || bad "pool change"
 nft list set inet sbx sandboxes | grep -q "comment \"sbx_test2\"" && ok "elements carried over" ||
     bad "elements lost: $(nft list set inet sbx sandboxes)"
+nft list set inet sbx egress_ports | grep -q "80, 443" && nft list set inet sbx resolvers | grep -q 11.11.11.53 &&
+    ok "egress_ports and resolvers carried over" || bad "egress sets lost: $(nft list set inet sbx egress_ports)"
+expect blocked "an allowlist Sandbox fails closed across the replacement (its App chain is gone)" tcp 11.11.11.12 443
 ctl init && nft list chain inet sbx postrouting | grep -q "10.213.0.0/24" && ok "and back" ||
     bad "pool back"
+ctl sandbox-egress sbx_test2 "$ADDR2" public || bad "Sandbox 2 public again"
 expect answered "Sandbox 2 still reaches the public address" tcp 11.11.11.11 80
 
 echo "# termination and reconciliation"

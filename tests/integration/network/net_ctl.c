@@ -15,7 +15,11 @@
  *   net_ctl store-insert DB                       a booting Sandbox in the SQLite store: its id
  *   net_ctl store-finish DB SANDBOX_ID            that Sandbox terminated
  *   net_ctl [-p POOL] store-reconcile DB          reconcile_host_network (the worker's)
+ *   net_ctl [-p POOL] egress PORTS RESOLVERS      fw_set_egress (egress_ports, dns_resolvers)
+ *   net_ctl [-p POOL] policy APP_ID [CIDR[:PORT]...]   fw_app_policy_set: the App's allowlist
+ *   net_ctl [-p POOL] sandbox-egress SANDBOX_ID ADDRESS public|none|allowlist [APP_ID]
  */
+#include "egress_settings.h"
 #include "host/firewall.h"
 #include "log.h"
 #include "host/links.h"
@@ -180,6 +184,36 @@ int main(int argc, char **argv)
         return r;
     } else if (strcmp(cmd, "list") == 0) {
         rc = fw_list(net_firewall(), stdout, err, sizeof(err));
+    } else if (strcmp(cmd, "egress") == 0 && a + 2 == argc) {
+        struct egress_settings es;
+        rc = egress_settings_parse(argv[a], argv[a + 1], &es, err, sizeof err);
+        if (rc == 0)
+            rc = fw_set_egress(net_firewall(), es.ports, es.nports, es.resolvers, es.nresolvers,
+                               err, sizeof err);
+    } else if (strcmp(cmd, "policy") == 0 && a < argc) {
+        struct fw_allow_net allow[64];
+        size_t n = 0;
+        for (int i = a + 1; i < argc && n < 64; i++, n++) {
+            char net[32] = "";
+            int len = 32;
+            unsigned port = 0;
+            if (sscanf(argv[i], "%31[0-9.]/%d:%u", net, &len, &port) < 2 ||
+                inet_pton(AF_INET, net, &allow[n].net) != 1)
+                return die("policy", "entries are a.b.c.d/len[:port]");
+            allow[n].len = len;
+            allow[n].port = (uint16_t)port;
+        }
+        rc = fw_app_policy_set(net_firewall(), argv[a], allow, n, err, sizeof err);
+    } else if (strcmp(cmd, "sandbox-egress") == 0 && a + 3 <= argc) {
+        if (net_link_of_address(net_worker_pool(), argv[a], argv[a + 1], &link) < 0)
+            return die("sandbox-egress", "not a Sandbox address of the pool");
+        struct fw_sandbox sb = net_link_fw(&link);
+        const char *mode = argv[a + 2];
+        enum fw_egress_mode m = strcmp(mode, "none") == 0        ? FW_EGRESS_NONE
+                                : strcmp(mode, "allowlist") == 0 ? FW_EGRESS_ALLOWLIST
+                                                                 : FW_EGRESS_PUBLIC;
+        rc = fw_sandbox_set_egress(net_firewall(), &sb, m, a + 3 < argc ? argv[a + 3] : NULL, err,
+                                   sizeof err);
     } else if (strcmp(cmd, "destroy") == 0) {
         rc = fw_destroy(net_firewall(), err, sizeof(err));
     } else {

@@ -9,6 +9,12 @@
  *   net_probe udp ADDR PORT [--timeout MS] [--bind ADDR] [--sport PORT] [--count N]
  *   net_probe icmp ADDR [--timeout MS]
  *   net_probe tcp-hold ADDR PORT GOFILE [--timeout MS]  an open connection, before and after GOFILE
+ *   net_probe dns NAME SERVER [--timeout MS]   one DNS query (A, over UDP) to SERVER:53; prints
+ *                                              "rcode=N a.b.c.d/ttl ..." when answered
+ *   net_probe flood ADDR PORT COUNT   COUNT UDP datagrams to ADDR:PORT, each from a new socket (a
+ *                                     new flow each); exit 0 once sent
+ *   net_probe lookup NAME    getaddrinfo (IPv4), as any program of an image resolves: prints the
+ *                            addresses, exit 0; 2 when the name did not resolve
  * ADDR may be IPv4 or IPv6 (with %ifname for link-local).
  */
 #include <arpa/inet.h>
@@ -166,6 +172,134 @@ static int probe_udp(const char *host, int port, int timeout_ms, const char *bin
         return report(outcome_of(e), strerror(e));
     buf[n] = '\0';
     return report(ANSWERED, buf);
+}
+
+/* A DNS query for NAME (type A, class IN, recursion desired) into q; its length. */
+static size_t dns_query(const char *name, uint16_t id, unsigned char *q, size_t cap)
+{
+    size_t n = 0;
+    unsigned char hdr[12] = {id >> 8, id & 0xff, 0x01, 0, 0, 1, 0, 0, 0, 0, 0, 0};
+    memcpy(q, hdr, sizeof hdr);
+    n = sizeof hdr;
+    for (const char *p = name; *p && n + 70 < cap;) {
+        size_t l = strcspn(p, ".");
+        if (l == 0 || l > 63)
+            return 0;
+        q[n++] = (unsigned char)l;
+        memcpy(q + n, p, l);
+        n += l;
+        p += l;
+        if (*p == '.')
+            p++;
+    }
+    q[n++] = 0;
+    unsigned char tail[4] = {0, 1, 0, 1};
+    memcpy(q + n, tail, 4);
+    return n + 4;
+}
+
+/* Skips a (possibly compressed) name at off; the offset after it, 0 when malformed. */
+static size_t dns_skip_name(const unsigned char *m, size_t len, size_t off)
+{
+    while (off < len) {
+        if ((m[off] & 0xc0) == 0xc0)
+            return off + 2 <= len ? off + 2 : 0;
+        if (m[off] == 0)
+            return off + 1;
+        off += 1 + m[off];
+    }
+    return 0;
+}
+
+static int probe_dns(const char *name, const char *server, int timeout_ms)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    if (resolve(server, 53, SOCK_DGRAM, &ss, &len) < 0)
+        return OTHER;
+    unsigned char q[512], a[1500];
+    uint16_t id = (uint16_t)(getpid() ^ time(NULL));
+    size_t qn = dns_query(name, id, q, sizeof q);
+    int fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (qn == 0 || fd < 0 || connect(fd, (struct sockaddr *)&ss, len) < 0)
+        return report(OTHER, "cannot send a query");
+    if (send(fd, q, qn, 0) < 0) {
+        int e = errno;
+        close(fd);
+        return report(outcome_of(e), strerror(e));
+    }
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, timeout_ms) == 0) {
+        close(fd);
+        return report(TIMEOUT, "no DNS answer");
+    }
+    ssize_t n = recv(fd, a, sizeof a, 0);
+    int e = errno;
+    close(fd);
+    if (n < 0)
+        return report(outcome_of(e), strerror(e));
+    if (n < 12 || a[0] != q[0] || a[1] != q[1])
+        return report(OTHER, "not an answer to the query");
+    char out[1024];
+    size_t o = (size_t)snprintf(out, sizeof out, "rcode=%d", a[3] & 0x0f);
+    size_t off = dns_skip_name(a, (size_t)n, 12);
+    off = off ? off + 4 : 0;
+    int answers = a[6] << 8 | a[7];
+    for (int i = 0; off && i < answers && o < sizeof out - 40; i++) {
+        off = dns_skip_name(a, (size_t)n, off);
+        if (!off || off + 10 > (size_t)n)
+            break;
+        int type = a[off] << 8 | a[off + 1];
+        uint32_t ttl = (uint32_t)a[off + 4] << 24 | a[off + 5] << 16 | a[off + 6] << 8 | a[off + 7];
+        int rdlen = a[off + 8] << 8 | a[off + 9];
+        off += 10;
+        if (off + (size_t)rdlen > (size_t)n)
+            break;
+        if (type == 1 && rdlen == 4)
+            o += (size_t)snprintf(out + o, sizeof out - o, " %d.%d.%d.%d/%u", a[off], a[off + 1],
+                                  a[off + 2], a[off + 3], ttl);
+        off += (size_t)rdlen;
+    }
+    return report(ANSWERED, out);
+}
+
+static int flood(const char *host, int port, long count)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    if (resolve(host, port, SOCK_DGRAM, &ss, &len) < 0)
+        return OTHER;
+    long sent = 0;
+    for (long i = 0; i < count; i++) {
+        int fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return report(OTHER, strerror(errno));
+        if (sendto(fd, "x", 1, 0, (struct sockaddr *)&ss, len) == 1)
+            sent++;
+        close(fd);
+    }
+    char msg[64];
+    snprintf(msg, sizeof msg, "sent %ld of %ld", sent, count);
+    return report(ANSWERED, msg);
+}
+
+static int probe_lookup(const char *name)
+{
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *ai;
+    int rc = getaddrinfo(name, NULL, &hints, &ai);
+    if (rc != 0)
+        return report(REFUSED, gai_strerror(rc));
+    char out[512];
+    size_t o = 0;
+    out[0] = '\0';
+    for (struct addrinfo *i = ai; i && o < sizeof out - 20; i = i->ai_next) {
+        char a[INET6_ADDRSTRLEN];
+        addr_str(i->ai_addr, a, sizeof a);
+        o += (size_t)snprintf(out + o, sizeof out - o, "%s%s", o ? " " : "", a);
+    }
+    freeaddrinfo(ai);
+    return report(ANSWERED, out);
 }
 
 static int probe_icmp(const char *host, int timeout_ms)
@@ -446,6 +580,12 @@ int main(int argc, char **argv)
         return probe_tcp_hold(argv[2], atoi(argv[3]), argv[4], timeout);
     if (argc >= 3 && strcmp(argv[1], "icmp") == 0)
         return probe_icmp(argv[2], timeout);
+    if (argc >= 4 && strcmp(argv[1], "dns") == 0)
+        return probe_dns(argv[2], argv[3], timeout);
+    if (argc >= 5 && strcmp(argv[1], "flood") == 0)
+        return flood(argv[2], atoi(argv[3]), atol(argv[4]));
+    if (argc >= 3 && strcmp(argv[1], "lookup") == 0)
+        return probe_lookup(argv[2]);
     fprintf(stderr, "usage: net_probe serve|tcp|udp|icmp ... (see the comment at the top)\n");
     return OTHER;
 }

@@ -1,0 +1,303 @@
+/*
+ * dns_forwarder.c: the forwarder of dns_forwarder.h: a UDP socket, a thread, the DNS wire format
+ * it needs (the question's name, the answer's A records) and the firewall calls.
+ */
+#include "host/dns_forwarder.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DNS_MAX_MSG 4096
+#define UPSTREAM_TIMEOUT_MS 2000
+#define MEMBERS_REFRESH_MS 500
+#define MAX_PORTS 64
+#define MAX_ANSWER_ADDRS 32
+
+struct dns_forwarder {
+    struct fw *fw;
+    struct dns_forwarder_params p;
+    struct in_addr upstream[8];
+    int fd;
+    pthread_t thread;
+    atomic_bool stop;
+    struct fw_egress_member *members;
+    size_t nmembers;
+    int64_t members_at;
+    atomic_uint_fast64_t forwarded, refused, failed;
+};
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- wire format ---- */
+
+int dns_question_name(const unsigned char *m, size_t len, char *name, size_t namelen,
+                      uint16_t *qtype)
+{
+    if (len < 12 || (m[2] & 0x80) || ((m[2] >> 3) & 0x0f) != 0 || (m[4] << 8 | m[5]) != 1)
+        return -1; /* not a standard query with one question */
+    size_t off = 12, n = 0;
+    while (off < len && m[off] != 0) {
+        size_t l = m[off];
+        if ((l & 0xc0) || off + 1 + l > len || n + l + 2 > namelen)
+            return -1;
+        if (n)
+            name[n++] = '.';
+        /* A host name's characters only: a label holding a dot (or a NUL) would read as another
+         * name than the one the resolver is asked for, and could pass for an allowed one. */
+        for (size_t i = 0; i < l; i++) {
+            unsigned char c = m[off + 1 + i];
+            if (!isalnum(c) && c != '-' && c != '_')
+                return -1;
+            name[n++] = (char)tolower(c);
+        }
+        off += 1 + l;
+    }
+    if (off + 5 > len || n == 0)
+        return -1;
+    name[n] = '\0';
+    if (qtype)
+        *qtype = (uint16_t)(m[off + 1] << 8 | m[off + 2]);
+    return (int)(off + 5); /* the end of the question */
+}
+
+static size_t skip_name(const unsigned char *m, size_t len, size_t off)
+{
+    while (off < len) {
+        if ((m[off] & 0xc0) == 0xc0)
+            return off + 2 <= len ? off + 2 : 0;
+        if (m[off] == 0)
+            return off + 1;
+        off += 1 + (size_t)m[off];
+    }
+    return 0;
+}
+
+size_t dns_answer_a_records(const unsigned char *m, size_t len, struct in_addr *addrs,
+                            uint32_t *ttls, size_t max)
+{
+    if (len < 12)
+        return 0;
+    size_t qd = (size_t)(m[4] << 8 | m[5]), an = (size_t)(m[6] << 8 | m[7]), off = 12, n = 0;
+    for (size_t i = 0; i < qd && off; i++) {
+        off = skip_name(m, len, off);
+        off = off && off + 4 <= len ? off + 4 : 0;
+    }
+    for (size_t i = 0; i < an && off && n < max; i++) {
+        off = skip_name(m, len, off);
+        if (!off || off + 10 > len)
+            break;
+        uint16_t type = (uint16_t)(m[off] << 8 | m[off + 1]);
+        uint16_t cls = (uint16_t)(m[off + 2] << 8 | m[off + 3]);
+        uint32_t ttl = (uint32_t)m[off + 4] << 24 | (uint32_t)m[off + 5] << 16 |
+                       (uint32_t)m[off + 6] << 8 | m[off + 7];
+        size_t rdlen = (size_t)(m[off + 8] << 8 | m[off + 9]);
+        off += 10;
+        if (off + rdlen > len)
+            break;
+        if (type == 1 && cls == 1 && rdlen == 4) {
+            memcpy(&addrs[n].s_addr, m + off, 4);
+            ttls[n++] = ttl;
+        }
+        off += rdlen;
+    }
+    return n;
+}
+
+/* The query turned into an answer with rcode and no records (REFUSED 5, SERVFAIL 2). */
+static size_t error_answer(unsigned char *m, size_t qend, int rcode)
+{
+    m[2] |= 0x80;                         /* QR */
+    m[3] = (unsigned char)(0x80 | rcode); /* RA, rcode */
+    memset(m + 6, 0, 6);                  /* no answer, authority or additional records */
+    return qend;
+}
+
+/* ---- serving ---- */
+
+/* The App whose allowlist the Sandbox at client is under, from the firewall's own map. */
+static const struct fw_egress_member *member_of(struct dns_forwarder *f, struct in_addr client)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < f->nmembers; i++)
+            if (f->members[i].addr.s_addr == client.s_addr)
+                return &f->members[i];
+        int64_t now = mono_ms();
+        if (pass == 1 || now - f->members_at < MEMBERS_REFRESH_MS)
+            break;
+        f->members_at = now;
+        struct fw_egress_member *v;
+        size_t n;
+        char err[256];
+        if (fw_egress_members(f->fw, &v, &n, err, sizeof err) != 0)
+            break;
+        free(f->members);
+        f->members = v;
+        f->nmembers = n;
+    }
+    return NULL;
+}
+
+/* The upstream's answer to q, into a; its length, 0 when none answered. */
+static size_t ask_upstream(struct dns_forwarder *f, const unsigned char *q, size_t qlen,
+                           unsigned char *a, size_t acap)
+{
+    for (size_t u = 0; u < f->p.nupstream; u++) {
+        struct sockaddr_in to = {
+            .sin_family = AF_INET, .sin_port = htons(53), .sin_addr = f->upstream[u]};
+        int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (s < 0)
+            continue;
+        ssize_t n = -1;
+        if (connect(s, (struct sockaddr *)&to, sizeof to) == 0 &&
+            send(s, q, qlen, 0) == (ssize_t)qlen) {
+            struct pollfd pfd = {s, POLLIN, 0};
+            if (poll(&pfd, 1, UPSTREAM_TIMEOUT_MS) == 1)
+                n = recv(s, a, acap, 0);
+        }
+        close(s);
+        if (n >= 12 && a[0] == q[0] && a[1] == q[1])
+            return (size_t)n;
+    }
+    return 0;
+}
+
+/* Opens the answer's addresses for the App, on each of its ports, for TTL + grace. */
+static int open_addresses(struct dns_forwarder *f, const char *app_id, const unsigned char *a,
+                          size_t alen, const uint16_t *ports, size_t nports)
+{
+    struct in_addr addrs[MAX_ANSWER_ADDRS];
+    uint32_t ttls[MAX_ANSWER_ADDRS];
+    size_t na = dns_answer_a_records(a, alen, addrs, ttls, MAX_ANSWER_ADDRS);
+    if (na == 0)
+        return 0;
+    struct fw_name_addr *v = calloc(na * nports, sizeof *v);
+    if (!v)
+        return -1;
+    size_t n = 0;
+    for (size_t i = 0; i < na; i++)
+        for (size_t k = 0; k < nports; k++) {
+            uint32_t ttl = ttls[i] > DNS_TTL_MAX_S ? DNS_TTL_MAX_S : ttls[i];
+            v[n++] = (struct fw_name_addr){addrs[i], ports[k], ttl * 1000 + f->p.grace_ms};
+        }
+    char err[256];
+    int rc = fw_app_names_add(f->fw, app_id, v, n, err, sizeof err);
+    free(v);
+    return rc;
+}
+
+static void serve_one(struct dns_forwarder *f, unsigned char *q, size_t qlen,
+                      const struct sockaddr_in *from)
+{
+    char name[256];
+    uint16_t qtype = 0;
+    int qend = dns_question_name(q, qlen, name, sizeof name, &qtype);
+    if (qend < 0)
+        return; /* not a query we answer: dropped, as a resolver drops garbage */
+    const struct fw_egress_member *m = member_of(f, from->sin_addr);
+    uint16_t ports[MAX_PORTS];
+    size_t nports = 0;
+    unsigned char a[DNS_MAX_MSG];
+    size_t alen = 0;
+    if (m && f->p.allow(m->app_id, name, ports, &nports, f->p.arg)) {
+        alen = ask_upstream(f, q, qlen, a, sizeof a);
+        if (alen && open_addresses(f, m->app_id, a, alen, ports, nports) == 0) {
+            f->forwarded++;
+        } else {
+            memcpy(a, q, (size_t)qend);
+            alen = error_answer(a, (size_t)qend, 2);
+            f->failed++;
+        }
+    } else {
+        if (m && f->p.refused)
+            f->p.refused(m->ifname, from->sin_addr, m->app_id, name, f->p.arg);
+        memcpy(a, q, (size_t)qend);
+        alen = error_answer(a, (size_t)qend, 5);
+        f->refused++;
+    }
+    sendto(f->fd, a, alen, 0, (const struct sockaddr *)from, sizeof *from);
+}
+
+static void *serve(void *arg)
+{
+    struct dns_forwarder *f = arg;
+    unsigned char q[DNS_MAX_MSG];
+    while (!f->stop) {
+        struct pollfd pfd = {f->fd, POLLIN, 0};
+        if (poll(&pfd, 1, 200) != 1)
+            continue;
+        struct sockaddr_in from;
+        socklen_t flen = sizeof from;
+        ssize_t n = recvfrom(f->fd, q, sizeof q, 0, (struct sockaddr *)&from, &flen);
+        if (n >= 12 && from.sin_family == AF_INET)
+            serve_one(f, q, (size_t)n, &from);
+    }
+    return NULL;
+}
+
+struct dns_forwarder *dns_forwarder_start(struct fw *fw, const struct dns_forwarder_params *p,
+                                          char *err, size_t errlen)
+{
+    struct dns_forwarder *f = calloc(1, sizeof *f);
+    if (!f) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    f->fw = fw;
+    f->p = *p;
+    f->p.nupstream = p->nupstream > 8 ? 8 : p->nupstream;
+    memcpy(f->upstream, p->upstream, f->p.nupstream * sizeof *f->upstream);
+    f->p.upstream = f->upstream;
+    f->fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in at = {.sin_family = AF_INET, .sin_port = htons(p->port)};
+    if (f->fd < 0 || bind(f->fd, (struct sockaddr *)&at, sizeof at) != 0) {
+        int e = errno;
+        snprintf(err, errlen, "DNS forwarder: UDP port %u: %s", (unsigned)p->port, strerror(e));
+        if (f->fd >= 0)
+            close(f->fd);
+        free(f);
+        errno = e;
+        return NULL;
+    }
+    int rc = pthread_create(&f->thread, NULL, serve, f);
+    if (rc != 0) {
+        snprintf(err, errlen, "DNS forwarder: thread: %s", strerror(rc));
+        close(f->fd);
+        free(f);
+        errno = rc;
+        return NULL;
+    }
+    return f;
+}
+
+void dns_forwarder_stop(struct dns_forwarder *f)
+{
+    if (!f)
+        return;
+    f->stop = true;
+    pthread_join(f->thread, NULL);
+    close(f->fd);
+    free(f->members);
+    free(f);
+}
+
+void dns_forwarder_stats(struct dns_forwarder *f, struct dns_forwarder_stats *out)
+{
+    out->forwarded = f->forwarded;
+    out->refused = f->refused;
+    out->failed = f->failed;
+}
