@@ -30,8 +30,7 @@ CREATE TABLE apps (
     command            TEXT NOT NULL, -- JSON array of strings: the agent's argv inside the Sandbox
     created_at         BIGINT NOT NULL,
     updated_at         BIGINT NOT NULL,
-    deleted_at         BIGINT,
-    network            TEXT NOT NULL DEFAULT '{"egress":"public"}' -- JSON: the egress policy (0007)
+    deleted_at         BIGINT
 );
 CREATE UNIQUE INDEX apps_name ON apps (name) WHERE deleted_at IS NULL;
 
@@ -564,16 +563,21 @@ ALTER TABLE apps ADD COLUMN image_digest TEXT NOT NULL DEFAULT 'default';
 ALTER TABLE apps ADD COLUMN env TEXT NOT NULL DEFAULT '{}';
 -- The Apps that refer to an Image (the 409 on DELETE, cache eviction).
 CREATE INDEX apps_image ON apps (image_id) WHERE image_id IS NOT NULL;
--- ---- hardening (migration 0009), documented in schema/README.md ----
+-- ---- egress: migrations/0007_egress.sql, documented in schema/README.md ----
+-- Each App's egress policy in its normal form: {"egress":"public"} (the host-wide rule),
+-- {"egress":"none"}, or {"egress":"allowlist","allow":[...]}.
+ALTER TABLE apps ADD COLUMN network TEXT NOT NULL DEFAULT '{"egress":"public"}';
+
+-- ---- hardening (migration 0008), documented in schema/README.md ----
 -- A Workspace's size in MiB: its data lives in an ext4 image of that size (NULL: a Workspace made
--- before 0009, a plain directory).
+-- before 0008, a plain directory).
 ALTER TABLE workspaces ADD COLUMN size_mib BIGINT;
 -- An App's optional host caps for its microVMs' VMM process: JSON {"vmmMemoryMib": N,
 -- "vmmCpus": N} (NULL: none, the default).
 ALTER TABLE apps ADD COLUMN limits TEXT;
 -- The bounds a worker's drivers cannot apply on its host ("process:cpu", comma-separated; '').
 ALTER TABLE workers ADD COLUMN unbounded TEXT;
--- ---- streaming: migrations/0010_streaming.sql, documented in schema/README.md ----
+-- ---- streaming: migrations/0009_streaming.sql, documented in schema/README.md ----
 -- An agent's partial output ({"id":..,"chunk":..} lines), in order per message; bounded per
 -- message (chunks past the bound are counted in messages.chunks_dropped); deleted with the
 -- Session's message bodies and replies.

@@ -648,7 +648,7 @@ static const char *const fixture_sql[] = {
     "(1764403293000, 'worker:wrk_live', 'message.completed', 'message', 'msg_x', 'app_1', "
     "'ses_3', NULL, '{\"sandboxId\":\"sbx_4\"}'), "
     "(1764403294000, 'admin', 'key.revoked', 'key', 'key_1', 'app_1', NULL, 'req_r', NULL)",
-    /* Partial output (0010_streaming): bytes, not characters, for a value with an accent. */
+    /* Partial output (0009_streaming): bytes, not characters, for a value with an accent. */
     "UPDATE messages SET chunks_dropped = 2 WHERE id = 'msg_1'",
     "INSERT INTO message_chunks (message_id, idx, value, at) VALUES "
     "('msg_1', 0, '{\"text\":\"caf\u00e9\"}', 1764403203150), "

@@ -1,6 +1,6 @@
 /*
  * bounds.c: the workers' account of the Sandbox bounds they cannot apply on their host
- * (workers.unbounded, migration 0009): written once by each worker after its drivers' start-up
+ * (workers.unbounded, migration 0008): written once by each worker after its drivers' start-up
  * checks, read by the gateway for GET /v1/pool.
  */
 #include "store_sql.h"

@@ -1,6 +1,6 @@
 /*
  * chunks.c: the store's side of streaming: an agent's partial output, the message_chunks table
- * (migration 0010_streaming). The worker appends a batch of chunks in one transaction, only while
+ * (migration 0009_streaming). The worker appends a batch of chunks in one transaction, only while
  * it still holds the message's lease, so a late batch from a delivery that lost its lease cannot
  * mix into another attempt's output. The gateway reads them in index order for
  * GET .../messages/{id}/stream, App-scoped like the message itself.

@@ -291,7 +291,7 @@ static enum store_status session_delete(struct store *st, const struct store_ctx
         r = sql_step_done(st, s);
     }
     if (r == STORE_OK) {
-        /* The agent's partial output goes with the replies (migration 0010_streaming). */
+        /* The agent's partial output goes with the replies (migration 0009_streaming). */
         s = sql_stmt(st, "DELETE FROM message_chunks WHERE message_id IN "
                          "(SELECT id FROM messages WHERE session_id = ?1)");
         if (!s)

@@ -1,5 +1,5 @@
 /*
- * webhooks.c: the store's side of webhooks (migration 0010_streaming): an App's endpoints
+ * webhooks.c: the store's side of webhooks (migration 0009_streaming): an App's endpoints
  * (webhooks), the durable outbox (webhook_deliveries: one row per event and endpoint) and every
  * attempt (webhook_attempts).
  *

@@ -1,4 +1,4 @@
--- 0009_hardening: a Workspace's size (it is a filesystem of its own, so the size is enforced),
+-- 0008_hardening: a Workspace's size (it is a filesystem of its own, so the size is enforced),
 -- an App's optional host caps for its microVMs' VMM processes, and what each worker cannot bound.
 -- NULL size_mib: a Workspace created before this migration, a plain directory without a bound.
 ALTER TABLE workspaces ADD COLUMN size_mib BIGINT;

@@ -1,4 +1,4 @@
--- 0010_streaming: an agent's partial output, and webhooks (at the end). The App's command may
+-- 0009_streaming: an agent's partial output, and webhooks (at the end). The App's command may
 -- print {"id":..,"chunk":..} lines for the message it works on before its reply; the worker
 -- stores them here in order, a few per transaction, up to chunk_max_count chunks and
 -- chunk_max_bytes bytes per message. What passes the bound is dropped and counted on the
