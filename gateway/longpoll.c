@@ -35,7 +35,7 @@ struct waiter {
 struct longpoll {
     struct gateway *gw;
     struct notify_listener *notify; /* "msg <id>" from workers, on any host */
-    int wake_fd;                    /* eventfd: stop */
+    int wake_fd;                    /* eventfd: stop, or a new waiter with its own deadline */
     pthread_t thread;
     bool thread_started;
     pthread_mutex_t lock;
@@ -67,6 +67,11 @@ void longpoll_park(struct longpoll *lp, struct request *r, const char *message_i
     w->next = lp->waiters;
     lp->waiters = w;
     pthread_mutex_unlock(&lp->lock);
+    /* The thread may be asleep until a later re-check (5 s while LISTEN is up): a deadline
+     * sooner than that must end its poll, or the wait would outlast max_wait. */
+    uint64_t one = 1;
+    if (write(lp->wake_fd, &one, sizeof one) < 0 && errno != EAGAIN)
+        log_warn("longpoll: cannot wake the thread: %s", strerror(errno));
 }
 
 void longpoll_unparked(struct longpoll *lp)
@@ -180,8 +185,16 @@ static void *longpoll_main(void *arg)
             log_error("longpoll: poll: %s", strerror(errno));
             break;
         }
-        if (fds[1].revents)
-            break;
+        if (fds[1].revents) {
+            uint64_t v;
+            if (read(lp->wake_fd, &v, sizeof v) < 0 && errno != EAGAIN)
+                log_warn("longpoll: wake-up: %s", strerror(errno));
+            pthread_mutex_lock(&lp->lock);
+            bool stopping = lp->stopping;
+            pthread_mutex_unlock(&lp->lock);
+            if (stopping)
+                break;
+        }
         now = clock_mono_ms();
         bool resync = false;
         while (fds[0].revents && notify_recv(lp->notify, buf, sizeof buf) > 0) {
