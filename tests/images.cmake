@@ -45,3 +45,16 @@ if(NODE_EXECUTABLE AND TARGET sbx-worker AND EXISTS ${CMAKE_SOURCE_DIR}/worker/d
     ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBX_TEST_IMAGES=${SBX_TEST_IMAGES_DIR}"
     TIMEOUT 600)
 endif()
+
+# image_cache_limit: least recently used first, never what an App names or a live Sandbox runs,
+# and what an App that wants an evicted image again gets (tests/integration/images/evict.test.mjs).
+# Same guard as it.images.session: Sessions boot the images on the process driver.
+if(NODE_EXECUTABLE AND TARGET sbx-worker AND EXISTS ${CMAKE_SOURCE_DIR}/worker/drivers/process_image.c)
+  add_test(NAME it.images.evict
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/in-netns.sh ${NODE_EXECUTABLE} --test --test-concurrency=1
+                   ${CMAKE_CURRENT_LIST_DIR}/integration/images/evict.test.mjs)
+  set_tests_properties(it.images.evict PROPERTIES
+    FIXTURES_REQUIRED test_images
+    ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBX_TEST_IMAGES=${SBX_TEST_IMAGES_DIR};SBX_DEFAULT_ROOTFS=${CMAKE_BINARY_DIR}/rootfs"
+    TIMEOUT 600)
+endif()
