@@ -130,6 +130,7 @@ test('image_cache_limit evicts the least recently used image no App names and no
     // Known use: an App names A (the oldest, never booted); a Session boots B, so B's last use
     // is the newest; then B's App moves to the built-in image, so that no App names B or C.
     const appA = await sbx.app('on-a', { image: 'py', maxAttempts: 1 });
+    assert.equal(appA.app.imageDigest, a.digest);
     const appB = await sbx.app('on-b', { image: 'py-oci', keepAliveSeconds: 1, maxAttempts: 1 });
     const sB = await sbx.session(appB.key);
     const mB = await sbx.roundTrip(appB.key, sB.id, { whoami: true }, 60);
@@ -211,7 +212,6 @@ test('image_cache_limit evicts the least recently used image no App names and no
     await sbx.until(() => !existsSync(dirOf(b.digest)), 30000, 'B to be evicted once its Sandbox ended');
     assert.ok(cached(a) && cached(c));
     assert.deepEqual(removals().at(-1), [b.digest, 'image_cache_limit']);
-    void appA;
   } finally {
     registry.kill('SIGTERM');
     const results = await sbx.stop();
