@@ -30,7 +30,9 @@ enum MHD_Result http_pool_get(struct request *r)
         if (s != STORE_OK)
             return reply_store_error(r, s, "App");
         snprintf(own.driver, sizeof own.driver, "%s", app.driver);
-        snprintf(own.image, sizeof own.image, "%s", app.image);
+        /* The shape's image is the digest the App resolved to, as the workers boot it. */
+        snprintf(own.image, sizeof own.image, "%s",
+                 app.image_digest[0] ? app.image_digest : "default");
         own.vcpu_count = app.vcpu_count;
         own.mem_size_mib = app.mem_size_mib;
         store_app_clear(&app);

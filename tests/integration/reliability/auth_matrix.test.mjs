@@ -35,8 +35,11 @@ before(async () => {
              created_at, updated_at) VALUES ('sbx_matrix00000000000001', 'running', 'process', 'default', 1, 256,
              'wrk_x', '${a.app.id}', '${ses.id}', 1, 1)`);
   // App A's objects, by path parameter name; every {param} in the spec must be one of these.
+  // An Image (admin-only routes; no worker runs here: the row stands for a finished import).
+  sql(gw, `INSERT INTO images (id, name, state, source, digest, layer_count, unpacked_bytes, created_at, ready_at)
+           VALUES ('img_matrix000000000001', 'matrix-image', 'ready', 'upload', 'sha256:${'cd'.repeat(32)}', 1, 1, 1, 1)`);
   ids = { appId: a.app.id, keyId: a.keyId, sessionId: ses.id, messageId: msg.id, workspaceId: ws.id,
-          sandboxId: 'sbx_matrix00000000000001', webhookId: hook.id };
+          sandboxId: 'sbx_matrix00000000000001', webhookId: hook.id, imageId: 'img_matrix000000000001' };
 });
 after(async () => {
   const { code } = await gw.stop();

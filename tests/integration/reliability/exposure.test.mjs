@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { startGateway, tempDataDir, removeDataDir, req, newApp, assertProblem, onPostgres } from '../gateway/harness.mjs';
+import { startGateway, tempDataDir, removeDataDir, req, newApp, assertProblem, onPostgres, sql } from '../gateway/harness.mjs';
 
 const mode = (p) => statSync(p).mode & 0o777;
 
@@ -48,17 +48,21 @@ for (const [umask, dirMode, fileMode, why] of [
 test('an App key sees only its own pool shape; the admin sees every one', async () => {
   const gw = await startGateway();
   try {
+    // Another App's Image, ready (no worker runs here: the row stands for a finished import).
+    const secret = 'sha256:' + 'ab'.repeat(32);
+    sql(gw, `INSERT INTO images (id, name, state, source, digest, layer_count, unpacked_bytes, created_at, ready_at)
+             VALUES ('img_exposure0000000001', 'acme-internal', 'ready', 'upload', '${secret}', 1, 1, 1, 1)`);
     const a = await newApp(gw, 'small', { vcpuCount: 1, memSizeMib: 128, image: 'default' });
-    const b = await newApp(gw, 'secret-shape', { vcpuCount: 2, memSizeMib: 512, image: 'acme-internal' });
+    const b = await newApp(gw, 'secret-shape', { vcpuCount: 2, memSizeMib: 512, image: 'acme-internal', command: ['/agent'] });
     const own = await req(gw, 'GET', '/v1/pool', { token: a.key });
     assert.equal(own.status, 200, own.text);
     assert.deepEqual(own.json.shapes.map((s) => [s.vcpuCount, s.memSizeMib, s.image]), [[1, 128, 'default']]);
-    assert.ok(!own.text.includes('acme-internal'), 'another App\'s image is visible to an App key');
+    assert.ok(!own.text.includes(secret) && !own.text.includes('acme-internal'), 'another App\'s image is visible to an App key');
     const theirs = await req(gw, 'GET', '/v1/pool', { token: b.key });
-    assert.deepEqual(theirs.json.shapes.map((s) => s.image), ['acme-internal']);
+    assert.deepEqual(theirs.json.shapes.map((s) => s.image), [secret]);
     const all = await req(gw, 'GET', '/v1/pool', { token: gw.admin });
     const images = all.json.shapes.map((s) => s.image);
-    assert.ok(images.includes('acme-internal') && images.includes('default'), all.text);
+    assert.ok(images.includes(secret) && images.includes('default'), all.text);
   } finally {
     await gw.stop();
     removeDataDir(gw.dataDir);
