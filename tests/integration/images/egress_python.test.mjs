@@ -116,15 +116,14 @@ test('a Python agent in an image reaches only its allowed name, and every refusa
     assert.match(stillOpen.data || '', /^hello 11\.11\.11\.11/, 'the allowed call still works after the refusals');
 
     // Every refused attempt is an event the App's key sees, with its destination, port, protocol
-    // and rule (and the name for a refused lookup); none is another App's. A refused lookup's
-    // destination is not asserted: sbx's forwarder gets the query after the nat redirect and
-    // records 0.0.0.0 (docs/network.md, "Not done yet").
+    // and rule (and the name for a refused lookup, whose destination is the resolver the agent
+    // sent it to, before the redirect); none is another App's.
     const expected = [
       { what: '11.11.11.11:443 before the lookup', rule: 'policy', destination: '11.11.11.11', port: 443, protocol: 'tcp' },
       { what: '11.11.11.11:80', rule: 'policy', destination: '11.11.11.11', port: 80, protocol: 'tcp' },
-      { what: 'the lookup of alt.test', rule: 'name', port: 53, protocol: 'udp', name: 'alt.test' },
+      { what: 'the lookup of alt.test', rule: 'name', destination: '11.11.11.53', port: 53, protocol: 'udp', name: 'alt.test' },
       { what: '11.11.11.12:443', rule: 'policy', destination: '11.11.11.12', port: 443, protocol: 'tcp' },
-      { what: 'the lookup of nothere.test sent to 11.11.11.54', rule: 'name', port: 53, protocol: 'udp', name: 'nothere.test' },
+      { what: 'the lookup of nothere.test sent to 11.11.11.54', rule: 'name', destination: '11.11.11.54', port: 53, protocol: 'udp', name: 'nothere.test' },
       { what: 'TCP DNS to 11.11.11.54', rule: 'policy', destination: '11.11.11.54', port: 53, protocol: 'tcp' },
     ];
     const matches = (e, x) =>
