@@ -16,6 +16,12 @@ case "$1" in
 up)
     PROBE=$3
     ip link set lo up
+    # The world's name lives in /run/netns, which the host's other test runs (other build trees)
+    # share: in a mount namespace of our own, a tmpfs there keeps this run's "sbxew" apart. Never
+    # in the host's mount namespace, whose named namespaces it would hide.
+    if [ "$(readlink /proc/self/ns/mnt)" != "$(readlink /proc/1/ns/mnt)" ]; then
+        mkdir -p /run/netns && mount -t tmpfs -o mode=0755 sbx-egress-world /run/netns || exit 1
+    fi
     ip netns add "$W" || exit 1
     ip -n "$W" link set lo up
     ip link add up0 type veth peer name up0w netns "$W"
