@@ -4,6 +4,8 @@
  */
 #include "host/dns_forwarder.h"
 
+#include "host/conntrack_origin.h"
+
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
@@ -200,8 +202,20 @@ static int open_addresses(struct dns_forwarder *f, const char *app_id, const uns
     return rc;
 }
 
+/* Where the Sandbox sent a query (the resolver it named), from the flow the firewall's redirect
+ * made: local is the address the query arrived on. 0.0.0.0 when conntrack cannot say. */
+static struct in_addr addressed_to(const struct dns_forwarder *f, struct in_addr local,
+                                   const struct sockaddr_in *from)
+{
+    struct in_addr dst = {0};
+    if (local.s_addr && conntrack_udp_original_dst(local, f->p.port, from->sin_addr,
+                                                   ntohs(from->sin_port), &dst) != 0)
+        dst.s_addr = 0;
+    return dst;
+}
+
 static void serve_one(struct dns_forwarder *f, unsigned char *q, size_t qlen,
-                      const struct sockaddr_in *from)
+                      const struct sockaddr_in *from, struct in_addr local)
 {
     char name[256];
     uint16_t qtype = 0;
@@ -224,7 +238,8 @@ static void serve_one(struct dns_forwarder *f, unsigned char *q, size_t qlen,
         }
     } else {
         if (m && f->p.refused)
-            f->p.refused(m->ifname, from->sin_addr, m->app_id, name, f->p.arg);
+            f->p.refused(m->ifname, from->sin_addr, addressed_to(f, local, from), m->app_id, name,
+                         f->p.arg);
         memcpy(a, q, (size_t)qend);
         alen = error_answer(a, (size_t)qend, 5);
         f->refused++;
@@ -241,10 +256,24 @@ static void *serve(void *arg)
         if (poll(&pfd, 1, 200) != 1)
             continue;
         struct sockaddr_in from;
-        socklen_t flen = sizeof from;
-        ssize_t n = recvfrom(f->fd, q, sizeof q, 0, (struct sockaddr *)&from, &flen);
+        char cbuf[CMSG_SPACE(sizeof(struct in_pktinfo))];
+        struct iovec iov = {q, sizeof q};
+        struct msghdr mh = {.msg_name = &from,
+                            .msg_namelen = sizeof from,
+                            .msg_iov = &iov,
+                            .msg_iovlen = 1,
+                            .msg_control = cbuf,
+                            .msg_controllen = sizeof cbuf};
+        ssize_t n = recvmsg(f->fd, &mh, 0);
+        struct in_addr local = {0}; /* the query's destination after the redirect */
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); n > 0 && c; c = CMSG_NXTHDR(&mh, c))
+            if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
+                struct in_pktinfo pi;
+                memcpy(&pi, CMSG_DATA(c), sizeof pi);
+                local = pi.ipi_addr;
+            }
         if (n >= 12 && from.sin_family == AF_INET)
-            serve_one(f, q, (size_t)n, &from);
+            serve_one(f, q, (size_t)n, &from, local);
     }
     return NULL;
 }
@@ -264,7 +293,9 @@ struct dns_forwarder *dns_forwarder_start(struct fw *fw, const struct dns_forwar
     f->p.upstream = f->upstream;
     f->fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in at = {.sin_family = AF_INET, .sin_port = htons(p->port)};
-    if (f->fd < 0 || bind(f->fd, (struct sockaddr *)&at, sizeof at) != 0) {
+    int on = 1;
+    if (f->fd < 0 || setsockopt(f->fd, IPPROTO_IP, IP_PKTINFO, &on, sizeof on) != 0 ||
+        bind(f->fd, (struct sockaddr *)&at, sizeof at) != 0) {
         int e = errno;
         snprintf(err, errlen, "DNS forwarder: UDP port %u: %s", (unsigned)p->port, strerror(e));
         if (f->fd >= 0)

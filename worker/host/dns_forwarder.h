@@ -33,9 +33,11 @@ struct dns_forwarder_params {
      * addresses open (at most 64) in ports/nports. Called on the forwarder's thread. */
     bool (*allow)(const char *app_id, const char *qname, uint16_t *ports, size_t *nports,
                   void *arg);
-    /* A refused lookup, for the audit trail (may be NULL). Called on the forwarder's thread. */
-    void (*refused)(const char *ifname, struct in_addr client, const char *app_id,
-                    const char *qname, void *arg);
+    /* A refused lookup, for the audit trail (may be NULL): dst is the resolver the Sandbox sent
+     * it to, before the redirect (conntrack_origin.h; 0.0.0.0 if unknown). Called on the
+     * forwarder's thread. */
+    void (*refused)(const char *ifname, struct in_addr client, struct in_addr dst,
+                    const char *app_id, const char *qname, void *arg);
     void *arg;
 };
 

@@ -341,7 +341,8 @@ static void publish_series(struct worker *w)
     free(text);
 }
 
-void egress_events_refused_lookup(const char *ifname, struct in_addr src, const char *qname)
+void egress_events_refused_lookup(const char *ifname, struct in_addr src, struct in_addr dst,
+                                  const char *qname)
 {
     pthread_mutex_lock(&refused_lock);
     if (refused_n < MAX_REFUSED_QUEUE) {
@@ -349,6 +350,7 @@ void egress_events_refused_lookup(const char *ifname, struct in_addr src, const 
         memset(r, 0, sizeof *r);
         snprintf(r->d.ifname, sizeof r->d.ifname, "%s", ifname);
         r->d.src = src;
+        r->d.dst = dst;
         r->d.proto = IPPROTO_UDP;
         r->d.dport = 53;
         snprintf(r->d.reason, sizeof r->d.reason, "name");

@@ -24,9 +24,10 @@
  * another worker of the host held it), writes the summaries of ended windows and publishes the
  * counters when they changed. */
 void egress_events_tick(struct worker *w);
-/* A lookup sbx's DNS forwarder refused (any thread): recorded like a denial, with rule "name" and
- * the name, at the next tick. */
-void egress_events_refused_lookup(const char *ifname, struct in_addr src, const char *qname);
+/* A lookup sbx's DNS forwarder refused (any thread): recorded like a denial, with rule "name",
+ * the name and dst (the resolver the Sandbox sent it to) as its destination, at the next tick. */
+void egress_events_refused_lookup(const char *ifname, struct in_addr src, struct in_addr dst,
+                                  const char *qname);
 /* At worker exit. */
 void egress_events_stop(void);
 
