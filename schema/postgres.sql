@@ -162,8 +162,9 @@ CREATE INDEX sandboxes_session ON sandboxes (session_id);
 CREATE INDEX sandboxes_app ON sandboxes (app_id);
 
 -- The audit trail. Append-only: the triggers below refuse UPDATE, DELETE and TRUNCATE.
--- id comes from an identity sequence that never goes back (like SQLite's AUTOINCREMENT); writers
--- hold the store's advisory lock, so ids also grow in commit order and a reader paging by id
+-- id comes from a sequence that never goes back (like SQLite's AUTOINCREMENT); since migration
+-- 0011 through the events_assign_id trigger (at the end), and writers run concurrently, so ids
+-- may commit out of order: readers page only up to sbx_events_settled() (at the end), which
 -- never skips an event that commits later with a smaller id.
 CREATE TABLE events (
     id          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -652,3 +653,48 @@ CREATE TABLE webhook_attempts (
     duration_ms BIGINT NOT NULL,
     PRIMARY KEY (delivery_id, attempt)
 );
+
+-- ---- concurrent writers (migration 0011), documented in docs/postgres.md ----
+-- Writers no longer hold one lock each, so events may commit out of id order. events.id is given
+-- by a trigger that first gives the transaction its xid; sbx_events_settled(wait_ms) returns an
+-- id S such that every event with id <= S is committed or never will be (it waits for the
+-- transactions in progress when it looked), or NULL after wait_ms.
+ALTER TABLE events ALTER COLUMN id DROP IDENTITY;
+CREATE SEQUENCE events_id_seq;
+SELECT setval('events_id_seq', COALESCE((SELECT max(id) FROM events), 0) + 1, false);
+ALTER SEQUENCE events_id_seq OWNED BY events.id;
+
+CREATE FUNCTION events_assign_id() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.id IS NOT NULL THEN
+        RAISE EXCEPTION 'events.id is assigned by the database, GENERATED ALWAYS'
+            USING ERRCODE = 'generated_always';
+    END IF;
+    PERFORM pg_current_xact_id();
+    NEW.id := nextval('events_id_seq');
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER events_assign_id BEFORE INSERT ON events
+    FOR EACH ROW EXECUTE FUNCTION events_assign_id();
+
+CREATE FUNCTION sbx_events_settled(wait_ms integer) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    allocated bigint;
+    snap pg_snapshot;
+    deadline timestamptz := clock_timestamp() + make_interval(secs => wait_ms / 1000.0);
+BEGIN
+    SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END INTO allocated
+        FROM events_id_seq;
+    snap := pg_current_snapshot();
+    WHILE EXISTS (SELECT 1 FROM pg_snapshot_xip(snap) AS x
+                  WHERE x IS DISTINCT FROM pg_current_xact_id_if_assigned()
+                    AND pg_xact_status(x) = 'in progress') LOOP
+        IF clock_timestamp() >= deadline THEN
+            RETURN NULL;
+        END IF;
+        PERFORM pg_sleep(0.0005);
+    END LOOP;
+    RETURN allocated;
+END
+$$;

@@ -32,3 +32,16 @@ if(NODE_EXECUTABLE AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh)
       TIMEOUT 300)
   endforeach()
 endif()
+
+# Writers without a lock between them: three gateways and two hosts on one PostgreSQL database,
+# the same Sessions written through every gateway at once, and an events reader paging by cursor
+# (tests/integration/hosts/concurrency.test.mjs). PostgreSQL only: SQLite has one writer.
+if(NODE_EXECUTABLE AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh)
+  add_test(NAME it.pg.concurrency
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh ${NODE_EXECUTABLE} --test
+                   --test-concurrency=1
+                   ${CMAKE_CURRENT_SOURCE_DIR}/integration/hosts/concurrency.test.mjs)
+  set_tests_properties(it.pg.concurrency PROPERTIES
+    ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker-fork>"
+    TIMEOUT 180)
+endif()

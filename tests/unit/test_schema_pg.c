@@ -551,7 +551,7 @@ static void test_events_are_append_only(void **state)
     pg_refused(pg, "DELETE FROM events", "events is append-only");
     pg_refused(pg, "DELETE FROM events WHERE id = 2", "events is append-only");
     pg_refused(pg, "TRUNCATE events", "events is append-only");
-    /* ids come from the identity: a caller cannot pick one. */
+    /* ids come from the sequence (the events_assign_id trigger): a caller cannot pick one. */
     pg_refused(pg,
                "INSERT INTO events (id, at, actor, kind, object_type, object_id) "
                "VALUES (7, 3, 'admin', 'app.created', 'app', 'app_y')",

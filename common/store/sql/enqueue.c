@@ -118,9 +118,17 @@ static enum store_status enqueue_one(struct store *st, struct enqueue_req *e)
     if (sql_dialect(st) == SQL_POSTGRES && !(q->idempotency_key && *q->idempotency_key))
         return enqueue_one_pg(st, e);
 
-    s = sql_stmt(st, "SELECT s.next_seq, a.max_attempts, s.app_id FROM sessions s JOIN apps a "
-                     "ON a.id = s.app_id WHERE s.id = ?1 AND (?2 = '' OR s.app_id = ?2) "
-                     "AND s.state <> 'deleted'");
+    /* PostgreSQL: the Session's row is locked until COMMIT, so two gateways writing to one
+     * Session (with or without a key) take turns on it: the seq read here stays true, and the
+     * key's lookup below sees the other gateway's committed row. */
+    if (sql_dialect(st) == SQL_POSTGRES)
+        s = sql_stmt(st, "SELECT s.next_seq, a.max_attempts, s.app_id FROM sessions s JOIN apps a "
+                         "ON a.id = s.app_id WHERE s.id = ?1 AND (?2 = '' OR s.app_id = ?2) "
+                         "AND s.state <> 'deleted' FOR NO KEY UPDATE OF s");
+    else
+        s = sql_stmt(st, "SELECT s.next_seq, a.max_attempts, s.app_id FROM sessions s JOIN apps a "
+                         "ON a.id = s.app_id WHERE s.id = ?1 AND (?2 = '' OR s.app_id = ?2) "
+                         "AND s.state <> 'deleted'");
     if (!s)
         return STORE_ERROR;
     sql_bind_text(s, 1, q->session_id);
@@ -203,10 +211,30 @@ static enum store_status enqueue_one(struct store *st, struct enqueue_req *e)
     return rc == SQL_ROW ? STORE_OK : sql_status(st, rc);
 }
 
-/* Writes a batch in one transaction; each request gets its own status. */
+/* The batch in Session id order, arrival order kept within a Session (insertion sort: a batch is
+ * at most ENQUEUE_BATCH_MAX). On PostgreSQL each enqueue locks its Session's row until COMMIT, and
+ * other gateways' batches run at the same time: taking the rows in one global order means two
+ * batches never wait for each other in a cycle. */
+static void sort_by_session(struct enqueue_req **batch, size_t n)
+{
+    for (size_t i = 1; i < n; i++) {
+        struct enqueue_req *e = batch[i];
+        size_t j = i;
+        while (j > 0 && strcmp(batch[j - 1]->req->session_id, e->req->session_id) > 0) {
+            batch[j] = batch[j - 1];
+            j--;
+        }
+        batch[j] = e;
+    }
+}
+
+/* Writes a batch in one transaction; each request gets its own status. A concurrent writer: what
+ * it reads (the Session's next seq, a key's earlier message) is under the Session's row lock. */
 static void commit_batch(struct store *st, struct enqueue_req **batch, size_t n)
 {
-    enum store_status r = sql_begin(st);
+    if (sql_dialect(st) == SQL_POSTGRES)
+        sort_by_session(batch, n);
+    enum store_status r = sql_begin_concurrent(st);
     bool any_ok = false;
 
     for (size_t i = 0; i < n; i++) {

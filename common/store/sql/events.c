@@ -1,7 +1,8 @@
 /*
  * events.c: reading the audit trail (the events table) by App, Session and id. Events are written
  * by every mutation inside its own transaction (sql_event, store_sql.c), so an event exists
- * exactly when its change does. No hidden state.
+ * exactly when its change does. A page ends at the settled id (sql_events_settled), so a cursor
+ * never passes an event that commits later with a smaller id. No hidden state.
  */
 #include "store_sql.h"
 
@@ -42,13 +43,18 @@ static enum store_status event_list(struct store *st, const char *app_id, const 
                                     int64_t after, size_t limit, struct store_event **out,
                                     size_t *n)
 {
+    int64_t upto;
+    enum store_status r = sql_events_settled(st, after, &upto);
+    if (r != STORE_OK)
+        return r;
     struct sql_stmt *s =
         sql_stmt(st, "SELECT id, at, actor, kind, object_type, object_id, app_id, "
-                     "session_id, request_id, data FROM events WHERE id > ?1 "
+                     "session_id, request_id, data FROM events WHERE id > ?1 AND id <= ?5 "
                      "AND (?2 = '' OR app_id = ?2) AND (?3 = '' OR session_id = ?3) "
                      "ORDER BY id LIMIT ?4");
     if (!s)
         return STORE_ERROR;
+    sql_bind_int64(s, 5, upto);
     sql_bind_int64(s, 1, after);
     sql_bind_app(s, 2, app_id);
     sql_bind_text_copy(s, 3, session_id ? session_id : "");

@@ -5,10 +5,17 @@
  *
  * A message is queued -> delivering (claimed, leased, its attempt counted) -> completed, or back
  * to queued (a failed attempt with attempts left, a release, an expired lease) or failed (out of
- * attempts). Every claim is one writer transaction (sql_begin): the database's write lock is held
- * from the first read (SQLite's BEGIN IMMEDIATE, PostgreSQL's advisory lock), so two worker
- * processes, on one host or several, can never both see a message as free and both take it.
- * Every state change writes its audit event in the same transaction. No hidden state.
+ * attempts). Every claim and transition is one concurrent writer transaction
+ * (sql_begin_concurrent). On SQLite that holds the database's one write lock from the first read,
+ * so two worker processes can never both see a message as free and both take it. On PostgreSQL
+ * writers run side by side under READ COMMITTED, and each step says what it relies on instead:
+ * the claim locks its message row (FOR UPDATE ... SKIP LOCKED: a row another claim holds is passed
+ * over) and takes a free Session only if it is still free; completions, releases and lease
+ * extensions are UPDATEs conditional on the lease, checked by their row count; a failed attempt
+ * and a requeue lock the row before they read it. Only a Session's first unfinished message is
+ * ever deliverable, and a Session's messages only become finished, never unfinished again, so a
+ * pick's snapshot can be stale but never wrong about order. Every state change writes its audit
+ * event in the same transaction. No hidden state.
  */
 #include "clock.h"
 #include "id.h"
@@ -278,15 +285,17 @@ static enum store_status claim_in_tx(struct store *st, const struct store_ctx *c
         return rc;
 
     if (session_free) {
+        /* Only if it is still free: on PostgreSQL another worker may have taken the Session
+         * since the pick read it (the message row is ours, its Session's is not). */
         struct sql_stmt *own =
             sql_stmt(st, "UPDATE sessions SET state = 'activating', worker_id = ?2, "
-                         "updated_at = ?3 WHERE id = ?1");
+                         "updated_at = ?3 WHERE id = ?1 AND worker_id IS NULL");
         if (!own)
             return STORE_ERROR;
         sql_bind_text(own, 1, session_id);
         sql_bind_text(own, 2, worker_id);
         sql_bind_int64(own, 3, now);
-        if ((rc = sql_step_done(st, own)) != STORE_OK)
+        if ((rc = sql_step_change(st, own, STORE_EMPTY)) != STORE_OK)
             return rc;
     }
     if ((rc = delivery_load(st, message_id, out)) != STORE_OK)
@@ -326,7 +335,7 @@ static enum store_status claim_next(struct store *st, const struct store_ctx *ct
     if (rc != STORE_OK)
         return rc;
     /* Something looked deliverable: claim it for real under the write lock (it may be gone). */
-    if ((rc = sql_begin(st)) != STORE_OK)
+    if ((rc = sql_begin_concurrent(st)) != STORE_OK)
         return rc;
     memset(&d, 0, sizeof d);
     rc = sql_end(st, claim_in_tx(st, ctx, worker_id, lease_ms, owned_only, placement, &d));
@@ -427,7 +436,7 @@ static enum store_status queue_complete(struct store *st, const struct store_ctx
                                         const char *sandbox_id, const char *reply_json)
 {
     enum store_status rc;
-    if ((rc = sql_begin(st)) != STORE_OK)
+    if ((rc = sql_begin_concurrent(st)) != STORE_OK)
         return rc;
     return sql_end(st, complete_in_tx(st, ctx, message_id, worker_id, sandbox_id, reply_json));
 }
@@ -442,9 +451,15 @@ static enum store_status fail_in_tx(struct store *st, const struct store_ctx *ct
     char session_id[STORE_ID_LEN], app_id[STORE_ID_LEN];
     int64_t attempts, max_attempts, now = clock_wall_ms();
     enum store_status rc;
+    /* PostgreSQL: the row is locked (and the check re-made on its newest version) until COMMIT, so
+     * a completion or another requeue cannot slip between this check and the UPDATE below. */
     struct sql_stmt *check =
-        sql_stmt(st, "SELECT 1 FROM messages WHERE id = ?1 AND "
-                     "state = 'delivering' AND (CAST(?2 AS TEXT) IS NULL OR lease_owner = ?2)");
+        sql_dialect(st) == SQL_POSTGRES
+            ? sql_stmt(st, "SELECT 1 FROM messages WHERE id = ?1 AND state = 'delivering' AND "
+                           "(CAST(?2 AS TEXT) IS NULL OR lease_owner = ?2) FOR UPDATE")
+            : sql_stmt(st,
+                       "SELECT 1 FROM messages WHERE id = ?1 AND "
+                       "state = 'delivering' AND (CAST(?2 AS TEXT) IS NULL OR lease_owner = ?2)");
     int r;
     if (!check)
         return STORE_ERROR;
@@ -498,7 +513,7 @@ static enum store_status queue_fail(struct store *st, const struct store_ctx *ct
 {
     enum store_status rc;
     bool fin = false;
-    if ((rc = sql_begin(st)) != STORE_OK)
+    if ((rc = sql_begin_concurrent(st)) != STORE_OK)
         return rc;
     rc = sql_end(st, fail_in_tx(st, ctx, message_id, worker_id ? worker_id : "", sandbox_id, reason,
                                 backoff_ms, &fin));
@@ -513,7 +528,7 @@ static enum store_status queue_release(struct store *st, const struct store_ctx 
     enum store_status rc;
     char session_id[STORE_ID_LEN], app_id[STORE_ID_LEN];
     int64_t attempts, max_attempts;
-    if ((rc = sql_begin(st)) != STORE_OK)
+    if ((rc = sql_begin_concurrent(st)) != STORE_OK)
         return rc;
     struct sql_stmt *s = sql_stmt(st, "UPDATE messages SET state = 'queued', lease_owner = NULL, "
                                       "lease_expires_at = NULL, attempts = CASE WHEN attempts > 0 "
@@ -552,10 +567,10 @@ static enum store_status queue_requeue_expired(struct store *st, const struct st
     enum store_status rc;
     char(*ids)[STORE_ID_LEN] = NULL;
     size_t count = 0;
-    if ((rc = sql_begin(st)) != STORE_OK)
+    if ((rc = sql_begin_concurrent(st)) != STORE_OK)
         return rc;
     struct sql_stmt *s = sql_stmt(st, "SELECT id FROM messages WHERE state = 'delivering' AND "
-                                      "lease_expires_at < ?1");
+                                      "lease_expires_at < ?1 ORDER BY id");
     if (!s)
         return sql_end(st, STORE_ERROR);
     sql_bind_int64(s, 1, clock_wall_ms());

@@ -31,6 +31,13 @@
 
 enum sql_dialect { SQL_SQLITE, SQL_POSTGRES };
 
+/* What a transaction is (sql_begin_read, sql_begin, sql_begin_concurrent). */
+enum sql_txn {
+    SQL_TXN_READ,      /* one snapshot, no locks */
+    SQL_TXN_SERIAL,    /* the only writer while it runs: its reads stay true until it commits */
+    SQL_TXN_CONCURRENT /* a writer made safe beside other writers by its own row locks */
+};
+
 struct sql_stmt; /* an engine's prepared statement; starts with its engine pointer */
 
 struct sql_engine {
@@ -54,10 +61,13 @@ struct sql_engine {
     int64_t (*changes)(struct store *st);
     /* A statement with no result rows (BEGIN, SAVEPOINT, ...), outside the cache. */
     int (*exec)(struct store *st, const char *sql);
-    /* Writers take the database's write lock at BEGIN (SQLite: BEGIN IMMEDIATE; PostgreSQL:
-     * BEGIN and the store's transaction-level advisory lock), so a writer's reads stay true until
-     * it commits, exactly as on SQLite. Readers see one snapshot. */
-    enum store_status (*begin)(struct store *st, bool writer);
+    /* Serial writers take the database's write lock at BEGIN (SQLite: BEGIN IMMEDIATE;
+     * PostgreSQL: BEGIN and the store's transaction-level advisory lock, exclusive), so a
+     * writer's reads stay true until it commits, exactly as on SQLite. Concurrent writers take
+     * the same lock shared on PostgreSQL (they run beside each other and exclude only serial
+     * writers; what keeps them correct is in their own statements: row locks, conditional
+     * updates, ON CONFLICT) and are serial writers on SQLite. Readers see one snapshot. */
+    enum store_status (*begin)(struct store *st, enum sql_txn kind);
     enum store_status (*commit)(struct store *st); /* rolls back on failure */
     void (*rollback)(struct store *st);
     /* The store status of rc: STORE_OK for SQL_ROW/SQL_DONE, else the last error's (logged). */
@@ -146,13 +156,21 @@ static inline int sql_exec(struct store *st, const char *sql)
 {
     return sql_eng(st)->exec(st, sql);
 }
+/* A serial writer: no other writer runs until it commits (see struct sql_engine's begin). */
 static inline enum store_status sql_begin(struct store *st)
 {
-    return sql_eng(st)->begin(st, true);
+    return sql_eng(st)->begin(st, SQL_TXN_SERIAL);
+}
+/* A writer whose every read-then-write is protected by its own statements under READ COMMITTED
+ * (docs/postgres.md lists what each relies on): on PostgreSQL it runs beside other concurrent
+ * writers; on SQLite it is a serial writer. */
+static inline enum store_status sql_begin_concurrent(struct store *st)
+{
+    return sql_eng(st)->begin(st, SQL_TXN_CONCURRENT);
 }
 static inline enum store_status sql_begin_read(struct store *st)
 {
-    return sql_eng(st)->begin(st, false);
+    return sql_eng(st)->begin(st, SQL_TXN_READ);
 }
 static inline enum store_status sql_commit(struct store *st)
 {

@@ -1,8 +1,9 @@
 /*
  * sql_pg.c: the PostgreSQL engine under the store (sql.h), on libpq: one connection per thread
  * (reconnected after the server restarts), the store's ?N statements rewritten to $N and run as
- * server-side prepared statements, writers serialised by one advisory lock, SQLSTATEs mapped to
- * store statuses, and the migrations of a PostgreSQL database (sql_pg_migrate()).
+ * server-side prepared statements, the writers' advisory lock (exclusive for serial writers and
+ * migrations, shared for concurrent writers), SQLSTATEs mapped to store statuses, and the
+ * migrations of a PostgreSQL database (sql_pg_migrate()).
  *
  * Every execution is one round trip: a statement is prepared on its connection the first time it
  * runs with a given list of parameter types (one more round trip, once), then executed with
@@ -110,7 +111,8 @@ struct pg_store {
     struct sql_store base; /* first: the store's cls is a struct sql_store */
     char *url;
     char *safe_url;          /* without password, for messages */
-    char write_lock[64];     /* the write lock alone */
+    char write_lock[64];     /* the writers' lock, exclusive: serial writers */
+    char shared_lock[64];    /* the same lock, shared: concurrent writers and single writes */
     char session_setup[512]; /* see pg_session_setup() */
     pthread_key_t conn_key;
     pthread_mutex_t conns_lock;
@@ -760,9 +762,11 @@ static int pg_execute_once(struct pg_stmt *s)
         return SQL_ERROR; /* the prepare failed: recorded */
     struct pg_query q = {name, s->text, s->nparams, s->types, s->values, s->lengths, s->formats};
     if (!c->in_txn && !s->read_only) {
-        /* A write outside a transaction takes the write lock too, as it would on SQLite: the lock
-         * and the statement run as one implicit transaction, in the same one round trip. */
-        const char *lock = c->store->write_lock;
+        /* A write outside a transaction is one statement, made safe beside concurrent writers by
+         * its own WHERE (re-checked on the row it locks): it takes the writers' lock shared, so
+         * that a serial writer still excludes it. The lock and the statement run as one implicit
+         * transaction, in the same one round trip. */
+        const char *lock = c->store->shared_lock;
         s->res = pg_pipeline(c, &lock, 1, &q);
     } else {
         s->res = pg_query_run(c, &q);
@@ -984,15 +988,17 @@ static void pg_rollback(struct store *st)
     PQclear(res);
 }
 
-/* Writers: BEGIN (READ COMMITTED) and the one advisory lock. Holding the lock, a writer is the
- * only one, and each of its statements sees everything committed before it, so what it reads
- * stays true until it commits: SQLite's BEGIN IMMEDIATE, which the store's logic relies on.
- * (REPEATABLE READ would be wrong here: its snapshot would be taken by the lock's SELECT, before
- * the lock is granted.) Readers: one snapshot, no locks.
+/* Serial writers: BEGIN (READ COMMITTED) and the writers' advisory lock, exclusive. Holding it, a
+ * writer is the only one, and each of its statements sees everything committed before it, so
+ * what it reads stays true until it commits: SQLite's BEGIN IMMEDIATE, which the store's logic
+ * relies on. (REPEATABLE READ would be wrong here: its snapshot would be taken by the lock's
+ * SELECT, before the lock is granted.) Concurrent writers: BEGIN (READ COMMITTED) and the same
+ * lock shared, so that they run beside each other and wait only for a serial writer (and it for
+ * them). Readers: one snapshot, no locks.
  *
  * Both are held back and sent with the transaction's first statement, in its round trip: a
  * failure to begin (the lock's timeout: STORE_BUSY) is reported by that statement. */
-static enum store_status pg_begin(struct store *st, bool writer)
+static enum store_status pg_begin(struct store *st, enum sql_txn kind)
 {
     struct pg_conn *c = pg_conn(st);
 
@@ -1005,9 +1011,10 @@ static enum store_status pg_begin(struct store *st, bool writer)
     }
     if (!pg_conn_usable(c))
         return c->last_status;
-    if (writer) {
+    if (kind != SQL_TXN_READ) {
         snprintf(c->pending[0], PG_PENDING_LEN, "BEGIN");
-        snprintf(c->pending[1], PG_PENDING_LEN, "%s", c->store->write_lock);
+        snprintf(c->pending[1], PG_PENDING_LEN, "%s",
+                 kind == SQL_TXN_SERIAL ? c->store->write_lock : c->store->shared_lock);
         c->npending = 2;
     } else {
         snprintf(c->pending[0], PG_PENDING_LEN, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
@@ -1150,6 +1157,8 @@ struct store *sql_pg_store_open(const char *url, int lock_timeout_ms, char *err,
     pg_session_setup_sql(s, lock_timeout_ms > 0 ? lock_timeout_ms : 1);
     snprintf(s->write_lock, sizeof s->write_lock, "SELECT pg_advisory_xact_lock(%" PRId64 ")",
              SQL_PG_WRITE_LOCK_KEY);
+    snprintf(s->shared_lock, sizeof s->shared_lock,
+             "SELECT pg_advisory_xact_lock_shared(%" PRId64 ")", SQL_PG_WRITE_LOCK_KEY);
     pthread_mutex_init(&s->conns_lock, NULL);
     /* Connections are closed by sql_pg_store_close(), not when their thread exits: closing from
      * a destructor would race with it. */

@@ -312,11 +312,12 @@ static enum store_status sq_status(struct store *st, int rc)
     }
 }
 
-/* Writers take SQLite's one write lock at BEGIN (IMMEDIATE), not at their first write: what a
- * writer read stays true until it commits, which the store's claims rely on. */
-static enum store_status sq_begin(struct store *st, bool writer)
+/* Writers (serial and concurrent alike: SQLite has one writer at a time) take SQLite's one write
+ * lock at BEGIN (IMMEDIATE), not at their first write: what a writer read stays true until it
+ * commits, which the store's claims rely on. */
+static enum store_status sq_begin(struct store *st, enum sql_txn kind)
 {
-    int rc = sq_exec(st, writer ? "BEGIN IMMEDIATE" : "BEGIN");
+    int rc = sq_exec(st, kind != SQL_TXN_READ ? "BEGIN IMMEDIATE" : "BEGIN");
     return sq_status(st, rc);
 }
 

@@ -117,6 +117,13 @@ enum store_status sql_event_json(struct store *st, const struct store_ctx *ctx, 
                                  const char *object_type, const char *object_id, const char *app_id,
                                  const char *session_id, json_t *data);
 
+/* The highest event id a reader paging by id (after its cursor `after`) may return without ever
+ * skipping an event that commits later with a smaller id (event_horizon.c): INT64_MAX on SQLite;
+ * on PostgreSQL it waits for the writers in progress, and is `after` (nothing new) if one of
+ * them is stuck. Not inside a REPEATABLE READ transaction: the read that follows must see what
+ * committed meanwhile. */
+enum store_status sql_events_settled(struct store *st, int64_t after, int64_t *upto);
+
 /* ---- rows that several tables' files read ---- */
 
 /* The columns (with the aliases a, s and m) and their readers, which start at column c (a

@@ -1,0 +1,5 @@
+-- 0011_concurrent_writers: nothing changes on SQLite. On PostgreSQL writers no longer queue on one
+-- lock, so events.id (which they allocate) no longer grows in commit order there; this migration
+-- gives PostgreSQL what a reader paging by id needs to never skip an event (see
+-- migrations/postgres/0011_concurrent_writers.sql). SQLite has one writer at a time: its ids
+-- commit in order.
