@@ -65,7 +65,7 @@ enum MHD_Result http_event_stream(struct request *r, const char *session_id, int
     if (last >= 0)
         after = last;
     if (after < 0) {
-        enum store_status st = gw->st->event_last_id(gw->st, &after);
+        enum store_status st = gw->st->event_feed_start(gw->st, &after);
         if (st != STORE_OK)
             return reply_store_error(r, st, "event feed");
     }

@@ -789,6 +789,11 @@ struct store {
     /* Gateway: the newest event's id (0 when none), so that a waiting event stream reads the
      * list again only when something was committed. */
     enum store_status (*event_last_id)(struct store *st, int64_t *id);
+    /* Gateway: where a feed that starts now (no cursor) begins: an id such that every event
+     * committed from now on is after it. The newest event's id on SQLite; on PostgreSQL, where
+     * writers commit ids out of order, the settled id (it waits for the writers in progress, and
+     * is STORE_BUSY when one of them is stuck). */
+    enum store_status (*event_feed_start)(struct store *st, int64_t *id);
 
     /* ---- webhooks (webhooks.c) ---- */
     /* Admin: a new endpoint of app_id (STORE_NOT_FOUND for an unknown or deleted App) for the

@@ -576,9 +576,10 @@ async function warmOn(store, runs) {
   }
 }
 
-// The ingestion and warm scenarios on PostgreSQL (one gateway, then two on the same database),
-// each against the same scenario on SQLite in this run. Each PostgreSQL run gets a fresh database
-// of the cluster tests/pg-run.sh started for the benchmark.
+// The ingestion and warm scenarios on PostgreSQL (one gateway, then two and four on the same
+// database, each of those also against one gateway), each against the same scenario on SQLite in
+// this run. Each PostgreSQL run gets a fresh database of the cluster tests/pg-run.sh started for
+// the benchmark.
 async function postgres() {
   if (!process.env.SBX_TEST_PG_URL) {
     console.log(`${'postgres'.padEnd(11)} skipped: no PostgreSQL (run the benchmark under tests/pg-run.sh, as tools/sbx bench does)`);
@@ -590,11 +591,16 @@ async function postgres() {
     const lite = await ingestOnce('sqlite', c);
     const pg1 = await ingestOnce(freshDb(), c);
     const pg2 = await ingestOnce(freshDb(), c, 2);
-    out[c] = { sqlite: lite, pg1, pg2 };
+    const pg4 = await ingestOnce(freshDb(), c, 4);
+    out[c] = { sqlite: lite, pg1, pg2, pg4 };
     row('postgres', `POST msg c=${c} PG throughput`, pg1.rps, 'SQLite, same run', lite.rps, 'req/s', `${pg1.note}; SQLite ${lite.note}`);
     row('postgres', `POST msg c=${c} PG p99`, pg1.p99, 'SQLite, same run', lite.p99, 'ms');
     row('postgres', `POST msg c=${c} PG 2 gateways`, pg2.rps, 'SQLite, same run', lite.rps, 'req/s', pg2.note);
     row('postgres', `POST msg c=${c} PG 2 gw p99`, pg2.p99, 'SQLite, same run', lite.p99, 'ms');
+    row('postgres', `POST msg c=${c} PG 2 gw / 1 gw`, pg2.rps, 'PG 1 gateway, same run', pg1.rps, 'req/s');
+    row('postgres', `POST msg c=${c} PG 4 gateways`, pg4.rps, 'SQLite, same run', lite.rps, 'req/s', pg4.note);
+    row('postgres', `POST msg c=${c} PG 4 gw p99`, pg4.p99, 'SQLite, same run', lite.p99, 'ms');
+    row('postgres', `POST msg c=${c} PG 4 gw / 1 gw`, pg4.rps, 'PG 1 gateway, same run', pg1.rps, 'req/s');
   }
   const runs = 30;
   const lite = await warmOn('sqlite', runs);

@@ -82,7 +82,7 @@ export class Sbx {
       } catch {}
       await sleep(50);
     }
-    throw new Error('the second gateway did not become healthy');
+    throw new Error('an added gateway did not become healthy');
   }
 
   async waitHealthy() {

@@ -45,6 +45,10 @@ struct enqueue_req {
     void *done_arg;
     struct store_message own_out; /* async: the result */
     bool own_replayed;
+    /* PostgreSQL: passed over by this batch (another transaction held its Session's row), so put
+     * back at the head of the queue unanswered; and how often that happened (enqueue_pg.c). */
+    bool deferred;
+    int defers;
     struct enqueue_req *next;
 };
 
@@ -228,21 +232,110 @@ static void sort_by_session(struct enqueue_req **batch, size_t n)
     }
 }
 
+static bool has_key(const struct enqueue_req *e)
+{
+    return e->req->idempotency_key && *e->req->idempotency_key;
+}
+
+/* PostgreSQL, inside the batch's transaction (the batch sorted by Session): locks the batch's
+ * Sessions (sql_enqueue_pg_lock: first, waiting, those of requests passed over too often; then the
+ * others, passing over rows another transaction holds, whose requests are marked deferred), then
+ * writes the requests of the Sessions it holds that have no request with a key in one statement
+ * (marked done). What is left (requests with a key and the others of their Sessions, or all of
+ * them if the one statement failed) goes one by one. */
+static enum store_status lock_and_write_pg(struct store *st, struct enqueue_req **batch, size_t n,
+                                           bool *done, bool *any_ok)
+{
+    const char *wait_ids[ENQUEUE_BATCH_MAX], *skip_ids[ENQUEUE_BATCH_MAX];
+    bool waited[ENQUEUE_BATCH_MAX], keyed[ENQUEUE_BATCH_MAX], passed[ENQUEUE_BATCH_MAX];
+    struct sql_enqueue_pg_item items[ENQUEUE_BATCH_MAX];
+    size_t nwait = 0, nskip = 0, nitems = 0, first[ENQUEUE_BATCH_MAX], nsess = 0;
+    enum store_status r;
+
+    /* One entry per Session (the batch is sorted): waited for if any of its requests was passed
+     * over too often, and whether any of them has a key. */
+    for (size_t i = 0; i < n; i++) {
+        done[i] = false;
+        if (i == 0 || strcmp(batch[i]->req->session_id, batch[i - 1]->req->session_id) != 0) {
+            first[nsess] = i;
+            keyed[nsess] = false;
+            waited[nsess++] = false;
+        }
+        keyed[nsess - 1] |= has_key(batch[i]);
+        waited[nsess - 1] |= batch[i]->defers >= ENQUEUE_PG_MAX_DEFERS;
+    }
+    for (size_t k = 0; k < nsess; k++) {
+        const char *sid = batch[first[k]]->req->session_id;
+        if (waited[k])
+            wait_ids[nwait++] = sid;
+        else
+            skip_ids[nskip++] = sid;
+    }
+    /* The waited-for rows first, so that this batch holds none of the others while it waits. */
+    if (nwait && (r = sql_enqueue_pg_lock(st, wait_ids, nwait, true, passed)) != STORE_OK)
+        return r;
+    if (nskip && (r = sql_enqueue_pg_lock(st, skip_ids, nskip, false, passed)) != STORE_OK)
+        return r;
+    /* Back from the lock calls to the Sessions, then to their requests. */
+    for (size_t k = 0, j = 0; k < nsess; k++) {
+        bool pass = !waited[k] && passed[j++];
+        size_t end = k + 1 < nsess ? first[k + 1] : n;
+        for (size_t i = first[k]; i < end; i++) {
+            if (pass) {
+                batch[i]->deferred = true;
+                batch[i]->defers++;
+                done[i] = true;
+            } else if (!keyed[k]) {
+                items[nitems++] = (struct sql_enqueue_pg_item){batch[i]->ctx, batch[i]->req,
+                                                               batch[i]->out, STORE_OK};
+            }
+        }
+    }
+    if (!nitems)
+        return STORE_OK;
+    int x = sql_exec(st, "SAVEPOINT enqueue_batch");
+    if (x != SQL_DONE)
+        return sql_status(st, x);
+    if (sql_enqueue_pg_batch(st, items, nitems) != STORE_OK) {
+        /* Nothing of it was written: each request goes one by one, and fails alone. */
+        sql_exec(st, "ROLLBACK TO enqueue_batch");
+        sql_exec(st, "RELEASE enqueue_batch");
+        return STORE_OK;
+    }
+    sql_exec(st, "RELEASE enqueue_batch");
+    for (size_t i = 0, j = 0; i < n && j < nitems; i++) {
+        if (batch[i]->req != items[j].req)
+            continue;
+        batch[i]->status = items[j].status;
+        *batch[i]->replayed = false;
+        *any_ok |= items[j].status == STORE_OK;
+        done[i] = true;
+        j++;
+    }
+    return STORE_OK;
+}
+
 /* Writes a batch in one transaction; each request gets its own status. A concurrent writer: what
  * it reads (the Session's next seq, a key's earlier message) is under the Session's row lock. */
 static void commit_batch(struct store *st, struct enqueue_req **batch, size_t n)
 {
+    bool done[ENQUEUE_BATCH_MAX] = {false};
+    bool any_ok = false;
     if (sql_dialect(st) == SQL_POSTGRES)
         sort_by_session(batch, n);
     enum store_status r = sql_begin_concurrent(st);
-    bool any_ok = false;
+    if (r == STORE_OK && sql_dialect(st) == SQL_POSTGRES)
+        r = lock_and_write_pg(st, batch, n, done, &any_ok);
 
     for (size_t i = 0; i < n; i++) {
         struct enqueue_req *e = batch[i];
         if (r != STORE_OK) {
             e->status = r;
+            e->deferred = false;
             continue;
         }
+        if (done[i])
+            continue;
         int x = sql_exec(st, "SAVEPOINT enqueue");
         if (x != SQL_DONE) {
             e->status = sql_status(st, x);
@@ -264,7 +357,7 @@ static void commit_batch(struct store *st, struct enqueue_req **batch, size_t n)
     if (r != STORE_OK) {
         /* The COMMIT failed (disk full, I/O error): nothing of the batch is durable. */
         for (size_t i = 0; i < n; i++) {
-            if (batch[i]->status == STORE_OK) {
+            if (batch[i]->status == STORE_OK && !batch[i]->deferred) {
                 store_message_clear(batch[i]->out);
                 batch[i]->status = r;
             }
@@ -294,6 +387,33 @@ static void *committer_main(void *arg)
             api->tail = NULL;
         pthread_mutex_unlock(&api->lock);
         commit_batch(st, batch, n);
+        /* Requests the batch passed over (PostgreSQL) go back to the head of the queue, in their
+         * order, unanswered: the next batch takes them first. */
+        struct enqueue_req *back = NULL, *last = NULL;
+        size_t kept = 0;
+        for (size_t i = 0; i < n; i++) {
+            struct enqueue_req *e = batch[i];
+            if (!e->deferred) {
+                batch[kept++] = e;
+                continue;
+            }
+            e->deferred = false;
+            e->next = NULL;
+            if (last)
+                last->next = e;
+            else
+                back = e;
+            last = e;
+        }
+        if (back) {
+            pthread_mutex_lock(&api->lock);
+            last->next = api->head;
+            if (!api->head)
+                api->tail = last;
+            api->head = back;
+            pthread_mutex_unlock(&api->lock);
+        }
+        n = kept;
         /* Asynchronous callers first, outside the lock: their callbacks may take their own locks
          * (the gateway resumes an HTTP connection). The request is unlinked from the queue, so
          * nothing else refers to it once the callback is called. */

@@ -1,24 +1,14 @@
 /*
  * event_feed.c: what the live event feed (GET /v1/events as text/event-stream) needs from the
  * events table beyond the JSON list: the newest event id, one cheap read that tells a waiting
- * feed whether anything was committed since it last looked, and where a feed that starts now
- * begins. On PostgreSQL that is the settled id (sql_events_settled): an event of a writer still in
- * progress may get a smaller id than the newest one, and a feed starting after the newest would
- * never send it. No hidden state.
+ * feed whether anything was committed since it last looked (a hint: the list it then reads waits
+ * for what is in progress, see sql_events_settled), and where a feed without a cursor starts.
+ * No hidden state.
  */
 #include "store_sql.h"
 
 static enum store_status event_last_id(struct store *st, int64_t *id)
 {
-    if (sql_dialect(st) == SQL_POSTGRES) {
-        int64_t upto;
-        enum store_status r = sql_events_settled(st, -1, &upto);
-        if (r == STORE_OK && upto < 0)
-            r = STORE_BUSY; /* a writer is stuck: no start that could skip its events */
-        if (r == STORE_OK)
-            *id = upto;
-        return r;
-    }
     struct sql_stmt *s = sql_stmt(st, "SELECT COALESCE(max(id), 0) FROM events");
     if (!s)
         return STORE_ERROR;
@@ -32,7 +22,24 @@ static enum store_status event_last_id(struct store *st, int64_t *id)
     return r;
 }
 
+/* After every event committed so far and every one in progress now: on PostgreSQL an event still
+ * in progress may get a smaller id than the newest committed one, and a feed starting after the
+ * newest would never send it. */
+static enum store_status event_feed_start(struct store *st, int64_t *id)
+{
+    if (sql_dialect(st) != SQL_POSTGRES)
+        return event_last_id(st, id);
+    int64_t upto;
+    enum store_status r = sql_events_settled(st, -1, &upto);
+    if (r == STORE_OK && upto < 0)
+        r = STORE_BUSY; /* a writer is stuck: no start that could skip its events */
+    if (r == STORE_OK)
+        *id = upto;
+    return r;
+}
+
 void sql_event_feed_init(struct store *st)
 {
     st->event_last_id = event_last_id;
+    st->event_feed_start = event_feed_start;
 }

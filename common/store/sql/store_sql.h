@@ -124,6 +124,31 @@ enum store_status sql_event_json(struct store *st, const struct store_ctx *ctx, 
  * committed meanwhile. */
 enum store_status sql_events_settled(struct store *st, int64_t after, int64_t *upto);
 
+/* ---- the group commit on PostgreSQL (enqueue_pg.c, used by enqueue.c) ---- */
+
+/* A request passed over this many times because another transaction held its Session's row is
+ * then waited for. */
+#define ENQUEUE_PG_MAX_DEFERS 4
+
+/* Locks the rows of these Sessions (sorted by id, no duplicates) until COMMIT, in id order. wait:
+ * waits for each. Otherwise passes over the rows another transaction holds and sets skipped[i]
+ * for those; a Session that does not exist is not skipped. */
+enum store_status sql_enqueue_pg_lock(struct store *st, const char *const *session_ids, size_t n,
+                                      bool wait, bool *skipped);
+
+/* One request of sql_enqueue_pg_batch: in, and its status and message out. */
+struct sql_enqueue_pg_item {
+    const struct store_ctx *ctx;
+    const struct store_enqueue *req; /* without an Idempotency-Key */
+    struct store_message *out;
+    enum store_status status; /* STORE_OK, or STORE_NOT_FOUND: no such Session in the App */
+};
+/* Writes the requests in one statement, in their order, inside the caller's transaction, which
+ * holds their Sessions' rows (sql_enqueue_pg_lock). On failure nothing of it is written (if the
+ * caller took a savepoint before it) and every item has the failure's status. */
+enum store_status sql_enqueue_pg_batch(struct store *st, struct sql_enqueue_pg_item *items,
+                                       size_t n);
+
 /* ---- rows that several tables' files read ---- */
 
 /* The columns (with the aliases a, s and m) and their readers, which start at column c (a
@@ -209,7 +234,7 @@ void sql_hosts_init(struct store *st);
 void sql_events_init(struct store *st);
 void sql_counts_init(struct store *st);
 void sql_chunks_init(struct store *st);     /* an agent's partial output */
-void sql_event_feed_init(struct store *st); /* the live event feed's newest-id read */
+void sql_event_feed_init(struct store *st); /* the live event feed's newest id and start */
 void sql_webhooks_init(struct store *st);   /* webhook endpoints and their outbox */
 void sql_bounds_init(struct store *st);     /* what a host cannot bound */
 void sql_images_init(struct store *st);
