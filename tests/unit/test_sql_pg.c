@@ -2,7 +2,8 @@
  * test_sql_pg.c: the PostgreSQL engine (common/store/sql/sql_pg.c) against a real server: the
  * throwaway cluster tests/pg-run.sh starts (SBX_TEST_PG_URL). It drives the engine through sql.h on
  * a small schema of its own, so it checks the engine's contract, not the store's logic: ?N
- * rewriting, binds and columns, changes(), SQLSTATE mapping, the writers' lock, readers' snapshots,
+ * rewriting, binds and columns, changes(), SQLSTATE mapping, the writers' lock (exclusive for
+ * serial writers, shared for concurrent ones), readers' snapshots,
  * reconnection after the server restarts, and migrations (run once, newer schema refused).
  */
 #include "log.h"
@@ -515,7 +516,8 @@ static void test_writers_are_serialised(void **state)
 
 struct slow_writer {
     struct worker_arg w;
-    sem_t holding; /* posted once the writer holds the lock and has read the counter */
+    sem_t holding;   /* posted once the writer holds the lock and has read the counter */
+    bool concurrent; /* sql_begin_concurrent instead of sql_begin */
 };
 
 /* A writer that reads the counter, waits, and writes what it read plus one. */
@@ -524,7 +526,7 @@ static void *slow_increment(void *arg)
     struct slow_writer *sw = arg;
     struct worker_arg *w = &sw->w;
     int64_t v;
-    if (sql_begin(w->st) != STORE_OK) {
+    if ((sw->concurrent ? sql_begin_concurrent(w->st) : sql_begin(w->st)) != STORE_OK) {
         w->failures++;
         sem_post(&sw->holding);
         return NULL;
@@ -555,6 +557,35 @@ static void test_writes_outside_transactions_wait_for_writers(void **state)
     sem_destroy(&sw.holding);
     assert_int_equal(sw.w.failures, 0);
     assert_int_equal(query_int(st, "SELECT value FROM counters WHERE id = 1"), 101);
+}
+
+/* Concurrent writers (the writers' lock shared) do not wait for each other; a serial writer (the
+ * lock exclusive) waits until the concurrent writer in flight has committed, so what it reads is
+ * everything. */
+static void test_concurrent_writers_run_side_by_side(void **state)
+{
+    struct store *st = *state;
+    struct slow_writer sw = {.w = {st, 0}, .concurrent = true};
+    pthread_t t;
+
+    run_ok(st, "INSERT INTO counters (id, value) VALUES (2, 0)");
+    assert_int_equal(sem_init(&sw.holding, 0, 0), 0);
+    assert_int_equal(pthread_create(&t, NULL, slow_increment, &sw), 0);
+    sem_wait(&sw.holding);
+    /* The other writer holds its transaction open for 300 ms: this one does not wait for it. */
+    int64_t t0 = clock_mono_ms();
+    assert_int_equal(sql_begin_concurrent(st), STORE_OK);
+    run_ok(st, "UPDATE counters SET value = value + 1 WHERE id = 2");
+    assert_int_equal(sql_commit(st), STORE_OK);
+    assert_true(clock_mono_ms() - t0 < 250);
+    /* A serial writer waits for it, then sees its write. */
+    assert_int_equal(sql_begin(st), STORE_OK);
+    assert_int_equal(query_int(st, "SELECT value FROM counters WHERE id = 1"), 1);
+    assert_int_equal(sql_commit(st), STORE_OK);
+    pthread_join(t, NULL);
+    sem_destroy(&sw.holding);
+    assert_int_equal(sw.w.failures, 0);
+    assert_int_equal(query_int(st, "SELECT value FROM counters WHERE id = 2"), 1);
 }
 
 static void *write_counter(void *arg)
@@ -1009,6 +1040,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_session_settings, setup, teardown),
         cmocka_unit_test_setup_teardown(test_connections_are_closed_on_exec, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writers_are_serialised, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_writers_run_side_by_side, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writes_outside_transactions_wait_for_writers, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_lock_wait_beyond_lock_timeout_is_busy, setup,

@@ -10,8 +10,14 @@
  *
  * A transition whose Sandbox is not in a state it starts from is STORE_CONFLICT (sql_step_change).
  * Claiming and assigning point the Session at the Sandbox; running makes it active; stopping or
- * finishing the Sandbox a Session points at sends that Session back to idle (sessions.c). No
- * hidden state.
+ * finishing the Sandbox a Session points at sends that Session back to idle (sessions.c).
+ *
+ * On PostgreSQL, warm, claim_warm, assign and running are concurrent writers
+ * (sql_begin_concurrent): each is an UPDATE conditional on the state it starts from, checked by
+ * its row count, and the warm claim locks the row it picks (SKIP LOCKED); pointing the Session is
+ * conditional on the worker owning it. stopping, finish and the stop request stay serial writers:
+ * they read the Session's Sandbox and then send the Session to idle, which a concurrent claim of
+ * the same worker could change in between. No hidden state.
  */
 #include "id.h"
 #include "clock.h"
@@ -249,7 +255,7 @@ static enum store_status sandbox_mark_warm(struct store *st, const struct store_
 {
     enum store_status rc;
     struct store_sandbox sb;
-    if ((rc = sql_begin(st)) != STORE_OK)
+    if ((rc = sql_begin_concurrent(st)) != STORE_OK)
         return rc;
     struct sql_stmt *s = sql_stmt(st, "UPDATE sandboxes SET state = 'warm', boot_ms = ?2, "
                                       "ready_at = ?3, updated_at = ?3 "
@@ -273,10 +279,19 @@ static enum store_status claim_warm_in_tx(struct store *st, const struct store_c
                                           const char *app_id, const char *session_id,
                                           struct store_sandbox *out)
 {
-    struct sql_stmt *pick = sql_stmt(st, "SELECT id FROM sandboxes WHERE state = 'warm' AND "
-                                         "worker_id = ?1 AND driver = ?2 AND image = ?3 AND "
-                                         "vcpu_count = ?4 AND mem_size_mib = ?5 AND "
-                                         "stop_requested_at IS NULL ORDER BY ready_at LIMIT 1");
+    /* PostgreSQL: the warm Sandbox's row is locked, and one another claim holds is passed over,
+     * so two job threads claiming at once take two Sandboxes (and the UPDATE below is checked). */
+    struct sql_stmt *pick =
+        sql_dialect(st) == SQL_POSTGRES
+            ? sql_stmt(st, "SELECT id FROM sandboxes WHERE state = 'warm' AND "
+                           "worker_id = ?1 AND driver = ?2 AND image = ?3 AND "
+                           "vcpu_count = ?4 AND mem_size_mib = ?5 AND "
+                           "stop_requested_at IS NULL ORDER BY ready_at LIMIT 1 "
+                           "FOR UPDATE SKIP LOCKED")
+            : sql_stmt(st, "SELECT id FROM sandboxes WHERE state = 'warm' AND "
+                           "worker_id = ?1 AND driver = ?2 AND image = ?3 AND "
+                           "vcpu_count = ?4 AND mem_size_mib = ?5 AND "
+                           "stop_requested_at IS NULL ORDER BY ready_at LIMIT 1");
     char sandbox_id[STORE_ID_LEN];
     enum store_status rc;
     int64_t now = clock_wall_ms();
@@ -306,7 +321,7 @@ static enum store_status claim_warm_in_tx(struct store *st, const struct store_c
     sql_bind_text(s, 2, app_id);
     sql_bind_text(s, 3, session_id);
     sql_bind_int64(s, 4, now);
-    if ((rc = sql_step_done(st, s)) != STORE_OK)
+    if ((rc = sql_step_change(st, s, STORE_EMPTY)) != STORE_OK)
         return rc;
     if ((rc = sql_session_point_at_in_tx(st, session_id, sandbox_id, worker_id)) != STORE_OK)
         return rc;
@@ -322,7 +337,7 @@ static enum store_status sandbox_claim_warm(struct store *st, const struct store
 {
     enum store_status rc;
     struct store_sandbox sb;
-    if ((rc = sql_begin(st)) != STORE_OK)
+    if ((rc = sql_begin_concurrent(st)) != STORE_OK)
         return rc;
     rc = sql_end(st, claim_warm_in_tx(st, ctx, worker_id, shape, app_id, session_id, &sb));
     if (rc == STORE_OK)
@@ -337,7 +352,7 @@ static enum store_status sandbox_assign(struct store *st, const struct store_ctx
     enum store_status rc;
     struct store_sandbox sb;
     int64_t now = clock_wall_ms();
-    if ((rc = sql_begin(st)) != STORE_OK)
+    if ((rc = sql_begin_concurrent(st)) != STORE_OK)
         return rc;
     struct sql_stmt *s = sql_stmt(st, "UPDATE sandboxes SET state = 'claimed', app_id = ?2, "
                                       "session_id = ?3, ready_at = ?4, claimed_at = ?4, "
@@ -366,7 +381,7 @@ static enum store_status sandbox_mark_running(struct store *st, const struct sto
     enum store_status rc;
     struct store_sandbox sb;
     int64_t now = clock_wall_ms();
-    if ((rc = sql_begin(st)) != STORE_OK)
+    if ((rc = sql_begin_concurrent(st)) != STORE_OK)
         return rc;
     struct sql_stmt *s = sql_stmt(st, "UPDATE sandboxes SET state = 'running', updated_at = ?2 "
                                       "WHERE id = ?1 AND state = 'claimed'");
