@@ -10,14 +10,8 @@
  *
  * A transition whose Sandbox is not in a state it starts from is STORE_CONFLICT (sql_step_change).
  * Claiming and assigning point the Session at the Sandbox; running makes it active; stopping or
- * finishing the Sandbox a Session points at sends that Session back to idle (sessions.c).
- *
- * On PostgreSQL, warm, claim_warm, assign and running are concurrent writers
- * (sql_begin_concurrent): each is an UPDATE conditional on the state it starts from, checked by
- * its row count, and the warm claim locks the row it picks (SKIP LOCKED); pointing the Session is
- * conditional on the worker owning it. stopping, finish and the stop request stay serial writers:
- * they read the Session's Sandbox and then send the Session to idle, which a concurrent claim of
- * the same worker could change in between. No hidden state.
+ * finishing the Sandbox a Session points at sends that Session back to idle (sessions.c). No
+ * hidden state.
  */
 #include "id.h"
 #include "clock.h"
@@ -255,7 +249,7 @@ static enum store_status sandbox_mark_warm(struct store *st, const struct store_
 {
     enum store_status rc;
     struct store_sandbox sb;
-    if ((rc = sql_begin_concurrent(st)) != STORE_OK)
+    if ((rc = sql_begin(st)) != STORE_OK)
         return rc;
     struct sql_stmt *s = sql_stmt(st, "UPDATE sandboxes SET state = 'warm', boot_ms = ?2, "
                                       "ready_at = ?3, updated_at = ?3 "
@@ -274,24 +268,15 @@ static enum store_status sandbox_mark_warm(struct store *st, const struct store_
     return sql_end(st, rc);
 }
 
-static enum store_status claim_warm_in_tx(struct store *st, const struct store_ctx *ctx,
-                                          const char *worker_id, const struct store_shape *shape,
-                                          const char *app_id, const char *session_id,
-                                          struct store_sandbox *out)
+enum store_status sql_sandbox_claim_warm_in_tx(struct store *st, const struct store_ctx *ctx,
+                                               const char *worker_id,
+                                               const struct store_shape *shape, const char *app_id,
+                                               const char *session_id, struct store_sandbox *out)
 {
-    /* PostgreSQL: the warm Sandbox's row is locked, and one another claim holds is passed over,
-     * so two job threads claiming at once take two Sandboxes (and the UPDATE below is checked). */
-    struct sql_stmt *pick =
-        sql_dialect(st) == SQL_POSTGRES
-            ? sql_stmt(st, "SELECT id FROM sandboxes WHERE state = 'warm' AND "
-                           "worker_id = ?1 AND driver = ?2 AND image = ?3 AND "
-                           "vcpu_count = ?4 AND mem_size_mib = ?5 AND "
-                           "stop_requested_at IS NULL ORDER BY ready_at LIMIT 1 "
-                           "FOR UPDATE SKIP LOCKED")
-            : sql_stmt(st, "SELECT id FROM sandboxes WHERE state = 'warm' AND "
-                           "worker_id = ?1 AND driver = ?2 AND image = ?3 AND "
-                           "vcpu_count = ?4 AND mem_size_mib = ?5 AND "
-                           "stop_requested_at IS NULL ORDER BY ready_at LIMIT 1");
+    struct sql_stmt *pick = sql_stmt(st, "SELECT id FROM sandboxes WHERE state = 'warm' AND "
+                                         "worker_id = ?1 AND driver = ?2 AND image = ?3 AND "
+                                         "vcpu_count = ?4 AND mem_size_mib = ?5 AND "
+                                         "stop_requested_at IS NULL ORDER BY ready_at LIMIT 1");
     char sandbox_id[STORE_ID_LEN];
     enum store_status rc;
     int64_t now = clock_wall_ms();
@@ -312,9 +297,12 @@ static enum store_status claim_warm_in_tx(struct store *st, const struct store_c
     if (r != SQL_ROW)
         return sql_status(st, r);
 
+    /* Conditional, and checked by its row count: under PostgreSQL's READ COMMITTED a stop request
+     * may land between the pick and here; such a Sandbox is not claimed (none was warm). */
     struct sql_stmt *s = sql_stmt(st, "UPDATE sandboxes SET state = 'claimed', app_id = ?2, "
                                       "session_id = ?3, claimed_at = ?4, updated_at = ?4 "
-                                      "WHERE id = ?1 AND state = 'warm'");
+                                      "WHERE id = ?1 AND state = 'warm' AND "
+                                      "stop_requested_at IS NULL");
     if (!s)
         return STORE_ERROR;
     sql_bind_text(s, 1, sandbox_id);
@@ -337,9 +325,10 @@ static enum store_status sandbox_claim_warm(struct store *st, const struct store
 {
     enum store_status rc;
     struct store_sandbox sb;
-    if ((rc = sql_begin_concurrent(st)) != STORE_OK)
+    if ((rc = sql_begin(st)) != STORE_OK)
         return rc;
-    rc = sql_end(st, claim_warm_in_tx(st, ctx, worker_id, shape, app_id, session_id, &sb));
+    rc = sql_end(st,
+                 sql_sandbox_claim_warm_in_tx(st, ctx, worker_id, shape, app_id, session_id, &sb));
     if (rc == STORE_OK)
         *out = sb;
     return rc;
@@ -352,7 +341,7 @@ static enum store_status sandbox_assign(struct store *st, const struct store_ctx
     enum store_status rc;
     struct store_sandbox sb;
     int64_t now = clock_wall_ms();
-    if ((rc = sql_begin_concurrent(st)) != STORE_OK)
+    if ((rc = sql_begin(st)) != STORE_OK)
         return rc;
     struct sql_stmt *s = sql_stmt(st, "UPDATE sandboxes SET state = 'claimed', app_id = ?2, "
                                       "session_id = ?3, ready_at = ?4, claimed_at = ?4, "
@@ -375,18 +364,16 @@ static enum store_status sandbox_assign(struct store *st, const struct store_ctx
     return sql_end(st, rc);
 }
 
-static enum store_status sandbox_mark_running(struct store *st, const struct store_ctx *ctx,
-                                              const char *sandbox_id, const char *session_id)
+enum store_status sql_sandbox_mark_running_in_tx(struct store *st, const struct store_ctx *ctx,
+                                                 const char *sandbox_id, const char *session_id)
 {
     enum store_status rc;
     struct store_sandbox sb;
     int64_t now = clock_wall_ms();
-    if ((rc = sql_begin_concurrent(st)) != STORE_OK)
-        return rc;
     struct sql_stmt *s = sql_stmt(st, "UPDATE sandboxes SET state = 'running', updated_at = ?2 "
                                       "WHERE id = ?1 AND state = 'claimed'");
     if (!s)
-        return sql_end(st, STORE_ERROR);
+        return STORE_ERROR;
     sql_bind_text(s, 1, sandbox_id);
     sql_bind_int64(s, 2, now);
     rc = sql_step_change(st, s, STORE_CONFLICT);
@@ -400,7 +387,7 @@ static enum store_status sandbox_mark_running(struct store *st, const struct sto
                                           "last_activity_at = ?3, updated_at = ?3 "
                                           "WHERE id = ?1 AND state <> 'deleted'");
         if (!u)
-            return sql_end(st, STORE_ERROR);
+            return STORE_ERROR;
         sql_bind_text(u, 1, session_id);
         sql_bind_text(u, 2, sandbox_id);
         sql_bind_int64(u, 3, now);
@@ -410,7 +397,16 @@ static enum store_status sandbox_mark_running(struct store *st, const struct sto
         rc = sql_event_json(st, ctx, "session.active", "session", session_id, sb.app_id, session_id,
                             json_pack("{s:s,s:b}", "sandboxId", sandbox_id, "cold", sb.cold));
     }
-    return sql_end(st, rc);
+    return rc;
+}
+
+static enum store_status sandbox_mark_running(struct store *st, const struct store_ctx *ctx,
+                                              const char *sandbox_id, const char *session_id)
+{
+    enum store_status rc;
+    if ((rc = sql_begin(st)) != STORE_OK)
+        return rc;
+    return sql_end(st, sql_sandbox_mark_running_in_tx(st, ctx, sandbox_id, session_id));
 }
 
 static enum store_status sandbox_mark_stopping(struct store *st, const struct store_ctx *ctx,
