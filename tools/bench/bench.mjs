@@ -182,7 +182,8 @@ async function warmRuns(sbx, runs) {
   return out;
 }
 
-async function warm(label = 'warm', dataDir, runs = 50, warmup = 3) {
+// SBX_BENCH_WARM_RUNS overrides the warm scenario's run count (a longer run to profile).
+async function warm(label = 'warm', dataDir, runs = Number(process.env.SBX_BENCH_WARM_RUNS) || 50, warmup = 3) {
   const sbx = new Sbx(buildDir, { SBX_POOL_SIZE: '2' });
   await sbx.start({ dataDir });
   await sbx.app({ keepAliveSeconds: 1 });
