@@ -268,10 +268,10 @@ static enum store_status sandbox_mark_warm(struct store *st, const struct store_
     return sql_end(st, rc);
 }
 
-static enum store_status claim_warm_in_tx(struct store *st, const struct store_ctx *ctx,
-                                          const char *worker_id, const struct store_shape *shape,
-                                          const char *app_id, const char *session_id,
-                                          struct store_sandbox *out)
+enum store_status sql_sandbox_claim_warm_in_tx(struct store *st, const struct store_ctx *ctx,
+                                               const char *worker_id,
+                                               const struct store_shape *shape, const char *app_id,
+                                               const char *session_id, struct store_sandbox *out)
 {
     struct sql_stmt *pick = sql_stmt(st, "SELECT id FROM sandboxes WHERE state = 'warm' AND "
                                          "worker_id = ?1 AND driver = ?2 AND image = ?3 AND "
@@ -297,16 +297,19 @@ static enum store_status claim_warm_in_tx(struct store *st, const struct store_c
     if (r != SQL_ROW)
         return sql_status(st, r);
 
+    /* Conditional, and checked by its row count: under PostgreSQL's READ COMMITTED a stop request
+     * may land between the pick and here; such a Sandbox is not claimed (none was warm). */
     struct sql_stmt *s = sql_stmt(st, "UPDATE sandboxes SET state = 'claimed', app_id = ?2, "
                                       "session_id = ?3, claimed_at = ?4, updated_at = ?4 "
-                                      "WHERE id = ?1 AND state = 'warm'");
+                                      "WHERE id = ?1 AND state = 'warm' AND "
+                                      "stop_requested_at IS NULL");
     if (!s)
         return STORE_ERROR;
     sql_bind_text(s, 1, sandbox_id);
     sql_bind_text(s, 2, app_id);
     sql_bind_text(s, 3, session_id);
     sql_bind_int64(s, 4, now);
-    if ((rc = sql_step_done(st, s)) != STORE_OK)
+    if ((rc = sql_step_change(st, s, STORE_EMPTY)) != STORE_OK)
         return rc;
     if ((rc = sql_session_point_at_in_tx(st, session_id, sandbox_id, worker_id)) != STORE_OK)
         return rc;
@@ -324,7 +327,8 @@ static enum store_status sandbox_claim_warm(struct store *st, const struct store
     struct store_sandbox sb;
     if ((rc = sql_begin(st)) != STORE_OK)
         return rc;
-    rc = sql_end(st, claim_warm_in_tx(st, ctx, worker_id, shape, app_id, session_id, &sb));
+    rc = sql_end(st,
+                 sql_sandbox_claim_warm_in_tx(st, ctx, worker_id, shape, app_id, session_id, &sb));
     if (rc == STORE_OK)
         *out = sb;
     return rc;
@@ -360,18 +364,16 @@ static enum store_status sandbox_assign(struct store *st, const struct store_ctx
     return sql_end(st, rc);
 }
 
-static enum store_status sandbox_mark_running(struct store *st, const struct store_ctx *ctx,
-                                              const char *sandbox_id, const char *session_id)
+enum store_status sql_sandbox_mark_running_in_tx(struct store *st, const struct store_ctx *ctx,
+                                                 const char *sandbox_id, const char *session_id)
 {
     enum store_status rc;
     struct store_sandbox sb;
     int64_t now = clock_wall_ms();
-    if ((rc = sql_begin(st)) != STORE_OK)
-        return rc;
     struct sql_stmt *s = sql_stmt(st, "UPDATE sandboxes SET state = 'running', updated_at = ?2 "
                                       "WHERE id = ?1 AND state = 'claimed'");
     if (!s)
-        return sql_end(st, STORE_ERROR);
+        return STORE_ERROR;
     sql_bind_text(s, 1, sandbox_id);
     sql_bind_int64(s, 2, now);
     rc = sql_step_change(st, s, STORE_CONFLICT);
@@ -385,7 +387,7 @@ static enum store_status sandbox_mark_running(struct store *st, const struct sto
                                           "last_activity_at = ?3, updated_at = ?3 "
                                           "WHERE id = ?1 AND state <> 'deleted'");
         if (!u)
-            return sql_end(st, STORE_ERROR);
+            return STORE_ERROR;
         sql_bind_text(u, 1, session_id);
         sql_bind_text(u, 2, sandbox_id);
         sql_bind_int64(u, 3, now);
@@ -395,7 +397,16 @@ static enum store_status sandbox_mark_running(struct store *st, const struct sto
         rc = sql_event_json(st, ctx, "session.active", "session", session_id, sb.app_id, session_id,
                             json_pack("{s:s,s:b}", "sandboxId", sandbox_id, "cold", sb.cold));
     }
-    return sql_end(st, rc);
+    return rc;
+}
+
+static enum store_status sandbox_mark_running(struct store *st, const struct store_ctx *ctx,
+                                              const char *sandbox_id, const char *session_id)
+{
+    enum store_status rc;
+    if ((rc = sql_begin(st)) != STORE_OK)
+        return rc;
+    return sql_end(st, sql_sandbox_mark_running_in_tx(st, ctx, sandbox_id, session_id));
 }
 
 static enum store_status sandbox_mark_stopping(struct store *st, const struct store_ctx *ctx,
