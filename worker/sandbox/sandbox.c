@@ -123,11 +123,14 @@ struct sandbox *sandbox_new(struct worker *w, const struct driver *drv,
     sb->rt.channel_fd = -1;
     sb->keepalive_ev = evtimer_new(w->base, NULL, NULL);
     sb->timeout_ev = evtimer_new(w->base, NULL, NULL);
-    if (!sb->keepalive_ev || !sb->timeout_ev) {
+    sb->running_ev = evtimer_new(w->base, NULL, NULL);
+    if (!sb->keepalive_ev || !sb->timeout_ev || !sb->running_ev) {
         if (sb->keepalive_ev)
             event_free(sb->keepalive_ev);
         if (sb->timeout_ev)
             event_free(sb->timeout_ev);
+        if (sb->running_ev)
+            event_free(sb->running_ev);
         free(sb);
         return NULL;
     }
@@ -141,6 +144,7 @@ static void sandbox_release(struct sandbox *sb)
 {
     event_free(sb->keepalive_ev);
     event_free(sb->timeout_ev);
+    event_free(sb->running_ev);
     agent_channel_free(sb->chan);
     free(sb);
 }
