@@ -26,9 +26,12 @@
 #include "sandbox/egress_events.h"
 #include "sandbox/jobs.h"
 #include "sandbox/pool.h"
+#include "sandbox/priority.h"
 #include "sandbox/sandbox.h"
 
+#include <errno.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -254,8 +257,13 @@ int worker_init(struct worker *w, const struct sbx_config *cfg,
                  store_status_name(rc));
         return -1;
     }
+    errno = 0;
+    w->nice = getpriority(PRIO_PROCESS, 0);
+    if (errno != 0)
+        w->nice = 0;
     w->base = event_base_new();
-    if (!w->base || !(w->jobs = jobs_new(w->base, (size_t)cfg->job_threads))) {
+    if (!w->base || !(w->jobs = jobs_new(w->base, (size_t)cfg->job_threads, 0)) ||
+        !(w->background = jobs_new(w->base, (size_t)cfg->job_threads, BACKGROUND_NICE))) {
         snprintf(err, errlen, "cannot start the event loop or its threads");
         return -1;
     }
@@ -350,6 +358,7 @@ void worker_fini(struct worker *w)
     egress_events_stop(); /* its event and batch, before the loop and the store go */
     /* Jobs still running use their Sandbox: let them end before freeing anything. */
     jobs_free(w->jobs);
+    jobs_free(w->background);
     /* Sandboxes left only when the loop ended abnormally (adopted by another worker, which reaps
      * them): their rows stay for reconciliation. */
     delivery_drop_all(w);

@@ -44,6 +44,10 @@ struct worker {
     const struct driver *(*find_driver)(const char *name);
     struct event_base *base;
     struct jobs *jobs;
+    /* Threads at BACKGROUND_NICE for work no reply waits for: pool boots (where they can be put
+     * back, sandbox/priority.h) and teardowns. */
+    struct jobs *background;
+    int nice; /* the worker's own nice level, which Sandboxes booted in the background get back */
     char id[STORE_ID_LEN];
     char actor[64];
     struct store_ctx ctx;

@@ -9,6 +9,7 @@
 #include "images/image_cache.h"
 #include "log.h"
 #include "sandbox/jobs.h"
+#include "sandbox/priority.h"
 #include "clock.h"
 
 #include <stdio.h>
@@ -18,6 +19,14 @@ static void boot_work(void *arg)
 {
     struct sandbox *sb = arg;
     sb->job_rc = sb->drv->boot(&sb->w->cfg, &sb->rt, sb->job_err, sizeof sb->job_err);
+    /* Booted by a background thread: its processes inherited that thread's nice level, and
+     * they will answer replies (sandbox/priority.h). A Sandbox that cannot be put back would
+     * serve slowly: it fails, and the pool boots another. */
+    if (sb->job_rc == 0 && sb->background_boot &&
+        priority_restore_tree(sb->rt.pid, sb->w->nice) != 0) {
+        snprintf(sb->job_err, sizeof sb->job_err, "cannot restore its CPU priority: %m");
+        sb->job_rc = -1;
+    }
 }
 
 static void boot_done(void *arg)
@@ -116,7 +125,9 @@ int sandbox_boot(struct worker *w, const struct driver *drv, const struct store_
         take_session(sb, d);
     snprintf(sb->rt.sandbox_id, sizeof sb->rt.sandbox_id, "%s", rec.id);
     sb->job_running = true;
-    if (jobs_submit(w->jobs, boot_work, boot_done, sb) != 0) {
+    /* A pool refill boots in the background, a cold boot (a message waits) at full priority. */
+    sb->background_boot = !sb->cold && priority_background_boots();
+    if (jobs_submit(sb->background_boot ? w->background : w->jobs, boot_work, boot_done, sb) != 0) {
         sb->job_running = false;
         sb->job_rc = -1;
         snprintf(sb->job_err, sizeof sb->job_err, "out of memory");

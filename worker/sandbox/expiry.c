@@ -143,7 +143,8 @@ void sandbox_terminate(struct sandbox *sb, const char *reason, bool failed)
     if (rc != STORE_OK && rc != STORE_CONFLICT)
         log_error("worker: cannot record that %s is stopping: %s", sb->rt.sandbox_id,
                   store_status_name(rc));
-    if (jobs_submit(w->jobs, terminate_work, terminate_done, sb) != 0) {
+    /* In the background: no reply waits for a teardown (sandbox/priority.h). */
+    if (jobs_submit(w->background, terminate_work, terminate_done, sb) != 0) {
         terminate_work(sb);
         terminate_done(sb);
     }

@@ -1,6 +1,7 @@
 /*
- * pool.c: keeping the warm pool full (pool.h). Boots for the pool are limited to half the job
- * threads at a time so that cold boots and terminations are never stuck behind a refill.
+ * pool.c: keeping the warm pool full (pool.h). Boots for the pool run on the background job
+ * threads where they can (sandbox/priority.h), limited to half of them at a time so that
+ * terminations (and, without background boots, cold boots) are never stuck behind a refill.
  */
 #include "sandbox/pool.h"
 #include "images/image_cache.h"

@@ -71,6 +71,7 @@ struct sandbox {
     bool cold;
     bool reaping;         /* left behind by a dead worker: reap, never start */
     bool job_running;     /* a boot or attach job is using rt */
+    bool background_boot; /* booted by a background job thread (sandbox/priority.h) */
     /* Claimed from the pool: its refill waits for the first reply (or the end), so the refill's
      * boot does not compete for the CPUs with the App starting and answering. */
     bool refill_pending;
