@@ -47,6 +47,7 @@ struct worker {
     /* Threads at BACKGROUND_NICE for work no reply waits for: pool boots (where they can be put
      * back, sandbox/priority.h) and teardowns. */
     struct jobs *background;
+    bool pool_deferred; /* pool_replenish waited for activations under way (sandbox/pool.c) */
     int nice; /* the worker's own nice level, which Sandboxes booted in the background get back */
     char id[STORE_ID_LEN];
     char actor[64];

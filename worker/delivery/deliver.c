@@ -131,7 +131,7 @@ void delivery_replied(struct sandbox *sb, json_t *line)
     sb->refill_pending = false;
     end_carried(sb);
     sandbox_idle(sb);
-    if (refill)
+    if (refill || w->pool_deferred)
         pool_replenish(w);
 }
 

@@ -46,6 +46,12 @@ void pool_replenish(struct worker *w)
     char err[128];
     if (w->stopping || w->cfg.pool_size <= 0)
         return;
+    /* Not while a warm activation is under way (many, in a burst): a refill's boot and its
+     * commits on this loop would compete with it. The next first reply calls here again
+     * (w->pool_deferred), so does a Sandbox's end, and the fallback poll. */
+    w->pool_deferred = sandbox_activations_under_way(w);
+    if (w->pool_deferred)
+        return;
     for (size_t i = 0; i < w->n_shapes; i++) {
         size_t booting = 0;
         sandbox_count_pool(w, &w->shapes[i], &booting);

@@ -60,6 +60,14 @@ size_t sandbox_count_pool(struct worker *w, const struct store_shape *shape, siz
     return n + b;
 }
 
+bool sandbox_activations_under_way(struct worker *w)
+{
+    for (struct sandbox *sb = w->sandboxes; sb; sb = sb->next)
+        if (sb->state == SB_ACTIVATING || (sb->state == SB_BUSY && sb->running_pending))
+            return true;
+    return false;
+}
+
 bool sandbox_serving(const struct sandbox *sb)
 {
     return serving(sb) || (sb->state == SB_BOOTING && sb->delivery);

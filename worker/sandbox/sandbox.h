@@ -144,6 +144,9 @@ struct sandbox *sandbox_find_session(struct worker *w, const char *session_id);
 struct sandbox *sandbox_find(struct worker *w, const char *sandbox_id);
 /* A Sandbox booting cold for the Session, or NULL. */
 struct sandbox *sandbox_find_cold_boot(struct worker *w, const char *session_id);
+/* Whether a claimed Sandbox is between its claim and its first answer (ACTIVATING, or BUSY with
+ * `running` pending): a cold boot for a delivery does not count. */
+bool sandbox_activations_under_way(struct worker *w);
 /* Warm or booting-for-the-pool Sandboxes of a shape. */
 size_t sandbox_count_pool(struct worker *w, const struct store_shape *shape, size_t *booting);
 /* The driver of that name, initialised on first use; NULL (logged once) when unavailable. */
