@@ -11,9 +11,7 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
-#ifndef BACKGROUND_NICE
 #define BACKGROUND_NICE 19
-#endif
 
 /* Whether pool boots may run in the background: only where the worker can raise a Sandbox's
  * processes back to the worker's nice level afterwards (CAP_SYS_NICE: root). Teardowns always
