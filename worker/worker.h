@@ -48,6 +48,7 @@ struct worker {
      * back, sandbox/priority.h) and teardowns. */
     struct jobs *background;
     bool pool_deferred; /* pool_replenish waited for activations under way (sandbox/pool.c) */
+    int64_t pool_deferred_since; /* mono ms: since when, for at most POOL_DEFER_MAX_MS */
     int nice; /* the worker's own nice level, which Sandboxes booted in the background get back */
     char id[STORE_ID_LEN];
     char actor[64];

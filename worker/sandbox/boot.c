@@ -157,6 +157,7 @@ void sandbox_running_pending(struct sandbox *sb)
 {
     struct timeval tv = {0, RUNNING_RECORD_MS * 1000};
     sb->running_pending = true;
+    event_del(sb->running_ev); /* never pending here; event_assign must not meet a pending one */
     event_assign(sb->running_ev, sb->w->base, -1, 0, running_due, sb);
     event_add(sb->running_ev, &tv);
 }
