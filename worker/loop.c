@@ -13,6 +13,7 @@
 #include "images/cache_sweep.h"
 #include "images/import_jobs.h"
 #include "host/firewall.h"
+#include "host/host_tag.h"
 #include "host/links.h"
 #include "host/nfs_export.h"
 #include "id.h"
@@ -230,7 +231,8 @@ int worker_init(struct worker *w, const struct sbx_config *cfg,
                        err, errlen);
     if (!w->st)
         return -1;
-    /* Kernel state this worker makes (links, firewall elements) is tagged with the installation,
+    /* Kernel state this worker makes (links, firewall elements, cgroups, jails, NFS exports) is
+     * tagged with the installation,
      * so that another sbx on this host leaves it alone, and this one leaves the other's. */
     enum store_status rc = installation_id(w->st, w->installation);
     if (rc != STORE_OK) {
@@ -239,6 +241,7 @@ int worker_init(struct worker *w, const struct sbx_config *cfg,
         return -1;
     }
     net_set_installation(w->installation);
+    host_tag_set(w->installation);
     rc = w->st->worker_register(w->st, w->id, w->hostname, (int64_t)getpid());
     if (rc != STORE_OK) {
         snprintf(err, errlen, "cannot register the worker in %s: %s", cfg->db_path,

@@ -75,7 +75,7 @@ struct worker {
 
     /* recovery/reconcile.c: the once-per-process passes already made */
     struct {
-        bool nfs_exports, network, host_lost;
+        bool nfs_exports, network, leftovers, host_lost;
     } reconciled;
     char firewall_metrics_sent[4096]; /* what the store holds from this worker ("" at start) */
 

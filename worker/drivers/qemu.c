@@ -668,10 +668,10 @@ static const struct cgroup_host *host_cgroups(const struct sbx_config *cfg)
 static void cgroup_attach(const struct sbx_config *cfg, struct sandbox_runtime *rt)
 {
     const struct cgroup_host *h = host_cgroups(cfg);
-    char why[512];
-    if (cgroup_create(h, rt->sandbox_id, rt->cgroup_path, sizeof rt->cgroup_path, why,
-                      sizeof why) != 0 ||
-        cgroup_add_pid(h, rt->cgroup_path, rt->sandbox_id, rt->pid, why, sizeof why) != 0)
+    char why[512], name[CGROUP_NAME_LEN];
+    cgroup_name(rt->sandbox_id, "", name); /* tagged with the installation */
+    if (cgroup_create(h, name, rt->cgroup_path, sizeof rt->cgroup_path, why, sizeof why) != 0 ||
+        cgroup_add_pid(h, rt->cgroup_path, name, rt->pid, why, sizeof why) != 0)
         log_warn("qemu driver: %s: cgroup: %s (usage will not be measured)", rt->sandbox_id, why);
 }
 
@@ -684,7 +684,9 @@ static int qemu_apply_host_caps(const struct sbx_config *cfg, struct sandbox_run
         snprintf(err, errlen, "this host has no cgroup controller for them");
         return -1;
     }
-    if (cgroup_apply_limits(h, rt->cgroup_path, rt->sandbox_id, mem_mib, cpus, err, errlen) != 0)
+    char name[CGROUP_NAME_LEN];
+    if (cgroup_apply_limits(h, rt->cgroup_path, cgroup_name(rt->sandbox_id, rt->cgroup_path, name),
+                            mem_mib, cpus, err, errlen) != 0)
         return -1;
     log_info("qemu driver: %s: VMM capped at %lld MiB, %lld CPUs", rt->sandbox_id,
              (long long)mem_mib, (long long)cpus);
@@ -693,8 +695,9 @@ static int qemu_apply_host_caps(const struct sbx_config *cfg, struct sandbox_run
 
 static void cgroup_detach(const struct sbx_config *cfg, const char *path, const char *sandbox_id)
 {
-    char why[512];
-    if (cgroup_remove(host_cgroups(cfg), path, sandbox_id, 5000, why, sizeof why) != 0)
+    char why[512], name[CGROUP_NAME_LEN];
+    if (cgroup_remove(host_cgroups(cfg), path, cgroup_name(sandbox_id, path, name), 5000, why,
+                      sizeof why) != 0)
         log_warn("qemu driver: %s: %s", sandbox_id, why);
 }
 
@@ -1132,8 +1135,10 @@ static int qemu_terminate(const struct sbx_config *cfg, struct sandbox_runtime *
     release_runtime(rt);
     if (rc == 0) {
         const struct cgroup_host *h = host_cgroups(cfg);
+        char name[CGROUP_NAME_LEN];
         if (rt->cgroup_path[0] != '\0' || h->v1_memory_root[0] != '\0')
-            cgroup_read_usage(h, rt->cgroup_path, rt->sandbox_id, &usage->cpu_usec,
+            cgroup_read_usage(h, rt->cgroup_path,
+                              cgroup_name(rt->sandbox_id, rt->cgroup_path, name), &usage->cpu_usec,
                               &usage->mem_peak_bytes);
         cgroup_detach(cfg, rt->cgroup_path, rt->sandbox_id);
         rt->cgroup_path[0] = '\0';
