@@ -134,6 +134,8 @@ static const struct setting settings[] = {
     INT(webhook_retry_max_ms, "300000", 0, 86400000, "largest webhook retry backoff (ms)"),
     INT(webhook_threads, "2", 0, 64,
         "worker threads delivering webhooks, one endpoint each at a time (0: none)"),
+    INT(webhook_poll_ms, "2000", 10, 600000,
+        "fallback poll of the webhook outbox for lost wake-ups (ms)"),
     INT(image_upload_limit, "8589934592", 1024, 1099511627776LL,
         "largest uploaded image archive in bytes (413 above); also the limit of a pull"),
     INT(image_unpacked_limit, "17179869184", 1024, 1099511627776LL,

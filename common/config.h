@@ -86,6 +86,7 @@ struct sbx_config {
     int64_t webhook_retry_base_ms; /* SBX_WEBHOOK_RETRY_BASE_MS */
     int64_t webhook_retry_max_ms;  /* SBX_WEBHOOK_RETRY_MAX_MS */
     int64_t webhook_threads;       /* SBX_WEBHOOK_THREADS: per worker process */
+    int64_t webhook_poll_ms;       /* SBX_WEBHOOK_POLL_MS: fallback for lost wake-ups */
     /* images (docs/images.md) */
     int64_t image_upload_limit;     /* SBX_IMAGE_UPLOAD_LIMIT: bytes of an uploaded image archive */
     int64_t image_unpacked_limit;   /* SBX_IMAGE_UNPACKED_LIMIT: bytes of an unpacked image tree */

@@ -84,14 +84,20 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
 {
     struct worker *w = arg;
     char buf[256];
-    bool any = false;
+    bool any = false, only_events = true;
     (void)fd;
     (void)what;
-    /* Whatever arrived ("queue", "stop", or NOTIFY_RESYNC after a lost LISTEN connection) means
-     * the same: the store may hold something new. */
-    while (notify_recv(w->notify, buf, sizeof buf) > 0)
+    /* Whatever arrived ("queue", "stop", "events", or NOTIFY_RESYNC after a lost LISTEN
+     * connection) means the same: the store may hold something new; every one of them follows
+     * committed events, which the webhook threads may have to send. "events" alone (a gateway's
+     * other writes) concerns only them. */
+    while (notify_recv(w->notify, buf, sizeof buf) > 0) {
         any = true;
-    if (!any || w->stopping)
+        only_events = only_events && strcmp(buf, "events") == 0;
+    }
+    if (any)
+        webhook_sender_wake(w->webhooks);
+    if (!any || only_events || w->stopping)
         return;
     /* A hint only: whatever it said, look at the store. Claim first: a new message is the common
      * case and its Sandbox starts work at once; DELETEs are rare and cheap to check after. */

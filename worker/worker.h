@@ -22,6 +22,7 @@
 
 #include "config.h"
 #include "installation.h"
+#include "delivery/webhook_sender.h"
 #include "drivers/driver.h"
 #include "notify.h"
 #include "store.h"
@@ -99,10 +100,12 @@ static inline void consumer_kick(struct worker *w)
 }
 
 /* Tells the gateway's long polls about a message ("msg <id>") or a Sandbox ("sandbox <id>"): a
- * hint over notify.h, from any layer (it is not a call into the loop). */
+ * hint over notify.h, from any layer (it is not a call into the loop). The change committed events,
+ * so this worker's webhook threads are woken too. */
 static inline void worker_notify_gateway(struct worker *w, const char *kind, const char *id)
 {
     char msg[96];
+    webhook_sender_wake(w->webhooks);
     if (!w->gateway_peer)
         return;
     snprintf(msg, sizeof msg, "%s %s", kind, id);
