@@ -50,6 +50,9 @@ static const struct setting settings[] = {
     INT(body_limit, "1048576", 1024, 1073741824, "largest request body in bytes (413 above)"),
     INT(max_wait, "60", 0, 3600, "cap of the ?wait= long poll in seconds"),
     INT(http_threads, "8", 1, 1024, "gateway HTTP threads"),
+    INT(http_conn_memory, "8192", 4096, 1048576,
+        "memory pool per HTTP connection in bytes: holds its request headers (431 above about 3/4 "
+        "of it); an open stream uses about half of it"),
     INT(conn_limit, "10000", 1, 1000000, "simultaneous HTTP connections"),
     INT(conn_timeout, "120", 1, 86400, "seconds an idle HTTP connection is kept"),
     INT(conn_per_client, "256", 1, 1000000,

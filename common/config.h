@@ -25,6 +25,7 @@ struct sbx_config {
     int64_t body_limit;          /* SBX_BODY_LIMIT: request body bytes */
     int64_t max_wait;            /* SBX_MAX_WAIT: cap of ?wait= in seconds */
     int64_t http_threads;        /* SBX_HTTP_THREADS: gateway thread pool */
+    int64_t http_conn_memory;    /* SBX_HTTP_CONN_MEMORY: MHD's pool per connection */
     int64_t conn_limit;          /* SBX_CONN_LIMIT: simultaneous HTTP connections */
     int64_t conn_timeout;        /* SBX_CONN_TIMEOUT: idle seconds before a connection is closed */
     int64_t conn_per_client;     /* SBX_CONN_PER_CLIENT: connections from one client address */
