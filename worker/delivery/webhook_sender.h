@@ -35,7 +35,8 @@ struct webhook_sender *webhook_sender_start(struct store *st, const struct sbx_c
 void webhook_sender_wake(struct webhook_sender *ws);
 #define WEBHOOK_WAKE_SPACING_MS 5
 
-/* Stops the threads (an attempt in flight is finished or times out first) and frees it. */
+/* Stops the threads (an attempt in flight is cut within about a second, not recorded) and frees
+ * it. */
 void webhook_sender_stop(struct webhook_sender *ws);
 
 #endif
