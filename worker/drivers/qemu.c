@@ -3,9 +3,9 @@
  * the guest image of tools/build-guest-image, with the agent channel on a virtio-serial port.
  *
  * Isolation, modelled on Firecracker's jailer:
- *  - a per-Sandbox jail <chroot_base>/qemu/<sandboxId>/root holding the kernel and initramfs
- *    (hard links to the built image, copies across filesystems; root-owned, so read-only to QEMU),
- *    the unix sockets of the agent channel and QMP, and the guest's console log;
+ *  - a per-Sandbox jail <chroot_base>/qemu/<installation>-<sandboxId>/root holding the kernel
+ *    and initramfs (hard links to the built image, copies across filesystems; root-owned, so
+ * read-only to QEMU), the unix sockets of the agent channel and QMP, and the guest's console log;
  *  - QEMU is started by a fork that unshares a mount and a network namespace, bind-mounts the
  *    host's /usr read-only into the jail (QEMU needs its shared libraries and firmware; /lib,
  *    /lib64 and /bin are symlinks into usr on a merged-/usr Debian), chroots into the jail, drops
@@ -26,6 +26,7 @@
 #include "fs.h"
 #include "clock.h"
 #include "host/cgroup.h"
+#include "host/jail.h"
 #include "host/log_cap.h"
 #include "drivers/driver.h"
 #include "drivers/shared.h"
@@ -962,8 +963,13 @@ static int qemu_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, c
         snprintf(err, errlen, "chroot_base is too long for unix socket paths in the jail");
         return -1;
     }
-    snprintf(rt->jail_dir, sizeof rt->jail_dir, "%.400s/qemu/%.60s", cfg->chroot_base,
-             rt->sandbox_id);
+    /* <chroot_base>/qemu/<installation>-<sandboxId> (jail.h, host_tag.h). */
+    if (jail_path(cfg->chroot_base, "qemu", rt->sandbox_id, rt->jail_dir, sizeof rt->jail_dir) !=
+        0) {
+        snprintf(err, errlen, "cannot make a jail path from chroot_base %s and id %s",
+                 cfg->chroot_base, rt->sandbox_id);
+        return -1;
+    }
     char root[PATH_MAX], usr[PATH_MAX], devnull[PATH_MAX], qlog[PATH_MAX], agent_sock[PATH_MAX],
         qmp_sock[PATH_MAX], console[PATH_MAX];
     snprintf(root, sizeof root, "%s/root", rt->jail_dir);
@@ -1182,18 +1188,24 @@ static int qemu_reap(const struct sbx_config *cfg, const struct store_sandbox *s
     cgroup_detach(cfg, sb->cgroup_path, sb->id);
     workspace_detach(cfg, sb->id, sb->net_address);
     network_down(sb->id, sb->net_address);
-    /* Only ever remove what lies in this driver's part of chroot_base. A Sandbox whose worker
+    /* Only ever remove what lies in this driver's part of chroot_base: the recorded jail when it
+     * is this Sandbox's (tagged, or bare from before jails were tagged). A Sandbox whose worker
      * died before it recorded the jail still has one there: the path follows from the id. */
     char expected[600];
-    snprintf(expected, sizeof expected, "%s/qemu/%s", cfg->chroot_base, sb->id);
-    if (sb->jail_dir[0] != '\0' && strcmp(sb->jail_dir, expected) != 0) {
+    if (jail_path(cfg->chroot_base, "qemu", sb->id, expected, sizeof expected) != 0) {
+        snprintf(err, errlen, "refusing to reap %s: no jail path from chroot_base %s", sb->id,
+                 cfg->chroot_base);
+        return -1;
+    }
+    if (sb->jail_dir[0] != '\0' && !jail_path_is(cfg->chroot_base, "qemu", sb->id, sb->jail_dir)) {
         snprintf(err, errlen, "refusing to reap %s: its jail_dir %s is not %s", sb->id,
                  sb->jail_dir, expected);
         return -1;
     }
+    const char *jail = sb->jail_dir[0] != '\0' ? sb->jail_dir : expected;
     struct stat st;
-    if (lstat(expected, &st) == 0 && fs_remove_tree(expected) != 0) {
-        snprintf(err, errlen, "cannot remove jail %s", expected);
+    if (lstat(jail, &st) == 0 && fs_remove_tree(jail) != 0) {
+        snprintf(err, errlen, "cannot remove jail %s", jail);
         return -1;
     }
     return 0;
