@@ -211,9 +211,10 @@ static void batch_chain(struct fw_batch *b, const char *name, const char *type, 
     nftnl_chain_free(c);
 }
 
-/* A plain set keyed by key_type (nft's datatype id) of key_len bytes. */
+/* A set keyed by key_type (nft's datatype id) of key_len bytes, with flags (0: a plain set) and a
+ * comment (none when NULL). */
 static void batch_set_typed(struct fw_batch *b, const char *name, uint32_t id, uint32_t key_type,
-                            uint32_t key_len, const char *comment)
+                            uint32_t key_len, uint32_t flags, const char *comment)
 {
     struct nftnl_set *s = must(nftnl_set_alloc());
     nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
@@ -222,20 +223,25 @@ static void batch_set_typed(struct fw_batch *b, const char *name, uint32_t id, u
     nftnl_set_set_u32(s, NFTNL_SET_ID, id);
     nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, key_type);
     nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, key_len);
-    nftnl_set_set_u32(s, NFTNL_SET_FLAGS, 0);
-    struct nftnl_udata_buf *ud = must(nftnl_udata_buf_alloc(256));
-    nftnl_udata_put_strz(ud, NFTNL_UDATA_SET_COMMENT, comment);
-    nftnl_set_set_data(s, NFTNL_SET_USERDATA, nftnl_udata_buf_data(ud), nftnl_udata_buf_len(ud));
+    nftnl_set_set_u32(s, NFTNL_SET_FLAGS, flags);
+    struct nftnl_udata_buf *ud = NULL;
+    if (comment) {
+        ud = must(nftnl_udata_buf_alloc(256));
+        nftnl_udata_put_strz(ud, NFTNL_UDATA_SET_COMMENT, comment);
+        nftnl_set_set_data(s, NFTNL_SET_USERDATA, nftnl_udata_buf_data(ud),
+                           nftnl_udata_buf_len(ud));
+    }
     struct nlmsghdr *nlh = batch_msg(b, NFT_MSG_NEWSET, NLM_F_CREATE);
     nftnl_set_nlmsg_build_payload(nlh, s);
     batch_commit(b, nlh);
     nftnl_set_free(s);
-    nftnl_udata_buf_free(ud);
+    if (ud)
+        nftnl_udata_buf_free(ud);
 }
 
 static void batch_set(struct fw_batch *b, const char *name, uint32_t id, const char *comment)
 {
-    batch_set_typed(b, name, id, KEY_TYPE_IFNAME_IPV4, KEY_LEN, comment);
+    batch_set_typed(b, name, id, KEY_TYPE_IFNAME_IPV4, KEY_LEN, 0, comment);
 }
 
 static void batch_counter(struct fw_batch *b, const char *name)
@@ -700,9 +706,9 @@ static void batch_structure(struct fw_batch *b, const struct pool4 *pool)
     }
     batch_set(b, SET_SANDBOXES, SET_ID_SANDBOXES, "live Sandboxes: host interface . address");
     batch_set(b, SET_NFS, SET_ID_NFS, "Sandboxes with an NFS Workspace: may reach TCP 2049");
-    batch_set_typed(b, SET_EGRESS_PORTS, SET_ID_EGRESS_PORTS, KEY_TYPE_INET_SERVICE, 2,
+    batch_set_typed(b, SET_EGRESS_PORTS, SET_ID_EGRESS_PORTS, KEY_TYPE_INET_SERVICE, 2, 0,
                     "TCP ports open to public IPv4 (egress_ports)");
-    batch_set_typed(b, SET_RESOLVERS, SET_ID_RESOLVERS, KEY_TYPE_IPV4, 4,
+    batch_set_typed(b, SET_RESOLVERS, SET_ID_RESOLVERS, KEY_TYPE_IPV4, 4, 0,
                     "the only DNS resolvers (dns_resolvers)");
     batch_set(b, SET_EGRESS_NONE, SET_ID_EGRESS_NONE, "Sandboxes of Apps with egress none");
     batch_set(b, SET_EGRESS_ALLOWLIST, SET_ID_EGRESS_ALLOWLIST,
@@ -1533,29 +1539,15 @@ struct app_policy {
     size_t n;
 };
 
-/* names_<app>: `ipv4_addr . inet_service` elements with timeouts, filled by the DNS forwarder. */
-static void batch_names_set(struct fw_batch *b, const char *name)
-{
-    struct nftnl_set *s = must(nftnl_set_alloc());
-    nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
-    nftnl_set_set_str(s, NFTNL_SET_NAME, name);
-    nftnl_set_set_u32(s, NFTNL_SET_FAMILY, NFPROTO_INET);
-    nftnl_set_set_u32(s, NFTNL_SET_ID, SET_ID_APP_NAMES);
-    nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, KEY_TYPE_IPV4_SERVICE);
-    nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, KEY_LEN_IPV4_SERVICE);
-    nftnl_set_set_u32(s, NFTNL_SET_FLAGS, NFT_SET_TIMEOUT);
-    struct nlmsghdr *nlh = batch_msg(b, NFT_MSG_NEWSET, NLM_F_CREATE);
-    nftnl_set_nlmsg_build_payload(nlh, s);
-    batch_commit(b, nlh);
-    nftnl_set_free(s);
-}
-
 static void fill_app_policy(struct fw_batch *b, const void *arg)
 {
     const struct app_policy *p = arg;
-    batch_names_set(b, p->names_set);
+    /* names_<app>: `ipv4_addr . inet_service` elements with timeouts, filled by the DNS
+     * forwarder */
+    batch_set_typed(b, p->names_set, SET_ID_APP_NAMES, KEY_TYPE_IPV4_SERVICE, KEY_LEN_IPV4_SERVICE,
+                    NFT_SET_TIMEOUT, NULL);
     batch_flush_set(b, p->names_set); /* a new list: names resolve again under it */
-    batch_set_typed(b, p->members_set, SET_ID_APP_MEMBERS, KEY_TYPE_IFNAME_IPV4, KEY_LEN,
+    batch_set_typed(b, p->members_set, SET_ID_APP_MEMBERS, KEY_TYPE_IFNAME_IPV4, KEY_LEN, 0,
                     "the App's allowlist Sandboxes");
     batch_chain(b, p->chain, NULL, 0, 0);
     if (p->add_dispatch) { /* iifname . ip saddr @members_<app> jump egress_<app> */

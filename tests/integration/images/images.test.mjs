@@ -5,11 +5,14 @@
 // outside the cache; an App on the image records its digest and the pool's shape shows it; the
 // Image cannot be deleted while the App names it; and pulls from a docker-registry started here on
 // 127.0.0.1 with basic auth: the right credentials, wrong ones, a registry that is down and a
-// tampered blob.
+// tampered blob; and through a token front (the Docker registry token flow: a 401 with a Bearer
+// challenge, a token from its realm for basic credentials, the token on every request after).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, execFileSync } from 'node:child_process';
 import { createServer } from 'node:net';
+import http from 'node:http';
+import { randomBytes } from 'node:crypto';
 import { existsSync, lstatSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync, createReadStream } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -221,6 +224,7 @@ test('pull from a registry on loopback with basic auth; wrong credentials, regis
   const dir = mkdtempSync(join(tmpdir(), 'sbx-it-registry-'));
   const port = await freePort();
   const openPort = await freePort(); // a second registry, without auth, on the same storage
+  const frontPort = await freePort(); // a token-auth front to the second registry
   const host = `127.0.0.1:${port}`;
   writeFileSync(join(dir, 'htpasswd'), execFileSync('htpasswd', ['-Bbn', 'puller', 'secret-pw'], { encoding: 'utf8' }));
   writeFileSync(join(dir, 'config.yml'), [
@@ -240,7 +244,7 @@ test('pull from a registry on loopback with basic auth; wrong credentials, regis
   const registry = spawn('docker-registry', ['serve', join(dir, 'config.yml')], { stdio: ['ignore', 'ignore', 'pipe'] });
   let regLog = '';
   registry.stderr.on('data', (d) => { regLog += d; });
-  const sbx = await startSbx({ workers: 1, env: { SBX_POOL_SIZE: '0', SBX_INSECURE_REGISTRIES: `${host},127.0.0.1:1,127.0.0.1:${openPort}` } });
+  const sbx = await startSbx({ workers: 1, env: { SBX_POOL_SIZE: '0', SBX_INSECURE_REGISTRIES: `${host},127.0.0.1:1,127.0.0.1:${openPort},127.0.0.1:${frontPort}` } });
   try {
     const admin = sbx.gw.admin;
     for (let i = 0; i < 100; i++) {
@@ -306,6 +310,7 @@ test('pull from a registry on loopback with basic auth; wrong credentials, regis
       assert.equal(anonImg.state, 'ready', JSON.stringify(anonImg.problem));
       assert.match(anonImg.manifestDigest, /^sha256:[0-9a-f]{64}$/);
       assert.equal(anonImg.digest, img.digest);
+
       // Host A's cache has it; host B starts without it; then an App runs it.
       const w = spawn(process.env.SBX_WORKER_BIN, [], {
         env: { ...sbx.env, SBX_DATA_DIR: hostB, SBX_DB_PATH: join(sbx.dataDir, 'sbx.db'), SBX_HOST_ID: 'host-b', SBX_INSECURE_REGISTRIES: `127.0.0.1:${openPort}` },
@@ -323,6 +328,59 @@ test('pull from a registry on loopback with basic auth; wrong credentials, regis
       w.kill('SIGTERM');
       assert.equal(await wExited, 0, wlog);
       assert.equal((await req(sbx.gw, 'DELETE', `/v1/apps/${app.json.id}`, { token: admin })).status, 204);
+
+      // The token flow through a front that speaks only Bearer: /v2/ answers 401 with a challenge
+      // naming its realm, the realm hands a token for the right basic credentials, and every
+      // request after carries that token (checked here, then passed to the open registry).
+      const tokens = new Set();
+      const tokenAsks = [];
+      const front = http.createServer((q, r) => {
+        const url = new URL(q.url, `http://127.0.0.1:${frontPort}`);
+        if (url.pathname === '/token') {
+          tokenAsks.push({ service: url.searchParams.get('service'), scope: url.searchParams.get('scope'), auth: q.headers.authorization || '' });
+          if (q.headers.authorization !== `Basic ${Buffer.from('puller:secret-pw').toString('base64')}`) {
+            r.writeHead(401, { 'Content-Type': 'application/json' }).end('{"errors":[{"code":"UNAUTHORIZED"}]}');
+            return;
+          }
+          const t = randomBytes(16).toString('hex');
+          tokens.add(t);
+          r.writeHead(200, { 'Content-Type': 'application/json' }).end(JSON.stringify({ token: t, expires_in: 300 }));
+          return;
+        }
+        const m = /^Bearer (.+)$/.exec(q.headers.authorization || '');
+        if (!m || !tokens.has(m[1])) {
+          r.writeHead(401, {
+            'Content-Type': 'application/json',
+            'WWW-Authenticate': `Bearer realm="http://127.0.0.1:${frontPort}/token",service="sbx-front",scope="repository:sbx/py:pull"`,
+          }).end('{"errors":[{"code":"UNAUTHORIZED"}]}');
+          return;
+        }
+        const up = http.request({ host: '127.0.0.1', port: openPort, path: q.url, method: q.method, headers: { ...q.headers, host: `127.0.0.1:${openPort}`, authorization: '' } }, (u) => {
+          r.writeHead(u.statusCode, u.headers);
+          u.pipe(r);
+        });
+        up.on('error', () => r.destroy());
+        q.pipe(up);
+      });
+      await new Promise((res) => front.listen(frontPort, '127.0.0.1', res));
+      try {
+        const viaToken = await req(sbx.gw, 'POST', '/v1/images', { token: admin, body: { name: 'via-token', reference: `127.0.0.1:${frontPort}/sbx/py:v1`, username: 'puller', password: 'secret-pw' } });
+        assert.equal(viaToken.status, 202, viaToken.text);
+        const tokImg = await settled(sbx, viaToken.json.id);
+        assert.equal(tokImg.state, 'ready', JSON.stringify(tokImg.problem));
+        assert.equal(tokImg.digest, img.digest);
+        assert.ok(tokens.size >= 1, 'no token was asked for');
+        assert.deepEqual({ service: tokenAsks[0].service, scope: tokenAsks[0].scope }, { service: 'sbx-front', scope: 'repository:sbx/py:pull' });
+        const asks = tokenAsks.length;
+        const refused = await req(sbx.gw, 'POST', '/v1/images', { token: admin, body: { name: 'via-token-bad', reference: `127.0.0.1:${frontPort}/sbx/py:v1`, username: 'puller', password: 'wrong' } });
+        const bad = await settled(sbx, refused.json.id);
+        assert.equal(bad.state, 'failed');
+        assert.equal(bad.problem.code, 'registry_unauthorized', bad.problem.detail);
+        assert.equal(tokenAsks.length, asks + 1, 'the wrong credentials were not taken to the realm');
+        assert.ok(!JSON.stringify(bad).includes('wrong'), 'the password was returned');
+      } finally {
+        await new Promise((res) => front.close(res));
+      }
     } finally {
       openRegistry.kill('SIGTERM');
       await new Promise((r) => openRegistry.on('exit', r));
