@@ -144,13 +144,15 @@ int sq_checkpoint_wal_hook(void *checkpointer, sqlite3 *db, const char *db_name,
     if (pages < c->seen)
         c->next_at = SQLCHECKPOINT_PASSIVE_PAGES; /* the WAL started over */
     c->seen = pages;
-    /* A round per SQLCHECKPOINT_PASSIVE_PAGES pages added, not one per commit: under a steady
-     * stream of commits the WAL stays over the threshold, and each round syncs the database. */
+    /* One PASSIVE round once the WAL reaches its threshold, then none until the RESTART bound
+     * (not one per commit): under a steady stream of commits further PASSIVE rounds copy the same
+     * hot pages again and sync the database each time, and the WAL does not start over anyway. */
     if (pages < c->next_at) {
         pthread_mutex_unlock(&c->lock);
         return SQLITE_OK;
     }
-    c->next_at = pages + SQLCHECKPOINT_PASSIVE_PAGES;
+    c->next_at = pages < SQLCHECKPOINT_RESTART_PAGES ? SQLCHECKPOINT_RESTART_PAGES
+                                                     : pages + SQLCHECKPOINT_PASSIVE_PAGES;
     if (!c->started && !c->stopping) {
         if (pthread_create(&c->thread, NULL, checkpoint_main, c) == 0) {
             c->started = true;

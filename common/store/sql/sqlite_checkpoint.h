@@ -7,16 +7,17 @@
  * COMMIT that crossed the threshold.
  *
  * The policy, and the bound it keeps on the WAL:
- *   - each time commits have added SQLCHECKPOINT_PASSIVE_PAGES pages to the WAL, the thread runs
- *     a PASSIVE checkpoint: it copies what no reader still needs into the database and never
- *     waits for a lock, so writers go on meanwhile. Once a checkpoint has copied every frame, the
- *     next writer starts the WAL over from its beginning, and the file stops growing.
+ *   - once a commit leaves SQLCHECKPOINT_PASSIVE_PAGES pages in the WAL, the thread runs a
+ *     PASSIVE checkpoint: it copies what no reader still needs into the database and never waits
+ *     for a lock, so writers go on meanwhile. Once a checkpoint has copied every frame (the
+ *     writers paused), the next writer starts the WAL over from its beginning.
  *   - under a steady stream of commits a PASSIVE checkpoint never catches up with the last frame
  *     (the next commit is always in), and a reader that keeps an old snapshot pins the frames
- *     after it. So once the WAL holds SQLCHECKPOINT_RESTART_PAGES pages, the thread runs a RESTART
- *     checkpoint instead: it waits (up to the busy timeout) for the writer in progress and the
+ *     after it; more PASSIVE rounds would copy the same hot pages again and sync the database each
+ *     time. So the next round comes when the WAL holds SQLCHECKPOINT_RESTART_PAGES pages: a RESTART
+ *     checkpoint, which waits (up to the busy timeout) for the writer in progress and the
  *     readers of old snapshots, copies the rest, and the next writer starts the WAL over; writers
- *     wait for it meanwhile (a few milliseconds: the PASSIVE rounds copied most of it). The
+ *     wait for it meanwhile (the copy of the pages written since the PASSIVE round). The
  *     process's own writers let it through (the write gate, sql_sqlite.c): SQLite's busy handler
  *     alone would almost never find the write lock free between the committer's transactions.
  * So the WAL file stays under SQLCHECKPOINT_RESTART_PAGES pages plus what the commits add while
