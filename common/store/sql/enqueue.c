@@ -141,8 +141,10 @@ static enum store_status enqueue_one(struct store *st, struct enqueue_req *e, bo
 
     *wrote = false;
     if (sql_dialect(st) == SQL_POSTGRES && !(q->idempotency_key && *q->idempotency_key)) {
-        *wrote = true; /* one statement: it either wrote all of the row or failed as a whole */
-        return enqueue_one_pg(st, e);
+        /* One statement: no row back (no such Session) wrote nothing; a failure aborted it. */
+        r = enqueue_one_pg(st, e);
+        *wrote = r != STORE_NOT_FOUND;
+        return r;
     }
 
     s = sql_stmt(st, "SELECT s.next_seq, a.max_attempts, s.app_id FROM sessions s JOIN apps a "
