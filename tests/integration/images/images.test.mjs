@@ -319,13 +319,18 @@ test('pull from a registry on loopback with basic auth; wrong credentials, regis
       let wlog = '';
       w.stderr.on('data', (d) => { wlog += d; });
       const wExited = new Promise((r) => w.on('exit', (code) => r(code)));
-      const app = await req(sbx.gw, 'POST', '/v1/apps', { token: admin, body: { name: 'on-anon', image: 'anon' } });
-      assert.equal(app.status, 201, app.text);
-      const readyB = join(hostB, 'images', 'sha256', img.digest.slice(7), 'ready');
-      await sbx.until(() => existsSync(readyB), 60000, `host B to fetch the image\n${wlog}`);
-      assert.match(wlog, /fetched sha256:[0-9a-f]{64} into this host's cache from 127\.0\.0\.1:\d+\/sbx\/py@sha256:/);
-      assert.ok(!existsSync(join(hostB, 'images', 'sha256', img.digest.slice(7), 'rootfs/etc/issue.net')));
-      w.kill('SIGTERM');
+      let app;
+      try {
+        app = await req(sbx.gw, 'POST', '/v1/apps', { token: admin, body: { name: 'on-anon', image: 'anon' } });
+        assert.equal(app.status, 201, app.text);
+        const readyB = join(hostB, 'images', 'sha256', img.digest.slice(7), 'ready');
+        // The log line follows the publication (and its fsync): wait for both.
+        const fetched = /fetched sha256:[0-9a-f]{64} into this host's cache from 127\.0\.0\.1:\d+\/sbx\/py@sha256:/;
+        await sbx.until(() => existsSync(readyB) && fetched.test(wlog), 60000, `host B to fetch the image\n${wlog}`);
+        assert.ok(!existsSync(join(hostB, 'images', 'sha256', img.digest.slice(7), 'rootfs/etc/issue.net')));
+      } finally {
+        w.kill('SIGTERM'); // also when an assertion failed: a live worker would keep the test running
+      }
       assert.equal(await wExited, 0, wlog);
       assert.equal((await req(sbx.gw, 'DELETE', `/v1/apps/${app.json.id}`, { token: admin })).status, 204);
 
