@@ -50,6 +50,9 @@ static const struct setting settings[] = {
     INT(body_limit, "1048576", 1024, 1073741824, "largest request body in bytes (413 above)"),
     INT(max_wait, "60", 0, 3600, "cap of the ?wait= long poll in seconds"),
     INT(http_threads, "0", 0, 1024, "gateway HTTP threads (0: one per CPU)"),
+    INT(http_conn_memory, "8192", 4096, 1048576,
+        "memory pool per HTTP connection in bytes: holds its request headers (431 above about 3/4 "
+        "of it); an open stream uses about half of it"),
     INT(conn_limit, "10000", 1, 1000000, "simultaneous HTTP connections"),
     INT(conn_timeout, "120", 1, 86400, "seconds an idle HTTP connection is kept"),
     INT(conn_per_client, "256", 1, 1000000,
@@ -137,6 +140,8 @@ static const struct setting settings[] = {
     INT(webhook_retry_max_ms, "300000", 0, 86400000, "largest webhook retry backoff (ms)"),
     INT(webhook_threads, "2", 0, 64,
         "worker threads delivering webhooks, one endpoint each at a time (0: none)"),
+    INT(webhook_poll_ms, "2000", 10, 600000,
+        "fallback poll of the webhook outbox for lost wake-ups (ms)"),
     INT(image_upload_limit, "8589934592", 1024, 1099511627776LL,
         "largest uploaded image archive in bytes (413 above); also the limit of a pull"),
     INT(image_unpacked_limit, "17179869184", 1024, 1099511627776LL,

@@ -25,6 +25,7 @@ struct sbx_config {
     int64_t body_limit;          /* SBX_BODY_LIMIT: request body bytes */
     int64_t max_wait;            /* SBX_MAX_WAIT: cap of ?wait= in seconds */
     int64_t http_threads;        /* SBX_HTTP_THREADS: gateway thread pool, 0: one per CPU */
+    int64_t http_conn_memory;    /* SBX_HTTP_CONN_MEMORY: MHD's pool per connection */
     int64_t conn_limit;          /* SBX_CONN_LIMIT: simultaneous HTTP connections */
     int64_t conn_timeout;        /* SBX_CONN_TIMEOUT: idle seconds before a connection is closed */
     int64_t conn_per_client;     /* SBX_CONN_PER_CLIENT: connections from one client address */
@@ -87,6 +88,7 @@ struct sbx_config {
     int64_t webhook_retry_base_ms; /* SBX_WEBHOOK_RETRY_BASE_MS */
     int64_t webhook_retry_max_ms;  /* SBX_WEBHOOK_RETRY_MAX_MS */
     int64_t webhook_threads;       /* SBX_WEBHOOK_THREADS: per worker process */
+    int64_t webhook_poll_ms;       /* SBX_WEBHOOK_POLL_MS: fallback for lost wake-ups */
     /* images (docs/images.md) */
     int64_t image_upload_limit;     /* SBX_IMAGE_UPLOAD_LIMIT: bytes of an uploaded image archive */
     int64_t image_unpacked_limit;   /* SBX_IMAGE_UNPACKED_LIMIT: bytes of an unpacked image tree */

@@ -2,7 +2,8 @@
  * notify.h: wake-ups between the gateways and the workers, which otherwise meet only in the store.
  *
  * The messages:
- *   - a gateway tells role "worker" "queue" after it enqueues a message, "stop" after a DELETE;
+ *   - a gateway tells role "worker" "queue" after it enqueues a message, "stop" after a DELETE,
+ *     and "events" after any other successful write (for the webhook threads);
  *   - a worker tells role "gateway" "msg <messageId>" when a message ends and "sandbox <id>" when
  *     a Sandbox changes, to answer long polls;
  *   - a gateway tells role "gateway" (every gateway, itself too) "events" after its writes (at

@@ -191,15 +191,17 @@ static struct MHD_Daemon *start_listener(struct gateway *gw, const struct sockad
     if (sa->ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     /* No MHD_OPTION_LISTENING_ADDRESS_REUSE: with SO_REUSEPORT a second gateway started on the
-     * same port would silently share its connections (with another data directory, perhaps). */
-    return MHD_start_daemon(flags, 0, conns ? client_conns_accept : NULL, conns,
-                            gateway_access_handler, gw, MHD_OPTION_NOTIFY_CONNECTION,
-                            conns ? client_conns_notify : NULL, conns, MHD_OPTION_EXTERNAL_LOGGER,
-                            mhd_log, NULL, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)sa,
-                            MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_LIMIT,
-                            conn_limit, MHD_OPTION_CONNECTION_TIMEOUT,
-                            (unsigned)gw->cfg.conn_timeout, MHD_OPTION_NOTIFY_COMPLETED,
-                            gateway_request_completed, gw, MHD_OPTION_END);
+     * same port would silently share its connections (with another data directory, perhaps).
+     * The per-connection pool is http_conn_memory, smaller than MHD's 32 KiB: a queued response
+     * (an open stream) keeps about half of it resident (docs/performance.md, streaming). */
+    return MHD_start_daemon(
+        flags, 0, conns ? client_conns_accept : NULL, conns, gateway_access_handler, gw,
+        MHD_OPTION_NOTIFY_CONNECTION, conns ? client_conns_notify : NULL, conns,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_SOCK_ADDR,
+        (const struct sockaddr *)sa, MHD_OPTION_THREAD_POOL_SIZE, threads,
+        MHD_OPTION_CONNECTION_LIMIT, conn_limit, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)gw->cfg.conn_timeout, MHD_OPTION_NOTIFY_COMPLETED, gateway_request_completed, gw,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)gw->cfg.http_conn_memory, MHD_OPTION_END);
 }
 
 static unsigned listener_port(struct MHD_Daemon *d)

@@ -123,13 +123,14 @@ void render_session_text(struct json_text *t, const struct store_session *s)
 /* The message without body and reply (what render_message_text splices in). */
 static json_t *message_fields(const struct store_message *m)
 {
-    return json_pack("{s:s, s:s, s:I, s:s, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:o}", "id", m->id,
-                     "sessionId", m->session_id, "seq", (json_int_t)m->seq, "state", m->state,
-                     "error", str_or_null(m->error), "attempts", (json_int_t)m->attempts,
+    return json_pack("{s:s, s:s, s:I, s:s, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:I}", "id",
+                     m->id, "sessionId", m->session_id, "seq", (json_int_t)m->seq, "state",
+                     m->state, "error", str_or_null(m->error), "attempts", (json_int_t)m->attempts,
                      "maxAttempts", (json_int_t)m->max_attempts, "sandboxId",
                      str_or_null(m->sandbox_id), "requestId", str_or_null(m->request_id),
                      "createdAt", render_time(m->created_at), "updatedAt",
-                     render_time(m->updated_at), "completedAt", render_time(m->completed_at));
+                     render_time(m->updated_at), "completedAt", render_time(m->completed_at),
+                     "chunksDropped", (json_int_t)m->chunks_dropped);
 }
 
 void render_message_text(struct json_text *t, const struct store_message *m)

@@ -13,6 +13,7 @@
 #include "images/cache_sweep.h"
 #include "images/import_jobs.h"
 #include "host/firewall.h"
+#include "host/host_tag.h"
 #include "host/links.h"
 #include "host/nfs_export.h"
 #include "id.h"
@@ -83,14 +84,20 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
 {
     struct worker *w = arg;
     char buf[256];
-    bool any = false;
+    bool any = false, only_events = true;
     (void)fd;
     (void)what;
-    /* Whatever arrived ("queue", "stop", or NOTIFY_RESYNC after a lost LISTEN connection) means
-     * the same: the store may hold something new. */
-    while (notify_recv(w->notify, buf, sizeof buf) > 0)
+    /* Whatever arrived ("queue", "stop", "events", or NOTIFY_RESYNC after a lost LISTEN
+     * connection) means the same: the store may hold something new; every one of them follows
+     * committed events, which the webhook threads may have to send. "events" alone (a gateway's
+     * other writes) concerns only them. */
+    while (notify_recv(w->notify, buf, sizeof buf) > 0) {
         any = true;
-    if (!any || w->stopping)
+        only_events = only_events && strcmp(buf, "events") == 0;
+    }
+    if (any)
+        webhook_sender_wake(w->webhooks);
+    if (!any || only_events || w->stopping)
         return;
     /* A hint only: whatever it said, look at the store. Claim first: a new message is the common
      * case and its Sandbox starts work at once; DELETEs are rare and cheap to check after. */
@@ -230,7 +237,8 @@ int worker_init(struct worker *w, const struct sbx_config *cfg,
                        err, errlen);
     if (!w->st)
         return -1;
-    /* Kernel state this worker makes (links, firewall elements) is tagged with the installation,
+    /* Kernel state this worker makes (links, firewall elements, cgroups, jails, NFS exports) is
+     * tagged with the installation,
      * so that another sbx on this host leaves it alone, and this one leaves the other's. */
     enum store_status rc = installation_id(w->st, w->installation);
     if (rc != STORE_OK) {
@@ -239,6 +247,7 @@ int worker_init(struct worker *w, const struct sbx_config *cfg,
         return -1;
     }
     net_set_installation(w->installation);
+    host_tag_set(w->installation);
     rc = w->st->worker_register(w->st, w->id, w->hostname, (int64_t)getpid());
     if (rc != STORE_OK) {
         snprintf(err, errlen, "cannot register the worker in %s: %s", cfg->db_path,

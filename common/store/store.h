@@ -186,6 +186,7 @@ struct store_message {
     int64_t created_at;
     int64_t updated_at;
     int64_t completed_at;
+    int64_t chunks_dropped; /* read by message_get and message_list only (0 elsewhere) */
 };
 void store_message_clear(struct store_message *m);
 void store_message_list_free(struct store_message *m, size_t n);

@@ -507,7 +507,8 @@ async function streaming() {
   row('streaming', 'reply to stream end p50', e.p50, 'reply to long poll', p.p50, 'ms', 'the final event', true);
 
   // Memory: 1,000 waiting long polls, then 1,000 open streams, on the gateway alone.
-  const g = new Sbx(buildDir, { SBX_POOL_SIZE: '0', SBX_CONN_LIMIT: '5000', SBX_STREAM_LIMIT: '5000' });
+  // Every socket comes from 127.0.0.1: conn_per_client must admit them all.
+  const g = new Sbx(buildDir, { SBX_POOL_SIZE: '0', SBX_CONN_LIMIT: '5000', SBX_STREAM_LIMIT: '5000', SBX_CONN_PER_CLIENT: '5000' });
   await g.start({ gatewayOnly: true });
   await g.app();
   const gs = await g.session();
