@@ -151,7 +151,7 @@ void render_message_queued_text(struct json_text *t, const struct store_message 
     char created[32], head[512];
     bool plain = strcmp(m->state, "queued") == 0 && m->attempts == 0 && !m->error &&
                  !m->reply_json && !m->sandbox_id[0] && m->completed_at <= 0 && m->created_at > 0 &&
-                 m->created_at == m->updated_at && m->body_json;
+                 m->created_at == m->updated_at && m->chunks_dropped == 0 && m->body_json;
     for (const char *c = m->request_id; plain && *c; c++)
         plain = *c != '"' && *c != '\\' && (unsigned char)*c >= 0x20 && (unsigned char)*c < 0x7f;
     if (!plain) {
@@ -163,7 +163,7 @@ void render_message_queued_text(struct json_text *t, const struct store_message 
                      "{\"id\":\"%s\",\"sessionId\":\"%s\",\"seq\":%lld,\"state\":\"queued\","
                      "\"error\":null,\"attempts\":0,\"maxAttempts\":%lld,\"sandboxId\":null,"
                      "\"requestId\":%s%s%s,\"createdAt\":\"%s\",\"updatedAt\":\"%s\","
-                     "\"completedAt\":null,\"body\":",
+                     "\"completedAt\":null,\"chunksDropped\":0,\"body\":",
                      m->id, m->session_id, (long long)m->seq, (long long)m->max_attempts,
                      m->request_id[0] ? "\"" : "", m->request_id[0] ? m->request_id : "null",
                      m->request_id[0] ? "\"" : "", created, created);
