@@ -352,6 +352,9 @@ static bool send_hint(struct sse_hub *h, int64_t now)
     __atomic_store_n(&h->hint_pending, false, __ATOMIC_SEQ_CST);
     h->last_hint_ms = now;
     notify_send(h->gateways, "events");
+    /* The workers' webhook threads too: the events committed may have an endpoint. */
+    if (h->gw->workers)
+        notify_send(h->gw->workers, "events");
     return false;
 }
 
@@ -491,8 +494,11 @@ void sse_stop(struct sse_hub *h, int timeout_ms)
         pthread_join(h->thread, NULL);
         h->thread_started = false;
     }
-    if (__atomic_exchange_n(&h->hint_pending, false, __ATOMIC_SEQ_CST))
+    if (__atomic_exchange_n(&h->hint_pending, false, __ATOMIC_SEQ_CST)) {
         notify_send(h->gateways, "events"); /* the other gateways' feeds */
+        if (h->gw->workers)
+            notify_send(h->gw->workers, "events"); /* the workers' webhook threads */
+    }
     struct marks none = {NULL, 0, NULL, 0, false, false};
     mark_and_resume(h, &none, true);
     /* MHD must not be stopped while a connection is suspended. */
