@@ -49,7 +49,7 @@ static const struct setting settings[] = {
     INT(workers, "1", 1, 64, "worker processes started by `tools/sbx up`"),
     INT(body_limit, "1048576", 1024, 1073741824, "largest request body in bytes (413 above)"),
     INT(max_wait, "60", 0, 3600, "cap of the ?wait= long poll in seconds"),
-    INT(http_threads, "8", 1, 1024, "gateway HTTP threads"),
+    INT(http_threads, "0", 0, 1024, "gateway HTTP threads (0: one per CPU)"),
     INT(http_conn_memory, "8192", 4096, 1048576,
         "memory pool per HTTP connection in bytes: holds its request headers (431 above about 3/4 "
         "of it); an open stream uses about half of it"),
@@ -60,6 +60,9 @@ static const struct setting settings[] = {
     INT(auth_fail_limit, "100", 1, 1000000,
         "failed auths from one client address, or with one key prefix, per window (429 beyond)"),
     INT(auth_fail_window, "60", 1, 86400, "seconds of the failed-auth window"),
+    INT(auth_cache_ms, "2000", 0, 60000,
+        "how long the gateway trusts an API key it looked up (0: every request reads the store); "
+        "a revoke or App delete through any gateway ends it at once"),
     STR(trusted_proxies, "",
         "proxies whose X-Forwarded-For names the client (comma-separated addresses or CIDRs)"),
     STR(metrics_token, "", "bearer token /metrics requires (none when unset)"),

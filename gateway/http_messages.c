@@ -83,7 +83,10 @@ static enum MHD_Result reply_enqueued(struct request *r, enum store_status st,
         notify_send(r->gw->workers, "queue");
     snprintf(location, sizeof location, "/v1/sessions/%s/messages/%s", m->session_id, m->id);
     struct json_text out = {0};
-    render_message_text(&out, m);
+    if (replayed)
+        render_message_text(&out, m);
+    else
+        render_message_queued_text(&out, m);
     store_message_clear(m);
     return reply_json_text(r, replayed ? 200 : 202, &out, "Location", location);
 }
@@ -169,7 +172,8 @@ enum MHD_Result http_message_create(struct request *r)
         return reply_problem(r, "internal", NULL, "out of memory");
     }
     p->body_json = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
-    request_hash(r->params[0], body, p->hash);
+    if (idem) /* only a key's replay is compared with its request */
+        request_hash(r->params[0], body, p->hash);
     json_decref(obj);
     if (!p->body_json) {
         pending_free(p);

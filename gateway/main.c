@@ -8,6 +8,7 @@
 #include "client_conns.h"
 #include "config.h"
 #include "gateway.h"
+#include "key_cache.h"
 #include "log.h"
 #include "longpoll.h"
 #include "sse.h"
@@ -278,12 +279,15 @@ int main(int argc, char **argv)
         goto out;
     }
     gw.workers = notify_peer_new(gw.cfg.store, run_dir, "worker");
+    gw.gateways = notify_peer_new(gw.cfg.store, run_dir, "gateway");
+    gw.keys = key_cache_new(gw.cfg.auth_cache_ms);
     gw.metrics = metrics_new();
     gw.rl = ratelimit_new(gw.cfg.auth_fail_limit, gw.cfg.auth_fail_window * 1000);
     gw.rl_prefix = ratelimit_new(gw.cfg.auth_fail_limit, gw.cfg.auth_fail_window * 1000);
     gw.conns = client_conns_new(gw.cfg.conn_per_client, gw.proxies);
     gw.lp = longpoll_start(&gw, err, sizeof err);
-    if (!gw.workers || !gw.metrics || !gw.rl || !gw.rl_prefix || !gw.conns || !gw.lp) {
+    if (!gw.workers || !gw.gateways || !gw.keys || !gw.metrics || !gw.rl || !gw.rl_prefix ||
+        !gw.conns || !gw.lp) {
         log_error("cannot start: %s", gw.lp ? "out of memory" : err);
         goto out;
     }
@@ -305,6 +309,11 @@ int main(int argc, char **argv)
         }
         log_info("/metrics served on %s:%u", metrics_host, listener_port(gw.metrics_daemon));
     }
+    /* More threads than CPUs only switch between one another: a thread never waits for the
+     * store (an enqueue is suspended until its commit, a long poll parked). */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (gw.cfg.http_threads == 0)
+        gw.cfg.http_threads = cpus > 0 ? cpus : 2;
     struct MHD_Daemon *d = start_listener(&gw, &sa, (unsigned)gw.cfg.http_threads,
                                           (unsigned)gw.cfg.conn_limit, gw.conns);
     if (!d) {
@@ -343,6 +352,8 @@ out:
     trusted_proxies_free(gw.proxies);
     metrics_free(gw.metrics);
     notify_peer_free(gw.workers);
+    notify_peer_free(gw.gateways);
+    key_cache_free(gw.keys);
     gw.st->close(gw.st);
     return rc;
 }

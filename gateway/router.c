@@ -325,11 +325,7 @@ void gateway_request_completed(void *cls, struct MHD_Connection *conn, void **co
     /* A write of this gateway: the event feeds of every gateway may have news (sse.h). */
     if (r->replied && r->status < 400 && strcmp(r->method, "GET") != 0 &&
         strcmp(r->method, "HEAD") != 0) {
-        sse_committed(gw->sse);
-        /* And the workers' webhook threads (the events the write committed may have an
-         * endpoint); one datagram per worker, a NOTIFY on PostgreSQL. */
-        if (gw->workers)
-            notify_send(gw->workers, "events");
+        sse_committed(gw->sse); /* and the workers' webhook threads: the hub's hint goes to both */
     }
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         log_emit(LOG_LEVEL_DEBUG, r->request_id, "request ended early (%d)", (int)toe);
