@@ -24,12 +24,14 @@ struct sbx_config {
     int64_t workers;             /* SBX_WORKERS: worker processes `sbx up` starts */
     int64_t body_limit;          /* SBX_BODY_LIMIT: request body bytes */
     int64_t max_wait;            /* SBX_MAX_WAIT: cap of ?wait= in seconds */
-    int64_t http_threads;        /* SBX_HTTP_THREADS: gateway thread pool */
+    int64_t http_threads;        /* SBX_HTTP_THREADS: gateway thread pool, 0: one per CPU */
+    int64_t http_conn_memory;    /* SBX_HTTP_CONN_MEMORY: MHD's pool per connection */
     int64_t conn_limit;          /* SBX_CONN_LIMIT: simultaneous HTTP connections */
     int64_t conn_timeout;        /* SBX_CONN_TIMEOUT: idle seconds before a connection is closed */
     int64_t conn_per_client;     /* SBX_CONN_PER_CLIENT: connections from one client address */
     int64_t auth_fail_limit;     /* SBX_AUTH_FAIL_LIMIT: failed auths per address per window */
     int64_t auth_fail_window;    /* SBX_AUTH_FAIL_WINDOW: seconds of that window (429 beyond) */
+    int64_t auth_cache_ms;       /* SBX_AUTH_CACHE_MS: life of a cached API key lookup */
     char trusted_proxies[1024];  /* SBX_TRUSTED_PROXIES: whose X-Forwarded-For is believed */
     char metrics_token[256];     /* SBX_METRICS_TOKEN: bearer token of /metrics, "" for none */
     char metrics_listen[128];    /* SBX_METRICS_LISTEN: host:port of /metrics, "" for listen */
@@ -86,6 +88,7 @@ struct sbx_config {
     int64_t webhook_retry_base_ms; /* SBX_WEBHOOK_RETRY_BASE_MS */
     int64_t webhook_retry_max_ms;  /* SBX_WEBHOOK_RETRY_MAX_MS */
     int64_t webhook_threads;       /* SBX_WEBHOOK_THREADS: per worker process */
+    int64_t webhook_poll_ms;       /* SBX_WEBHOOK_POLL_MS: fallback for lost wake-ups */
     /* images (docs/images.md) */
     int64_t image_upload_limit;     /* SBX_IMAGE_UPLOAD_LIMIT: bytes of an uploaded image archive */
     int64_t image_unpacked_limit;   /* SBX_IMAGE_UNPACKED_LIMIT: bytes of an unpacked image tree */

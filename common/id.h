@@ -1,5 +1,5 @@
 /*
- * id.h: random identifiers and secrets, from getrandom().
+ * id.h: random identifiers and secrets, from getrandom() (ids through a per-thread buffer, id.c).
  */
 #ifndef SBX_ID_H
 #define SBX_ID_H

@@ -1,7 +1,12 @@
 /*
  * notify.c: the handles of notify.h and their Unix datagram transport (one host); the PostgreSQL
  * transport is in notify_pg.c. The Unix sender caches the directory listing for a second, so a
- * burst of enqueues costs one sendto() per receiver and not a readdir() each.
+ * burst of enqueues costs one sendto() per receiver and not a readdir() each. A receiver's queue
+ * holds few datagrams (net.unix.max_dgram_qlen, 10 by default): a burst of hints can fill it. A
+ * hint that names something ("msg <id>") is then worth waiting for: the sender waits briefly, and
+ * one still refused is made up for by NOTIFY_RESYNC to every receiver on the next send
+ * (resync_due), so a long poll never waits for its slow recheck because of a burst. A plain hint
+ * ("queue") is not: a full queue means the receiver has hints to read and will look anyway.
  */
 #include "notify.h"
 #include "notify_pg.h"
@@ -18,6 +23,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #define NOTIFY_MAX_PEERS 256
@@ -35,9 +41,16 @@ struct notify_peer {
     char role[32];
     int fd;
     int64_t listed_at;
+    bool resync_due; /* a hint was refused by a full queue: NOTIFY_RESYNC goes first next time */
     size_t n;
     struct sockaddr_un addrs[NOTIFY_MAX_PEERS];
 };
+
+/* How long a sender waits for a receiver's full queue, in steps: 20 x 100 us. The receivers are
+ * threads that do nothing but drain their socket, so a full queue empties in microseconds unless
+ * the receiver is stuck; then the hint is dropped and made up for (resync_due). */
+#define FULL_QUEUE_TRIES 20
+#define FULL_QUEUE_WAIT_NS 100000
 
 static bool store_is_postgres(const char *store)
 {
@@ -214,21 +227,45 @@ static void unix_refresh(struct notify_peer *p)
     closedir(d);
 }
 
+/* One datagram to peer i: 0, -1 when its queue stayed full (waiting for it when wait), -2 when
+ * nobody is bound there. */
+static int send_one(struct notify_peer *p, size_t i, const char *msg, size_t len, bool wait)
+{
+    for (int tries = 0;; tries++) {
+        if (sendto(p->fd, msg, len, 0, (struct sockaddr *)&p->addrs[i], sizeof p->addrs[i]) >= 0)
+            return 0;
+        if (errno == ECONNREFUSED)
+            return -2;
+        if ((errno != EAGAIN && errno != EWOULDBLOCK) || !wait || tries >= FULL_QUEUE_TRIES)
+            return -1;
+        struct timespec ts = {0, FULL_QUEUE_WAIT_NS};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static void unix_send(struct notify_peer *p, const char *msg)
 {
     size_t len = strlen(msg);
     pthread_mutex_lock(&p->lock);
     if (clock_mono_ms() - p->listed_at > 1000)
         unix_refresh(p);
+    bool names = strchr(msg, ' ') != NULL; /* "msg <id>": worth waiting for */
+    bool resync = p->resync_due, refused = false;
+    p->resync_due = false;
     for (size_t i = 0; i < p->n; i++) {
-        if (sendto(p->fd, msg, len, 0, (struct sockaddr *)&p->addrs[i], sizeof p->addrs[i]) < 0 &&
-            errno == ECONNREFUSED) {
+        int rc = resync ? send_one(p, i, NOTIFY_RESYNC, strlen(NOTIFY_RESYNC), true) : 0;
+        if (rc == 0)
+            rc = send_one(p, i, msg, len, names);
+        if (rc == -2) {
             /* Nobody is bound there any more: the process died without cleaning up. */
             unlink(p->addrs[i].sun_path);
             p->addrs[i] = p->addrs[--p->n];
             i--;
+        } else if (rc == -1 && (names || resync)) {
+            refused = true;
         }
     }
+    p->resync_due = refused;
     pthread_mutex_unlock(&p->lock);
 }
 

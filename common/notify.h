@@ -2,9 +2,12 @@
  * notify.h: wake-ups between the gateways and the workers, which otherwise meet only in the store.
  *
  * The messages:
- *   - a gateway tells role "worker" "queue" after it enqueues a message, "stop" after a DELETE;
+ *   - a gateway tells role "worker" "queue" after it enqueues a message, "stop" after a DELETE,
+ *     and "events" after any other successful write (for the webhook threads);
  *   - a worker tells role "gateway" "msg <messageId>" when a message ends and "sandbox <id>" when
- *     a Sandbox changes, to answer long polls.
+ *     a Sandbox changes, to answer long polls;
+ *   - a gateway tells role "gateway" (every gateway, itself too) "events" after its writes (at
+ *     most one per 5 ms, sse.c) and "keys" after a key revoke or an App delete (key_cache.h).
  * A message is a hint, never the truth: the receiver re-reads the store, and both sides keep a
  * slow poll as a fallback, so a lost message only delays.
  *

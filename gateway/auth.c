@@ -4,6 +4,7 @@
 #include "auth.h"
 #include "client_addr.h"
 #include "id.h"
+#include "key_cache.h"
 #include "log.h"
 #include "reply.h"
 #include "sha256.h"
@@ -151,9 +152,15 @@ bool auth_request(struct request *r, enum MHD_Result *ret)
         snprintf(r->actor, sizeof r->actor, "admin");
     } else {
         struct store_key key;
-        enum store_status st = AUTH_KEY_LEN == strlen(token) && auth_key_format_ok(token)
-                                   ? gw->st->key_lookup(gw->st, hash, &key)
-                                   : STORE_NOT_FOUND;
+        enum store_status st = STORE_OK;
+        if (!key_cache_get(gw->keys, hash, &key)) {
+            uint64_t generation = key_cache_generation(gw->keys);
+            st = AUTH_KEY_LEN == strlen(token) && auth_key_format_ok(token)
+                     ? gw->st->key_lookup(gw->st, hash, &key)
+                     : STORE_NOT_FOUND;
+            if (st == STORE_OK)
+                key_cache_put(gw->keys, generation, hash, &key);
+        }
         if (st == STORE_NOT_FOUND)
             return auth_fail(r, addr, token, "the token is invalid or revoked", ret);
         if (st != STORE_OK) {

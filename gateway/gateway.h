@@ -23,11 +23,14 @@ struct ratelimit;
 struct trusted_proxies;
 struct client_conns;
 struct notify_peer;
+struct key_cache;
 
 struct gateway {
     struct sbx_config cfg;
     struct store *st;
-    struct notify_peer *workers; /* "queue" wake-ups after each enqueue */
+    struct notify_peer *workers;  /* "queue" wake-ups after each enqueue */
+    struct notify_peer *gateways; /* "keys" to every gateway after a revoke (key_cache.h) */
+    struct key_cache *keys;       /* API keys authenticated lately (key_cache.h) */
     struct longpoll *lp;
     struct sse_hub *sse; /* Server-Sent Events streams (sse.h) */
     struct metrics *metrics;
@@ -139,6 +142,9 @@ enum MHD_Result http_app_delete(struct request *r);
 enum MHD_Result http_key_create(struct request *r);
 enum MHD_Result http_key_list(struct request *r);
 enum MHD_Result http_key_delete(struct request *r);
+/* After a revoke or an App delete: every gateway's key cache forgets what it holds (key_cache.h).
+ */
+void http_keys_changed(struct gateway *gw);
 enum MHD_Result http_webhook_create(struct request *r);
 enum MHD_Result http_webhook_list(struct request *r);
 enum MHD_Result http_webhook_get(struct request *r);

@@ -390,5 +390,6 @@ enum MHD_Result http_app_delete(struct request *r)
                              "the App still has live Sessions or Workspaces; delete them first");
     if (s != STORE_OK)
         return reply_store_error(r, s, "App");
+    http_keys_changed(r->gw); /* the App's keys end with it */
     return reply_empty(r, 204);
 }

@@ -5,6 +5,8 @@
 #include "auth.h"
 #include "gateway.h"
 #include "json_input.h"
+#include "key_cache.h"
+#include "notify.h"
 #include "render.h"
 #include "reply.h"
 
@@ -62,10 +64,17 @@ enum MHD_Result http_key_list(struct request *r)
     return reply_json(r, 200, render_page(arr, NULL));
 }
 
+void http_keys_changed(struct gateway *gw)
+{
+    key_cache_clear(gw->keys); /* before the 204: this gateway refuses the key from now on */
+    notify_send(gw->gateways, "keys");
+}
+
 enum MHD_Result http_key_delete(struct request *r)
 {
     enum store_status s = r->gw->st->key_revoke(r->gw->st, &r->ctx, r->params[0], r->params[1]);
     if (s != STORE_OK)
         return reply_store_error(r, s, "API key");
+    http_keys_changed(r->gw);
     return reply_empty(r, 204);
 }

@@ -66,8 +66,9 @@ void http_message_request_free(struct request *r)
     r->enqueue = NULL;
 }
 
+/* woken: the workers were told already (by the committer, right after its COMMIT). */
 static enum MHD_Result reply_enqueued(struct request *r, enum store_status st,
-                                      struct store_message *m, bool replayed)
+                                      struct store_message *m, bool replayed, bool woken)
 {
     char location[128];
     if (st == STORE_CONFLICT) {
@@ -78,11 +79,14 @@ static enum MHD_Result reply_enqueued(struct request *r, enum store_status st,
     }
     if (st != STORE_OK)
         return reply_store_error(r, st, "Session");
-    if (!replayed)
+    if (!replayed && !woken)
         notify_send(r->gw->workers, "queue");
     snprintf(location, sizeof location, "/v1/sessions/%s/messages/%s", m->session_id, m->id);
     struct json_text out = {0};
-    render_message_text(&out, m);
+    if (replayed)
+        render_message_text(&out, m);
+    else
+        render_message_queued_text(&out, m);
     store_message_clear(m);
     return reply_json_text(r, replayed ? 200 : 202, &out, "Location", location);
 }
@@ -97,6 +101,10 @@ static void enqueue_committed(void *arg, enum store_status status, struct store_
     if (status == STORE_OK)
         p->m = *m; /* the message's strings move to p */
     p->replayed = replayed;
+    /* The message is claimable from this COMMIT on: wake the workers now, not after this
+     * connection's thread has woken up to answer (a thread hop on the warm path). */
+    if (status == STORE_OK && !replayed)
+        notify_send(r->gw->workers, "queue");
     p->done = true;
     MHD_resume_connection(r->conn);
 }
@@ -136,7 +144,7 @@ static enum MHD_Result reply_pending(struct request *r)
     struct store_message m = p->m;
     bool replayed = p->replayed;
     p->status = STORE_ERROR; /* m now belongs to reply_enqueued */
-    return reply_enqueued(r, st, &m, replayed);
+    return reply_enqueued(r, st, &m, replayed, true);
 }
 
 enum MHD_Result http_message_create(struct request *r)
@@ -164,7 +172,8 @@ enum MHD_Result http_message_create(struct request *r)
         return reply_problem(r, "internal", NULL, "out of memory");
     }
     p->body_json = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
-    request_hash(r->params[0], body, p->hash);
+    if (idem) /* only a key's replay is compared with its request */
+        request_hash(r->params[0], body, p->hash);
     json_decref(obj);
     if (!p->body_json) {
         pending_free(p);
@@ -178,7 +187,7 @@ enum MHD_Result http_message_create(struct request *r)
     bool replayed = false;
     enum store_status st = r->gw->st->message_enqueue(r->gw->st, &r->ctx, &p->req, &m, &replayed);
     pending_free(p);
-    return reply_enqueued(r, st, &m, replayed);
+    return reply_enqueued(r, st, &m, replayed, false);
 }
 
 void http_message_drain(struct gateway *gw, int timeout_ms)

@@ -2,6 +2,8 @@
  * longpoll.c: parked long polls and the thread that resumes them (see longpoll.h).
  */
 #include "longpoll.h"
+#include "gateway.h"
+#include "key_cache.h"
 #include "log.h"
 #include "notify.h"
 #include "clock.h"
@@ -200,11 +202,15 @@ static void *longpoll_main(void *arg)
         while (fds[0].revents && notify_recv(lp->notify, buf, sizeof buf) > 0) {
             if (strncmp(buf, "msg ", 4) == 0)
                 mark(lp, buf + 4, now);
+            else if (strcmp(buf, "keys") == 0)
+                key_cache_clear(lp->gw->keys); /* this thread takes the gateway's "keys" too */
             else if (strcmp(buf, NOTIFY_RESYNC) == 0)
                 resync = true;
         }
         mark(lp, "", now); /* deadlines only: no message id is "" */
-        /* After a lost LISTEN connection, "msg" hints may have been missed: recheck now. */
+        /* After a lost LISTEN connection, "msg" and "keys" hints may have been missed. */
+        if (resync)
+            key_cache_clear(lp->gw->keys);
         every = notify_listener_reliable(lp->notify) ? RECHECK_RELIABLE_MS : RECHECK_MS;
         if (resync || now - last_recheck >= every) {
             recheck(lp);

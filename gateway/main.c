@@ -8,6 +8,7 @@
 #include "client_conns.h"
 #include "config.h"
 #include "gateway.h"
+#include "key_cache.h"
 #include "log.h"
 #include "longpoll.h"
 #include "sse.h"
@@ -190,15 +191,17 @@ static struct MHD_Daemon *start_listener(struct gateway *gw, const struct sockad
     if (sa->ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     /* No MHD_OPTION_LISTENING_ADDRESS_REUSE: with SO_REUSEPORT a second gateway started on the
-     * same port would silently share its connections (with another data directory, perhaps). */
-    return MHD_start_daemon(flags, 0, conns ? client_conns_accept : NULL, conns,
-                            gateway_access_handler, gw, MHD_OPTION_NOTIFY_CONNECTION,
-                            conns ? client_conns_notify : NULL, conns, MHD_OPTION_EXTERNAL_LOGGER,
-                            mhd_log, NULL, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)sa,
-                            MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_LIMIT,
-                            conn_limit, MHD_OPTION_CONNECTION_TIMEOUT,
-                            (unsigned)gw->cfg.conn_timeout, MHD_OPTION_NOTIFY_COMPLETED,
-                            gateway_request_completed, gw, MHD_OPTION_END);
+     * same port would silently share its connections (with another data directory, perhaps).
+     * The per-connection pool is http_conn_memory, smaller than MHD's 32 KiB: a queued response
+     * (an open stream) keeps about half of it resident (docs/performance.md, streaming). */
+    return MHD_start_daemon(
+        flags, 0, conns ? client_conns_accept : NULL, conns, gateway_access_handler, gw,
+        MHD_OPTION_NOTIFY_CONNECTION, conns ? client_conns_notify : NULL, conns,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_SOCK_ADDR,
+        (const struct sockaddr *)sa, MHD_OPTION_THREAD_POOL_SIZE, threads,
+        MHD_OPTION_CONNECTION_LIMIT, conn_limit, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)gw->cfg.conn_timeout, MHD_OPTION_NOTIFY_COMPLETED, gateway_request_completed, gw,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)gw->cfg.http_conn_memory, MHD_OPTION_END);
 }
 
 static unsigned listener_port(struct MHD_Daemon *d)
@@ -276,12 +279,15 @@ int main(int argc, char **argv)
         goto out;
     }
     gw.workers = notify_peer_new(gw.cfg.store, run_dir, "worker");
+    gw.gateways = notify_peer_new(gw.cfg.store, run_dir, "gateway");
+    gw.keys = key_cache_new(gw.cfg.auth_cache_ms);
     gw.metrics = metrics_new();
     gw.rl = ratelimit_new(gw.cfg.auth_fail_limit, gw.cfg.auth_fail_window * 1000);
     gw.rl_prefix = ratelimit_new(gw.cfg.auth_fail_limit, gw.cfg.auth_fail_window * 1000);
     gw.conns = client_conns_new(gw.cfg.conn_per_client, gw.proxies);
     gw.lp = longpoll_start(&gw, err, sizeof err);
-    if (!gw.workers || !gw.metrics || !gw.rl || !gw.rl_prefix || !gw.conns || !gw.lp) {
+    if (!gw.workers || !gw.gateways || !gw.keys || !gw.metrics || !gw.rl || !gw.rl_prefix ||
+        !gw.conns || !gw.lp) {
         log_error("cannot start: %s", gw.lp ? "out of memory" : err);
         goto out;
     }
@@ -303,6 +309,11 @@ int main(int argc, char **argv)
         }
         log_info("/metrics served on %s:%u", metrics_host, listener_port(gw.metrics_daemon));
     }
+    /* More threads than CPUs only switch between one another: a thread never waits for the
+     * store (an enqueue is suspended until its commit, a long poll parked). */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (gw.cfg.http_threads == 0)
+        gw.cfg.http_threads = cpus > 0 ? cpus : 2;
     struct MHD_Daemon *d = start_listener(&gw, &sa, (unsigned)gw.cfg.http_threads,
                                           (unsigned)gw.cfg.conn_limit, gw.conns);
     if (!d) {
@@ -341,6 +352,8 @@ out:
     trusted_proxies_free(gw.proxies);
     metrics_free(gw.metrics);
     notify_peer_free(gw.workers);
+    notify_peer_free(gw.gateways);
+    key_cache_free(gw.keys);
     gw.st->close(gw.st);
     return rc;
 }

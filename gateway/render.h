@@ -26,6 +26,9 @@ json_t *render_page(json_t *items, const char *next_cursor);
  * render_page_end. */
 struct json_text;
 void render_message_text(struct json_text *t, const struct store_message *m);
+/* The same text for a message that an enqueue just wrote (the 202), built from a template; any
+ * other message goes through render_message_text. */
+void render_message_queued_text(struct json_text *t, const struct store_message *m);
 /* The Message as a stream's final event shows it: with how many chunks its bounds dropped. */
 void render_message_end_text(struct json_text *t, const struct store_message *m,
                              int64_t chunks_dropped);

@@ -9,6 +9,7 @@
 #include "log.h"
 #include "longpoll.h"
 #include "metrics.h"
+#include "notify.h"
 #include "reply.h"
 #include "sse.h"
 #include "id.h"
@@ -323,8 +324,9 @@ void gateway_request_completed(void *cls, struct MHD_Connection *conn, void **co
                         (double)(metrics_now_us() - r->start_us) / 1e6);
     /* A write of this gateway: the event feeds of every gateway may have news (sse.h). */
     if (r->replied && r->status < 400 && strcmp(r->method, "GET") != 0 &&
-        strcmp(r->method, "HEAD") != 0)
-        sse_committed(gw->sse);
+        strcmp(r->method, "HEAD") != 0) {
+        sse_committed(gw->sse); /* and the workers' webhook threads: the hub's hint goes to both */
+    }
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         log_emit(LOG_LEVEL_DEBUG, r->request_id, "request ended early (%d)", (int)toe);
     http_message_request_free(r);

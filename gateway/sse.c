@@ -25,6 +25,11 @@
 #define RECHECK_RELIABLE_MS 5000
 /* Largest piece MHD asks the reader for at once. */
 #define SSE_BLOCK 1024
+/* At most one "events" hint per this many ms from a gateway: under a stream of writes (thousands
+ * of enqueues a second), one hint per write would cost every gateway's hub and long-poll threads
+ * a wake-up and the hub a store read each. The first write after a quiet spell is hinted at once.
+ */
+#define EVENTS_HINT_MS 5
 
 struct sse_stream {
     struct sse_hub *hub;
@@ -63,6 +68,8 @@ struct sse_hub {
     int64_t sleep_until_ms; /* when the hub thread wakes next by itself */
     bool stopping;
     int64_t last_event_id; /* hub thread only: the newest event id it has seen */
+    bool hint_pending;     /* atomic: a write of this gateway awaits its "events" hint */
+    int64_t last_hint_ms;  /* hub thread only: when it last sent one (monotonic) */
 };
 
 static void hub_poke(struct sse_hub *h)
@@ -333,6 +340,24 @@ static bool events_moved(struct sse_hub *h)
 
 #define MAX_MARKS 64
 
+/* Sends the pending "events" hint when its interval has passed; true when one is still pending
+ * (the hub wakes for it at last_hint_ms + EVENTS_HINT_MS). */
+static bool send_hint(struct sse_hub *h, int64_t now)
+{
+    if (!__atomic_load_n(&h->hint_pending, __ATOMIC_SEQ_CST))
+        return false;
+    if (now - h->last_hint_ms < EVENTS_HINT_MS)
+        return true;
+    /* Cleared before sending: a write committed after this sees no pending hint and pokes. */
+    __atomic_store_n(&h->hint_pending, false, __ATOMIC_SEQ_CST);
+    h->last_hint_ms = now;
+    notify_send(h->gateways, "events");
+    /* The workers' webhook threads too: the events committed may have an endpoint. */
+    if (h->gw->workers)
+        notify_send(h->gw->workers, "events");
+    return false;
+}
+
 static void *hub_main(void *arg)
 {
     struct sse_hub *h = arg;
@@ -346,6 +371,8 @@ static void *hub_main(void *arg)
         int64_t until = last_recheck + every;
         if (next_keepalive < until)
             until = next_keepalive;
+        if (send_hint(h, now) && h->last_hint_ms + EVENTS_HINT_MS < until)
+            until = h->last_hint_ms + EVENTS_HINT_MS;
         pthread_mutex_lock(&h->lock);
         h->sleep_until_ms = until;
         pthread_mutex_unlock(&h->lock);
@@ -450,8 +477,9 @@ struct sse_hub *sse_start(struct gateway *gw, char *err, size_t errlen)
 
 void sse_committed(struct sse_hub *h)
 {
-    if (h && h->gateways)
-        notify_send(h->gateways, "events");
+    /* The hub thread sends it (send_hint); only the first write since its last hint wakes it. */
+    if (h && h->gateways && !__atomic_exchange_n(&h->hint_pending, true, __ATOMIC_SEQ_CST))
+        hub_poke(h);
 }
 
 void sse_stop(struct sse_hub *h, int timeout_ms)
@@ -465,6 +493,11 @@ void sse_stop(struct sse_hub *h, int timeout_ms)
         hub_poke(h);
         pthread_join(h->thread, NULL);
         h->thread_started = false;
+    }
+    if (__atomic_exchange_n(&h->hint_pending, false, __ATOMIC_SEQ_CST)) {
+        notify_send(h->gateways, "events"); /* the other gateways' feeds */
+        if (h->gw->workers)
+            notify_send(h->gw->workers, "events"); /* the workers' webhook threads */
     }
     struct marks none = {NULL, 0, NULL, 0, false, false};
     mark_and_resume(h, &none, true);

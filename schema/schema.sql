@@ -148,9 +148,12 @@ CREATE INDEX sandboxes_state ON sandboxes (state, driver, image, vcpu_count, mem
 CREATE INDEX sandboxes_session ON sandboxes (session_id);
 CREATE INDEX sandboxes_app ON sandboxes (app_id);
 
--- The audit trail. Append-only: the triggers below refuse UPDATE and DELETE.
+-- The audit trail. Append-only: the triggers below refuse UPDATE and DELETE. So the row with the
+-- largest id is never deleted, and a new id (the largest + 1; no AUTOINCREMENT since 0010, which
+-- wrote sqlite_sequence on every event) is always larger than every id before it: the events
+-- cursor only moves forward.
 CREATE TABLE events (
-    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    id          INTEGER PRIMARY KEY,     -- the largest id + 1 (0010): ids only grow, see below
     at          INTEGER NOT NULL,
     actor       TEXT NOT NULL,           -- 'admin', 'key:<keyId>', 'gateway', 'worker:<workerId>'
     kind        TEXT NOT NULL,           -- e.g. 'session.created', 'message.completed'

@@ -4,7 +4,7 @@ add_executable(test_store_api ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_store_api.c
 target_link_libraries(test_store_api PRIVATE sbxcommon PkgConfig::CMOCKA PkgConfig::SQLITE)
 add_test(NAME unit.gateway.store_api COMMAND test_store_api)
 
-foreach(t auth json_input json_text)
+foreach(t auth json_input json_text render)
   add_executable(test_${t} ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_${t}.c)
   target_link_libraries(test_${t} PRIVATE sbxgateway PkgConfig::CMOCKA)
   add_test(NAME unit.gateway.${t} COMMAND test_${t})
@@ -17,7 +17,7 @@ target_link_libraries(sbx-test-notify PRIVATE sbxcommon)
 
 find_program(NODE_EXECUTABLE node)
 if(NODE_EXECUTABLE)
-  foreach(it api isolation longpoll durability limits)
+  foreach(it api isolation longpoll durability limits key_cache)
     add_test(NAME it.gateway.${it}
              COMMAND ${NODE_EXECUTABLE} --test
                      ${CMAKE_CURRENT_SOURCE_DIR}/integration/gateway/${it}.test.mjs)

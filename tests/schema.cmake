@@ -8,3 +8,9 @@ add_test(NAME unit.schema COMMAND test_schema)
 add_executable(test_store_first_open ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_store_first_open.c)
 target_link_libraries(test_store_first_open PRIVATE sbxcommon PkgConfig::CMOCKA PkgConfig::SQLITE)
 add_test(NAME unit.store.first_open COMMAND test_store_first_open)
+
+# The SQLite store's WAL checkpointer keeps the WAL under its bound while the committer writes.
+add_executable(test_store_checkpoint ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_store_checkpoint.c)
+target_link_libraries(test_store_checkpoint PRIVATE sbxcommon PkgConfig::CMOCKA Threads::Threads)
+add_test(NAME unit.store.checkpoint COMMAND test_store_checkpoint)
+set_tests_properties(unit.store.checkpoint PROPERTIES TIMEOUT 120)

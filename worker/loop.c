@@ -13,6 +13,7 @@
 #include "images/cache_sweep.h"
 #include "images/import_jobs.h"
 #include "host/firewall.h"
+#include "host/host_tag.h"
 #include "host/links.h"
 #include "host/nfs_export.h"
 #include "id.h"
@@ -26,9 +27,12 @@
 #include "sandbox/egress_events.h"
 #include "sandbox/jobs.h"
 #include "sandbox/pool.h"
+#include "sandbox/priority.h"
 #include "sandbox/sandbox.h"
 
+#include <errno.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,14 +87,20 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
 {
     struct worker *w = arg;
     char buf[256];
-    bool any = false;
+    bool any = false, only_events = true;
     (void)fd;
     (void)what;
-    /* Whatever arrived ("queue", "stop", or NOTIFY_RESYNC after a lost LISTEN connection) means
-     * the same: the store may hold something new. */
-    while (notify_recv(w->notify, buf, sizeof buf) > 0)
+    /* Whatever arrived ("queue", "stop", "events", or NOTIFY_RESYNC after a lost LISTEN
+     * connection) means the same: the store may hold something new; every one of them follows
+     * committed events, which the webhook threads may have to send. "events" alone (a gateway's
+     * other writes) concerns only them. */
+    while (notify_recv(w->notify, buf, sizeof buf) > 0) {
         any = true;
-    if (!any || w->stopping)
+        only_events = only_events && strcmp(buf, "events") == 0;
+    }
+    if (any)
+        webhook_sender_wake(w->webhooks);
+    if (!any || only_events || w->stopping)
         return;
     /* A hint only: whatever it said, look at the store. Claim first: a new message is the common
      * case and its Sandbox starts work at once; DELETEs are rare and cheap to check after. */
@@ -230,7 +240,8 @@ int worker_init(struct worker *w, const struct sbx_config *cfg,
                        err, errlen);
     if (!w->st)
         return -1;
-    /* Kernel state this worker makes (links, firewall elements) is tagged with the installation,
+    /* Kernel state this worker makes (links, firewall elements, cgroups, jails, NFS exports) is
+     * tagged with the installation,
      * so that another sbx on this host leaves it alone, and this one leaves the other's. */
     enum store_status rc = installation_id(w->st, w->installation);
     if (rc != STORE_OK) {
@@ -239,6 +250,7 @@ int worker_init(struct worker *w, const struct sbx_config *cfg,
         return -1;
     }
     net_set_installation(w->installation);
+    host_tag_set(w->installation);
     rc = w->st->worker_register(w->st, w->id, w->hostname, (int64_t)getpid());
     if (rc != STORE_OK) {
         snprintf(err, errlen, "cannot register the worker in %s: %s", cfg->db_path,
@@ -254,8 +266,13 @@ int worker_init(struct worker *w, const struct sbx_config *cfg,
                  store_status_name(rc));
         return -1;
     }
+    errno = 0;
+    w->nice = getpriority(PRIO_PROCESS, 0);
+    if (errno != 0)
+        w->nice = 0;
     w->base = event_base_new();
-    if (!w->base || !(w->jobs = jobs_new(w->base, (size_t)cfg->job_threads))) {
+    if (!w->base || !(w->jobs = jobs_new(w->base, (size_t)cfg->job_threads, 0)) ||
+        !(w->background = jobs_new(w->base, (size_t)cfg->job_threads, BACKGROUND_NICE))) {
         snprintf(err, errlen, "cannot start the event loop or its threads");
         return -1;
     }
@@ -350,6 +367,7 @@ void worker_fini(struct worker *w)
     egress_events_stop(); /* its event and batch, before the loop and the store go */
     /* Jobs still running use their Sandbox: let them end before freeing anything. */
     jobs_free(w->jobs);
+    jobs_free(w->background);
     /* Sandboxes left only when the loop ended abnormally (adopted by another worker, which reaps
      * them): their rows stay for reconciliation. */
     delivery_drop_all(w);

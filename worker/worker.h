@@ -22,6 +22,7 @@
 
 #include "config.h"
 #include "installation.h"
+#include "delivery/webhook_sender.h"
 #include "drivers/driver.h"
 #include "notify.h"
 #include "store.h"
@@ -44,6 +45,12 @@ struct worker {
     const struct driver *(*find_driver)(const char *name);
     struct event_base *base;
     struct jobs *jobs;
+    /* Threads at BACKGROUND_NICE for work no reply waits for: pool boots (where they can be put
+     * back, sandbox/priority.h) and teardowns. */
+    struct jobs *background;
+    bool pool_deferred; /* pool_replenish waited for activations under way (sandbox/pool.c) */
+    int64_t pool_deferred_since; /* mono ms: since when, for at most POOL_DEFER_MAX_MS */
+    int nice; /* the worker's own nice level, which Sandboxes booted in the background get back */
     char id[STORE_ID_LEN];
     char actor[64];
     struct store_ctx ctx;
@@ -75,7 +82,7 @@ struct worker {
 
     /* recovery/reconcile.c: the once-per-process passes already made */
     struct {
-        bool nfs_exports, network, host_lost;
+        bool nfs_exports, network, leftovers, host_lost;
     } reconciled;
     char firewall_metrics_sent[4096]; /* what the store holds from this worker ("" at start) */
 
@@ -99,10 +106,12 @@ static inline void consumer_kick(struct worker *w)
 }
 
 /* Tells the gateway's long polls about a message ("msg <id>") or a Sandbox ("sandbox <id>"): a
- * hint over notify.h, from any layer (it is not a call into the loop). */
+ * hint over notify.h, from any layer (it is not a call into the loop). The change committed events,
+ * so this worker's webhook threads are woken too. */
 static inline void worker_notify_gateway(struct worker *w, const char *kind, const char *id)
 {
     char msg[96];
+    webhook_sender_wake(w->webhooks);
     if (!w->gateway_peer)
         return;
     snprintf(msg, sizeof msg, "%s %s", kind, id);

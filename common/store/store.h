@@ -186,6 +186,7 @@ struct store_message {
     int64_t created_at;
     int64_t updated_at;
     int64_t completed_at;
+    int64_t chunks_dropped; /* read by message_get and message_list only (0 elsewhere) */
 };
 void store_message_clear(struct store_message *m);
 void store_message_list_free(struct store_message *m, size_t n);
@@ -205,19 +206,12 @@ typedef void (*store_enqueue_done_fn)(void *arg, enum store_status status, struc
 
 /* ==== the queue ==== */
 
-/* How a worker's claim places idle Sessions on hosts (queue_claim_placed). */
+/* How a worker's claim places idle Sessions on hosts (queue_claim_placed). The claim's result,
+ * struct store_delivery, follows struct store_sandbox below (it may carry one). */
 struct store_placement {
     int64_t grace_ms;     /* after this wait for the chosen host, any host may take the message */
     int64_t host_lost_ms; /* a host whose heartbeat is older is not chosen */
 };
-
-/* What a worker claims: the next message to deliver, with its Session and App. */
-struct store_delivery {
-    struct store_message message;
-    struct store_session session;
-    struct store_app app;
-};
-void store_delivery_clear(struct store_delivery *d);
 
 /* ==== sandboxes ==== */
 
@@ -244,6 +238,18 @@ struct store_sandbox {
     int64_t claimed_at;
     int64_t terminated_at;
 };
+
+/* What a worker claims: the next message to deliver, with its Session and App. */
+struct store_delivery {
+    struct store_message message;
+    struct store_session session;
+    struct store_app app;
+    /* queue_claim_with_sandbox only: whether it looked for a warm Sandbox (the Session was idle)
+     * and the one it claimed for the Session in the same transaction (id "" when none was warm). */
+    bool warm_claim_tried;
+    struct store_sandbox sandbox;
+};
+void store_delivery_clear(struct store_delivery *d);
 
 /* Usage measured at a Sandbox's end. */
 struct store_usage {
@@ -590,6 +596,14 @@ struct store {
                                             const char *worker_id, int64_t lease_ms,
                                             const struct store_placement *placement,
                                             struct store_delivery *out);
+    /* queue_claim_placed, and when the message's Session was idle (out->warm_claim_tried), one
+     * of this worker's warm Sandboxes of its App's shape claimed for the Session in the same
+     * transaction, as sandbox_claim_warm does: out->sandbox, id "" when none was warm (the worker
+     * then boots one cold). One commit instead of two on the way to a warm activation. */
+    enum store_status (*queue_claim_with_sandbox)(struct store *st, const struct store_ctx *ctx,
+                                                  const char *worker_id, int64_t lease_ms,
+                                                  const struct store_placement *placement,
+                                                  struct store_delivery *out);
     /* Like queue_claim_placed without placement, but only messages of Sessions this worker
      * already owns (it is at its Sandbox limit and can serve only Sessions whose Sandbox it
      * holds). */
@@ -603,6 +617,13 @@ struct store {
     enum store_status (*queue_complete)(struct store *st, const struct store_ctx *ctx,
                                         const char *message_id, const char *worker_id,
                                         const char *sandbox_id, const char *reply_json);
+    /* sandbox_mark_running and queue_complete in one transaction (events in that order): the
+     * reply of the first message a claimed Sandbox answered. STORE_CONFLICT when either refuses
+     * (the Session was deleted, the lease moved on); then nothing is written. */
+    enum store_status (*queue_complete_first)(struct store *st, const struct store_ctx *ctx,
+                                              const char *message_id, const char *worker_id,
+                                              const char *sandbox_id, const char *session_id,
+                                              const char *reply_json);
     /* A failed attempt: back to queued with not_before = now + backoff_ms, or failed with the
      * reason when attempts reached max_attempts (*final=true). */
     enum store_status (*queue_fail)(struct store *st, const struct store_ctx *ctx,

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 static char base[256], data_dir[300], sentinel[300], escape_name[64];
@@ -37,6 +38,15 @@ struct ent {
     char type;        /* 'f' file, 'd' dir, 'l' symlink, 'h' hard link, 'c' char device */
     const char *data; /* file content, or the link target */
     int mode, uid, gid;
+};
+
+/* Extended attributes write_tar gives the entries of these names, in any tar. */
+static const struct {
+    const char *entry, *name, *value;
+} tar_xattrs[] = {
+    {"home/u/owned", "user.origin", "layer two"},
+    {"home/u/", "user.dir", "d"},
+    {"home/u/trusted", "trusted.sbx", "dropped"},
 };
 
 static void write_tar(const char *path, const struct ent *ents, size_t n, bool gzip)
@@ -76,6 +86,10 @@ static void write_tar(const char *path, const struct ent *ents, size_t n, bool g
             break;
         }
         archive_entry_set_perm(e, ents[i].mode ? (mode_t)ents[i].mode : 0644);
+        for (size_t x = 0; x < sizeof tar_xattrs / sizeof tar_xattrs[0]; x++)
+            if (strcmp(tar_xattrs[x].entry, ents[i].name) == 0)
+                archive_entry_xattr_add_entry(e, tar_xattrs[x].name, tar_xattrs[x].value,
+                                              strlen(tar_xattrs[x].value));
         assert_int_equal(archive_write_header(a, e), ARCHIVE_OK);
         if (len)
             assert_int_equal(archive_write_data(a, ents[i].data, len), (la_ssize_t)len);
@@ -271,6 +285,8 @@ static void test_docker_archive_applies_layers(void **state)
         {"opq/new", 'f', "new\n", 0644, 0, 0},
         {"opq/.wh..wh..opq", 'f', "", 0644, 0, 0},
         {"home/u/owned", 'f', "mine\n", 0640, 1234, 4321},
+        {"home/u/", 'd', NULL, 0755, 0, 0},
+        {"home/u/trusted", 'f', "t\n", 0644, 0, 0},
         {"bin/link", 'l', "agent", 0777, 0, 0},
         {"bin/hard", 'h', "bin/agent", 0, 0, 0},
     };
@@ -314,6 +330,15 @@ static void test_docker_archive_applies_layers(void **state)
     assert_int_equal(sb.st_mode & 07777, 0640);
     assert_int_equal(sb.st_uid, 1234);
     assert_int_equal(sb.st_gid, 4321);
+    char xv[64] = "";
+    /* user.* is kept on files and directories (after the chown), trusted.* is not */
+    assert_int_equal(lgetxattr(p, "user.origin", xv, sizeof xv - 1), 9);
+    assert_string_equal(xv, "layer two");
+    snprintf(p, sizeof p, "%s/rootfs/home/u", dir);
+    memset(xv, 0, sizeof xv);
+    assert_int_equal(lgetxattr(p, "user.dir", xv, sizeof xv - 1), 1);
+    snprintf(p, sizeof p, "%s/rootfs/home/u/trusted", dir);
+    assert_int_equal(lgetxattr(p, "trusted.sbx", xv, sizeof xv), -1);
     snprintf(p, sizeof p, "%s/rootfs/bin/agent", dir);
     assert_int_equal(lstat(p, &sb), 0);
     assert_int_equal(sb.st_mode & 07777, 04755);

@@ -1,8 +1,18 @@
 /*
  * test_jail.c: jail paths are built only from safe components, and reap's guard recognises only
  * the exact jail of a Sandbox (a corrupted row must not make the worker remove other directories).
+ * Jails are tagged with the installation (host_tag.h), and the start-up sweep removes only this
+ * installation's jails of Sandboxes no longer live: never another installation's or an untagged
+ * one.
  */
+#include "host/host_tag.h"
 #include "host/jail.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -47,12 +57,88 @@ static void test_jail_path_is_exact(void **state)
     assert_false(jail_path_is("/srv/jail", "process", "..", "/srv/jail/process/.."));
 }
 
+static void test_jail_path_tagged(void **state)
+{
+    (void)state;
+    char out[256], id[64];
+    host_tag_set("inst0001");
+    assert_int_equal(jail_path("/srv/jail", "process", "sbx_abc123", out, sizeof out), 0);
+    assert_string_equal(out, "/srv/jail/process/inst0001-sbx_abc123");
+    /* Reap recognises both the tagged jail and one made before tagging. */
+    assert_true(jail_path_is("/srv/jail", "process", "sbx_a", "/srv/jail/process/inst0001-sbx_a"));
+    assert_true(jail_path_is("/srv/jail", "process", "sbx_a", "/srv/jail/process/sbx_a"));
+    assert_false(jail_path_is("/srv/jail", "process", "sbx_a", "/srv/jail/process/inst0002-sbx_a"));
+    assert_int_equal(host_tag_owner("inst0001-sbx_abc", id, sizeof id), HOST_TAG_OURS);
+    assert_string_equal(id, "sbx_abc");
+    assert_int_equal(host_tag_owner("inst0001-sbx-abc", id, sizeof id), HOST_TAG_OURS);
+    assert_string_equal(id, "sbx_abc"); /* the firecracker jailer's spelling */
+    assert_int_equal(host_tag_owner("inst0002-sbx_abc", id, sizeof id), HOST_TAG_OTHERS);
+    assert_int_equal(host_tag_owner("sbx_abc", id, sizeof id), HOST_TAG_LEGACY);
+    assert_int_equal(host_tag_owner("inst0001-../x", id, sizeof id), HOST_TAG_OTHERS);
+    assert_int_equal(host_tag_owner("inst0001", id, sizeof id), HOST_TAG_OTHERS);
+    host_tag_set("");
+}
+
+static bool live_is_sbx_live(const char *sandbox_id, void *arg)
+{
+    (*(int *)arg)++;
+    return strcmp(sandbox_id, "sbx_live") == 0;
+}
+
+static bool jail_exists(const char *base, const char *name)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/process/%s", base, name);
+    return access(p, F_OK) == 0;
+}
+
+static void test_jail_sweep_only_own_dead(void **state)
+{
+    (void)state;
+    char base[] = "/tmp/sbx-test-jail-XXXXXX", p[512];
+    assert_non_null(mkdtemp(base));
+    const char *names[] = {"inst0001-sbx_live", "inst0001-sbx_dead", "inst0002-sbx_dead",
+                           "sbx_dead", "unrelated"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        snprintf(p, sizeof p, "%s/process/%s", base, names[i]);
+        assert_int_equal(jail_create(p, false, p, sizeof p), 0);
+    }
+    host_tag_set("inst0001");
+    size_t removed = 0;
+    int asked = 0;
+    assert_int_equal(jail_sweep(base, "process", live_is_sbx_live, &asked, &removed), 0);
+    assert_int_equal(removed, 1);
+    assert_int_equal(asked, 2); /* only this installation's jails are judged */
+    assert_false(jail_exists(base, "inst0001-sbx_dead"));
+    assert_true(jail_exists(base, "inst0001-sbx_live"));
+    assert_true(jail_exists(base, "inst0002-sbx_dead")); /* another installation's */
+    assert_true(jail_exists(base, "sbx_dead"));          /* untagged: an older sbx may run it */
+    assert_true(jail_exists(base, "unrelated"));
+    /* A jail that holds a file is not emptied: removal only ever rmdir()s. */
+    snprintf(p, sizeof p, "%s/process/inst0002-sbx_dead/root/kept", base);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fclose(f);
+    host_tag_set("inst0002");
+    removed = 0;
+    assert_int_equal(jail_sweep(base, "process", live_is_sbx_live, &asked, &removed), 0);
+    assert_int_equal(removed, 0);
+    assert_int_equal(access(p, F_OK), 0);
+    assert_true(jail_exists(base, "inst0001-sbx_live"));
+    host_tag_set("");
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_jail_path_layout),
         cmocka_unit_test(test_jail_path_rejects_unsafe_ids),
         cmocka_unit_test(test_jail_path_is_exact),
+        cmocka_unit_test(test_jail_path_tagged),
+        cmocka_unit_test(test_jail_sweep_only_own_dead),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -213,6 +213,89 @@ static void test_unix_removes_sockets_of_dead_processes(void **state)
     assert_int_equal(glob(pattern, 0, NULL, &left), GLOB_NOMATCH);
 }
 
+/* A reader draining its socket while a burst far beyond the queue's 10 datagrams comes in (a
+ * burst of 100 activations sends three hints each) gets every hint, the sender waiting for room;
+ * or, when the reader could not keep up within the sender's wait (a loaded machine), a resync
+ * after the ones it lost, so that nothing waits for the slow recheck. */
+struct drained {
+    struct notify_listener *l;
+    int hints, resyncs;
+    bool done;
+};
+
+static void *drain_hints(void *arg)
+{
+    struct drained *d = arg;
+    char buf[64];
+    int64_t end = clock_mono_ms() + 20000;
+    while (clock_mono_ms() < end) {
+        readable_within(d->l, 100);
+        while (recv_now(d->l, buf, sizeof buf) > 0) {
+            if (strcmp(buf, "msg final") == 0) {
+                __atomic_store_n(&d->done, true, __ATOMIC_SEQ_CST);
+                return NULL;
+            }
+            if (strcmp(buf, NOTIFY_RESYNC) == 0)
+                d->resyncs++;
+            else
+                d->hints++;
+        }
+    }
+    d->hints = -1; /* "msg final" never came */
+    __atomic_store_n(&d->done, true, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+static void test_unix_full_queue_waits_for_a_draining_reader(void **state)
+{
+    (void)state;
+    struct drained d = {listen_or_fail("gateway"), 0, 0, false};
+    struct notify_peer *p = notify_peer_new(store, run_dir, "gateway");
+    pthread_t reader;
+    assert_non_null(p);
+    assert_int_equal(pthread_create(&reader, NULL, drain_hints, &d), 0);
+    for (int i = 0; i < 300; i++)
+        notify_send(p, "msg m");
+    /* Until it got through (it may itself meet a full queue, once) */
+    while (!__atomic_load_n(&d.done, __ATOMIC_SEQ_CST)) {
+        notify_send(p, "msg final");
+        usleep(20000);
+    }
+    assert_int_equal(pthread_join(reader, NULL), 0);
+    assert_true(d.hints >= 0);
+    if (d.hints < 300)
+        assert_true(d.resyncs > 0);
+    else
+        assert_int_equal(d.resyncs, 0);
+    notify_peer_free(p);
+    notify_listener_close(d.l);
+}
+
+/* A reader that does not read for a while loses hints beyond its queue, but not the news that it
+ * lost some: the next hint that gets through comes after NOTIFY_RESYNC (re-read everything). */
+static void test_unix_refused_hints_are_made_up_for_by_a_resync(void **state)
+{
+    (void)state;
+    struct notify_listener *l = listen_or_fail("gateway");
+    struct notify_peer *p = notify_peer_new(store, run_dir, "gateway");
+    char buf[64];
+    assert_non_null(p);
+    for (int i = 0; i < 30; i++)
+        notify_send(p, "msg early");
+    while (recv_now(l, buf, sizeof buf) > 0)
+        assert_string_equal(buf, "msg early");
+    notify_send(p, "msg late");
+    expect_resync(l, 5000);
+    expect_message(l, "msg late");
+    /* Made up for once: the next hint comes alone. */
+    notify_send(p, "msg next");
+    assert_true(readable_within(l, 5000));
+    assert_true(recv_now(l, buf, sizeof buf) > 0);
+    assert_string_equal(buf, "msg next");
+    notify_peer_free(p);
+    notify_listener_close(l);
+}
+
 static int unix_setup(void **state)
 {
     (void)state;
@@ -529,6 +612,8 @@ int main(int argc, char **argv)
     };
     const struct CMUnitTest unix_tests[] = {
         cmocka_unit_test(test_unix_removes_sockets_of_dead_processes),
+        cmocka_unit_test(test_unix_full_queue_waits_for_a_draining_reader),
+        cmocka_unit_test(test_unix_refused_hints_are_made_up_for_by_a_resync),
     };
     const struct CMUnitTest pg_tests[] = {
         cmocka_unit_test(test_pg_malformed_url_is_an_error),

@@ -527,6 +527,85 @@ static void test_batch_failure_is_isolated(void **state)
     store_session_clear(&s);
 }
 
+/* A row without an Idempotency-Key runs without a savepoint (enqueue.c): when it fails after its
+ * first write (here its audit event is refused, after its message row went in), the batch is
+ * rolled back and written again without it. The other rows of the batch, before and after it,
+ * commit with their seqs in order; the failed one leaves nothing, not even its message row. */
+static void test_batch_row_failing_after_its_write(void **state)
+{
+    struct store_fixture *f = *state;
+    struct store *st = f->st;
+    struct store_app a;
+    struct store_session s, poisoned;
+    enum { N = 12, BAD = 5 };
+    static struct async_results res;
+    struct async_slot slots[N];
+    struct store_enqueue reqs[N];
+    make_app(st, "rowfail", &a);
+    make_session(st, a.id, &s);
+    make_session(st, a.id, &poisoned);
+    if (f->pg) {
+        db_exec(f,
+                "CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "IF NEW.kind = 'message.queued' AND NEW.session_id = '%s' THEN "
+                "RAISE EXCEPTION 'poisoned' USING ERRCODE = 'check_violation'; END IF; "
+                "RETURN NEW; END $$",
+                poisoned.id);
+        db_exec(f, "CREATE TRIGGER poison BEFORE INSERT ON events FOR EACH ROW "
+                   "EXECUTE FUNCTION poison()");
+    } else {
+        db_exec(f,
+                "CREATE TRIGGER poison BEFORE INSERT ON events WHEN NEW.kind = 'message.queued' "
+                "AND NEW.session_id = '%s' BEGIN SELECT RAISE(ABORT, 'poisoned'); END",
+                poisoned.id);
+    }
+    memset(&res, 0, sizeof res);
+    pthread_mutex_init(&res.lock, NULL);
+    pthread_cond_init(&res.cond, NULL);
+
+    db_mark_transactions(f);
+    db_lock_writers(f);
+    /* The committer takes the first request and waits for the lock; the others queue meanwhile
+     * and make one batch, the poisoned row in its middle. */
+    for (int i = 0; i < N; i++) {
+        slots[i] = (struct async_slot){&res, i};
+        reqs[i] =
+            (struct store_enqueue){a.id, i == BAD ? poisoned.id : s.id, "{\"r\":1}", NULL, NULL};
+        assert_int_equal(st->message_enqueue_async(st, &admin, &reqs[i], async_done, &slots[i]),
+                         STORE_OK);
+        if (i == 0)
+            usleep(100 * 1000);
+    }
+    usleep(100 * 1000);
+    db_unlock_writers(f);
+    pthread_mutex_lock(&res.lock);
+    while (res.done < N)
+        pthread_cond_wait(&res.cond, &res.lock);
+    pthread_mutex_unlock(&res.lock);
+
+    for (int i = 0, want = 1; i < N; i++) {
+        if (i == BAD) {
+            assert_int_equal(res.status[i], STORE_INVALID);
+            continue;
+        }
+        assert_int_equal(res.status[i], STORE_OK);
+        assert_int_equal(res.seq[i], want++); /* in order, no gap where the bad row was */
+    }
+    assert_int_equal(db_int(f, "SELECT count(*) FROM messages WHERE session_id = '%s'", s.id),
+                     N - 1);
+    assert_int_equal(
+        db_int(f, "SELECT count(*) FROM messages WHERE session_id = '%s'", poisoned.id), 0);
+    assert_int_equal(db_int(f, "SELECT next_seq FROM sessions WHERE id = '%s'", poisoned.id), 1);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM events WHERE kind='message.queued'"), N - 1);
+    /* The first request alone (taken while the lock was held), then the batch: its first pass
+     * rolled back, its second committed. */
+    assert_true(db_message_transactions(f) <= 3);
+    pthread_mutex_destroy(&res.lock);
+    pthread_cond_destroy(&res.cond);
+    store_session_clear(&s);
+    store_session_clear(&poisoned);
+}
+
 static void test_cross_app_scoping(void **state)
 {
     struct store_fixture *f = *state;
@@ -758,6 +837,7 @@ int main(void)
         cmocka_unit_test(test_ordered_ids),
         cmocka_unit_test_setup_teardown(test_enqueue_async_one_caller_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_failure_is_isolated, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_row_failing_after_its_write, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cross_app_scoping, setup, teardown),
         cmocka_unit_test_setup_teardown(test_session_names_and_workspaces, setup, teardown),
         cmocka_unit_test_setup_teardown(test_settings_and_workspace_list, setup, teardown),

@@ -2,7 +2,8 @@
  * test_store_queue.c: the worker side of the store on a real database (a SQLite file, or a
  * PostgreSQL database when run under tests/pg-run.sh: see store_fixture.h): per-Session order,
  * leases and their expiry, retries with backoff, maxAttempts, exactly-once completion, no double
- * claims from concurrent claim loops, the Sandbox lifecycle and worker adoption.
+ * claims from concurrent claim loops, the Sandbox lifecycle (and the warm path's folded claim and
+ * first completion) and worker adoption.
  *
  * Apps, Sessions and messages are written with plain SQL so these tests depend only on the
  * worker-side functions they test.
@@ -254,6 +255,134 @@ static void test_release_gives_back_without_counting(void **state)
     assert_int_equal(f->st->queue_release(f->st, &ctx, "msg_ses_1_1", "wrk_a"), STORE_OK);
     assert_int_equal(db_int(f, "SELECT attempts FROM messages"), 0);
     assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
+    store_delivery_clear(&d);
+}
+
+/* A warm Sandbox of worker's, booted and ready in the pool. */
+static void add_warm(struct store_fixture *f, const char *worker, struct store_sandbox *sb)
+{
+    assert_int_equal(f->st->sandbox_insert(f->st, &ctx, worker, &shape, false, sb), STORE_OK);
+    assert_int_equal(f->st->sandbox_mark_warm(f->st, &ctx, sb->id, 5), STORE_OK);
+}
+
+/* The event kinds of the Session's activation, in the order they were written (one row at a
+ * time: the same SQL on SQLite and PostgreSQL). */
+static void session_event_kinds(struct store_fixture *f, const char *session, char *out,
+                                size_t outlen)
+{
+    int64_t n = db_int(f, "SELECT COUNT(*) FROM events WHERE session_id = '%s'", session);
+    size_t len = 0;
+    out[0] = '\0';
+    for (int64_t i = 0; i < n && len < outlen; i++) {
+        char kind[64];
+        db_text(f, kind, sizeof kind,
+                "SELECT kind FROM events WHERE session_id = '%s' ORDER BY id LIMIT 1 OFFSET %lld",
+                session, (long long)i);
+        len += (size_t)snprintf(out + len, outlen - len, "%s%s", i ? " " : "", kind);
+    }
+}
+
+/* The warm path's one claim: the idle Session's message and this worker's warm Sandbox of the
+ * App's shape in one transaction; another worker's warm Sandbox is never taken, and without one
+ * of its own the worker is told to boot (id ""). */
+static void test_claim_with_sandbox_takes_the_warm_one_in_the_same_transaction(void **state)
+{
+    struct store_fixture *f = *state;
+    struct store_delivery d;
+    struct store_sandbox mine, theirs;
+    char text[512];
+    add_session(f, "ses_1");
+    add_session(f, "ses_2");
+    add_message(f, "ses_1", 1, 3);
+    add_warm(f, "wrk_b", &theirs);
+    add_warm(f, "wrk_a", &mine);
+
+    assert_int_equal(f->st->queue_claim_with_sandbox(f->st, &ctx, "wrk_a", 30000, NULL, &d),
+                     STORE_OK);
+    assert_string_equal(d.message.id, "msg_ses_1_1");
+    assert_true(d.warm_claim_tried);
+    assert_string_equal(d.sandbox.id, mine.id);
+    assert_string_equal(d.sandbox.state, "claimed");
+    assert_string_equal(d.sandbox.session_id, "ses_1");
+    store_delivery_clear(&d);
+    db_text(f, text, sizeof text,
+            "SELECT state || ':' || sandbox_id FROM sessions WHERE id = "
+            "'ses_1'");
+    char want[128];
+    snprintf(want, sizeof want, "activating:%s", mine.id);
+    assert_string_equal(text, want);
+    db_text(f, text, sizeof text, "SELECT state FROM sandboxes WHERE id = '%s'", theirs.id);
+    assert_string_equal(text, "warm");
+    session_event_kinds(f, "ses_1", text, sizeof text);
+    assert_string_equal(text, "session.activating message.delivering sandbox.claimed");
+
+    /* No warm Sandbox of wrk_a's left: the claim says so, and leaves wrk_b's alone. */
+    add_message(f, "ses_2", 1, 3);
+    assert_int_equal(f->st->queue_claim_with_sandbox(f->st, &ctx, "wrk_a", 30000, NULL, &d),
+                     STORE_OK);
+    assert_string_equal(d.message.id, "msg_ses_2_1");
+    assert_true(d.warm_claim_tried);
+    assert_string_equal(d.sandbox.id, "");
+    store_delivery_clear(&d);
+    db_text(f, text, sizeof text, "SELECT state FROM sandboxes WHERE id = '%s'", theirs.id);
+    assert_string_equal(text, "warm");
+
+    /* The next message of a Session the worker owns: no Sandbox to look for. */
+    assert_int_equal(
+        f->st->queue_fail(f->st, &ctx, "msg_ses_2_1", "wrk_a", NULL, "x", 0, &(bool){false}),
+        STORE_OK);
+    assert_int_equal(f->st->queue_claim_with_sandbox(f->st, &ctx, "wrk_a", 30000, NULL, &d),
+                     STORE_OK);
+    assert_string_equal(d.message.id, "msg_ses_2_1");
+    assert_false(d.warm_claim_tried);
+    store_delivery_clear(&d);
+}
+
+/* The first reply of a claimed Sandbox: `running` (Sandbox running, Session active) and the
+ * completion in one transaction, events in that order; a refusal writes nothing. */
+static void test_complete_first_records_running_with_the_reply(void **state)
+{
+    struct store_fixture *f = *state;
+    struct store_delivery d;
+    struct store_sandbox sb;
+    char text[512];
+    add_session(f, "ses_1");
+    add_message(f, "ses_1", 1, 3);
+    add_warm(f, "wrk_a", &sb);
+    assert_int_equal(f->st->queue_claim_with_sandbox(f->st, &ctx, "wrk_a", 30000, NULL, &d),
+                     STORE_OK);
+    assert_string_equal(d.sandbox.id, sb.id);
+
+    /* Another worker's lease: refused, and the Sandbox is still only claimed. */
+    assert_int_equal(
+        f->st->queue_complete_first(f->st, &ctx, d.message.id, "wrk_b", sb.id, "ses_1", "1"),
+        STORE_CONFLICT);
+    db_text(f, text, sizeof text, "SELECT state FROM sandboxes WHERE id = '%s'", sb.id);
+    assert_string_equal(text, "claimed");
+    db_text(f, text, sizeof text, "SELECT state FROM sessions");
+    assert_string_equal(text, "activating");
+
+    assert_int_equal(f->st->queue_complete_first(f->st, &ctx, d.message.id, "wrk_a", sb.id, "ses_1",
+                                                 "{\"ok\":1}"),
+                     STORE_OK);
+    store_delivery_clear(&d);
+    db_text(f, text, sizeof text, "SELECT state FROM sandboxes WHERE id = '%s'", sb.id);
+    assert_string_equal(text, "running");
+    db_text(f, text, sizeof text, "SELECT state || ':' || activation_count FROM sessions");
+    assert_string_equal(text, "active:1");
+    db_text(f, text, sizeof text, "SELECT state || ':' || reply FROM messages");
+    assert_string_equal(text, "completed:{\"ok\":1}");
+    session_event_kinds(f, "ses_1", text, sizeof text);
+    assert_string_equal(text, "session.activating message.delivering sandbox.claimed "
+                              "sandbox.running session.active message.completed");
+    /* Only once: the Sandbox runs already. */
+    add_message(f, "ses_1", 2, 3);
+    assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
+    assert_int_equal(
+        f->st->queue_complete_first(f->st, &ctx, d.message.id, "wrk_a", sb.id, "ses_1", "2"),
+        STORE_CONFLICT);
+    assert_int_equal(f->st->queue_complete(f->st, &ctx, d.message.id, "wrk_a", sb.id, "2"),
+                     STORE_OK);
     store_delivery_clear(&d);
 }
 
@@ -681,6 +810,10 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_gives_back_without_counting, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sandbox_lifecycle_moves_the_session, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_claim_with_sandbox_takes_the_warm_one_in_the_same_transaction, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_complete_first_records_running_with_the_reply, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_cold_assign_and_stop_requests, setup, teardown),
         cmocka_unit_test_setup_teardown(test_adopt_requeues_and_frees_a_dead_workers_work, setup,
                                         teardown),

@@ -49,6 +49,28 @@ function header() {
   console.log('-'.repeat(110));
 }
 
+// ---- CPU time of processes (for CPU per request) ----
+
+const clockTicks = Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100;
+
+// utime + stime of pid and of its children that are still running (nginx's workers), in seconds.
+function cpuSeconds(pid) {
+  let ticks = 0;
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    let stat;
+    try {
+      stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+    } catch {
+      continue; // gone meanwhile
+    }
+    // Fields after the command name (which may hold spaces): state ppid ... utime(14) stime(15).
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (Number(entry) === pid || Number(f[1]) === pid) ticks += Number(f[11]) + Number(f[12]);
+  }
+  return ticks / clockTicks;
+}
+
 // ---- baselines ----
 
 async function startNginx() {
@@ -86,6 +108,7 @@ http {
   }
   return {
     url: `http://127.0.0.1:${port}`,
+    pid: p.pid,
     stop: async () => {
       p.kill('SIGTERM');
       await new Promise((r) => p.on('exit', r));
@@ -139,7 +162,9 @@ async function ingestion(label = 'ingestion', dataDir) {
   for (const c of label === 'ingestion' ? [1, 16, 64] : [16]) {
     const env = { SBX_BENCH_KEY: sbx.key, SBX_BENCH_SESSIONS: sessionsFile };
     const rowsBefore = countRows();
+    const cpu0 = cpuSeconds(sbx.gateway.pid);
     const s = runWrk({ url: sbx.base, connections: c, seconds: wrkSeconds, script: join(here, 'post.lua'), env });
+    s.cpuUsPerRequest = ((cpuSeconds(sbx.gateway.pid) - cpu0) * 1e6) / s.requests;
     // Every 202 wrk counted must be a row: the gateway answers only after the commit. Rows may
     // exceed the 202s by the requests still in flight when wrk stopped.
     const accepted = s.requests - s.non2xx;
@@ -149,12 +174,18 @@ async function ingestion(label = 'ingestion', dataDir) {
     const durability = stored >= accepted ? `${accepted} 202s, ${stored} rows` : `ONLY ${stored} rows for ${accepted} 202s!`;
     const errs = (s.non2xx ? `${s.non2xx} non-2xx! ` : '') + (s.errors ? s.errors + ' ' : '');
     let n = null;
-    if (nginx) n = runWrk({ url: nginx.url, connections: c, seconds: wrkSeconds, script: join(here, 'post.lua'), env });
+    if (nginx) {
+      const n0 = cpuSeconds(nginx.pid);
+      n = runWrk({ url: nginx.url, connections: c, seconds: wrkSeconds, script: join(here, 'post.lua'), env });
+      n.cpuUsPerRequest = ((cpuSeconds(nginx.pid) - n0) * 1e6) / n.requests;
+    }
     out[c] = { sbx: s, nginx: n };
     if (nginx) {
       row(label, `POST msg c=${c} throughput`, s.rps, 'nginx fixed 202', n.rps, 'req/s', errs + durability);
       row(label, `POST msg c=${c} p50`, s.p50, 'nginx fixed 202', n.p50, 'ms');
       row(label, `POST msg c=${c} p99`, s.p99, 'nginx fixed 202', n.p99, 'ms');
+      // Gateway CPU seconds (utime + stime, /proc) per request; nginx's summed over its workers.
+      row(label, `POST msg c=${c} CPU/request`, s.cpuUsPerRequest, 'nginx fixed 202', n.cpuUsPerRequest, 'us', 'ratio = nginx/sbx', true);
     }
   }
   if (nginx) await nginx.stop();
@@ -182,7 +213,8 @@ async function warmRuns(sbx, runs) {
   return out;
 }
 
-async function warm(label = 'warm', dataDir, runs = 50, warmup = 3) {
+// SBX_BENCH_WARM_RUNS overrides the warm scenario's run count (a longer run to profile).
+async function warm(label = 'warm', dataDir, runs = Number(process.env.SBX_BENCH_WARM_RUNS) || 50, warmup = 3) {
   const sbx = new Sbx(buildDir, { SBX_POOL_SIZE: '2' });
   await sbx.start({ dataDir });
   await sbx.app({ keepAliveSeconds: 1 });
@@ -476,7 +508,8 @@ async function streaming() {
   row('streaming', 'reply to stream end p50', e.p50, 'reply to long poll', p.p50, 'ms', 'the final event', true);
 
   // Memory: 1,000 waiting long polls, then 1,000 open streams, on the gateway alone.
-  const g = new Sbx(buildDir, { SBX_POOL_SIZE: '0', SBX_CONN_LIMIT: '5000', SBX_STREAM_LIMIT: '5000' });
+  // Every socket comes from 127.0.0.1: conn_per_client must admit them all.
+  const g = new Sbx(buildDir, { SBX_POOL_SIZE: '0', SBX_CONN_LIMIT: '5000', SBX_STREAM_LIMIT: '5000', SBX_CONN_PER_CLIENT: '5000' });
   await g.start({ gatewayOnly: true });
   await g.app();
   const gs = await g.session();

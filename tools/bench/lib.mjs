@@ -58,8 +58,14 @@ export class Sbx {
     return this;
   }
 
+  // SBX_BENCH_PERF=<dir> runs every daemon under `perf record --call-graph dwarf`, one
+  // <dir>/<daemon>-<n>.data each, for profiling a scenario (docs/performance.md).
   spawn(bin, env) {
-    const p = spawn(bin, [], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+    const perfDir = process.env.SBX_BENCH_PERF;
+    const [cmd, args] = perfDir
+      ? ['perf', ['record', '-q', '--call-graph', 'dwarf,16384', '-F', '4000', '-o', join(perfDir, `${bin.split('/').pop()}-${this.procs.length}.data`), '--', bin]]
+      : [bin, []];
+    const p = spawn(cmd, args, { env, stdio: ['ignore', 'ignore', 'pipe'] });
     p.stderr.on('data', (d) => {
       if (process.env.SBX_BENCH_VERBOSE) process.stderr.write(d);
     });

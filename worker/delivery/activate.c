@@ -1,6 +1,7 @@
 /*
  * activate.c: giving a claimed message's Session a Sandbox (delivery.h): a warm one of the App's
- * shape claimed in the store, else a cold boot; then the App's VMM limits applied and the
+ * shape claimed in the store (by the message's claim itself, queue_claim_with_sandbox, when the
+ * Session was idle), else a cold boot; then the App's VMM limits applied and the
  * Session's Workspace attached (a driver job, skipped without either) and the App's command
  * started; when the agent says
  * "started", the message goes out (ACTIVATING -> BUSY) and the Sandbox is recorded running.
@@ -133,13 +134,13 @@ void activation_continue(struct sandbox *sb)
 
 void activation_started(struct sandbox *sb)
 {
-    /* Deliver first, then record `running`: the App works on the message while this commit
-     * runs. The reply is read by this same loop only after the commit, so the store still sees
-     * the Sandbox running before the message completed. */
+    /* Deliver first; `running` is written with the reply (one commit, queue_complete_first), or
+     * on its own if the App takes longer than RUNNING_RECORD_MS (sandbox.h). Either way the
+     * store sees the Sandbox running before the message completed. */
     sandbox_send_message(sb, sb->delivery);
     if (sb->state != SB_BUSY)
         return; /* the channel closed: terminated already */
-    sandbox_record_running(sb);
+    sandbox_running_pending(sb);
 }
 
 void delivery_activate(struct worker *w, struct store_delivery *d)
@@ -158,12 +159,20 @@ void delivery_activate(struct worker *w, struct store_delivery *d)
     if (!drv) {
         snprintf(reason, sizeof reason, "driver \"%s\" is not available on this worker",
                  shape.driver);
+        if (d->warm_claim_tried && d->sandbox.id[0])
+            w->st->sandbox_finish(w->st, &w->ctx, d->sandbox.id, true, reason, NULL);
         delivery_fail(w, d, NULL, reason);
         return;
     }
     pool_ensure_shape(w, &shape);
-    rc = w->st->sandbox_claim_warm(w->st, &w->ctx, w->id, &shape, d->app.id, d->session.id,
-                                   &claimed);
+    if (d->warm_claim_tried) {
+        /* The claim took the warm Sandbox in its own transaction (queue_claim_with_sandbox). */
+        rc = d->sandbox.id[0] ? STORE_OK : STORE_EMPTY;
+        claimed = d->sandbox;
+    } else {
+        rc = w->st->sandbox_claim_warm(w->st, &w->ctx, w->id, &shape, d->app.id, d->session.id,
+                                       &claimed);
+    }
     struct sandbox *sb = rc == STORE_OK ? sandbox_find(w, claimed.id) : NULL;
     if (rc == STORE_OK && sb && sb->state == SB_WARM) {
         sandbox_claimed(sb, d);

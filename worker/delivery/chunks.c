@@ -104,6 +104,12 @@ static struct chunk_stream *stream_for(struct sandbox *sb, const char *message_i
 void delivery_chunk(struct sandbox *sb, json_t *value)
 {
     struct worker *w = sb->w;
+    /* The App runs: the store says so before its first chunk is stored (sandbox.h). */
+    enum store_status rrc = sandbox_record_running(sb);
+    if (rrc != STORE_OK) {
+        sandbox_terminate(sb, rrc == STORE_CONFLICT ? "session deleted" : "store error", false);
+        return;
+    }
     const char *message_id = sb->delivery->message.id;
     struct chunk_stream *cs = stream_for(sb, message_id);
     if (!cs) {

@@ -70,11 +70,13 @@ void consumer_run(struct worker *w)
          * write; the heartbeat renews it for as long as this worker lives. */
         int64_t lease = w->cfg.lease_ms + w->cfg.message_timeout * 1000;
         /* Placement: an idle Session's message goes to the host with a warm Sandbox of its
-         * shape, else the least loaded one (or to any host once it has waited the grace). */
+         * shape, else the least loaded one (or to any host once it has waited the grace); the
+         * same transaction claims that warm Sandbox here for the Session (delivery_activate). */
         struct store_placement placement = {w->cfg.placement_grace_ms, w->cfg.host_lost_ms};
         enum store_status rc =
-            owned_only ? w->st->queue_claim_owned(w->st, &w->ctx, w->id, lease, d)
-                       : w->st->queue_claim_placed(w->st, &w->ctx, w->id, lease, &placement, d);
+            owned_only
+                ? w->st->queue_claim_owned(w->st, &w->ctx, w->id, lease, d)
+                : w->st->queue_claim_with_sandbox(w->st, &w->ctx, w->id, lease, &placement, d);
         if (rc != STORE_OK) {
             free(d);
             if (rc != STORE_EMPTY)

@@ -61,6 +61,40 @@ void delivery_fail(struct worker *w, struct store_delivery *d, const char *sandb
     delivery_end(w, d, true);
 }
 
+/* Writes a pending `running` on its own; false when the store refused and the Sandbox was
+ * terminated (its delivery went to delivery_lost: sb->delivery is gone). */
+static bool record_running_or_end(struct sandbox *sb)
+{
+    enum store_status rc = sandbox_record_running(sb);
+    if (rc == STORE_OK)
+        return true;
+    sandbox_terminate(sb, rc == STORE_CONFLICT ? "session deleted" : "store error", false);
+    return false;
+}
+
+/* The reply, with a pending `running` in its transaction (one commit: sandbox.h). *ended when
+ * the Sandbox was terminated meanwhile (the delivery is gone then). */
+static enum store_status record_reply(struct sandbox *sb, const char *text, bool *ended)
+{
+    struct worker *w = sb->w;
+    struct store_delivery *d = sb->delivery;
+    *ended = false;
+    if (sb->running_pending) {
+        enum store_status rc = w->st->queue_complete_first(w->st, &w->ctx, d->message.id, w->id,
+                                                           sb->rt.sandbox_id, sb->session_id, text);
+        if (rc == STORE_OK) {
+            sandbox_running_recorded(sb);
+            return rc;
+        }
+        /* Nothing was written: the steps one at a time tell which one refused. */
+        if (!record_running_or_end(sb)) {
+            *ended = true;
+            return rc;
+        }
+    }
+    return w->st->queue_complete(w->st, &w->ctx, d->message.id, w->id, sb->rt.sandbox_id, text);
+}
+
 void delivery_replied(struct sandbox *sb, json_t *line)
 {
     struct worker *w = sb->w;
@@ -72,10 +106,11 @@ void delivery_replied(struct sandbox *sb, json_t *line)
     chunks_free(sb);
     if (reply) {
         char *text = json_dumps(reply, JSON_COMPACT | JSON_ENCODE_ANY);
-        enum store_status rc = text ? w->st->queue_complete(w->st, &w->ctx, d->message.id, w->id,
-                                                            sb->rt.sandbox_id, text)
-                                    : STORE_ERROR;
+        bool ended = false;
+        enum store_status rc = text ? record_reply(sb, text, &ended) : STORE_ERROR;
         free(text);
+        if (ended)
+            return; /* terminated: delivery_lost ended the attempt */
         if (rc == STORE_OK)
             log_emit(LOG_LEVEL_DEBUG, d->message.request_id, "worker: %s completed", d->message.id);
         else
@@ -84,6 +119,8 @@ void delivery_replied(struct sandbox *sb, json_t *line)
         worker_notify_gateway(w, "msg", d->message.id);
     } else {
         char reason[512];
+        if (!record_running_or_end(sb))
+            return; /* terminated: delivery_lost ended the attempt */
         const char *msg = json_string_value(error);
         char *dumped = msg ? NULL : json_dumps(error, JSON_COMPACT | JSON_ENCODE_ANY);
         snprintf(reason, sizeof reason, "agent error: %s", msg ? msg : dumped ? dumped : "?");
@@ -94,7 +131,7 @@ void delivery_replied(struct sandbox *sb, json_t *line)
     sb->refill_pending = false;
     end_carried(sb);
     sandbox_idle(sb);
-    if (refill)
+    if (refill || w->pool_deferred)
         pool_replenish(w);
 }
 

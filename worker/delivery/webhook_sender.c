@@ -31,6 +31,7 @@ struct webhook_sender {
     char worker_id[STORE_ID_LEN];
     pthread_mutex_t lock;
     pthread_cond_t wake;
+    uint64_t wakes; /* webhook_sender_wake() calls so far: a thread sleeps until it moves */
     bool stopping;
     pthread_t *threads;
     size_t n_threads;
@@ -200,8 +201,9 @@ static void deliver(struct webhook_sender *ws, struct store_webhook_job *job)
                  (long long)job->attempt, error, retry_at ? "" : "; giving up");
 }
 
-/* Waits up to ms or until stopped; returns false once stopping. */
-static bool nap(struct webhook_sender *ws, int64_t ms)
+/* Waits up to ms, until woken after *seen (webhook_sender_wake) or until stopped; returns false
+ * once stopping. *seen is updated to the wake-ups served by the round that follows. */
+static bool nap(struct webhook_sender *ws, int64_t ms, uint64_t *seen)
 {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
@@ -212,20 +214,30 @@ static bool nap(struct webhook_sender *ws, int64_t ms)
         until.tv_nsec -= 1000000000;
     }
     pthread_mutex_lock(&ws->lock);
-    if (!ws->stopping)
-        pthread_cond_timedwait(&ws->wake, &ws->lock, &until);
+    while (!ws->stopping && ws->wakes == *seen &&
+           pthread_cond_timedwait(&ws->wake, &ws->lock, &until) == 0) {
+    }
+    bool woken = ws->wakes != *seen;
+    *seen = ws->wakes;
     bool go_on = !ws->stopping;
     pthread_mutex_unlock(&ws->lock);
+    if (woken && go_on) {
+        /* A burst of events is one round, not one per event. */
+        struct timespec spacing = {0, WEBHOOK_WAKE_SPACING_MS * 1000000L};
+        nanosleep(&spacing, NULL);
+    }
     return go_on;
 }
 
 static void *sender_main(void *arg)
 {
     struct webhook_sender *ws = arg;
-    int64_t lease = ws->cfg.webhook_timeout_ms + 5000;
+    int64_t lease = ws->cfg.webhook_timeout_ms + 5000, poll = ws->cfg.webhook_poll_ms;
+    uint64_t seen = 0;
     for (;;) {
         pthread_mutex_lock(&ws->lock);
         bool stop = ws->stopping;
+        seen = ws->wakes; /* what this round's fill will see */
         pthread_mutex_unlock(&ws->lock);
         if (stop)
             break;
@@ -236,8 +248,8 @@ static void *sender_main(void *arg)
         /* A read first: claiming takes the write lock, not to be taken for nothing. */
         int64_t due = 0, now = clock_wall_ms();
         if (ws->st->webhook_next_due(ws->st, &due) != STORE_OK || due == 0 || due > now) {
-            int64_t wait = due > now && due - now < WEBHOOK_POLL_MS ? due - now : WEBHOOK_POLL_MS;
-            if (!nap(ws, wait))
+            int64_t wait = due > now && due - now < poll ? due - now : poll;
+            if (!nap(ws, wait, &seen))
                 break;
             continue;
         }
@@ -249,7 +261,7 @@ static void *sender_main(void *arg)
             continue;
         }
         /* Due, but every due endpoint is leased (by another thread or worker). */
-        if (!nap(ws, rc == STORE_EMPTY ? 50 : WEBHOOK_POLL_MS))
+        if (!nap(ws, rc == STORE_EMPTY ? 50 : poll, &seen))
             break;
     }
     return NULL;
@@ -281,6 +293,16 @@ struct webhook_sender *webhook_sender_start(struct store *st, const struct sbx_c
         ws->n_threads++;
     }
     return ws;
+}
+
+void webhook_sender_wake(struct webhook_sender *ws)
+{
+    if (!ws || ws->n_threads == 0)
+        return;
+    pthread_mutex_lock(&ws->lock);
+    ws->wakes++;
+    pthread_cond_broadcast(&ws->wake);
+    pthread_mutex_unlock(&ws->lock);
 }
 
 void webhook_sender_stop(struct webhook_sender *ws)

@@ -9,7 +9,9 @@
  * failed attempts in a row. Delivery is at least once: a worker killed during a POST leaves the
  * delivery pending, and when the lease (webhook_timeout_ms + 5 s) runs out any worker sends it
  * again, with the same webhook-id. With nothing due, a thread sleeps until the next delivery is
- * due, at most WEBHOOK_POLL_MS (the outbox is polled: events come from every process).
+ * due or until woken (webhook_sender_wake: the worker calls it when it commits events itself and
+ * when a wake-up from a gateway arrives, notify.h), at most webhook_poll_ms (the fallback for a
+ * lost wake-up).
  *
  * Stopping cuts an attempt in flight (not recorded; sent again once its lease has run out).
  *
@@ -22,15 +24,19 @@
 #include "config.h"
 #include "store.h"
 
-#define WEBHOOK_POLL_MS 250
-
 struct webhook_sender;
 
 /* Starts cfg->webhook_threads threads (none: returns a sender that does nothing). NULL on
  * failure. */
 struct webhook_sender *webhook_sender_start(struct store *st, const struct sbx_config *cfg,
                                             const char *worker_id);
-/* Stops the threads (an attempt in flight is finished or times out first) and frees it. */
+/* Wakes the sleeping threads: events may have been committed. Thread-safe, never blocks for long;
+ * wake-ups closer together than WEBHOOK_WAKE_SPACING_MS are served by one round. */
+void webhook_sender_wake(struct webhook_sender *ws);
+#define WEBHOOK_WAKE_SPACING_MS 5
+
+/* Stops the threads (an attempt in flight is cut within about a second, not recorded) and frees
+ * it. */
 void webhook_sender_stop(struct webhook_sender *ws);
 
 #endif

@@ -535,8 +535,9 @@ static int cleanup_host_state(const struct sbx_config *cfg, const char *sandbox_
     process_network_down(cfg, sandbox_id, net_address);
     if (jail_dir[0] && jail_remove(jail_dir, err, errlen) != 0)
         rc = -1;
-    char cg_err[256];
-    if (cgroup_remove(cgroups, cgroup_path, sandbox_id, 5000, cg_err, sizeof cg_err) != 0) {
+    char cg_err[256], name[CGROUP_NAME_LEN];
+    if (cgroup_remove(cgroups, cgroup_path, cgroup_name(sandbox_id, cgroup_path, name), 5000,
+                      cg_err, sizeof cg_err) != 0) {
         if (rc == 0)
             snprintf(err, errlen, "%s", cg_err);
         rc = -1;
@@ -637,15 +638,16 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
     if (jail_create(rt->jail_dir, privileged, err, errlen) != 0)
         goto fail;
     /* Accounting is not worth refusing a Sandbox for when we are not root (init said so). */
-    char cg_err[256];
-    if (cgroup_create(cgroups, rt->sandbox_id, rt->cgroup_path, sizeof rt->cgroup_path, cg_err,
+    char cg_err[256], cg_name[CGROUP_NAME_LEN];
+    cgroup_name(rt->sandbox_id, "", cg_name);
+    if (cgroup_create(cgroups, cg_name, rt->cgroup_path, sizeof rt->cgroup_path, cg_err,
                       sizeof cg_err) != 0) {
         if (privileged) {
             snprintf(err, errlen, "%s", cg_err);
             goto fail;
         }
         rt->cgroup_path[0] = '\0';
-    } else if (cgroup_apply_limits(cgroups, rt->cgroup_path, rt->sandbox_id, rt->shape.mem_size_mib,
+    } else if (cgroup_apply_limits(cgroups, rt->cgroup_path, cg_name, rt->shape.mem_size_mib,
                                    rt->shape.vcpu_count, cg_err, sizeof cg_err) != 0) {
         snprintf(err, errlen, "the Sandbox's bounds: %s", cg_err);
         goto fail;
@@ -676,7 +678,7 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
     rt->channel_fd = chan[0];
     chan[0] = -1;
 
-    if (cgroup_add_pid(cgroups, rt->cgroup_path, rt->sandbox_id, pid, cg_err, sizeof cg_err) != 0) {
+    if (cgroup_add_pid(cgroups, rt->cgroup_path, cg_name, pid, cg_err, sizeof cg_err) != 0) {
         if (privileged) {
             snprintf(err, errlen, "%s", cg_err);
             goto fail;
@@ -819,8 +821,10 @@ static int process_terminate(const struct sbx_config *cfg, struct sandbox_runtim
     /* No process of the uid is left (the cgroup is empty): another Sandbox may have it. */
     uid_range_release(rt->uid, rt->sandbox_id);
     rt->uid = -1;
+    char cg_name[CGROUP_NAME_LEN];
     if (rt->cgroup_path[0] || cgroups->v1_memory_root[0])
-        cgroup_read_usage(cgroups, rt->cgroup_path, rt->sandbox_id, &usage->cpu_usec,
+        cgroup_read_usage(cgroups, rt->cgroup_path,
+                          cgroup_name(rt->sandbox_id, rt->cgroup_path, cg_name), &usage->cpu_usec,
                           &usage->mem_peak_bytes);
     int rc = cleanup_host_state(cfg, rt->sandbox_id, rt->net_address, rt->jail_dir, rt->cgroup_path,
                                 err, errlen);
@@ -896,9 +900,15 @@ static int process_reap(const struct sbx_config *cfg, const struct store_sandbox
          * from the id alone, so the jail is still found. */
         jail_dir[0] = '\0';
     }
-    if (cgroups->v2_root[0])
-        snprintf(cgroup_path, sizeof cgroup_path, "%.400s/sbx/%.64s", cgroups->v2_root, sb->id);
-    if (sb->cgroup_path[0] && strcmp(sb->cgroup_path, cgroup_path) != 0)
+    char tagged[CGROUP_NAME_LEN], legacy[600] = "";
+    cgroup_name(sb->id, "", tagged);
+    if (cgroups->v2_root[0]) {
+        snprintf(cgroup_path, sizeof cgroup_path, "%.400s/sbx/%.64s", cgroups->v2_root, tagged);
+        snprintf(legacy, sizeof legacy, "%.400s/sbx/%.64s", cgroups->v2_root, sb->id);
+    }
+    if (sb->cgroup_path[0] && strcmp(sb->cgroup_path, legacy) == 0)
+        snprintf(cgroup_path, sizeof cgroup_path, "%s", legacy); /* made before tagging */
+    else if (sb->cgroup_path[0] && strcmp(sb->cgroup_path, cgroup_path) != 0)
         log_warn("process driver: %s recorded cgroup %s, reaping %s", sb->id, sb->cgroup_path,
                  cgroup_path);
 
@@ -922,7 +932,9 @@ static int process_reap(const struct sbx_config *cfg, const struct store_sandbox
 static int64_t process_oom_kills(const struct sbx_config *cfg, const struct sandbox_runtime *rt)
 {
     ensure_detected(cfg);
-    return cgroup_oom_kills(cgroups, rt->cgroup_path, rt->sandbox_id);
+    char cg_name[CGROUP_NAME_LEN];
+    return cgroup_oom_kills(cgroups, rt->cgroup_path,
+                            cgroup_name(rt->sandbox_id, rt->cgroup_path, cg_name));
 }
 
 static void process_unbounded(const struct sbx_config *cfg, char *out, size_t len)

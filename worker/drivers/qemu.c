@@ -3,9 +3,9 @@
  * the guest image of tools/build-guest-image, with the agent channel on a virtio-serial port.
  *
  * Isolation, modelled on Firecracker's jailer:
- *  - a per-Sandbox jail <chroot_base>/qemu/<sandboxId>/root holding the kernel and initramfs
- *    (hard links to the built image, copies across filesystems; root-owned, so read-only to QEMU),
- *    the unix sockets of the agent channel and QMP, and the guest's console log;
+ *  - a per-Sandbox jail <chroot_base>/qemu/<installation>-<sandboxId>/root holding the kernel
+ *    and initramfs (hard links to the built image, copies across filesystems; root-owned, so
+ * read-only to QEMU), the unix sockets of the agent channel and QMP, and the guest's console log;
  *  - QEMU is started by a fork that unshares a mount and a network namespace, bind-mounts the
  *    host's /usr read-only into the jail (QEMU needs its shared libraries and firmware; /lib,
  *    /lib64 and /bin are symlinks into usr on a merged-/usr Debian), chroots into the jail, drops
@@ -26,6 +26,7 @@
 #include "fs.h"
 #include "clock.h"
 #include "host/cgroup.h"
+#include "host/jail.h"
 #include "host/log_cap.h"
 #include "drivers/driver.h"
 #include "drivers/shared.h"
@@ -668,10 +669,10 @@ static const struct cgroup_host *host_cgroups(const struct sbx_config *cfg)
 static void cgroup_attach(const struct sbx_config *cfg, struct sandbox_runtime *rt)
 {
     const struct cgroup_host *h = host_cgroups(cfg);
-    char why[512];
-    if (cgroup_create(h, rt->sandbox_id, rt->cgroup_path, sizeof rt->cgroup_path, why,
-                      sizeof why) != 0 ||
-        cgroup_add_pid(h, rt->cgroup_path, rt->sandbox_id, rt->pid, why, sizeof why) != 0)
+    char why[512], name[CGROUP_NAME_LEN];
+    cgroup_name(rt->sandbox_id, "", name); /* tagged with the installation */
+    if (cgroup_create(h, name, rt->cgroup_path, sizeof rt->cgroup_path, why, sizeof why) != 0 ||
+        cgroup_add_pid(h, rt->cgroup_path, name, rt->pid, why, sizeof why) != 0)
         log_warn("qemu driver: %s: cgroup: %s (usage will not be measured)", rt->sandbox_id, why);
 }
 
@@ -684,7 +685,9 @@ static int qemu_apply_host_caps(const struct sbx_config *cfg, struct sandbox_run
         snprintf(err, errlen, "this host has no cgroup controller for them");
         return -1;
     }
-    if (cgroup_apply_limits(h, rt->cgroup_path, rt->sandbox_id, mem_mib, cpus, err, errlen) != 0)
+    char name[CGROUP_NAME_LEN];
+    if (cgroup_apply_limits(h, rt->cgroup_path, cgroup_name(rt->sandbox_id, rt->cgroup_path, name),
+                            mem_mib, cpus, err, errlen) != 0)
         return -1;
     log_info("qemu driver: %s: VMM capped at %lld MiB, %lld CPUs", rt->sandbox_id,
              (long long)mem_mib, (long long)cpus);
@@ -693,8 +696,9 @@ static int qemu_apply_host_caps(const struct sbx_config *cfg, struct sandbox_run
 
 static void cgroup_detach(const struct sbx_config *cfg, const char *path, const char *sandbox_id)
 {
-    char why[512];
-    if (cgroup_remove(host_cgroups(cfg), path, sandbox_id, 5000, why, sizeof why) != 0)
+    char why[512], name[CGROUP_NAME_LEN];
+    if (cgroup_remove(host_cgroups(cfg), path, cgroup_name(sandbox_id, path, name), 5000, why,
+                      sizeof why) != 0)
         log_warn("qemu driver: %s: %s", sandbox_id, why);
 }
 
@@ -959,8 +963,13 @@ static int qemu_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, c
         snprintf(err, errlen, "chroot_base is too long for unix socket paths in the jail");
         return -1;
     }
-    snprintf(rt->jail_dir, sizeof rt->jail_dir, "%.400s/qemu/%.60s", cfg->chroot_base,
-             rt->sandbox_id);
+    /* <chroot_base>/qemu/<installation>-<sandboxId> (jail.h, host_tag.h). */
+    if (jail_path(cfg->chroot_base, "qemu", rt->sandbox_id, rt->jail_dir, sizeof rt->jail_dir) !=
+        0) {
+        snprintf(err, errlen, "cannot make a jail path from chroot_base %s and id %s",
+                 cfg->chroot_base, rt->sandbox_id);
+        return -1;
+    }
     char root[PATH_MAX], usr[PATH_MAX], devnull[PATH_MAX], qlog[PATH_MAX], agent_sock[PATH_MAX],
         qmp_sock[PATH_MAX], console[PATH_MAX];
     snprintf(root, sizeof root, "%s/root", rt->jail_dir);
@@ -1132,8 +1141,10 @@ static int qemu_terminate(const struct sbx_config *cfg, struct sandbox_runtime *
     release_runtime(rt);
     if (rc == 0) {
         const struct cgroup_host *h = host_cgroups(cfg);
+        char name[CGROUP_NAME_LEN];
         if (rt->cgroup_path[0] != '\0' || h->v1_memory_root[0] != '\0')
-            cgroup_read_usage(h, rt->cgroup_path, rt->sandbox_id, &usage->cpu_usec,
+            cgroup_read_usage(h, rt->cgroup_path,
+                              cgroup_name(rt->sandbox_id, rt->cgroup_path, name), &usage->cpu_usec,
                               &usage->mem_peak_bytes);
         cgroup_detach(cfg, rt->cgroup_path, rt->sandbox_id);
         rt->cgroup_path[0] = '\0';
@@ -1177,18 +1188,24 @@ static int qemu_reap(const struct sbx_config *cfg, const struct store_sandbox *s
     cgroup_detach(cfg, sb->cgroup_path, sb->id);
     workspace_detach(cfg, sb->id, sb->net_address);
     network_down(sb->id, sb->net_address);
-    /* Only ever remove what lies in this driver's part of chroot_base. A Sandbox whose worker
+    /* Only ever remove what lies in this driver's part of chroot_base: the recorded jail when it
+     * is this Sandbox's (tagged, or bare from before jails were tagged). A Sandbox whose worker
      * died before it recorded the jail still has one there: the path follows from the id. */
     char expected[600];
-    snprintf(expected, sizeof expected, "%s/qemu/%s", cfg->chroot_base, sb->id);
-    if (sb->jail_dir[0] != '\0' && strcmp(sb->jail_dir, expected) != 0) {
+    if (jail_path(cfg->chroot_base, "qemu", sb->id, expected, sizeof expected) != 0) {
+        snprintf(err, errlen, "refusing to reap %s: no jail path from chroot_base %s", sb->id,
+                 cfg->chroot_base);
+        return -1;
+    }
+    if (sb->jail_dir[0] != '\0' && !jail_path_is(cfg->chroot_base, "qemu", sb->id, sb->jail_dir)) {
         snprintf(err, errlen, "refusing to reap %s: its jail_dir %s is not %s", sb->id,
                  sb->jail_dir, expected);
         return -1;
     }
+    const char *jail = sb->jail_dir[0] != '\0' ? sb->jail_dir : expected;
     struct stat st;
-    if (lstat(expected, &st) == 0 && fs_remove_tree(expected) != 0) {
-        snprintf(err, errlen, "cannot remove jail %s", expected);
+    if (lstat(jail, &st) == 0 && fs_remove_tree(jail) != 0) {
+        snprintf(err, errlen, "cannot remove jail %s", jail);
         return -1;
     }
     return 0;

@@ -3,6 +3,7 @@
  * kill, remove.
  */
 #include "host/cgroup.h"
+#include "host/host_tag.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -394,4 +395,14 @@ int cgroup_remove(const struct cgroup_host *h, const char *path, const char *san
             rc = -1;
     }
     return rc;
+}
+
+const char *cgroup_name(const char *sandbox_id, const char *path, char out[CGROUP_NAME_LEN])
+{
+    const char *slash = strrchr(path, '/');
+    if (slash && slash[1])
+        snprintf(out, CGROUP_NAME_LEN, "%s", slash + 1);
+    else if (host_tag_name(sandbox_id, out, CGROUP_NAME_LEN) != 0)
+        snprintf(out, CGROUP_NAME_LEN, "%s", sandbox_id);
+    return out;
 }

@@ -2,10 +2,14 @@
  * jail.c: create, attach a Workspace to, and remove per-Sandbox jail directories (see jail.h).
  */
 #include "fs.h"
+#include "host/host_tag.h"
 #include "host/jail.h"
+#include "log.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -23,20 +27,34 @@ static bool safe_component(const char *s)
     return true;
 }
 
+/* <chroot_base>/<driver>/<name> when every part is safe and it fits with room for "/workspace". */
+static int jail_path_named(const char *chroot_base, const char *driver, const char *name, char *out,
+                           size_t outlen)
+{
+    if (!safe_component(driver) || !safe_component(name) || chroot_base[0] != '/')
+        return -1;
+    int n = snprintf(out, outlen, "%s/%s/%s", chroot_base, driver, name);
+    return n > 0 && (size_t)n < outlen - 16 ? 0 : -1;
+}
+
 int jail_path(const char *chroot_base, const char *driver, const char *sandbox_id, char *out,
               size_t outlen)
 {
-    if (!safe_component(driver) || !safe_component(sandbox_id) || chroot_base[0] != '/')
+    char name[128];
+    if (host_tag_name(sandbox_id, name, sizeof name) != 0)
         return -1;
-    int n = snprintf(out, outlen, "%s/%s/%s", chroot_base, driver, sandbox_id);
-    return n > 0 && (size_t)n < outlen - 16 ? 0 : -1; /* room for "/workspace" */
+    return jail_path_named(chroot_base, driver, name, out, outlen);
 }
 
 bool jail_path_is(const char *chroot_base, const char *driver, const char *sandbox_id,
                   const char *jail_dir)
 {
     char expected[1024];
-    return jail_path(chroot_base, driver, sandbox_id, expected, sizeof expected) == 0 &&
+    if (jail_path(chroot_base, driver, sandbox_id, expected, sizeof expected) == 0 &&
+        strcmp(expected, jail_dir) == 0)
+        return true;
+    /* A jail made before jails were tagged with the installation. */
+    return jail_path_named(chroot_base, driver, sandbox_id, expected, sizeof expected) == 0 &&
            strcmp(expected, jail_dir) == 0;
 }
 
@@ -115,5 +133,47 @@ int jail_remove(const char *jail_dir, char *err, size_t errlen)
             return -1;
         }
     }
+    return 0;
+}
+
+int jail_sweep(const char *chroot_base, const char *driver,
+               bool (*is_live)(const char *sandbox_id, void *arg), void *arg, size_t *removed)
+{
+    char dir[1024], (*names)[128] = NULL;
+    size_t count = 0, cap = 0;
+    *removed = 0;
+    if (!safe_component(driver) || chroot_base[0] != '/')
+        return -1;
+    snprintf(dir, sizeof dir, "%s/%s", chroot_base, driver);
+    DIR *d = opendir(dir);
+    if (!d)
+        return errno == ENOENT ? 0 : -1;
+    /* Read whole before is_live() is asked: a jail made meanwhile has its Sandbox recorded. */
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char sandbox_id[128];
+        if (host_tag_owner(e->d_name, sandbox_id, sizeof sandbox_id) != HOST_TAG_OURS)
+            continue;
+        if (count == cap) {
+            void *grown = realloc(names, (cap = cap ? cap * 2 : 16) * sizeof *names);
+            if (!grown)
+                break;
+            names = grown;
+        }
+        snprintf(names[count++], sizeof *names, "%s", e->d_name);
+    }
+    closedir(d);
+    for (size_t i = 0; i < count; i++) {
+        char sandbox_id[128], jail_dir[1200], err[512];
+        host_tag_owner(names[i], sandbox_id, sizeof sandbox_id);
+        if (is_live(sandbox_id, arg))
+            continue;
+        snprintf(jail_dir, sizeof jail_dir, "%s/%s", dir, names[i]);
+        if (jail_remove(jail_dir, err, sizeof err) != 0)
+            log_warn("jail: leftover of %s: %s", sandbox_id, err);
+        else
+            (*removed)++;
+    }
+    free(names);
     return 0;
 }

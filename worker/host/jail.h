@@ -1,12 +1,13 @@
 /*
  * jail.h: the per-Sandbox jail directory on the host, laid out like Firecracker's jailer:
  *
- *   <chroot_base>/<driver>/<sandboxId>/            the jail (rt->jail_dir)
- *   <chroot_base>/<driver>/<sandboxId>/root/       where the Sandbox's root is mounted (in its own
- *                                                  mount namespace only; empty on the host)
- *   <chroot_base>/<driver>/<sandboxId>/workspace/  the Workspace slot: a shared mount point on the
- *                                                  host whose mounts propagate into the Sandbox's
- *                                                  /workspace (see jail_attach_workspace)
+ *   <chroot_base>/<driver>/<tag>/            the jail (rt->jail_dir); <tag> is
+ *                                            "<installation>-<sandboxId>" (host_tag.h)
+ *   <chroot_base>/<driver>/<tag>/root/       where the Sandbox's root is mounted (in its own mount
+ *                                            namespace only; empty on the host)
+ *   <chroot_base>/<driver>/<tag>/workspace/  the Workspace slot: a shared mount point on the host
+ *                                            whose mounts propagate into the Sandbox's /workspace
+ *                                            (see jail_attach_workspace)
  *
  * Removal only unmounts and rmdir()s: it never deletes files, so a Workspace that is still mounted
  * somewhere cannot lose data through it.
@@ -17,11 +18,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* Writes <chroot_base>/<driver>/<sandbox_id> to out; -1 when it does not fit or the id is unsafe.
- */
+/* Writes <chroot_base>/<driver>/<installation>-<sandbox_id> to out; -1 when it does not fit or the
+ * id is unsafe. */
 int jail_path(const char *chroot_base, const char *driver, const char *sandbox_id, char *out,
               size_t outlen);
-/* True when jail_dir is exactly the jail path of sandbox_id (guards reap against a bad row). */
+/* True when jail_dir is exactly the jail path of sandbox_id, tagged or (made before installations
+ * were tagged) bare (guards reap against a bad row). */
 bool jail_path_is(const char *chroot_base, const char *driver, const char *sandbox_id,
                   const char *jail_dir);
 /* Creates the jail directories and, with shared_slot, makes the Workspace slot a shared mount
@@ -34,5 +36,11 @@ void jail_slot_path(const char *jail_dir, char *out, size_t outlen);
 int jail_attach_workspace(const char *jail_dir, const char *host_dir, char *err, size_t errlen);
 /* Unmounts everything on the slot and removes the jail's (empty) directories. Idempotent. */
 int jail_remove(const char *jail_dir, char *err, size_t errlen);
+
+/* Start-up sweep: removes (jail_remove) every jail in <chroot_base>/<driver> tagged with this
+ * installation whose Sandbox is_live() says is not live. Another installation's jails and untagged
+ * ones (an older sbx may still run them) are left alone. *removed: how many. */
+int jail_sweep(const char *chroot_base, const char *driver,
+               bool (*is_live)(const char *sandbox_id, void *arg), void *arg, size_t *removed);
 
 #endif

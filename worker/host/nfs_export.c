@@ -5,6 +5,7 @@
  */
 #include "fs.h"
 #include "clock.h"
+#include "host/host_tag.h"
 #include "host/nfs_export.h"
 #include "log.h"
 
@@ -307,9 +308,15 @@ static bool conf_string_ok(const char *s)
     return s[0] == '/' && strpbrk(s, "\"\n\r\\") == NULL;
 }
 
-static void export_file(const struct nfs_paths *p, const char *sandbox_id, char *out, size_t outlen)
+/* <exports>/<installation>-<sandboxId>.export (host_tag.h); with legacy, the bare-id name written
+ * before exports were tagged with the installation. */
+static void export_file(const struct nfs_paths *p, const char *sandbox_id, bool legacy, char *out,
+                        size_t outlen)
 {
-    snprintf(out, outlen, "%.3000s/%.128s%s", p->exports, sandbox_id, EXPORT_SUFFIX);
+    char name[160];
+    if (legacy || host_tag_name(sandbox_id, name, sizeof name) != 0)
+        snprintf(name, sizeof name, "%.128s", sandbox_id);
+    snprintf(out, outlen, "%.3000s/%s%s", p->exports, name, EXPORT_SUFFIX);
 }
 
 int nfs_export_add(const struct sbx_config *cfg, const char *sandbox_id, const char *client_addr,
@@ -340,7 +347,7 @@ int nfs_export_add(const struct sbx_config *cfg, const char *sandbox_id, const c
     int lk = lock_take(&p, err, errlen);
     if (lk < 0)
         return -1;
-    export_file(&p, sandbox_id, path, sizeof path);
+    export_file(&p, sandbox_id, false, path, sizeof path);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "we");
     int rc = -1;
@@ -351,12 +358,13 @@ int nfs_export_add(const struct sbx_config *cfg, const char *sandbox_id, const c
     /* Access_Type None outside the CLIENT block: any other address, another Sandbox's included,
      * gets NFS4ERR_ACCESS even if the firewall let it through. */
     fprintf(f,
-            "# sandbox %s\nEXPORT {\n  Export_Id = %u;\n  Path = \"%s\";\n"
+            "# sandbox %s of installation %s\nEXPORT {\n  Export_Id = %u;\n  Path = \"%s\";\n"
             "  Pseudo = \"%s/%s\";\n  Protocols = 4;\n  Transports = TCP;\n"
             "  Access_Type = None;\n  Squash = All_Squash;\n  Anonymous_Uid = %lld;\n"
             "  Anonymous_Gid = %lld;\n  SecType = sys;\n  FSAL {\n    Name = VFS;\n  }\n"
             "  CLIENT {\n    Clients = %s;\n    Access_Type = RW;\n  }\n}\n",
-            sandbox_id, (unsigned)export_id, dir, NFS_EXPORT_PSEUDO_ROOT, sandbox_id,
+            sandbox_id, host_tag_installation()[0] ? host_tag_installation() : "-",
+            (unsigned)export_id, dir, NFS_EXPORT_PSEUDO_ROOT, sandbox_id,
             (long long)cfg->sandbox_uid, (long long)cfg->sandbox_gid, client_addr);
     if (fclose(f) != 0 || rename(tmp, path) != 0) {
         snprintf(err, errlen, "write %s: %s", path, strerror(errno));
@@ -381,20 +389,26 @@ int nfs_export_remove(const struct sbx_config *cfg, const char *sandbox_id, char
         return 0; /* nothing of ours can be named so */
     struct nfs_paths p;
     paths_of(cfg, &p);
-    char path[PATH_MAX + 300];
-    export_file(&p, sandbox_id, path, sizeof path);
-    if (access(path, F_OK) != 0)
+    char path[2][PATH_MAX + 300];
+    export_file(&p, sandbox_id, false, path[0], sizeof path[0]);
+    export_file(&p, sandbox_id, true, path[1], sizeof path[1]);
+    if (access(path[0], F_OK) != 0 && access(path[1], F_OK) != 0)
         return 0; /* the common case (no Workspace): no lock, no reload */
     int lk = lock_take(&p, err, errlen);
     if (lk < 0)
         return -1;
     int rc = 0;
-    if (unlink(path) == 0)
-        rc = apply(&p, false, err, errlen);
-    else if (errno != ENOENT) {
-        snprintf(err, errlen, "remove %s: %s", path, strerror(errno));
-        rc = -1;
+    bool removed = false;
+    for (int i = 0; i < 2 && rc == 0; i++) {
+        if (unlink(path[i]) == 0)
+            removed = true;
+        else if (errno != ENOENT) {
+            snprintf(err, errlen, "remove %s: %s", path[i], strerror(errno));
+            rc = -1;
+        }
     }
+    if (removed && rc == 0)
+        rc = apply(&p, false, err, errlen);
     lock_release(lk);
     return rc;
 }
@@ -402,12 +416,13 @@ int nfs_export_remove(const struct sbx_config *cfg, const char *sandbox_id, char
 bool nfs_export_exists(const struct sbx_config *cfg, const char *sandbox_id)
 {
     struct nfs_paths p;
-    char path[PATH_MAX + 300];
+    char path[PATH_MAX + 300], legacy[PATH_MAX + 300];
     if (!id_ok(sandbox_id))
         return false;
     paths_of(cfg, &p);
-    export_file(&p, sandbox_id, path, sizeof path);
-    return access(path, F_OK) == 0;
+    export_file(&p, sandbox_id, false, path, sizeof path);
+    export_file(&p, sandbox_id, true, legacy, sizeof legacy);
+    return access(path, F_OK) == 0 || access(legacy, F_OK) == 0;
 }
 
 int nfs_export_reconcile(const struct sbx_config *cfg,
@@ -429,13 +444,16 @@ int nfs_export_reconcile(const struct sbx_config *cfg,
     d = opendir(p.exports);
     struct dirent *e;
     while (d && (e = readdir(d)) != NULL) {
-        char id[256];
+        char name[256], id[256];
         size_t len = strlen(e->d_name), sl = strlen(EXPORT_SUFFIX);
-        if (len <= sl || len - sl >= sizeof id || strcmp(e->d_name + len - sl, EXPORT_SUFFIX))
+        if (len <= sl || len - sl >= sizeof name || strcmp(e->d_name + len - sl, EXPORT_SUFFIX))
             continue;
-        memcpy(id, e->d_name, len - sl);
-        id[len - sl] = '\0';
-        if (is_live(id, arg))
+        memcpy(name, e->d_name, len - sl);
+        name[len - sl] = '\0';
+        /* Another installation's (it shares this data directory's exports only if it was pointed
+         * at it) is left alone; an untagged one was written here by an older sbx of this data
+         * directory, so it is judged as this installation's. */
+        if (host_tag_owner(name, id, sizeof id) == HOST_TAG_OTHERS || is_live(id, arg))
             continue;
         char path[PATH_MAX + 300];
         snprintf(path, sizeof path, "%s/%s", p.exports, e->d_name);

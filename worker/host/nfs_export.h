@@ -4,10 +4,11 @@
  *
  * sbx starts and configures ganesha itself; everything lives under <data_dir>/run/ganesha/:
  *   ganesha.conf        generated: the server settings, then every export below, inlined
- *   exports/<id>.export one EXPORT block per Sandbox with an attached Workspace: Path = the
- *                       Workspace directory, Pseudo = /sbx/<sandboxId>, Access_Type = None for
- *                       everyone and RW only in a CLIENT block naming the Sandbox's address,
- *                       All_Squash to sandbox_uid:sandbox_gid (the Workspace's owner)
+ *   exports/<tag>.export one EXPORT block per Sandbox with an attached Workspace, <tag> being
+ *                       "<installation>-<sandboxId>" (host_tag.h; the block's comment names both):
+ *                       Path = the Workspace directory, Pseudo = /sbx/<sandboxId>, Access_Type =
+ *                       None for everyone and RW only in a CLIENT block naming the Sandbox's
+ *                       address, All_Squash to sandbox_uid:sandbox_gid (the Workspace's owner)
  *   ganesha.pid, ganesha.log, recovery/, lock (flock: worker processes and threads take turns)
  * The export files are the state: reconciliation removes those of Sandboxes that no longer run.
  * Changes reach the running server by rewriting ganesha.conf and SIGHUP (ganesha rereads its
@@ -41,7 +42,8 @@ int nfs_export_remove(const struct sbx_config *cfg, const char *sandbox_id, char
 /* True if the Sandbox has an export file (for tests and inspection). */
 bool nfs_export_exists(const struct sbx_config *cfg, const char *sandbox_id);
 
-/* Reconciliation: removes the exports of every Sandbox for which is_live(id) is false.
+/* Reconciliation: removes the exports of every Sandbox of this installation (or untagged, from an
+ * older sbx of this data directory) for which is_live(id) is false.
  * *removed (may be NULL): how many. */
 int nfs_export_reconcile(const struct sbx_config *cfg,
                          bool (*is_live)(const char *sandbox_id, void *arg), void *arg,

@@ -102,10 +102,11 @@ static void import_done(void *arg)
         r.user = j->res.user;
         r.manifest_digest = j->res.manifest_digest[0] ? j->res.manifest_digest : NULL;
         log_info("images: %s (%s) imported as %s: %lld layers, %lld bytes%s (blobs %lld ms, "
-                 "layers %lld ms)",
+                 "layers %lld ms; %lld extended attributes kept, %lld left out)",
                  j->im.id, j->im.name, j->res.digest, (long long)j->res.layer_count,
                  (long long)j->res.unpacked_bytes, j->res.reused ? ", already cached" : "",
-                 (long long)j->res.stage_ms, (long long)j->res.apply_ms);
+                 (long long)j->res.stage_ms, (long long)j->res.apply_ms, (long long)j->res.xattrs,
+                 (long long)j->res.xattrs_dropped);
     } else {
         r.problem_code = j->res.problem.code ? j->res.problem.code : IMAGE_IO_ERROR;
         r.problem_detail = j->res.problem.detail;

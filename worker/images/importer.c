@@ -351,6 +351,8 @@ int import_plan(const struct sbx_config *cfg, const char *work_dir, const struct
     close(rootfd);
     res->apply_ms = clock_wall_ms() - t0;
     res->unpacked_bytes = st.unpacked_bytes;
+    res->xattrs = st.xattrs;
+    res->xattrs_dropped = st.xattrs_dropped;
     snprintf(path, sizeof path, "%s/config.json", img);
     if (copy_file(plan->config_path, path) != 0)
         return image_fail(p, IMAGE_IO_ERROR, "cannot write config.json: %s", strerror(errno));

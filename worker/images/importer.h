@@ -26,8 +26,9 @@ struct import_result {
     char manifest_digest[IMAGE_DIGEST_LEN]; /* a pull's image manifest ("" for an upload) */
     int64_t layer_count;
     int64_t unpacked_bytes;
-    bool reused;                /* the digest was in the cache already: nothing was unpacked */
-    int64_t stage_ms, apply_ms; /* time spent staging (and verifying) blobs, applying layers */
+    bool reused;                    /* the digest was in the cache already: nothing was unpacked */
+    int64_t stage_ms, apply_ms;     /* time spent staging (and verifying) blobs, applying layers */
+    int64_t xattrs, xattrs_dropped; /* extended attributes kept and left out (layer_apply.h) */
     char *entrypoint_json, *cmd_json, *env_json; /* NULL when the image has none */
     char working_dir[512];
     char user[128];

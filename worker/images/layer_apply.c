@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #define WH_PREFIX ".wh."
@@ -290,6 +291,46 @@ static int set_meta(int dirfd, const char *leaf, struct archive_entry *e, bool i
     return 0;
 }
 
+/* The extended attributes a userspace relies on: file capabilities and the user namespace.
+ * trusted.* needs CAP_SYS_ADMIN's trust, SELinux labels and ACLs mean nothing in a Sandbox. */
+static bool xattr_kept(const char *name)
+{
+    return strcmp(name, "security.capability") == 0 || strncmp(name, "user.", 5) == 0;
+}
+
+/* The entry's kept extended attributes onto (dirfd, leaf), a regular file or a directory; after
+ * set_meta, since chown clears security.capability. A filesystem that holds none (ENOTSUP) drops
+ * them, counted; any other failure fails the import. */
+static int set_xattrs(int dirfd, const char *leaf, struct archive_entry *e, const char *path,
+                      struct layer_stats *st, struct image_problem *p)
+{
+    if (archive_entry_xattr_reset(e) == 0)
+        return 0;
+    int fd = openat(dirfd, leaf, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return image_fail(p, IMAGE_IO_ERROR, "cannot open '%s' for its attributes: %s", path,
+                          strerror(errno));
+    const char *name;
+    const void *value;
+    size_t size;
+    int rc = 0;
+    while (rc == 0 && archive_entry_xattr_next(e, &name, &value, &size) == ARCHIVE_OK) {
+        if (!xattr_kept(name)) {
+            st->xattrs_dropped++;
+            continue;
+        }
+        if (fsetxattr(fd, name, value, size, 0) == 0)
+            st->xattrs++;
+        else if (errno == ENOTSUP)
+            st->xattrs_dropped++;
+        else
+            rc = image_fail(p, IMAGE_IO_ERROR, "cannot set attribute %s of '%s': %s", name, path,
+                            strerror(errno));
+    }
+    close(fd);
+    return rc;
+}
+
 /* Makes room for a new non-directory at (dirfd, leaf): whatever is there goes. */
 static int clear_leaf(int dirfd, const char *leaf, const char *path, struct image_problem *p)
 {
@@ -419,10 +460,13 @@ static int apply_entry(struct archive *a, int rootfd, struct archive_entry *e,
             rc = image_fail(p, IMAGE_IO_ERROR, "cannot create '%s': %s", path, strerror(errno));
         if (!rc)
             rc = set_meta(dfd, leaf, e, false, path, p);
+        if (!rc)
+            rc = set_xattrs(dfd, leaf, e, path, st, p);
     } else if (type == AE_IFREG) {
         if ((rc = clear_leaf(dfd, leaf, path, p)) == 0 &&
-            (rc = write_file(a, dfd, leaf, e, path, p)) == 0)
-            rc = set_meta(dfd, leaf, e, false, path, p);
+            (rc = write_file(a, dfd, leaf, e, path, p)) == 0 &&
+            (rc = set_meta(dfd, leaf, e, false, path, p)) == 0)
+            rc = set_xattrs(dfd, leaf, e, path, st, p);
     } else if (type == AE_IFLNK) {
         const char *to = archive_entry_symlink(e);
         if ((rc = clear_leaf(dfd, leaf, path, p)) == 0 && symlinkat(to ? to : "", dfd, leaf) != 0)

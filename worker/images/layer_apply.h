@@ -2,8 +2,10 @@
  * layer_apply.h: applies one image layer (a tar, possibly gzip- or zstd-compressed) onto an image
  * tree, as OCI's image-layer spec says: entries in order, replacing what lower layers left at the
  * same path; `.wh.NAME` deletes NAME, `.wh..wh..opq` empties its directory of what lower layers put
- * there. Modes, owners, times, symlinks and hard links are kept; device nodes and sockets are
- * dropped (a Sandbox gets its /dev from sbx).
+ * there. Modes, owners, times, symlinks and hard links are kept, and of extended attributes those
+ * a userspace relies on: `security.capability` (file capabilities, e.g. ping's) and `user.*`;
+ * others (`trusted.*`, SELinux labels, ACLs) and device nodes and sockets are dropped (a Sandbox
+ * gets its /dev from sbx).
  *
  * Nothing is written outside the tree: every path is resolved from the tree's directory fd with
  * openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS), so a symlink of this or a lower layer that
@@ -22,6 +24,8 @@ struct layer_stats {
     int64_t unpacked_bytes; /* regular file bytes written so far, over all layers (in and out) */
     int64_t entries;        /* entries applied */
     int64_t dropped;        /* device nodes and sockets left out */
+    int64_t xattrs;         /* extended attributes kept */
+    int64_t xattrs_dropped; /* left out: another namespace, or the filesystem holds none */
 };
 
 /* Applies the layer at layer_path onto the tree whose directory is rootfd. Fails (with

@@ -3,6 +3,9 @@
  * (host_reconcile.h).
  */
 #include "recovery/host_reconcile.h"
+#include "drivers/shared.h"
+#include "host/cgroup.h"
+#include "host/jail.h"
 #include "host/nfs_export.h"
 
 #include <stdbool.h>
@@ -48,6 +51,30 @@ int reconcile_host_nfs_exports(struct store *st, const struct sbx_config *cfg, s
     int rc = nfs_export_reconcile(cfg, listed_live, &l, removed, err, errlen);
     free(l.v);
     return rc;
+}
+
+int reconcile_host_leftovers(struct store *st, const struct sbx_config *cfg,
+                             struct leftover_report *report, char *err, size_t errlen)
+{
+    struct live_list l = {.st = st};
+    *report = (struct leftover_report){0};
+    if (!st->sandbox_list_live) {
+        snprintf(err, errlen, "the store cannot list live Sandboxes");
+        return -1;
+    }
+    report->cgroups = cgroup_sweep(driver_cgroups(cfg, "worker"), listed_live, &l);
+    int rc = jail_sweep(cfg->chroot_base, "process", listed_live, &l, &report->jails);
+    free(l.v);
+    if (l.loaded && l.status != STORE_OK) {
+        snprintf(err, errlen, "store: live Sandboxes: %s (nothing removed)",
+                 store_status_name(l.status));
+        return -1;
+    }
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot read the jails in %s/process", cfg->chroot_base);
+        return -1;
+    }
+    return 0;
 }
 
 /* Whether this host must keep a Sandbox's links and firewall elements (host_reconcile.h). */

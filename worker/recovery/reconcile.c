@@ -67,6 +67,24 @@ static void reconcile_nfs_exports(struct worker *w)
         log_info("worker: withdrew %zu NFS exports of Sandboxes no longer running", removed);
 }
 
+/* Once per worker process, at its first pass: cgroups and jails of this installation's Sandboxes
+ * that no longer run and that no store record led to (a removal that timed out, a worker killed
+ * between a Sandbox's end and its cleanup). */
+static void reconcile_leftovers(struct worker *w)
+{
+    struct leftover_report report;
+    char err[512];
+    if (w->reconciled.leftovers || !w->st->sandbox_list_live)
+        return;
+    w->reconciled.leftovers = true;
+    if (reconcile_host_leftovers(w->st, &w->cfg, &report, err, sizeof err) != 0)
+        log_warn("worker: leftover cgroups and jails: %s", err);
+    else if (report.cgroups + report.jails > 0)
+        log_info("worker: removed the cgroups of %zu and the jails of %zu Sandboxes no longer "
+                 "running",
+                 report.cgroups, report.jails);
+}
+
 /* Once per worker process, at its first pass: links and firewall elements of this host's
  * Sandboxes that no longer run (their worker died, or was stopped between a Sandbox's end and its
  * cleanup). Only once a driver's init set up the network (net_firewall). */
@@ -140,6 +158,7 @@ bool reconcile_run(struct worker *w)
 {
     reconcile_nfs_exports(w);
     reconcile_network(w);
+    reconcile_leftovers(w);
     reap_host_lost(w);
     struct store_worker *workers = NULL;
     size_t n = 0, requeued = 0;

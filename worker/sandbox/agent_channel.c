@@ -1,16 +1,20 @@
 /*
  * agent_channel.c: JSON lines over a bufferevent (agent_channel.h). A line that does not parse,
  * or one longer than the reply limit, means the agent side cannot be trusted any more: the
- * channel reports it closed and the worker replaces the Sandbox.
+ * channel reports it closed and the worker replaces the Sandbox. Lines are written to the socket
+ * at once when nothing is queued (no wait for the loop's next turn); the rest is buffered.
  */
 #include "sandbox/agent_channel.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/util.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 struct agent_channel {
     struct bufferevent *bev;
@@ -86,6 +90,11 @@ struct agent_channel *agent_channel_new(struct event_base *base, int fd, size_t 
     struct agent_channel *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
+    /* Sends write directly (agent_channel_send): they must never block the loop. */
+    if (evutil_make_socket_nonblocking(fd) != 0) {
+        free(c);
+        return NULL;
+    }
     c->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (!c->bev) {
         free(c);
@@ -102,7 +111,27 @@ int agent_channel_send(struct agent_channel *c, const char *line, size_t len)
 {
     if (c->closed)
         return -1;
-    if (bufferevent_write(c->bev, line, len) != 0 || bufferevent_write(c->bev, "\n", 1) != 0)
+    /* Out at once when nothing is queued before it: bufferevent_write only arms the write event,
+     * so the line would leave on the loop's next turn, after whatever store commit the caller
+     * makes next (the message would wait for the Sandbox's `running` commit). What the socket
+     * does not take now, and any error, goes through the bufferevent as before (an error is then
+     * reported by channel_event). Order is kept: a direct write only when the buffer is empty. */
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    size_t sent = 0;
+    if (evbuffer_get_length(out) == 0) {
+        struct iovec iov[2] = {{(void *)line, len}, {(void *)"\n", 1}};
+        ssize_t n;
+        do
+            n = writev(bufferevent_getfd(c->bev), iov, 2);
+        while (n < 0 && errno == EINTR);
+        if (n > 0)
+            sent = (size_t)n;
+    }
+    if (sent >= len + 1)
+        return 0;
+    if (sent < len && bufferevent_write(c->bev, line + sent, len - sent) != 0)
+        return -1;
+    if (bufferevent_write(c->bev, "\n", 1) != 0)
         return -1;
     return 0;
 }

@@ -1,13 +1,15 @@
 /*
  * boot.c: a Sandbox's way up (sandbox.h): BOOTING (the driver's boot job), then WARM in the pool
  * or, booted cold for a delivery, ACTIVATING; a warm one claimed for a Session; and "running"
- * once its App started. Driver calls block, so the boot runs as a job (jobs.h); every other step
- * runs on the event loop, and every state change is written to the store first.
+ * once its App started, written with its first reply or RUNNING_RECORD_MS after it started
+ * (sandbox.h). Driver calls block, so the boot runs as a job (jobs.h); every other step runs on
+ * the event loop, and every other state change is written to the store first.
  */
 #include "sandbox/sandbox.h"
 #include "images/image_cache.h"
 #include "log.h"
 #include "sandbox/jobs.h"
+#include "sandbox/priority.h"
 #include "clock.h"
 
 #include <stdio.h>
@@ -17,6 +19,14 @@ static void boot_work(void *arg)
 {
     struct sandbox *sb = arg;
     sb->job_rc = sb->drv->boot(&sb->w->cfg, &sb->rt, sb->job_err, sizeof sb->job_err);
+    /* Booted by a background thread: its processes inherited that thread's nice level, and
+     * they will answer replies (sandbox/priority.h). A Sandbox that cannot be put back would
+     * serve slowly: it fails, and the pool boots another. */
+    if (sb->job_rc == 0 && sb->background_boot &&
+        priority_restore_tree(sb->rt.pid, sb->w->nice) != 0) {
+        snprintf(sb->job_err, sizeof sb->job_err, "cannot restore its CPU priority: %m");
+        sb->job_rc = -1;
+    }
 }
 
 static void boot_done(void *arg)
@@ -115,7 +125,9 @@ int sandbox_boot(struct worker *w, const struct driver *drv, const struct store_
         take_session(sb, d);
     snprintf(sb->rt.sandbox_id, sizeof sb->rt.sandbox_id, "%s", rec.id);
     sb->job_running = true;
-    if (jobs_submit(w->jobs, boot_work, boot_done, sb) != 0) {
+    /* A pool refill boots in the background, a cold boot (a message waits) at full priority. */
+    sb->background_boot = !sb->cold && priority_background_boots();
+    if (jobs_submit(sb->background_boot ? w->background : w->jobs, boot_work, boot_done, sb) != 0) {
         sb->job_running = false;
         sb->job_rc = -1;
         snprintf(sb->job_err, sizeof sb->job_err, "out of memory");
@@ -131,14 +143,42 @@ void sandbox_claimed(struct sandbox *sb, struct store_delivery *d)
     sb->refill_pending = true;
 }
 
-void sandbox_record_running(struct sandbox *sb)
+static void running_due(evutil_socket_t fd, short what, void *arg)
+{
+    struct sandbox *sb = arg;
+    (void)fd;
+    (void)what;
+    enum store_status rc = sandbox_record_running(sb);
+    if (rc != STORE_OK)
+        sandbox_terminate(sb, rc == STORE_CONFLICT ? "session deleted" : "store error", false);
+}
+
+void sandbox_running_pending(struct sandbox *sb)
+{
+    struct timeval tv = {0, RUNNING_RECORD_MS * 1000};
+    sb->running_pending = true;
+    event_del(sb->running_ev); /* never pending here; event_assign must not meet a pending one */
+    event_assign(sb->running_ev, sb->w->base, -1, 0, running_due, sb);
+    event_add(sb->running_ev, &tv);
+}
+
+void sandbox_running_recorded(struct sandbox *sb)
+{
+    sb->running_pending = false;
+    event_del(sb->running_ev);
+    worker_notify_gateway(sb->w, "sandbox", sb->rt.sandbox_id);
+}
+
+enum store_status sandbox_record_running(struct sandbox *sb)
 {
     struct worker *w = sb->w;
+    if (!sb->running_pending)
+        return STORE_OK;
+    sb->running_pending = false;
+    event_del(sb->running_ev);
     enum store_status rc =
         w->st->sandbox_mark_running(w->st, &w->ctx, sb->rt.sandbox_id, sb->session_id);
-    if (rc != STORE_OK) {
-        sandbox_terminate(sb, rc == STORE_CONFLICT ? "session deleted" : "store error", false);
-        return;
-    }
-    worker_notify_gateway(w, "sandbox", sb->rt.sandbox_id);
+    if (rc == STORE_OK)
+        worker_notify_gateway(w, "sandbox", sb->rt.sandbox_id);
+    return rc;
 }

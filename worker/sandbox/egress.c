@@ -75,7 +75,11 @@ int sandbox_egress_apply(struct sandbox *sb, const char *app_id, const char *net
         return -1;
     }
     int rc = egress_policy_parse_text(network_json, p, err, errlen);
-    if (rc == 0 && has_network(sb)) {
+    /* A Sandbox fresh from its boot (never under an App's policy: egress_applied "") is under the
+     * public policy already, as fw_sandbox_add leaves it: for such an App nothing is to change,
+     * and the warm path saves the firewall's two netlink round trips. */
+    bool public_already = rc == 0 && !sb->egress_applied[0] && p->mode == EGRESS_PUBLIC;
+    if (rc == 0 && has_network(sb) && !public_already) {
         if (p->mode == EGRESS_ALLOWLIST)
             rc = apply_app_chain(app_id, p, err, errlen);
         if (rc == 0)

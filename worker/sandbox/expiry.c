@@ -131,6 +131,10 @@ void sandbox_terminate(struct sandbox *sb, const char *reason, bool failed)
     sb->state = SB_STOPPING;
     event_del(sb->keepalive_ev);
     event_del(sb->timeout_ev);
+    /* The App did run (its first message went out): the store says so before the end. A refusal
+     * (the Session was deleted) changes nothing here: the Sandbox is ending anyway. */
+    if (sb->running_pending && sandbox_record_running(sb) != STORE_OK)
+        log_debug("worker: %s ends before `running` could be recorded", sb->rt.sandbox_id);
     if (sb->delivery)
         w->sandbox_hooks->lost(sb, reason);
     agent_channel_free(sb->chan);
@@ -139,7 +143,8 @@ void sandbox_terminate(struct sandbox *sb, const char *reason, bool failed)
     if (rc != STORE_OK && rc != STORE_CONFLICT)
         log_error("worker: cannot record that %s is stopping: %s", sb->rt.sandbox_id,
                   store_status_name(rc));
-    if (jobs_submit(w->jobs, terminate_work, terminate_done, sb) != 0) {
+    /* In the background: no reply waits for a teardown (sandbox/priority.h). */
+    if (jobs_submit(w->background, terminate_work, terminate_done, sb) != 0) {
         terminate_work(sb);
         terminate_done(sb);
     }

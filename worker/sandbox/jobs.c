@@ -1,6 +1,7 @@
 /*
  * jobs.c: the thread pool of jobs.h. Finished jobs go on a done list and an eventfd wakes the
- * event loop, which runs their done() callbacks in submission order of completion.
+ * event loop, which runs their done() callbacks in submission order of completion. A background
+ * pool's threads lower their own nice level once, at start (Linux's nice is per thread).
  */
 #include "sandbox/jobs.h"
 #include "log.h"
@@ -11,6 +12,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 struct job {
@@ -25,6 +28,7 @@ struct jobs {
     struct job *queue_head, *queue_tail; /* waiting for a thread */
     struct job *done_head, *done_tail;   /* finished, waiting for the loop */
     bool quit;
+    int nice;
     size_t nthreads;
     pthread_t *threads;
     int efd;
@@ -44,6 +48,8 @@ static void list_push(struct job **head, struct job **tail, struct job *jb)
 static void *jobs_thread(void *arg)
 {
     struct jobs *j = arg;
+    if (j->nice > 0 && setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), j->nice) != 0)
+        log_warn("jobs: cannot lower a background thread's priority: %m");
     pthread_mutex_lock(&j->lock);
     for (;;) {
         while (!j->queue_head && !j->quit)
@@ -86,11 +92,12 @@ static void jobs_on_done(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-struct jobs *jobs_new(struct event_base *base, size_t nthreads)
+struct jobs *jobs_new(struct event_base *base, size_t nthreads, int nice)
 {
     struct jobs *j = calloc(1, sizeof *j);
     if (!j)
         return NULL;
+    j->nice = nice;
     pthread_mutex_init(&j->lock, NULL);
     pthread_cond_init(&j->cond, NULL);
     j->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

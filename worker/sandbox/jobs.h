@@ -13,8 +13,10 @@ struct jobs;
 
 typedef void (*job_fn)(void *arg);
 
-/* Starts nthreads threads; done() callbacks are delivered through base. NULL on failure. */
-struct jobs *jobs_new(struct event_base *base, size_t nthreads);
+/* Starts nthreads threads; done() callbacks are delivered through base. NULL on failure. With
+ * nice > 0 the threads run at that nice level (a background pool: work no reply waits for), and
+ * so does every process they start, which inherits it. */
+struct jobs *jobs_new(struct event_base *base, size_t nthreads, int nice);
 /* Queues a job; work and done both get arg. Returns 0, or -1 when out of memory. */
 int jobs_submit(struct jobs *j, job_fn work, job_fn done, void *arg);
 /* Stops the threads after the queued jobs ran (their done() callbacks are not called). */

@@ -1,6 +1,7 @@
 /*
- * pool.c: keeping the warm pool full (pool.h). Boots for the pool are limited to half the job
- * threads at a time so that cold boots and terminations are never stuck behind a refill.
+ * pool.c: keeping the warm pool full (pool.h). Boots for the pool run on the background job
+ * threads where they can (sandbox/priority.h), limited to half of them at a time so that
+ * terminations (and, without background boots, cold boots) are never stuck behind a refill.
  */
 #include "sandbox/pool.h"
 #include "images/image_cache.h"
@@ -8,9 +9,13 @@
 #include "drivers/shared.h"
 #include "sandbox/sandbox.h"
 #include "log.h"
+#include "clock.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/* The longest a refill waits for activations under way. */
+#define POOL_DEFER_MAX_MS 200
 
 void pool_refresh_shapes(struct worker *w)
 {
@@ -45,6 +50,20 @@ void pool_replenish(struct worker *w)
     char err[128];
     if (w->stopping || w->cfg.pool_size <= 0)
         return;
+    /* Not while a warm activation is under way (many, in a burst): a refill's boot and its
+     * commits on this loop would compete with it. The next first reply calls here again
+     * (w->pool_deferred), so does a Sandbox's end, and the fallback poll, ... */
+    int64_t now = clock_mono_ms();
+    bool defer = sandbox_activations_under_way(w);
+    if (defer && !w->pool_deferred)
+        w->pool_deferred_since = now;
+    /* ... but never for long: under a steady stream of activations one is nearly always under
+     * way, and a pool never refilled would make every activation cold. */
+    if (defer && now - w->pool_deferred_since < POOL_DEFER_MAX_MS) {
+        w->pool_deferred = true;
+        return;
+    }
+    w->pool_deferred = false;
     for (size_t i = 0; i < w->n_shapes; i++) {
         size_t booting = 0;
         sandbox_count_pool(w, &w->shapes[i], &booting);

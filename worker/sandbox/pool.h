@@ -11,7 +11,8 @@
 void pool_refresh_shapes(struct worker *w);
 /* Adds a shape seen on a claimed message (an App created since the last refresh). */
 void pool_ensure_shape(struct worker *w, const struct store_shape *shape);
-/* Starts boots until every shape has pool_size warm or booting Sandboxes. */
+/* Starts boots until every shape has pool_size warm or booting Sandboxes; none while a warm
+ * Sandbox's activation is under way (sandbox_activations_under_way). */
 void pool_replenish(struct worker *w);
 
 #endif

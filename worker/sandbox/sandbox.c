@@ -60,6 +60,14 @@ size_t sandbox_count_pool(struct worker *w, const struct store_shape *shape, siz
     return n + b;
 }
 
+bool sandbox_activations_under_way(struct worker *w)
+{
+    for (struct sandbox *sb = w->sandboxes; sb; sb = sb->next)
+        if (sb->state == SB_ACTIVATING || (sb->state == SB_BUSY && sb->running_pending))
+            return true;
+    return false;
+}
+
 bool sandbox_serving(const struct sandbox *sb)
 {
     return serving(sb) || (sb->state == SB_BOOTING && sb->delivery);
@@ -123,11 +131,14 @@ struct sandbox *sandbox_new(struct worker *w, const struct driver *drv,
     sb->rt.channel_fd = -1;
     sb->keepalive_ev = evtimer_new(w->base, NULL, NULL);
     sb->timeout_ev = evtimer_new(w->base, NULL, NULL);
-    if (!sb->keepalive_ev || !sb->timeout_ev) {
+    sb->running_ev = evtimer_new(w->base, NULL, NULL);
+    if (!sb->keepalive_ev || !sb->timeout_ev || !sb->running_ev) {
         if (sb->keepalive_ev)
             event_free(sb->keepalive_ev);
         if (sb->timeout_ev)
             event_free(sb->timeout_ev);
+        if (sb->running_ev)
+            event_free(sb->running_ev);
         free(sb);
         return NULL;
     }
@@ -141,6 +152,7 @@ static void sandbox_release(struct sandbox *sb)
 {
     event_free(sb->keepalive_ev);
     event_free(sb->timeout_ev);
+    event_free(sb->running_ev);
     agent_channel_free(sb->chan);
     free(sb);
 }

@@ -10,7 +10,8 @@
  *   SB_ACTIVATING  claimed    claimed for a Session: Workspace attach, then the App's command
  *                             starting (the start deadline runs)
  *   SB_IDLE        running    the App runs, no message in flight; the keep-alive timer runs
- *   SB_BUSY        running    one message in flight (sb->delivery); the message deadline runs
+ *   SB_BUSY        running    one message in flight (sb->delivery); the message deadline runs;
+ *                  (claimed)  just after ACTIVATING, until `running` is written (running_pending)
  *   SB_STOPPING    stopping   the terminate (or reap) job runs; then the record is freed
  *
  * Transitions, and the function that makes each:
@@ -43,7 +44,11 @@
  *   - keepalive_ev is armed only in IDLE; timeout_ev only in ACTIVATING (after the start line) and
  *     BUSY.
  *   - Every state change is written to the store before the next step (BUSY and IDLE are both
- *     "running" there).
+ *     "running" there), but one: ACTIVATING -> BUSY. The first message goes out at once and
+ *     `running` (sandbox running, Session active) is written with the first of: its reply (in
+ *     the reply's own transaction, queue_complete_first), an error reply, a chunk, the Sandbox's
+ *     end, or RUNNING_RECORD_MS later (running_ev). Until then running_pending is set and the
+ *     store still says "claimed"; every event comes in the order the steps happened.
  */
 #ifndef SBX_SANDBOX_H
 #define SBX_SANDBOX_H
@@ -64,12 +69,15 @@ struct sandbox {
     struct sandbox_runtime rt;
     enum sandbox_state state;
     bool cold;
-    bool reaping;     /* left behind by a dead worker: reap, never start */
-    bool job_running; /* a boot or attach job is using rt */
+    bool reaping;         /* left behind by a dead worker: reap, never start */
+    bool job_running;     /* a boot or attach job is using rt */
+    bool background_boot; /* booted by a background job thread (sandbox/priority.h) */
     /* Claimed from the pool: its refill waits for the first reply (or the end), so the refill's
      * boot does not compete for the CPUs with the App starting and answering. */
     bool refill_pending;
     bool stop_wanted; /* terminate as soon as that job is done */
+    /* BUSY with its first message, and `running` not written yet (running_ev is armed). */
+    bool running_pending;
     bool stop_failed;
     char stop_reason[128];
     char app_id[STORE_ID_LEN];
@@ -79,6 +87,7 @@ struct sandbox {
     struct agent_channel *chan;
     struct event *keepalive_ev;      /* keep-alive deadline while idle */
     struct event *timeout_ev;        /* agent start or message deadline */
+    struct event *running_ev;        /* writes `running` if no reply came first */
     struct store_delivery *delivery; /* the message carried; owned by delivery/ */
     struct store_sandbox record;     /* for reaping: what the store knew */
     /* written by job threads, read in the done callbacks */
@@ -135,6 +144,9 @@ struct sandbox *sandbox_find_session(struct worker *w, const char *session_id);
 struct sandbox *sandbox_find(struct worker *w, const char *sandbox_id);
 /* A Sandbox booting cold for the Session, or NULL. */
 struct sandbox *sandbox_find_cold_boot(struct worker *w, const char *session_id);
+/* Whether a claimed Sandbox is between its claim and its first answer (ACTIVATING, or BUSY with
+ * `running` pending): a cold boot for a delivery does not count. */
+bool sandbox_activations_under_way(struct worker *w);
 /* Warm or booting-for-the-pool Sandboxes of a shape. */
 size_t sandbox_count_pool(struct worker *w, const struct store_shape *shape, size_t *booting);
 /* The driver of that name, initialised on first use; NULL (logged once) when unavailable. */
@@ -148,9 +160,16 @@ int sandbox_boot(struct worker *w, const struct driver *drv, const struct store_
                  struct store_delivery *d, char *err, size_t errlen);
 /* The store claimed this warm Sandbox for d's Session: WARM -> ACTIVATING, carrying d. */
 void sandbox_claimed(struct sandbox *sb, struct store_delivery *d);
-/* Records a BUSY Sandbox that just started its App as running (the store's "claimed" ends);
- * terminates it when the store refuses (its Session was deleted). */
-void sandbox_record_running(struct sandbox *sb);
+/* How long after the first message went out `running` is written on its own, when no reply
+ * came first to write it with (sandbox.h, the invariants). */
+#define RUNNING_RECORD_MS 50
+/* The App started and its first message went out (BUSY): `running` is now pending. */
+void sandbox_running_pending(struct sandbox *sb);
+/* Writes a pending `running` now (the store's "claimed" ends); STORE_OK when none was pending.
+ * The caller terminates the Sandbox on a refusal (STORE_CONFLICT: its Session was deleted). */
+enum store_status sandbox_record_running(struct sandbox *sb);
+/* queue_complete_first wrote the pending `running` with the reply. */
+void sandbox_running_recorded(struct sandbox *sb);
 
 /* ---- expiry.c: deadlines, keep-alive, stop requests, terminate, reap ---- */
 

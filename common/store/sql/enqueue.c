@@ -62,7 +62,6 @@ struct enqueue_committer {
     pthread_t committer;
 };
 
-/* Writes one message inside the committer's open transaction (and its savepoint). */
 /* enqueue_one() on PostgreSQL without an Idempotency-Key: the same reads and writes as below (seq
  * from the Session, the row, next_seq + 1, the audit event, the row back) in one statement of
  * data-modifying CTEs, so one round trip to the server instead of five: on a network each round
@@ -110,7 +109,32 @@ static enum store_status enqueue_one_pg(struct store *st, struct enqueue_req *e)
     return rc == SQL_DONE ? STORE_NOT_FOUND : sql_status(st, rc);
 }
 
-static enum store_status enqueue_one(struct store *st, struct enqueue_req *e)
+/* The message just written, from the values bound to its INSERT rather than read back: the
+ * columns the INSERT leaves to their defaults are the defaults of a new row (queued, no attempt,
+ * no reply). */
+static void message_written(struct store_message *m, const char *id, const struct store_enqueue *q,
+                            const char *app_id, int64_t seq, int64_t max_attempts,
+                            const struct store_ctx *ctx, int64_t now)
+{
+    memset(m, 0, sizeof *m);
+    snprintf(m->id, sizeof m->id, "%s", id);
+    snprintf(m->session_id, sizeof m->session_id, "%s", q->session_id);
+    snprintf(m->app_id, sizeof m->app_id, "%s", app_id);
+    m->seq = seq;
+    snprintf(m->state, sizeof m->state, "queued");
+    m->body_json = strdup(q->body_json);
+    m->max_attempts = max_attempts;
+    if (q->idempotency_key && *q->idempotency_key)
+        snprintf(m->idempotency_key, sizeof m->idempotency_key, "%s", q->idempotency_key);
+    if (ctx && ctx->request_id)
+        snprintf(m->request_id, sizeof m->request_id, "%s", ctx->request_id);
+    m->created_at = m->updated_at = now;
+}
+
+/* Writes one message inside the committer's open transaction. *wrote tells whether anything was
+ * written before a failure: a row that fails after its first write leaves the transaction with
+ * part of it (see commit_batch). */
+static enum store_status enqueue_one(struct store *st, struct enqueue_req *e, bool *wrote)
 {
     const struct store_enqueue *q = e->req;
     struct sql_stmt *s;
@@ -119,12 +143,17 @@ static enum store_status enqueue_one(struct store *st, struct enqueue_req *e)
     char id[STORE_ID_LEN], data[64], app_id[STORE_ID_LEN];
     int rc;
 
-    if (sql_dialect(st) == SQL_POSTGRES && !(q->idempotency_key && *q->idempotency_key))
-        return enqueue_one_pg(st, e);
+    *wrote = false;
+    if (sql_dialect(st) == SQL_POSTGRES && !(q->idempotency_key && *q->idempotency_key)) {
+        /* One statement: no row back (no such Session) wrote nothing; a failure aborted it. */
+        r = enqueue_one_pg(st, e);
+        *wrote = r != STORE_NOT_FOUND;
+        return r;
+    }
 
-    /* PostgreSQL: the Session's row is locked until COMMIT, so two gateways writing to one
-     * Session (with or without a key) take turns on it: the seq read here stays true, and the
-     * key's lookup below sees the other gateway's committed row. */
+    /* PostgreSQL: the Session's row is locked until COMMIT (if the batch has not locked it
+     * already), so two gateways writing to one Session take turns on it: the seq read here stays
+     * true, and the key's lookup below sees the other gateway's committed row. */
     if (sql_dialect(st) == SQL_POSTGRES)
         s = sql_stmt(st, "SELECT s.next_seq, a.max_attempts, s.app_id FROM sessions s JOIN apps a "
                          "ON a.id = s.app_id WHERE s.id = ?1 AND (?2 = '' OR s.app_id = ?2) "
@@ -189,6 +218,7 @@ static enum store_status enqueue_one(struct store *st, struct enqueue_req *e)
     sql_bind_text_or_null(s, 8, q->idempotency_key ? q->request_hash : NULL);
     sql_bind_text_or_null(s, 9, e->ctx ? e->ctx->request_id : NULL);
     sql_bind_int64(s, 10, now);
+    *wrote = true;
     if ((r = sql_step_done(st, s)) != STORE_OK)
         return r;
     s = sql_stmt(st, "UPDATE sessions SET next_seq = next_seq + 1 WHERE id = ?1");
@@ -201,18 +231,9 @@ static enum store_status enqueue_one(struct store *st, struct enqueue_req *e)
     if ((r = sql_event(st, e->ctx, "message.queued", "message", id, app_id, q->session_id, data)) !=
         STORE_OK)
         return r;
-
-    s = sql_stmt(st, "SELECT " MSG_COLS "FROM messages m WHERE m.id = ?1");
-    if (!s)
-        return STORE_ERROR;
-    sql_bind_text(s, 1, id);
-    rc = sql_step(s);
-    if (rc == SQL_ROW) {
-        message_row(s, e->out);
-        *e->replayed = false;
-    }
-    sql_done(s);
-    return rc == SQL_ROW ? STORE_OK : sql_status(st, rc);
+    message_written(e->out, id, q, app_id, seq, max_attempts, e->ctx, now);
+    *e->replayed = false;
+    return e->out->body_json ? STORE_OK : STORE_ERROR;
 }
 
 /* The batch in Session id order, arrival order kept within a Session (insertion sort: a batch is
@@ -242,10 +263,19 @@ static bool has_key(const struct enqueue_req *e)
  * others, passing over rows another transaction holds, whose requests are marked deferred), then
  * writes the requests of the Sessions it holds that have no request with a key in one statement
  * (marked done). What is left (requests with a key and the others of their Sessions, or all of
- * them if the one statement failed) goes one by one. */
-static enum store_status lock_and_write_pg(struct store *st, struct enqueue_req **batch, size_t n,
-                                           bool *done, bool *any_ok)
+ * them if the one statement failed) goes one by one. Only the rows not yet settled take part;
+ * passed-over rows are settled (and deferred), rows written are done for this pass. */
+static enum store_status lock_and_write_pg(struct store *st, struct enqueue_req **all, size_t nall,
+                                           bool *settled, bool *done, bool *any_ok)
 {
+    /* The rows this pass has left (still in Session order), and where each is in the batch. */
+    struct enqueue_req *batch[ENQUEUE_BATCH_MAX];
+    size_t at[ENQUEUE_BATCH_MAX], n = 0;
+    for (size_t i = 0; i < nall; i++)
+        if (!settled[i]) {
+            at[n] = i;
+            batch[n++] = all[i];
+        }
     const char *wait_ids[ENQUEUE_BATCH_MAX], *skip_ids[ENQUEUE_BATCH_MAX];
     bool waited[ENQUEUE_BATCH_MAX], keyed[ENQUEUE_BATCH_MAX], passed[ENQUEUE_BATCH_MAX];
     struct sql_enqueue_pg_item items[ENQUEUE_BATCH_MAX];
@@ -255,7 +285,6 @@ static enum store_status lock_and_write_pg(struct store *st, struct enqueue_req 
     /* One entry per Session (the batch is sorted): waited for if any of its requests was passed
      * over too often, and whether any of them has a key. */
     for (size_t i = 0; i < n; i++) {
-        done[i] = false;
         if (i == 0 || strcmp(batch[i]->req->session_id, batch[i - 1]->req->session_id) != 0) {
             first[nsess] = i;
             keyed[nsess] = false;
@@ -284,7 +313,7 @@ static enum store_status lock_and_write_pg(struct store *st, struct enqueue_req 
             if (pass) {
                 batch[i]->deferred = true;
                 batch[i]->defers++;
-                done[i] = true;
+                settled[at[i]] = true;
             } else if (!keyed[k]) {
                 items[nitems++] = (struct sql_enqueue_pg_item){batch[i]->ctx, batch[i]->req,
                                                                batch[i]->out, STORE_OK};
@@ -309,60 +338,111 @@ static enum store_status lock_and_write_pg(struct store *st, struct enqueue_req 
         batch[i]->status = items[j].status;
         *batch[i]->replayed = false;
         *any_ok |= items[j].status == STORE_OK;
-        done[i] = true;
+        done[at[i]] = true; /* written by this pass: again by the next one if it rolls back */
         j++;
     }
     return STORE_OK;
 }
 
-/* Writes a batch in one transaction; each request gets its own status. A concurrent writer: what
- * it reads (the Session's next seq, a key's earlier message) is under the Session's row lock. */
-static void commit_batch(struct store *st, struct enqueue_req **batch, size_t n)
+/* Whether a row's failure is its own (this Session, this key, this row's values) rather than the
+ * database's (locked, full, an I/O error), which would fail the other rows of the batch too. */
+static bool row_failure(enum store_status r)
+{
+    return r == STORE_NOT_FOUND || r == STORE_CONFLICT || r == STORE_INVALID;
+}
+
+static void clear_out(struct enqueue_req *e)
+{
+    store_message_clear(e->out);
+}
+
+/* Writes one pass over the batch's unsettled rows in one transaction. A row with an
+ * Idempotency-Key runs inside a savepoint, so that it fails alone. A row without one runs bare,
+ * which spares two statements and the savepoint's page journal per message: when such a row fails
+ * after its first write, the transaction holds part of it, so the pass rolls back, settles that
+ * row with its failure, and returns true for another pass over the rest. A failure that is the
+ * database's settles every unsettled row with it. Returns false once every row is settled. */
+static bool commit_pass(struct store *st, struct enqueue_req **batch, size_t n, bool *settled)
 {
     bool done[ENQUEUE_BATCH_MAX] = {false};
-    bool any_ok = false;
-    if (sql_dialect(st) == SQL_POSTGRES)
-        sort_by_session(batch, n);
     enum store_status r = sql_begin_concurrent(st);
-    if (r == STORE_OK && sql_dialect(st) == SQL_POSTGRES)
-        r = lock_and_write_pg(st, batch, n, done, &any_ok);
+    bool any_ok = false;
 
+    if (r == STORE_OK && sql_dialect(st) == SQL_POSTGRES &&
+        (r = lock_and_write_pg(st, batch, n, settled, done, &any_ok)) != STORE_OK)
+        sql_rollback(st);
+    if (r != STORE_OK) {
+        for (size_t i = 0; i < n; i++)
+            if (!settled[i])
+                batch[i]->status = r, settled[i] = true;
+        return false;
+    }
     for (size_t i = 0; i < n; i++) {
         struct enqueue_req *e = batch[i];
-        if (r != STORE_OK) {
-            e->status = r;
-            e->deferred = false;
+        const char *key = e->req->idempotency_key;
+        bool keyed = key && *key, wrote;
+        if (settled[i] || done[i])
             continue;
-        }
-        if (done[i])
-            continue;
-        int x = sql_exec(st, "SAVEPOINT enqueue");
-        if (x != SQL_DONE) {
-            e->status = sql_status(st, x);
-            continue;
-        }
-        e->status = enqueue_one(st, e);
-        if (e->status != STORE_OK) {
-            sql_exec(st, "ROLLBACK TO enqueue");
-            if (e->out->body_json || e->out->reply_json || e->out->error)
-                store_message_clear(e->out);
-        } else {
-            any_ok = true;
-        }
-        sql_exec(st, "RELEASE enqueue");
-    }
-    if (r != STORE_OK)
-        return;
-    r = any_ok ? sql_commit(st) : (sql_rollback(st), STORE_OK);
-    if (r != STORE_OK) {
-        /* The COMMIT failed (disk full, I/O error): nothing of the batch is durable. */
-        for (size_t i = 0; i < n; i++) {
-            if (batch[i]->status == STORE_OK && !batch[i]->deferred) {
-                store_message_clear(batch[i]->out);
-                batch[i]->status = r;
+        if (keyed) {
+            int x = sql_exec(st, "SAVEPOINT enqueue");
+            if (x != SQL_DONE) {
+                r = sql_status(st, x);
+                goto abandon;
             }
         }
+        e->status = enqueue_one(st, e, &wrote);
+        if (e->status == STORE_OK) {
+            any_ok = true;
+        } else if (keyed) {
+            sql_exec(st, "ROLLBACK TO enqueue");
+            settled[i] = true;
+        } else if (!wrote) {
+            settled[i] = true;
+        } else {
+            r = e->status;
+            settled[i] = true;
+            goto abandon;
+        }
+        if (keyed)
+            sql_exec(st, "RELEASE enqueue");
     }
+    r = any_ok ? sql_commit(st) : (sql_rollback(st), STORE_OK);
+    for (size_t i = 0; i < n; i++) {
+        settled[i] = true;
+        if (r != STORE_OK && batch[i]->status == STORE_OK) {
+            /* The COMMIT failed (disk full, I/O error): nothing of the batch is durable. */
+            clear_out(batch[i]);
+            batch[i]->status = r;
+        }
+    }
+    return false;
+
+abandon:
+    sql_rollback(st);
+    bool again = row_failure(r);
+    for (size_t i = 0; i < n; i++) {
+        if (batch[i]->status == STORE_OK && !settled[i])
+            clear_out(batch[i]); /* rolled back: written again by the next pass */
+        if (!again && !settled[i]) {
+            batch[i]->status = r;
+            settled[i] = true;
+        }
+    }
+    return again;
+}
+
+/* Writes a batch in one transaction; each request gets its own status. A request that fails does
+ * not fail the others (see commit_pass): each pass settles at least one row, so there are at
+ * most n + 1 passes, and one in the common case. */
+static void commit_batch(struct store *st, struct enqueue_req **batch, size_t n)
+{
+    bool settled[ENQUEUE_BATCH_MAX] = {false};
+    if (sql_dialect(st) == SQL_POSTGRES)
+        sort_by_session(batch, n);
+    for (size_t i = 0; i < n; i++)
+        batch[i]->status = STORE_ERROR;
+    while (commit_pass(st, batch, n, settled))
+        ;
 }
 
 static void *committer_main(void *arg)

@@ -48,9 +48,13 @@ void store_message_list_free(struct store_message *m, size_t n)
     free(m);
 }
 
+/* SQL_MESSAGE_COLS ", m.chunks_dropped": what the gateway renders. */
+#define MESSAGE_READ_COLS SQL_MESSAGE_COLS ", m.chunks_dropped"
+
 static void message_from_row(struct sql_stmt *s, struct store_message *m)
 {
     sql_message_from_row(s, 0, m);
+    m->chunks_dropped = sql_col_int64(s, 19);
 }
 
 static int64_t message_page_row(struct sql_stmt *s, void *item)
@@ -80,7 +84,7 @@ static enum store_status message_get(struct store *st, const char *app_id, const
                                      const char *message_id, struct store_message *out)
 {
     struct sql_stmt *s =
-        sql_stmt(st, "SELECT " SQL_MESSAGE_COLS " FROM messages m JOIN sessions s ON "
+        sql_stmt(st, "SELECT " MESSAGE_READ_COLS " FROM messages m JOIN sessions s ON "
                      "s.id = m.session_id WHERE m.id = ?1 AND m.session_id = ?2 "
                      "AND (?3 = '' OR m.app_id = ?3) AND s.state <> 'deleted'");
     if (!s)
@@ -107,7 +111,7 @@ static enum store_status message_list(struct store *st, const char *app_id, cons
         return r;
     store_session_clear(&ses);
     /* Messages page by seq (their delivery order), not rowid. */
-    s = sql_stmt(st, "SELECT " SQL_MESSAGE_COLS
+    s = sql_stmt(st, "SELECT " MESSAGE_READ_COLS
                      " FROM messages m WHERE m.session_id = ?1 AND m.seq > ?2 "
                      "ORDER BY m.seq LIMIT ?3");
     if (!s)

@@ -259,9 +259,30 @@ static enum store_status delivery_load(struct store *st, const char *message_id,
     return sql_read_one(st, s, &delivery_page, out);
 }
 
+/* With warm, the idle Session's Sandbox: one of this worker's warm ones of the App's shape,
+ * claimed for it in the claim's own transaction (out->sandbox; id "" when none is warm). */
+static enum store_status claim_warm_sandbox_in_tx(struct store *st, const struct store_ctx *ctx,
+                                                  const char *worker_id, struct store_delivery *out)
+{
+    struct store_shape shape;
+    memset(&shape, 0, sizeof shape);
+    snprintf(shape.driver, sizeof shape.driver, "%s", out->app.driver);
+    snprintf(shape.image, sizeof shape.image, "%s", out->app.image_digest);
+    shape.vcpu_count = out->app.vcpu_count;
+    shape.mem_size_mib = out->app.mem_size_mib;
+    out->warm_claim_tried = true;
+    enum store_status rc = sql_sandbox_claim_warm_in_tx(st, ctx, worker_id, &shape, out->app.id,
+                                                        out->session.id, &out->sandbox);
+    if (rc == STORE_EMPTY) {
+        memset(&out->sandbox, 0, sizeof out->sandbox);
+        return STORE_OK; /* none warm: the worker boots one cold */
+    }
+    return rc;
+}
+
 static enum store_status claim_in_tx(struct store *st, const struct store_ctx *ctx,
                                      const char *worker_id, int64_t lease_ms, bool owned_only,
-                                     const struct store_placement *placement,
+                                     const struct store_placement *placement, bool warm,
                                      struct store_delivery *out)
 {
     struct claim_pick_result pick;
@@ -310,6 +331,8 @@ static enum store_status claim_in_tx(struct store *st, const struct store_ctx *c
                             json_pack("{s:I,s:s}", "attempt", (json_int_t)out->message.attempts,
                                       "workerId", worker_id));
     }
+    if (rc == STORE_OK && warm && session_free)
+        rc = claim_warm_sandbox_in_tx(st, ctx, worker_id, out);
     if (rc != STORE_OK)
         store_delivery_clear(out);
     return rc;
@@ -327,7 +350,7 @@ static enum store_status claim_peek(struct store *st, const char *worker_id, boo
 
 static enum store_status claim_next(struct store *st, const struct store_ctx *ctx,
                                     const char *worker_id, int64_t lease_ms, bool owned_only,
-                                    const struct store_placement *placement,
+                                    const struct store_placement *placement, bool warm,
                                     struct store_delivery *out)
 {
     enum store_status rc = claim_peek(st, worker_id, owned_only, placement);
@@ -338,7 +361,7 @@ static enum store_status claim_next(struct store *st, const struct store_ctx *ct
     if ((rc = sql_begin_concurrent(st)) != STORE_OK)
         return rc;
     memset(&d, 0, sizeof d);
-    rc = sql_end(st, claim_in_tx(st, ctx, worker_id, lease_ms, owned_only, placement, &d));
+    rc = sql_end(st, claim_in_tx(st, ctx, worker_id, lease_ms, owned_only, placement, warm, &d));
     if (rc == STORE_OK)
         *out = d;
     else if (rc != STORE_EMPTY)
@@ -350,7 +373,7 @@ static enum store_status queue_claim_owned(struct store *st, const struct store_
                                            const char *worker_id, int64_t lease_ms,
                                            struct store_delivery *out)
 {
-    return claim_next(st, ctx, worker_id, lease_ms, true, NULL, out);
+    return claim_next(st, ctx, worker_id, lease_ms, true, NULL, false, out);
 }
 
 static enum store_status queue_claim_placed(struct store *st, const struct store_ctx *ctx,
@@ -358,7 +381,15 @@ static enum store_status queue_claim_placed(struct store *st, const struct store
                                             const struct store_placement *placement,
                                             struct store_delivery *out)
 {
-    return claim_next(st, ctx, worker_id, lease_ms, false, placement, out);
+    return claim_next(st, ctx, worker_id, lease_ms, false, placement, false, out);
+}
+
+static enum store_status queue_claim_with_sandbox(struct store *st, const struct store_ctx *ctx,
+                                                  const char *worker_id, int64_t lease_ms,
+                                                  const struct store_placement *placement,
+                                                  struct store_delivery *out)
+{
+    return claim_next(st, ctx, worker_id, lease_ms, false, placement, true, out);
 }
 
 static enum store_status queue_extend_lease(struct store *st, const char *message_id,
@@ -439,6 +470,22 @@ static enum store_status queue_complete(struct store *st, const struct store_ctx
     if ((rc = sql_begin_concurrent(st)) != STORE_OK)
         return rc;
     return sql_end(st, complete_in_tx(st, ctx, message_id, worker_id, sandbox_id, reply_json));
+}
+
+static enum store_status queue_complete_first(struct store *st, const struct store_ctx *ctx,
+                                              const char *message_id, const char *worker_id,
+                                              const char *sandbox_id, const char *session_id,
+                                              const char *reply_json)
+{
+    enum store_status rc;
+    if ((rc = sql_begin(st)) != STORE_OK)
+        return rc;
+    /* In this order, as two transactions would have written them: the Sandbox ran the App
+     * (sandbox.running, session.active) before the message completed. */
+    rc = sql_sandbox_mark_running_in_tx(st, ctx, sandbox_id, session_id);
+    if (rc == STORE_OK)
+        rc = complete_in_tx(st, ctx, message_id, worker_id, sandbox_id, reply_json);
+    return sql_end(st, rc);
 }
 
 /* Ends an attempt that did not produce a reply: back to queued after backoff, or failed for good
@@ -614,6 +661,8 @@ void sql_queue_init(struct store *st)
     st->queue_claim_owned = queue_claim_owned;
     st->queue_extend_lease = queue_extend_lease;
     st->queue_complete = queue_complete;
+    st->queue_complete_first = queue_complete_first;
+    st->queue_claim_with_sandbox = queue_claim_with_sandbox;
     st->queue_fail = queue_fail;
     st->queue_release = queue_release;
     st->queue_requeue_expired = queue_requeue_expired;

@@ -59,7 +59,8 @@ struct sql_engine {
     void (*done)(struct sql_stmt *s);
     /* Rows changed by the last statement this thread stepped to its end. */
     int64_t (*changes)(struct store *st);
-    /* A statement with no result rows (BEGIN, SAVEPOINT, ...), outside the cache. */
+    /* A statement with no result rows (BEGIN, SAVEPOINT, ...); sql is a string literal, which
+     * an engine may keep prepared like sql_stmt's (SQLite does). */
     int (*exec)(struct store *st, const char *sql);
     /* Serial writers take the database's write lock at BEGIN (SQLite: BEGIN IMMEDIATE;
      * PostgreSQL: BEGIN and the store's transaction-level advisory lock, exclusive), so a

@@ -4,6 +4,7 @@
  * cached statements.
  */
 #include "sql.h"
+#include "sqlite_checkpoint.h"
 #include "config.h"
 #include "log.h"
 #include "migrations.h"
@@ -34,7 +35,8 @@ struct sq_stmt {
 struct sq_conn {
     sqlite3 *db;
     struct sq_conn *next;
-    int last_rc; /* the extended result code of the last failure on this connection */
+    int last_rc;     /* the extended result code of the last failure on this connection */
+    bool holds_gate; /* inside a writer transaction: holds the store's write gate (shared) */
     size_t nstmts;
     const char *sqls[SQ_STMT_CACHE];
     struct sq_stmt stmts[SQ_STMT_CACHE];
@@ -47,7 +49,12 @@ struct sq_store {
     char synchronous[16];
     pthread_key_t conn_key; /* this thread's connection */
     pthread_mutex_t conns_lock;
-    struct sq_conn *conns; /* every open connection, to close them all */
+    struct sq_conn *conns;                /* every open connection, to close them all */
+    struct sq_checkpointer *checkpointer; /* every connection's WAL hook (sqlite_checkpoint.h) */
+    /* Held shared by this process's writer transactions, exclusively by a RESTART checkpoint:
+     * SQLite's write lock is free only between two of the committer's transactions, too briefly
+     * for a checkpoint's busy handler to catch it, so the checkpoint queues here instead. */
+    pthread_rwlock_t write_gate;
 };
 
 static const struct sql_engine sq_engine;
@@ -125,6 +132,9 @@ static sqlite3 *sq_open_conn(struct sq_store *s, int wait_ms, char *err, size_t 
     }
     sqlite3_busy_timeout(db, wait_ms);
     sqlite3_extended_result_codes(db, 1);
+    /* Instead of SQLite's automatic checkpoint inside the COMMIT that crosses its threshold. */
+    if (s->checkpointer)
+        sqlite3_wal_hook(db, sq_checkpoint_wal_hook, s->checkpointer);
     if (sq_enable_wal(db, wait_ms, why, sizeof why) != 0) {
         snprintf(err, errlen, "%s: %s", s->path, why);
         sqlite3_close(db);
@@ -274,14 +284,22 @@ static int64_t sq_changes(struct store *st)
     return c ? sqlite3_changes(c->db) : 0;
 }
 
+/* sql is a string literal (sql.h): prepared once per connection and kept, like sq_stmt, so that
+ * the BEGIN, COMMIT and savepoint of every transaction are not compiled again each time. */
 static int sq_exec(struct store *st, const char *sql)
 {
     struct sq_conn *c = sq_conn(st);
+    struct sql_stmt *s;
     int rc;
     if (!c)
         return SQL_NOMEM;
-    rc = sqlite3_exec(c->db, sql, NULL, NULL, NULL);
-    if (rc == SQLITE_OK)
+    if (!(s = sq_stmt(st, sql))) {
+        c->last_rc = sqlite3_extended_errcode(c->db);
+        return SQL_ERROR;
+    }
+    rc = sqlite3_step(sq_h(s));
+    sqlite3_reset(sq_h(s));
+    if (rc == SQLITE_DONE || rc == SQLITE_ROW)
         return SQL_DONE;
     c->last_rc = sqlite3_extended_errcode(c->db);
     return SQL_ERROR;
@@ -312,20 +330,42 @@ static enum store_status sq_status(struct store *st, int rc)
     }
 }
 
+static void sq_gate_release(struct store *st, struct sq_conn *c)
+{
+    struct sq_store *s = st->cls;
+    if (c && c->holds_gate) {
+        c->holds_gate = false;
+        pthread_rwlock_unlock(&s->write_gate);
+    }
+}
+
 /* Writers (serial and concurrent alike: SQLite has one writer at a time) take SQLite's one write
  * lock at BEGIN (IMMEDIATE), not at their first write: what a writer read stays true until it
  * commits, which the store's claims rely on. */
 static enum store_status sq_begin(struct store *st, enum sql_txn kind)
 {
-    int rc = sq_exec(st, kind != SQL_TXN_READ ? "BEGIN IMMEDIATE" : "BEGIN");
-    return sq_status(st, rc);
+    bool writer = kind != SQL_TXN_READ;
+    struct sq_store *s = st->cls;
+    struct sq_conn *c = sq_conn(st);
+    if (!c)
+        return STORE_ERROR;
+    if (writer && !c->holds_gate) {
+        pthread_rwlock_rdlock(&s->write_gate);
+        c->holds_gate = true;
+    }
+    int rc = sq_exec(st, writer ? "BEGIN IMMEDIATE" : "BEGIN");
+    enum store_status r = sq_status(st, rc);
+    if (r != STORE_OK)
+        sq_gate_release(st, c);
+    return r;
 }
 
 static void sq_rollback(struct store *st)
 {
     struct sq_conn *c = sq_conn(st);
     if (c && !sqlite3_get_autocommit(c->db))
-        sqlite3_exec(c->db, "ROLLBACK", NULL, NULL, NULL);
+        sq_exec(st, "ROLLBACK");
+    sq_gate_release(st, c);
 }
 
 static enum store_status sq_commit(struct store *st)
@@ -336,6 +376,7 @@ static enum store_status sq_commit(struct store *st)
         sq_rollback(st);
         return r;
     }
+    sq_gate_release(st, sq_conn(st));
     return STORE_OK;
 }
 
@@ -434,6 +475,9 @@ static void sq_close(struct store *st)
     struct sq_conn *c, *next;
 
     store_sql_fini(st);
+    /* First, so that the connection closed last (which checkpoints the WAL and removes it) is one
+     * of the store's. */
+    sq_checkpointer_free(s->checkpointer);
     pthread_mutex_lock(&s->conns_lock);
     for (c = s->conns; c; c = next) {
         next = c->next;
@@ -443,18 +487,28 @@ static void sq_close(struct store *st)
     pthread_mutex_unlock(&s->conns_lock);
     pthread_key_delete(s->conn_key);
     pthread_mutex_destroy(&s->conns_lock);
+    pthread_rwlock_destroy(&s->write_gate);
     free(s);
     free(st);
+}
+
+/* SQLite counts every allocation under one global mutex unless told not to: the committer, the
+ * HTTP threads' reads and the checkpointer then queue on it. The store reads no memory figures. */
+static void sq_configure_library(void)
+{
+    sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
 }
 
 struct store *store_sqlite_open(const char *path, int busy_timeout_ms, const char *synchronous,
                                 char *err, size_t errlen)
 {
+    static pthread_once_t configured = PTHREAD_ONCE_INIT;
     struct store *st = calloc(1, sizeof *st);
     struct sq_store *s = calloc(1, sizeof *s);
     sqlite3 *db;
     int fd;
 
+    pthread_once(&configured, sq_configure_library);
     if (!st || !s) {
         snprintf(err, errlen, "out of memory");
         free(st);
@@ -472,6 +526,12 @@ struct store *store_sqlite_open(const char *path, int busy_timeout_ms, const cha
     s->busy_timeout_ms = busy_timeout_ms;
     snprintf(s->synchronous, sizeof s->synchronous, "%s", synchronous ? synchronous : "FULL");
     pthread_mutex_init(&s->conns_lock, NULL);
+    pthread_rwlockattr_t gate_attr;
+    pthread_rwlockattr_init(&gate_attr);
+    /* A waiting checkpoint goes before new writers (not behind a stream of them). */
+    pthread_rwlockattr_setkind_np(&gate_attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&s->write_gate, &gate_attr);
+    pthread_rwlockattr_destroy(&gate_attr);
     /* Connections are closed by sq_close(), not when their thread exits: the store may outlive
      * short-lived threads only as long as it is open, and closing from a destructor would race
      * with sq_close(). */
@@ -489,10 +549,15 @@ struct store *store_sqlite_open(const char *path, int busy_timeout_ms, const cha
     db =
         sq_open_conn(s, s->busy_timeout_ms > SQ_OPEN_WAIT_MS ? s->busy_timeout_ms : SQ_OPEN_WAIT_MS,
                      err, errlen);
-    if (!db || sq_migrate(db, path, err, errlen) != 0) {
+    if (db && !(s->checkpointer =
+                    sq_checkpointer_new(path, s->busy_timeout_ms, s->synchronous, &s->write_gate)))
+        snprintf(err, errlen, "out of memory");
+    if (!db || !s->checkpointer || sq_migrate(db, path, err, errlen) != 0) {
+        sq_checkpointer_free(s->checkpointer);
         sqlite3_close(db);
         pthread_key_delete(s->conn_key);
         pthread_mutex_destroy(&s->conns_lock);
+        pthread_rwlock_destroy(&s->write_gate);
         free(s);
         free(st);
         return NULL;

@@ -202,6 +202,17 @@ enum store_status sql_session_point_at_in_tx(struct store *st, const char *sessi
 enum store_status sql_queue_requeue_in_tx(struct store *st, const struct store_ctx *ctx,
                                           char (*ids)[STORE_ID_LEN], size_t n, const char *reason);
 
+/* Claims one of worker_id's warm Sandboxes of the shape for the Session, as sandbox_claim_warm
+ * does (store.h); STORE_EMPTY when none is warm. (sandboxes.c) */
+enum store_status sql_sandbox_claim_warm_in_tx(struct store *st, const struct store_ctx *ctx,
+                                               const char *worker_id,
+                                               const struct store_shape *shape, const char *app_id,
+                                               const char *session_id, struct store_sandbox *out);
+/* claimed -> running and the Session active, as sandbox_mark_running does (store.h).
+ * (sandboxes.c) */
+enum store_status sql_sandbox_mark_running_in_tx(struct store *st, const struct store_ctx *ctx,
+                                                 const char *sandbox_id, const char *session_id);
+
 /* Ends a Sandbox as sandbox_finish does (store.h). (sandboxes.c) */
 enum store_status sql_sandbox_finish_in_tx(struct store *st, const struct store_ctx *ctx,
                                            const char *sandbox_id, bool failed, const char *reason,

@@ -101,6 +101,23 @@ test('conn_timeout closes idle and slow connections', async () => {
   });
 });
 
+// http_conn_memory (8 KiB by default, libmicrohttpd's pool per connection) holds a request's
+// headers: 4 KiB of them (a long bearer token, proxy and tracing headers) are served, as is a
+// 1 MiB body (read through the pool in pieces); 12 KiB answer 431; a larger pool takes them.
+test('http_conn_memory: ordinary headers and a body at body_limit fit the pool, larger headers 431', async () => {
+  const headers = (n) => ({ Authorization: `Bearer ${'k'.repeat(40)}`, 'X-Filler': 'z'.repeat(n) });
+  await withGateway([], async (gw) => {
+    assert.equal((await fetch(gw.url + '/healthz', { headers: headers(4096) })).status, 200);
+    assert.equal((await fetch(gw.url + '/healthz', { headers: headers(12288) })).status, 431);
+    const s = (await req(gw, 'POST', '/v1/sessions', { token: gw.key })).json;
+    const big = JSON.stringify({ body: 'b'.repeat(1048576 - 64) });
+    assert.equal((await req(gw, 'POST', `/v1/sessions/${s.id}/messages`, { token: gw.key, body: big })).status, 202);
+  });
+  await withGateway(['--http-conn-memory', '32768'], async (gw) => {
+    assert.equal((await fetch(gw.url + '/healthz', { headers: headers(12288) })).status, 200);
+  });
+});
+
 test('hostile bodies and headers get problems and do not disturb the gateway', async () => {
   await withGateway([], async (gw) => {
     const s = (await req(gw, 'POST', '/v1/sessions', { token: gw.key })).json;

@@ -70,7 +70,9 @@ test('a Workspace file survives Sandbox replacement through the NFS export; anot
     assert.equal(m1.state, 'completed', m1.error);
     assert.equal(m1.reply.writeFile?.ok, true, JSON.stringify(m1.reply));
     const addr1 = sbx.sql(`SELECT net_address FROM sandboxes WHERE id = '${m1.sandboxId}'`);
-    const export1 = join(sbx.dataDir, 'run', 'ganesha', 'exports', `${m1.sandboxId}.export`);
+    // Named "<installation>-<sandboxId>.export": tagged with the installation id (settings).
+    const installation = sbx.sql("SELECT value FROM settings WHERE key = 'installation_id'");
+    const export1 = join(sbx.dataDir, 'run', 'ganesha', 'exports', `${installation}-${m1.sandboxId}.export`);
     // While the Sandbox runs (keep-alive): its export admits its address, its 2049 element exists.
     const running = sbx.sql(`SELECT state FROM sandboxes WHERE id = '${m1.sandboxId}'`);
     assert.notEqual(running, 'terminated', 'the Sandbox ended before its keep-alive (6 s)');

@@ -3,12 +3,15 @@
  * adding exports starts the server (TCP 2049 served) and puts one EXPORT per Sandbox in its
  * config, admitting that Sandbox's address alone; reconciliation withdraws the exports of
  * Sandboxes that no longer run and keeps the others (the server rereads its config: the
- * withdrawn one is gone from it); remove is idempotent; bad input is refused.
+ * withdrawn one is gone from it); remove is idempotent; bad input is refused. Exports are
+ * tagged with the installation: reconciliation judges this installation's and untagged (older)
+ * ones, never another installation's.
  *
  * Usage: test_nfs_export     (needs root and nfs-ganesha; exit 77 = skipped)
  */
 #include "config.h"
 #include "log.h"
+#include "host/host_tag.h"
 #include "host/nfs_export.h"
 
 #include <limits.h>
@@ -91,6 +94,36 @@ int main(void)
     CHECK(nfs_export_remove(&cfg, "sbx_live", err, sizeof err) == 0, err);
     CHECK(nfs_export_remove(&cfg, "sbx_live", err, sizeof err) == 0, "remove is idempotent");
     CHECK(!file_contains(conf, "/sbx/sbx_live"), "removed export still configured");
+
+    /* Tagged with installation inst0001: its files are named so, and the block says so. An
+     * export file tagged with another installation, and an untagged leftover of an older sbx. */
+    char path[PATH_MAX + 64];
+    host_tag_set("inst0001");
+    CHECK(nfs_export_add(&cfg, "sbx_live", "10.213.0.2", ws, 1, pseudo, sizeof pseudo, err,
+                         sizeof err) == 0,
+          err);
+    CHECK(nfs_export_add(&cfg, "sbx_gone", "10.213.0.6", ws, 2, pseudo, sizeof pseudo, err,
+                         sizeof err) == 0,
+          err);
+    snprintf(path, sizeof path, "%s/run/ganesha/exports/inst0001-sbx_live.export", data);
+    CHECK(access(path, F_OK) == 0, "the export file is not named after the installation");
+    CHECK(file_contains(conf, "# sandbox sbx_live of installation inst0001"), "block not tagged");
+    snprintf(path, sizeof path, "%s/run/ganesha/exports/inst0002-sbx_gone.export", data);
+    FILE *other = fopen(path, "we");
+    CHECK(other && fputs("# another installation's\n", other) >= 0 && fclose(other) == 0, path);
+    snprintf(path, sizeof path, "%s/run/ganesha/exports/sbx_old.export", data);
+    FILE *old = fopen(path, "we");
+    CHECK(old && fputs("# an older sbx's\n", old) >= 0 && fclose(old) == 0, path);
+    CHECK(nfs_export_reconcile(&cfg, only_a_live, NULL, &removed, err, sizeof err) == 0, err);
+    CHECK(removed == 2, "reconcile: this installation's dead export and the untagged one");
+    CHECK(nfs_export_exists(&cfg, "sbx_live") && !nfs_export_exists(&cfg, "sbx_gone") &&
+              !nfs_export_exists(&cfg, "sbx_old"),
+          "the live export stays, the dead and the untagged ones go");
+    snprintf(path, sizeof path, "%s/run/ganesha/exports/inst0002-sbx_gone.export", data);
+    CHECK(access(path, F_OK) == 0, "another installation's export was removed");
+    CHECK(nfs_export_remove(&cfg, "sbx_live", err, sizeof err) == 0, err);
+    CHECK(!nfs_export_exists(&cfg, "sbx_live"), "a tagged export was not removed");
+    host_tag_set("");
 
     CHECK(nfs_export_add(&cfg, "../etc", "10.213.0.2", ws, 3, pseudo, sizeof pseudo, err,
                          sizeof err) != 0,

@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, existsSync } from 'node:fs';
+import { mkdtempSync, rmSync, existsSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import net from 'node:net';
@@ -63,7 +63,8 @@ test('the quickstart on the embedded defaults: bootstrap output, then an echo re
     assert.equal(r.state, 'completed', `the echo App did not answer: ${r.error}\nworker log:\n${worker.log.slice(-4000)}`);
     assert.deepEqual(r.reply.echo, { hello: 'world' });
     assert.notEqual(r.reply.uid, 0);
-    assert.ok(existsSync(join(cwd, 'data', 'jail', 'process', r.sandboxId)), 'the jail is not under ./data/jail');
+    const jails = readdirSync(join(cwd, 'data', 'jail', 'process'));
+    assert.ok(jails.some((j) => j.endsWith(`-${r.sandboxId}`)), `the jail is not under ./data/jail: ${jails}`);
   } finally {
     gateway.kill('SIGTERM');
     worker.kill('SIGTERM');

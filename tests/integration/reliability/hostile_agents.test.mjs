@@ -285,7 +285,9 @@ test('CPU bound: a spinner of 2 processes with vcpuCount 1 gets at most about on
   console.log(`CPU bound: ${(usage() - before) / 1000} ms of CPU in ${m.reply.spunMs} ms (${wallMs} ms round trip): ${cpus.toFixed(2)} CPUs`);
   assert.ok(cpus <= 1.15, `the spinner used ${cpus.toFixed(2)} CPUs with vcpuCount 1`);
   // What the kernel enforces (a loaded host can hide the bound from the measurement above).
-  const v1 = `/sys/fs/cgroup/cpu/sbx/${warm.sandboxId}`;
+  // The v1 twin is named as the v2 cgroup is: "<installation>-<sandboxId>".
+  const installation = sbx.sql("SELECT value FROM settings WHERE key = 'installation_id'");
+  const v1 = `/sys/fs/cgroup/cpu/sbx/${installation}-${warm.sandboxId}`;
   const quota = existsSync(`${cgroup}/cpu.max`) ? readFileSync(`${cgroup}/cpu.max`, 'utf8').trim()
     : `${readFileSync(`${v1}/cpu.cfs_quota_us`, 'utf8').trim()} ${readFileSync(`${v1}/cpu.cfs_period_us`, 'utf8').trim()}`;
   assert.equal(quota, '100000 100000', 'the Sandbox\'s CPU quota is not one CPU');
@@ -362,9 +364,11 @@ test('sandbox_uid_range exhausted: a clear boot error, nothing leaks; a crashed 
     }, 10000, 'the failed boot to be recorded');
     assert.match(small.sql(`SELECT termination_reason FROM sandboxes WHERE id = '${failed[0]}'`),
       /no free Sandbox uid/);
+    // Jails and cgroups are named "<installation>-<sandboxId>".
+    const tag = small.sql("SELECT value FROM settings WHERE key = 'installation_id'");
     for (const id of failed) {
-      assert.ok(!existsSync(join(small.dataDir, 'jail', 'process', id)), `jail of ${id} left behind`);
-      assert.ok(!existsSync(`/sys/fs/cgroup/unified/sbx/${id}`), `cgroup of ${id} left behind`);
+      assert.ok(!existsSync(join(small.dataDir, 'jail', 'process', `${tag}-${id}`)), `jail of ${id} left behind`);
+      assert.ok(!existsSync(`/sys/fs/cgroup/unified/sbx/${tag}-${id}`), `cgroup of ${id} left behind`);
     }
     assert.equal(readlinkSync(entry), m1.sandboxId, 'a failed boot took the uid');
     // The worker dies (kill -9) while its Sandbox holds the uid; the next one reconciles, and a

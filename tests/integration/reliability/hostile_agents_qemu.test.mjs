@@ -27,11 +27,13 @@ after(async () => {
 });
 
 // A value of one of the Sandbox's cgroup files: v2 (its recorded cgroup_path) when the file is
-// there, else the v1 hierarchy's directory of the Sandbox (hybrid hosts such as this one).
+// there, else the v1 hierarchy's directory of the Sandbox (hybrid hosts such as this one), named
+// as the v2 one is: "<installation>-<sandboxId>".
 function cgroupValue(sandboxId, v2name, v1dir, v1name) {
   const v2 = sbx.sql(`SELECT cgroup_path FROM sandboxes WHERE id = '${sandboxId}'`);
   if (v2 && existsSync(join(v2, v2name))) return readFileSync(join(v2, v2name), 'utf8').trim();
-  return readFileSync(`/sys/fs/cgroup/${v1dir}/sbx/${sandboxId}/${v1name}`, 'utf8').trim();
+  const installation = sbx.sql("SELECT value FROM settings WHERE key = 'installation_id'");
+  return readFileSync(`/sys/fs/cgroup/${v1dir}/sbx/${installation}-${sandboxId}/${v1name}`, 'utf8').trim();
 }
 
 test('limits: bad values are refused with a clear problem; null removes them', async () => {

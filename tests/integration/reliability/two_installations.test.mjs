@@ -3,20 +3,31 @@
 // links and `table inet sbx`. Restarting either one's worker (whose start-up reconciliation
 // removes the links and firewall elements of Sandboxes its store does not know as live) leaves
 // the other's Sandbox its link, its firewall element and its Workspace, and the other's Session
-// is still served by that same Sandbox. Runs in a network namespace of its own.
+// is still served by that same Sandbox. Both share one chroot_base (jails) and the host's cgroup
+// tree: each Sandbox's jail and cgroup are named "<installation>-<sandboxId>", the other's stay
+// whole, and the restarted worker's start-up sweep removes the leftovers tagged with its own
+// installation (planted here as a worker killed mid-cleanup leaves them) and no one else's, nor
+// untagged ones. Runs in a network namespace of its own.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { writeFileSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { writeFileSync, readFileSync, mkdirSync, mkdtempSync, existsSync, rmSync, rmdirSync } from 'node:fs';
+import { join, basename, dirname } from 'node:path';
 import { startSbx, req } from '../worker/harness.mjs';
 
 const running = [];
+const chrootBase = mkdtempSync('/tmp/sbx-it-two-jails-');
+const planted = [];
 after(async () => {
   for (const sbx of running) {
     await sbx.stop();
     sbx.cleanup();
   }
+  for (const dir of planted.reverse()) {
+    for (const sub of ['workspace', 'root']) if (existsSync(join(dir, sub))) rmdirSync(join(dir, sub));
+    if (existsSync(dir)) rmdirSync(dir);
+  }
+  rmSync(chrootBase, { recursive: true, force: true });
 });
 
 // The host's links: alias (the owner the kernel records) by interface name.
@@ -30,12 +41,14 @@ const elementOf = (id) => execFileSync('nft', ['list', 'set', 'inet', 'sbx', 'sa
   .split('\n').find((l) => new RegExp(`comment "([a-z0-9]+/)?${id}"`).test(l));
 
 async function installation(name) {
-  const sbx = await startSbx({ env: { SBX_POOL_SIZE: '1' } });
+  const sbx = await startSbx({ env: { SBX_POOL_SIZE: '1', SBX_CHROOT_BASE: chrootBase } });
   running.push(sbx);
   await sbx.until(() => /worker \S+ started on host/.test(sbx.workers[0].log), 20000, `${name}'s worker`);
   const { app, key } = await sbx.app(name, { keepAliveSeconds: 300 });
   sbx.key = key;
   sbx.appId = app.id;
+  sbx.installation = await sbx.sql("SELECT value FROM settings WHERE key = 'installation_id'");
+  assert.match(sbx.installation, /^[a-z0-9]{8}$/);
   return sbx;
 }
 
@@ -50,8 +63,36 @@ async function liveSandbox(sbx) {
   assert.equal(m.state, 'completed', m.error);
   assert.ok(linkOf(m.sandboxId), `no link for ${m.sandboxId}: ${JSON.stringify(links())}`);
   assert.ok(elementOf(m.sandboxId), `no firewall element for ${m.sandboxId}`);
-  return { session: s.id, sandboxId: m.sandboxId, dir };
+  const jail = await sbx.sql(`SELECT jail_dir FROM sandboxes WHERE id = '${m.sandboxId}'`);
+  const cgroup = await sbx.sql(`SELECT coalesce(cgroup_path, '') FROM sandboxes WHERE id = '${m.sandboxId}'`);
+  assert.equal(jail, join(chrootBase, 'process', `${sbx.installation}-${m.sandboxId}`));
+  assert.ok(existsSync(jail), `no jail ${jail}`);
+  if (cgroup) {
+    assert.equal(basename(cgroup), `${sbx.installation}-${m.sandboxId}`, 'the cgroup is not tagged');
+    assert.ok(existsSync(cgroup), `no cgroup ${cgroup}`);
+  }
+  return { session: s.id, sandboxId: m.sandboxId, dir, jail, cgroup };
 }
+
+// What a worker killed between a Sandbox's end and its cleanup leaves, named with tag ('' for an
+// untagged one of an older sbx): an empty jail and, where Sandboxes have cgroups, a cgroup.
+function leftover(tag, cgroupOfSomeSandbox) {
+  const id = `sbx_left${Math.random().toString(36).slice(2, 10).replace(/[^a-z0-9]/g, '0')}`;
+  const name = tag ? `${tag}-${id}` : id;
+  const jail = join(chrootBase, 'process', name);
+  mkdirSync(join(jail, 'root'), { recursive: true });
+  mkdirSync(join(jail, 'workspace'));
+  planted.push(jail);
+  let cgroup = '';
+  if (cgroupOfSomeSandbox) {
+    cgroup = join(dirname(cgroupOfSomeSandbox), name);
+    mkdirSync(cgroup);
+    planted.push(cgroup);
+  }
+  return { jail, cgroup };
+}
+const present = (l) => existsSync(l.jail) && (!l.cgroup || existsSync(l.cgroup));
+const gone = (l) => !existsSync(l.jail) && (!l.cgroup || !existsSync(l.cgroup));
 
 async function restartWorker(sbx) {
   const old = sbx.workers.pop();
@@ -67,6 +108,8 @@ async function restartWorker(sbx) {
 async function stillWhole(sbx, live, what) {
   assert.ok(linkOf(live.sandboxId), `${what}: the link of ${live.sandboxId} was removed: ${JSON.stringify(links())}`);
   assert.ok(elementOf(live.sandboxId), `${what}: the firewall element of ${live.sandboxId} was removed`);
+  assert.ok(existsSync(live.jail), `${what}: the jail of ${live.sandboxId} was removed`);
+  if (live.cgroup) assert.ok(existsSync(live.cgroup), `${what}: the cgroup of ${live.sandboxId} was removed`);
   assert.equal(readFileSync(join(live.dir, 'kept.txt'), 'utf8'), 'kept', `${what}: the Workspace`);
   const m = await sbx.roundTrip(sbx.key, live.session, { n: 2 }, 30);
   assert.equal(m.state, 'completed', `${what}: ${m.error}`);
@@ -83,11 +126,22 @@ test('restarting either installation\'s worker leaves the other\'s links, rules 
   assert.notEqual(tag(prodLive.sandboxId), tag(stagingLive.sandboxId));
   assert.match(prod.workers[0].log, new RegExp(`installation ${tag(prodLive.sandboxId)}`));
 
+  assert.equal(basename(prodLive.jail).split('-')[0], tag(prodLive.sandboxId), 'jail and link tags differ');
+
+  const prodLeft = leftover(prod.installation, prodLive.cgroup);
+  const stagingLeft = leftover(staging.installation, prodLive.cgroup);
+  const untagged = leftover('', prodLive.cgroup);
   const w = await restartWorker(staging);
   await stillWhole(prod, prodLive, 'after restarting staging');
   assert.doesNotMatch(w.log, /removed \d+ links/, 'staging removed links');
+  assert.ok(gone(stagingLeft), `staging's own leftovers were not swept: ${w.log.slice(-2000)}`);
+  assert.match(w.log, new RegExp(`removed the cgroups of ${prodLive.cgroup ? 1 : 0} and the jails of 1 Sandboxes`));
+  assert.ok(present(prodLeft), "staging swept production's leftovers");
+  assert.ok(present(untagged), 'staging swept an untagged jail or cgroup');
 
   const stagingAgain = await liveSandbox(staging); // staging's Sandboxes ended with its worker
-  await restartWorker(prod);
+  const p = await restartWorker(prod);
   await stillWhole(staging, stagingAgain, 'after restarting production');
+  assert.ok(gone(prodLeft), `production's own leftovers were not swept: ${p.log.slice(-2000)}`);
+  assert.ok(present(untagged), 'production swept an untagged jail or cgroup');
 });

@@ -121,6 +121,14 @@ test('chunks stream as printed, resume without gaps or repeats, late replay, err
     assert.deepEqual(s4.events.filter((e) => e.event === 'chunk').map((e) => e.json), [...Array(50).keys()]);
     assert.equal(s4.events[s4.events.length - 1].json.chunksDropped, 30);
     assert.equal(sbx.sql(`SELECT chunks_dropped FROM messages WHERE id = '${m4.id}'`), '30');
+    // The count is part of the Message wherever it is rendered: GET, the list, the long poll.
+    const got4 = await req(sbx.gw, 'GET', `/v1/sessions/${ses.id}/messages/${m4.id}`, { token: key });
+    assert.equal(got4.json.chunksDropped, 30, got4.text);
+    const list4 = await req(sbx.gw, 'GET', `/v1/sessions/${ses.id}/messages`, { token: key });
+    assert.equal(list4.json.items.find((i) => i.id === m4.id).chunksDropped, 30);
+    assert.equal(list4.json.items.find((i) => i.id === m1.id).chunksDropped, 0);
+    const wait4 = await req(sbx.gw, 'GET', `/v1/sessions/${ses.id}/messages/${m4.id}?wait=1`, { token: key });
+    assert.equal(wait4.json.chunksDropped, 30);
     // Batched: the chunks of one commit share its time, and the burst took a few commits, not
     // one per chunk.
     const commits = Number(sbx.sql(`SELECT COUNT(DISTINCT at) FROM message_chunks WHERE message_id = '${m4.id}'`));

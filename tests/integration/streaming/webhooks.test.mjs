@@ -201,3 +201,86 @@ test('signed, retried with backoff, marked failing, in order, at least once acro
     hang.close();
   }
 });
+
+// Woken, not polled: with the fallback poll at 30 s, events the gateway commits (session.created,
+// message.queued) and events the worker commits (message.delivering, message.completed) each
+// reach the receiver well within a second of being committed.
+test('deliveries are woken by the store\'s wake-ups, the poll is only a fallback', async (t) => {
+  const rx = await receiver();
+  const env = { SBX_WEBHOOK_ALLOW_PRIVATE: '1', SBX_WEBHOOK_POLL_MS: '30000', SBX_WEBHOOK_THREADS: '2' };
+  const sbx = await startSbx({ workers: 1, env });
+  try {
+    const { app, key } = await sbx.app('woken', { keepAliveSeconds: 30 });
+    await sbx.until(() => /worker \S+ started on host/.test(sbx.workers[0].log), 20000, 'the worker');
+    // The sender's first round is over (it now sleeps for the 30 s poll), and the gateway's list
+    // of worker sockets, refreshed at most once a second (notify.c), has this worker's.
+    await sleep(1200);
+    const hook = await req(sbx.gw, 'POST', `/v1/apps/${app.id}/webhooks`, { token: sbx.gw.admin, body: { url: rx.url, eventTypes: ['message.*', 'session.created'] } });
+    assert.equal(hook.status, 201, hook.text);
+    rx.secret = hook.json.secret;
+    const ses = await sbx.session(key);
+    await sbx.until(() => rx.got.some((g) => g.json?.type === 'session.created'), 5000, 'session.created (a gateway commit)');
+    for (let n = 0; n < 3; n++) {
+      const m = await sbx.roundTrip(key, ses.id, { n });
+      assert.equal(m.state, 'completed', m.error);
+    }
+    await sbx.until(() => rx.got.filter((g) => g.json?.type === 'message.completed').length === 3, 5000, 'three message.completed (worker commits)');
+    const latencies = rx.got.map((g) => ({ kind: g.json.type, ms: g.at - Date.parse(g.json.data.at) }));
+    t.diagnostic(`commit-to-receipt: ${latencies.map((l) => `${l.kind} ${l.ms} ms`).join(', ')}`);
+    for (const kind of ['session.created', 'message.queued', 'message.delivering', 'message.completed'])
+      assert.ok(latencies.some((l) => l.kind === kind), `no ${kind}`);
+    for (const l of latencies) assert.ok(l.ms < 1500, `${l.kind} took ${l.ms} ms: polled, not woken`);
+    assert.deepEqual(rx.badSignatures, []);
+  } finally {
+    await sbx.stop();
+    sbx.cleanup();
+    rx.close();
+  }
+});
+
+// A delivery in flight when the worker stops (SIGTERM): the attempt is either finished and
+// recorded, or not recorded and sent again after the restart with the same webhook-id; every
+// event arrives, none under two webhook-ids.
+test('a delivery in flight when the worker is stopped is never lost', async (t) => {
+  const rx = await receiver();
+  const env = { SBX_WEBHOOK_ALLOW_PRIVATE: '1', SBX_WEBHOOK_TIMEOUT_MS: '1500', SBX_WEBHOOK_THREADS: '1', SBX_SHUTDOWN_GRACE: '1' };
+  const sbx = await startSbx({ workers: 1, env });
+  try {
+    const { app, key } = await sbx.app('stopped', { keepAliveSeconds: 30 });
+    const hookRes = await req(sbx.gw, 'POST', `/v1/apps/${app.id}/webhooks`, { token: sbx.gw.admin, body: { url: rx.url, eventTypes: ['session.*'] } });
+    assert.equal(hookRes.status, 201, hookRes.text);
+    rx.secret = hookRes.json.secret;
+    const hookPath = `/v1/apps/${app.id}/webhooks/${hookRes.json.id}`;
+    rx.mode = 'slow'; // answers after 700 ms: the worker is stopped while the POST is open
+    const s1 = await sbx.session(key);
+    await sbx.until(() => rx.inFlight > 0, 5000, 'the delivery in flight');
+    const inFlight = rx.got[rx.got.length - 1].id;
+    const old = sbx.workers.pop();
+    old.kill('SIGTERM');
+    assert.deepEqual(await old.exited, { code: 0, signal: null }, old.log.slice(-2000));
+    const before = await req(sbx.gw, 'GET', `${hookPath}/deliveries`, { token: sbx.gw.admin });
+    const d = before.json.items.find((i) => i.id === inFlight);
+    const recorded = d.state === 'delivered';
+    t.diagnostic(`the attempt in flight at SIGTERM was ${recorded ? 'finished and recorded' : 'cut, not recorded'}`);
+    if (!recorded) assert.equal(d.attemptLog.length, 0, 'a cut attempt was recorded');
+    rx.mode = 'ok';
+    const gotBefore = rx.got.length;
+    sbx.startWorker();
+    const s2 = await sbx.session(key);
+    await sbx.until(async () => {
+      const all = await req(sbx.gw, 'GET', `${hookPath}/deliveries`, { token: sbx.gw.admin });
+      return all.json.items.length >= 2 && all.json.items.every((i) => i.state === 'delivered');
+    }, 20000, 'both deliveries delivered after the restart');
+    const ids = (sessionId) => new Set(rx.got.filter((g) => g.json?.data?.objectId === sessionId).map((g) => g.id));
+    assert.deepEqual([...ids(s1.id)], [inFlight], 'the stopped delivery came under another webhook-id');
+    assert.equal(ids(s2.id).size, 1);
+    const resent = rx.got.slice(gotBefore).filter((g) => g.id === inFlight).length;
+    if (recorded) assert.equal(resent, 0, 'a recorded delivery was sent again');
+    else assert.ok(resent >= 1, 'a cut delivery was not sent again');
+    assert.deepEqual(rx.badSignatures, []);
+  } finally {
+    await sbx.stop();
+    sbx.cleanup();
+    rx.close();
+  }
+});
