@@ -6,6 +6,10 @@
  * own connection), which writes up to ENQUEUE_BATCH_MAX queued requests in one transaction, each
  * inside its own SAVEPOINT so that one bad row fails alone, and wakes every caller of the batch
  * once the COMMIT is on disk (or hands an asynchronous caller its result through its callback).
+ * On PostgreSQL, where other gateways' committers write at the same time, a batch is taken in
+ * Session order, locks its Sessions first (passing over rows another transaction holds: those
+ * requests go back to the head of the queue) and writes its requests without a key in one
+ * statement (enqueue_pg.c).
  *
  * Hidden state: the committer (struct enqueue_committer: its thread, its queue of requests and
  * their lock) hangs off the store's struct sql_store (api); it is started on the first enqueue and
