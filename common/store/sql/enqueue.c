@@ -330,10 +330,11 @@ static enum store_status lock_and_write_pg(struct store *st, struct enqueue_req 
     if (x != SQL_DONE)
         return sql_status(st, x);
     if (sql_enqueue_pg_batch(st, items, nitems) != STORE_OK) {
-        /* Nothing of it was written: each request goes one by one, and fails alone. */
-        sql_exec(st, "ROLLBACK TO enqueue_batch");
-        sql_exec(st, "RELEASE enqueue_batch");
-        return STORE_OK;
+        /* Nothing of it was written: each request goes one by one, and fails alone. Sent now,
+         * not held back for the next statement: that one may first need preparing, which an
+         * aborted transaction would refuse. */
+        int y = sql_exec(st, "ROLLBACK TO enqueue_batch; RELEASE enqueue_batch");
+        return y == SQL_DONE ? STORE_OK : sql_status(st, y);
     }
     sql_exec(st, "RELEASE enqueue_batch");
     for (size_t i = 0, j = 0; i < n && j < nitems; i++) {
