@@ -195,9 +195,10 @@ static struct MHD_Daemon *start_listener(struct gateway *gw, const struct sockad
      * The per-connection pool is http_conn_memory, smaller than MHD's 32 KiB: a queued response
      * (an open stream) keeps about half of it resident (docs/performance.md, streaming). */
     return MHD_start_daemon(
+        /* The logger first: libmicrohttpd logs through its own until it sees this option. */
         flags, 0, conns ? client_conns_accept : NULL, conns, gateway_access_handler, gw,
-        MHD_OPTION_NOTIFY_CONNECTION, conns ? client_conns_notify : NULL, conns,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_SOCK_ADDR,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_NOTIFY_CONNECTION,
+        conns ? client_conns_notify : NULL, conns, MHD_OPTION_SOCK_ADDR,
         (const struct sockaddr *)sa, MHD_OPTION_THREAD_POOL_SIZE, threads,
         MHD_OPTION_CONNECTION_LIMIT, conn_limit, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)gw->cfg.conn_timeout, MHD_OPTION_NOTIFY_COMPLETED, gateway_request_completed, gw,

@@ -333,7 +333,8 @@ async function cold() {
 
 async function expiry() {
   const n = 200;
-  const sbx = new Sbx(buildDir, { SBX_POOL_SIZE: '20' });
+  // 200 waiting long polls and the posts beside them, all from 127.0.0.1: past conn_per_client.
+  const sbx = new Sbx(buildDir, { SBX_POOL_SIZE: '20', SBX_CONN_PER_CLIENT: '1000' });
   await sbx.start();
   await sbx.app({ keepAliveSeconds: 1 });
   const ids = [];
