@@ -657,8 +657,9 @@ CREATE TABLE webhook_attempts (
 -- ---- concurrent writers (migration 0011), documented in docs/postgres.md ----
 -- Writers no longer hold one lock each, so events may commit out of id order. events.id is given
 -- by a trigger that first gives the transaction its xid; sbx_events_settled(wait_ms) returns an
--- id S such that every event with id <= S is committed or never will be (it waits for the
--- transactions in progress when it looked), or NULL after wait_ms.
+-- id S such that every event with id <= S is committed or never will be, or NULL after wait_ms.
+-- As of migration 0012 it takes an xid R of its own after reading S and waits until every
+-- transaction older than R has ended (a snapshot with xmax >= R listing no xid below R).
 ALTER TABLE events ALTER COLUMN id DROP IDENTITY;
 CREATE SEQUENCE events_id_seq;
 SELECT setval('events_id_seq', COALESCE((SELECT max(id) FROM events), 0) + 1, false);
@@ -678,18 +679,22 @@ $$;
 CREATE TRIGGER events_assign_id BEFORE INSERT ON events
     FOR EACH ROW EXECUTE FUNCTION events_assign_id();
 
-CREATE FUNCTION sbx_events_settled(wait_ms integer) RETURNS bigint LANGUAGE plpgsql AS $$
+CREATE FUNCTION sbx_events_settled(wait_ms integer) RETURNS bigint
+LANGUAGE plpgsql AS $$
 DECLARE
     allocated bigint;
-    snap pg_snapshot;
+    mine xid8;
     deadline timestamptz := clock_timestamp() + make_interval(secs => wait_ms / 1000.0);
 BEGIN
+    IF pg_current_xact_id_if_assigned() IS NOT NULL THEN
+        RAISE EXCEPTION 'sbx_events_settled() must run before its transaction writes';
+    END IF;
     SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END INTO allocated
         FROM events_id_seq;
-    snap := pg_current_snapshot();
-    WHILE EXISTS (SELECT 1 FROM pg_snapshot_xip(snap) AS x
-                  WHERE x IS DISTINCT FROM pg_current_xact_id_if_assigned()
-                    AND pg_xact_status(x) = 'in progress') LOOP
+    mine := pg_current_xact_id();
+    WHILE EXISTS (SELECT 1 FROM (SELECT pg_current_snapshot() AS s) AS fresh
+                  WHERE pg_snapshot_xmax(fresh.s) < mine
+                     OR EXISTS (SELECT 1 FROM pg_snapshot_xip(fresh.s) AS x WHERE x < mine)) LOOP
         IF clock_timestamp() >= deadline THEN
             RETURN NULL;
         END IF;

@@ -2,8 +2,10 @@
  * event_horizon.c: how far a reader of events by id may go without ever skipping one. On SQLite
  * writers run one at a time, so ids commit in order and every id a reader sees is settled. On
  * PostgreSQL writers run concurrently and ids can commit out of order; sbx_events_settled()
- * (migration 0011) waits for the transactions in progress and gives an id up to which every
- * event is committed or never will be. No hidden state.
+ * (migrations 0011 and 0012) waits for every transaction older than an xid it takes itself and
+ * gives an id up to which every event is committed or never will be. It must run outside a
+ * transaction that writes (it refuses otherwise): its callers read events outside transactions.
+ * No hidden state.
  */
 #include "log.h"
 #include "store_sql.h"

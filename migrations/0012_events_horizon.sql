@@ -1,0 +1,2 @@
+-- 0012_events_horizon: nothing changes on SQLite, whose writers commit one at a time (see
+-- migrations/postgres/0012_events_horizon.sql for what PostgreSQL's events cursor lacked).
