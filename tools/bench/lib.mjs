@@ -229,7 +229,10 @@ export function runWrkAsync({ url, connections, seconds, script, env }) {
     );
     let out = '';
     p.stdout.on('data', (d) => (out += d));
-    p.on('exit', (code) => (code === 0 ? resolve(parseWrk(out)) : reject(new Error(`wrk exited ${code}`))));
+    // 'close', not 'exit': a process can exit before its stdout has been read to the end, and a
+    // table parsed from half of wrk's report has no figures.
+    p.on('error', reject);
+    p.on('close', (code) => (code === 0 ? resolve(parseWrk(out)) : reject(new Error(`wrk exited ${code}`))));
   });
 }
 

@@ -7,26 +7,15 @@
 // second layer's whiteout deleted is absent, the second layer's files are there.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createReadStream, existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { startSbx, req } from '../worker/harness.mjs';
+import { startSbx } from '../worker/harness.mjs';
+import { importImage } from './upload.mjs';
 
 const IMAGES = process.env.SBX_TEST_IMAGES;
 if (!IMAGES) throw new Error('SBX_TEST_IMAGES must name the test images directory');
 const digest = readFileSync(join(IMAGES, 'digest.docker'), 'utf8').trim();
 const guestDir = process.env.SBX_GUEST_DIR || '';
-
-async function upload(sbx, name, file) {
-  const res = await fetch(`${sbx.gw.url}/v1/images?name=${encodeURIComponent(name)}`, {
-    method: 'POST',
-    headers: { Authorization: `Bearer ${sbx.gw.admin}`, 'Content-Type': 'application/x-tar' },
-    body: createReadStream(file),
-    duplex: 'half',
-  });
-  const text = await res.text();
-  assert.equal(res.status, 202, text);
-  return JSON.parse(text).id;
-}
 
 test('an App on an uploaded image answers from the image, process and qemu', { timeout: 420000 }, async () => {
   const drivers = ['process'];
@@ -37,11 +26,7 @@ test('an App on an uploaded image answers from the image, process and qemu', { t
       ...(guestDir ? { SBX_GUEST_DIR: guestDir } : {}) },
   });
   try {
-    const id = await upload(sbx, 'py', join(IMAGES, 'py.docker.tar'));
-    const img = await sbx.until(async () => {
-      const r = await req(sbx.gw, 'GET', `/v1/images/${id}`, { token: sbx.gw.admin });
-      return r.json.state !== 'importing' ? r.json : null;
-    }, 180000, 'the import');
+    const img = await importImage(sbx, 'py', join(IMAGES, 'py.docker.tar'), 180000);
     assert.equal(img.state, 'ready', JSON.stringify(img.problem));
     assert.equal(img.digest, digest);
     for (const driver of drivers) {
@@ -79,11 +64,7 @@ const probe = [
 test('an App\'s own command runs in the layered image: the whiteout applied, layer 2 present', { timeout: 300000 }, async () => {
   const sbx = await startSbx({ workers: 1, env: { SBX_POOL_SIZE: '1', SBX_MESSAGE_TIMEOUT: '60' } });
   try {
-    const id = await upload(sbx, 'py', join(IMAGES, 'py.docker.tar'));
-    const img = await sbx.until(async () => {
-      const r = await req(sbx.gw, 'GET', `/v1/images/${id}`, { token: sbx.gw.admin });
-      return r.json.state !== 'importing' ? r.json : null;
-    }, 180000, 'the import');
+    const img = await importImage(sbx, 'py', join(IMAGES, 'py.docker.tar'), 180000);
     assert.equal(img.state, 'ready', JSON.stringify(img.problem));
     const { key } = await sbx.app('probe', { image: 'py', command: ['/usr/bin/python3', '-c', probe],
       keepAliveSeconds: 2, maxAttempts: 1 });

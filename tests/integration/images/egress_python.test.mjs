@@ -12,30 +12,17 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { createReadStream, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startSbx, req } from '../worker/harness.mjs';
+import { importImage } from './upload.mjs';
 
 const IMAGES = process.env.SBX_TEST_IMAGES;
 const WORLD = process.env.SBX_EGRESS_WORLD;
 const PROBE = process.env.SBX_NET_PROBE;
 if (!IMAGES || !WORLD || !PROBE) throw new Error('SBX_TEST_IMAGES, SBX_EGRESS_WORLD and SBX_NET_PROBE must be set');
 const AGENT = readFileSync(new URL('../../images/egress-agent.py', import.meta.url), 'utf8');
-
-async function upload(sbx, name, file) {
-  const res = await fetch(`${sbx.gw.url}/v1/images?name=${name}`, {
-    method: 'POST',
-    headers: { Authorization: `Bearer ${sbx.gw.admin}`, 'Content-Type': 'application/x-tar' },
-    body: createReadStream(file),
-    duplex: 'half',
-  });
-  assert.equal(res.status, 202, await res.text());
-  return sbx.until(async () => {
-    const r = await req(sbx.gw, 'GET', `/v1/images/${name}`, { token: sbx.gw.admin });
-    return r.json.state !== 'importing' ? r.json : null;
-  }, 120000, `the import of ${name}`);
-}
 
 // Every event the key may see, oldest first.
 async function events(sbx, key) {
@@ -57,7 +44,7 @@ test('a Python agent in an image reaches only its allowed name, and every refusa
     env: { SBX_DNS_RESOLVERS: '11.11.11.53', SBX_EGRESS_PORTS: '80,443', SBX_MESSAGE_TIMEOUT: '30' },
   });
   try {
-    const img = await upload(sbx, 'py', join(IMAGES, 'py.docker.tar'));
+    const img = await importImage(sbx, 'py', join(IMAGES, 'py.docker.tar'));
     assert.equal(img.state, 'ready', JSON.stringify(img.problem));
     const { app, key } = await sbx.app('py-egress', {
       image: 'py',

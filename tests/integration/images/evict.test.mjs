@@ -15,10 +15,11 @@ import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { createServer } from 'node:net';
-import { cpSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync, createReadStream } from 'node:fs';
+import { cpSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startSbx, req, sleep } from '../worker/harness.mjs';
+import { importImage, settledImage } from './upload.mjs';
 
 const IMAGES = process.env.SBX_TEST_IMAGES;
 const ROOTFS = process.env.SBX_DEFAULT_ROOTFS;
@@ -90,19 +91,9 @@ test('image_cache_limit evicts the least recently used image no App names and no
     const dirOf = (digest) => join(sbx.dataDir, 'images', 'sha256', digest.slice('sha256:'.length));
     const cached = (img) => existsSync(join(dirOf(img.digest), 'ready'));
     const image = async (name) => (await req(sbx.gw, 'GET', `/v1/images/${name}`, { token: admin })).json;
-    const settled = (name) => sbx.until(async () => {
-      const im = await image(name);
-      return im.state !== 'importing' ? im : null;
-    }, 180000, `the import of ${name}`);
+    const settled = (name) => settledImage(sbx, name, 180000);
     const upload = async (name, file) => {
-      const res = await fetch(`${sbx.gw.url}/v1/images?name=${name}`, {
-        method: 'POST',
-        headers: { Authorization: `Bearer ${admin}`, 'Content-Type': 'application/x-tar' },
-        body: createReadStream(file),
-        duplex: 'half',
-      });
-      assert.equal(res.status, 202, await res.text());
-      const im = await settled(name);
+      const im = await importImage(sbx, name, file, 180000);
       assert.equal(im.state, 'ready', JSON.stringify(im.problem));
       return im;
     };

@@ -13,10 +13,11 @@ import { spawn, spawnSync, execFileSync } from 'node:child_process';
 import { createServer } from 'node:net';
 import http from 'node:http';
 import { randomBytes } from 'node:crypto';
-import { existsSync, lstatSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync, createReadStream } from 'node:fs';
+import { existsSync, lstatSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startSbx, req, sleep } from '../worker/harness.mjs';
+import { postImage, settledImage } from './upload.mjs';
 
 const IMAGES = process.env.SBX_TEST_IMAGES;
 if (!IMAGES) throw new Error('SBX_TEST_IMAGES must name the test images directory');
@@ -32,25 +33,6 @@ function sbxctl(sbx, args, input) {
     input, encoding: 'utf8',
   });
   return r;
-}
-
-async function upload(sbx, name, file, contentType = 'application/x-tar') {
-  const res = await fetch(`${sbx.gw.url}/v1/images?name=${encodeURIComponent(name)}`, {
-    method: 'POST',
-    headers: { Authorization: `Bearer ${sbx.gw.admin}`, 'Content-Type': contentType },
-    body: createReadStream(file),
-    duplex: 'half',
-  });
-  const text = await res.text();
-  return { status: res.status, json: text ? JSON.parse(text) : null, text, headers: res.headers };
-}
-
-async function settled(sbx, id, timeoutMs = 120000) {
-  return sbx.until(async () => {
-    const r = await req(sbx.gw, 'GET', `/v1/images/${id}`, { token: sbx.gw.admin });
-    assert.equal(r.status, 200, r.text);
-    return r.json.state !== 'importing' ? r.json : null;
-  }, timeoutMs, `the import of ${id}`);
 }
 
 function cacheDir(sbx, digest) {
@@ -70,7 +52,7 @@ test('upload: docker-archive and OCI archive import into the cache; bad uploads 
   try {
     const admin = sbx.gw.admin;
     // docker-archive
-    const up = await upload(sbx, 'py', join(IMAGES, 'py.docker.tar'));
+    const up = await postImage(sbx, 'py', join(IMAGES, 'py.docker.tar'));
     assert.equal(up.status, 202, up.text);
     assert.equal(up.json.state, 'importing');
     assert.equal(up.json.source, 'upload');
@@ -79,7 +61,7 @@ test('upload: docker-archive and OCI archive import into the cache; bad uploads 
     assert.equal(up.json.uploadSha256, `sha256:${sha}`);
     assert.equal(up.headers.get('location'), `/v1/images/${up.json.id}`);
     const t0 = Date.now();
-    const img = await settled(sbx, up.json.id);
+    const img = await settledImage(sbx, up.json.id);
     const importMs = Date.now() - t0;
     assert.equal(img.state, 'ready', JSON.stringify(img.problem));
     assert.equal(img.digest, dockerDigest);
@@ -121,7 +103,7 @@ test('upload: docker-archive and OCI archive import into the cache; bad uploads 
     assert.equal(pushed.status, 0, pushed.stderr);
     assert.match(pushed.stdout, /py-oci: ready sha256:[0-9a-f]{64}, 2 layers/);
     const oci = { json: (await req(sbx.gw, 'GET', '/v1/images/py-oci', { token: admin })).json };
-    const ociImg = await settled(sbx, oci.json.id);
+    const ociImg = await settledImage(sbx, oci.json.id);
     assert.equal(ociImg.state, 'ready', JSON.stringify(ociImg.problem));
     assert.equal(ociImg.digest, ociDigest);
     assert.ok(!existsSync(join(cacheDir(sbx, ociDigest), 'rootfs/etc/issue.net')));
@@ -136,9 +118,9 @@ test('upload: docker-archive and OCI archive import into the cache; bad uploads 
     const trunc = join(scratch, 'trunc.tar');
     writeFileSync(trunc, readFileSync(join(IMAGES, 'py.docker.tar')).subarray(0, 30 << 20));
     for (const [name, file, code] of [['junk', junk, 'image_not_archive'], ['trunc', trunc, 'image_truncated']]) {
-      const r = await upload(sbx, name, file);
+      const r = await postImage(sbx, name, file);
       assert.equal(r.status, 202, r.text);
-      const done = await settled(sbx, r.json.id);
+      const done = await settledImage(sbx, r.json.id);
       assert.equal(done.state, 'failed');
       assert.equal(done.problem.code, code, done.problem.detail);
       assert.equal(done.digest, null);
@@ -149,7 +131,7 @@ test('upload: docker-archive and OCI archive import into the cache; bad uploads 
     assert.deepEqual(readdirSync(join(sbx.dataDir, 'images', 'tmp')), []);
 
     // API errors: a taken name, no name, the wrong media type.
-    const dup = await upload(sbx, 'py', junk);
+    const dup = await postImage(sbx, 'py', junk);
     assert.equal(dup.status, 409, dup.text);
     assert.equal(dup.json.code, 'conflict');
     const noName = await fetch(`${sbx.gw.url}/v1/images`, { method: 'POST', headers: { Authorization: `Bearer ${admin}`, 'Content-Type': 'application/x-tar' }, body: 'x' });
@@ -257,7 +239,7 @@ test('pull from a registry on loopback with basic auth; wrong credentials, regis
     assert.equal(pulled.status, 202, pulled.text);
     assert.ok(!pulled.text.includes('secret-pw'), 'the password was returned');
     assert.equal(pulled.json.source, `${host}/sbx/py:v1`);
-    const img = await settled(sbx, pulled.json.id);
+    const img = await settledImage(sbx, pulled.json.id);
     // sbxctl: the password from stdin; the same digest again (no second unpack).
     const ctlPull = sbxctl(sbx, ['image', 'pull', `${host}/sbx/py:v1`, '--name', 'ctl-pulled', '--username', 'puller', '--password-stdin'], 'secret-pw\n');
     assert.equal(ctlPull.status, 0, ctlPull.stderr);
@@ -273,7 +255,7 @@ test('pull from a registry on loopback with basic auth; wrong credentials, regis
     const byDigestRef = `${host}/sbx/py@${execFileSync('skopeo', ['inspect', '--tls-verify=false', '--creds', 'puller:secret-pw', '--format', '{{.Digest}}', `docker://${host}/sbx/py:v1`], { encoding: 'utf8' }).trim()}`;
     const again = await req(sbx.gw, 'POST', '/v1/images', { token: admin, body: { name: 'by-digest', reference: byDigestRef, username: 'puller', password: 'secret-pw' } });
     assert.equal(again.status, 202, again.text);
-    const again2 = await settled(sbx, again.json.id);
+    const again2 = await settledImage(sbx, again.json.id);
     assert.equal(again2.state, 'ready', JSON.stringify(again2.problem));
     assert.equal(again2.digest, img.digest);
 
@@ -288,7 +270,7 @@ test('pull from a registry on loopback with basic auth; wrong credentials, regis
     for (const [name, body, code] of cases) {
       const r = await req(sbx.gw, 'POST', '/v1/images', { token: admin, body: { name, ...body } });
       assert.equal(r.status, 202, r.text);
-      const done = await settled(sbx, r.json.id, 60000);
+      const done = await settledImage(sbx, r.json.id, 60000);
       assert.equal(done.state, 'failed', `${name}: ${JSON.stringify(done)}`);
       assert.equal(done.problem.code, code, `${name}: ${done.problem.detail}`);
     }
@@ -306,7 +288,7 @@ test('pull from a registry on loopback with basic auth; wrong credentials, regis
         try { await fetch(`http://127.0.0.1:${openPort}/v2/`); break; } catch { await sleep(100); }
       }
       const anon = await req(sbx.gw, 'POST', '/v1/images', { token: admin, body: { name: 'anon', reference: `127.0.0.1:${openPort}/sbx/py:v1` } });
-      const anonImg = await settled(sbx, anon.json.id);
+      const anonImg = await settledImage(sbx, anon.json.id);
       assert.equal(anonImg.state, 'ready', JSON.stringify(anonImg.problem));
       assert.match(anonImg.manifestDigest, /^sha256:[0-9a-f]{64}$/);
       assert.equal(anonImg.digest, img.digest);
@@ -371,14 +353,14 @@ test('pull from a registry on loopback with basic auth; wrong credentials, regis
       try {
         const viaToken = await req(sbx.gw, 'POST', '/v1/images', { token: admin, body: { name: 'via-token', reference: `127.0.0.1:${frontPort}/sbx/py:v1`, username: 'puller', password: 'secret-pw' } });
         assert.equal(viaToken.status, 202, viaToken.text);
-        const tokImg = await settled(sbx, viaToken.json.id);
+        const tokImg = await settledImage(sbx, viaToken.json.id);
         assert.equal(tokImg.state, 'ready', JSON.stringify(tokImg.problem));
         assert.equal(tokImg.digest, img.digest);
         assert.ok(tokens.size >= 1, 'no token was asked for');
         assert.deepEqual({ service: tokenAsks[0].service, scope: tokenAsks[0].scope }, { service: 'sbx-front', scope: 'repository:sbx/py:pull' });
         const asks = tokenAsks.length;
         const refused = await req(sbx.gw, 'POST', '/v1/images', { token: admin, body: { name: 'via-token-bad', reference: `127.0.0.1:${frontPort}/sbx/py:v1`, username: 'puller', password: 'wrong' } });
-        const bad = await settled(sbx, refused.json.id);
+        const bad = await settledImage(sbx, refused.json.id);
         assert.equal(bad.state, 'failed');
         assert.equal(bad.problem.code, 'registry_unauthorized', bad.problem.detail);
         assert.equal(tokenAsks.length, asks + 1, 'the wrong credentials were not taken to the realm');
@@ -403,7 +385,7 @@ test('pull from a registry on loopback with basic auth; wrong credentials, regis
     // The cached digest would be reused without fetching a layer: drop it first.
     rmSync(cacheDir(sbx, img.digest), { recursive: true, force: true });
     const tampered = await req(sbx.gw, 'POST', '/v1/images', { token: admin, body: { name: 'tampered', reference: `${host}/sbx/py:v1`, username: 'puller', password: 'secret-pw' } });
-    const t = await settled(sbx, tampered.json.id);
+    const t = await settledImage(sbx, tampered.json.id);
     assert.equal(t.state, 'failed');
     assert.equal(t.problem.code, 'image_digest_mismatch', t.problem.detail);
     assert.ok(!existsSync(cacheDir(sbx, img.digest)));

@@ -8,9 +8,9 @@
 // served throughout, and the next message gets a fresh Sandbox without the file.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createReadStream } from 'node:fs';
 import { join } from 'node:path';
 import { startSbx, req, sleep } from '../worker/harness.mjs';
+import { importImage } from './upload.mjs';
 
 const IMAGES = process.env.SBX_TEST_IMAGES;
 if (!IMAGES) throw new Error('SBX_TEST_IMAGES must name the test images directory');
@@ -48,25 +48,11 @@ for line in sys.stdin:
     print(json.dumps({"id": msg["id"], "reply": act(msg.get("body") or {})}), flush=True)
 `;
 
-async function upload(sbx, name, file) {
-  const res = await fetch(`${sbx.gw.url}/v1/images?name=${name}`, {
-    method: 'POST',
-    headers: { Authorization: `Bearer ${sbx.gw.admin}`, 'Content-Type': 'application/x-tar' },
-    body: createReadStream(file),
-    duplex: 'half',
-  });
-  assert.equal(res.status, 202, await res.text());
-  return sbx.until(async () => {
-    const r = await req(sbx.gw, 'GET', `/v1/images/${name}`, { token: sbx.gw.admin });
-    return r.json.state !== 'importing' ? r.json : null;
-  }, 120000, `the import of ${name}`);
-}
-
 test('filling the writable root of an image Sandbox hits its memory bound: sandbox-oom, oom, fresh Sandbox without the file', async () => {
   const sbx = await startSbx({ workers: 1, env: { SBX_POOL_SIZE: '1', SBX_MESSAGE_TIMEOUT: '30' } });
   let bystander;
   try {
-    const img = await upload(sbx, 'py', join(IMAGES, 'py.docker.tar'));
+    const img = await importImage(sbx, 'py', join(IMAGES, 'py.docker.tar'));
     assert.equal(img.state, 'ready', JSON.stringify(img.problem));
     const { key } = await sbx.app('root-filler', { image: 'py', memSizeMib: MEM_MIB, keepAliveSeconds: 60,
       maxAttempts: 1, command: ['/usr/bin/python3', '-c', FILLER] });

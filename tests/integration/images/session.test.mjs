@@ -7,31 +7,18 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { createReadStream, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startSbx, req } from '../worker/harness.mjs';
+import { importImage } from './upload.mjs';
 
 const IMAGES = process.env.SBX_TEST_IMAGES;
 if (!IMAGES) throw new Error('SBX_TEST_IMAGES must name the test images directory');
 
-async function upload(sbx, name, file) {
-  const res = await fetch(`${sbx.gw.url}/v1/images?name=${name}`, {
-    method: 'POST',
-    headers: { Authorization: `Bearer ${sbx.gw.admin}`, 'Content-Type': 'application/x-tar' },
-    body: createReadStream(file),
-    duplex: 'half',
-  });
-  assert.equal(res.status, 202, await res.text());
-  return sbx.until(async () => {
-    const r = await req(sbx.gw, 'GET', `/v1/images/${name}`, { token: sbx.gw.admin });
-    return r.json.state !== 'importing' ? r.json : null;
-  }, 120000, `the import of ${name}`);
-}
-
 test('a Session of an App on an uploaded image answers from the image\'s userspace (process driver)', async () => {
   const sbx = await startSbx({ workers: 1, env: { SBX_POOL_SIZE: '1', SBX_MESSAGE_TIMEOUT: '20' } });
   try {
-    const img = await upload(sbx, 'py', join(IMAGES, 'py.docker.tar'));
+    const img = await importImage(sbx, 'py', join(IMAGES, 'py.docker.tar'));
     assert.equal(img.state, 'ready', JSON.stringify(img.problem));
     const { app, key } = await sbx.app('py-app', { image: 'py', keepAliveSeconds: 1, maxAttempts: 1, env: { GREETING: 'from the App', SBX_TEST_IMAGE: 'overridden' } });
     assert.equal(app.imageDigest, img.digest);
@@ -72,7 +59,7 @@ test('a Session of an App on an uploaded image answers from the image\'s userspa
     assert.ok(!readFileSync(join(sbx.dataDir, 'images/sha256', img.digest.slice(7), 'rootfs/etc/os-release'), 'utf8').includes('scratch'));
 
     // Another App on another image (the OCI archive: another digest), on the same worker.
-    const other = await upload(sbx, 'py-oci', join(IMAGES, 'py.oci.tar'));
+    const other = await importImage(sbx, 'py-oci', join(IMAGES, 'py.oci.tar'));
     assert.equal(other.state, 'ready', JSON.stringify(other.problem));
     assert.notEqual(other.digest, img.digest);
     const b = await sbx.app('oci-app', { image: 'py-oci', keepAliveSeconds: 1, maxAttempts: 1 });
