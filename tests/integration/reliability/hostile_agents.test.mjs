@@ -433,7 +433,7 @@ test('a host without memory and cpu controllers: the worker says which bounds it
     const limits = await bare.until(async () => {
       const l = (await pool()).unboundedLimits;
       return l.length ? l : null;
-    }, 20000, '/v1/pool to list the bounds the worker cannot apply');
+    }, 60000, '/v1/pool to list the bounds the worker cannot apply'); // a start under ASan and load
     assert.deepEqual(limits.sort(), ['process:cpu', 'process:memory']);
     assert.match(w.log, /cannot bound the Sandboxes' memory,cpu on this host/);
     // A stopped worker's account goes with it.
