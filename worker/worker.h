@@ -105,9 +105,11 @@ static inline void consumer_kick(struct worker *w)
         event_active(w->kick_ev, 0, 0);
 }
 
-/* Tells the gateway's long polls about a message ("msg <id>") or a Sandbox ("sandbox <id>"): a
- * hint over notify.h, from any layer (it is not a call into the loop). The change committed events,
- * so this worker's webhook threads are woken too. */
+/* Tells the gateways about a message ("msg <id>": its long polls and streams; "chunk <id>": its
+ * streams), a hint over notify.h, from any layer (it is not a call into the loop). Such a hint
+ * names what it is about, so a sender waits briefly for a receiver's full queue and makes up for
+ * one refused with a resync (notify.c). The change committed events, so this worker's webhook
+ * threads are woken too. */
 static inline void worker_notify_gateway(struct worker *w, const char *kind, const char *id)
 {
     char msg[96];
@@ -116,6 +118,17 @@ static inline void worker_notify_gateway(struct worker *w, const char *kind, con
         return;
     snprintf(msg, sizeof msg, "%s %s", kind, id);
     notify_send(w->gateway_peer, msg);
+}
+
+/* Tells the gateways' event feeds that events were committed (a claim, a Sandbox's change): the
+ * plain hint "events", as the gateways send each other. It names nothing, since a feed reads
+ * whatever is new, so a full queue is not waited for: in a burst, a claim's and a boot's hints
+ * used to stall the worker's loop up to 2 ms each and then resync every long poll. */
+static inline void worker_notify_feeds(struct worker *w)
+{
+    webhook_sender_wake(w->webhooks);
+    if (w->gateway_peer)
+        notify_send(w->gateway_peer, "events");
 }
 
 #endif

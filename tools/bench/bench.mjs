@@ -7,6 +7,10 @@
 // all). The postgres scenario needs a PostgreSQL server: run under tests/pg-run.sh (tools/sbx
 // bench does); images builds the Debian + python3 test image (tests/images/build-test-images.sh,
 // cached in <build dir>/image-archives) and needs root.
+//
+// Profiling: SBX_BENCH_PERF=<dir> runs every daemon under `perf record` (lib.mjs);
+// SBX_BENCH_PERF_BURST=<file> records the whole machine during the burst alone;
+// SBX_BENCH_WARM_RUNS=<n> sets the warm scenario's number of activations.
 import { spawn, execFileSync } from 'node:child_process';
 import { mkdirSync, writeFileSync, appendFileSync, existsSync, mkdtempSync, rmSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -257,7 +261,13 @@ async function burst() {
   // moment to settle so the burst starts on a full, quiet pool.
   await sleep(500);
   const bootAll = performance.now() - tBoot;
+  // SBX_BENCH_PERF_BURST=<file>: a system-wide `perf record -g` of the burst alone (from just
+  // before the first POST to the last reply), for docs/performance.md.
+  const perfFile = process.env.SBX_BENCH_PERF_BURST;
+  const perf = perfFile && spawn('perf', ['record', '-q', '-a', '-g', '-F', '4000', '-o', perfFile], { stdio: 'ignore' });
+  if (perf) await sleep(300); // perf's own start-up, before the burst
   const t0 = performance.now();
+  const wall0 = Date.now();
   const done = await Promise.all(
     sessions.map(async (id) => {
       const t = performance.now();
@@ -266,14 +276,25 @@ async function burst() {
     }),
   );
   const total = performance.now() - t0;
+  if (perf) {
+    perf.kill('SIGINT');
+    await new Promise((r) => perf.on('close', r));
+  }
   const failed = done.filter((m) => m.state !== 'completed').length;
   const cold = sbx.sql('SELECT count(*) AS n FROM sandboxes WHERE cold = 1')[0].n;
+  // Where the time went, from the store's own times (ms after the first POST was sent): the last
+  // of the 100 POSTs committed, the last claim (message.delivering) and the last completion.
+  const [tl] = sbx.sql(`SELECT MAX(m.created_at) AS posted, MAX(m.completed_at) AS completed,
+    (SELECT MAX(e.at) FROM events e WHERE e.kind = 'message.delivering' AND e.object_id IN
+      (SELECT id FROM messages WHERE body LIKE '%"burst"%')) AS claimed
+    FROM messages m WHERE m.body LIKE '%"burst"%'`);
+  const timeline = { postedMs: tl.posted - wall0, claimedMs: tl.claimed - wall0, completedMs: tl.completed - wall0 };
   await sbx.stop();
   const p = summarize(done.map((m) => m.latencyMs));
   row('burst', `${n} at once: last reply`, total, `${n} x warm p50, one by one`, w.p50 * n, 'ms', `${(n / (total / 1000)).toFixed(0)} activations/s, ${cold} cold, ${failed} failed, pool fill ${(bootAll / 1000).toFixed(1)} s`);
-  row('burst', `${n} at once: reply p50`, p.p50, 'warm p50 (alone)', w.p50, 'ms', `p99 ${p.p99.toFixed(0)} ms`);
+  row('burst', `${n} at once: reply p50`, p.p50, 'warm p50 (alone)', w.p50, 'ms', `p99 ${p.p99.toFixed(0)} ms; all POSTs committed at ${timeline.postedMs} ms, claimed at ${timeline.claimedMs}, completed at ${timeline.completedMs}`);
   samples['burst (100 at once)'] = done.map((m) => m.latencyMs);
-  results.scenarios.burst = { n, totalMs: total, activationsPerSecond: n / (total / 1000), cold, failed, poolFillMs: bootAll };
+  results.scenarios.burst = { n, totalMs: total, activationsPerSecond: n / (total / 1000), cold, failed, poolFillMs: bootAll, timeline };
 }
 
 async function cold() {

@@ -88,7 +88,7 @@ void consumer_run(struct worker *w)
                  "worker: claimed %s (seq %lld, attempt %lld)", d->message.id,
                  (long long)d->message.seq, (long long)d->message.attempts);
         /* The claim wrote events (message.delivering, session.activating): wake event feeds. */
-        worker_notify_gateway(w, "claimed", d->message.id);
+        worker_notify_feeds(w);
         if (!route(w, d))
             break;
     }

@@ -82,7 +82,7 @@ static void boot_done(void *arg)
     }
     sb->state = SB_WARM;
     log_debug("worker: sandbox %s warm in %lld ms", sb->rt.sandbox_id, (long long)boot_ms);
-    worker_notify_gateway(w, "sandbox", sb->rt.sandbox_id);
+    worker_notify_feeds(w);
     w->sandbox_hooks->warm(w);
 }
 
@@ -166,7 +166,7 @@ void sandbox_running_recorded(struct sandbox *sb)
 {
     sb->running_pending = false;
     event_del(sb->running_ev);
-    worker_notify_gateway(sb->w, "sandbox", sb->rt.sandbox_id);
+    worker_notify_feeds(sb->w);
 }
 
 enum store_status sandbox_record_running(struct sandbox *sb)
@@ -179,6 +179,6 @@ enum store_status sandbox_record_running(struct sandbox *sb)
     enum store_status rc =
         w->st->sandbox_mark_running(w->st, &w->ctx, sb->rt.sandbox_id, sb->session_id);
     if (rc == STORE_OK)
-        worker_notify_gateway(w, "sandbox", sb->rt.sandbox_id);
+        worker_notify_feeds(w);
     return rc;
 }
