@@ -56,3 +56,18 @@ if(NODE_EXECUTABLE AND TARGET rootfs)
     ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBX_NET_PROBE=$<TARGET_FILE:net_probe>;SBX_SBXCTL_BIN=$<TARGET_FILE:sbxctl>;SBX_EGRESS_WORLD=${CMAKE_CURRENT_SOURCE_DIR}/integration/network/egress_world.sh"
     TIMEOUT 180 RUN_SERIAL ON)
 endif()
+
+# tools/bench/burst_client.c: the burst scenario's load generator (one thread, poll(), a
+# connection per Session). A short run against the fork worker keeps it working; it asserts
+# nothing about speed.
+add_executable(sbx-bench-burst ${CMAKE_SOURCE_DIR}/tools/bench/burst_client.c)
+set_target_properties(sbx-bench-burst PROPERTIES RUNTIME_OUTPUT_DIRECTORY
+                                                 ${CMAKE_BINARY_DIR}/tools/bench)
+if(NODE_EXECUTABLE AND TARGET sbx-worker-fork)
+  add_test(NAME it.worker.bench_burst_runs
+           COMMAND ${NODE_EXECUTABLE} --test
+                   ${CMAKE_CURRENT_SOURCE_DIR}/integration/worker/bench_burst.test.mjs)
+  set_tests_properties(it.worker.bench_burst_runs PROPERTIES
+    ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker-fork>;SBX_BENCH_BURST_BIN=$<TARGET_FILE:sbx-bench-burst>"
+    TIMEOUT 120)
+endif()
