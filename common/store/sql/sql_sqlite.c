@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define SQ_STMT_CACHE 128
@@ -119,21 +118,13 @@ static int sq_enable_wal(sqlite3 *db, int busy_timeout_ms, char *err, size_t err
     }
 }
 
-/* The busy handler: polls for the lock every millisecond for up to wait_ms (ctx), where
- * sqlite3_busy_timeout()'s handler backs off to one try per 100 ms after its first 300 ms. With a
- * committer, workers and heartbeats that each take the write lock for a few milliseconds, such a
- * waiter keeps missing the short gaps between the others' transactions (in it.hosts.two_hosts a
- * host heartbeat's write waited up to 143 ms, p99 79 ms; polling: 85 and 38 ms). A try costs
- * microseconds, so polling is cheap. Time is counted in tries, each of which sleeps at least 1 ms,
- * so a wait lasts at least wait_ms before SQLITE_BUSY. */
+/* The busy handler of the store's connections (sq_busy_wait): a try every millisecond for up to
+ * wait_ms (ctx). With SQLite's own back-off a waiter kept missing the gaps between the
+ * committer's, the workers' and the heartbeats' transactions: in it.hosts.two_hosts a host
+ * heartbeat's write waited up to 143 ms, p99 79 ms; polling: 85 and 38 ms. */
 static int sq_busy_poll(void *ctx, int tries)
 {
-    int wait_ms = (int)(intptr_t)ctx;
-    if (tries >= wait_ms)
-        return 0;
-    struct timespec one_ms = {0, 1000000L};
-    nanosleep(&one_ms, NULL);
-    return 1;
+    return sq_busy_wait(tries, (int)(intptr_t)ctx, 1000);
 }
 
 /* A connection to s's file, in WAL mode with the store's pragmas; it waits wait_ms for locks. */

@@ -50,16 +50,21 @@ struct sq_checkpointer *sq_checkpointer_new(const char *path, int busy_timeout_m
     return c;
 }
 
-/* The busy handler of the checkpointer's connection: the busy timeout in steps of 200 µs, not
- * SQLite's (1, 2, 5, 10 ... 100 ms): while a RESTART waits for a reader to move on, it holds the
- * write gate and the committer waits with it, so it should notice at once. */
+int sq_busy_wait(int tries, int wait_ms, int step_us)
+{
+    if ((long)tries * step_us >= (long)wait_ms * 1000)
+        return 0;
+    usleep((useconds_t)step_us);
+    return 1;
+}
+
+/* The busy handler of the checkpointer's connection: steps of 200 µs, since while a RESTART waits
+ * for a reader to move on, it holds the write gate and the committer waits with it, so it should
+ * notice at once. */
 static int checkpoint_busy(void *arg, int tries)
 {
     struct sq_checkpointer *c = arg;
-    if ((long)tries * 200 >= (long)c->busy_timeout_ms * 1000)
-        return 0;
-    usleep(200);
-    return 1;
+    return sq_busy_wait(tries, c->busy_timeout_ms, 200);
 }
 
 /* The thread's connection. Its synchronous setting is the store's: a checkpoint syncs the

@@ -39,6 +39,13 @@
     1000 /* SQLite's own automatic threshold: 4 MiB of 4 KiB pages */
 #define SQLCHECKPOINT_RESTART_PAGES 8000 /* 32 MiB */
 
+/* The busy wait of every connection of the engine (the store's and the checkpointer's): a try
+ * every step_us for up to wait_ms, instead of SQLite's back-off (1, 2, 5 ... then one try per
+ * 100 ms after 300 ms), which keeps missing the short gaps between the other writers'
+ * transactions. Time is counted in tries, each of which sleeps at least step_us, so a wait lasts
+ * at least wait_ms. Returns what a busy handler returns: nonzero to try again. */
+int sq_busy_wait(int tries, int wait_ms, int step_us);
+
 struct sq_checkpointer;
 
 /* A checkpointer for the database file at path (its thread not started yet), checkpointing with
