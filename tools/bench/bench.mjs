@@ -204,47 +204,12 @@ async function ingestion(label = 'ingestion', dataDir) {
   return out;
 }
 
-// The load generator of the warm and burst scenarios: sbx-bench-burst (tools/bench/burst_client.c)
-// when it is built, since Node's fetch took about 40 % of this machine's CPU during a burst, more
-// than sbx itself. Posts one message to each Session at once and long-polls each to its end;
-// returns each one's time from the first POST (ms), its state and id, the last one's time and
-// the Unix time the first POST went out.
-function burstClientPath() {
-  return join(buildDir, 'tools', 'bench', 'sbx-bench-burst');
-}
-
-async function burstClient(sbx, sessions) {
-  const out = await new Promise((res, rej) => {
-    const p = spawn(burstClientPath(), ['127.0.0.1', String(sbx.port), sbx.key, ...sessions], { stdio: ['ignore', 'pipe', 'inherit'] });
-    let text = '';
-    p.stdout.on('data', (d) => (text += d));
-    p.on('error', rej);
-    p.on('close', (code) => (code === 0 ? res(text) : rej(new Error(`sbx-bench-burst exited ${code}`))));
-  });
-  const lines = out.trim().split('\n');
-  return {
-    wall0: Number(lines[0].split(' ')[1]),
-    total: Number(lines.at(-1).split(' ')[1]),
-    done: lines.slice(1, -1).map((l) => {
-      const [ms, state, id] = l.split(' ');
-      return { id, state, latencyMs: Number(ms) };
-    }),
-  };
-}
-
 async function warmRuns(sbx, runs) {
   const out = [];
   for (let i = 0; i < runs; i++) {
     const s = await sbx.session({ keepAliveSeconds: 1 });
     await sbx.waitWarm(1);
-    let m;
-    if (existsSync(burstClientPath())) {
-      [m] = (await burstClient(sbx, [s.id])).done;
-    } else {
-      const t0 = performance.now();
-      m = await sbx.roundTrip(s.id, { hello: 'world', i });
-      m.latencyMs = performance.now() - t0;
-    }
+    const m = await sbx.timedRoundTrip(s.id);
     out.push(m.latencyMs);
     if (m.state !== 'completed') throw new Error(`message ${m.id} ended ${m.state}: ${m.error}`);
   }
@@ -264,7 +229,7 @@ async function warm(label = 'warm', dataDir, runs = Number(process.env.SBX_BENCH
   const s = summarize(lat), b = summarize(base);
   samples[label] = lat;
   if (label === 'warm') samples['pipe baseline'] = base;
-  const warmNote = `n=${runs}${coldN ? `, ${coldN} cold!` : ', all warm'}, client ${existsSync(burstClientPath()) ? 'sbx-bench-burst' : 'node fetch'}`;
+  const warmNote = `n=${runs}${coldN ? `, ${coldN} cold!` : ', all warm'}`;
   if (label === 'warm') {
     row(label, 'POST to reply p50', s.p50, 'echo agent over pipe', b.p50, 'ms', `overhead ${(s.p50 - b.p50).toFixed(2)} ms; target < 2 ms`);
     row(label, 'POST to reply p99', s.p99, 'echo agent over pipe', b.p99, 'ms', `${warmNote}; target < 10 ms`);
@@ -297,27 +262,10 @@ async function burst() {
   const bootAll = performance.now() - tBoot;
   // SBX_BENCH_PERF_BURST=<file>: a system-wide `perf record -g` of the burst alone (from just
   // before the first POST to the last reply), for docs/performance.md.
-  let clientName;
   const perfFile = process.env.SBX_BENCH_PERF_BURST;
   const perf = perfFile && spawn('perf', ['record', '-q', '-a', '-g', '-F', '4000', '-o', perfFile], { stdio: 'ignore' });
   if (perf) await sleep(300); // perf's own start-up, before the burst
-  let done, total, wall0;
-  if (existsSync(burstClientPath())) {
-    ({ done, total, wall0 } = await burstClient(sbx, sessions));
-    clientName = 'sbx-bench-burst';
-  } else {
-    const t0 = performance.now();
-    wall0 = Date.now();
-    done = await Promise.all(
-      sessions.map(async (id) => {
-        const t = performance.now();
-        const m = await sbx.roundTrip(id, { burst: true });
-        return { ...m, latencyMs: performance.now() - t };
-      }),
-    );
-    total = performance.now() - t0;
-    clientName = 'node fetch';
-  }
+  const { done, total, wall0 } = await sbx.timedRoundTrips(sessions);
   if (perf) {
     perf.kill('SIGINT');
     await new Promise((r) => perf.on('close', r));
@@ -326,17 +274,15 @@ async function burst() {
   const cold = sbx.sql('SELECT count(*) AS n FROM sandboxes WHERE cold = 1')[0].n;
   // Where the time went, from the store's own times (ms after the first POST was sent): the last
   // of the 100 POSTs committed, the last claim (message.delivering) and the last completion.
-  const [tl] = sbx.sql(`SELECT MAX(m.created_at) AS posted, MAX(m.completed_at) AS completed,
-    (SELECT MAX(e.at) FROM events e WHERE e.kind = 'message.delivering' AND e.object_id IN
-      (SELECT id FROM messages WHERE body LIKE '%"burst"%')) AS claimed
-    FROM messages m WHERE m.body LIKE '%"burst"%'`);
+  const [tl] = sbx.sql(`SELECT MAX(created_at) AS posted, MAX(completed_at) AS completed,
+    (SELECT MAX(at) FROM events WHERE kind = 'message.delivering') AS claimed FROM messages`);
   const timeline = { postedMs: tl.posted - wall0, claimedMs: tl.claimed - wall0, completedMs: tl.completed - wall0 };
   await sbx.stop();
   const p = summarize(done.map((m) => m.latencyMs));
-  row('burst', `${n} at once: last reply`, total, `${n} x warm p50, one by one`, w.p50 * n, 'ms', `${(n / (total / 1000)).toFixed(0)} activations/s, ${cold} cold, ${failed} failed, pool fill ${(bootAll / 1000).toFixed(1)} s, client ${clientName}`);
+  row('burst', `${n} at once: last reply`, total, `${n} x warm p50, one by one`, w.p50 * n, 'ms', `${(n / (total / 1000)).toFixed(0)} activations/s, ${cold} cold, ${failed} failed, pool fill ${(bootAll / 1000).toFixed(1)} s`);
   row('burst', `${n} at once: reply p50`, p.p50, 'warm p50 (alone)', w.p50, 'ms', `p99 ${p.p99.toFixed(0)} ms; all POSTs committed at ${timeline.postedMs} ms, claimed at ${timeline.claimedMs}, completed at ${timeline.completedMs}`);
   samples['burst (100 at once)'] = done.map((m) => m.latencyMs);
-  results.scenarios.burst = { n, totalMs: total, activationsPerSecond: n / (total / 1000), cold, failed, poolFillMs: bootAll, timeline, client: clientName };
+  results.scenarios.burst = { n, totalMs: total, activationsPerSecond: n / (total / 1000), cold, failed, poolFillMs: bootAll, timeline };
 }
 
 async function cold() {
@@ -348,9 +294,8 @@ async function cold() {
   const lat = [];
   for (let i = 0; i < runs + 2; i++) {
     const s = await sbx.session({ keepAliveSeconds: 1 });
-    const t0 = performance.now();
-    const m = await sbx.roundTrip(s.id, { i });
-    if (i >= 2) lat.push(performance.now() - t0);
+    const m = await sbx.timedRoundTrip(s.id);
+    if (i >= 2) lat.push(m.latencyMs);
     if (m.state !== 'completed') throw new Error(`cold message ended ${m.state}`);
   }
   await sbx.stop();
@@ -379,9 +324,8 @@ async function cold() {
     for (let i = 0; i < qruns; i++) {
       const s = await q.session({ keepAliveSeconds: 1 });
       if (pool === '1') await q.waitWarm(1, 180000, 'qemu');
-      const t0 = performance.now();
-      const m = await q.roundTrip(s.id, { i });
-      l.push(performance.now() - t0);
+      const m = await q.timedRoundTrip(s.id);
+      l.push(m.latencyMs);
       if (m.state !== 'completed') throw new Error(`qemu message ended ${m.state}: ${m.error}`);
     }
     const coldRows = q.sql(`SELECT count(*) AS n FROM sandboxes WHERE driver = 'qemu' AND cold = 1 AND session_id IS NOT NULL`)[0].n;
@@ -765,9 +709,7 @@ async function images() {
         const lat = [];
         for (let k = 0; k < 5; k++) {
           const s2 = await sbx.session({ keepAliveSeconds: 1 });
-          const t1 = performance.now();
-          await sbx.roundTrip(s2.id, { k });
-          lat.push(performance.now() - t1);
+          lat.push((await sbx.timedRoundTrip(s2.id)).latencyMs);
         }
         const c = summarize(lat);
         const w = await warmBaseline();

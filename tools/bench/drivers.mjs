@@ -46,9 +46,8 @@ async function benchDriver(driver, runs) {
     for (let i = 0; i < runs; i++) {
       const s = await sbx.session({ keepAliveSeconds: 1 });
       await waitWarm(sbx, driver, bootTimeout);
-      const t0 = performance.now();
-      const m = await sbx.roundTrip(s.id, { bench: i });
-      const ms = performance.now() - t0;
+      const m = await sbx.timedRoundTrip(s.id);
+      const ms = m.latencyMs;
       if (m.state !== 'completed') throw new Error(`${driver}: message ${m.id} ended ${m.state}: ${m.error}`);
       const cold = sbx.sql(`SELECT cold FROM sandboxes WHERE id = '${m.sandboxId}'`)[0].cold;
       if (cold) throw new Error(`${driver}: run ${i} was not a warm claim`);

@@ -1,7 +1,7 @@
 // lib.mjs: what the benchmark scenarios share: starting sbx (gateway + workers) on a fresh data
 // directory, a small REST client, percentiles and the results table.
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import net from 'node:net';
@@ -158,7 +158,41 @@ export class Sbx {
     return this.req('POST', `/v1/sessions/${sessionId}/messages`, { body: { body } });
   }
 
-  // Posts a message and long-polls until it ends; returns the final message.
+  // The timed round trips of every scenario, through sbx-bench-burst (tools/bench/burst_client.c,
+  // built with the project): Node's fetch took about 40 % of this machine's CPU in a burst, more
+  // than sbx itself, so a timing through it measured the client as much as sbx. Posts one message
+  // to each Session at once and long-polls each to its end; returns each one's time from the first
+  // POST (ms), state and id, the last one's time, and the Unix time the first POST went out.
+  async timedRoundTrips(sessionIds) {
+    const client = join(this.buildDir, 'tools', 'bench', 'sbx-bench-burst');
+    if (!existsSync(client)) throw new Error(`${client} is missing: build the project first`);
+    const out = await new Promise((resolve, reject) => {
+      const p = spawn(client, ['127.0.0.1', String(this.port), this.key, ...sessionIds], { stdio: ['ignore', 'pipe', 'inherit'] });
+      let text = '';
+      p.stdout.on('data', (d) => (text += d));
+      p.on('error', reject);
+      p.on('close', (code) => (code === 0 ? resolve(text) : reject(new Error(`sbx-bench-burst exited ${code}`))));
+    });
+    const lines = out.trim().split('\n');
+    return {
+      wall0: Number(lines[0].split(' ')[1]),
+      total: Number(lines.at(-1).split(' ')[1]),
+      done: lines.slice(1, -1).map((l) => {
+        const [ms, state, id] = l.split(' ');
+        return { id, state, latencyMs: Number(ms) };
+      }),
+    };
+  }
+
+  // One Session's round trip, timed as above: the final message (read afterwards, untimed) with
+  // its latencyMs.
+  async timedRoundTrip(sessionId) {
+    const [d] = (await this.timedRoundTrips([sessionId])).done;
+    const m = await this.req('GET', `/v1/sessions/${sessionId}/messages/${d.id}`);
+    return { ...m, latencyMs: d.latencyMs };
+  }
+
+  // Posts a message and long-polls until it ends; returns the final message (untimed uses).
   async roundTrip(sessionId, body) {
     const m = await this.post(sessionId, body);
     for (;;) {
