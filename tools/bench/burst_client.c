@@ -209,9 +209,12 @@ int main(int argc, char **argv)
         if (send_post(&conns[i], host, key) != 0)
             return 1;
     for (size_t left = n; left > 0;) {
-        if (poll(fds, n, 60000) <= 0) {
-            fprintf(stderr, "burst: no answer for 60 s (%zu left): %s\n", left,
-                    errno ? strerror(errno) : "timeout");
+        int ready = poll(fds, n, 60000);
+        if (ready < 0 && errno == EINTR)
+            continue;
+        if (ready <= 0) {
+            fprintf(stderr, "burst: %s (%zu answers missing)\n",
+                    ready == 0 ? "no answer for 60 s" : strerror(errno), left);
             return 1;
         }
         for (size_t i = 0; i < n; i++) {
