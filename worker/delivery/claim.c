@@ -58,6 +58,7 @@ static bool route(struct worker *w, struct store_delivery *d)
 
 void consumer_run(struct worker *w)
 {
+    bool claimed = false;
     if (w->stopping)
         return;
     while (w->n_deliveries < (size_t)w->cfg.max_sandboxes) {
@@ -87,10 +88,14 @@ void consumer_run(struct worker *w)
         log_emit(LOG_LEVEL_DEBUG, d->message.request_id,
                  "worker: claimed %s (seq %lld, attempt %lld)", d->message.id,
                  (long long)d->message.seq, (long long)d->message.attempts);
-        /* The claim wrote events (message.delivering, session.activating): wake event feeds. */
-        worker_notify_feeds(w);
+        claimed = true;
         if (!route(w, d))
             break;
     }
+    /* The claims wrote events (message.delivering, session.activating): wake the event feeds,
+     * once per round and after routing, so that the hint (a scan of the run directory and a
+     * datagram per gateway) is not on the path from the claim to the agent's `start`. */
+    if (claimed)
+        worker_notify_feeds(w);
     schedule_next_due(w);
 }
