@@ -16,6 +16,12 @@ add_executable(test_dns_wire ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dns_wire.c)
 target_link_libraries(test_dns_wire PRIVATE sbxworker PkgConfig::CMOCKA)
 add_test(NAME unit.network.dns_wire COMMAND test_dns_wire)
 
+# The forwarder itself, concurrent queries against a resolver the test runs (in its own network
+# namespace, with a real `table inet sbx`).
+add_executable(test_dns_forwarder ${net_it_dir}/test_dns_forwarder.c)
+target_link_libraries(test_dns_forwarder PRIVATE sbxworker PkgConfig::CMOCKA Threads::Threads)
+add_test(NAME it.network.dns_forwarder COMMAND unshare --net -- $<TARGET_FILE:test_dns_forwarder>)
+
 add_executable(net_probe ${net_it_dir}/net_probe.c)
 add_executable(net_ctl ${net_it_dir}/net_ctl.c)
 target_link_libraries(net_ctl PRIVATE sbxworker)

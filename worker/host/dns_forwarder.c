@@ -1,6 +1,7 @@
 /*
- * dns_forwarder.c: the forwarder of dns_forwarder.h: a UDP socket, a thread, the DNS wire format
- * it needs (the question's name, the answer's A records) and the firewall calls.
+ * dns_forwarder.c: the forwarder of dns_forwarder.h: a UDP socket, a thread that polls it and one
+ * socket per query waiting upstream, the DNS wire format it needs (the question's name, the
+ * answer's A records) and the firewall calls.
  */
 #include "host/dns_forwarder.h"
 
@@ -24,6 +25,12 @@
 #define MEMBERS_REFRESH_MS 500
 #define MAX_PORTS 64
 #define MAX_ANSWER_ADDRS 32
+/* Queries waiting for a resolver at once, in all and from one Sandbox: past either bound a query
+ * is answered SERVFAIL at once, so that one Sandbox's slow lookups never hold up another's. */
+#define DNS_MAX_PENDING 256
+#define DNS_MAX_PENDING_PER_CLIENT 16
+
+struct pending;
 
 struct dns_forwarder {
     struct fw *fw;
@@ -36,6 +43,8 @@ struct dns_forwarder {
     size_t nmembers;
     int64_t members_at;
     atomic_uint_fast64_t forwarded, refused, failed;
+    struct pending *pending[DNS_MAX_PENDING]; /* the thread's own */
+    size_t npending;
 };
 
 static int64_t mono_ms(void)
@@ -154,30 +163,6 @@ static const struct fw_egress_member *member_of(struct dns_forwarder *f, struct 
     return NULL;
 }
 
-/* The upstream's answer to q, into a; its length, 0 when none answered. */
-static size_t ask_upstream(struct dns_forwarder *f, const unsigned char *q, size_t qlen,
-                           unsigned char *a, size_t acap)
-{
-    for (size_t u = 0; u < f->p.nupstream; u++) {
-        struct sockaddr_in to = {
-            .sin_family = AF_INET, .sin_port = htons(53), .sin_addr = f->upstream[u]};
-        int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        if (s < 0)
-            continue;
-        ssize_t n = -1;
-        if (connect(s, (struct sockaddr *)&to, sizeof to) == 0 &&
-            send(s, q, qlen, 0) == (ssize_t)qlen) {
-            struct pollfd pfd = {s, POLLIN, 0};
-            if (poll(&pfd, 1, UPSTREAM_TIMEOUT_MS) == 1)
-                n = recv(s, a, acap, 0);
-        }
-        close(s);
-        if (n >= 12 && a[0] == q[0] && a[1] == q[1])
-            return (size_t)n;
-    }
-    return 0;
-}
-
 /* Opens the answer's addresses for the App, on each of its ports, for TTL + grace. */
 static int open_addresses(struct dns_forwarder *f, const char *app_id, const unsigned char *a,
                           size_t alen, const uint16_t *ports, size_t nports)
@@ -214,8 +199,105 @@ static struct in_addr addressed_to(const struct dns_forwarder *f, struct in_addr
     return dst;
 }
 
-static void serve_one(struct dns_forwarder *f, unsigned char *q, size_t qlen,
-                      const struct sockaddr_in *from, struct in_addr local)
+/* ---- queries waiting for an upstream answer ---- */
+
+/* An allowed query sent upstream: its own connected socket (a fresh source port each, so an
+ * answer can only come from the resolver asked), the client to answer and what to open. */
+struct pending {
+    int s;
+    size_t upstream; /* the index in f->upstream being asked */
+    int64_t deadline;
+    struct sockaddr_in from;
+    unsigned char q[DNS_MAX_MSG];
+    size_t qlen, qend;
+    char app_id[FW_OWNER_LEN];
+    uint16_t ports[MAX_PORTS];
+    size_t nports;
+};
+
+static void answer_error(struct dns_forwarder *f, const unsigned char *q, size_t qend,
+                         const struct sockaddr_in *to, int rcode)
+{
+    unsigned char a[DNS_MAX_MSG];
+    memcpy(a, q, qend);
+    size_t alen = error_answer(a, qend, rcode);
+    sendto(f->fd, a, alen, 0, (const struct sockaddr *)to, sizeof *to);
+}
+
+/* Sends p's query to the resolvers from p->upstream on, until one takes it: 0, or -1 when none
+ * is left (p->s closed). */
+static int pending_send(struct dns_forwarder *f, struct pending *p)
+{
+    for (; p->upstream < f->p.nupstream; p->upstream++) {
+        if (p->s >= 0)
+            close(p->s);
+        struct sockaddr_in to = {
+            .sin_family = AF_INET, .sin_port = htons(53), .sin_addr = f->upstream[p->upstream]};
+        p->s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (p->s >= 0 && connect(p->s, (struct sockaddr *)&to, sizeof to) == 0 &&
+            send(p->s, p->q, p->qlen, 0) == (ssize_t)p->qlen) {
+            p->deadline = mono_ms() + UPSTREAM_TIMEOUT_MS;
+            return 0;
+        }
+    }
+    if (p->s >= 0)
+        close(p->s);
+    p->s = -1;
+    return -1;
+}
+
+/* Ends p: answers its client with the upstream's answer a (alen > 0, after opening its
+ * addresses) or SERVFAIL, and frees it. */
+static void pending_finish(struct dns_forwarder *f, struct pending *p, const unsigned char *a,
+                           size_t alen)
+{
+    /* Counted before the answer goes out, so a client that has it sees it counted. */
+    if (alen && open_addresses(f, p->app_id, a, alen, p->ports, p->nports) == 0) {
+        f->forwarded++;
+        sendto(f->fd, a, alen, 0, (const struct sockaddr *)&p->from, sizeof p->from);
+    } else {
+        f->failed++;
+        answer_error(f, p->q, p->qend, &p->from, 2);
+    }
+    if (p->s >= 0)
+        close(p->s);
+    free(p);
+}
+
+/* p's socket is readable (or in error: the resolver's port unreachable). The answer, or the next
+ * resolver; true when p is finished. An answer to another query id is not p's: ignored. */
+static bool pending_readable(struct dns_forwarder *f, struct pending *p)
+{
+    unsigned char a[DNS_MAX_MSG];
+    ssize_t n = recv(p->s, a, sizeof a, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return false;
+    if (n >= 12 && a[0] == p->q[0] && a[1] == p->q[1]) {
+        pending_finish(f, p, a, (size_t)n);
+        return true;
+    }
+    if (n >= 0)
+        return false;
+    p->upstream++;
+    if (pending_send(f, p) == 0)
+        return false;
+    pending_finish(f, p, NULL, 0);
+    return true;
+}
+
+static size_t pending_of_client(const struct dns_forwarder *f, struct in_addr client)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < f->npending; i++)
+        n += f->pending[i]->from.sin_addr.s_addr == client.s_addr;
+    return n;
+}
+
+/* One query from a Sandbox: REFUSED at once unless its App allows the name; an allowed one is
+ * sent upstream and answered when the answer comes (pending), or SERVFAIL at once when too
+ * many of this Sandbox's (or everyone's) queries are waiting already. */
+static void serve_query(struct dns_forwarder *f, const unsigned char *q, size_t qlen,
+                        const struct sockaddr_in *from, struct in_addr local)
 {
     char name[256];
     uint16_t qtype = 0;
@@ -225,36 +307,44 @@ static void serve_one(struct dns_forwarder *f, unsigned char *q, size_t qlen,
     const struct fw_egress_member *m = member_of(f, from->sin_addr);
     uint16_t ports[MAX_PORTS];
     size_t nports = 0;
-    unsigned char a[DNS_MAX_MSG];
-    size_t alen = 0;
-    if (m && f->p.allow(m->app_id, name, ports, &nports, f->p.arg)) {
-        alen = ask_upstream(f, q, qlen, a, sizeof a);
-        if (alen && open_addresses(f, m->app_id, a, alen, ports, nports) == 0) {
-            f->forwarded++;
-        } else {
-            memcpy(a, q, (size_t)qend);
-            alen = error_answer(a, (size_t)qend, 2);
-            f->failed++;
-        }
-    } else {
+    if (!m || !f->p.allow(m->app_id, name, ports, &nports, f->p.arg)) {
         if (m && f->p.refused)
             f->p.refused(m->ifname, from->sin_addr, addressed_to(f, local, from), m->app_id, name,
                          f->p.arg);
-        memcpy(a, q, (size_t)qend);
-        alen = error_answer(a, (size_t)qend, 5);
         f->refused++;
+        answer_error(f, q, (size_t)qend, from, 5);
+        return;
     }
-    sendto(f->fd, a, alen, 0, (const struct sockaddr *)from, sizeof *from);
+    struct pending *p = NULL;
+    if (f->npending < DNS_MAX_PENDING &&
+        pending_of_client(f, from->sin_addr) < DNS_MAX_PENDING_PER_CLIENT)
+        p = malloc(sizeof *p);
+    if (!p) {
+        f->failed++;
+        answer_error(f, q, (size_t)qend, from, 2);
+        return;
+    }
+    p->s = -1;
+    p->upstream = 0;
+    p->from = *from;
+    memcpy(p->q, q, qlen);
+    p->qlen = qlen;
+    p->qend = (size_t)qend;
+    snprintf(p->app_id, sizeof p->app_id, "%s", m->app_id);
+    memcpy(p->ports, ports, nports * sizeof *ports);
+    p->nports = nports;
+    if (pending_send(f, p) != 0) {
+        pending_finish(f, p, NULL, 0);
+        return;
+    }
+    f->pending[f->npending++] = p;
 }
 
-static void *serve(void *arg)
+/* Reads every query waiting on the forwarder's socket. */
+static void read_queries(struct dns_forwarder *f)
 {
-    struct dns_forwarder *f = arg;
     unsigned char q[DNS_MAX_MSG];
-    while (!f->stop) {
-        struct pollfd pfd = {f->fd, POLLIN, 0};
-        if (poll(&pfd, 1, 200) != 1)
-            continue;
+    for (;;) {
         struct sockaddr_in from;
         char cbuf[CMSG_SPACE(sizeof(struct in_pktinfo))];
         struct iovec iov = {q, sizeof q};
@@ -264,17 +354,65 @@ static void *serve(void *arg)
                             .msg_iovlen = 1,
                             .msg_control = cbuf,
                             .msg_controllen = sizeof cbuf};
-        ssize_t n = recvmsg(f->fd, &mh, 0);
+        ssize_t n = recvmsg(f->fd, &mh, MSG_DONTWAIT);
+        if (n < 0)
+            return;
         struct in_addr local = {0}; /* the query's destination after the redirect */
-        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); n > 0 && c; c = CMSG_NXTHDR(&mh, c))
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
             if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
                 struct in_pktinfo pi;
                 memcpy(&pi, CMSG_DATA(c), sizeof pi);
                 local = pi.ipi_addr;
             }
         if (n >= 12 && from.sin_family == AF_INET)
-            serve_one(f, q, (size_t)n, &from, local);
+            serve_query(f, q, (size_t)n, &from, local);
     }
+}
+
+/* The thread: one poll() over the forwarder's socket and every pending query's, so a resolver
+ * that is slow for one name delays only the queries waiting for it. */
+static void *serve(void *arg)
+{
+    struct dns_forwarder *f = arg;
+    struct pollfd pfd[DNS_MAX_PENDING + 1];
+    while (!f->stop) {
+        int64_t now = mono_ms(), wait = 200; /* f->stop is looked at this often */
+        pfd[0] = (struct pollfd){f->fd, POLLIN, 0};
+        for (size_t i = 0; i < f->npending; i++) {
+            pfd[i + 1] = (struct pollfd){f->pending[i]->s, POLLIN, 0};
+            if (f->pending[i]->deadline - now < wait)
+                wait = f->pending[i]->deadline - now;
+        }
+        size_t n = f->npending;
+        if (poll(pfd, n + 1, wait < 0 ? 0 : (int)wait) < 0 && errno != EINTR)
+            continue;
+        now = mono_ms();
+        /* Pending queries first (the new ones read below are not in pfd yet), compacting the
+         * array over the finished ones. */
+        size_t kept = 0;
+        for (size_t i = 0; i < n; i++) {
+            struct pending *p = f->pending[i];
+            bool done = false;
+            if (pfd[i + 1].revents)
+                done = pending_readable(f, p);
+            if (!done && p->deadline <= now) {
+                p->upstream++;
+                if (pending_send(f, p) != 0) {
+                    pending_finish(f, p, NULL, 0);
+                    done = true;
+                }
+            }
+            if (!done)
+                f->pending[kept++] = p;
+        }
+        f->npending = kept;
+        if (pfd[0].revents & POLLIN)
+            read_queries(f);
+    }
+    /* Stopping: whoever still waits gets SERVFAIL, as if no resolver had answered. */
+    for (size_t i = 0; i < f->npending; i++)
+        pending_finish(f, f->pending[i], NULL, 0);
+    f->npending = 0;
     return NULL;
 }
 

@@ -7,9 +7,11 @@
  * Any other query is answered REFUSED and never leaves the host, so DNS carries no data out.
  *
  * One forwarder per host: the first worker to bind the port runs it; the others' start fails
- * with EADDRINUSE and they try again later. A thread of its own serves the queries one at a time;
- * no store and no event loop here: which names an App allows and what to do with a refusal come
- * from the caller's callbacks, called on that thread.
+ * with EADDRINUSE and they try again later. A thread of its own serves the queries, many at once:
+ * each allowed query waits for its resolver on a socket of its own (2 s per resolver, then the
+ * next, then SERVFAIL), at most 16 per Sandbox and 256 in all (past that: SERVFAIL at once), so a
+ * slow lookup holds up no other. No store and no event loop here: which names an App allows and
+ * what to do with a refusal come from the caller's callbacks, called on that thread.
  */
 #ifndef SBX_DNS_FORWARDER_H
 #define SBX_DNS_FORWARDER_H
