@@ -340,11 +340,12 @@ static void serve_query(struct dns_forwarder *f, const unsigned char *q, size_t 
     f->pending[f->npending++] = p;
 }
 
-/* Reads every query waiting on the forwarder's socket. */
+/* Reads the queries waiting on the forwarder's socket, at most 64 before the pending ones are
+ * looked at again (and stopping is), however fast they come. */
 static void read_queries(struct dns_forwarder *f)
 {
     unsigned char q[DNS_MAX_MSG];
-    for (;;) {
+    for (int k = 0; k < 64; k++) {
         struct sockaddr_in from;
         char cbuf[CMSG_SPACE(sizeof(struct in_pktinfo))];
         struct iovec iov = {q, sizeof q};
