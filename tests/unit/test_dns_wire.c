@@ -20,6 +20,24 @@ static const unsigned char query[] = {0x12, 0x34, 0x01, 0x00, 0,   1,   0,   0, 
                                       0,    3,    'a',  'p',  'i', 7,   'E', 'x', 'a', 'm', 'p',
                                       'l',  'e',  3,    'C',  'O', 'M', 0,   0,   1,   0,   1};
 
+static void test_query_a(void **state)
+{
+    (void)state;
+    unsigned char q[512];
+    assert_int_equal(dns_query_a(q, sizeof q, 0x1234, "api.Example.COM"), sizeof query);
+    assert_memory_equal(q, query, sizeof query);
+    /* What does not fit, and names that are not a sequence of 1-63 byte labels. */
+    assert_int_equal(dns_query_a(q, sizeof query - 1, 0x1234, "api.Example.COM"), 0);
+    assert_int_equal(dns_query_a(q, sizeof q, 1, "a..b"), 0);
+    assert_int_equal(dns_query_a(q, sizeof q, 1, ".a"), 0);
+    char longlabel[70];
+    memset(longlabel, 'x', 64);
+    longlabel[64] = '\0';
+    assert_int_equal(dns_query_a(q, sizeof q, 1, longlabel), 0);
+    longlabel[63] = '\0';
+    assert_int_equal(dns_query_a(q, sizeof q, 1, longlabel), 12 + 1 + 63 + 5);
+}
+
 static void test_question_name(void **state)
 {
     (void)state;
@@ -99,6 +117,7 @@ static void test_answer_records(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_query_a),
         cmocka_unit_test(test_question_name),
         cmocka_unit_test(test_answer_records),
     };

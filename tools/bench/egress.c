@@ -143,31 +143,11 @@ static void policy_changes(struct fw *fw, int samples, unsigned max)
 
 /* ---- DNS ---- */
 
-static size_t query(unsigned char *q, uint16_t id, const char *name)
-{
-    unsigned char hdr[12] = {id >> 8, id & 0xff, 0x01, 0, 0, 1, 0, 0, 0, 0, 0, 0};
-    memcpy(q, hdr, 12);
-    size_t n = 12;
-    for (const char *p = name; *p;) {
-        size_t l = strcspn(p, ".");
-        q[n++] = (unsigned char)l;
-        memcpy(q + n, p, l);
-        n += l;
-        p += l;
-        if (*p == '.')
-            p++;
-    }
-    q[n++] = 0;
-    unsigned char tail[4] = {0, 1, 0, 1};
-    memcpy(q + n, tail, 4);
-    return n + 4;
-}
-
 /* One lookup's round trip in microseconds, or -1 when it got no A answer. */
 static double lookup(int s, const struct sockaddr_in *to, uint16_t id)
 {
     unsigned char q[512], a[1500];
-    size_t qn = query(q, id, "bench.test");
+    size_t qn = dns_query_a(q, sizeof q, id, "bench.test");
     double t0 = now_us();
     if (sendto(s, q, qn, 0, (const struct sockaddr *)to, sizeof *to) != (ssize_t)qn)
         return -1;

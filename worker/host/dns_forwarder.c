@@ -129,6 +129,27 @@ size_t dns_answer_a_records(const unsigned char *m, size_t len, struct in_addr *
     return n;
 }
 
+size_t dns_query_a(unsigned char *out, size_t cap, uint16_t id, const char *name)
+{
+    const unsigned char hdr[12] = {(unsigned char)(id >> 8), (unsigned char)id, 0x01, 0, 0, 1};
+    size_t n = sizeof hdr;
+    if (cap < n + 5)
+        return 0;
+    memcpy(out, hdr, n);
+    for (const char *p = name; *p;) {
+        size_t l = strcspn(p, ".");
+        if (l == 0 || l > 63 || n + 1 + l + 5 > cap)
+            return 0;
+        out[n++] = (unsigned char)l;
+        memcpy(out + n, p, l);
+        n += l;
+        p += l + (p[l] == '.');
+    }
+    const unsigned char tail[5] = {0, 0, 1, 0, 1}; /* the root label, type A, class IN */
+    memcpy(out + n, tail, sizeof tail);
+    return n + sizeof tail;
+}
+
 /* The query turned into an answer with rcode and no records (REFUSED 5, SERVFAIL 2). */
 static size_t error_answer(unsigned char *m, size_t qend, int rcode)
 {

@@ -65,5 +65,8 @@ int dns_question_name(const unsigned char *msg, size_t len, char *name, size_t n
                       uint16_t *qtype);
 size_t dns_answer_a_records(const unsigned char *msg, size_t len, struct in_addr *addrs,
                             uint32_t *ttls, size_t max);
+/* A standard query (recursion desired) for the A records of name (dotted, no trailing dot) into
+ * out; its length, or 0 when it does not fit in cap or a label is empty or over 63 bytes. */
+size_t dns_query_a(unsigned char *out, size_t cap, uint16_t id, const char *name);
 
 #endif

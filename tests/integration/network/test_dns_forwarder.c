@@ -175,21 +175,12 @@ static int client(const char *addr)
 
 static void query(int s, uint16_t id, const char *name)
 {
-    unsigned char q[300] = {(unsigned char)(id >> 8), (unsigned char)id, 0x01, 0, 0, 1};
-    size_t off = 12;
-    for (const char *p = name; *p;) {
-        size_t l = strcspn(p, ".");
-        q[off++] = (unsigned char)l;
-        memcpy(q + off, p, l);
-        off += l;
-        p += l + (p[l] == '.');
-    }
-    q[off++] = 0;
-    q[off++] = 0, q[off++] = 1; /* A */
-    q[off++] = 0, q[off++] = 1; /* IN */
+    unsigned char q[300];
+    size_t n = dns_query_a(q, sizeof q, id, name);
+    assert_true(n > 0);
     struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(FWD_PORT)};
     inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
-    assert_int_equal(sendto(s, q, off, 0, (struct sockaddr *)&to, sizeof to), (ssize_t)off);
+    assert_int_equal(sendto(s, q, n, 0, (struct sockaddr *)&to, sizeof to), (ssize_t)n);
 }
 
 struct answer {
