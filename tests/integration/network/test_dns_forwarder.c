@@ -206,6 +206,16 @@ static bool next_answer(int s, int ms, struct answer *out)
     return true;
 }
 
+/* The next answer to s within ms, which must be id's with rcode; its number of A records. */
+static size_t expect_answer(int s, int ms, uint16_t id, int rcode)
+{
+    struct answer ans;
+    assert_true(next_answer(s, ms, &ans));
+    assert_int_equal(ans.id, id);
+    assert_int_equal(ans.rcode, rcode);
+    return ans.addrs;
+}
+
 /* ---- tests ---- */
 
 static void test_slow_lookup_holds_up_no_other(void **state)
@@ -214,7 +224,6 @@ static void test_slow_lookup_holds_up_no_other(void **state)
     const char *up[] = {RESOLVER};
     struct dns_forwarder *f = start_forwarder(up, 1);
     int a = client(CLIENT_A), b = client(CLIENT_B);
-    struct answer ans;
 
     query(a, 0x1111, "slow.test");
     /* The resolver holds slow.test; the other queries, from the same Sandbox and another, are
@@ -225,18 +234,10 @@ static void test_slow_lookup_holds_up_no_other(void **state)
     assert_true(slow_held());
     query(b, 0x2222, "fast.test");
     query(a, 0x3333, "fast.test");
-    assert_true(next_answer(b, 1500, &ans));
-    assert_int_equal(ans.id, 0x2222);
-    assert_int_equal(ans.rcode, 0);
-    assert_int_equal(ans.addrs, 1);
-    assert_true(next_answer(a, 1500, &ans));
-    assert_int_equal(ans.id, 0x3333); /* not slow.test's answer: that one is still held */
-    assert_int_equal(ans.rcode, 0);
+    assert_int_equal(expect_answer(b, 1500, 0x2222, 0), 1);
+    expect_answer(a, 1500, 0x3333, 0); /* not slow.test's answer: that one is still held */
     assert_true(release_slow());
-    assert_true(next_answer(a, 1500, &ans));
-    assert_int_equal(ans.id, 0x1111);
-    assert_int_equal(ans.rcode, 0);
-    assert_int_equal(ans.addrs, 1);
+    assert_int_equal(expect_answer(a, 1500, 0x1111, 0), 1);
 
     struct dns_forwarder_stats st;
     dns_forwarder_stats(f, &st);
@@ -258,15 +259,11 @@ static void test_one_sandbox_cannot_fill_the_forwarder(void **state)
     for (uint16_t i = 0; i < 20; i++)
         query(a, (uint16_t)(100 + i), "never.test");
     for (uint16_t i = 16; i < 20; i++) {
-        assert_true(next_answer(a, 1500, &ans));
-        assert_int_equal(ans.id, 100 + i);
-        assert_int_equal(ans.rcode, 2);
+        expect_answer(a, 1500, 100 + i, 2);
     }
     /* Another Sandbox is served while they wait. */
     query(b, 0x4444, "fast.test");
-    assert_true(next_answer(b, 1500, &ans));
-    assert_int_equal(ans.id, 0x4444);
-    assert_int_equal(ans.rcode, 0);
+    expect_answer(b, 1500, 0x4444, 0);
     /* The 16 end in SERVFAIL when the resolver's time is up, each answered once. */
     bool seen[16] = {false};
     for (int i = 0; i < 16; i++) {
@@ -291,13 +288,10 @@ static void test_closed_resolver_passes_to_the_next(void **state)
     const char *up[] = {CLOSED_RESOLVER, RESOLVER};
     start_forwarder(up, 2);
     int a = client(CLIENT_A);
-    struct answer ans;
     int seen = queries_seen;
     query(a, 0x5555, "fast.test");
     /* Well before the first resolver's 2 s: its closed port says so at once. */
-    assert_true(next_answer(a, 1500, &ans));
-    assert_int_equal(ans.id, 0x5555);
-    assert_int_equal(ans.rcode, 0);
+    expect_answer(a, 1500, 0x5555, 0);
     assert_int_equal(queries_seen, seen + 1);
     close(a);
 }
@@ -308,13 +302,9 @@ static void test_name_not_allowed_is_refused_here(void **state)
     const char *up[] = {RESOLVER};
     start_forwarder(up, 1);
     int a = client(CLIENT_A);
-    struct answer ans;
     int seen = queries_seen, calls = refused_calls;
     query(a, 0x6666, "exfiltrate.example");
-    assert_true(next_answer(a, 1500, &ans));
-    assert_int_equal(ans.id, 0x6666);
-    assert_int_equal(ans.rcode, 5);
-    assert_int_equal(ans.addrs, 0);
+    assert_int_equal(expect_answer(a, 1500, 0x6666, 5), 0);
     assert_int_equal(refused_calls, calls + 1);
     assert_string_equal(refused_name, "exfiltrate.example");
     assert_int_equal(queries_seen, seen); /* never left the host */
@@ -327,16 +317,13 @@ static void test_stop_answers_the_waiting(void **state)
     const char *up[] = {RESOLVER};
     start_forwarder(up, 1);
     int b = client(CLIENT_B);
-    struct answer ans;
     int seen = queries_seen;
     query(b, 0x7777, "never.test");
     for (int i = 0; i < 200 && queries_seen == seen; i++)
         usleep(10000);
     assert_int_equal(queries_seen, seen + 1);
     stop_forwarder(NULL);
-    assert_true(next_answer(b, 1500, &ans));
-    assert_int_equal(ans.id, 0x7777);
-    assert_int_equal(ans.rcode, 2);
+    expect_answer(b, 1500, 0x7777, 2);
     close(b);
 }
 
