@@ -919,8 +919,9 @@ static void exec_command(const struct start_request *req, char *const envp[],
     struct exec_failure failure = {EXEC_STEP_EXEC, 0};
     sigset_t none;
     sigemptyset(&none);
-    for (int s = 1; s < NSIG; s++)
-        signal(s, SIG_DFL);
+    /* The relay handles no signal (it reads them from a signalfd) and ignores only SIGPIPE:
+     * setup_signals set every other disposition to its default. */
+    signal(SIGPIPE, SIG_DFL);
     sigprocmask(SIG_SETMASK, &none, NULL);
     setsid(); /* its own process group, so the relay can signal all of it at once */
     if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
@@ -1342,6 +1343,12 @@ static int setup_signals(void)
     sigaddset(&set, SIGHUP);
     if (sigprocmask(SIG_BLOCK, &set, NULL) != 0)
         return -1;
+    /* Every disposition back to its default once, here (an ignored signal stays ignored across
+     * exec, and whoever started the relay may have ignored some), so that a command's child
+     * has only SIGPIPE to reset (exec_command) instead of NSIG signals at every start. */
+    for (int s = 1; s < NSIG; s++)
+        if (s != SIGKILL && s != SIGSTOP)
+            signal(s, SIG_DFL);
     signal(SIGPIPE, SIG_IGN);
     return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
 }
