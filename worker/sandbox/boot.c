@@ -166,7 +166,9 @@ void sandbox_running_recorded(struct sandbox *sb)
 {
     sb->running_pending = false;
     event_del(sb->running_ev);
-    worker_notify_feeds(sb->w);
+    /* No "events" hint: the caller's "msg" hint follows at once and wakes the same feeds and
+     * webhook senders (a gateway's hub reads new events on any hint). Sent first, it woke the
+     * gateway's hub for a store read ahead of the hint that answers the reply's long poll. */
 }
 
 enum store_status sandbox_record_running(struct sandbox *sb)

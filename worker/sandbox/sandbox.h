@@ -168,7 +168,8 @@ void sandbox_running_pending(struct sandbox *sb);
 /* Writes a pending `running` now (the store's "claimed" ends); STORE_OK when none was pending.
  * The caller terminates the Sandbox on a refusal (STORE_CONFLICT: its Session was deleted). */
 enum store_status sandbox_record_running(struct sandbox *sb);
-/* queue_complete_first wrote the pending `running` with the reply. */
+/* queue_complete_first wrote the pending `running` with the reply; the caller then sends the
+ * "msg" hint, which also stands for the events this wrote. */
 void sandbox_running_recorded(struct sandbox *sb);
 
 /* ---- expiry.c: deadlines, keep-alive, stop requests, terminate, reap ---- */
