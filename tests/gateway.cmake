@@ -32,3 +32,12 @@ add_executable(test_tree_remove ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_tree_remov
 target_link_libraries(test_tree_remove PRIVATE sbxcommon PkgConfig::CMOCKA Threads::Threads)
 add_test(NAME unit.common.tree_remove COMMAND test_tree_remove)
 set_tests_properties(unit.common.tree_remove PROPERTIES TIMEOUT 120)
+
+# tools/bench/store_enqueue.c: the ingestion scenario's store-alone baseline (the group commit and
+# its statements, no HTTP). A short run keeps it working; it asserts nothing about speed.
+add_executable(sbx-bench-store-enqueue ${CMAKE_SOURCE_DIR}/tools/bench/store_enqueue.c)
+target_link_libraries(sbx-bench-store-enqueue PRIVATE sbxcommon)
+set_target_properties(sbx-bench-store-enqueue PROPERTIES RUNTIME_OUTPUT_DIRECTORY
+                                                         ${CMAKE_BINARY_DIR}/tools/bench)
+add_test(NAME it.gateway.bench_store_enqueue_runs
+         COMMAND sh -c "d=$(mktemp -d) && $<TARGET_FILE:sbx-bench-store-enqueue> $d/sbx.db 10 500 16 && sqlite3 $d/sbx.db 'SELECT count(*) FROM messages' | grep -qx 500; r=$?; rm -rf $d; exit $r")

@@ -200,8 +200,34 @@ async function ingestion(label = 'ingestion', dataDir) {
     sbx.sql("UPDATE messages SET state = 'completed', reply = '{}', completed_at = updated_at WHERE state = 'queued'");
   }
   await sbx.stop({ keep: !!dataDir });
+  if (nginx) storeAlone(out); // with the gateway stopped: the machine is the store's alone
   results.scenarios[label] = { ...out, messagesOnDisk: durable };
   return out;
+}
+
+// The store-alone baseline (tools/bench/store_enqueue.c): the same group commit and statements
+// on a fresh SQLite file with synchronous=FULL, 64 and 16 requests in flight, no HTTP. What the
+// gateway spends beyond it per request is the HTTP side's; its throughput is the ceiling of a
+// single SQLite writer with this schema on this machine, whatever the HTTP side does.
+function storeAlone(out) {
+  const tool = join(buildDir, 'tools', 'bench', 'sbx-bench-store-enqueue');
+  if (!existsSync(tool)) {
+    console.log(`(${tool} is missing: no store-alone baseline)`);
+    return;
+  }
+  for (const c of [16, 64]) {
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-bench-store-'));
+    let r;
+    try {
+      r = JSON.parse(execFileSync(tool, [join(dir, 'sbx.db'), '100', String(Math.max(20000, Math.round(out[c].sbx.rps * wrkSeconds))), String(c)], { stdio: ['ignore', 'pipe', 'ignore'] }).toString());
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+    const s = out[c].sbx;
+    out[c].storeAlone = r;
+    row('ingestion', `POST msg c=${c} vs store alone`, s.rps, `store alone c=${c}`, r.perSecond, 'req/s', `${r.messages} messages, ${r.failed} failed; no HTTP`);
+    row('ingestion', `c=${c} CPU/request vs store`, s.cpuUsPerRequest, `store alone c=${c}`, r.cpuUsPerMessage, 'us', `ratio = store/sbx: the store's share; HTTP side ${(s.cpuUsPerRequest - r.cpuUsPerMessage).toFixed(1)} us`, true);
+  }
 }
 
 async function warmRuns(sbx, runs) {
