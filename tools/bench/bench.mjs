@@ -205,25 +205,32 @@ async function ingestion(label = 'ingestion', dataDir) {
   return out;
 }
 
-// The store-alone baseline (tools/bench/store_enqueue.c): the same group commit and statements
-// on a fresh SQLite file with synchronous=FULL, 64 and 16 requests in flight, no HTTP. What the
-// gateway spends beyond it per request is the HTTP side's; its throughput is the ceiling of a
-// single SQLite writer with this schema on this machine, whatever the HTTP side does.
-function storeAlone(out) {
+// The store-alone baseline (tools/bench/store_enqueue.c): the gateway's own enqueue (the group
+// commit and its statements, synchronous=FULL) with c requests in flight and no HTTP, on a fresh
+// SQLite file or, given a postgres:// URL, on that (empty) database. What the gateway spends beyond
+// it per request is the HTTP side's; its throughput is the most one gateway's store takes on this
+// machine, whatever the HTTP side does. Null when the tool is not built.
+function storeAloneRun(c, messages, pgUrl) {
   const tool = join(buildDir, 'tools', 'bench', 'sbx-bench-store-enqueue');
   if (!existsSync(tool)) {
     console.log(`(${tool} is missing: no store-alone baseline)`);
-    return;
+    return null;
   }
+  const dir = pgUrl ? null : mkdtempSync(join(tmpdir(), 'sbx-bench-store-'));
+  try {
+    const db = pgUrl || join(dir, 'sbx.db');
+    return JSON.parse(execFileSync(tool, [db, '100', String(Math.max(20000, Math.round(messages))), String(c)], { stdio: ['ignore', 'pipe', 'ignore'] }).toString());
+  } finally {
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+// The ingestion scenario's store-alone rows, for the same number of messages as wrk sent.
+function storeAlone(out) {
   for (const c of [16, 64]) {
-    const dir = mkdtempSync(join(tmpdir(), 'sbx-bench-store-'));
-    let r;
-    try {
-      r = JSON.parse(execFileSync(tool, [join(dir, 'sbx.db'), '100', String(Math.max(20000, Math.round(out[c].sbx.rps * wrkSeconds))), String(c)], { stdio: ['ignore', 'pipe', 'ignore'] }).toString());
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
     const s = out[c].sbx;
+    const r = storeAloneRun(c, s.rps * wrkSeconds);
+    if (!r) return;
     out[c].storeAlone = r;
     row('ingestion', `POST msg c=${c} vs store alone`, s.rps, `store alone c=${c}`, r.perSecond, 'req/s', `${r.messages} messages, ${r.failed} failed; no HTTP`);
     row('ingestion', `c=${c} CPU/request vs store`, s.cpuUsPerRequest, `store alone c=${c}`, r.cpuUsPerMessage, 'us', `ratio = store/sbx: the store's share; HTTP side ${(s.cpuUsPerRequest - r.cpuUsPerMessage).toFixed(1)} us`, true);
@@ -668,6 +675,15 @@ async function postgres() {
     row('postgres', `POST msg c=${c} PG 4 gateways`, pg4.rps, 'SQLite, same run', lite.rps, 'req/s', pg4.note);
     row('postgres', `POST msg c=${c} PG 4 gw p99`, pg4.p99, 'SQLite, same run', lite.p99, 'ms');
     row('postgres', `POST msg c=${c} PG 4 gw / 1 gw`, pg4.rps, 'PG 1 gateway, same run', pg1.rps, 'req/s');
+    // The stores alone (no HTTP, one submitting process): PostgreSQL's ceiling for one gateway
+    // beside SQLite's, with the server on the same cores as everything else.
+    const liteAlone = storeAloneRun(c, lite.rps * wrkSeconds);
+    const pgAlone = liteAlone && storeAloneRun(c, pg1.rps * wrkSeconds, freshDb());
+    if (pgAlone) {
+      out[c].storeAlone = { sqlite: liteAlone, pg: pgAlone };
+      row('postgres', `c=${c} PG store alone`, pgAlone.perSecond, 'SQLite store alone', liteAlone.perSecond, 'req/s', `${pgAlone.messages} and ${liteAlone.messages} messages, ${pgAlone.failed + liteAlone.failed} failed; no HTTP`);
+      row('postgres', `c=${c} PG 1 gw / PG store alone`, pg1.rps, 'PG store alone', pgAlone.perSecond, 'req/s');
+    }
   }
   const runs = 30;
   const lite = await warmOn('sqlite', runs);

@@ -1,21 +1,25 @@
 /*
- * sbx-bench-store-enqueue: the ingestion benchmark's store-alone baseline. It writes messages
+ * sbx-bench-store-enqueue: the ingestion benchmarks' store-alone baseline. It writes messages
  * through the store's own enqueue (message_enqueue_async: the gateway's group commit, its
- * statements, its checkpointer) on a SQLite file with synchronous=FULL, with up to a given number
- * of requests in flight, and no HTTP at all. Its CPU per message beside the gateway's CPU per
- * request says how much of a durable 202 is the store's and how much the HTTP side's.
+ * statements, on SQLite its checkpointer; synchronous=FULL) with up to a given number of requests
+ * in flight, and no HTTP at all. Its CPU per message beside the gateway's CPU per request says how
+ * much of a durable 202 is the store's and how much the HTTP side's, and its throughput is the
+ * most one gateway's store takes on this machine.
  *
  *   sbx-bench-store-enqueue DB SESSIONS MESSAGES IN_FLIGHT
  *
- * DB is created (it must not exist) with one App and SESSIONS Sessions, as the ingestion scenario
- * makes them over HTTP; the messages go to the Sessions in turn, as tools/bench/post.lua sends
- * them, with the same body. Prints one JSON line:
- * {"messages":N,"failed":F,"seconds":S,"cpuUsPerMessage":C,"perSecond":R}, where the CPU is the
- * whole process's (every thread: the caller's loop, the committer, the checkpointer).
+ * DB is a SQLite file, created here (it must not exist), or the postgres:// URL of an empty
+ * database. It gets one App and SESSIONS Sessions, as the ingestion scenario makes them over
+ * HTTP; the messages go to the Sessions in turn, as tools/bench/post.lua sends them, with the same
+ * body. Prints one JSON line:
+ * {"messages":N,"failed":F,"seconds":S,"cpuUsPerMessage":C,"perSecond":R}, where the CPU is this
+ * process's (every thread: the submitting loop, the committer, the checkpointer), not that of a
+ * PostgreSQL server.
  */
 #include "store.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,8 +80,11 @@ static double wall_seconds(void)
 static int make_sessions(struct store *st, char ids[][STORE_ID_LEN], int n)
 {
     const struct store_ctx admin = {.actor = "admin"};
-    struct store_app app = {.keep_alive_seconds = 60, .vcpu_count = 1, .mem_size_mib = 256,
-                            .max_attempts = 3, .command_json = "[\"/usr/bin/sbx-echo-agent\"]"};
+    struct store_app app = {.keep_alive_seconds = 60,
+                            .vcpu_count = 1,
+                            .mem_size_mib = 256,
+                            .max_attempts = 3,
+                            .command_json = "[\"/usr/bin/sbx-echo-agent\"]"};
     snprintf(app.name, sizeof app.name, "bench");
     snprintf(app.driver, sizeof app.driver, "process");
     snprintf(app.image, sizeof app.image, "default");
@@ -87,8 +94,8 @@ static int make_sessions(struct store *st, char ids[][STORE_ID_LEN], int n)
     for (int i = 0; i < n; i++) {
         struct store_session s;
         bool created = false;
-        enum store_status rc = st->session_create(st, &admin, app.id, NULL, 0, NULL, NULL, &s,
-                                                  &created);
+        enum store_status rc =
+            st->session_create(st, &admin, app.id, NULL, 0, NULL, NULL, &s, &created);
         if (rc != STORE_OK) {
             store_app_clear(&app);
             return -1;
@@ -116,11 +123,14 @@ int main(int argc, char **argv)
                 MAX_SESSIONS);
         return 2;
     }
-    if (access(argv[1], F_OK) == 0) {
+    bool pg =
+        strncmp(argv[1], "postgres://", 11) == 0 || strncmp(argv[1], "postgresql://", 13) == 0;
+    if (!pg && access(argv[1], F_OK) == 0) {
         fprintf(stderr, "%s: %s exists: give a new file\n", argv[0], argv[1]);
         return 2;
     }
-    struct store *st = store_sqlite_open(argv[1], 5000, "FULL", err, sizeof err);
+    struct store *st = pg ? store_pg_open(argv[1], 5000, err, sizeof err)
+                          : store_sqlite_open(argv[1], 5000, "FULL", err, sizeof err);
     if (!st) {
         fprintf(stderr, "%s: %s\n", argv[0], err);
         return 1;
@@ -145,8 +155,8 @@ int main(int argc, char **argv)
         r->f = &f;
         snprintf(r->request_id, sizeof r->request_id, "req_bench%011ld", i);
         r->ctx = (struct store_ctx){.actor = "key:bench", .request_id = r->request_id};
-        r->req = (struct store_enqueue){.app_id = "", .session_id = sessions[i % ns],
-                                        .body_json = "{\"n\":1}"};
+        r->req = (struct store_enqueue){
+            .app_id = "", .session_id = sessions[i % ns], .body_json = "{\"n\":1}"};
         pthread_mutex_lock(&f.lock);
         if (f.in_flight >= max_flight)
             while (f.in_flight > f.low_water)
