@@ -151,19 +151,19 @@ async function pipeBaseline(runs) {
 
 // ---- scenarios ----
 
-async function ingestion(label = 'ingestion', dataDir) {
+async function ingestion() {
   // synchronous=FULL is the default; set it anyway so the figure always means "202 = on disk".
   const sbx = new Sbx(buildDir, { SBX_POOL_SIZE: '0', SBX_SYNCHRONOUS: 'FULL' });
-  await sbx.start({ gatewayOnly: true, dataDir });
+  await sbx.start({ gatewayOnly: true });
   await sbx.app();
   const ids = [];
   for (let i = 0; i < 100; i++) ids.push((await sbx.session()).id);
   const sessionsFile = join(outDir, 'sessions.txt');
   writeFileSync(sessionsFile, ids.join('\n') + '\n');
-  const nginx = label === 'ingestion' ? await startNginx() : null;
+  const nginx = await startNginx();
   const out = {};
   const countRows = () => sbx.sql('SELECT count(*) AS n FROM messages')[0].n;
-  for (const c of label === 'ingestion' ? [1, 16, 64] : [16]) {
+  for (const c of [1, 16, 64]) {
     const env = { SBX_BENCH_KEY: sbx.key, SBX_BENCH_SESSIONS: sessionsFile };
     const rowsBefore = countRows();
     const cpu0 = cpuSeconds(sbx.gateway.pid);
@@ -185,23 +185,18 @@ async function ingestion(label = 'ingestion', dataDir) {
     }
     out[c] = { sbx: s, nginx: n };
     if (nginx) {
-      row(label, `POST msg c=${c} throughput`, s.rps, 'nginx fixed 202', n.rps, 'req/s', errs + durability);
-      row(label, `POST msg c=${c} p50`, s.p50, 'nginx fixed 202', n.p50, 'ms');
-      row(label, `POST msg c=${c} p99`, s.p99, 'nginx fixed 202', n.p99, 'ms');
+      row('ingestion', `POST msg c=${c} throughput`, s.rps, 'nginx fixed 202', n.rps, 'req/s', errs + durability);
+      row('ingestion', `POST msg c=${c} p50`, s.p50, 'nginx fixed 202', n.p50, 'ms');
+      row('ingestion', `POST msg c=${c} p99`, s.p99, 'nginx fixed 202', n.p99, 'ms');
       // Gateway CPU seconds (utime + stime, /proc) per request; nginx's summed over its workers.
-      row(label, `POST msg c=${c} CPU/request`, s.cpuUsPerRequest, 'nginx fixed 202', n.cpuUsPerRequest, 'us', 'ratio = nginx/sbx', true);
+      row('ingestion', `POST msg c=${c} CPU/request`, s.cpuUsPerRequest, 'nginx fixed 202', n.cpuUsPerRequest, 'us', 'ratio = nginx/sbx', true);
     }
   }
   if (nginx) await nginx.stop();
   const durable = countRows();
-  if (dataDir) {
-    // The scale run goes on with a worker on this database: the queue must not hold the
-    // thousands of messages wrk just posted (no agent should answer them), only their rows.
-    sbx.sql("UPDATE messages SET state = 'completed', reply = '{}', completed_at = updated_at WHERE state = 'queued'");
-  }
-  await sbx.stop({ keep: !!dataDir });
-  if (nginx) storeAlone(out); // with the gateway stopped: the machine is the store's alone
-  results.scenarios[label] = { ...out, messagesOnDisk: durable };
+  await sbx.stop();
+  storeAlone(out); // with the gateway stopped: the machine is the store's alone
+  results.scenarios.ingestion = { ...out, messagesOnDisk: durable };
   return out;
 }
 
@@ -250,32 +245,30 @@ async function warmRuns(sbx, runs) {
 }
 
 // SBX_BENCH_WARM_RUNS overrides the warm scenario's run count (a longer run to profile).
-async function warm(label = 'warm', dataDir, runs = Number(process.env.SBX_BENCH_WARM_RUNS) || 50, warmup = 3) {
+async function warm(runs = Number(process.env.SBX_BENCH_WARM_RUNS) || 50, warmup = 3) {
   const sbx = new Sbx(buildDir, { SBX_POOL_SIZE: '2' });
-  await sbx.start({ dataDir });
+  await sbx.start();
   await sbx.app({ keepAliveSeconds: 1 });
   await warmRuns(sbx, warmup); // the first activations pay for page faults and statement preparation
   const lat = await warmRuns(sbx, runs);
   const coldN = sbx.sql('SELECT count(*) AS n FROM sandboxes WHERE cold = 1')[0].n;
-  await sbx.stop({ keep: !!dataDir });
+  await sbx.stop();
   const base = await pipeBaseline(runs);
   const s = summarize(lat), b = summarize(base);
-  samples[label] = lat;
-  if (label === 'warm') samples['pipe baseline'] = base;
+  samples.warm = lat;
+  samples['pipe baseline'] = base;
   const warmNote = `n=${runs}${coldN ? `, ${coldN} cold!` : ', all warm'}`;
-  if (label === 'warm') {
-    row(label, 'POST to reply p50', s.p50, 'echo agent over pipe', b.p50, 'ms', `overhead ${(s.p50 - b.p50).toFixed(2)} ms; target < 2 ms`);
-    row(label, 'POST to reply p99', s.p99, 'echo agent over pipe', b.p99, 'ms', `${warmNote}; target < 10 ms`);
-  }
+  row('warm', 'POST to reply p50', s.p50, 'echo agent over pipe', b.p50, 'ms', `overhead ${(s.p50 - b.p50).toFixed(2)} ms; target < 2 ms`);
+  row('warm', 'POST to reply p99', s.p99, 'echo agent over pipe', b.p99, 'ms', `${warmNote}; target < 10 ms`);
   s.note = warmNote;
-  results.scenarios[label] = { sbx: s, pipe: b };
+  results.scenarios.warm = { sbx: s, pipe: b };
   return s;
 }
 
 // The warm activation figures of this run; measured here (20 runs) when the warm scenario was
 // not part of this invocation, so every scenario has its baseline from the same run.
 async function warmBaseline() {
-  if (!results.scenarios.warm || !results.scenarios.warm.sbx) await warm('warm', undefined, 20);
+  if (!results.scenarios.warm || !results.scenarios.warm.sbx) await warm(20);
   return results.scenarios.warm.sbx;
 }
 
@@ -411,6 +404,71 @@ async function expiry() {
   results.scenarios.expiry = s;
 }
 
+// The scale scenario's ingestion: c=16 on the scale database and on an empty one (each with its
+// own gateway, App and 100 Sessions), three wrk runs each, taken turn about. Single 5 s runs on
+// this 2-core VM move by up to 2x from one to the next whatever the database, so the ratio is of
+// the medians. The messages are then marked completed in both databases, so
+// that the warm runs after it find no queue.
+async function scaleIngestion(dataDir) {
+  const open = async (name, dir) => {
+    const sbx = new Sbx(buildDir, { SBX_POOL_SIZE: '0', SBX_SYNCHRONOUS: 'FULL' });
+    await sbx.start({ gatewayOnly: true, dataDir: dir });
+    await sbx.app();
+    const ids = [];
+    for (let i = 0; i < 100; i++) ids.push((await sbx.session()).id);
+    const file = join(outDir, `sessions-${name}.txt`);
+    writeFileSync(file, ids.join('\n') + '\n');
+    return { name, sbx, env: { SBX_BENCH_KEY: sbx.key, SBX_BENCH_SESSIONS: file } };
+  };
+  const empty = await open('empty', undefined);
+  const scaled = await open('scale', dataDir);
+  const out = { empty: [], scale: [], emptyDir: empty.sbx.dataDir };
+  const rowsOf = (t) => Number(t.sbx.sql('SELECT count(*) AS n FROM messages')[0].n);
+  try {
+    // Turn about as A B B A A B, so that a drift of the machine during the runs weighs on both
+    // alike; each run starts after `sync`, so that none pays for writing back another's pages.
+    for (const t of [empty, scaled, scaled, empty, empty, scaled]) {
+      execFileSync('sync');
+      const before = rowsOf(t);
+      const r = runWrk({ url: t.sbx.base, connections: 16, seconds: wrkSeconds, script: join(here, 'post.lua'), env: t.env });
+      r.accepted = r.requests - r.non2xx;
+      r.stored = rowsOf(t) - before;
+      out[t.name].push(r);
+    }
+    for (const t of [empty, scaled])
+      t.sbx.sql("UPDATE messages SET state = 'completed', reply = '{}', completed_at = updated_at WHERE state = 'queued'");
+  } finally {
+    await empty.sbx.stop({ keep: true });
+    await scaled.sbx.stop({ keep: true });
+  }
+  return out;
+}
+
+// The scale scenario's warm activations: blocks of 10 on the scale database and on the empty one
+// of scaleIngestion, taken turn about (a fresh worker and pool for each block), three blocks each.
+async function scaleWarm(dataDir, emptyDir) {
+  const lat = { empty: [], scale: [] };
+  let cold = 0;
+  for (let i = 0; i < 3; i++) {
+    for (const [name, dir] of [['empty', emptyDir], ['scale', dataDir]]) {
+      const sbx = new Sbx(buildDir, { SBX_POOL_SIZE: '2' });
+      await sbx.start({ dataDir: dir });
+      try {
+        await sbx.app({ keepAliveSeconds: 1 });
+        await warmRuns(sbx, 1);
+        const before = Number(sbx.sql('SELECT count(*) AS n FROM sandboxes WHERE cold = 1')[0].n);
+        lat[name].push(...(await warmRuns(sbx, 10)));
+        cold += Number(sbx.sql('SELECT count(*) AS n FROM sandboxes WHERE cold = 1')[0].n) - before;
+      } finally {
+        await sbx.stop({ keep: true });
+      }
+    }
+  }
+  samples['warm (scale)'] = lat.scale;
+  const n = lat.scale.length;
+  return { empty: summarize(lat.empty), scale: summarize(lat.scale), note: `n=${n} each, 3 alternated blocks${cold ? `, ${cold} cold!` : ', all warm'}` };
+}
+
 async function scale() {
   // A database with 100,000 Sessions and 1,000,000 messages, generated here, then the ingestion
   // and warm activation figures again, as ratios to the empty-database run above.
@@ -432,14 +490,18 @@ async function scale() {
   });
   const genMs = performance.now() - t0;
   console.log(`scale       generated 100,000 Sessions and 1,000,000 messages in ${(genMs / 1000).toFixed(1)} s`);
-  const ing = await ingestion('scale-ingest', dataDir);
-  const w = await warm('scale-warm', dataDir, 10, 1);
-  const empty = results.scenarios.ingestion;
-  const ie = ing[16].sbx;
-  row('scale', 'POST msg c=16 throughput', ie.rps, 'empty database', empty ? empty[16].sbx.rps : NaN, 'req/s', `target ratio >= 0.8; ${ie.accepted} 202s, ${ie.stored} rows`);
-  const we = results.scenarios.warm ? results.scenarios.warm.sbx : null;
-  row('scale', 'warm POST to reply p50', w.p50, 'empty database', we ? we.p50 : NaN, 'ms', `ratio = empty/scale, target >= 0.8; ${w.note}`, true);
-  row('scale', 'warm POST to reply p99', w.p99, 'empty database', we ? we.p99 : NaN, 'ms', 'ratio = empty/scale', true);
+  const ing = await scaleIngestion(dataDir);
+  const median = (a) => summarize(a).p50;
+  const ir = ing.scale.map((r) => r.rps), er = ing.empty.map((r) => r.rps);
+  const durable = (runs) => runs.every((r) => r.stored >= r.accepted);
+  const sum = (runs, k) => runs.reduce((a, r) => a + r[k], 0);
+  row('scale', 'POST msg c=16 throughput', median(ir), 'empty database', median(er), 'req/s',
+    `target ratio >= 0.8; medians of ${ir.length} alternated runs each (scale ${ir.map(Math.round).join(', ')}; empty ${er.map(Math.round).join(', ')}); ` +
+    (durable([...ing.scale, ...ing.empty]) ? `${sum(ing.scale, 'accepted')} 202s, ${sum(ing.scale, 'stored')} rows` : 'FEWER ROWS THAN 202s!'));
+  const w = await scaleWarm(dataDir, ing.emptyDir);
+  row('scale', 'warm POST to reply p50', w.scale.p50, 'empty database', w.empty.p50, 'ms', `ratio = empty/scale, target >= 0.8; ${w.note}`, true);
+  row('scale', 'warm POST to reply p99', w.scale.p99, 'empty database', w.empty.p99, 'ms', 'ratio = empty/scale', true);
+  rmSync(ing.emptyDir, { recursive: true, force: true });
 
   // Gateway memory while 10,000 long polls wait.
   // One client address holds all of them: conn_per_client is raised with conn_limit.
@@ -467,7 +529,7 @@ async function scale() {
   rmSync(dataDir, { recursive: true, force: true });
   const per = (after - before) / n;
   row('scale', 'gateway RSS per waiting poll', per, '-', 0, 'bytes', `${n} waiting, ${answered} answered early, RSS ${(after / 1048576).toFixed(1)} MiB`);
-  results.scenarios.scale = { generateMs: genMs, ingestion: ing, warm: w, rssBefore: before, rssAfter: after, bytesPerWaitingPoll: per };
+  results.scenarios.scale = { generateMs: genMs, ingestion: { empty: ing.empty, scale: ing.scale }, warm: w, rssBefore: before, rssAfter: after, bytesPerWaitingPoll: per };
 }
 
 // Streaming: an agent (busybox sh in the default image) prints 20 chunks 50 ms apart, each with
