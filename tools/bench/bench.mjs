@@ -407,8 +407,8 @@ async function expiry() {
 // The scale scenario's ingestion: c=16 on the scale database and on an empty one (each with its
 // own gateway, App and 100 Sessions), three wrk runs each, taken turn about. Single 5 s runs on
 // this 2-core VM move by up to 2x from one to the next whatever the database, so the ratio is of
-// the medians. The messages are then marked completed in both databases, so
-// that the warm runs after it find no queue.
+// the medians. The messages are then marked completed in both databases, so that the warm runs
+// after it find no queue.
 async function scaleIngestion(dataDir) {
   const open = async (name, dir) => {
     const sbx = new Sbx(buildDir, { SBX_POOL_SIZE: '0', SBX_SYNCHRONOUS: 'FULL' });
@@ -471,7 +471,8 @@ async function scaleWarm(dataDir, emptyDir) {
 
 async function scale() {
   // A database with 100,000 Sessions and 1,000,000 messages, generated here, then the ingestion
-  // and warm activation figures again, as ratios to the empty-database run above.
+  // and warm activation figures on it against an empty database measured turn about with it
+  // (scaleIngestion, scaleWarm).
   const dataDir = mkdtempSync(join(tmpdir(), 'sbx-bench-scale-'));
   const seed = new Sbx(buildDir, { SBX_POOL_SIZE: '0' });
   await seed.start({ gatewayOnly: true, dataDir });
