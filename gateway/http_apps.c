@@ -236,13 +236,17 @@ enum MHD_Result http_app_create(struct request *r)
         app_input_free(&in);
         return ret;
     }
-    snprintf(a.name, sizeof a.name, "%s", in.name);
-    a.keep_alive_seconds = in.has_keep_alive ? in.keep_alive : 60;
-    a.vcpu_count = in.has_vcpu ? in.vcpu : 1;
-    a.mem_size_mib = in.has_mem ? in.mem : 256;
-    a.max_attempts = in.has_max_attempts ? in.max_attempts : 3;
-    snprintf(a.driver, sizeof a.driver, "%s", in.driver ? in.driver : r->gw->cfg.driver);
-    snprintf(a.image, sizeof a.image, "%s", in.image ? in.image : "default");
+    store_app_defaults(&a, in.name, in.driver ? in.driver : r->gw->cfg.driver);
+    if (in.has_keep_alive)
+        a.keep_alive_seconds = in.keep_alive;
+    if (in.has_vcpu)
+        a.vcpu_count = in.vcpu;
+    if (in.has_mem)
+        a.mem_size_mib = in.mem;
+    if (in.has_max_attempts)
+        a.max_attempts = in.max_attempts;
+    if (in.image)
+        snprintf(a.image, sizeof a.image, "%s", in.image);
     snprintf(a.image_id, sizeof a.image_id, "%s", in.image_id);
     snprintf(a.image_digest, sizeof a.image_digest, "%s", in.image_digest);
     /* Without a command, the built-in rootfs runs its echo agent and an Image its entrypoint and

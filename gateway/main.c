@@ -114,13 +114,7 @@ static int bootstrap_echo_app(struct gateway *gw, const char *base_url)
         return -1;
     store_app_list_free(apps, n);
     if (n == 0) {
-        snprintf(app.name, sizeof app.name, "echo");
-        app.keep_alive_seconds = 60;
-        app.vcpu_count = 1;
-        app.mem_size_mib = 256;
-        snprintf(app.driver, sizeof app.driver, "%s", gw->cfg.driver);
-        snprintf(app.image, sizeof app.image, "default");
-        app.max_attempts = 3;
+        store_app_defaults(&app, "echo", gw->cfg.driver);
         app.command_json = strdup("[\"/usr/bin/sbx-echo-agent\"]");
         if (!app.command_json || st->app_create(st, &gateway_ctx, &app) != STORE_OK) {
             store_app_clear(&app);

@@ -83,6 +83,10 @@ struct store_app {
     char *env_json;                      /* JSON object of the App's environment ({} when none) */
 };
 void store_app_clear(struct store_app *a);
+/* Zeroes a and sets what an App created without those fields gets (the same as the schema's
+ * column defaults): keep-alive 60 s, 1 vCPU, 256 MiB, 3 attempts, the default image, on driver
+ * (copied). Owns nothing: command_json and the other strings are the caller's to set. */
+void store_app_defaults(struct store_app *a, const char *name, const char *driver);
 void store_app_list_free(struct store_app *a, size_t n);
 
 /* Which fields of an App a PATCH changes. */

@@ -151,14 +151,9 @@ static void test_revoked_key_fails_at_once(void **state)
     struct store *st = store_sqlite_open(path, 1000, "FULL", err, sizeof err);
     assert_non_null(st);
     struct store_ctx ctx = {"admin", NULL};
-    struct store_app app = {.keep_alive_seconds = 60,
-                            .vcpu_count = 1,
-                            .mem_size_mib = 256,
-                            .max_attempts = 3,
-                            .command_json = "[\"x\"]"};
-    snprintf(app.name, sizeof app.name, "a");
-    snprintf(app.driver, sizeof app.driver, "process");
-    snprintf(app.image, sizeof app.image, "default");
+    struct store_app app;
+    store_app_defaults(&app, "a", "process");
+    app.command_json = "[\"x\"]";
     assert_int_equal(st->app_create(st, &ctx, &app), STORE_OK);
 
     uint8_t hash[32], other_hash[32];

@@ -38,14 +38,7 @@ static int teardown(void **state)
 
 static void make_app(struct store *st, const char *name, struct store_app *a)
 {
-    memset(a, 0, sizeof *a);
-    snprintf(a->name, sizeof a->name, "%s", name);
-    a->keep_alive_seconds = 60;
-    a->vcpu_count = 1;
-    a->mem_size_mib = 256;
-    snprintf(a->driver, sizeof a->driver, "process");
-    snprintf(a->image, sizeof a->image, "default");
-    a->max_attempts = 3;
+    store_app_defaults(a, name, "process");
     a->command_json = "[\"/usr/bin/sbx-echo-agent\"]";
     assert_int_equal(st->app_create(st, &admin, a), STORE_OK);
     a->command_json = NULL;

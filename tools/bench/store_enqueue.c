@@ -80,14 +80,9 @@ static double wall_seconds(void)
 static int make_sessions(struct store *st, char ids[][STORE_ID_LEN], int n)
 {
     const struct store_ctx admin = {.actor = "admin"};
-    struct store_app app = {.keep_alive_seconds = 60,
-                            .vcpu_count = 1,
-                            .mem_size_mib = 256,
-                            .max_attempts = 3,
-                            .command_json = "[\"/usr/bin/sbx-echo-agent\"]"};
-    snprintf(app.name, sizeof app.name, "bench");
-    snprintf(app.driver, sizeof app.driver, "process");
-    snprintf(app.image, sizeof app.image, "default");
+    struct store_app app;
+    store_app_defaults(&app, "bench", "process");
+    app.command_json = "[\"/usr/bin/sbx-echo-agent\"]";
     if (st->app_create(st, &admin, &app) != STORE_OK)
         return -1;
     app.command_json = NULL; /* not ours to free */

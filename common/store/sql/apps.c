@@ -46,6 +46,18 @@ void store_app_clear(struct store_app *a)
     a->network_json = NULL;
 }
 
+void store_app_defaults(struct store_app *a, const char *name, const char *driver)
+{
+    memset(a, 0, sizeof *a);
+    snprintf(a->name, sizeof a->name, "%s", name);
+    a->keep_alive_seconds = 60;
+    a->vcpu_count = 1;
+    a->mem_size_mib = 256;
+    a->max_attempts = 3;
+    snprintf(a->driver, sizeof a->driver, "%s", driver);
+    snprintf(a->image, sizeof a->image, "default");
+}
+
 void store_app_list_free(struct store_app *a, size_t n)
 {
     for (size_t i = 0; a && i < n; i++)
