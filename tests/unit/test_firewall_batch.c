@@ -58,6 +58,11 @@ static const struct {
      "l4proto => reg 1 ][cmp eq reg 1 0x00000011 ][payload load 2b @ transport header + 2 => reg 1 "
      "][cmp eq reg 1 0x0000b414 ][immediate reg 0 accept ]"},
     {"sandbox_to_host",
+     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => reg 8 ][payload "
+     "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set egress_allowlist ][meta load "
+     "l4proto => reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + 2 => reg 1 "
+     "][cmp eq reg 1 0x0000b414 ][immediate reg 0 accept ]"},
+    {"sandbox_to_host",
      "[meta load l4proto => reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + "
      "2 => reg 1 ][cmp eq reg 1 0x0000bb01 ][immediate reg 0 accept ]"},
     {"sandbox_to_host", "[log prefix sbx drop_host  group 5213 snaplen 64 qthreshold 0 ][counter "
@@ -179,6 +184,11 @@ static const struct {
      "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => reg 8 ][payload "
      "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set egress_allowlist ][meta load "
      "l4proto => reg 1 ][cmp eq reg 1 0x00000011 ][payload load 2b @ transport header + 2 => reg 1 "
+     "][cmp eq reg 1 0x00003500 ][immediate reg 1 0x0000b414 ][redir proto_min reg 1 ]"},
+    {"prerouting",
+     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => reg 8 ][payload "
+     "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set egress_allowlist ][meta load "
+     "l4proto => reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + 2 => reg 1 "
      "][cmp eq reg 1 0x00003500 ][immediate reg 1 0x0000b414 ][redir proto_min reg 1 ]"},
 };
 

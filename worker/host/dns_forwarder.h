@@ -6,12 +6,19 @@
  * names_<app> (fw_app_names_add), for the record's TTL plus a grace, before the answer goes back.
  * Any other query is answered REFUSED and never leaves the host, so DNS carries no data out.
  *
+ * DNS over TCP (RFC 7766) is served the same way on the same port: a resolver library retries
+ * over TCP when an answer did not fit in UDP, and the firewall redirects a Sandbox's TCP DNS here
+ * too. Such a query is asked upstream over TCP, and its answer opens the same addresses.
+ *
  * One forwarder per host: the first worker to bind the port runs it; the others' start fails
  * with EADDRINUSE and they try again later. A thread of its own serves the queries, many at once:
  * each allowed query waits for its resolver on a socket of its own (2 s per resolver, then the
  * next, then SERVFAIL), at most 16 per Sandbox and 256 in all (past that: SERVFAIL at once), so a
- * slow lookup holds up no other. No store and no event loop here: which names an App allows and
- * what to do with a refusal come from the caller's callbacks, called on that thread.
+ * slow lookup holds up no other. TCP connections: at most 4 per Sandbox and 64 in all (past that
+ * a connection is closed at once), one query of each served at a time, and a connection idle for
+ * 10 s (no query in, or its answer not taken) is closed. No store and no event loop here: which
+ * names an App allows and what to do with a refusal come from the caller's callbacks, called on
+ * that thread.
  */
 #ifndef SBX_DNS_FORWARDER_H
 #define SBX_DNS_FORWARDER_H
@@ -36,17 +43,18 @@ struct dns_forwarder_params {
     bool (*allow)(const char *app_id, const char *qname, uint16_t *ports, size_t *nports,
                   void *arg);
     /* A refused lookup, for the audit trail (may be NULL): dst is the resolver the Sandbox sent
-     * it to, before the redirect (conntrack_origin.h; 0.0.0.0 if unknown). Called on the
+     * it to, before the redirect (UDP: conntrack_origin.h; TCP: the connection's original
+     * destination; 0.0.0.0 if unknown), protocol IPPROTO_UDP or IPPROTO_TCP. Called on the
      * forwarder's thread. */
-    void (*refused)(const char *ifname, struct in_addr client, struct in_addr dst,
+    void (*refused)(const char *ifname, struct in_addr client, struct in_addr dst, int protocol,
                     const char *app_id, const char *qname, void *arg);
     void *arg;
 };
 
 struct dns_forwarder;
 
-/* Binds 0.0.0.0:port (UDP) and starts the thread. NULL with the reason (errno EADDRINUSE: another
- * worker of the host runs it). */
+/* Binds 0.0.0.0:port (UDP and TCP) and starts the thread. NULL with the reason (errno
+ * EADDRINUSE: another worker of the host runs it). */
 struct dns_forwarder *dns_forwarder_start(struct fw *fw, const struct dns_forwarder_params *p,
                                           char *err, size_t errlen);
 void dns_forwarder_stop(struct dns_forwarder *f);

@@ -65,9 +65,10 @@ const char *const fw_drop_reason_names[FW_DROP_COUNT] = {
 #define KEY_TYPE_IPV4 7u
 #define KEY_TYPE_INET_SERVICE 13u
 #define APP_CHAIN_PREFIX "egress_"
-/* v2: the spoofing check before `established`; v3: egress (issue 15). A worker finding an older
- * table replaces it. */
-#define TABLE_COMMENT_FMT "sbx firewall v3 pool %s: managed by sbx, do not edit"
+/* v2: the spoofing check before `established`; v3: egress (issue 15); v4: an allowlist
+ * Sandbox's TCP DNS redirected to the forwarder too. A worker finding an older table replaces it.
+ */
+#define TABLE_COMMENT_FMT "sbx firewall v4 pool %s: managed by sbx, do not edit"
 
 struct fw {
     pthread_mutex_t lock;
@@ -540,17 +541,19 @@ static void rules_sandbox_to_host(struct fw_batch *b)
 
     rule_egress_none(b, chain); /* egress none: not even the gateway's 443 */
 
-    /* meta nfproto ipv4 iifname . ip saddr @egress_allowlist meta l4proto udp udp dport 5300
-     * accept: an allowlist Sandbox's DNS, redirected to the forwarder */
-    r = rule_new(chain);
-    m_nfproto(r, NFPROTO_IPV4);
-    m_iif_saddr_in(r, SET_EGRESS_ALLOWLIST, SET_ID_EGRESS_ALLOWLIST, false);
-    m_l4proto(r, IPPROTO_UDP);
-    uint16_t fwd = htons(FW_DNS_FORWARDER_PORT);
-    x_dport(r);
-    x_cmp(r, NFT_REG_1, NFT_CMP_EQ, &fwd, 2);
-    x_verdict(r, NF_ACCEPT, NULL);
-    batch_rule(b, r);
+    /* meta nfproto ipv4 iifname . ip saddr @egress_allowlist meta l4proto udp|tcp th dport 5300
+     * accept: an allowlist Sandbox's DNS, redirected to the forwarder (one rule each) */
+    for (int i = 0; i < 2; i++) {
+        r = rule_new(chain);
+        m_nfproto(r, NFPROTO_IPV4);
+        m_iif_saddr_in(r, SET_EGRESS_ALLOWLIST, SET_ID_EGRESS_ALLOWLIST, false);
+        m_l4proto(r, i == 0 ? IPPROTO_UDP : IPPROTO_TCP);
+        uint16_t fwd = htons(FW_DNS_FORWARDER_PORT);
+        x_dport(r);
+        x_cmp(r, NFT_REG_1, NFT_CMP_EQ, &fwd, 2);
+        x_verdict(r, NF_ACCEPT, NULL);
+        batch_rule(b, r);
+    }
 
     r = rule_new(chain); /* tcp dport 443 accept */
     m_tcp_dport(r, 443);
@@ -676,13 +679,15 @@ static void rule_masquerade(struct fw_batch *b, const struct pool4 *pool)
 
 /* meta nfproto ipv4 iifname . ip saddr @egress_allowlist meta l4proto udp udp dport 53
  * redirect to :FW_DNS_FORWARDER_PORT -- an allowlist Sandbox's DNS, whatever resolver it names,
- * goes to sbx's forwarder, which answers only allowed names (so DNS carries nothing out). */
-static void rule_dns_redirect(struct fw_batch *b)
+ * goes to sbx's forwarder, which answers only allowed names (so DNS carries nothing out). The
+ * same for TCP (proto IPPROTO_TCP): a resolver library retries there when an answer did not fit
+ * in UDP. */
+static void rule_dns_redirect(struct fw_batch *b, uint8_t proto)
 {
     struct nftnl_rule *r = rule_new("prerouting");
     m_nfproto(r, NFPROTO_IPV4);
     m_iif_saddr_in(r, SET_EGRESS_ALLOWLIST, SET_ID_EGRESS_ALLOWLIST, false);
-    m_l4proto(r, IPPROTO_UDP);
+    m_l4proto(r, proto);
     uint16_t dns = htons(53), to = htons(FW_DNS_FORWARDER_PORT);
     x_dport(r);
     x_cmp(r, NFT_REG_1, NFT_CMP_EQ, &dns, 2);
@@ -734,7 +739,8 @@ static void batch_structure(struct fw_batch *b, const struct pool4 *pool)
     rule_dispatch(b, "forward", NFT_META_IIFNAME, "sandbox_out");
     rule_dispatch(b, "output", NFT_META_OIFNAME, "sandbox_in");
     rule_masquerade(b, pool);
-    rule_dns_redirect(b);
+    rule_dns_redirect(b, IPPROTO_UDP);
+    rule_dns_redirect(b, IPPROTO_TCP);
 }
 
 static void table_comment(const char *pool, char *out, size_t outlen)

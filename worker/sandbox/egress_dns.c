@@ -113,12 +113,12 @@ static bool allow(const char *app_id, const char *qname, uint16_t *ports, size_t
     return *nports > 0;
 }
 
-static void refused(const char *ifname, struct in_addr client, struct in_addr dst,
+static void refused(const char *ifname, struct in_addr client, struct in_addr dst, int protocol,
                     const char *app_id, const char *qname, void *arg)
 {
     (void)app_id;
     (void)arg;
-    egress_events_refused_lookup(ifname, client, dst, qname);
+    egress_events_refused_lookup(ifname, client, dst, protocol, qname);
 }
 
 void egress_dns_tick(struct worker *w)

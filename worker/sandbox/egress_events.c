@@ -342,7 +342,7 @@ static void publish_series(struct worker *w)
 }
 
 void egress_events_refused_lookup(const char *ifname, struct in_addr src, struct in_addr dst,
-                                  const char *qname)
+                                  int protocol, const char *qname)
 {
     pthread_mutex_lock(&refused_lock);
     if (refused_n < MAX_REFUSED_QUEUE) {
@@ -351,7 +351,7 @@ void egress_events_refused_lookup(const char *ifname, struct in_addr src, struct
         snprintf(r->d.ifname, sizeof r->d.ifname, "%s", ifname);
         r->d.src = src;
         r->d.dst = dst;
-        r->d.proto = IPPROTO_UDP;
+        r->d.proto = protocol == IPPROTO_TCP ? IPPROTO_TCP : IPPROTO_UDP;
         r->d.dport = 53;
         snprintf(r->d.reason, sizeof r->d.reason, "name");
         snprintf(r->name, sizeof r->name, "%s", qname);

@@ -25,9 +25,10 @@
  * counters when they changed. */
 void egress_events_tick(struct worker *w);
 /* A lookup sbx's DNS forwarder refused (any thread): recorded like a denial, with rule "name",
- * the name and dst (the resolver the Sandbox sent it to) as its destination, at the next tick. */
+ * the name, dst (the resolver the Sandbox sent it to) as its destination, port 53 and protocol
+ * (IPPROTO_UDP or IPPROTO_TCP), at the next tick. */
 void egress_events_refused_lookup(const char *ifname, struct in_addr src, struct in_addr dst,
-                                  const char *qname);
+                                  int protocol, const char *qname);
 /* At worker exit. */
 void egress_events_stop(void);
 

@@ -81,24 +81,26 @@ test('a Python agent in an image reaches only its allowed name, and every refusa
 
     // Nothing else: the allowed name's address on another port (80 is in egress_ports, so only the
     // App's list stops it), a name not on the list, another world address by IP on 443, and DNS to
-    // a resolver of the agent's choosing (UDP goes to sbx's forwarder whatever its destination, so
-    // the other server's answer never arrives; TCP to it is dropped).
+    // a resolver of the agent's choosing (UDP and TCP go to sbx's forwarder whatever their
+    // destination, so the other server's answer never arrives).
     const refused = await run(
       { connect: ['11.11.11.11', 80], timeout: NO },
       { resolve: 'alt.test' },
       { connect: ['11.11.11.12', 443], timeout: NO },
       { dns: ['11.11.11.54', 'nothere.test', 'udp'] },
       { dns: ['11.11.11.54', 'api.test', 'udp'] },
-      { dns: ['11.11.11.54', 'api.test', 'tcp'], timeout: NO },
+      { dns: ['11.11.11.54', 'api.test', 'tcp'] },
+      { dns: ['11.11.11.54', 'tcponly.test', 'tcp'] },
     );
     assert.equal(refused.sandboxId, sandboxId);
-    const [otherPort, notListed, otherAddr, rogueRefused, rogueAllowed, rogueTcp] = refused.steps;
+    const [otherPort, notListed, otherAddr, rogueRefused, rogueAllowed, rogueTcp, rogueTcpRefused] = refused.steps;
     assert.equal(otherPort.ok, false, `11.11.11.11:80: ${JSON.stringify(otherPort)}`);
     assert.equal(notListed.ok, false, `alt.test resolved: ${JSON.stringify(notListed)}`);
     assert.equal(otherAddr.ok, false, `11.11.11.12:443: ${JSON.stringify(otherAddr)}`);
     assert.deepEqual(rogueRefused, { ok: true, rcode: 5, addresses: [] }, 'a name not on the list, sent to another resolver: REFUSED by sbx');
     assert.deepEqual(rogueAllowed, { ok: true, rcode: 0, addresses: ['11.11.11.11'] }, "sbx's answer, not 11.11.11.54's (11.11.11.13)");
-    assert.equal(rogueTcp.ok, false, `TCP DNS to 11.11.11.54: ${JSON.stringify(rogueTcp)}`);
+    assert.deepEqual(rogueTcp, { ok: true, rcode: 0, addresses: ['11.11.11.11'] }, "over TCP too: sbx's answer, asked of 11.11.11.53 over TCP");
+    assert.deepEqual(rogueTcpRefused, { ok: true, rcode: 5, addresses: [] }, 'a name not on the list over TCP: REFUSED by sbx');
     const [stillOpen] = (await run({ connect: ['api.test', 443] })).steps;
     assert.match(stillOpen.data || '', /^hello 11\.11\.11\.11/, 'the allowed call still works after the refusals');
 
@@ -111,7 +113,7 @@ test('a Python agent in an image reaches only its allowed name, and every refusa
       { what: 'the lookup of alt.test', rule: 'name', destination: '11.11.11.53', port: 53, protocol: 'udp', name: 'alt.test' },
       { what: '11.11.11.12:443', rule: 'policy', destination: '11.11.11.12', port: 443, protocol: 'tcp' },
       { what: 'the lookup of nothere.test sent to 11.11.11.54', rule: 'name', destination: '11.11.11.54', port: 53, protocol: 'udp', name: 'nothere.test' },
-      { what: 'TCP DNS to 11.11.11.54', rule: 'policy', destination: '11.11.11.54', port: 53, protocol: 'tcp' },
+      { what: 'the lookup of tcponly.test sent to 11.11.11.54 over TCP', rule: 'name', destination: '11.11.11.54', port: 53, protocol: 'tcp', name: 'tcponly.test' },
     ];
     const matches = (e, x) =>
       e.kind === 'sandbox.egress_denied' && e.objectId === sandboxId && e.data.rule === x.rule && e.data.port === x.port &&

@@ -239,6 +239,11 @@ expect blocked "allowlist: 11.11.11.12 (not on the list)" tcp 11.11.11.12 443
 expect refused "allowlist: DNS redirected to the host's forwarder, not to the resolver" dns api.test 11.11.11.53
 nft list chain inet sbx prerouting | grep -q 'udp dport 53 redirect to :5300' &&
     ok "the redirect rule" || bad "prerouting: $(nft list chain inet sbx prerouting)"
+# TCP DNS too (a resolver library retries there when an answer does not fit in UDP): the host's
+# closed port 5300 answers, where the App's chain would have dropped it.
+expect refused "allowlist: TCP DNS redirected to the host's forwarder too" tcp 11.11.11.53 53
+nft list chain inet sbx prerouting | grep -q 'tcp dport 53 redirect to :5300' &&
+    ok "the TCP redirect rule" || bad "prerouting: $(nft list chain inet sbx prerouting)"
 expect_count policy "$c"
 expect answered "allowlist: TCP 443 to the host (gateway)" tcp "$GW1" 443
 ctl policy app_a 11.11.11.12/32 10.99.0.0/16 169.254.0.0/16 192.0.2.0/24 || bad "policy app_a changed"

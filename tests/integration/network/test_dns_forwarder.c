@@ -7,6 +7,12 @@
  * once, and another Sandbox is still served); that a resolver whose port is closed passes the
  * query to the next one at once; that a name the App does not allow is REFUSED without leaving
  * the host; and that queries still waiting when the forwarder stops are answered SERVFAIL.
+ * Over TCP: an answer too large for UDP comes back whole, asked upstream over TCP (a closed
+ * resolver port passes it to the next there too); a name not allowed is REFUSED (its refusal
+ * says TCP) without leaving the host, and a connection from an address that is no allowlist
+ * Sandbox's is closed at once; queries pipelined on one connection are answered in order; a
+ * connection that stalls half-way holds up no other, one Sandbox's connections are bounded; and
+ * a TCP query waiting at stop gets SERVFAIL.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,6 +24,7 @@
 #include "host/firewall.h"
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -26,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -49,6 +57,11 @@ static unsigned char slow_q[512];
 static size_t slow_len;
 static struct sockaddr_in slow_from;
 static atomic_int queries_seen;
+static int resolver_tcp_fd = -1;
+static atomic_int tcp_queries_seen;
+static int held_tcp[16]; /* connections of never.test queries, never answered */
+static int nheld_tcp;
+#define BIG_RECORDS 40 /* big.test: 40 A records, 11.11.12.1 ...: over UDP's 512 bytes */
 
 static size_t answer_a(const unsigned char *q, size_t qlen, unsigned char *a)
 {
@@ -62,13 +75,79 @@ static size_t answer_a(const unsigned char *q, size_t qlen, unsigned char *a)
     return qlen + sizeof rr;
 }
 
+/* big.test's answer: BIG_RECORDS A records. */
+static size_t answer_big(const unsigned char *q, size_t qlen, unsigned char *a)
+{
+    memcpy(a, q, qlen);
+    a[2] |= 0x80;
+    a[3] = 0x80;
+    a[6] = 0;
+    a[7] = BIG_RECORDS;
+    size_t n = qlen;
+    for (int i = 0; i < BIG_RECORDS; i++) {
+        const unsigned char rr[] = {0xc0, 0x0c, 0, 1, 0,  1,  0,  0,
+                                    0,    60,   0, 4, 11, 11, 12, (unsigned char)(i + 1)};
+        memcpy(a + n, rr, sizeof rr);
+        n += sizeof rr;
+    }
+    return n;
+}
+
+static bool read_full(int fd, unsigned char *buf, size_t len)
+{
+    for (size_t got = 0; got < len;) {
+        ssize_t n = read(fd, buf + got, len - got);
+        if (n <= 0)
+            return false;
+        got += (size_t)n;
+    }
+    return true;
+}
+
+/* One TCP query to the resolver: fast.test and big.test answered, never.test held open. */
+static void resolver_tcp_conn(int c)
+{
+    unsigned char len[2], q[512], a[1200];
+    struct timeval tv = {1, 0};
+    setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char name[256];
+    size_t ql;
+    if (!read_full(c, len, 2) || (ql = (size_t)(len[0] << 8 | len[1])) > sizeof q ||
+        !read_full(c, q, ql) || dns_question_name(q, ql, name, sizeof name, NULL) < 0) {
+        close(c);
+        return;
+    }
+    tcp_queries_seen++;
+    size_t al = 0;
+    if (strcmp(name, "fast.test") == 0)
+        al = answer_a(q, ql, a + 2);
+    else if (strcmp(name, "big.test") == 0)
+        al = answer_big(q, ql, a + 2);
+    if (!al && nheld_tcp < 16) {
+        held_tcp[nheld_tcp++] = c;
+        return;
+    }
+    a[0] = (unsigned char)(al >> 8);
+    a[1] = (unsigned char)al;
+    if (al)
+        (void)!write(c, a, al + 2);
+    close(c);
+}
+
 static void *resolver_main(void *arg)
 {
     (void)arg;
     unsigned char q[512], a[600];
     while (!resolver_stop) {
-        struct pollfd p = {resolver_fd, POLLIN, 0};
-        if (poll(&p, 1, 100) != 1)
+        struct pollfd pt[2] = {{resolver_fd, POLLIN, 0}, {resolver_tcp_fd, POLLIN, 0}};
+        if (poll(pt, 2, 100) < 1)
+            continue;
+        if (pt[1].revents & POLLIN) {
+            int c = accept(resolver_tcp_fd, NULL, NULL);
+            if (c >= 0)
+                resolver_tcp_conn(c);
+        }
+        if (!(pt[0].revents & POLLIN))
             continue;
         struct sockaddr_in from;
         socklen_t fl = sizeof from;
@@ -118,6 +197,7 @@ static bool release_slow(void)
 
 static atomic_int refused_calls;
 static char refused_name[256];
+static int refused_protocol;
 
 static bool allow(const char *app_id, const char *qname, uint16_t *ports, size_t *nports, void *arg)
 {
@@ -130,12 +210,14 @@ static bool allow(const char *app_id, const char *qname, uint16_t *ports, size_t
     return true;
 }
 
-static void refused(const char *ifname, struct in_addr client, struct in_addr dst,
+static void refused(const char *ifname, struct in_addr client, struct in_addr dst, int protocol,
                     const char *app_id, const char *qname, void *arg)
 {
     (void)ifname, (void)client, (void)dst, (void)arg;
-    if (strcmp(app_id, APP_ID) == 0)
+    if (strcmp(app_id, APP_ID) == 0) {
         snprintf(refused_name, sizeof refused_name, "%s", qname);
+        refused_protocol = protocol;
+    }
     refused_calls++;
 }
 
@@ -216,6 +298,71 @@ static size_t expect_answer(int s, int ms, uint16_t id, int rcode)
     return ans.addrs;
 }
 
+/* ---- the Sandboxes' side over TCP ---- */
+
+/* A connection from addr to the forwarder. */
+static int tcp_client(const char *addr)
+{
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in at = {.sin_family = AF_INET};
+    inet_pton(AF_INET, addr, &at.sin_addr);
+    assert_true(s >= 0);
+    assert_int_equal(bind(s, (struct sockaddr *)&at, sizeof at), 0);
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(FWD_PORT)};
+    inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    assert_int_equal(connect(s, (struct sockaddr *)&to, sizeof to), 0);
+    return s;
+}
+
+static void tcp_query(int s, uint16_t id, const char *name)
+{
+    unsigned char q[302];
+    size_t n = dns_query_a(q + 2, sizeof q - 2, id, name);
+    assert_true(n > 0);
+    q[0] = (unsigned char)(n >> 8);
+    q[1] = (unsigned char)n;
+    assert_int_equal(write(s, q, n + 2), (ssize_t)(n + 2));
+}
+
+/* The next answer on s within ms (its A records counted up to 64); false when none came, or the
+ * forwarder closed the connection. */
+static bool tcp_answer(int s, int ms, struct answer *out)
+{
+    unsigned char len[2], a[4096];
+    struct pollfd p = {s, POLLIN, 0};
+    if (poll(&p, 1, ms) != 1)
+        return false;
+    struct timeval tv = {2, 0};
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    size_t n;
+    if (!read_full(s, len, 2) || (n = (size_t)(len[0] << 8 | len[1])) > sizeof a ||
+        !read_full(s, a, n) || n < 12)
+        return false;
+    struct in_addr addrs[64];
+    uint32_t ttls[64];
+    out->id = (uint16_t)(a[0] << 8 | a[1]);
+    out->rcode = a[3] & 0x0f;
+    out->addrs = dns_answer_a_records(a, n, addrs, ttls, 64);
+    return true;
+}
+
+static size_t expect_tcp_answer(int s, int ms, uint16_t id, int rcode)
+{
+    struct answer ans;
+    assert_true(tcp_answer(s, ms, &ans));
+    assert_int_equal(ans.id, id);
+    assert_int_equal(ans.rcode, rcode);
+    return ans.addrs;
+}
+
+/* True when the forwarder closed s (EOF within ms). */
+static bool closed_by_peer(int s, int ms)
+{
+    struct pollfd p = {s, POLLIN, 0};
+    char c;
+    return poll(&p, 1, ms) == 1 && read(s, &c, 1) == 0;
+}
+
 /* ---- tests ---- */
 
 static void test_slow_lookup_holds_up_no_other(void **state)
@@ -294,6 +441,13 @@ static void test_closed_resolver_passes_to_the_next(void **state)
     expect_answer(a, 1500, 0x5555, 0);
     assert_int_equal(queries_seen, seen + 1);
     close(a);
+    /* Over TCP: its refused connection passes the query on too. */
+    int c = tcp_client(CLIENT_A);
+    seen = tcp_queries_seen;
+    tcp_query(c, 0x5556, "fast.test");
+    expect_tcp_answer(c, 1500, 0x5556, 0);
+    assert_int_equal(tcp_queries_seen, seen + 1);
+    close(c);
 }
 
 static void test_name_not_allowed_is_refused_here(void **state)
@@ -325,6 +479,107 @@ static void test_stop_answers_the_waiting(void **state)
     stop_forwarder(NULL);
     expect_answer(b, 1500, 0x7777, 2);
     close(b);
+}
+
+static void test_tcp_answer_too_large_for_udp(void **state)
+{
+    (void)state;
+    const char *up[] = {RESOLVER};
+    struct dns_forwarder *f = start_forwarder(up, 1);
+    int c = tcp_client(CLIENT_A);
+    int seen = tcp_queries_seen, useen = queries_seen;
+    tcp_query(c, 0x8111, "big.test");
+    /* Every record (the answer is 672 bytes: a UDP answer stops at 512), asked over TCP. */
+    assert_int_equal(expect_tcp_answer(c, 2000, 0x8111, 0), BIG_RECORDS);
+    assert_int_equal(tcp_queries_seen, seen + 1);
+    assert_int_equal(queries_seen, useen);
+    /* Its addresses opened for the App, as for a UDP answer. */
+    assert_int_equal(system("nft list set inet sbx names_" APP_ID " | grep -q '11.11.12.1 . 443'"),
+                     0);
+    /* Pipelined on the same connection: answered in order. */
+    tcp_query(c, 0x8112, "fast.test");
+    tcp_query(c, 0x8113, "big.test");
+    assert_int_equal(expect_tcp_answer(c, 2000, 0x8112, 0), 1);
+    assert_int_equal(expect_tcp_answer(c, 2000, 0x8113, 0), BIG_RECORDS);
+    struct dns_forwarder_stats st;
+    dns_forwarder_stats(f, &st);
+    assert_int_equal(st.forwarded, 3);
+    assert_int_equal(st.failed, 0);
+    close(c);
+}
+
+static void test_tcp_name_not_allowed_is_refused_here(void **state)
+{
+    (void)state;
+    const char *up[] = {RESOLVER};
+    start_forwarder(up, 1);
+    int c = tcp_client(CLIENT_B);
+    int seen = tcp_queries_seen, calls = refused_calls;
+    tcp_query(c, 0x8222, "exfiltrate.example");
+    assert_int_equal(expect_tcp_answer(c, 2000, 0x8222, 5), 0);
+    assert_int_equal(refused_calls, calls + 1);
+    assert_string_equal(refused_name, "exfiltrate.example");
+    assert_int_equal(refused_protocol, IPPROTO_TCP);
+    assert_int_equal(tcp_queries_seen, seen); /* never left the host */
+    close(c);
+    /* From an address that is no allowlist Sandbox's: closed at once, holding no connection. */
+    int x = tcp_client("127.0.0.1");
+    assert_true(closed_by_peer(x, 2000));
+    close(x);
+}
+
+static void test_tcp_stalled_connection_holds_up_nothing(void **state)
+{
+    (void)state;
+    const char *up[] = {RESOLVER};
+    start_forwarder(up, 1);
+    /* One connection sends half a length and stops; a second waits upstream for never.test. */
+    int stalled = tcp_client(CLIENT_A), waiting = tcp_client(CLIENT_A);
+    assert_int_equal(write(stalled, "\0", 1), 1);
+    int seen = tcp_queries_seen;
+    tcp_query(waiting, 0x8333, "never.test");
+    for (int i = 0; i < 200 && tcp_queries_seen == seen; i++)
+        usleep(10000);
+    assert_int_equal(tcp_queries_seen, seen + 1);
+    /* The same Sandbox's third connection, another Sandbox's, and UDP are served meanwhile. */
+    int a = tcp_client(CLIENT_A), b = tcp_client(CLIENT_B), u = client(CLIENT_B);
+    tcp_query(a, 0x8334, "fast.test");
+    tcp_query(b, 0x8335, "fast.test");
+    query(u, 0x8336, "fast.test");
+    assert_int_equal(expect_tcp_answer(a, 2000, 0x8334, 0), 1);
+    assert_int_equal(expect_tcp_answer(b, 2000, 0x8335, 0), 1);
+    assert_int_equal(expect_answer(u, 2000, 0x8336, 0), 1);
+    /* CLIENT_A has three connections; a fourth is taken, a fifth closed at once. */
+    int d = tcp_client(CLIENT_A), e = tcp_client(CLIENT_A);
+    assert_true(closed_by_peer(e, 2000));
+    tcp_query(d, 0x8337, "fast.test");
+    assert_int_equal(expect_tcp_answer(d, 2000, 0x8337, 0), 1);
+    /* never.test gets SERVFAIL when the resolver's 2 s are up, on its own connection. */
+    assert_int_equal(expect_tcp_answer(waiting, 4000, 0x8333, 2), 0);
+    close(stalled);
+    close(waiting);
+    close(a);
+    close(b);
+    close(u);
+    close(d);
+    close(e);
+}
+
+static void test_tcp_stop_answers_the_waiting(void **state)
+{
+    (void)state;
+    const char *up[] = {RESOLVER};
+    start_forwarder(up, 1);
+    int c = tcp_client(CLIENT_B);
+    int seen = tcp_queries_seen;
+    tcp_query(c, 0x8444, "never.test");
+    for (int i = 0; i < 200 && tcp_queries_seen == seen; i++)
+        usleep(10000);
+    assert_int_equal(tcp_queries_seen, seen + 1);
+    stop_forwarder(NULL);
+    expect_tcp_answer(c, 2000, 0x8444, 2);
+    assert_true(closed_by_peer(c, 2000));
+    close(c);
 }
 
 /* ---- the namespace: lo up with the Sandboxes' addresses, the table with both under the App's
@@ -364,6 +619,15 @@ static int setup(void **state)
         perror("resolver");
         return -1;
     }
+    resolver_tcp_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int on = 1;
+    if (resolver_tcp_fd < 0 ||
+        setsockopt(resolver_tcp_fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0 ||
+        bind(resolver_tcp_fd, (struct sockaddr *)&at, sizeof at) != 0 ||
+        listen(resolver_tcp_fd, 16) != 0) {
+        perror("resolver (TCP)");
+        return -1;
+    }
     return pthread_create(&resolver_thread, NULL, resolver_main, NULL) == 0 ? 0 : -1;
 }
 
@@ -373,6 +637,9 @@ static int teardown(void **state)
     resolver_stop = true;
     pthread_join(resolver_thread, NULL);
     close(resolver_fd);
+    close(resolver_tcp_fd);
+    for (int i = 0; i < nheld_tcp; i++)
+        close(held_tcp[i]);
     fw_close(fw);
     return 0;
 }
@@ -385,6 +652,10 @@ int main(void)
         cmocka_unit_test_teardown(test_closed_resolver_passes_to_the_next, stop_forwarder),
         cmocka_unit_test_teardown(test_name_not_allowed_is_refused_here, stop_forwarder),
         cmocka_unit_test_teardown(test_stop_answers_the_waiting, stop_forwarder),
+        cmocka_unit_test_teardown(test_tcp_answer_too_large_for_udp, stop_forwarder),
+        cmocka_unit_test_teardown(test_tcp_name_not_allowed_is_refused_here, stop_forwarder),
+        cmocka_unit_test_teardown(test_tcp_stalled_connection_holds_up_nothing, stop_forwarder),
+        cmocka_unit_test_teardown(test_tcp_stop_answers_the_waiting, stop_forwarder),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
