@@ -6,6 +6,7 @@
  * one.
  */
 #include "host/host_tag.h"
+#include "fs.h"
 #include "host/jail.h"
 
 #include <stdbool.h>
@@ -106,7 +107,8 @@ static void test_jail_sweep_only_own_dead(void **state)
     host_tag_set("inst0001");
     size_t removed = 0;
     int asked = 0;
-    assert_int_equal(jail_sweep(base, "process", live_is_sbx_live, &asked, &removed), 0);
+    assert_int_equal(jail_sweep(base, "process", jail_remove, live_is_sbx_live, &asked, &removed),
+                     0);
     assert_int_equal(removed, 1);
     assert_int_equal(asked, 2); /* only this installation's jails are judged */
     assert_false(jail_exists(base, "inst0001-sbx_dead"));
@@ -121,12 +123,73 @@ static void test_jail_sweep_only_own_dead(void **state)
     fclose(f);
     host_tag_set("inst0002");
     removed = 0;
-    assert_int_equal(jail_sweep(base, "process", live_is_sbx_live, &asked, &removed), 0);
+    assert_int_equal(jail_sweep(base, "process", jail_remove, live_is_sbx_live, &asked, &removed),
+                     0);
     assert_int_equal(removed, 0);
     assert_int_equal(access(p, F_OK), 0);
     assert_true(jail_exists(base, "inst0001-sbx_live"));
     host_tag_set("");
     char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* A qemu jail as the driver leaves it: files, a link to the kernel outside, a socket's place. */
+static void make_qemu_jail(const char *base, const char *name, const char *outside)
+{
+    char p[600];
+    snprintf(p, sizeof p, "%s/qemu/%s/root/dev", base, name);
+    assert_int_equal(fs_mkdir_p(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/qemu/%s/qemu.log", base, name);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs("qemu: terminating on signal 9\n", f);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/qemu/%s/root/vmlinuz", base, name);
+    assert_int_equal(symlink(outside, p), 0);
+}
+
+static bool qemu_jail_exists(const char *base, const char *name)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/qemu/%s", base, name);
+    return access(p, F_OK) == 0;
+}
+
+static void test_jail_sweep_qemu_removes_files(void **state)
+{
+    (void)state;
+    char base[] = "/tmp/sbx-test-jail-XXXXXX", outside[600];
+    assert_non_null(mkdtemp(base));
+    /* What a link in a jail points to is not the jail's: it stays. */
+    snprintf(outside, sizeof outside, "%s/vmlinuz", base);
+    FILE *f = fopen(outside, "w");
+    assert_non_null(f);
+    fclose(f);
+    const char *names[] = {"inst0001-sbx_live", "inst0001-sbx_dead", "inst0002-sbx_dead",
+                           "sbx_dead"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        make_qemu_jail(base, names[i], outside);
+    host_tag_set("inst0001");
+    size_t removed = 0;
+    int asked = 0;
+    assert_int_equal(jail_sweep(base, "qemu", jail_remove_tree, live_is_sbx_live, &asked, &removed),
+                     0);
+    assert_int_equal(removed, 1);
+    assert_int_equal(asked, 2);
+    assert_false(qemu_jail_exists(base, "inst0001-sbx_dead")); /* with its files */
+    assert_true(qemu_jail_exists(base, "inst0001-sbx_live"));
+    assert_true(qemu_jail_exists(base, "inst0002-sbx_dead"));
+    assert_true(qemu_jail_exists(base, "sbx_dead"));
+    assert_int_equal(access(outside, F_OK), 0);
+    /* The same jail under the process driver's removal keeps its files (rmdir only). */
+    char p[600];
+    snprintf(p, sizeof p, "%s/qemu/inst0002-sbx_dead", base);
+    char err[256];
+    assert_int_not_equal(jail_remove(p, err, sizeof err), 0);
+    assert_true(qemu_jail_exists(base, "inst0002-sbx_dead"));
+    host_tag_set("");
+    char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
     assert_int_equal(system(cmd), 0);
 }
@@ -139,6 +202,7 @@ int main(void)
         cmocka_unit_test(test_jail_path_is_exact),
         cmocka_unit_test(test_jail_path_tagged),
         cmocka_unit_test(test_jail_sweep_only_own_dead),
+        cmocka_unit_test(test_jail_sweep_qemu_removes_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

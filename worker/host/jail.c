@@ -136,7 +136,17 @@ int jail_remove(const char *jail_dir, char *err, size_t errlen)
     return 0;
 }
 
+int jail_remove_tree(const char *jail_dir, char *err, size_t errlen)
+{
+    if (fs_remove_tree(jail_dir) != 0) {
+        snprintf(err, errlen, "remove %s: %s", jail_dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 int jail_sweep(const char *chroot_base, const char *driver,
+               int (*remove)(const char *jail_dir, char *err, size_t errlen),
                bool (*is_live)(const char *sandbox_id, void *arg), void *arg, size_t *removed)
 {
     char dir[1024], (*names)[128] = NULL;
@@ -169,7 +179,7 @@ int jail_sweep(const char *chroot_base, const char *driver,
         if (is_live(sandbox_id, arg))
             continue;
         snprintf(jail_dir, sizeof jail_dir, "%s/%s", dir, names[i]);
-        if (jail_remove(jail_dir, err, sizeof err) != 0)
+        if (remove(jail_dir, err, sizeof err) != 0)
             log_warn("jail: leftover of %s: %s", sandbox_id, err);
         else
             (*removed)++;

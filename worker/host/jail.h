@@ -9,8 +9,10 @@
  *                                            whose mounts propagate into the Sandbox's /workspace
  *                                            (see jail_attach_workspace)
  *
- * Removal only unmounts and rmdir()s: it never deletes files, so a Workspace that is still mounted
- * somewhere cannot lose data through it.
+ * Removal of a process-driver jail only unmounts and rmdir()s: it never deletes files, so a
+ * Workspace that is still mounted somewhere cannot lose data through it. The qemu driver's jails
+ * (same path scheme) hold files sbx put there (the kernel's and image's links, sockets, logs) and
+ * no Workspace (that one is served over NFS): jail_remove_tree removes them whole.
  */
 #ifndef SBX_JAIL_H
 #define SBX_JAIL_H
@@ -37,10 +39,16 @@ int jail_attach_workspace(const char *jail_dir, const char *host_dir, char *err,
 /* Unmounts everything on the slot and removes the jail's (empty) directories. Idempotent. */
 int jail_remove(const char *jail_dir, char *err, size_t errlen);
 
-/* Start-up sweep: removes (jail_remove) every jail in <chroot_base>/<driver> tagged with this
- * installation whose Sandbox is_live() says is not live. Another installation's jails and untagged
- * ones (an older sbx may still run them) are left alone. *removed: how many. */
+/* Removes a qemu jail with everything in it (fs_remove_tree: never led out of it by a link, and
+ * a mount inside is left, not emptied). Idempotent. */
+int jail_remove_tree(const char *jail_dir, char *err, size_t errlen);
+
+/* Start-up sweep: removes (with remove: jail_remove for the process driver's jails,
+ * jail_remove_tree for qemu's) every jail in <chroot_base>/<driver> tagged with this installation
+ * whose Sandbox is_live() says is not live. Another installation's jails and untagged ones (an
+ * older sbx may still run them) are left alone. *removed: how many. */
 int jail_sweep(const char *chroot_base, const char *driver,
+               int (*remove)(const char *jail_dir, char *err, size_t errlen),
                bool (*is_live)(const char *sandbox_id, void *arg), void *arg, size_t *removed);
 
 #endif

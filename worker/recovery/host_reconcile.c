@@ -56,22 +56,37 @@ int reconcile_host_nfs_exports(struct store *st, const struct sbx_config *cfg, s
 int reconcile_host_leftovers(struct store *st, const struct sbx_config *cfg,
                              struct leftover_report *report, char *err, size_t errlen)
 {
-    struct live_list l = {.st = st};
+    /* One list per sweep, each read after that sweep listed its directories: a Sandbox that
+     * another worker of this installation recorded and then gave a cgroup or a jail meanwhile is
+     * in it. */
+    struct live_list l[3] = {{.st = st}, {.st = st}, {.st = st}};
+    size_t qemu_jails = 0;
     *report = (struct leftover_report){0};
     if (!st->sandbox_list_live) {
         snprintf(err, errlen, "the store cannot list live Sandboxes");
         return -1;
     }
-    report->cgroups = cgroup_sweep(driver_cgroups(cfg, "worker"), listed_live, &l);
-    int rc = jail_sweep(cfg->chroot_base, "process", listed_live, &l, &report->jails);
-    free(l.v);
-    if (l.loaded && l.status != STORE_OK) {
-        snprintf(err, errlen, "store: live Sandboxes: %s (nothing removed)",
-                 store_status_name(l.status));
+    report->cgroups = cgroup_sweep(driver_cgroups(cfg, "worker"), listed_live, &l[0]);
+    int rc =
+        jail_sweep(cfg->chroot_base, "process", jail_remove, listed_live, &l[1], &report->jails);
+    /* After the cgroups: a VMM left running in its Sandbox's cgroup is dead by now. */
+    int qrc =
+        jail_sweep(cfg->chroot_base, "qemu", jail_remove_tree, listed_live, &l[2], &qemu_jails);
+    report->jails += qemu_jails;
+    enum store_status status = STORE_OK;
+    for (int i = 0; i < 3; i++) {
+        if (l[i].loaded && l[i].status != STORE_OK)
+            status = l[i].status;
+        free(l[i].v);
+    }
+    if (status != STORE_OK) {
+        snprintf(err, errlen, "store: live Sandboxes: %s (what it could not judge was kept)",
+                 store_status_name(status));
         return -1;
     }
-    if (rc != 0) {
-        snprintf(err, errlen, "cannot read the jails in %s/process", cfg->chroot_base);
+    if (rc != 0 || qrc != 0) {
+        snprintf(err, errlen, "cannot read the jails in %s/%s", cfg->chroot_base,
+                 rc != 0 ? "process" : "qemu");
         return -1;
     }
     return 0;

@@ -26,13 +26,14 @@ int reconcile_host_network(struct store *st, const char *host_id,
 /* What a start-up sweep of Sandbox directories removed (reconcile_host_leftovers). */
 struct leftover_report {
     size_t cgroups; /* Sandboxes whose cgroups (v2 and v1 twins) were removed */
-    size_t jails;   /* process-driver jails removed */
+    size_t jails;   /* process-driver and qemu jails removed */
 };
 
-/* Removes the cgroups and process-driver jails tagged with this installation (host_tag.h) whose
- * Sandbox the store does not list as live: their processes are killed, the jails unmounted and
- * removed (never their files). Another installation's, and untagged ones an older sbx may still
- * run, are left alone; so is everything when the store cannot answer (-1). */
+/* Removes the cgroups and the process-driver and qemu jails tagged with this installation
+ * (host_tag.h) whose Sandbox the store does not list as live: their processes are killed, the
+ * process jails unmounted and removed (never their files), the qemu jails removed with the files
+ * sbx put in them. Another installation's, and untagged ones an older sbx may still run, are
+ * left alone; so is everything when the store cannot answer (-1). */
 int reconcile_host_leftovers(struct store *st, const struct sbx_config *cfg,
                              struct leftover_report *report, char *err, size_t errlen);
 

@@ -6,8 +6,9 @@
 // is still served by that same Sandbox. Both share one chroot_base (jails) and the host's cgroup
 // tree: each Sandbox's jail and cgroup are named "<installation>-<sandboxId>", the other's stay
 // whole, and the restarted worker's start-up sweep removes the leftovers tagged with its own
-// installation (planted here as a worker killed mid-cleanup leaves them) and no one else's, nor
-// untagged ones. Runs in a network namespace of its own.
+// installation (planted here as a worker killed mid-cleanup leaves them: an empty process jail,
+// a qemu jail with its files, a cgroup) and no one else's, nor untagged ones. Runs in a network
+// namespace of its own.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -24,6 +25,10 @@ after(async () => {
     sbx.cleanup();
   }
   for (const dir of planted.reverse()) {
+    if (dir.startsWith(join(chrootBase, 'qemu'))) {
+      rmSync(dir, { recursive: true, force: true }); // plain files, no cgroup
+      continue;
+    }
     for (const sub of ['workspace', 'root']) if (existsSync(join(dir, sub))) rmdirSync(join(dir, sub));
     if (existsSync(dir)) rmdirSync(dir);
   }
@@ -75,7 +80,8 @@ async function liveSandbox(sbx) {
 }
 
 // What a worker killed between a Sandbox's end and its cleanup leaves, named with tag ('' for an
-// untagged one of an older sbx): an empty jail and, where Sandboxes have cgroups, a cgroup.
+// untagged one of an older sbx): an empty process jail, a qemu jail with the files the qemu driver
+// puts there (its log, the console's), and, where Sandboxes have cgroups, a cgroup.
 function leftover(tag, cgroupOfSomeSandbox) {
   const id = `sbx_left${Math.random().toString(36).slice(2, 10).replace(/[^a-z0-9]/g, '0')}`;
   const name = tag ? `${tag}-${id}` : id;
@@ -83,16 +89,21 @@ function leftover(tag, cgroupOfSomeSandbox) {
   mkdirSync(join(jail, 'root'), { recursive: true });
   mkdirSync(join(jail, 'workspace'));
   planted.push(jail);
+  const qemuJail = join(chrootBase, 'qemu', `${name}q`);
+  mkdirSync(join(qemuJail, 'root'), { recursive: true });
+  writeFileSync(join(qemuJail, 'qemu.log'), 'qemu-system-x86_64: terminating on signal 9\n');
+  writeFileSync(join(qemuJail, 'root', 'console.log'), '[    0.000000] Linux version\n');
+  planted.push(qemuJail);
   let cgroup = '';
   if (cgroupOfSomeSandbox) {
     cgroup = join(dirname(cgroupOfSomeSandbox), name);
     mkdirSync(cgroup);
     planted.push(cgroup);
   }
-  return { jail, cgroup };
+  return { jail, qemuJail, cgroup };
 }
-const present = (l) => existsSync(l.jail) && (!l.cgroup || existsSync(l.cgroup));
-const gone = (l) => !existsSync(l.jail) && (!l.cgroup || !existsSync(l.cgroup));
+const present = (l) => existsSync(l.jail) && existsSync(join(l.qemuJail, 'qemu.log')) && (!l.cgroup || existsSync(l.cgroup));
+const gone = (l) => !existsSync(l.jail) && !existsSync(l.qemuJail) && (!l.cgroup || !existsSync(l.cgroup));
 
 async function restartWorker(sbx) {
   const old = sbx.workers.pop();
@@ -135,7 +146,7 @@ test('restarting either installation\'s worker leaves the other\'s links, rules 
   await stillWhole(prod, prodLive, 'after restarting staging');
   assert.doesNotMatch(w.log, /removed \d+ links/, 'staging removed links');
   assert.ok(gone(stagingLeft), `staging's own leftovers were not swept: ${w.log.slice(-2000)}`);
-  assert.match(w.log, new RegExp(`removed the cgroups of ${prodLive.cgroup ? 1 : 0} and the jails of 1 Sandboxes`));
+  assert.match(w.log, new RegExp(`removed the cgroups of ${prodLive.cgroup ? 1 : 0} and the jails of 2 Sandboxes`));
   assert.ok(present(prodLeft), "staging swept production's leftovers");
   assert.ok(present(untagged), 'staging swept an untagged jail or cgroup');
 
