@@ -86,10 +86,10 @@ static bool live_is_sbx_live(const char *sandbox_id, void *arg)
     return strcmp(sandbox_id, "sbx_live") == 0;
 }
 
-static bool jail_exists(const char *base, const char *name)
+static bool jail_exists(const char *base, const char *driver, const char *name)
 {
     char p[512];
-    snprintf(p, sizeof p, "%s/process/%s", base, name);
+    snprintf(p, sizeof p, "%s/%s/%s", base, driver, name);
     return access(p, F_OK) == 0;
 }
 
@@ -111,11 +111,11 @@ static void test_jail_sweep_only_own_dead(void **state)
                      0);
     assert_int_equal(removed, 1);
     assert_int_equal(asked, 2); /* only this installation's jails are judged */
-    assert_false(jail_exists(base, "inst0001-sbx_dead"));
-    assert_true(jail_exists(base, "inst0001-sbx_live"));
-    assert_true(jail_exists(base, "inst0002-sbx_dead")); /* another installation's */
-    assert_true(jail_exists(base, "sbx_dead"));          /* untagged: an older sbx may run it */
-    assert_true(jail_exists(base, "unrelated"));
+    assert_false(jail_exists(base, "process", "inst0001-sbx_dead"));
+    assert_true(jail_exists(base, "process", "inst0001-sbx_live"));
+    assert_true(jail_exists(base, "process", "inst0002-sbx_dead")); /* another installation's */
+    assert_true(jail_exists(base, "process", "sbx_dead")); /* untagged: an older sbx may run it */
+    assert_true(jail_exists(base, "process", "unrelated"));
     /* A jail that holds a file is not emptied: removal only ever rmdir()s. */
     snprintf(p, sizeof p, "%s/process/inst0002-sbx_dead/root/kept", base);
     FILE *f = fopen(p, "w");
@@ -127,7 +127,7 @@ static void test_jail_sweep_only_own_dead(void **state)
                      0);
     assert_int_equal(removed, 0);
     assert_int_equal(access(p, F_OK), 0);
-    assert_true(jail_exists(base, "inst0001-sbx_live"));
+    assert_true(jail_exists(base, "process", "inst0001-sbx_live"));
     host_tag_set("");
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
@@ -147,13 +147,6 @@ static void make_qemu_jail(const char *base, const char *name, const char *outsi
     fclose(f);
     snprintf(p, sizeof p, "%s/qemu/%s/root/vmlinuz", base, name);
     assert_int_equal(symlink(outside, p), 0);
-}
-
-static bool qemu_jail_exists(const char *base, const char *name)
-{
-    char p[512];
-    snprintf(p, sizeof p, "%s/qemu/%s", base, name);
-    return access(p, F_OK) == 0;
 }
 
 static void test_jail_sweep_qemu_removes_files(void **state)
@@ -177,17 +170,17 @@ static void test_jail_sweep_qemu_removes_files(void **state)
                      0);
     assert_int_equal(removed, 1);
     assert_int_equal(asked, 2);
-    assert_false(qemu_jail_exists(base, "inst0001-sbx_dead")); /* with its files */
-    assert_true(qemu_jail_exists(base, "inst0001-sbx_live"));
-    assert_true(qemu_jail_exists(base, "inst0002-sbx_dead"));
-    assert_true(qemu_jail_exists(base, "sbx_dead"));
+    assert_false(jail_exists(base, "qemu", "inst0001-sbx_dead")); /* with its files */
+    assert_true(jail_exists(base, "qemu", "inst0001-sbx_live"));
+    assert_true(jail_exists(base, "qemu", "inst0002-sbx_dead"));
+    assert_true(jail_exists(base, "qemu", "sbx_dead"));
     assert_int_equal(access(outside, F_OK), 0);
     /* The same jail under the process driver's removal keeps its files (rmdir only). */
     char p[600];
     snprintf(p, sizeof p, "%s/qemu/inst0002-sbx_dead", base);
     char err[256];
     assert_int_not_equal(jail_remove(p, err, sizeof err), 0);
-    assert_true(qemu_jail_exists(base, "inst0002-sbx_dead"));
+    assert_true(jail_exists(base, "qemu", "inst0002-sbx_dead"));
     host_tag_set("");
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);

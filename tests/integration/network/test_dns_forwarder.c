@@ -363,6 +363,15 @@ static bool closed_by_peer(int s, int ms)
     return poll(&p, 1, ms) == 1 && read(s, &c, 1) == 0;
 }
 
+/* Waits up to 2 s for the resolver to have seen one query more than before (counter: UDP's or
+ * TCP's), and asserts it did. */
+static void expect_resolver_asked(atomic_int *counter, int before)
+{
+    for (int i = 0; i < 200 && *counter == before; i++)
+        usleep(10000);
+    assert_int_equal(*counter, before + 1);
+}
+
 /* ---- tests ---- */
 
 static void test_slow_lookup_holds_up_no_other(void **state)
@@ -473,9 +482,7 @@ static void test_stop_answers_the_waiting(void **state)
     int b = client(CLIENT_B);
     int seen = queries_seen;
     query(b, 0x7777, "never.test");
-    for (int i = 0; i < 200 && queries_seen == seen; i++)
-        usleep(10000);
-    assert_int_equal(queries_seen, seen + 1);
+    expect_resolver_asked(&queries_seen, seen);
     stop_forwarder(NULL);
     expect_answer(b, 1500, 0x7777, 2);
     close(b);
@@ -538,9 +545,7 @@ static void test_tcp_stalled_connection_holds_up_nothing(void **state)
     assert_int_equal(write(stalled, "\0", 1), 1);
     int seen = tcp_queries_seen;
     tcp_query(waiting, 0x8333, "never.test");
-    for (int i = 0; i < 200 && tcp_queries_seen == seen; i++)
-        usleep(10000);
-    assert_int_equal(tcp_queries_seen, seen + 1);
+    expect_resolver_asked(&tcp_queries_seen, seen);
     /* The same Sandbox's third connection, another Sandbox's, and UDP are served meanwhile. */
     int a = tcp_client(CLIENT_A), b = tcp_client(CLIENT_B), u = client(CLIENT_B);
     tcp_query(a, 0x8334, "fast.test");
@@ -573,9 +578,7 @@ static void test_tcp_stop_answers_the_waiting(void **state)
     int c = tcp_client(CLIENT_B);
     int seen = tcp_queries_seen;
     tcp_query(c, 0x8444, "never.test");
-    for (int i = 0; i < 200 && tcp_queries_seen == seen; i++)
-        usleep(10000);
-    assert_int_equal(tcp_queries_seen, seen + 1);
+    expect_resolver_asked(&tcp_queries_seen, seen);
     stop_forwarder(NULL);
     expect_tcp_answer(c, 2000, 0x8444, 2);
     assert_true(closed_by_peer(c, 2000));
