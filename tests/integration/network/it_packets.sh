@@ -274,9 +274,14 @@ c=$(counter inbound)
 out=$("$PROBE" tcp "$ADDR1" 7000)
 [ $? -eq 1 ] && ok "host to Sandbox 1 blocked ($out)" || bad "host reached Sandbox 1: $out"
 expect_count inbound "$c"
-nsenter -t "$SB2_PID" -n ip addr add 10.213.0.250/32 dev eth0
+# A pool address that is not Sandbox 2's own, nor Sandbox 1's: the next slot's (slots start at a
+# random one, so a fixed address could be Sandbox 2's own).
+base=${ADDR2%.*} last=${ADDR2##*.}
+SPOOF="$base.$(((last + 4) % 256))"
+[ "$SPOOF" = "$ADDR1" ] && SPOOF="$base.$(((last + 8) % 256))"
+nsenter -t "$SB2_PID" -n ip addr add "$SPOOF/32" dev eth0
 c=$(counter spoofed)
-expect blocked "Sandbox 2 with a source address not its own" tcp 11.11.11.11 80 --bind 10.213.0.250
+expect blocked "Sandbox 2 with a source address not its own ($SPOOF)" tcp 11.11.11.11 80 --bind "$SPOOF"
 expect_count spoofed "$c"
 expect answered "Sandbox 2 with its own address" tcp 11.11.11.11 80
 ctl policy app_b 11.11.11.12/32 || bad "policy app_b"
