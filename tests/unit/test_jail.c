@@ -93,6 +93,25 @@ static bool jail_exists(const char *base, const char *driver, const char *name)
     return access(p, F_OK) == 0;
 }
 
+/* Sweeps <base>/<driver> as installation inst0001 with remove and checks that, of the jails the
+ * caller made, only inst0001-sbx_dead went: inst0001-sbx_live (live), inst0002-sbx_dead (another
+ * installation's) and sbx_dead (untagged: an older sbx may run it) stay, and only this
+ * installation's two were judged. */
+static void expect_only_own_dead_swept(const char *base, const char *driver,
+                                       int (*remove)(const char *, char *, size_t))
+{
+    host_tag_set("inst0001");
+    size_t removed = 0;
+    int asked = 0;
+    assert_int_equal(jail_sweep(base, driver, remove, live_is_sbx_live, &asked, &removed), 0);
+    assert_int_equal(removed, 1);
+    assert_int_equal(asked, 2);
+    assert_false(jail_exists(base, driver, "inst0001-sbx_dead"));
+    assert_true(jail_exists(base, driver, "inst0001-sbx_live"));
+    assert_true(jail_exists(base, driver, "inst0002-sbx_dead"));
+    assert_true(jail_exists(base, driver, "sbx_dead"));
+}
+
 static void test_jail_sweep_only_own_dead(void **state)
 {
     (void)state;
@@ -104,17 +123,7 @@ static void test_jail_sweep_only_own_dead(void **state)
         snprintf(p, sizeof p, "%s/process/%s", base, names[i]);
         assert_int_equal(jail_create(p, false, p, sizeof p), 0);
     }
-    host_tag_set("inst0001");
-    size_t removed = 0;
-    int asked = 0;
-    assert_int_equal(jail_sweep(base, "process", jail_remove, live_is_sbx_live, &asked, &removed),
-                     0);
-    assert_int_equal(removed, 1);
-    assert_int_equal(asked, 2); /* only this installation's jails are judged */
-    assert_false(jail_exists(base, "process", "inst0001-sbx_dead"));
-    assert_true(jail_exists(base, "process", "inst0001-sbx_live"));
-    assert_true(jail_exists(base, "process", "inst0002-sbx_dead")); /* another installation's */
-    assert_true(jail_exists(base, "process", "sbx_dead")); /* untagged: an older sbx may run it */
+    expect_only_own_dead_swept(base, "process", jail_remove);
     assert_true(jail_exists(base, "process", "unrelated"));
     /* A jail that holds a file is not emptied: removal only ever rmdir()s. */
     snprintf(p, sizeof p, "%s/process/inst0002-sbx_dead/root/kept", base);
@@ -122,7 +131,8 @@ static void test_jail_sweep_only_own_dead(void **state)
     assert_non_null(f);
     fclose(f);
     host_tag_set("inst0002");
-    removed = 0;
+    size_t removed = 0;
+    int asked = 0;
     assert_int_equal(jail_sweep(base, "process", jail_remove, live_is_sbx_live, &asked, &removed),
                      0);
     assert_int_equal(removed, 0);
@@ -163,17 +173,7 @@ static void test_jail_sweep_qemu_removes_files(void **state)
                            "sbx_dead"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         make_qemu_jail(base, names[i], outside);
-    host_tag_set("inst0001");
-    size_t removed = 0;
-    int asked = 0;
-    assert_int_equal(jail_sweep(base, "qemu", jail_remove_tree, live_is_sbx_live, &asked, &removed),
-                     0);
-    assert_int_equal(removed, 1);
-    assert_int_equal(asked, 2);
-    assert_false(jail_exists(base, "qemu", "inst0001-sbx_dead")); /* with its files */
-    assert_true(jail_exists(base, "qemu", "inst0001-sbx_live"));
-    assert_true(jail_exists(base, "qemu", "inst0002-sbx_dead"));
-    assert_true(jail_exists(base, "qemu", "sbx_dead"));
+    expect_only_own_dead_swept(base, "qemu", jail_remove_tree); /* the dead one with its files */
     assert_int_equal(access(outside, F_OK), 0);
     /* The same jail under the process driver's removal keeps its files (rmdir only). */
     char p[600];
