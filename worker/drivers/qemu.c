@@ -704,6 +704,9 @@ static void cgroup_detach(const struct sbx_config *cfg, const char *path, const 
 
 /* ---------------------------------------------------------------- network (worker/host/links.h) */
 
+/* How long network_up waits for another thread's fork to let go of a tap just made (links.h). */
+#define TAP_BUSY_WAIT_MS 2000
+
 /* " sbx.net=<guest_net> sbx.dns=<resolvers>": the guest's link and the resolvers it may use. */
 static void guest_net_args(const char *guest_net, char *out, size_t outlen)
 {
@@ -732,16 +735,9 @@ static int network_up(const struct sbx_config *cfg, struct sandbox_runtime *rt, 
     inet_ntop(AF_INET, &link.host_addr, gw, sizeof gw);
     snprintf(guest_net, guest_netlen, "%s/%d,%s", rt->net_address, link.prefix_len, gw);
 
-    int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
-    struct ifreq ifr = {0};
-    ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
-    snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", link.ifname);
-    if (fd < 0 || ioctl(fd, TUNSETIFF, &ifr) != 0) {
-        snprintf(err, errlen, "open tap %s: %s", link.ifname, strerror(errno));
-        if (fd >= 0)
-            close(fd);
+    int fd = net_tap_open(link.ifname, TAP_BUSY_WAIT_MS, err, errlen);
+    if (fd < 0)
         return -1; /* terminate() releases the tap and its elements */
-    }
     *tap_fd = fd;
     return 0;
 }

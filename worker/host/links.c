@@ -9,6 +9,7 @@
  * so it is there before any Sandbox boots; net_shutdown closes it. Which Sandboxes are live is not
  * known here: reconciliation asks the caller (is_live; recovery/host_reconcile.c asks the store).
  */
+#include "clock.h"
 #include "host/links.h"
 
 #include "log.h"
@@ -498,6 +499,29 @@ static int tap_add(const char *name, uid_t uid, gid_t gid)
         rc = -errno;
     close(fd);
     return rc;
+}
+
+int net_tap_open(const char *ifname, int busy_wait_ms, char *err, size_t errlen)
+{
+    int64_t deadline = clock_mono_ms() + busy_wait_ms;
+    for (;;) {
+        int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+        if (fd < 0)
+            return fail(err, errlen, "open /dev/net/tun: %s", strerror(errno));
+        struct ifreq ifr = {0};
+        ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
+        snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", ifname);
+        if (ioctl(fd, TUNSETIFF, &ifr) == 0)
+            return fd;
+        int e = errno;
+        close(fd);
+        if (e != EBUSY || clock_mono_ms() >= deadline)
+            return fail(err, errlen, "open tap %s: %s", ifname,
+                        e == EBUSY ? "still held by another fd (Device or resource busy)"
+                                   : strerror(e));
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
 }
 
 int net_tap_create(const struct net_pool *pool, const char *sandbox_id, uid_t uid, gid_t gid,

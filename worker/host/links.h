@@ -68,6 +68,11 @@ int net_veth_create(const struct net_pool *pool, const char *sandbox_id, pid_t p
  * out->sandbox_addr/30 with gateway out->host_addr itself (e.g. the kernel's ip= argument). */
 int net_tap_create(const struct net_pool *pool, const char *sandbox_id, uid_t uid, gid_t gid,
                    struct net_link *out, char *err, size_t errlen);
+/* Attaches an fd to the existing tap ifname (to hand to a VMM): the fd, or -1. A tap takes one
+ * fd at a time. The fd that made it (net_tap_create) is closed before this, but a child forked by
+ * another thread in that moment holds a copy until it execs, and meanwhile the kernel says EBUSY;
+ * nothing else can hold a tap of the caller's own slot, so EBUSY is retried for busy_wait_ms. */
+int net_tap_open(const char *ifname, int busy_wait_ms, char *err, size_t errlen);
 /* For a VMM confined to a network namespace of its own (Firecracker's jailer --netns), bind-mounted
  * at netns_path: a veth "sbx<slot>" here / "eth0" there, and there a persistent tap tap_name owned
  * by uid/gid (-1: root) bridged with eth0 on "br0", all up, no address in that namespace. The

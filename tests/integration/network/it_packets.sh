@@ -369,6 +369,10 @@ read -r IF5 _ < <(ctl tap sbx_test5) || bad "tap 5"
 ctl release sbx_test5 || bad "release without an address"
 ip link show "$IF5" >/dev/null 2>&1 && bad "$IF5 left" || ok "release by owner alone removed $IF5"
 ctl list | grep -q "sbx_test5" && bad "element of sbx_test5 left" || ok "and its element"
+HELD=$(ctl tap-held sbx_test6) || bad "a tap held by a fork: $HELD"
+grep -q "busy, then opened after" <<<"$HELD" && ok "a tap held by a fork is waited for: ${HELD//$'\n'/; }" ||
+    bad "a tap held by a fork: $HELD"
+ctl release sbx_test6 || bad "release 6"
 TAP_OUT=$(ctl tap sbx_test4) && ok "tap: $TAP_OUT" || bad "tap"
 read -r IF4 _ <<<"$TAP_OUT"
 rep=$(ctl reconcile sbx_test2 sbx_test3 sbx_test4)

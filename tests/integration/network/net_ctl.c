@@ -11,6 +11,7 @@
  * reconcile [LIVE_ID...]      prints "links N elements M" net_ctl [-p POOL] counters prints
  * "drop_<reason> <packets> <bytes>" lines net_ctl [-p POOL] list                        fw_list
  *   net_ctl [-p POOL] destroy                     fw_destroy
+ *   net_ctl [-p POOL] tap-held SANDBOX_ID         net_tap_open while a fork holds the tap's fd
  *   net_ctl ro-counters | ro-list | ro-metrics    through fw_open (read-only, no init)
  *   net_ctl store-insert DB                       a booting Sandbox in the SQLite store: its id
  *   net_ctl store-finish DB SANDBOX_ID            that Sandbox terminated
@@ -19,6 +20,7 @@
  *   net_ctl [-p POOL] policy APP_ID [CIDR[:PORT]...]   fw_app_policy_set: the App's allowlist
  *   net_ctl [-p POOL] sandbox-egress SANDBOX_ID ADDRESS public|none|allowlist [APP_ID]
  */
+#include "clock.h"
 #include "egress_settings.h"
 #include "host/firewall.h"
 #include "log.h"
@@ -27,6 +29,9 @@
 #include "store.h"
 
 #include <arpa/inet.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +40,44 @@ static int die(const char *what, const char *err)
 {
     fprintf(stderr, "net_ctl: %s: %s\n", what, err);
     return 1;
+}
+
+/* A tap whose first fd a forked child still holds (as when another worker thread forks between
+ * net_tap_create's close and the driver's open): net_tap_open without a wait is refused, with one
+ * it gets the tap once the child lets go. Prints "busy, then opened after <ms> ms". */
+static int tap_held(const char *sandbox_id, char *err, size_t errlen)
+{
+    struct net_link link;
+    if (net_sandbox_attach_tap(sandbox_id, (uid_t)-1, (gid_t)-1, &link, err, errlen) < 0)
+        return -1;
+    int first = net_tap_open(link.ifname, 0, err, errlen);
+    if (first < 0)
+        return -1;
+    pid_t child = fork();
+    if (child < 0)
+        return snprintf(err, errlen, "fork failed"), -1;
+    if (child == 0) {
+        struct timespec hold = {0, 300 * 1000 * 1000};
+        nanosleep(&hold, NULL);
+        _exit(0);
+    }
+    close(first);
+    int fd = net_tap_open(link.ifname, 0, err, errlen);
+    if (fd >= 0) {
+        close(fd);
+        waitpid(child, NULL, 0);
+        return snprintf(err, errlen, "opened while the child held it"), -1;
+    }
+    printf("%s: %s\n", link.ifname, err);
+    int64_t t0 = clock_mono_ms();
+    fd = net_tap_open(link.ifname, 2000, err, errlen);
+    int64_t waited = clock_mono_ms() - t0;
+    waitpid(child, NULL, 0);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    printf("busy, then opened after %lld ms\n", (long long)waited);
+    return 0;
 }
 
 struct live_ids {
@@ -161,6 +204,8 @@ int main(int argc, char **argv)
         rc = net_sandbox_attach_tap(argv[a], (uid_t)-1, (gid_t)-1, &link, err, sizeof(err));
         if (rc == 0)
             print_link(&link);
+    } else if (strcmp(cmd, "tap-held") == 0 && a + 1 == argc) {
+        rc = tap_held(argv[a], err, sizeof err);
     } else if (strcmp(cmd, "bridged") == 0 && a + 3 == argc) {
         rc = net_sandbox_attach_netns_tap(argv[a], argv[a + 1], argv[a + 2], 4242, 4343, &link, err,
                                           sizeof(err));

@@ -93,7 +93,11 @@ export async function startSbx({ workers = 1, env = {} } = {}) {
         const r = await req(gw, 'GET', `/v1/sessions/${sid}/messages/${mid}?wait=5`, { token: key });
         if (r.status !== 200) throw new Error(`get: ${r.status} ${r.text}`);
         if (r.json.state === 'completed' || r.json.state === 'failed') return r.json;
-        if (Date.now() > until) throw new Error(`message ${mid} still ${r.json.state}`);
+        if (Date.now() > until) {
+          // What the workers said is the only clue to why nothing moved: keep it with the failure.
+          const logs = this.workers.map((p, i) => `worker ${i} (${p.exitCode ?? p.signalCode ?? 'running'}): ${p.log.slice(-1500)}`);
+          throw new Error(`message ${mid} still ${r.json.state}\n${logs.join('\n')}`);
+        }
       }
     },
     async roundTrip(key, sid, body, timeoutS) {
