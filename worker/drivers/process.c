@@ -7,9 +7,11 @@
  * (host/cgroup_limits.c).
  *
  * Boot:   jail dir + shared Workspace slot (jail.c), cgroup (cgroup.c), socketpair for the agent
- *         channel, clone() into the new namespaces. The child waits until the parent has put it in
- *         its cgroup (and written the user namespace maps), builds its root, drops privileges and
- *         execs /usr/bin/sbx-agent --channel-fd 3 as the namespace's init. boot() returns once the
+ *         channel, clone() into the new namespaces without a copy of the worker (CLONE_VM |
+ *         CLONE_VFORK; drivers/process_child.h says why), the child exec'ing sbx-process-init at
+ *         once with the plan in a memfd. That program waits until the worker has put it in its
+ *         cgroup and set up its network, builds its root, drops privileges and execs
+ *         /usr/bin/sbx-agent --channel-fd 3 as the namespace's init. boot() returns once the
  *         agent's "ready" line arrived.
  * Workspace: a host-side bind mount on the jail's shared slot, which propagates into the Sandbox's
  *         /workspace (a slave of the slot). Chosen over setns()+open_tree()/move_mount() from a
@@ -21,8 +23,8 @@
  *         death of a pid namespace's init kills everything in it. Then usage is read, and the jail
  *         and cgroup are removed.
  *
- * The child sets PR_SET_PDEATHSIG after its last credential change (a change clears it), so a
- * dying worker takes its Sandboxes along. Note that Linux delivers it when the *thread* that
+ * The Sandbox's init sets PR_SET_PDEATHSIG after its last credential change (a change clears it),
+ * so a dying worker takes its Sandboxes along. Note that Linux delivers it when the *thread* that
  * cloned the child exits: the worker must call boot() from long-lived helper threads. The agent
  * also ends when its channel closes, which covers the rest.
  *
@@ -32,6 +34,7 @@
 #include "clock.h"
 #include "host/cgroup.h"
 #include "drivers/driver.h"
+#include "drivers/process_child.h"
 #include "drivers/process_image.h"
 #include "drivers/shared.h"
 #include "host/jail.h"
@@ -55,6 +58,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -76,8 +80,6 @@
 #define BOOT_TIMEOUT_MS 10000
 /* How long terminate() gives the agent after SIGTERM before SIGKILL. */
 #define TERM_GRACE_MS 2000
-/* The agent's fd for the channel inside the Sandbox. */
-#define CHANNEL_FD_IN_SANDBOX 3
 /* Child-side descriptors are moved above this so dup2 onto 0..3 cannot clobber them. */
 #define CHILD_FD_FLOOR 10
 
@@ -87,8 +89,6 @@
  * uid-wide brake is raised far above that cap; without one, it is all there is. */
 #define SANDBOX_NPROC 4096
 #define SANDBOX_NPROC_WITH_PIDS_CGROUP 262144
-#define SANDBOX_NOFILE 1024
-#define SANDBOX_FSIZE (1ll << 30)
 
 /* ---- host facts, detected once ---- */
 
@@ -154,275 +154,134 @@ static void process_network_down(const struct sbx_config *cfg, const char *sandb
         log_warn("process driver: network state of %s: %s", sandbox_id, err);
 }
 
-/* ---- the child ---- */
+/* ---- the child: cloned without a copy of the worker (drivers/process_child.h) ---- */
 
-/* Everything the child needs, computed before clone() so the child only makes system calls. */
-struct child_plan {
-    char rootfs[PATH_MAX];
-    char root[PATH_MAX];
-    char slot[PATH_MAX];
-    char root_tmp[PATH_MAX + 8];
-    char root_proc[PATH_MAX + 8];
-    char root_dev[PATH_MAX + 8];
-    char root_workspace[PATH_MAX + 16];
-    char dev_files[5][PATH_MAX + 16];
-    char tmp_options[64];
-    char resolv_src[PATH_MAX]; /* sbx's resolv.conf for Sandboxes ("" for none) */
-    char hostname[64];
-    uid_t uid;
-    gid_t gid;
-    rlim_t nproc;
-    bool drop_privileges; /* false in a user namespace, where only our own uid is mapped */
-    uid_t outer_uid;      /* the worker's ids, mapped to 0 in a user namespace */
-    gid_t outer_gid;
-    struct process_image_plan image; /* the App's image as the root, unless image.enabled false */
-    int sync_fd;  /* read end: one byte when the parent is done, EOF when it died */
-    int error_fd; /* write end: "<step>: <errno>" when a step fails */
-    int channel_fd;
+/* sbx-process-init in the build directory. */
+static void process_init_path(char *out, size_t len)
+{
+    snprintf(out, len, "%s/worker/%s", SBX_BUILD_DIR, PROCESS_INIT_NAME);
+}
+
+/* What the clone's child needs to exec sbx-process-init: all of it made before clone(). */
+struct init_exec {
+    char path[PATH_MAX];
+    char plan_fd_arg[16];
+    char *argv[4];
+    char *envp[1];
+    int keep[5]; /* descriptors the program inherits (close-on-exec cleared), -1: none */
+    int error_fd;
 };
 
-/* No tty: the host's /dev/tty would be the controlling terminal of whoever started the worker. */
-static const char *const dev_names[5] = {"null", "zero", "full", "random", "urandom"};
-
-static void child_fail(const struct child_plan *p, const char *step)
+/* The child of clone(CLONE_VM | CLONE_VFORK): it runs on the worker's memory, on a stack of its
+ * own, while the cloning thread waits for its exec. So raw system calls only (nothing that writes
+ * memory the worker owns, not even errno's slot through a wrapper) and no sanitizer runtime.
+ * Signals are all blocked (clone_sandbox): no handler of the worker can run here. */
+__attribute__((no_sanitize("address", "undefined"))) static int exec_process_init(void *arg)
 {
-    char msg[256];
-    int n = snprintf(msg, sizeof msg, "%s: %s", step, strerror(errno));
-    ssize_t ignored = write(p->error_fd, msg, n > 0 ? (size_t)n : 0);
-    (void)ignored;
-    _exit(1);
-}
-
-static void bring_up_loopback(void)
-{
-    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (s < 0)
-        return;
-    struct ifreq ifr = {0};
-    strcpy(ifr.ifr_name, "lo");
-    if (ioctl(s, SIOCGIFFLAGS, &ifr) == 0) {
-        ifr.ifr_flags |= IFF_UP;
-        ioctl(s, SIOCSIFFLAGS, &ifr);
+    const struct init_exec *x = arg;
+    for (size_t i = 0; i < sizeof x->keep / sizeof *x->keep; i++)
+        if (x->keep[i] >= 0 && syscall(SYS_fcntl, x->keep[i], F_SETFD, 0) != 0)
+            break; /* execve's failure below reports it all the same */
+    long rc = syscall(SYS_execve, x->path, x->argv, x->envp);
+    /* "exec sbx-process-init: error <n>": without strerror, which may touch locale state. */
+    static const char prefix[] = "exec " PROCESS_INIT_NAME ": error ";
+    char msg[64], digits[12];
+    size_t len = 0, nd = 0;
+    while (prefix[len] && len < sizeof msg - sizeof digits) {
+        msg[len] = prefix[len];
+        len++;
     }
-    close(s);
+    unsigned long e = (unsigned long)(rc < 0 ? -rc : rc);
+    do {
+        digits[nd++] = (char)('0' + e % 10);
+        e /= 10;
+    } while (e != 0 && nd < sizeof digits);
+    while (nd > 0 && len < sizeof msg)
+        msg[len++] = digits[--nd];
+    syscall(SYS_write, x->error_fd, msg, len);
+    syscall(SYS_exit, 127);
+    return 127;
 }
 
-static void child_build_dev(const struct child_plan *p)
+/* In the fork-like child of a worker that is not root (process_child.h): maps the worker's own
+ * ids to the new user namespace's 0, which an unprivileged process may do for the namespace it
+ * made. Its own memory: stdio is safe here, but a failure can only be told through error_fd. */
+static void map_own_user_namespace(int error_fd)
 {
-    if (mount("tmpfs", p->root_dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755") != 0)
-        child_fail(p, "mount /dev");
-    for (size_t i = 0; i < sizeof dev_names / sizeof *dev_names; i++) {
-        char host[32];
-        snprintf(host, sizeof host, "/dev/%s", dev_names[i]);
-        int fd = open(p->dev_files[i], O_CREAT | O_WRONLY | O_CLOEXEC, 0666);
-        if (fd < 0)
-            child_fail(p, "create a /dev node");
-        close(fd);
-        if (mount(host, p->dev_files[i], NULL, MS_BIND, NULL) != 0)
-            child_fail(p, "bind a /dev node");
-    }
-    static const char *const links[][2] = {{"/proc/self/fd", "fd"},
-                                           {"/proc/self/fd/0", "stdin"},
-                                           {"/proc/self/fd/1", "stdout"},
-                                           {"/proc/self/fd/2", "stderr"}};
-    for (size_t i = 0; i < 4; i++) {
-        char at[PATH_MAX + 16];
-        snprintf(at, sizeof at, "%s/%s", p->root_dev, links[i][1]);
-        if (symlink(links[i][0], at) != 0)
-            child_fail(p, "symlink in /dev");
-    }
-    if (mount(NULL, p->root_dev, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, NULL) != 0)
-        child_fail(p, "remount /dev read-only");
-}
-
-/* The Sandbox's /etc/resolv.conf names the resolvers it may use (issue 15): sbx's file bound
- * read-only over the root's, before pivot_root. Only onto a path without any symlink (checked with
- * openat2 RESOLVE_NO_SYMLINKS inside the root), so an image's links cannot aim the bind elsewhere.
- * A writable root (an App's image) without the file gets an empty one to bind onto; a read-only
- * root without it, or with a symlink on the way (e.g. to systemd-resolved's stub), keeps what it
- * has. */
-static void child_bind_resolv_conf(const struct child_plan *p)
-{
-    if (!p->resolv_src[0])
-        return;
-    int root = open(p->root, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (root < 0)
-        child_fail(p, "open the root");
-    struct open_how create = {.flags = O_WRONLY | O_CREAT | O_CLOEXEC,
-                              .mode = 0644,
-                              .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS};
-    int fd = (int)syscall(SYS_openat2, root, "etc/resolv.conf", &create, sizeof create);
-    if (fd < 0) { /* a read-only root: is the file there, and reached without a link? */
-        struct open_how find = {.flags = O_PATH | O_CLOEXEC,
-                                .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS};
-        fd = (int)syscall(SYS_openat2, root, "etc/resolv.conf", &find, sizeof find);
-    }
-    close(root);
-    if (fd < 0)
-        return;
-    close(fd);
-    char at[PATH_MAX + 32];
-    snprintf(at, sizeof at, "%s/etc/resolv.conf", p->root);
-    if (mount(p->resolv_src, at, NULL, MS_BIND, NULL) != 0 ||
-        mount(NULL, at, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-              NULL) != 0)
-        child_fail(p, "bind /etc/resolv.conf");
-}
-
-/* The built-in rootfs, bound read-only as the Sandbox's root. */
-static void child_bind_default_rootfs(const struct child_plan *p)
-{
-    if (mount(p->rootfs, p->root, NULL, MS_BIND, NULL) != 0)
-        child_fail(p, "bind the rootfs");
-    if (mount(NULL, p->root, NULL, MS_PRIVATE, NULL) != 0)
-        child_fail(p, "make the root private");
-    if (mount(NULL, p->root, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) !=
-        0)
-        child_fail(p, "remount the rootfs read-only");
-}
-
-static void child_build_root(const struct child_plan *p)
-{
-    /* Nothing we mount may reach the host; the slot stays a slave so the host's Workspace bind
-     * still arrives. */
-    if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) != 0)
-        child_fail(p, "make mounts slave");
-    if (p->image.enabled) {
-        /* An App's image: a writable overlay over the cached tree (process_image.h). */
-        const char *step = process_image_mount(&p->image, p->drop_privileges, p->uid, p->gid);
-        if (step)
-            child_fail(p, step);
-    } else {
-        child_bind_default_rootfs(p);
-    }
-    child_bind_resolv_conf(p);
-    if (mount("tmpfs", p->root_tmp, "tmpfs", MS_NOSUID | MS_NODEV, p->tmp_options) != 0)
-        child_fail(p, "mount /tmp");
-    if (mount("proc", p->root_proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
-        child_fail(p, "mount /proc");
-    child_build_dev(p);
-    if (mount(p->slot, p->root_workspace, NULL, MS_BIND, NULL) != 0)
-        child_fail(p, "bind the workspace slot");
-    /* pivot_root(".", ".") stacks the old root under the new one, so the read-only rootfs needs no
-     * put_old directory; the old root is then detached. */
-    if (chdir(p->root) != 0 || syscall(SYS_pivot_root, ".", ".") != 0)
-        child_fail(p, "pivot_root");
-    if (umount2(".", MNT_DETACH) != 0 || chdir("/") != 0)
-        child_fail(p, "detach the old root");
-    if (mount("/proc/sys", "/proc/sys", NULL, MS_BIND | MS_REC, NULL) != 0 ||
-        mount(NULL, "/proc/sys", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) != 0)
-        child_fail(p, "make /proc/sys read-only");
-}
-
-static void child_limit(const struct child_plan *p)
-{
-    const struct {
-        int resource;
-        rlim_t value;
-    } limits[] = {{RLIMIT_NPROC, p->nproc},
-                  {RLIMIT_NOFILE, SANDBOX_NOFILE},
-                  {RLIMIT_FSIZE, SANDBOX_FSIZE},
-                  {RLIMIT_CORE, 0}};
-    for (size_t i = 0; i < sizeof limits / sizeof *limits; i++) {
-        struct rlimit rl = {limits[i].value, limits[i].value}, current;
-        if (getrlimit(limits[i].resource, &current) == 0 && current.rlim_max < rl.rlim_max)
-            rl.rlim_cur = rl.rlim_max = current.rlim_max; /* only root may raise a hard limit */
-        if (setrlimit(limits[i].resource, &rl) != 0)
-            child_fail(p, "setrlimit");
-    }
-}
-
-static void child_drop_privileges(const struct child_plan *p)
-{
-    if (p->drop_privileges) {
-        for (int cap = 0; cap <= 63; cap++)
-            if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
-                child_fail(p, "drop capabilities");
-        /* Raw system calls: glibc's wrappers broadcast credential changes to every thread it
-         * believes the process has, and this child of a raw clone() inherited the worker's list
-         * of threads without the threads, so the wrappers would wait for them forever. */
-        if (syscall(SYS_setgroups, 1, &p->gid) != 0)
-            child_fail(p, "setgroups");
-        if (syscall(SYS_setresgid, p->gid, p->gid, p->gid) != 0)
-            child_fail(p, "setresgid");
-        if (syscall(SYS_setresuid, p->uid, p->uid, p->uid) != 0)
-            child_fail(p, "setresuid");
-    }
-    /* A uid change already cleared them as root; in a user namespace we stay its uid 0, so clear
-     * them explicitly: the agent must not be able to undo the read-only mounts. */
-    struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
-    struct __user_cap_data_struct data[2] = {{0, 0, 0}, {0, 0, 0}};
-    if (!p->drop_privileges) {
-        for (int cap = 0; cap <= 63; cap++)
-            if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
-                child_fail(p, "drop capabilities");
-    }
-    if (syscall(SYS_capset, &hdr, data) != 0)
-        child_fail(p, "capset");
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
-        child_fail(p, "no_new_privs");
-    /* After the last credential change, which clears it. */
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
-        child_fail(p, "pdeathsig");
-}
-
-static void child_write_file(const struct child_plan *p, const char *path, const char *text)
-{
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text))
-        child_fail(p, path);
-    close(fd);
-}
-
-/* In a user namespace (worker not root) only our own ids can be mapped, to root inside. The child
- * writes its own maps, which an unprivileged process may do for its own user namespace. */
-static void child_map_user_namespace(const struct child_plan *p)
-{
-    char map[64];
+    static const char *const files[3] = {"/proc/self/setgroups", "/proc/self/uid_map",
+                                         "/proc/self/gid_map"};
+    char maps[3][32];
+    snprintf(maps[0], sizeof maps[0], "deny");
+    snprintf(maps[1], sizeof maps[1], "0 %u 1\n", (unsigned)geteuid());
+    snprintf(maps[2], sizeof maps[2], "0 %u 1\n", (unsigned)getegid());
     /* A worker that dropped root is not dumpable, which makes its /proc files root's. */
-    if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0)
-        child_fail(p, "set dumpable");
-    child_write_file(p, "/proc/self/setgroups", "deny");
-    snprintf(map, sizeof map, "0 %u 1\n", (unsigned)p->outer_uid);
-    child_write_file(p, "/proc/self/uid_map", map);
-    snprintf(map, sizeof map, "0 %u 1\n", (unsigned)p->outer_gid);
-    child_write_file(p, "/proc/self/gid_map", map);
+    const char *failed = prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0 ? "set dumpable" : NULL;
+    for (size_t i = 0; i < 3 && !failed; i++) {
+        int fd = open(files[i], O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || write(fd, maps[i], strlen(maps[i])) != (ssize_t)strlen(maps[i]))
+            failed = files[i];
+        if (fd >= 0)
+            close(fd);
+    }
+    if (failed) {
+        char msg[256];
+        int n = snprintf(msg, sizeof msg, "%s: %s", failed, strerror(errno));
+        ssize_t ignored = write(error_fd, msg, n > 0 ? (size_t)n : 0);
+        (void)ignored;
+        _exit(1);
+    }
 }
 
-static void child_main(const struct child_plan *p)
+/* Clones into the new namespaces; the child execs sbx-process-init with the plan in plan_fd.
+ * Returns the child's pid once it has exec'ed (or died trying), or -1 with errno. */
+static pid_t clone_sandbox(struct process_child_plan *plan, int plan_fd)
 {
-    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-    char go;
-    if (read(p->sync_fd, &go, 1) != 1)
-        _exit(1); /* the parent gave up or died */
-    close(p->sync_fd);
-    if (!p->drop_privileges)
-        child_map_user_namespace(p);
-    child_build_root(p);
-    if (sethostname(p->hostname, strlen(p->hostname)) != 0)
-        child_fail(p, "sethostname");
-    bring_up_loopback();
-    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(devnull, 1) < 0 || dup2(devnull, 2) < 0)
-        child_fail(p, "open /dev/null");
-    if (dup2(p->channel_fd, CHANNEL_FD_IN_SANDBOX) < 0)
-        child_fail(p, "dup2 the channel");
-    child_limit(p);
-    child_drop_privileges(p);
-    /* Everything but 0-3 (and error_fd, already close-on-exec) is closed at exec. */
-    if (syscall(SYS_close_range, CHANNEL_FD_IN_SANDBOX + 1, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */) != 0)
-        child_fail(p, "close_range");
-    /* --seccomp: the agent filters itself and the App (agent/sandbox_filter.c). */
-    char *const argv[] = {"sbx-agent", "--channel-fd", "3", "--seccomp", NULL};
-    char *const envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", NULL};
-    const char *agent = p->image.enabled ? PROCESS_IMAGE_AGENT : "/usr/bin/sbx-agent";
-    execve(agent, argv, envp);
-    child_fail(p, "exec sbx-agent");
+    unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS;
+    if (geteuid() != 0)
+        flags |= CLONE_NEWUSER;
+    struct init_exec x = {
+        .keep = {plan_fd, plan->sync_fd, plan->error_fd, plan->channel_fd, plan->image.userns_fd},
+        .error_fd = plan->error_fd};
+    process_init_path(x.path, sizeof x.path);
+    snprintf(x.plan_fd_arg, sizeof x.plan_fd_arg, "%d", plan_fd);
+    x.argv[0] = PROCESS_INIT_NAME;
+    x.argv[1] = "--plan-fd";
+    x.argv[2] = x.plan_fd_arg;
+    x.argv[3] = NULL;
+    x.envp[0] = NULL;
+    enum { STACK_SIZE = 64 * 1024 };
+    void *stack = mmap(NULL, STACK_SIZE, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED)
+        return -1;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &plan->sigmask);
+    /* The plan's copy of the mask is what the child restores; write the plan after taking it. */
+    pid_t pid = -1;
+    if (pwrite(plan_fd, plan, sizeof *plan, 0) != (ssize_t)sizeof *plan) {
+        /* errno says why */
+    } else if (flags & CLONE_NEWUSER) {
+        /* The raw system call with no new stack behaves like fork(). */
+        pid = (pid_t)syscall(SYS_clone, flags | SIGCHLD, NULL, NULL, NULL, 0);
+        if (pid == 0) {
+            map_own_user_namespace(plan->error_fd);
+            exec_process_init(&x);
+        }
+    } else {
+        pid = clone(exec_process_init, (char *)stack + STACK_SIZE,
+                    (int)(flags | CLONE_VM | CLONE_VFORK | SIGCHLD), &x);
+    }
+    int saved = errno;
+    pthread_sigmask(SIG_SETMASK, &plan->sigmask, NULL);
+    munmap(stack, STACK_SIZE);
+    errno = saved;
+    return pid;
 }
 
 /* ---- boot ---- */
 
-static void plan_paths(struct child_plan *p, const char *rootfs, const char *jail_dir)
+static void plan_paths(struct process_child_plan *p, const char *rootfs, const char *jail_dir)
 {
     snprintf(p->rootfs, sizeof p->rootfs, "%s", rootfs);
     jail_root_path(jail_dir, p->root, sizeof p->root);
@@ -431,12 +290,13 @@ static void plan_paths(struct child_plan *p, const char *rootfs, const char *jai
     snprintf(p->root_proc, sizeof p->root_proc, "%s/proc", p->root);
     snprintf(p->root_dev, sizeof p->root_dev, "%s/dev", p->root);
     snprintf(p->root_workspace, sizeof p->root_workspace, "%s/workspace", p->root);
-    for (size_t i = 0; i < sizeof dev_names / sizeof *dev_names; i++)
-        snprintf(p->dev_files[i], sizeof p->dev_files[i], "%s/dev/%s", p->root, dev_names[i]);
+    for (size_t i = 0; i < sizeof p->dev_files / sizeof *p->dev_files; i++)
+        snprintf(p->dev_files[i], sizeof p->dev_files[i], "%s/dev/%s", p->root,
+                 process_child_dev_names[i]);
 }
 
 /* With the worker's network only: without it the Sandbox has loopback alone, no resolver. */
-static void plan_resolv_conf(struct child_plan *p)
+static void plan_resolv_conf(struct process_child_plan *p)
 {
     const char *src = net_firewall() && geteuid() == 0 ? net_egress_resolv_conf() : "";
     snprintf(p->resolv_src, sizeof p->resolv_src, "%s", src);
@@ -555,7 +415,7 @@ static int tmp_size_mib(const struct store_shape *shape)
 
 /* A uid of its own for the Sandbox from sandbox_uid_range (uid_range.h), when configured. */
 static int acquire_uid(const struct sbx_config *cfg, struct sandbox_runtime *rt,
-                       struct child_plan *plan, char *err, size_t errlen)
+                       struct process_child_plan *plan, char *err, size_t errlen)
 {
     struct uid_range range;
     if (uid_range_parse(cfg->sandbox_uid_range, &range, err, errlen) != 0)
@@ -567,20 +427,6 @@ static int acquire_uid(const struct sbx_config *cfg, struct sandbox_runtime *rt,
     plan->uid = (uid_t)rt->uid;
     plan->gid = (gid_t)rt->uid;
     return 0;
-}
-
-/* clone() into the new namespaces; returns the child's pid, or -1. */
-static pid_t clone_sandbox(const struct child_plan *plan)
-{
-    unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS;
-    if (geteuid() != 0)
-        flags |= CLONE_NEWUSER;
-    /* The raw system call with no new stack behaves like fork() (the child continues on a copy
-     * of this stack), which keeps the child simple and works under sanitizers. */
-    pid_t pid = (pid_t)syscall(SYS_clone, flags | SIGCHLD, NULL, NULL, NULL, 0);
-    if (pid == 0)
-        child_main(plan); /* does not return */
-    return pid;
 }
 
 static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, char *err,
@@ -603,12 +449,14 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
         rt->jail_dir[0] = '\0';
         return -1;
     }
-    struct child_plan *plan = calloc(1, sizeof *plan);
-    int chan[2] = {-1, -1}, sync[2] = {-1, -1}, errp[2] = {-1, -1};
+    struct process_child_plan *plan = calloc(1, sizeof *plan);
+    int chan[2] = {-1, -1}, sync[2] = {-1, -1}, errp[2] = {-1, -1}, plan_fd = -1;
     if (!plan) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    plan->magic = PROCESS_CHILD_PLAN_MAGIC;
+    plan->size = (uint32_t)sizeof *plan;
     plan_paths(plan, rootfs, rt->jail_dir);
     plan_resolv_conf(plan);
     snprintf(plan->tmp_options, sizeof plan->tmp_options, "size=%dm,mode=1777",
@@ -618,8 +466,6 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
     plan->nproc = cgroup_limits_pids(cgroups) ? SANDBOX_NPROC_WITH_PIDS_CGROUP : SANDBOX_NPROC;
     plan->gid = (gid_t)cfg->sandbox_gid;
     plan->drop_privileges = geteuid() == 0;
-    plan->outer_uid = geteuid();
-    plan->outer_gid = getegid();
     bool privileged = geteuid() == 0;
     /* Before the image's plan: its idmapping shows the image's user as the Sandbox's own uid. */
     if (privileged && acquire_uid(cfg, rt, plan, err, errlen) != 0) {
@@ -653,19 +499,21 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
         goto fail;
     }
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) != 0 ||
-        pipe2(sync, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0) {
-        snprintf(err, errlen, "socketpair/pipe: %s", strerror(errno));
+        pipe2(sync, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0 ||
+        (plan_fd = memfd_create("sbx-process-plan", MFD_CLOEXEC)) < 0) {
+        snprintf(err, errlen, "socketpair/pipe/memfd: %s", strerror(errno));
         goto fail;
     }
     plan->channel_fd = chan[1] = fd_above_floor(chan[1]);
     plan->sync_fd = sync[0] = fd_above_floor(sync[0]);
     plan->error_fd = errp[1] = fd_above_floor(errp[1]);
-    if (chan[1] < 0 || sync[0] < 0 || errp[1] < 0) {
+    plan_fd = fd_above_floor(plan_fd);
+    if (chan[1] < 0 || sync[0] < 0 || errp[1] < 0 || plan_fd < 0) {
         snprintf(err, errlen, "fcntl: %s", strerror(errno));
         goto fail;
     }
 
-    pid_t pid = clone_sandbox(plan);
+    pid_t pid = clone_sandbox(plan, plan_fd);
     if (pid < 0) {
         snprintf(err, errlen, "clone: %s", strerror(errno));
         goto fail;
@@ -674,9 +522,14 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
     close(chan[1]);
     close(sync[0]);
     close(errp[1]);
-    chan[1] = sync[0] = errp[1] = -1;
+    close(plan_fd);
+    chan[1] = sync[0] = errp[1] = plan_fd = -1;
     rt->channel_fd = chan[0];
     chan[0] = -1;
+    /* The clone returned after the exec or the child's end: a failed exec has said so already. */
+    struct pollfd failed = {.fd = errp[0], .events = POLLIN};
+    if (poll(&failed, 1, 0) == 1 && wait_for_exec(errp[0], deadline, err, errlen) != 0)
+        goto fail;
 
     if (cgroup_add_pid(cgroups, rt->cgroup_path, cg_name, pid, cg_err, sizeof cg_err) != 0) {
         if (privileged) {
@@ -703,6 +556,8 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
     return 0;
 
 fail:
+    if (plan_fd >= 0)
+        close(plan_fd);
     for (int i = 0; i < 2; i++) {
         if (chan[i] >= 0)
             close(chan[i]);
@@ -956,6 +811,13 @@ static int process_init(const struct sbx_config *cfg, char *err, size_t errlen)
                  "rootfs %s has no /usr/bin/sbx-agent (build it: cmake --build, "
                  "target rootfs, or set rootfs)",
                  rootfs);
+        return -1;
+    }
+    char init_path[PATH_MAX];
+    process_init_path(init_path, sizeof init_path);
+    if (access(init_path, X_OK) != 0) {
+        snprintf(err, errlen, "no %s at %s (build it: cmake --build, target %s)", PROCESS_INIT_NAME,
+                 init_path, PROCESS_INIT_NAME);
         return -1;
     }
     read_image_hash(rootfs, hash, sizeof hash);

@@ -16,9 +16,9 @@
  * keeps its owners. Where the cache's file system cannot idmap (NFS, for one) the tree is used as
  * it is.
  *
- * process_image_prepare() runs in the worker before clone(); process_image_mount() runs in the
- * Sandbox's child, in its own mount namespace, before pivot_root, and makes system calls only;
- * process_image_release() closes what prepare opened once the child exists.
+ * process_image_prepare() runs in the worker before clone(); process_image_mount()
+ * (drivers/process_child.h) runs in sbx-process-init, in the Sandbox's own mount namespace, before
+ * pivot_root; process_image_release() closes what prepare opened once the child exists.
  */
 #ifndef SBX_PROCESS_IMAGE_H
 #define SBX_PROCESS_IMAGE_H
@@ -65,13 +65,5 @@ int process_image_prepare(const struct sbx_config *cfg, const struct store_shape
 
 /* Closes the plan's user namespace descriptor (idempotent). */
 void process_image_release(struct process_image_plan *plan);
-
-/* In the child: mounts the writable layer and the overlay at plan->root, makes the mount points
- * the driver needs (replacing an image's symlink or file there, in the upper layer only, so that
- * no mount follows a link the image chose), and /.sbx. The upper layer's root directory belongs to
- * owner_uid:owner_gid when chown_root (the Sandbox's uid, so / is writable to it). Returns NULL,
- * or the step that failed (errno set). */
-const char *process_image_mount(const struct process_image_plan *plan, bool chown_root,
-                                uid_t owner_uid, gid_t owner_gid);
 
 #endif

@@ -7,6 +7,7 @@
 #include "clock.h"
 #include "host/cgroup.h"
 #include "drivers/driver.h"
+#include "drivers/process_child.h"
 #include "id.h"
 #include "log.h"
 
@@ -24,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -609,6 +611,63 @@ static void test_parallel_boots(void **state)
         pthread_join(threads[i], NULL);
 }
 
+/* Runs sbx-process-init with argv[1..] and the plan fd (-1: none); its stderr and exit status. */
+static int run_process_init(char *const *args, int plan_fd, char *out, size_t outlen)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/worker/sbx-process-init", SBX_BUILD_DIR);
+    int p[2];
+    assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(p[1], 2);
+        if (plan_fd >= 0)
+            fcntl(plan_fd, F_SETFD, 0);
+        char *argv[8] = {"sbx-process-init"};
+        for (int i = 0; args[i] && i < 6; i++)
+            argv[i + 1] = args[i];
+        execv(path, argv);
+        _exit(127);
+    }
+    close(p[1]);
+    size_t got = 0;
+    ssize_t n;
+    while (got < outlen - 1 && (n = read(p[0], out + got, outlen - 1 - got)) > 0)
+        got += (size_t)n;
+    out[got] = '\0';
+    close(p[0]);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* sbx-process-init takes a plan only from a worker of its own build, and says so otherwise. */
+static void test_process_init_refuses_a_foreign_plan(void **state)
+{
+    (void)state;
+    char out[512], fd_arg[16];
+    char *none[] = {NULL};
+    assert_int_equal(run_process_init(none, -1, out, sizeof out), 1);
+    assert_non_null(strstr(out, "started by sbx-worker only"));
+
+    int fd = memfd_create("plan", MFD_CLOEXEC);
+    assert_true(fd >= 0);
+    snprintf(fd_arg, sizeof fd_arg, "%d", fd);
+    char *with_fd[] = {"--plan-fd", fd_arg, NULL};
+    assert_int_equal(write(fd, "short", 5), 5);
+    assert_int_equal(run_process_init(with_fd, fd, out, sizeof out), 1);
+    assert_non_null(strstr(out, "sbx-worker and sbx-process-init differ"));
+
+    /* The right size, but not a plan: the magic is checked before anything is used. */
+    static char junk[sizeof(struct process_child_plan)];
+    memset(junk, 0x5a, sizeof junk);
+    assert_int_equal(pwrite(fd, junk, sizeof junk, 0), (ssize_t)sizeof junk);
+    assert_int_equal(run_process_init(with_fd, fd, out, sizeof out), 1);
+    assert_non_null(strstr(out, "not a plan of this build"));
+    close(fd);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -683,6 +742,7 @@ int main(void)
         cmocka_unit_test(test_worker_death_kills_sandbox),
         cmocka_unit_test(test_parallel_boots),
         cmocka_unit_test(test_unprivileged_worker_uses_user_namespace),
+        cmocka_unit_test(test_process_init_refuses_a_foreign_plan),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
