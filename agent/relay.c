@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <grp.h>
 #include <limits.h>
 #include <poll.h>
@@ -20,7 +21,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mman.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -680,6 +684,8 @@ int line_reader_rest(struct line_reader *r, const char **line, size_t *len)
 #define RELAY_MAX_ARGS 256
 #define RELAY_MAX_ARG_LEN 4096
 #define RELAY_MAX_ENV 1024
+/* The command's child runs on a stack of its own until its exec (start_command). */
+#define EXEC_STACK_SIZE (64 * 1024)
 /* How long the command gets after SIGTERM (host closed the channel) before SIGKILL. */
 #define RELAY_KILL_GRACE_MS 2000
 /* How long output of an exited command is still drained (a grandchild may keep the pipe open). */
@@ -903,33 +909,90 @@ static int parse_start(struct json_span msg, struct start_request *req, const ch
     return 0;
 }
 
-/* What the forked child reports when it cannot become the command: the step and its errno. */
+/* What the command's child reports when it cannot become the command: the step and its errno. */
 enum exec_step { EXEC_STEP_EXEC, EXEC_STEP_CWD, EXEC_STEP_USER };
 struct exec_failure {
     int step;
     int error;
 };
 
-/* In the forked child: becomes the command, as user when not NULL. Only async-signal-safe calls
- * until execve (and the environ assignment, which makes execvpe search the command's PATH). */
-static void exec_command(const struct start_request *req, char *const envp[],
-                         const struct image_user *user, int in, int out, int err, int errpipe)
+/* Everything the command's child needs, made before the clone. The child runs on the relay's own
+ * memory (CLONE_VM | CLONE_VFORK, start_command) until its exec, so it writes none of the relay's
+ * memory but sh_argv, which is its own. */
+struct exec_plan {
+    const struct start_request *req;
+    char *const *envp;
+    const struct image_user *user; /* become this user first, or NULL */
+    int in, out, err, errpipe;
+    const char *search; /* the command's PATH, for a name without '/' */
+    char **sh_argv;     /* {"/bin/sh", <file>, argv[1..], NULL}: a file without an exec format */
+};
+
+/* execve, and for a file the kernel cannot execute (ENOEXEC) the shell, as execvpe does for a
+ * name it found on the PATH. */
+static void exec_file(const struct exec_plan *x, const char *file)
 {
-    extern char **environ;
+    execve(file, x->req->argv, x->envp);
+    if (errno == ENOEXEC) {
+        x->sh_argv[1] = (char *)file;
+        execve("/bin/sh", x->sh_argv, x->envp);
+        errno = ENOEXEC;
+    }
+}
+
+/* A name without '/' tried in each directory of the command's own PATH (execvpe would search the
+ * relay's). Like execvpe: a directory without it is passed over, and EACCES anywhere is what is
+ * reported when no directory has it. */
+static void exec_searched(const struct exec_plan *x)
+{
+    const char *name = x->req->argv[0];
+    size_t nlen = strlen(name);
+    bool denied = false;
+    for (const char *p = x->search;;) {
+        const char *end = strchr(p, ':');
+        size_t dlen = end ? (size_t)(end - p) : strlen(p);
+        char file[PATH_MAX];
+        if (dlen + 2 + nlen < sizeof file) {
+            size_t at = dlen ? dlen : 1; /* an empty entry is the working directory */
+            memcpy(file, dlen ? p : ".", at);
+            file[at++] = '/';
+            memcpy(file + at, name, nlen + 1);
+            exec_file(x, file);
+            if (errno == EACCES)
+                denied = true;
+            else if (errno != ENOENT && errno != ENOTDIR && errno != ESTALE && errno != ENODEV &&
+                     errno != ETIMEDOUT)
+                return;
+        }
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    errno = denied ? EACCES : ENOENT;
+}
+
+/* The command's child: becomes the command, as x->user when set. System calls only until the
+ * exec; the credential changes raw, since glibc's wrappers would look for the relay's threads. */
+static int exec_command(void *arg)
+{
+    const struct exec_plan *x = arg;
+    const struct start_request *req = x->req;
     struct exec_failure failure = {EXEC_STEP_EXEC, 0};
     sigset_t none;
     sigemptyset(&none);
     /* The relay handles no signal (it reads them from a signalfd) and ignores only SIGPIPE:
      * setup_signals set every other disposition to its default. */
-    signal(SIGPIPE, SIG_DFL);
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    sigaction(SIGPIPE, &dfl, NULL);
     sigprocmask(SIG_SETMASK, &none, NULL);
     setsid(); /* its own process group, so the relay can signal all of it at once */
-    if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
+    if (dup2(x->in, 0) < 0 || dup2(x->out, 1) < 0 || dup2(x->err, 2) < 0)
         goto fail;
     failure.step = EXEC_STEP_USER;
-    if (user && (setgroups(user->ngroups, user->groups) != 0 ||
-                 setresgid(user->gid, user->gid, user->gid) != 0 ||
-                 setresuid(user->uid, user->uid, user->uid) != 0))
+    const struct image_user *user = x->user;
+    if (user && (syscall(SYS_setgroups, (size_t)user->ngroups, user->groups) != 0 ||
+                 syscall(SYS_setresgid, user->gid, user->gid, user->gid) != 0 ||
+                 syscall(SYS_setresuid, user->uid, user->uid, user->uid) != 0))
         goto fail;
     /* The image's working directory, as that user; otherwise the Workspace or /. */
     failure.step = EXEC_STEP_CWD;
@@ -942,14 +1005,13 @@ static void exec_command(const struct start_request *req, char *const envp[],
             goto fail;
     }
     failure.step = EXEC_STEP_EXEC;
-    environ = (char **)envp;
     if (strchr(req->argv[0], '/'))
-        execve(req->argv[0], req->argv, envp);
+        execve(req->argv[0], req->argv, x->envp);
     else
-        execvpe(req->argv[0], req->argv, envp);
+        exec_searched(x);
 fail:
     failure.error = errno;
-    ssize_t ignored = write(errpipe, &failure, sizeof failure);
+    ssize_t ignored = write(x->errpipe, &failure, sizeof failure);
     (void)ignored;
     _exit(127);
 }
@@ -1011,7 +1073,7 @@ static void close_fd(int *fd)
 static int start_command(struct relay *r, const struct start_request *req, char *why, size_t len)
 {
     int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, ep[2] = {-1, -1};
-    char **envp = NULL;
+    char **envp = NULL, **sh_argv = NULL;
     /* The image's user, looked up in the image (the Sandbox's root). Only a guest's root agent
      * can become it; the process driver's agent holds no capabilities and its uid, the Sandbox's,
      * stands for every user of the image (docs/images.md). */
@@ -1035,13 +1097,36 @@ static int start_command(struct relay *r, const struct start_request *req, char 
         snprintf(why, len, "pipe: %s", strerror(errno));
         goto fail;
     }
-    pid_t pid = fork();
-    if (pid < 0) {
-        snprintf(why, len, "fork: %s", strerror(errno));
+    /* The command's PATH: its env's, else the default build_env put there. */
+    const char *search = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
+    for (size_t i = 0; envp[i]; i++)
+        if (strncmp(envp[i], "PATH=", 5) == 0) {
+            search = envp[i] + 5;
+            break;
+        }
+    sh_argv = calloc(req->argc + 2, sizeof *sh_argv);
+    void *stack = mmap(NULL, EXEC_STACK_SIZE, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (!sh_argv || stack == MAP_FAILED) {
+        snprintf(why, len, "out of memory");
+        if (stack != MAP_FAILED)
+            munmap(stack, EXEC_STACK_SIZE);
         goto fail;
     }
-    if (pid == 0)
-        exec_command(req, envp, switch_to, in[0], out[1], err[1], ep[1]);
+    sh_argv[0] = "/bin/sh";
+    for (size_t i = 1; i < req->argc; i++)
+        sh_argv[i + 1] = req->argv[i];
+    struct exec_plan plan = {req, envp, switch_to, in[0], out[1], err[1], ep[1], search, sh_argv};
+    /* No copy of the relay: a fork would copy its page tables, and keep its memory copy-on-write
+     * until the exec, at every activation. The relay waits here for the exec instead. */
+    pid_t pid = clone(exec_command, (char *)stack + EXEC_STACK_SIZE,
+                      CLONE_VM | CLONE_VFORK | SIGCHLD, &plan);
+    int clone_errno = errno;
+    munmap(stack, EXEC_STACK_SIZE);
+    if (pid < 0) {
+        snprintf(why, len, "clone: %s", strerror(clone_errno));
+        goto fail;
+    }
     close_fd(&in[0]);
     close_fd(&out[1]);
     close_fd(&err[1]);
@@ -1065,6 +1150,7 @@ static int start_command(struct relay *r, const struct start_request *req, char 
         goto fail;
     }
     free(envp);
+    free(sh_argv);
     r->cmd_pid = pid;
     r->cmd_stdin = in[1];
     r->out.fd = out[0];
@@ -1075,6 +1161,7 @@ static int start_command(struct relay *r, const struct start_request *req, char 
     return 0;
 fail:
     free(envp);
+    free(sh_argv);
     for (int i = 0; i < 2; i++) {
         close_fd(&in[i]);
         close_fd(&out[i]);

@@ -247,6 +247,36 @@ static void test_start_error_for_missing_command(void **state)
     free(sb);
 }
 
+/* A command named without a '/' is looked up on its own PATH (the image's env), never on the
+ * agent's: not found on PATH=/nowhere although the agent's PATH has /usr/bin; found past a
+ * directory that does not exist. */
+static void test_command_searched_on_its_own_path(void **state)
+{
+    (void)state;
+    struct sandbox *sb = calloc(1, sizeof *sb);
+    boot(sb);
+    send_line(sb, "{\"type\":\"start\",\"argv\":[\"sbx-echo-agent\"],\"workspace\":null,"
+                  "\"env\":[\"PATH=/nowhere\"]}");
+    json_t *v = read_json(sb, 5000);
+    assert_non_null(v);
+    assert_string_equal(json_string_value(json_object_get(v, "type")), "error");
+    const char *why = json_string_value(json_object_get(v, "error"));
+    assert_non_null(why);
+    assert_non_null(strstr(why, "cannot run sbx-echo-agent: No such file or directory"));
+    json_decref(v);
+    send_line(sb, "{\"type\":\"start\",\"argv\":[\"sbx-echo-agent\"],\"workspace\":null,"
+                  "\"env\":[\"PATH=/nowhere:/usr/bin\"]}");
+    v = read_json(sb, 5000);
+    assert_non_null(v);
+    assert_string_equal(json_string_value(json_object_get(v, "type")), "started");
+    json_decref(v);
+    json_t *reply = ask_id(sb, "\"searched\"", 1);
+    assert_string_equal(json_string_value(json_object_get(reply, "echo")), "searched");
+    json_decref(reply);
+    terminate(sb, NULL);
+    free(sb);
+}
+
 static void test_namespaces_isolate_sandboxes(void **state)
 {
     (void)state;
@@ -733,6 +763,7 @@ int main(void)
         cmocka_unit_test(test_echo_agent_answers),
         cmocka_unit_test(test_crash_reports_exit),
         cmocka_unit_test(test_start_error_for_missing_command),
+        cmocka_unit_test(test_command_searched_on_its_own_path),
         cmocka_unit_test(test_namespaces_isolate_sandboxes),
         cmocka_unit_test(test_workspace_survives_tmp_does_not),
         cmocka_unit_test(test_rootfs_read_only_and_uid),
