@@ -173,16 +173,18 @@ struct init_exec {
 };
 
 /* The child of clone(CLONE_VM | CLONE_VFORK): it runs on the worker's memory, on a stack of its
- * own, while the cloning thread waits for its exec. So raw system calls only (nothing that writes
- * memory the worker owns, not even errno's slot through a wrapper) and no sanitizer runtime.
- * Signals are all blocked (clone_sandbox): no handler of the worker can run here. */
+ * own, while the cloning thread waits for its exec. So system calls only, through syscall(),
+ * which writes nothing of the worker's but errno, the waiting thread's (meaningless to it once
+ * clone returns), and no sanitizer runtime. Signals are all blocked (clone_sandbox): no handler
+ * of the worker can run here. */
 __attribute__((no_sanitize("address", "undefined"))) static int exec_process_init(void *arg)
 {
     const struct init_exec *x = arg;
     for (size_t i = 0; i < sizeof x->keep / sizeof *x->keep; i++)
         if (x->keep[i] >= 0 && syscall(SYS_fcntl, x->keep[i], F_SETFD, 0) != 0)
             break; /* execve's failure below reports it all the same */
-    long rc = syscall(SYS_execve, x->path, x->argv, x->envp);
+    syscall(SYS_execve, x->path, x->argv, x->envp);
+    int failed = errno;
     /* "exec sbx-process-init: error <n>": without strerror, which may touch locale state. */
     static const char prefix[] = "exec " PROCESS_INIT_NAME ": error ";
     char msg[64], digits[12];
@@ -191,7 +193,7 @@ __attribute__((no_sanitize("address", "undefined"))) static int exec_process_ini
         msg[len] = prefix[len];
         len++;
     }
-    unsigned long e = (unsigned long)(rc < 0 ? -rc : rc);
+    unsigned e = (unsigned)failed;
     do {
         digits[nd++] = (char)('0' + e % 10);
         e /= 10;
