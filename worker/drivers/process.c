@@ -156,9 +156,22 @@ static void process_network_down(const struct sbx_config *cfg, const char *sandb
 
 /* ---- the child: cloned without a copy of the worker (drivers/process_child.h) ---- */
 
-/* sbx-process-init in the build directory. */
+/* sbx-process-init beside this program (sbx-worker installed with it, or both in the build's
+ * worker/), else in the build directory (test programs linking the driver). */
 static void process_init_path(char *out, size_t len)
 {
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        char *slash = strrchr(self, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(out, len, "%s/%s", self, PROCESS_INIT_NAME);
+            if (access(out, X_OK) == 0)
+                return;
+        }
+    }
     snprintf(out, len, "%s/worker/%s", SBX_BUILD_DIR, PROCESS_INIT_NAME);
 }
 
@@ -818,8 +831,10 @@ static int process_init(const struct sbx_config *cfg, char *err, size_t errlen)
     char init_path[PATH_MAX];
     process_init_path(init_path, sizeof init_path);
     if (access(init_path, X_OK) != 0) {
-        snprintf(err, errlen, "no %s at %s (build it: cmake --build, target %s)", PROCESS_INIT_NAME,
-                 init_path, PROCESS_INIT_NAME);
+        snprintf(err, errlen,
+                 "no %s beside this program nor at %s (build it: cmake --build, target %s; an "
+                 "installed sbx-worker needs it installed beside it)",
+                 PROCESS_INIT_NAME, init_path, PROCESS_INIT_NAME);
         return -1;
     }
     read_image_hash(rootfs, hash, sizeof hash);
