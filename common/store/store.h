@@ -694,8 +694,9 @@ struct store {
     /* Live Sandboxes of this worker with stop_requested_at set, or serving a deleted Session. */
     enum store_status (*sandbox_list_stop_requested)(struct store *st, const char *worker_id,
                                                      struct store_sandbox **out, size_t *n);
-    /* Sandboxes of host_id's workers that its loss at lost_at terminated in the store (their
-     * processes, jails, cgroups and network state may still be on the machine). */
+    /* Sandboxes of host_id's workers that its loss at lost_at terminated in the store, with
+     * `host lost` or the reason of a stop under way when the host died (their processes, jails,
+     * cgroups and network state may still be on the machine). */
     enum store_status (*sandbox_list_host_lost)(struct store *st, const char *host_id,
                                                 int64_t lost_at, struct store_sandbox **out,
                                                 size_t *n);

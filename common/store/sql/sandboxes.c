@@ -564,10 +564,13 @@ static enum store_status sandbox_list_host_lost(struct store *st, const char *ho
                                                 int64_t lost_at, struct store_sandbox **out,
                                                 size_t *n)
 {
+    /* Whatever reason they carry: one the host was stopping when it died keeps its own (the
+     * verdict does not overwrite it, sql_sandbox_finish_in_tx), and its jail is here as well. No
+     * worker of the host wrote after lost_at, so what ended from then on was ended by the verdict.
+     */
     struct sql_stmt *s = sql_stmt(st, "SELECT " SQL_SANDBOX_COLS "FROM sandboxes WHERE "
-                                      "termination_reason = 'host lost' AND terminated_at >= ?2 "
-                                      "AND worker_id IN (SELECT id FROM workers WHERE "
-                                      "host_id = ?1) ORDER BY created_at");
+                                      "terminated_at >= ?2 AND worker_id IN (SELECT id FROM "
+                                      "workers WHERE host_id = ?1) ORDER BY created_at");
     if (!s)
         return STORE_ERROR;
     sql_bind_text(s, 1, host_id);
