@@ -22,6 +22,13 @@ add_executable(test_dns_forwarder ${net_it_dir}/test_dns_forwarder.c)
 target_link_libraries(test_dns_forwarder PRIVATE sbxworker PkgConfig::CMOCKA Threads::Threads)
 add_test(NAME it.network.dns_forwarder COMMAND unshare --net -- $<TARGET_FILE:test_dns_forwarder>)
 
+# Reading the sets while another writer changes them (a dump in several parts, torn by a change or
+# a hash resize between them), in a network namespace the test makes.
+add_executable(test_firewall_dumps ${net_it_dir}/test_firewall_dumps.c)
+target_link_libraries(test_firewall_dumps PRIVATE sbxworker PkgConfig::CMOCKA Threads::Threads)
+add_test(NAME it.network.firewall_dumps COMMAND test_firewall_dumps)
+set_tests_properties(it.network.firewall_dumps PROPERTIES TIMEOUT 120)
+
 add_executable(net_probe ${net_it_dir}/net_probe.c)
 add_executable(net_ctl ${net_it_dir}/net_ctl.c)
 target_link_libraries(net_ctl PRIVATE sbxworker)

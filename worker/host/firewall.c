@@ -18,6 +18,7 @@
 #include <libnftnl/chain.h>
 #include <libnftnl/common.h>
 #include <libnftnl/expr.h>
+#include <libnftnl/gen.h>
 #include <libnftnl/object.h>
 #include <libnftnl/rule.h>
 #include <libnftnl/set.h>
@@ -850,7 +851,10 @@ static int fw_request(struct fw *fw, const char *what, struct nlmsghdr *nlh, mnl
     uint32_t seq = nlh->nlmsg_seq;
     if (mnl_socket_sendto(fw->nl, nlh, nlh->nlmsg_len) < 0)
         return fail(err, errlen, "nftables: send: %s", strerror(errno));
-    char buf[MNL_SOCKET_BUFFER_SIZE];
+    /* The kernel sizes each part of a dump to the largest buffer this socket has read into (up
+     * to 32 KB): one of 32 KB takes a set of thousands of elements in an eighth of the walks a
+     * page would, so the dump is shorter and a concurrent change less likely to tear it. */
+    char buf[32768];
     for (;;) {
         ssize_t n = mnl_socket_recvfrom(fw->nl, buf, sizeof(buf));
         if (n < 0)
@@ -928,90 +932,204 @@ static int fw_get_table(struct fw *fw, char comment[160], char *err, size_t errl
     return comment[0] ? 1 : 0;
 }
 
-struct elems_acc {
-    struct fw_element *v;
-    size_t n, cap;
-    bool nfs;
+/* One element of a set as a dump gave it: its key and its comment. */
+struct set_elem_raw {
+    char key[KEY_LEN]; /* zero past key_len */
+    uint32_t key_len;
+    char comment[FW_OWNER_LEN];
 };
 
-static struct fw_element *elems_find(struct elems_acc *acc, const char *ifname, struct in_addr a)
-{
-    for (size_t i = 0; i < acc->n; i++)
-        if (acc->v[i].addr.s_addr == a.s_addr && strcmp(acc->v[i].ifname, ifname) == 0)
-            return &acc->v[i];
-    return NULL;
-}
+struct set_dump {
+    struct set_elem_raw *v;
+    size_t n, cap;
+};
 
-static void elem_decode(struct nftnl_set_elem *e, struct elems_acc *acc)
+static int set_dump_cb(const struct nlmsghdr *nlh, void *data)
 {
-    uint32_t klen = 0, ulen = 0;
-    const char *key = nftnl_set_elem_get(e, NFTNL_SET_ELEM_KEY, &klen);
-    if (!key || klen != KEY_LEN)
-        return;
-    char ifname[IFNAMSIZ];
-    memcpy(ifname, key, IFNAMSIZ - 1);
-    ifname[IFNAMSIZ - 1] = '\0';
-    struct in_addr a;
-    memcpy(&a.s_addr, key + KEY_IFNAME_LEN, 4);
-    struct fw_element *x = elems_find(acc, ifname, a);
-    if (!x) {
-        if (acc->n == acc->cap) {
-            acc->cap = acc->cap ? acc->cap * 2 : 64;
-            acc->v = must(realloc(acc->v, acc->cap * sizeof(*acc->v)));
-        }
-        x = &acc->v[acc->n++];
-        memset(x, 0, sizeof(*x));
-        memcpy(x->ifname, ifname, sizeof(ifname));
-        x->addr = a;
-    }
-    char owner[FW_OWNER_LEN];
-    const void *ud = nftnl_set_elem_get(e, NFTNL_SET_ELEM_USERDATA, &ulen);
-    udata_comment(ud, ulen, owner, sizeof(owner));
-    if (!x->owner[0])
-        memcpy(x->owner, owner, sizeof(owner));
-    if (acc->nfs)
-        x->nfs = true;
-}
-
-static int elems_cb(const struct nlmsghdr *nlh, void *data)
-{
+    struct set_dump *d = data;
     struct nftnl_set *s = must(nftnl_set_alloc());
     if (nftnl_set_elems_nlmsg_parse(nlh, s) == 0) {
         struct nftnl_set_elems_iter *it = must(nftnl_set_elems_iter_create(s));
         for (struct nftnl_set_elem *e = nftnl_set_elems_iter_next(it); e;
-             e = nftnl_set_elems_iter_next(it))
-            elem_decode(e, data);
+             e = nftnl_set_elems_iter_next(it)) {
+            uint32_t klen = 0, ulen = 0;
+            const char *key = nftnl_set_elem_get(e, NFTNL_SET_ELEM_KEY, &klen);
+            if (!key || klen == 0 || klen > KEY_LEN)
+                continue;
+            if (d->n == d->cap) {
+                d->cap = d->cap ? d->cap * 2 : 64;
+                d->v = must(realloc(d->v, d->cap * sizeof(*d->v)));
+            }
+            struct set_elem_raw *r = &d->v[d->n++];
+            memset(r->key, 0, sizeof(r->key));
+            memcpy(r->key, key, klen);
+            r->key_len = klen;
+            const void *ud = nftnl_set_elem_get(e, NFTNL_SET_ELEM_USERDATA, &ulen);
+            udata_comment(ud, ulen, r->comment, sizeof(r->comment));
+        }
         nftnl_set_elems_iter_destroy(it);
     }
     nftnl_set_free(s);
     return MNL_CB_OK;
 }
 
-static int fw_read_set(struct fw *fw, const char *set_name, struct elems_acc *acc, char *err,
-                       size_t errlen)
+static int set_elem_raw_cmp(const void *a, const void *b)
+{
+    const struct set_elem_raw *x = a, *y = b;
+    if (x->key_len != y->key_len)
+        return x->key_len < y->key_len ? -1 : 1;
+    return memcmp(x->key, y->key, x->key_len);
+}
+
+static int gen_cb(const struct nlmsghdr *nlh, void *data)
+{
+    uint32_t *id = data;
+    struct nftnl_gen *g = must(nftnl_gen_alloc());
+    if (nftnl_gen_nlmsg_parse(nlh, g) == 0)
+        *id = nftnl_gen_get_u32(g, NFTNL_GEN_ID);
+    nftnl_gen_free(g);
+    return MNL_CB_OK;
+}
+
+/* The network namespace's ruleset generation: every committed nftables transaction, this
+ * worker's or any other's, moves it on. */
+static int fw_get_gen(struct fw *fw, uint32_t *id, char *err, size_t errlen)
 {
     char buf[MNL_SOCKET_BUFFER_SIZE];
     struct nlmsghdr *nlh =
-        nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSETELEM, NFPROTO_INET, NLM_F_DUMP, fw_next_seq(fw));
-    struct nftnl_set *s = must(nftnl_set_alloc());
-    nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
-    nftnl_set_set_str(s, NFTNL_SET_NAME, set_name);
-    nftnl_set_elems_nlmsg_build_payload(nlh, s);
-    nftnl_set_free(s);
-    acc->nfs = strcmp(set_name, SET_NFS) == 0;
-    return fw_request(fw, "table inet " FW_TABLE, nlh, elems_cb, acc, err, errlen);
+        nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETGEN, AF_UNSPEC, NLM_F_ACK, fw_next_seq(fw));
+    return fw_request(fw, "ruleset generation", nlh, gen_cb, id, err, errlen);
 }
+
+/* Every element of set_name, sorted by key, as it stood at one moment.
+ *
+ * A dump that does not fit one netlink message is several walks of the set, each skipping as many
+ * elements as the walks before it gave, and the kernel marks none of it inconsistent. So a dump
+ * is torn, silently, when between two of those walks
+ *  - another transaction (another worker's, another thread's) adds or removes elements: the
+ *    positions shift, and elements are given twice or not at all;
+ *  - the kernel resizes the set's hash table, which it does in a deferred worker after the
+ *    transaction that grew or shrank the set: the walk order changes, and some elements are
+ *    given twice and as many not at all.
+ * As nft's own cache does, the dump is bracketed by two reads of the ruleset generation: equal,
+ * no transaction came between, the set's contents stood still. A resize is no transaction; but
+ * with the contents still, the dump gives at least as many elements as the set holds, so one
+ * without a repeated key is whole. Either kind of tear is read again.
+ *
+ * errno is the kernel's answer on a refusal (ENOENT: no such set), EAGAIN when every dump was
+ * torn. */
+static int fw_dump_set(struct fw *fw, const char *set_name, struct set_dump *d, char *err,
+                       size_t errlen)
+{
+    enum { TRIES = 10 };
+    memset(d, 0, sizeof(*d));
+    char what[80];
+    snprintf(what, sizeof(what), "set %s", set_name);
+    for (int attempt = 0; attempt < TRIES; attempt++) {
+        if (attempt > 0) {
+            /* Let the resize or the other writer finish: 1, 2, 4 ... 32 ms, 191 ms in all. */
+            int ms = attempt < 6 ? 1 << (attempt - 1) : 32;
+            struct timespec pause = {0, ms * 1000000L};
+            nanosleep(&pause, NULL);
+        }
+        uint32_t gen_before = 0, gen_after = 0;
+        if (fw_get_gen(fw, &gen_before, err, errlen) < 0)
+            goto refused;
+        char buf[MNL_SOCKET_BUFFER_SIZE];
+        struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSETELEM, NFPROTO_INET,
+                                                     NLM_F_DUMP, fw_next_seq(fw));
+        struct nftnl_set *s = must(nftnl_set_alloc());
+        nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
+        nftnl_set_set_str(s, NFTNL_SET_NAME, set_name);
+        nftnl_set_elems_nlmsg_build_payload(nlh, s);
+        nftnl_set_free(s);
+        d->n = 0;
+        if (fw_request(fw, what, nlh, set_dump_cb, d, err, errlen) < 0 ||
+            fw_get_gen(fw, &gen_after, err, errlen) < 0)
+            goto refused;
+        if (gen_after != gen_before)
+            continue;
+        if (d->n > 1)
+            qsort(d->v, d->n, sizeof(*d->v), set_elem_raw_cmp);
+        bool torn = false;
+        for (size_t i = 1; i < d->n && !torn; i++)
+            torn = set_elem_raw_cmp(&d->v[i - 1], &d->v[i]) == 0;
+        if (!torn)
+            return 0;
+    }
+    free(d->v);
+    memset(d, 0, sizeof(*d));
+    fail(err, errlen, "nftables: set %s: each of %d dumps was torn by a concurrent change",
+         set_name, TRIES);
+    errno = EAGAIN;
+    return -1;
+refused:;
+    int e = errno;
+    free(d->v);
+    memset(d, 0, sizeof(*d));
+    errno = e;
+    return -1;
+}
+
+/* A Sandbox element's interface and address from its key; false for a key of another shape. */
+static bool elem_key_sandbox(const struct set_elem_raw *r, char ifname[IFNAMSIZ],
+                             struct in_addr *addr)
+{
+    if (r->key_len != KEY_LEN)
+        return false;
+    memcpy(ifname, r->key, IFNAMSIZ - 1);
+    ifname[IFNAMSIZ - 1] = '\0';
+    memcpy(&addr->s_addr, r->key + KEY_IFNAME_LEN, 4);
+    return true;
+}
+
+struct elems_acc {
+    struct fw_element *v;
+    size_t n;
+};
 
 /* Both sets, merged per interface and address (an element only in `nfs` still shows). */
 static int fw_read_elements(struct fw *fw, struct elems_acc *acc, char *err, size_t errlen)
 {
     memset(acc, 0, sizeof(*acc));
-    if (fw_read_set(fw, SET_SANDBOXES, acc, err, errlen) < 0 ||
-        fw_read_set(fw, SET_NFS, acc, err, errlen) < 0) {
-        free(acc->v);
-        acc->v = NULL;
+    struct set_dump sandboxes, nfs;
+    if (fw_dump_set(fw, SET_SANDBOXES, &sandboxes, err, errlen) < 0)
+        return -1;
+    if (fw_dump_set(fw, SET_NFS, &nfs, err, errlen) < 0) {
+        free(sandboxes.v);
         return -1;
     }
+    acc->v = must(calloc(sandboxes.n + nfs.n + 1, sizeof(*acc->v)));
+    /* kept[i]: where the i-th element of `sandboxes` went in acc (SIZE_MAX: not a Sandbox's). */
+    size_t *kept = must(calloc(sandboxes.n + 1, sizeof(*kept)));
+    for (size_t i = 0; i < sandboxes.n; i++) {
+        struct fw_element *x = &acc->v[acc->n];
+        kept[i] = SIZE_MAX;
+        if (!elem_key_sandbox(&sandboxes.v[i], x->ifname, &x->addr))
+            continue;
+        memcpy(x->owner, sandboxes.v[i].comment, sizeof(x->owner));
+        kept[i] = acc->n++;
+    }
+    /* Both dumps are sorted by key: one pass merges them. */
+    size_t j = 0;
+    for (size_t i = 0; i < nfs.n; i++) {
+        while (j < sandboxes.n && set_elem_raw_cmp(&sandboxes.v[j], &nfs.v[i]) < 0)
+            j++;
+        if (j < sandboxes.n && kept[j] != SIZE_MAX &&
+            set_elem_raw_cmp(&sandboxes.v[j], &nfs.v[i]) == 0) {
+            acc->v[kept[j]].nfs = true;
+            continue;
+        }
+        struct fw_element *x = &acc->v[acc->n];
+        if (!elem_key_sandbox(&nfs.v[i], x->ifname, &x->addr))
+            continue;
+        memcpy(x->owner, nfs.v[i].comment, sizeof(x->owner));
+        x->nfs = true;
+        acc->n++;
+    }
+    free(kept);
+    free(sandboxes.v);
+    free(nfs.v);
     return 0;
 }
 
@@ -1072,7 +1190,7 @@ static int fw_send_built(struct fw *fw, struct fw_batch *b, char *err, size_t er
 }
 
 /* The egress sets' contents, for a replacement batch (with the egress functions, below). */
-static void batch_carry_egress(struct fw *fw, struct fw_batch *b);
+static int batch_carry_egress(struct fw *fw, struct fw_batch *b, char *err, size_t errlen);
 
 /* Replaces a table of another version or pool in one batch, carrying the elements over. */
 static int fw_replace_table(struct fw *fw, const char *net_pool, char *err, size_t errlen)
@@ -1081,8 +1199,11 @@ static int fw_replace_table(struct fw *fw, const char *net_pool, char *err, size
     if (parse_prefix(net_pool, &pool, err, errlen) < 0)
         return -1;
     struct elems_acc acc;
-    if (fw_read_elements(fw, &acc, err, errlen) < 0)
+    if (fw_read_elements(fw, &acc, err, errlen) < 0) {
+        if (errno != ENOENT)
+            return -1; /* never replace a table whose elements could not all be read */
         acc = (struct elems_acc){0}; /* an older layout without these sets: nothing to carry */
+    }
     char comment[160];
     table_comment(net_pool, comment, sizeof(comment));
     struct fw_batch b = {0};
@@ -1098,9 +1219,12 @@ static int fw_replace_table(struct fw *fw, const char *net_pool, char *err, size
             batch_elem(&b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, SET_NFS, acc.v[i].ifname,
                        acc.v[i].addr, owner);
     }
-    batch_carry_egress(fw, &b);
-    batch_end(&b);
     free(acc.v);
+    if (batch_carry_egress(fw, &b, err, errlen) < 0) {
+        fw_batch_free(&b);
+        return -1;
+    }
+    batch_end(&b);
     int rc = fw_send_built(fw, &b, err, errlen);
     fw_batch_free(&b);
     return rc;
@@ -1776,65 +1900,10 @@ static int forget_egress(struct fw *fw, const struct fw_sandbox *sb, char *err, 
 
 /* ---- carrying egress state over a table replacement ---- */
 
-struct keys_acc {
-    char (*v)[KEY_LEN];
-    uint32_t *len;
-    size_t n, cap;
-};
-
-static int keys_cb(const struct nlmsghdr *nlh, void *data)
-{
-    struct keys_acc *acc = data;
-    struct nftnl_set *s = must(nftnl_set_alloc());
-    if (nftnl_set_elems_nlmsg_parse(nlh, s) == 0) {
-        struct nftnl_set_elems_iter *it = must(nftnl_set_elems_iter_create(s));
-        for (struct nftnl_set_elem *e = nftnl_set_elems_iter_next(it); e;
-             e = nftnl_set_elems_iter_next(it)) {
-            uint32_t klen = 0;
-            const char *key = nftnl_set_elem_get(e, NFTNL_SET_ELEM_KEY, &klen);
-            if (!key || klen == 0 || klen > KEY_LEN)
-                continue;
-            if (acc->n == acc->cap) {
-                acc->cap = acc->cap ? acc->cap * 2 : 64;
-                acc->v = must(realloc(acc->v, acc->cap * sizeof(*acc->v)));
-                acc->len = must(realloc(acc->len, acc->cap * sizeof(*acc->len)));
-            }
-            memset(acc->v[acc->n], 0, KEY_LEN);
-            memcpy(acc->v[acc->n], key, klen);
-            acc->len[acc->n++] = klen;
-        }
-        nftnl_set_elems_iter_destroy(it);
-    }
-    nftnl_set_free(s);
-    return MNL_CB_OK;
-}
-
-/* The keys of set_name; an absent set (an older layout) is just empty. */
-static void fw_read_keys(struct fw *fw, const char *set_name, struct keys_acc *acc)
-{
-    char buf[MNL_SOCKET_BUFFER_SIZE], why[256];
-    struct nlmsghdr *nlh =
-        nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSETELEM, NFPROTO_INET, NLM_F_DUMP, fw_next_seq(fw));
-    struct nftnl_set *s = must(nftnl_set_alloc());
-    nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
-    nftnl_set_set_str(s, NFTNL_SET_NAME, set_name);
-    nftnl_set_elems_nlmsg_build_payload(nlh, s);
-    nftnl_set_free(s);
-    memset(acc, 0, sizeof(*acc));
-    if (fw_request(fw, set_name, nlh, keys_cb, acc, why, sizeof why) < 0)
-        acc->n = 0;
-}
-
-static void keys_free(struct keys_acc *acc)
-{
-    free(acc->v);
-    free(acc->len);
-}
-
 /* The host-wide sets as they were, and every Sandbox under a policy into egress_none: the App
  * chains do not survive the replacement, so an allowlist Sandbox fails closed until its worker
  * applies its App's policy again. */
-static void batch_carry_egress(struct fw *fw, struct fw_batch *b)
+static int batch_carry_egress(struct fw *fw, struct fw_batch *b, char *err, size_t errlen)
 {
     static const struct {
         const char *from, *to;
@@ -1843,12 +1912,18 @@ static void batch_carry_egress(struct fw *fw, struct fw_batch *b)
                  {SET_EGRESS_NONE, SET_EGRESS_NONE},
                  {SET_EGRESS_ALLOWLIST, SET_EGRESS_NONE}};
     for (size_t c = 0; c < sizeof carry / sizeof carry[0]; c++) {
-        struct keys_acc acc;
-        fw_read_keys(fw, carry[c].from, &acc);
-        for (size_t i = 0; i < acc.n; i++)
-            batch_elem_raw(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, carry[c].to, acc.v[i], acc.len[i]);
-        keys_free(&acc);
+        struct set_dump d;
+        if (fw_dump_set(fw, carry[c].from, &d, err, errlen) < 0) {
+            if (errno == ENOENT)
+                continue; /* an older layout without this set: nothing to carry */
+            return -1;
+        }
+        for (size_t i = 0; i < d.n; i++)
+            batch_elem_raw(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, carry[c].to, d.v[i].key,
+                           d.v[i].key_len);
+        free(d.v);
     }
+    return 0;
 }
 
 /* ---- names resolved through sbx's DNS forwarder ---- */
@@ -1905,62 +1980,25 @@ int fw_app_names_add(struct fw *fw, const char *app_id, const struct fw_name_add
     return fw_apply(fw, fill_names_add, &x, err, errlen);
 }
 
-struct members_acc {
-    struct fw_egress_member *v;
-    size_t n, cap;
-};
-
-static int members_cb(const struct nlmsghdr *nlh, void *data)
-{
-    struct members_acc *acc = data;
-    struct nftnl_set *s = must(nftnl_set_alloc());
-    if (nftnl_set_elems_nlmsg_parse(nlh, s) == 0) {
-        struct nftnl_set_elems_iter *it = must(nftnl_set_elems_iter_create(s));
-        for (struct nftnl_set_elem *e = nftnl_set_elems_iter_next(it); e;
-             e = nftnl_set_elems_iter_next(it)) {
-            uint32_t klen = 0, ulen = 0;
-            const char *key = nftnl_set_elem_get(e, NFTNL_SET_ELEM_KEY, &klen);
-            const void *ud = nftnl_set_elem_get(e, NFTNL_SET_ELEM_USERDATA, &ulen);
-            char app[FW_OWNER_LEN];
-            udata_comment(ud, ulen, app, sizeof app);
-            if (!key || klen != KEY_LEN || !app[0])
-                continue;
-            if (acc->n == acc->cap) {
-                acc->cap = acc->cap ? acc->cap * 2 : 64;
-                acc->v = must(realloc(acc->v, acc->cap * sizeof(*acc->v)));
-            }
-            struct fw_egress_member *m = &acc->v[acc->n++];
-            memset(m, 0, sizeof *m);
-            memcpy(m->ifname, key, IFNAMSIZ - 1);
-            memcpy(&m->addr.s_addr, key + KEY_IFNAME_LEN, 4);
-            snprintf(m->app_id, sizeof m->app_id, "%s", app);
-        }
-        nftnl_set_elems_iter_destroy(it);
-    }
-    nftnl_set_free(s);
-    return MNL_CB_OK;
-}
-
 int fw_egress_members(struct fw *fw, struct fw_egress_member **out, size_t *n, char *err,
                       size_t errlen)
 {
-    char buf[MNL_SOCKET_BUFFER_SIZE];
-    struct members_acc acc = {0};
+    struct set_dump d;
     pthread_mutex_lock(&fw->lock);
-    struct nlmsghdr *nlh =
-        nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSETELEM, NFPROTO_INET, NLM_F_DUMP, fw_next_seq(fw));
-    struct nftnl_set *s = must(nftnl_set_alloc());
-    nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
-    nftnl_set_set_str(s, NFTNL_SET_NAME, SET_EGRESS_ALLOWLIST);
-    nftnl_set_elems_nlmsg_build_payload(nlh, s);
-    nftnl_set_free(s);
-    int rc = fw_request(fw, "set " SET_EGRESS_ALLOWLIST, nlh, members_cb, &acc, err, errlen);
+    int rc = fw_dump_set(fw, SET_EGRESS_ALLOWLIST, &d, err, errlen);
     pthread_mutex_unlock(&fw->lock);
-    if (rc < 0) {
-        free(acc.v);
+    if (rc < 0)
         return -1;
+    struct fw_egress_member *v = must(calloc(d.n + 1, sizeof(*v)));
+    size_t k = 0;
+    for (size_t i = 0; i < d.n; i++) {
+        if (!d.v[i].comment[0] || !elem_key_sandbox(&d.v[i], v[k].ifname, &v[k].addr))
+            continue;
+        snprintf(v[k].app_id, sizeof v[k].app_id, "%s", d.v[i].comment);
+        k++;
     }
-    *out = acc.v;
-    *n = acc.n;
+    free(d.v);
+    *out = v;
+    *n = k;
     return 0;
 }
