@@ -1027,7 +1027,7 @@ static int fw_dump_set(struct fw *fw, const char *set_name, struct set_dump *d, 
     snprintf(what, sizeof(what), "set %s", set_name);
     for (int attempt = 0; attempt < TRIES; attempt++) {
         if (attempt > 0) {
-            /* Let the resize or the other writer finish: 1, 2, 4 ... 32 ms, 191 ms in all. */
+            /* Let the resize or the other writer finish: 1, 2, 4 ... 32 ms, 159 ms in all. */
             int ms = attempt < 6 ? 1 << (attempt - 1) : 32;
             struct timespec pause = {0, ms * 1000000L};
             nanosleep(&pause, NULL);
