@@ -5,7 +5,8 @@
  * rewriting, binds and columns, changes(), SQLSTATE mapping, the writers' lock (exclusive for
  * serial writers, shared for concurrent ones), readers' snapshots,
  * reconnection after the server restarts, and migrations (run once, newer schema refused); and
- * the one piece of the store that only concurrent writers exercise, the events horizon.
+ * the pieces of the store that only concurrent writers exercise: the group commit passing over a
+ * Session another transaction holds, and the events horizon.
  */
 #include "log.h"
 #include "clock.h"
@@ -18,6 +19,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <semaphore.h>
@@ -906,6 +908,32 @@ static void create_database(const char *name, char *url, size_t urllen)
     snprintf(url, urllen, "%.*s/%s", (int)(slash - pg_url()), pg_url(), name);
 }
 
+/* An App "alpha" of the echo agent, created through the store. */
+static void create_app(struct store *st, struct store_app *a)
+{
+    static const struct store_ctx admin = {"admin", "req_test"};
+    memset(a, 0, sizeof *a);
+    snprintf(a->name, sizeof a->name, "alpha");
+    a->keep_alive_seconds = 60;
+    a->vcpu_count = 1;
+    a->mem_size_mib = 256;
+    snprintf(a->driver, sizeof a->driver, "process");
+    snprintf(a->image, sizeof a->image, "default");
+    a->max_attempts = 3;
+    a->command_json = "[\"/usr/bin/sbx-echo-agent\"]";
+    assert_int_equal(st->app_create(st, &admin, a), STORE_OK);
+    a->command_json = NULL;
+}
+
+static void create_session(struct store *st, const char *app_id, struct store_session *sess)
+{
+    static const struct store_ctx admin = {"admin", "req_test"};
+    bool created = false;
+    assert_int_equal(st->session_create(st, &admin, app_id, NULL, 0, NULL, NULL, sess, &created),
+                     STORE_OK);
+    assert_true(created);
+}
+
 static void test_store_pg_open_migrates_and_runs_the_store(void **state)
 {
     static const struct store_ctx admin = {"admin", "req_test"};
@@ -914,7 +942,7 @@ static void test_store_pg_open_migrates_and_runs_the_store(void **state)
     struct store_app a;
     struct store_session sess;
     struct store_message m;
-    bool created = false, replayed = false;
+    bool replayed = false;
     (void)state;
 
     create_database("t_store", url, sizeof url);
@@ -923,20 +951,8 @@ static void test_store_pg_open_migrates_and_runs_the_store(void **state)
     assert_int_equal(query_int(st, "SELECT max(version) FROM schema_version"),
                      sbx_pg_migrations[sbx_pg_migrations_count - 1].version);
 
-    memset(&a, 0, sizeof a);
-    snprintf(a.name, sizeof a.name, "alpha");
-    a.keep_alive_seconds = 60;
-    a.vcpu_count = 1;
-    a.mem_size_mib = 256;
-    snprintf(a.driver, sizeof a.driver, "process");
-    snprintf(a.image, sizeof a.image, "default");
-    a.max_attempts = 3;
-    a.command_json = "[\"/usr/bin/sbx-echo-agent\"]";
-    assert_int_equal(st->app_create(st, &admin, &a), STORE_OK);
-    a.command_json = NULL;
-    assert_int_equal(st->session_create(st, &admin, a.id, NULL, 0, NULL, NULL, &sess, &created),
-                     STORE_OK);
-    assert_true(created);
+    create_app(st, &a);
+    create_session(st, a.id, &sess);
     for (int i = 1; i <= 3; i++) {
         struct store_enqueue e = {a.id, sess.id, "{\"n\":1}", NULL, NULL};
         assert_int_equal(st->message_enqueue(st, &admin, &e, &m, &replayed), STORE_OK);
@@ -963,6 +979,145 @@ static void test_store_pg_open_migrates_and_runs_the_store(void **state)
     st->close(st);
     assert_null(store_pg_open(url, 5000, err, sizeof err));
     assert_non_null(strstr(err, "has schema version 9999, newer than this sbx"));
+}
+
+/* An asynchronous enqueue's outcome, reported by the committer's thread. */
+struct enqueued {
+    pthread_mutex_t *lock;
+    pthread_cond_t *cond;
+    bool done;
+    enum store_status status;
+    int64_t seq;
+};
+
+static void enqueued_done(void *arg, enum store_status status, struct store_message *m,
+                          bool replayed)
+{
+    struct enqueued *e = arg;
+    (void)replayed;
+    pthread_mutex_lock(e->lock);
+    e->status = status;
+    e->seq = m ? m->seq : -1;
+    e->done = true;
+    pthread_cond_broadcast(e->cond);
+    pthread_mutex_unlock(e->lock);
+    if (m)
+        store_message_clear(m);
+}
+
+/* Waits up to 20 s for each of es[0..n) to be reported; fails naming what. */
+static void wait_enqueued(struct enqueued *es, size_t n, const char *what)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 20;
+    pthread_mutex_lock(es[0].lock);
+    for (size_t i = 0; i < n; i++)
+        while (!es[i].done)
+            if (pthread_cond_timedwait(es[i].cond, es[i].lock, &until) == ETIMEDOUT) {
+                pthread_mutex_unlock(es[0].lock);
+                fail_msg("%s: request %zu not written after 20 s", what, i);
+            }
+    pthread_mutex_unlock(es[0].lock);
+}
+
+/* The group commit on PostgreSQL locks the Sessions of a batch and writes it in one statement,
+ * passing over a Session whose row another transaction holds: that Session's requests wait for
+ * it (in their order), and the other Sessions' requests, plain and with a key, are written
+ * meanwhile. A Session deleted by the transaction that held it gets nothing. */
+static void test_enqueue_passes_over_a_session_another_transaction_holds(void **state)
+{
+    static const struct store_ctx admin = {"admin", "req_test"};
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+    char url[512], err[512];
+    struct store *st, *holder;
+    struct store_app a;
+    struct store_session held, other;
+    (void)state;
+
+    create_database("t_pass_over", url, sizeof url);
+    /* A lock timeout beyond the waits below: a batch that waited for the held row would not
+     * give up and pass it over within them. */
+    if (!(st = store_pg_open(url, 60000, err, sizeof err)))
+        fail_msg("store_pg_open: %s", err);
+    if (!(holder = sql_pg_store_open(url, 5000, err, sizeof err)))
+        fail_msg("holder: %s", err);
+    create_app(st, &a);
+    create_session(st, a.id, &held);
+    create_session(st, a.id, &other);
+
+    /* Another transaction holds the Session's row, as another gateway's batch would (begun by
+     * hand: without the writers' lock, which the serial writer below takes exclusive). */
+    char sql[256];
+    snprintf(sql, sizeof sql, "BEGIN; SELECT id FROM sessions WHERE id = '%s' FOR UPDATE", held.id);
+    assert_int_equal(sql_exec(holder, sql), SQL_DONE);
+
+    /* All five requests below go to the committer in one batch (with the first request, or in
+     * the batch after it): a serial writer (the writers' lock, exclusive) holds the committer
+     * at the BEGIN of its first batch while they are queued. The other Session's requests come
+     * first, so that none of them could be queued behind a batch that waits for the held row
+     * (one passed over too often). */
+    struct store *serial;
+    if (!(serial = sql_pg_store_open(url, 5000, err, sizeof err)))
+        fail_msg("serial writer: %s", err);
+    assert_int_equal(sql_begin(serial), STORE_OK);
+    run_ok(serial, "SELECT 1 WHERE false");
+    struct enqueued first = {&lock, &cond, false, STORE_ERROR, -1};
+    const struct store_enqueue first_req = {a.id, other.id, "{\"n\":0}", NULL, NULL};
+    assert_int_equal(st->message_enqueue_async(st, &admin, &first_req, enqueued_done, &first),
+                     STORE_OK);
+    struct enqueued outs[5];
+    for (size_t i = 0; i < 5; i++)
+        outs[i] = (struct enqueued){&lock, &cond, false, STORE_ERROR, -1};
+    const struct store_enqueue reqs[5] = {
+        {a.id, other.id, "{\"n\":1}", NULL, NULL}, {a.id, other.id, "{\"n\":2}", "key-1", "hash-a"},
+        {a.id, other.id, "{\"n\":3}", NULL, NULL}, {a.id, held.id, "{\"n\":4}", NULL, NULL},
+        {a.id, held.id, "{\"n\":5}", NULL, NULL},
+    };
+    for (size_t i = 0; i < 5; i++)
+        assert_int_equal(st->message_enqueue_async(st, &admin, &reqs[i], enqueued_done, &outs[i]),
+                         STORE_OK);
+    assert_int_equal(sql_commit(serial), STORE_OK);
+    serial->close(serial);
+    wait_enqueued(&first, 1, "the first request");
+    assert_int_equal(first.status, STORE_OK);
+    assert_int_equal(first.seq, 1);
+    wait_enqueued(outs, 3, "the Session nobody holds");
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(outs[i].status, STORE_OK);
+        assert_int_equal(outs[i].seq, (int64_t)i + 2);
+    }
+    pthread_mutex_lock(&lock);
+    assert_false(outs[3].done);
+    assert_false(outs[4].done);
+    pthread_mutex_unlock(&lock);
+
+    /* Released: the held Session's requests are written, in the order they came. */
+    assert_int_equal(sql_exec(holder, "COMMIT"), SQL_DONE);
+    wait_enqueued(outs + 3, 2, "the Session released");
+    assert_int_equal(outs[3].status, STORE_OK);
+    assert_int_equal(outs[3].seq, 1);
+    assert_int_equal(outs[4].status, STORE_OK);
+    assert_int_equal(outs[4].seq, 2);
+
+    /* Deleted by the transaction that held it: the request waiting for it finds no Session. */
+    snprintf(sql, sizeof sql, "BEGIN; UPDATE sessions SET state = 'deleted' WHERE id = '%s'",
+             held.id);
+    assert_int_equal(sql_exec(holder, sql), SQL_DONE);
+    struct enqueued gone = {&lock, &cond, false, STORE_ERROR, -1};
+    const struct store_enqueue late = {a.id, held.id, "{\"n\":6}", NULL, NULL};
+    assert_int_equal(st->message_enqueue_async(st, &admin, &late, enqueued_done, &gone), STORE_OK);
+    assert_int_equal(sql_exec(holder, "COMMIT"), SQL_DONE);
+    wait_enqueued(&gone, 1, "the Session deleted");
+    assert_int_equal(gone.status, STORE_NOT_FOUND);
+    assert_int_equal(query_int(st, "SELECT count(*) FROM messages"), 6);
+    assert_int_equal(query_int(st, "SELECT count(*) FROM events WHERE kind = 'message.queued'"), 6);
+
+    store_session_clear(&held);
+    store_session_clear(&other);
+    holder->close(holder);
+    st->close(st);
 }
 
 /* Concurrent writers commit event ids out of order; a reader paging GET /v1/events by its cursor
@@ -1153,6 +1308,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_migrations_run_once_and_newer_schemas_are_refused,
                                         setup, teardown),
         cmocka_unit_test(test_store_pg_open_migrates_and_runs_the_store),
+        cmocka_unit_test(test_enqueue_passes_over_a_session_another_transaction_holds),
         cmocka_unit_test(test_first_open_waits_for_a_migration_beyond_lock_timeout),
         cmocka_unit_test(test_event_reader_never_passes_an_event_in_flight),
     };

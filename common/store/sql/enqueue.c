@@ -262,12 +262,21 @@ static bool has_key(const struct enqueue_req *e)
     return e->req->idempotency_key && *e->req->idempotency_key;
 }
 
-/* PostgreSQL, inside the batch's transaction (the batch sorted by Session): locks the batch's
- * Sessions (sql_enqueue_pg_lock: first, waiting, those of requests passed over too often; then the
- * others, passing over rows another transaction holds, whose requests are marked deferred), then
- * writes the requests of the Sessions it holds that have no request with a key in one statement
- * (marked done). What is left (requests with a key and the others of their Sessions, or all of
- * them if the one statement failed) goes one by one. Only the rows not yet settled take part;
+/* Whether a row's failure is its own (this Session, this key, this row's values) rather than the
+ * database's (locked, full, an I/O error), which would fail the other rows of the batch too. */
+static bool row_failure(enum store_status r)
+{
+    return r == STORE_NOT_FOUND || r == STORE_CONFLICT || r == STORE_INVALID;
+}
+
+/* PostgreSQL, inside the batch's transaction (the batch sorted by Session). First the Sessions of
+ * requests passed over too often are locked, waiting (sql_enqueue_pg_lock). Then one statement
+ * (sql_enqueue_pg_batch) locks every Session of the batch, passing over rows another transaction
+ * holds (their requests are marked deferred), and writes the requests of the Sessions it holds
+ * that have no request with a key (marked done): one round trip, sent with the BEGIN. When every
+ * Session has a key, or that statement failed for one of its rows, the Sessions are locked alone
+ * (sql_enqueue_pg_lock, passing over) instead, and what is left goes one by one: the requests with
+ * a key and the others of their Sessions, or all of them. Only the rows not yet settled take part;
  * passed-over rows are settled (and deferred), rows written are done for this pass. */
 static enum store_status lock_and_write_pg(struct store *st, struct enqueue_req **all, size_t nall,
                                            bool *settled, bool *done, bool *any_ok)
@@ -280,10 +289,10 @@ static enum store_status lock_and_write_pg(struct store *st, struct enqueue_req 
             at[n] = i;
             batch[n++] = all[i];
         }
-    const char *wait_ids[ENQUEUE_BATCH_MAX], *skip_ids[ENQUEUE_BATCH_MAX];
+    const char *wait_ids[ENQUEUE_BATCH_MAX], *sess_ids[ENQUEUE_BATCH_MAX];
     bool waited[ENQUEUE_BATCH_MAX], keyed[ENQUEUE_BATCH_MAX], passed[ENQUEUE_BATCH_MAX];
     struct sql_enqueue_pg_item items[ENQUEUE_BATCH_MAX];
-    size_t nwait = 0, nskip = 0, nitems = 0, first[ENQUEUE_BATCH_MAX], nsess = 0;
+    size_t nwait = 0, nitems = 0, first[ENQUEUE_BATCH_MAX], nsess = 0;
     enum store_status r;
 
     /* One entry per Session (the batch is sorted): waited for if any of its requests was passed
@@ -291,6 +300,7 @@ static enum store_status lock_and_write_pg(struct store *st, struct enqueue_req 
     for (size_t i = 0; i < n; i++) {
         if (i == 0 || strcmp(batch[i]->req->session_id, batch[i - 1]->req->session_id) != 0) {
             first[nsess] = i;
+            sess_ids[nsess] = batch[i]->req->session_id;
             keyed[nsess] = false;
             waited[nsess++] = false;
         }
@@ -298,62 +308,61 @@ static enum store_status lock_and_write_pg(struct store *st, struct enqueue_req 
         waited[nsess - 1] |= batch[i]->defers >= ENQUEUE_PG_MAX_DEFERS;
     }
     for (size_t k = 0; k < nsess; k++) {
-        const char *sid = batch[first[k]]->req->session_id;
         if (waited[k])
-            wait_ids[nwait++] = sid;
-        else
-            skip_ids[nskip++] = sid;
+            wait_ids[nwait++] = sess_ids[k];
+        size_t end = k + 1 < nsess ? first[k + 1] : n;
+        for (size_t i = first[k]; !keyed[k] && i < end; i++)
+            items[nitems++] =
+                (struct sql_enqueue_pg_item){batch[i]->ctx, batch[i]->req, batch[i]->out, STORE_OK};
     }
-    /* The waited-for rows first, so that this batch holds none of the others while it waits. */
+    /* The waited-for rows first, so that this batch holds none of the others while it waits.
+     * The statements after it lock them again, which a row this transaction holds never
+     * passes over. */
     if (nwait && (r = sql_enqueue_pg_lock(st, wait_ids, nwait, true, passed)) != STORE_OK)
         return r;
-    if (nskip && (r = sql_enqueue_pg_lock(st, skip_ids, nskip, false, passed)) != STORE_OK)
+    bool written = false;
+    if (nitems) {
+        int x = sql_exec(st, "SAVEPOINT enqueue_batch");
+        if (x != SQL_DONE)
+            return sql_status(st, x);
+        if ((r = sql_enqueue_pg_batch(st, sess_ids, nsess, passed, items, nitems)) == STORE_OK) {
+            sql_exec(st, "RELEASE enqueue_batch");
+            written = true;
+        } else if (!row_failure(r)) {
+            return r; /* the database's (the writers' lock not granted in time, say): every row's */
+        } else {
+            /* Nothing of it was written or locked: the Sessions are locked alone below and each
+             * request goes one by one, and fails alone. Sent now, not held back for the next
+             * statement: that one may first need preparing, which an aborted transaction would
+             * refuse. */
+            int y = sql_exec(st, "ROLLBACK TO enqueue_batch; RELEASE enqueue_batch");
+            if (y != SQL_DONE)
+                return sql_status(st, y);
+        }
+    }
+    if (!written && (r = sql_enqueue_pg_lock(st, sess_ids, nsess, false, passed)) != STORE_OK)
         return r;
-    /* Back from the lock calls to the Sessions, then to their requests. */
+    /* Back from the Sessions to their requests. */
     for (size_t k = 0, j = 0; k < nsess; k++) {
-        bool pass = !waited[k] && passed[j++];
+        bool pass = !waited[k] && passed[k];
         size_t end = k + 1 < nsess ? first[k + 1] : n;
         for (size_t i = first[k]; i < end; i++) {
             if (pass) {
                 batch[i]->deferred = true;
                 batch[i]->defers++;
                 settled[at[i]] = true;
-            } else if (!keyed[k]) {
-                items[nitems++] = (struct sql_enqueue_pg_item){batch[i]->ctx, batch[i]->req,
-                                                               batch[i]->out, STORE_OK};
+            } else if (written && !keyed[k]) {
+                /* Written by this pass: again by the next one if it rolls back. */
+                batch[i]->status = items[j].status;
+                *batch[i]->replayed = false;
+                *any_ok |= items[j].status == STORE_OK;
+                done[at[i]] = true;
             }
+            if (written && !keyed[k])
+                j++;
         }
     }
-    if (!nitems)
-        return STORE_OK;
-    int x = sql_exec(st, "SAVEPOINT enqueue_batch");
-    if (x != SQL_DONE)
-        return sql_status(st, x);
-    if (sql_enqueue_pg_batch(st, items, nitems) != STORE_OK) {
-        /* Nothing of it was written: each request goes one by one, and fails alone. Sent now,
-         * not held back for the next statement: that one may first need preparing, which an
-         * aborted transaction would refuse. */
-        int y = sql_exec(st, "ROLLBACK TO enqueue_batch; RELEASE enqueue_batch");
-        return y == SQL_DONE ? STORE_OK : sql_status(st, y);
-    }
-    sql_exec(st, "RELEASE enqueue_batch");
-    for (size_t i = 0, j = 0; i < n && j < nitems; i++) {
-        if (batch[i]->req != items[j].req)
-            continue;
-        batch[i]->status = items[j].status;
-        *batch[i]->replayed = false;
-        *any_ok |= items[j].status == STORE_OK;
-        done[at[i]] = true; /* written by this pass: again by the next one if it rolls back */
-        j++;
-    }
     return STORE_OK;
-}
-
-/* Whether a row's failure is its own (this Session, this key, this row's values) rather than the
- * database's (locked, full, an I/O error), which would fail the other rows of the batch too. */
-static bool row_failure(enum store_status r)
-{
-    return r == STORE_NOT_FOUND || r == STORE_CONFLICT || r == STORE_INVALID;
 }
 
 static void clear_out(struct enqueue_req *e)

@@ -141,13 +141,19 @@ struct sql_enqueue_pg_item {
     const struct store_ctx *ctx;
     const struct store_enqueue *req; /* without an Idempotency-Key */
     struct store_message *out;
-    enum store_status status; /* STORE_OK, or STORE_NOT_FOUND: no such Session in the App */
+    /* STORE_OK; STORE_NOT_FOUND: no such Session in the App; STORE_BUSY: its Session was
+     * passed over (not written) */
+    enum store_status status;
 };
-/* Writes the requests in one statement, in their order, inside the caller's transaction, which
- * holds their Sessions' rows (sql_enqueue_pg_lock). On failure nothing of it is written (if the
- * caller took a savepoint before it) and every item has the failure's status. */
-enum store_status sql_enqueue_pg_batch(struct store *st, struct sql_enqueue_pg_item *items,
-                                       size_t n);
+/* In one statement, inside the caller's transaction: locks the rows of these Sessions until
+ * COMMIT as sql_enqueue_pg_lock does without waiting (rows this transaction holds already are
+ * never passed over; skipped[i] as there), and writes the requests whose Session it holds, in
+ * their order. Every request's Session must be among session_ids. On failure nothing of it is
+ * written and nothing locked (if the caller took a savepoint before it), every item has the
+ * failure's status and no Session is marked skipped. */
+enum store_status sql_enqueue_pg_batch(struct store *st, const char *const *session_ids,
+                                       size_t nsess, bool *skipped,
+                                       struct sql_enqueue_pg_item *items, size_t n);
 
 /* ---- rows that several tables' files read ---- */
 
