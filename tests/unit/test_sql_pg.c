@@ -403,6 +403,61 @@ static void test_savepoints_isolate_a_failed_request(void **state)
     assert_int_equal(query_int(st, "SELECT count(*) FROM items WHERE name = 'never'"), 0);
 }
 
+/* sql_step_then_commit: the COMMIT goes with the transaction's last statement, so another
+ * connection sees its rows before sql_commit(), which reports the outcome. Nothing runs after
+ * that statement. A last statement that fails leaves the transaction open, to be undone to a
+ * savepoint and go on; a rollback after one that succeeded undoes nothing. */
+static void test_the_last_statement_carries_the_commit(void **state)
+{
+    struct store *st = *state, *other = open_store();
+    struct sql_stmt *s;
+
+    assert_int_equal(sql_begin_concurrent(st), STORE_OK);
+    run_ok(st, "INSERT INTO items (name) VALUES ('first')");
+    s = sql_stmt(st, "INSERT INTO items (name) VALUES (?1) RETURNING rowid");
+    assert_non_null(s);
+    sql_bind_text(s, 1, "last");
+    assert_int_equal(sql_step_then_commit(s), SQL_ROW);
+    assert_int_equal(sql_step(s), SQL_DONE);
+    sql_done(s);
+    assert_int_equal(query_int(other, "SELECT count(*) FROM items"), 2);
+    assert_int_equal(sql_exec(st, "SAVEPOINT after_the_last"), SQL_ERROR);
+    s = sql_stmt(st, "INSERT INTO items (name) VALUES ('after the last')");
+    assert_int_equal(sql_step(s), SQL_ERROR);
+    sql_done(s);
+    assert_int_equal(sql_commit(st), STORE_OK);
+    assert_int_equal(query_int(st, "SELECT count(*) FROM items"), 2);
+
+    /* Failed (a duplicate name): not committed, and the transaction goes on. */
+    assert_int_equal(sql_begin_concurrent(st), STORE_OK);
+    assert_int_equal(sql_exec(st, "SAVEPOINT enqueue_batch"), SQL_DONE);
+    s = sql_stmt(st, "INSERT INTO items (name) VALUES (?1)");
+    sql_bind_text(s, 1, "first");
+    assert_int_equal(sql_step_then_commit(s), SQL_ERROR);
+    assert_int_equal(sql_status(st, SQL_ERROR), STORE_CONFLICT);
+    sql_done(s);
+    assert_int_equal(sql_exec(st, "ROLLBACK TO enqueue_batch; RELEASE enqueue_batch"), SQL_DONE);
+    run_ok(st, "INSERT INTO items (name) VALUES ('after the failure')");
+    assert_int_equal(query_int(other, "SELECT count(*) FROM items"), 2);
+    assert_int_equal(sql_commit(st), STORE_OK);
+    assert_int_equal(query_int(other, "SELECT count(*) FROM items"), 3);
+
+    /* A rollback after the last statement: it is committed all the same, and the next
+     * transaction is an ordinary one. */
+    assert_int_equal(sql_begin_concurrent(st), STORE_OK);
+    s = sql_stmt(st, "INSERT INTO items (name) VALUES (?1)");
+    sql_bind_text(s, 1, "kept");
+    assert_int_equal(sql_step_then_commit(s), SQL_DONE);
+    sql_done(s);
+    sql_rollback(st);
+    assert_int_equal(sql_begin_concurrent(st), STORE_OK);
+    run_ok(st, "INSERT INTO items (name) VALUES ('rolled back')");
+    sql_rollback(st);
+    assert_int_equal(query_int(other, "SELECT count(*) FROM items"), 4);
+    assert_int_equal(query_int(st, "SELECT count(*) FROM items WHERE name = 'kept'"), 1);
+    other->close(other);
+}
+
 static void test_session_settings(void **state)
 {
     struct store *st = *state;
@@ -1292,6 +1347,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_commit_keeps_and_rollback_discards, setup, teardown),
         cmocka_unit_test_setup_teardown(test_savepoints_isolate_a_failed_request, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_the_last_statement_carries_the_commit, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_session_settings, setup, teardown),
         cmocka_unit_test_setup_teardown(test_connections_are_closed_on_exec, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writers_are_serialised, setup, teardown),

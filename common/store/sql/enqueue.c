@@ -273,8 +273,9 @@ static bool row_failure(enum store_status r)
  * requests passed over too often are locked, waiting (sql_enqueue_pg_lock). Then one statement
  * (sql_enqueue_pg_batch) locks every Session of the batch, passing over rows another transaction
  * holds (their requests are marked deferred), and writes the requests of the Sessions it holds
- * that have no request with a key (marked done): one round trip, sent with the BEGIN. When every
- * Session has a key, or that statement failed for one of its rows, the Sessions are locked alone
+ * that have no request with a key (marked done). It is sent with the BEGIN and, when it writes
+ * every row of the pass, with the COMMIT too: the whole pass in one round trip. When every Session
+ * has a key, or that statement failed for one of its rows, the Sessions are locked alone
  * (sql_enqueue_pg_lock, passing over) instead, and what is left goes one by one: the requests with
  * a key and the others of their Sessions, or all of them. Only the rows not yet settled take part;
  * passed-over rows are settled (and deferred), rows written are done for this pass. */
@@ -322,11 +323,16 @@ static enum store_status lock_and_write_pg(struct store *st, struct enqueue_req 
         return r;
     bool written = false;
     if (nitems) {
+        /* When it writes every row of the pass, nothing follows it but the COMMIT, which goes
+         * with it. (Its failure leaves the transaction open: the savepoint is undone below.) */
+        bool last = nitems == n;
         int x = sql_exec(st, "SAVEPOINT enqueue_batch");
         if (x != SQL_DONE)
             return sql_status(st, x);
-        if ((r = sql_enqueue_pg_batch(st, sess_ids, nsess, passed, items, nitems)) == STORE_OK) {
-            sql_exec(st, "RELEASE enqueue_batch");
+        if ((r = sql_enqueue_pg_batch(st, sess_ids, nsess, passed, items, nitems, last)) ==
+            STORE_OK) {
+            if (!last)
+                sql_exec(st, "RELEASE enqueue_batch");
             written = true;
         } else if (!row_failure(r)) {
             return r; /* the database's (the writers' lock not granted in time, say): every row's */

@@ -9,8 +9,8 @@
  *   Sessions) behind another gateway's COMMIT, so two gateways' batches commit side by side and
  *   share the server's WAL flushes. Each Session's next_seq grows by its number of requests, each
  *   message takes its seq in the batch's order, and each has its message.queued event (arrays
- *   and unnest). With the BEGIN sent in front of it and the COMMIT after it, a batch is two round
- *   trips to the server.
+ *   and unnest). With the BEGIN sent in front of it and, when nothing else of the batch is left
+ *   to write, the COMMIT behind it, a batch is one round trip to the server.
  * - A request passed over ENQUEUE_PG_MAX_DEFERS times is waited for instead (so it is never
  *   starved): those rows are locked first, waiting, in id order, by a statement of their own
  *   before the others, so no two batches wait for each other in a cycle.
@@ -148,7 +148,7 @@ static bool in_id_list(const char *list, const char *id)
 
 enum store_status sql_enqueue_pg_batch(struct store *st, const char *const *session_ids,
                                        size_t nsess, bool *skipped,
-                                       struct sql_enqueue_pg_item *items, size_t n)
+                                       struct sql_enqueue_pg_item *items, size_t n, bool last)
 {
     struct pg_array a_id = {0}, a_session = {0}, a_app = {0}, a_body = {0}, a_request = {0},
                     a_actor = {0}, a_lock = {0};
@@ -231,7 +231,7 @@ enum store_status sql_enqueue_pg_batch(struct store *st, const char *const *sess
         sql_bind_text(s, 8, t_lock);
         int rc;
         bool first = true;
-        while ((rc = sql_step(s)) == SQL_ROW) {
+        while ((rc = first && last ? sql_step_then_commit(s) : sql_step(s)) == SQL_ROW) {
             if (first) {
                 const char *passed = sql_col_null(s, 0) ? NULL : sql_col_text(s, 0);
                 for (size_t i = 0; i < nsess; i++)

@@ -51,6 +51,8 @@ struct sql_engine {
     void (*bind_null)(struct sql_stmt *s, int idx);
     void (*bind_blob)(struct sql_stmt *s, int idx, const void *v, size_t len);
     int (*step)(struct sql_stmt *s);
+    /* The first step of a transaction's last statement (NULL: step): see sql_step_then_commit. */
+    int (*step_commit)(struct sql_stmt *s);
     bool (*col_null)(struct sql_stmt *s, int col);
     int64_t (*col_int64)(struct sql_stmt *s, int col);
     const char *(*col_text)(struct sql_stmt *s, int col); /* NULL for NULL */
@@ -126,6 +128,17 @@ static inline void sql_bind_blob(struct sql_stmt *s, int idx, const void *v, siz
 static inline int sql_step(struct sql_stmt *s)
 {
     return s->eng->step(s);
+}
+/* The first step of the statement that ends its transaction: the caller then calls sql_commit()
+ * (or sql_rollback()) with no statement or command in between. Where a statement is a round trip
+ * (PostgreSQL), the COMMIT goes with it: when the statement succeeds, the transaction is
+ * committed, or failed to commit, on the server already; sql_commit() reports which, and
+ * sql_rollback() undoes nothing. When it fails, the COMMIT did not run and the transaction is
+ * open, as after any failed statement (ROLLBACK TO a savepoint taken before it is allowed, and
+ * the transaction goes on). Elsewhere (SQLite) it is sql_step(). */
+static inline int sql_step_then_commit(struct sql_stmt *s)
+{
+    return s->eng->step_commit ? s->eng->step_commit(s) : s->eng->step(s);
 }
 static inline bool sql_col_null(struct sql_stmt *s, int col)
 {

@@ -102,6 +102,12 @@ struct pg_conn {
     /* begin() held back its BEGIN (first among pending): the transaction has not reached the
      * server yet, so a connection found dead can be replaced and everything sent again. */
     bool begin_pending;
+    /* The statement being run is the transaction's last (pg_step_commit()): its COMMIT goes with
+     * it. Once that statement succeeded, committed_ahead is set and ahead_status is the COMMIT's
+     * outcome, which commit() reports: the transaction is over on the server. */
+    bool commit_ahead;
+    bool committed_ahead;
+    enum store_status ahead_status;
     unsigned next_prepared; /* names prepared statements uniquely within the session */
     unsigned nstmts;
     struct pg_stmt *slots[PG_STMT_SLOTS];
@@ -413,15 +419,20 @@ static int pg_send(struct pg_conn *c, const struct pg_query *q)
 }
 
 /* Runs the held-back commands (BEGIN, savepoints), then the commands of pre, then q (NULL: none),
- * all in one round trip (libpq's pipeline mode). Returns q's result, or the first failure (q did
- * not run after it: a held-back command's failure is reported as q's); NULL when the connection
- * failed. Outside a transaction block, all of it is one implicit transaction, committed at its end.
- */
+ * then, when commit is not NULL, COMMIT, all in one round trip (libpq's pipeline mode). Returns
+ * q's result, or the first failure before or in q (q did not run after it: a held-back command's
+ * failure is reported as q's); NULL when the connection failed. *commit is the COMMIT's result
+ * (NULL when it did not run: after a failure the transaction block stays open, aborted). Outside
+ * a transaction block, all of it is one implicit transaction, committed at its end. */
 static PGresult *pg_pipeline(struct pg_conn *c, const char *const *pre, int npre,
-                             const struct pg_query *q)
+                             const struct pg_query *q, PGresult **commit)
 {
     PGresult *first_failure = NULL, *main = NULL, *r;
     int nsent = 0, nbefore = c->npending + npre, npending = c->npending;
+    const struct pg_query commit_q = {.text = "COMMIT"};
+
+    if (commit)
+        *commit = NULL;
 
     c->npending = 0;
     c->begin_pending = false;
@@ -434,16 +445,20 @@ static PGresult *pg_pipeline(struct pg_conn *c, const char *const *pre, int npre
     }
     if (nsent == nbefore && q && pg_send(c, q))
         nsent++;
+    if (nsent == nbefore + 1 && q && commit && pg_send(c, &commit_q))
+        nsent++;
     if (!PQpipelineSync(c->db)) {
         PQexitPipelineMode(c->db);
         return NULL;
     }
     for (int i = 0; i < nsent; i++) {
-        bool is_main = q && i == nbefore;
+        bool is_main = q && i == nbefore, is_commit = q && commit && i == nbefore + 1;
         while ((r = PQgetResult(c->db))) {
             ExecStatusType rs = PQresultStatus(r);
             if (is_main && !main && rs != PGRES_PIPELINE_ABORTED) {
                 main = r;
+            } else if (is_commit && !*commit && rs != PGRES_PIPELINE_ABORTED) {
+                *commit = r;
             } else if (!first_failure && rs == PGRES_FATAL_ERROR) {
                 first_failure = r;
             } else {
@@ -473,11 +488,29 @@ static PGresult *pg_pipeline(struct pg_conn *c, const char *const *pre, int npre
     return main;
 }
 
+/* What a COMMIT's result says (NULL: it never came back): STORE_OK, or the failure (recorded). */
+static enum store_status pg_commit_status(struct pg_conn *c, PGresult *res)
+{
+    if (!res) {
+        pg_set_error(c, STORE_BUSY, "the connection to PostgreSQL was lost at COMMIT");
+        return STORE_BUSY;
+    }
+    if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+        pg_fail(c, res);
+        return c->last_status;
+    }
+    if (strcmp(PQcmdStatus(res), "COMMIT") != 0) {
+        pg_set_error(c, STORE_ERROR, "COMMIT rolled back");
+        return STORE_ERROR;
+    }
+    return STORE_OK;
+}
+
 /* Runs q, after any held-back commands: one round trip either way. */
 static PGresult *pg_query_run(struct pg_conn *c, const struct pg_query *q)
 {
     if (c->npending > 0)
-        return pg_pipeline(c, NULL, 0, q);
+        return pg_pipeline(c, NULL, 0, q, NULL);
     if (q->name)
         return PQexecPrepared(c->db, q->name, q->nparams, q->values, q->lengths, q->formats, 0);
     return PQexecParams(c->db, q->text, q->nparams, q->types, q->values, q->lengths, q->formats, 0);
@@ -754,7 +787,13 @@ static int pg_execute_once(struct pg_stmt *s)
     struct pg_conn *c = s->conn;
     const char *name;
     ExecStatusType rs;
+    bool ahead = c->commit_ahead && c->in_txn;
 
+    c->commit_ahead = false;
+    if (c->committed_ahead) {
+        pg_set_error(c, STORE_ERROR, "a statement after its transaction's last");
+        return SQL_ERROR;
+    }
     if (!pg_conn_usable(c))
         return SQL_ERROR;
     name = pg_prepared_name(s);
@@ -767,7 +806,16 @@ static int pg_execute_once(struct pg_stmt *s)
          * that a serial writer still excludes it. The lock and the statement run as one implicit
          * transaction, in the same one round trip. */
         const char *lock = c->store->shared_lock;
-        s->res = pg_pipeline(c, &lock, 1, &q);
+        s->res = pg_pipeline(c, &lock, 1, &q, NULL);
+    } else if (ahead) {
+        PGresult *commit;
+        s->res = pg_pipeline(c, NULL, 0, &q, &commit);
+        rs = PQresultStatus(s->res);
+        if (rs == PGRES_TUPLES_OK || rs == PGRES_COMMAND_OK) {
+            c->committed_ahead = true;
+            c->ahead_status = pg_commit_status(c, commit);
+        }
+        PQclear(commit);
     } else {
         s->res = pg_query_run(c, &q);
     }
@@ -794,7 +842,7 @@ static int pg_execute(struct pg_stmt *s)
 {
     struct pg_conn *c = s->conn;
     bool was_connected = PQstatus(c->db) == CONNECTION_OK;
-    bool first_of_txn = c->begin_pending;
+    bool first_of_txn = c->begin_pending, ahead = c->commit_ahead;
     char held[PG_PENDING_MAX][PG_PENDING_LEN];
     int nheld = c->npending;
     int rc;
@@ -815,6 +863,7 @@ static int pg_execute(struct pg_stmt *s)
             c->npending = nheld;
             c->begin_pending = true;
             c->in_txn = true;
+            c->commit_ahead = ahead;
             rc = pg_execute_once(s);
         }
         c->in_txn = true; /* ended by the caller's rollback, as for any failure */
@@ -837,6 +886,16 @@ static int pg_step(struct sql_stmt *ss)
     if (s->row < s->nrows)
         s->row++;
     return s->row < s->nrows ? SQL_ROW : SQL_DONE;
+}
+
+/* The first step of the transaction's last statement: its COMMIT is sent right behind it, in the
+ * same round trip (see sql_step_then_commit()). */
+static int pg_step_commit(struct sql_stmt *ss)
+{
+    struct pg_stmt *s = pg_s(ss);
+    if (!s->bind_failed && !s->ran)
+        s->conn->commit_ahead = true;
+    return pg_step(ss);
 }
 
 static bool pg_has_value(struct pg_stmt *s, int col)
@@ -941,6 +1000,10 @@ static int pg_exec(struct store *st, const char *sql)
     struct pg_conn *c = pg_conn(st);
     if (!c)
         return SQL_NOMEM;
+    if (c->committed_ahead) {
+        pg_set_error(c, STORE_ERROR, "a command after its transaction's last statement");
+        return SQL_ERROR;
+    }
     if (pg_deferrable(c, sql)) {
         snprintf(c->pending[c->npending++], PG_PENDING_LEN, "%s", sql);
         return SQL_DONE;
@@ -949,7 +1012,7 @@ static int pg_exec(struct store *st, const char *sql)
         return SQL_ERROR;
     if (c->npending > 0 && !strchr(sql, ';')) {
         struct pg_query q = {.text = sql};
-        PGresult *res = pg_pipeline(c, NULL, 0, &q);
+        PGresult *res = pg_pipeline(c, NULL, 0, &q, NULL);
         ExecStatusType rs = PQresultStatus(res);
         int rc = rs == PGRES_COMMAND_OK || rs == PGRES_TUPLES_OK ? SQL_DONE : SQL_ERROR;
         if (rc != SQL_DONE)
@@ -958,7 +1021,7 @@ static int pg_exec(struct store *st, const char *sql)
         return rc;
     }
     if (c->npending > 0) {
-        PGresult *res = pg_pipeline(c, NULL, 0, NULL);
+        PGresult *res = pg_pipeline(c, NULL, 0, NULL, NULL);
         if (res) {
             pg_fail(c, res);
             PQclear(res);
@@ -978,6 +1041,11 @@ static void pg_rollback(struct store *st)
         return;
     c->in_txn = false;
     c->npending = 0; /* the held-back commands go with the transaction */
+    c->commit_ahead = false;
+    if (c->committed_ahead) {
+        c->committed_ahead = false; /* over on the server already: nothing left to undo */
+        return;
+    }
     if (c->begin_pending) {
         c->begin_pending = false; /* the server never saw the transaction */
         return;
@@ -1022,6 +1090,7 @@ static enum store_status pg_begin(struct store *st, enum sql_txn kind)
     }
     c->begin_pending = true;
     c->in_txn = true;
+    c->commit_ahead = c->committed_ahead = false;
     return STORE_OK;
 }
 
@@ -1033,6 +1102,14 @@ static enum store_status pg_commit(struct store *st)
 
     if (!c)
         return STORE_ERROR;
+    c->commit_ahead = false;
+    if (c->committed_ahead) {
+        /* Sent with the transaction's last statement; failed, it rolled back on the server. */
+        c->committed_ahead = false;
+        c->in_txn = false;
+        c->npending = 0;
+        return c->ahead_status;
+    }
     if (c->begin_pending) {
         pg_rollback(st); /* nothing was sent: nothing to commit */
         return STORE_OK;
@@ -1051,17 +1128,11 @@ static enum store_status pg_commit(struct store *st)
     }
     if (c->npending > 0) {
         struct pg_query q = {.text = "COMMIT"};
-        res = pg_pipeline(c, NULL, 0, &q);
+        res = pg_pipeline(c, NULL, 0, &q, NULL);
     } else {
         res = PQexec(c->db, "COMMIT");
     }
-    if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-        pg_fail(c, res);
-        r = c->last_status;
-    } else if (strcmp(PQcmdStatus(res), "COMMIT") != 0) {
-        pg_set_error(c, STORE_ERROR, "COMMIT rolled back");
-        r = STORE_ERROR;
-    }
+    r = pg_commit_status(c, res);
     PQclear(res);
     if (r != STORE_OK)
         pg_rollback(st);
@@ -1098,6 +1169,7 @@ static const struct sql_engine pg_engine = {
     .bind_null = pg_bind_null,
     .bind_blob = pg_bind_blob,
     .step = pg_step,
+    .step_commit = pg_step_commit,
     .col_null = pg_col_null,
     .col_int64 = pg_col_int64,
     .col_text = pg_col_text,

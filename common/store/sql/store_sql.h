@@ -150,10 +150,12 @@ struct sql_enqueue_pg_item {
  * never passed over; skipped[i] as there), and writes the requests whose Session it holds, in
  * their order. Every request's Session must be among session_ids. On failure nothing of it is
  * written and nothing locked (if the caller took a savepoint before it), every item has the
- * failure's status and no Session is marked skipped. */
+ * failure's status and no Session is marked skipped. last: the statement ends the transaction
+ * (sql_step_then_commit): on success the caller's next call is sql_commit(), which reports
+ * whether it committed. */
 enum store_status sql_enqueue_pg_batch(struct store *st, const char *const *session_ids,
                                        size_t nsess, bool *skipped,
-                                       struct sql_enqueue_pg_item *items, size_t n);
+                                       struct sql_enqueue_pg_item *items, size_t n, bool last);
 
 /* ---- rows that several tables' files read ---- */
 
