@@ -429,7 +429,14 @@ static void *hub_main(void *arg)
             any = true;
             last_recheck = now;
         }
-        if (any)
+        /* Only streams wait for events: with none open, a hint costs no store read (under a
+         * stream of writes every gateway hints every other one every EVENTS_HINT_MS). A stream
+         * opened later reads the store itself, and the first hint after it finds the id moved
+         * on (at worst one wake-up for nothing). */
+        pthread_mutex_lock(&h->lock);
+        bool watched = h->streams != NULL;
+        pthread_mutex_unlock(&h->lock);
+        if (any && watched)
             mk.events = events_moved(h);
         next_keepalive = mark_and_resume(h, &mk, false);
     }

@@ -715,8 +715,9 @@ async function ingestOnce(store, c, gateways = 1) {
     while (bases.length < gateways) bases.push(await sbx.addGateway());
     const before = Number(sbx.sql('SELECT count(*) AS n FROM messages')[0].n);
     const env = { SBX_BENCH_KEY: sbx.key, SBX_BENCH_SESSIONS: sessionsFile };
-    const runs = await Promise.all(bases.map((url) =>
-      runWrkAsync({ url, connections: Math.max(1, Math.round(c / gateways)), seconds: wrkSeconds, script: join(here, 'post.lua'), env })));
+    const runs = await Promise.all(bases.map((url, i) =>
+      runWrkAsync({ url, connections: Math.max(1, Math.round(c / gateways)), seconds: wrkSeconds, script: join(here, 'post.lua'),
+        env: { ...env, SBX_BENCH_PART: `${i}/${gateways}` } })));
     const stored = Number(sbx.sql('SELECT count(*) AS n FROM messages')[0].n) - before;
     const accepted = runs.reduce((a, r) => a + r.requests - r.non2xx, 0);
     return {

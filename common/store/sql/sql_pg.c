@@ -9,7 +9,8 @@
  * runs with a given list of parameter types (one more round trip, once), then executed with
  * PQexecPrepared; results come back in text format and are read row by row from the PGresult.
  * Commands that return nothing (a transaction's BEGIN and its lock, savepoints) are held back and
- * sent with the next statement in the same round trip (libpq's pipeline mode).
+ * sent with the next statement in the same round trip (libpq's pipeline mode), and a
+ * transaction's last statement can carry its COMMIT too (pg_step_commit()).
  *
  * Where PostgreSQL behaves differently from SQLite under the same calls:
  * - A failed statement aborts its whole transaction (until ROLLBACK TO a savepoint taken before
@@ -991,10 +992,10 @@ static bool pg_deferrable(struct pg_conn *c, const char *sql)
            PQstatus(c->db) == CONNECTION_OK;
 }
 
-/* Savepoint commands (the group commit wraps every request in one) are held back and sent with
- * the transaction's next statement or COMMIT, in one round trip: they return no rows, and a
- * failure is reported by that statement, which could not have run after it anyway. This saves
- * two round trips of the six or so that each enqueued message costs. */
+/* Savepoint commands (the group commit takes one around its batch statement and around each
+ * request with a key) are held back and sent with the transaction's next statement or COMMIT, in
+ * one round trip: they return no rows, and a failure is reported by that statement, which could
+ * not have run after it anyway. Each would otherwise be a round trip of its own. */
 static int pg_exec(struct store *st, const char *sql)
 {
     struct pg_conn *c = pg_conn(st);
