@@ -792,6 +792,19 @@ static void test_reconnects_after_the_server_restarts(void **state)
     assert_int_equal(sql_commit(st), STORE_OK);
     test_session_settings(state); /* set again on the new session */
 
+    /* Not one whose first statement carries its COMMIT (sql_step_then_commit): the server may
+     * have committed it before the connection went, so it is busy, and never sent twice. */
+    pg_ctl("restart");
+    assert_int_equal(sql_begin_concurrent(st), STORE_OK);
+    s = sql_stmt(st, "INSERT INTO items (name) VALUES (?1)");
+    sql_bind_text(s, 1, "carried");
+    rc = sql_step_then_commit(s);
+    sql_done(s);
+    assert_int_equal(rc, SQL_ERROR);
+    assert_int_equal(sql_status(st, rc), STORE_BUSY);
+    sql_rollback(st);
+    assert_int_equal(query_int(st, "SELECT count(*) FROM items WHERE name = 'carried'"), 0);
+
     /* So does a plain SELECT, which is safe to run again. */
     pg_ctl("restart");
     assert_int_equal(query_int(st, "SELECT count(*) FROM items"), 2);

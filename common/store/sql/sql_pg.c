@@ -837,7 +837,10 @@ static int pg_execute_once(struct pg_stmt *s)
 
 /* A plain SELECT outside a transaction that failed because the connection was gone (the server
  * restarted since this connection's last use) runs again on a new connection: it changed
- * nothing. Anything else reports STORE_BUSY, since a write may or may not have happened, and the
+ * nothing. So does a transaction's first statement, whole with its held-back BEGIN: a
+ * transaction the server never committed is rolled back when its connection goes. Not one that
+ * carries its COMMIT (pg_step_commit()): the server may have committed it before the connection
+ * went. Anything else reports STORE_BUSY, since a write may or may not have happened, and the
  * next use reconnects. */
 static int pg_execute(struct pg_stmt *s)
 {
@@ -855,16 +858,15 @@ static int pg_execute(struct pg_stmt *s)
         s->ran = true;
         return rc;
     }
-    if (first_of_txn) {
-        /* The transaction's first statement found the connection dead: nothing of it reached
-         * the server, so it starts again, whole, on a new connection. */
+    if (first_of_txn && !ahead) {
+        /* The transaction's first statement found the connection dead: nothing of it was
+         * committed, so it starts again, whole, on a new connection. */
         c->in_txn = false;
         if (pg_conn_usable(c)) {
             memcpy(c->pending, held, (size_t)nheld * sizeof held[0]);
             c->npending = nheld;
             c->begin_pending = true;
             c->in_txn = true;
-            c->commit_ahead = ahead;
             rc = pg_execute_once(s);
         }
         c->in_txn = true; /* ended by the caller's rollback, as for any failure */
