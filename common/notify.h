@@ -16,9 +16,11 @@
  *     <run_dir>/<role>-<pid>-<n>.sock; a sender sends to every socket of the role and removes
  *     sockets whose owner died.
  *   - a postgres:// URL: LISTEN/NOTIFY, any number of hosts. Channel "sbx_<role>", payload = the
- *     message. A listener holds its own connection for LISTEN and re-establishes it when it is
- *     lost; meanwhile callers rely on their slow poll, and once it listens again notify_recv()
- *     returns NOTIFY_RESYNC (hints may have been lost: re-read the store).
+ *     message. A process's listeners of one role share one LISTEN connection, which is
+ *     re-established when it is lost; meanwhile callers rely on their slow poll, and once it
+ *     listens again notify_recv() returns NOTIFY_RESYNC (hints may have been lost: re-read the
+ *     store). So does a listener whose caller left more than 256 hints unread. A process's
+ *     peers share one sending connection, whatever their role.
  */
 #ifndef SBX_NOTIFY_H
 #define SBX_NOTIFY_H

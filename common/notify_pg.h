@@ -1,5 +1,7 @@
 /*
- * notify_pg.h: the PostgreSQL LISTEN/NOTIFY transport behind notify.h (private to notify.c).
+ * notify_pg.h: the PostgreSQL LISTEN/NOTIFY transport behind notify.h (private to notify.c). A
+ * process shares one LISTEN connection per channel among its listeners and one sending connection
+ * among its senders (notify_pg.c).
  */
 #ifndef SBX_NOTIFY_PG_H
 #define SBX_NOTIFY_PG_H

@@ -582,6 +582,105 @@ static void test_pg_fd_drives_a_libevent_loop(void **state)
     notify_listener_close(seen.l);
 }
 
+/* Waits up to 5 s for want connections of app (application_name) to this test's database:
+ * a closed connection's backend leaves pg_stat_activity shortly after, not at once. */
+static void expect_connections(const char *app, int want)
+{
+    char sql[256];
+    int n = -1;
+    PGconn *c = PQconnectdb(store);
+    if (PQstatus(c) != CONNECTION_OK)
+        fail_msg("connect: %s", PQerrorMessage(c));
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM pg_stat_activity WHERE application_name = '%s' AND datname = "
+             "current_database()",
+             app);
+    for (int64_t end = clock_mono_ms() + 5000; n != want && clock_mono_ms() < end;) {
+        PGresult *r = PQexec(c, sql);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK)
+            fail_msg("%s: %s", sql, PQerrorMessage(c));
+        n = atoi(PQgetvalue(r, 0, 0));
+        PQclear(r);
+        if (n != want)
+            usleep(20 * 1000);
+    }
+    PQfinish(c);
+    if (n != want)
+        fail_msg("%d connections named %s, not %d", n, app, want);
+}
+
+/* A process's listeners of one channel share one LISTEN connection, and its senders one
+ * connection for every channel (each NOTIFY transaction signals every listening backend of the
+ * database: fewer of both is less work for the server). Each listener still gets every message
+ * of its role, and only those, whichever listener's caller reads first; a listener whose caller
+ * does not read holds nobody up, and once more hints came than it keeps it says NOTIFY_RESYNC
+ * (re-read the store), then receives again. */
+static void test_pg_listeners_and_senders_share_connections(void **state)
+{
+    (void)state;
+    struct notify_listener *g1 = listen_or_fail("gateway"), *g2 = listen_or_fail("gateway");
+    struct notify_listener *w = listen_or_fail("worker");
+    struct notify_peer *to_gw = notify_peer_new(store, run_dir, "gateway");
+    struct notify_peer *to_gw2 = notify_peer_new(store, run_dir, "gateway");
+    struct notify_peer *to_w = notify_peer_new(store, run_dir, "worker");
+    char buf[64];
+    assert_non_null(to_gw);
+    assert_non_null(to_gw2);
+    assert_non_null(to_w);
+    expect_connections("sbx-notify-listen", 2);
+
+    notify_send(to_gw, "msg a");
+    notify_send(to_w, "queue");
+    notify_send(to_gw2, "events");
+    /* g1's caller reads first: g2 is woken by g1's reading, not by the socket. */
+    expect_message(g1, "msg a");
+    expect_message(g1, "events");
+    assert_true(readable_within(g2, 0));
+    expect_message(g2, "msg a");
+    expect_message(g2, "events");
+    expect_message(w, "queue");
+    expect_silence(w, 200);
+    expect_connections("sbx-notify-send", 1);
+
+    /* g2's caller stops reading while 300 hints come; g1 gets each of them, in order. */
+    for (int i = 0; i < 300; i++) {
+        snprintf(buf, sizeof buf, "msg m%03d", i);
+        notify_send(to_gw, buf);
+    }
+    for (int i = 0; i < 300; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "msg m%03d", i);
+        expect_message(g1, want);
+    }
+    /* g2 says first that it could not keep them all, then gives the first 256. */
+    assert_true(recv_now(g2, buf, sizeof buf) > 0);
+    assert_string_equal(buf, NOTIFY_RESYNC);
+    for (int i = 0; i < 256; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "msg m%03d", i);
+        assert_true(recv_now(g2, buf, sizeof buf) > 0);
+        assert_string_equal(buf, want);
+    }
+    assert_int_equal(recv_now(g2, buf, sizeof buf), 0);
+    notify_send(to_gw, "msg after");
+    expect_message(g2, "msg after");
+    expect_message(g1, "msg after");
+
+    /* The last listener of a channel closes its connection; the others' stays. */
+    notify_listener_close(g1);
+    notify_send(to_gw2, "msg alone");
+    expect_message(g2, "msg alone");
+    notify_listener_close(g2);
+    notify_peer_free(to_gw);
+    notify_peer_free(to_gw2);
+    notify_send(to_w, "stop");
+    expect_message(w, "stop");
+    notify_peer_free(to_w);
+    expect_connections("sbx-notify-listen", 1);
+    expect_connections("sbx-notify-send", 0);
+    notify_listener_close(w);
+}
+
 static void test_pg_malformed_url_is_an_error(void **state)
 {
     (void)state;
@@ -618,6 +717,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest pg_tests[] = {
         cmocka_unit_test(test_pg_malformed_url_is_an_error),
         cmocka_unit_test(test_pg_concurrent_senders_lose_nothing),
+        cmocka_unit_test(test_pg_listeners_and_senders_share_connections),
         cmocka_unit_test(test_pg_fd_drives_a_libevent_loop),
         cmocka_unit_test(test_pg_listeners_reconnect_after_a_dropped_connection),
         cmocka_unit_test(test_pg_listeners_and_sender_survive_a_restart),
