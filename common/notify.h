@@ -60,8 +60,10 @@ void notify_peer_free(struct notify_peer *p);
 /* Sends msg (under 128 bytes) to every listener of the role, after whatever the caller committed
  * before. Never waits for the network: a Unix datagram is sent at once (dropped when a receiver's
  * queue is full); on PostgreSQL, msg is queued for the peer's thread, which sends what queued in
- * one round trip, drops it when the server cannot be reached within a second (hints only), and
- * connects again for a later send. notify_peer_free() sends what is still queued first. */
+ * one round trip, starts such a NOTIFY transaction at most every 2 ms (a first one after a quiet
+ * spell at once, so a message waits at most that long), drops msg when the server cannot be
+ * reached within a second (hints only), and connects again for a later send.
+ * notify_peer_free() sends what is still queued first. */
 void notify_send(struct notify_peer *p, const char *msg);
 
 #endif

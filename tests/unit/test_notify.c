@@ -681,6 +681,44 @@ static void test_pg_listeners_and_senders_share_connections(void **state)
     notify_listener_close(w);
 }
 
+/* Under a stream of sends the sender starts a NOTIFY transaction at most every 2 ms (each costs
+ * the server a commit and a signal to every listener), and what queued meanwhile rides in the
+ * next one. PostgreSQL delivers a repeated message once per transaction, so the number of
+ * "events" received counts the transactions that carried one. Without the spacing this machine
+ * sends one per round trip (a few tenths of a millisecond on loopback). */
+static void test_pg_sender_spaces_its_transactions(void **state)
+{
+    (void)state;
+    struct notify_listener *l = listen_or_fail("gateway");
+    struct notify_peer *p = notify_peer_new(store, run_dir, "gateway");
+    char buf[64];
+    int received = 0;
+    assert_non_null(p);
+    notify_send(p, "msg warm-up"); /* the connection is made outside the measured span */
+    expect_message(l, "msg warm-up");
+    int64_t t0 = clock_mono_ms();
+    while (clock_mono_ms() - t0 < 100) {
+        notify_send(p, "events");
+        usleep(100);
+    }
+    int64_t span = clock_mono_ms() - t0;
+    notify_send(p, "msg end");
+    for (;;) {
+        if (!next_message(l, 5000, false, buf, sizeof buf))
+            fail_msg("no \"msg end\" within 5 s");
+        if (strcmp(buf, "msg end") == 0)
+            break;
+        assert_string_equal(buf, "events");
+        received++;
+    }
+    /* Transactions started within the span, 2 ms apart, and the one after it with the rest. */
+    assert_true(received >= 1);
+    if (received > span / 2 + 2)
+        fail_msg("%d NOTIFY transactions in %lld ms", received, (long long)span);
+    notify_peer_free(p);
+    notify_listener_close(l);
+}
+
 static void test_pg_malformed_url_is_an_error(void **state)
 {
     (void)state;
@@ -718,6 +756,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_pg_malformed_url_is_an_error),
         cmocka_unit_test(test_pg_concurrent_senders_lose_nothing),
         cmocka_unit_test(test_pg_listeners_and_senders_share_connections),
+        cmocka_unit_test(test_pg_sender_spaces_its_transactions),
         cmocka_unit_test(test_pg_fd_drives_a_libevent_loop),
         cmocka_unit_test(test_pg_listeners_reconnect_after_a_dropped_connection),
         cmocka_unit_test(test_pg_listeners_and_sender_survive_a_restart),
