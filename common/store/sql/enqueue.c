@@ -324,23 +324,33 @@ static enum store_status lock_and_write_pg(struct store *st, struct enqueue_req 
     bool written = false;
     if (nitems) {
         /* When it writes every row of the pass, nothing follows it but the COMMIT, which goes
-         * with it. (Its failure leaves the transaction open: the savepoint is undone below.) */
-        bool last = nitems == n;
-        int x = sql_exec(st, "SAVEPOINT enqueue_batch");
-        if (x != SQL_DONE)
-            return sql_status(st, x);
+         * with it. (Its failure leaves the transaction open, aborted.) When it is the
+         * transaction's first statement, as it is unless some Session was waited for, a failure
+         * has nothing before it to keep: the transaction is rolled back and begun again, and the
+         * common case spares a savepoint (a subtransaction on the server) per batch. Otherwise a
+         * savepoint keeps the waited-for locks. */
+        bool last = nitems == n, first_write = nwait == 0;
+        if (!first_write) {
+            int x = sql_exec(st, "SAVEPOINT enqueue_batch");
+            if (x != SQL_DONE)
+                return sql_status(st, x);
+        }
         if ((r = sql_enqueue_pg_batch(st, sess_ids, nsess, passed, items, nitems, last)) ==
             STORE_OK) {
-            if (!last)
+            if (!last && !first_write)
                 sql_exec(st, "RELEASE enqueue_batch");
             written = true;
         } else if (!row_failure(r)) {
             return r; /* the database's (the writers' lock not granted in time, say): every row's */
+        } else if (first_write) {
+            /* Nothing of it was written or locked: the Sessions are locked alone below, in a
+             * new transaction, and each request goes one by one, and fails alone. */
+            sql_rollback(st);
+            if ((r = sql_begin_concurrent(st)) != STORE_OK)
+                return r;
         } else {
-            /* Nothing of it was written or locked: the Sessions are locked alone below and each
-             * request goes one by one, and fails alone. Sent now, not held back for the next
-             * statement: that one may first need preparing, which an aborted transaction would
-             * refuse. */
+            /* The same, in this transaction. Sent now, not held back for the next statement:
+             * that one may first need preparing, which an aborted transaction would refuse. */
             int y = sql_exec(st, "ROLLBACK TO enqueue_batch; RELEASE enqueue_batch");
             if (y != SQL_DONE)
                 return sql_status(st, y);
