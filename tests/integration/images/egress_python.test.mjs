@@ -15,7 +15,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startSbx, req } from '../worker/harness.mjs';
+import { startSbx, req, assertWorkersExited } from '../worker/harness.mjs';
 import { importImage } from './upload.mjs';
 
 const IMAGES = process.env.SBX_TEST_IMAGES;
@@ -43,6 +43,7 @@ test('a Python agent in an image reaches only its allowed name, and every refusa
     workers: 1,
     env: { SBX_DNS_RESOLVERS: '11.11.11.53', SBX_EGRESS_PORTS: '80,443', SBX_MESSAGE_TIMEOUT: '30' },
   });
+  let bodyFailed = true;
   try {
     const img = await importImage(sbx, 'py', join(IMAGES, 'py.docker.tar'));
     assert.equal(img.state, 'ready', JSON.stringify(img.problem));
@@ -138,11 +139,12 @@ test('a Python agent in an image reaches only its allowed name, and every refusa
     const lookups = seen.filter((e) => e.kind === 'sandbox.egress_denied' && e.data.rule === 'name');
     assert.ok(!lookups.some((e) => e.data.name === 'api.test'), 'an allowed lookup recorded as refused');
     assert.ok(seen.every((e) => e.appId === app.id || e.appId == null), "another App's events");
+    bodyFailed = false;
   } finally {
     const results = await sbx.stop();
     execFileSync('bash', [WORLD, 'down', dir]);
     rmSync(dir, { recursive: true, force: true });
     sbx.cleanup();
-    for (const r of results) assert.equal(r.code, 0, `worker exit ${JSON.stringify(r)}`);
+    assertWorkersExited(results, bodyFailed);
   }
 });

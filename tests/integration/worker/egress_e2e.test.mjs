@@ -19,7 +19,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startSbx, req } from './harness.mjs';
+import { startSbx, req, assertWorkersExited } from './harness.mjs';
 
 const WORLD = process.env.SBX_EGRESS_WORLD;
 const PROBE = process.env.SBX_NET_PROBE;
@@ -29,6 +29,7 @@ test('egress: public, none and allowlist applied live; two Apps isolated', async
   const dir = mkdtempSync(join(tmpdir(), 'sbx-egress-e2e-'));
   execFileSync('bash', [WORLD, 'up', dir, PROBE], { stdio: 'inherit' });
   const sbx = await startSbx({ workers: 1, env: { SBX_DNS_RESOLVERS: '11.11.11.53', SBX_EGRESS_PORTS: '80,443' } });
+  let bodyFailed = true;
   try {
     const a = await sbx.app('egress-a', { keepAliveSeconds: 120, maxAttempts: 1 });
     const sa = await sbx.session(a.key);
@@ -179,11 +180,12 @@ test('egress: public, none and allowlist applied live; two Apps isolated', async
     // the drops are counted per reason for /metrics (published by the worker through the store)
     await sbx.until(() => /reason="policy"} [1-9]/.test(sbx.sql(`SELECT value FROM settings WHERE key = 'firewall_metrics'`)), 10000, 'policy drops published');
     assert.match(sbx.sql(`SELECT value FROM settings WHERE key = 'firewall_metrics'`), /reason="egress"} [1-9]/);
+    bodyFailed = false;
   } finally {
     const results = await sbx.stop();
     execFileSync('bash', [WORLD, 'down', dir]);
     rmSync(dir, { recursive: true, force: true });
     sbx.cleanup();
-    for (const r of results) assert.equal(r.code, 0, `worker exit ${JSON.stringify(r)}`);
+    assertWorkersExited(results, bodyFailed);
   }
 });

@@ -1,7 +1,9 @@
 // harness.mjs: a live sbx for the worker tests: the real sbx-gateway (via the gateway tests'
 // harness) plus N worker processes (SBX_WORKER_BIN: sbx-worker, or sbx-worker-fork for the
 // lifecycle tests on the fork test driver) sharing one temporary data directory.
+import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { startGateway, req, sql, removeDataDir } from '../gateway/harness.mjs';
@@ -26,6 +28,64 @@ export const FAST = {
   SBX_JOB_THREADS: '4',
   SBX_SYNCHRONOUS: 'NORMAL',
 };
+
+// What a process and its descendants are blocked in, from /proc: each thread's name, state and
+// wait channel, and each descendant's command line.
+function readProc(path) {
+  try {
+    return readFileSync(path, 'utf8').trim();
+  } catch {
+    return '?';
+  }
+}
+function stuckReport(pid) {
+  const children = new Map();
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    const stat = readProc(`/proc/${d}/stat`);
+    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    if (!children.has(ppid)) children.set(ppid, []);
+    children.get(ppid).push(Number(d));
+  }
+  const descendants = [];
+  const lines = [];
+  const describe = (p, depth) => {
+    const cmd = readProc(`/proc/${p}/cmdline`).replaceAll('\0', ' ');
+    lines.push(`${'  '.repeat(depth)}pid ${p}: ${cmd.slice(0, 200)}`);
+    let tasks = [];
+    try {
+      tasks = readdirSync(`/proc/${p}/task`);
+    } catch {
+      /* gone */
+    }
+    for (const t of tasks) {
+      const stat = readProc(`/proc/${p}/task/${t}/stat`);
+      const state = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0];
+      lines.push(`${'  '.repeat(depth + 1)}thread ${t} ${readProc(`/proc/${p}/task/${t}/comm`)} ` +
+        `state ${state} wchan ${readProc(`/proc/${p}/task/${t}/wchan`)} syscall ${readProc(`/proc/${p}/task/${t}/syscall`).split(' ')[0]}`);
+    }
+    for (const c of children.get(p) || []) {
+      descendants.push(c);
+      describe(c, depth + 1);
+    }
+  };
+  describe(pid, 0);
+  return { text: `the worker did not exit within 20 s of SIGTERM:\n${lines.join('\n')}`, descendants };
+}
+
+// Asserts every worker exited 0; one that was stuck shows what it was waiting in and its log.
+// After a test body that failed (bodyFailed), it only prints that, so that the body's own error,
+// the first cause, is the one the test reports.
+export function assertWorkersExited(results, bodyFailed = false) {
+  for (const r of results) {
+    const what = `worker exit ${JSON.stringify({ code: r.code, signal: r.signal })}${r.stuck ? `\n${r.stuck}` : ''}`;
+    if (bodyFailed) {
+      if (r.code !== 0) console.log(what);
+    } else {
+      assert.equal(r.code, 0, what);
+    }
+  }
+}
 
 export async function startSbx({ workers = 1, env = {} } = {}) {
   // The admin token is set rather than read from the gateway's first-start output, which may
@@ -57,9 +117,25 @@ export async function startSbx({ workers = 1, env = {} } = {}) {
         if (p.exitCode === null && p.signalCode === null) p.kill('SIGTERM');
       }
       for (const p of this.workers) {
-        const t = setTimeout(() => p.kill('SIGKILL'), 20000);
-        results.push(await p.exited);
+        // A worker still there 20 s after SIGTERM is stuck: what its threads and children wait
+        // in goes with its result, and its descendants go with it, since they would otherwise
+        // keep its stderr pipe (and so this test) open until ctest's timeout.
+        let stuck = null;
+        const t = setTimeout(() => {
+          stuck = stuckReport(p.pid);
+          p.kill('SIGKILL');
+          for (const pid of stuck.descendants) {
+            try {
+              process.kill(pid, 'SIGKILL');
+            } catch {
+              /* gone already */
+            }
+          }
+        }, 20000);
+        const r = await p.exited;
         clearTimeout(t);
+        if (stuck) r.stuck = `${stuck.text}\nits log ends:\n${p.log.slice(-3000)}`;
+        results.push(r);
       }
       await gw.stop();
       return results;
