@@ -478,8 +478,26 @@ static enum store_status queue_complete_first(struct store *st, const struct sto
                                               const char *reply_json)
 {
     enum store_status rc;
-    if ((rc = sql_begin(st)) != STORE_OK)
+    if ((rc = sql_begin_concurrent(st)) != STORE_OK)
         return rc;
+    /* A concurrent writer on PostgreSQL (docs/postgres.md, "Concurrent writers"): the message row
+     * is locked first, its lease re-checked on its newest version, so that this transaction, like
+     * every other, holds its message row before it waits for a Session row; the Sandbox and
+     * Session updates below are conditional and checked by their row counts. */
+    if (sql_dialect(st) == SQL_POSTGRES) {
+        struct sql_stmt *lock =
+            sql_stmt(st, "SELECT 1 FROM messages WHERE id = ?1 AND state = 'delivering' AND "
+                         "lease_owner = ?2 FOR UPDATE");
+        int r;
+        if (!lock)
+            return sql_end(st, STORE_ERROR);
+        sql_bind_text(lock, 1, message_id);
+        sql_bind_text(lock, 2, worker_id);
+        r = sql_step(lock);
+        sql_done(lock);
+        if (r != SQL_ROW)
+            return sql_end(st, r == SQL_DONE ? STORE_CONFLICT : sql_status(st, r));
+    }
     /* In this order, as two transactions would have written them: the Sandbox ran the App
      * (sandbox.running, session.active) before the message completed. */
     rc = sql_sandbox_mark_running_in_tx(st, ctx, sandbox_id, session_id);
