@@ -430,6 +430,29 @@ static enum store_status message_owner(struct store *st, const char *message_id,
     return rc;
 }
 
+/* Whether message_id is being delivered under worker_id's lease (NULL: anyone's): STORE_OK, else
+ * STORE_CONFLICT. On PostgreSQL the row is also locked (and the check re-made on its newest
+ * version) until COMMIT, so a completion or a requeue cannot slip between this check and the
+ * caller's UPDATE; on SQLite the transaction's write lock already keeps everyone else out. */
+static enum store_status lock_leased_message(struct store *st, const char *message_id,
+                                             const char *worker_id)
+{
+    struct sql_stmt *check =
+        sql_dialect(st) == SQL_POSTGRES
+            ? sql_stmt(st, "SELECT 1 FROM messages WHERE id = ?1 AND state = 'delivering' AND "
+                           "(CAST(?2 AS TEXT) IS NULL OR lease_owner = ?2) FOR UPDATE")
+            : sql_stmt(st,
+                       "SELECT 1 FROM messages WHERE id = ?1 AND "
+                       "state = 'delivering' AND (CAST(?2 AS TEXT) IS NULL OR lease_owner = ?2)");
+    if (!check)
+        return STORE_ERROR;
+    sql_bind_text(check, 1, message_id);
+    sql_bind_text_or_null(check, 2, worker_id);
+    int r = sql_step(check);
+    sql_done(check);
+    return r == SQL_ROW ? STORE_OK : r == SQL_DONE ? STORE_CONFLICT : sql_status(st, r);
+}
+
 static enum store_status complete_in_tx(struct store *st, const struct store_ctx *ctx,
                                         const char *message_id, const char *worker_id,
                                         const char *sandbox_id, const char *reply_json)
@@ -484,20 +507,9 @@ static enum store_status queue_complete_first(struct store *st, const struct sto
      * is locked first, its lease re-checked on its newest version, so that this transaction, like
      * every other, holds its message row before it waits for a Session row; the Sandbox and
      * Session updates below are conditional and checked by their row counts. */
-    if (sql_dialect(st) == SQL_POSTGRES) {
-        struct sql_stmt *lock =
-            sql_stmt(st, "SELECT 1 FROM messages WHERE id = ?1 AND state = 'delivering' AND "
-                         "lease_owner = ?2 FOR UPDATE");
-        int r;
-        if (!lock)
-            return sql_end(st, STORE_ERROR);
-        sql_bind_text(lock, 1, message_id);
-        sql_bind_text(lock, 2, worker_id);
-        r = sql_step(lock);
-        sql_done(lock);
-        if (r != SQL_ROW)
-            return sql_end(st, r == SQL_DONE ? STORE_CONFLICT : sql_status(st, r));
-    }
+    if (sql_dialect(st) == SQL_POSTGRES &&
+        (rc = lock_leased_message(st, message_id, worker_id)) != STORE_OK)
+        return sql_end(st, rc);
     /* In this order, as two transactions would have written them: the Sandbox ran the App
      * (sandbox.running, session.active) before the message completed. */
     rc = sql_sandbox_mark_running_in_tx(st, ctx, sandbox_id, session_id);
@@ -516,26 +528,8 @@ static enum store_status fail_in_tx(struct store *st, const struct store_ctx *ct
     char session_id[STORE_ID_LEN], app_id[STORE_ID_LEN];
     int64_t attempts, max_attempts, now = clock_wall_ms();
     enum store_status rc;
-    /* PostgreSQL: the row is locked (and the check re-made on its newest version) until COMMIT, so
-     * a completion or another requeue cannot slip between this check and the UPDATE below. */
-    struct sql_stmt *check =
-        sql_dialect(st) == SQL_POSTGRES
-            ? sql_stmt(st, "SELECT 1 FROM messages WHERE id = ?1 AND state = 'delivering' AND "
-                           "(CAST(?2 AS TEXT) IS NULL OR lease_owner = ?2) FOR UPDATE")
-            : sql_stmt(st,
-                       "SELECT 1 FROM messages WHERE id = ?1 AND "
-                       "state = 'delivering' AND (CAST(?2 AS TEXT) IS NULL OR lease_owner = ?2)");
-    int r;
-    if (!check)
-        return STORE_ERROR;
-    sql_bind_text(check, 1, message_id);
-    sql_bind_text_or_null(check, 2, worker_id);
-    r = sql_step(check);
-    sql_done(check);
-    if (r == SQL_DONE)
-        return STORE_CONFLICT;
-    if (r != SQL_ROW)
-        return sql_status(st, r);
+    if ((rc = lock_leased_message(st, message_id, worker_id)) != STORE_OK)
+        return rc;
     if ((rc = message_owner(st, message_id, session_id, app_id, &attempts, &max_attempts)) !=
         STORE_OK)
         return rc;
