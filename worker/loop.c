@@ -271,6 +271,13 @@ int worker_init(struct worker *w, const struct sbx_config *cfg,
     if (errno != 0)
         w->nice = 0;
     w->base = event_base_new();
+    /* Two priorities, before any event exists (an event takes the middle one when it is made):
+     * SIGTERM and SIGINT get the first, so that a signal and a wake-up ready in the same loop
+     * iteration stop the worker before it claims what the wake-up announced. */
+    if (w->base && event_base_priority_init(w->base, 2) != 0) {
+        snprintf(err, errlen, "cannot set the event loop's priorities");
+        return -1;
+    }
     if (!w->base || !(w->jobs = jobs_new(w->base, (size_t)cfg->job_threads, 0)) ||
         !(w->background = jobs_new(w->base, (size_t)cfg->job_threads, BACKGROUND_NICE))) {
         snprintf(err, errlen, "cannot start the event loop or its threads");
@@ -295,6 +302,10 @@ int worker_init(struct worker *w, const struct sbx_config *cfg,
     if (!w->kick_ev || !w->poll_ev || !w->heartbeat_ev || !w->due_ev || !w->grace_ev ||
         !w->sigterm_ev || !w->sigint_ev || (w->notify && !w->notify_ev)) {
         snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (event_priority_set(w->sigterm_ev, 0) != 0 || event_priority_set(w->sigint_ev, 0) != 0) {
+        snprintf(err, errlen, "cannot give the signal events their priority");
         return -1;
     }
     return 0;
