@@ -6,6 +6,12 @@ target_link_libraries(test_store_queue PRIVATE sbxcommon PkgConfig::CMOCKA PkgCo
                                                Threads::Threads)
 add_test(NAME unit.worker.store_queue COMMAND test_store_queue)
 
+# The queue's per-poll and per-claim statements search messages by an index (SQLite plans).
+add_executable(test_store_plans ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_store_plans.c)
+target_include_directories(test_store_plans PRIVATE ${CMAKE_SOURCE_DIR}/common/store/sql)
+target_link_libraries(test_store_plans PRIVATE sbxcommon PkgConfig::CMOCKA PkgConfig::SQLITE)
+add_test(NAME unit.store.plans COMMAND test_store_plans)
+
 add_executable(test_backoff ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_backoff.c)
 target_link_libraries(test_backoff PRIVATE sbxworker PkgConfig::CMOCKA)
 add_test(NAME unit.worker.backoff COMMAND test_backoff)

@@ -20,6 +20,7 @@
 #include "clock.h"
 #include "id.h"
 #include "log.h"
+#include "queue_sql.h"
 #include "store_sql.h"
 
 #include <stdio.h>
@@ -43,7 +44,7 @@
     "AND NOT EXISTS (SELECT 1 FROM messages e WHERE e.session_id = m.session_id "                  \
     "AND e.seq < m.seq AND e.state IN ('queued', 'delivering')) "                                  \
     "ORDER BY m.not_before, m.created_at LIMIT ?4"
-static const char claim_pick_sql[] = CLAIM_PICK_SQL;
+const char queue_claim_pick_sql[] = CLAIM_PICK_SQL;
 /* PostgreSQL: the claim also locks the message rows it reads and passes over those another
  * transaction holds, so claimers never queue behind each other on a row (SQLite has no row
  * locks: its one writer at a time is the whole lock). A peek locks nothing. */
@@ -51,7 +52,7 @@ static const char claim_pick_pg_sql[] = CLAIM_PICK_SQL " FOR UPDATE OF m SKIP LO
 
 static const char *claim_pick(struct store *st, bool lock)
 {
-    return lock && sql_dialect(st) == SQL_POSTGRES ? claim_pick_pg_sql : claim_pick_sql;
+    return lock && sql_dialect(st) == SQL_POSTGRES ? claim_pick_pg_sql : queue_claim_pick_sql;
 }
 
 /* How many deliverable messages a placed claim looks at before giving up: the ones it passes over
@@ -620,6 +621,15 @@ enum store_status sql_queue_requeue_in_tx(struct store *st, const struct store_c
     return rc;
 }
 
+/* "IS NOT NULL" changes no result (a NULL is never below ?1) but makes the range two-sided, and
+ * only then does SQLite (3.40) take the partial index messages_delivering rather than walk the
+ * whole messages table in id order for the ORDER BY: that walk, every poll_ms, inside a write
+ * transaction, took 100 ms and more on a database of a million messages and stalled every other
+ * writer behind it. */
+const char queue_requeue_expired_sql[] =
+    "SELECT id FROM messages WHERE state = 'delivering' AND lease_expires_at IS NOT NULL AND "
+    "lease_expires_at < ?1 ORDER BY id";
+
 static enum store_status queue_requeue_expired(struct store *st, const struct store_ctx *ctx,
                                                size_t *n)
 {
@@ -628,8 +638,7 @@ static enum store_status queue_requeue_expired(struct store *st, const struct st
     size_t count = 0;
     if ((rc = sql_begin_concurrent(st)) != STORE_OK)
         return rc;
-    struct sql_stmt *s = sql_stmt(st, "SELECT id FROM messages WHERE state = 'delivering' AND "
-                                      "lease_expires_at < ?1 ORDER BY id");
+    struct sql_stmt *s = sql_stmt(st, queue_requeue_expired_sql);
     if (!s)
         return sql_end(st, STORE_ERROR);
     sql_bind_int64(s, 1, clock_wall_ms());
@@ -644,13 +653,15 @@ static enum store_status queue_requeue_expired(struct store *st, const struct st
     return rc;
 }
 
+/* Only the head of each Session's queue counts: a later message waits for it anyway. */
+const char queue_next_due_sql[] =
+    "SELECT MIN(m.not_before) FROM messages m WHERE m.state = 'queued' AND NOT EXISTS (SELECT 1 "
+    "FROM messages e WHERE e.session_id = m.session_id AND e.seq < m.seq AND e.state IN "
+    "('queued', 'delivering'))";
+
 static enum store_status queue_next_due(struct store *st, int64_t *at)
 {
-    /* Only the head of each Session's queue counts: a later message waits for it anyway. */
-    struct sql_stmt *s = sql_stmt(st, "SELECT MIN(m.not_before) FROM messages m WHERE m.state = "
-                                      "'queued' AND NOT EXISTS (SELECT 1 FROM messages e WHERE "
-                                      "e.session_id = m.session_id AND e.seq < m.seq AND "
-                                      "e.state IN ('queued', 'delivering'))");
+    struct sql_stmt *s = sql_stmt(st, queue_next_due_sql);
     int r;
     if (!s)
         return STORE_ERROR;

@@ -1,0 +1,19 @@
+/*
+ * queue_sql.h: the statements the worker's queue runs on every poll and every claim
+ * (queue.c), exported so that unit.store.plans can check their SQLite query plans: each must
+ * reach the messages it concerns through an index, never by walking the messages table, whose
+ * size is the installation's whole history.
+ *
+ * Private to the store (queue.c defines them; only that test reads them).
+ */
+#ifndef SBX_STORE_QUEUE_SQL_H
+#define SBX_STORE_QUEUE_SQL_H
+
+/* The next deliverable messages (the claim's pick; PostgreSQL adds FOR UPDATE ... SKIP LOCKED). */
+extern const char queue_claim_pick_sql[];
+/* The messages whose lease has expired. */
+extern const char queue_requeue_expired_sql[];
+/* When the earliest queued head of a Session's queue is due. */
+extern const char queue_next_due_sql[];
+
+#endif
