@@ -102,9 +102,12 @@ struct request {
     unsigned status;  /* the status replied, for metrics */
     int64_t start_us; /* monotonic, for the latency histogram */
 
-    /* Long poll (GET message ?wait=N): when it runs out, and whether it is parked. */
+    /* Long poll (GET message ?wait=N): when it runs out, whether it is parked, and how many
+     * wake-ups the long-poll thread had taken in before this run read the store
+     * (longpoll_hints_seen). */
     int64_t wait_deadline_ms; /* monotonic ms; 0 when not waiting */
     bool parked;
+    uint64_t wait_hints;
 
     /* POST messages: the enqueue handed to the store's committer while the connection is
      * suspended (http_messages.c); freed with the request. */

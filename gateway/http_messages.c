@@ -246,6 +246,8 @@ enum MHD_Result http_message_get(struct request *r)
             wait = gw->cfg.max_wait;
         r->wait_deadline_ms = wait > 0 ? clock_mono_ms() + wait * 1000 : -1;
     }
+    if (r->wait_deadline_ms > 0)
+        r->wait_hints = longpoll_hints_seen(gw->lp); /* before the read: see longpoll_park */
     enum store_status st = gw->st->message_get(gw->st, r->app_id, r->params[0], r->params[1], &m);
     if (st != STORE_OK)
         return reply_store_error(r, st, "message");

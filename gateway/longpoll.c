@@ -34,6 +34,10 @@ struct waiter {
     struct waiter *next;
 };
 
+/* The wake-ups a park checks (see longpoll_park): more than this many between a request's read
+ * of the store and its park, and it is resumed to read again. */
+#define RECENT_HINTS 256
+
 struct longpoll {
     struct gateway *gw;
     struct notify_listener *notify; /* "msg <id>" from workers, on any host */
@@ -44,10 +48,48 @@ struct longpoll {
     struct waiter *waiters;
     int parked; /* requests suspended and not yet run again */
     bool stopping;
+    /* The wake-ups taken in so far ("msg <id>" and resyncs), and the last RECENT_HINTS of them:
+     * recent[k % RECENT_HINTS] is the k-th (from 1), its message id or "" for a resync, which
+     * may stand for any message. Under lock. */
+    uint64_t hints;
+    char recent[RECENT_HINTS][STORE_ID_LEN];
+    /* A test hook (SBX_TEST_PARK_DELAY_MS): how long a park waits before it takes the lock, to
+     * hold a request between its read of the store and its park. 0 otherwise. */
+    int park_delay_ms;
 };
+
+uint64_t longpoll_hints_seen(struct longpoll *lp)
+{
+    pthread_mutex_lock(&lp->lock);
+    uint64_t n = lp->hints;
+    pthread_mutex_unlock(&lp->lock);
+    return n;
+}
+
+/* Whether a wake-up for message_id (or a resync) was taken in after the seen-th. Under lock. */
+static bool woken_since(const struct longpoll *lp, uint64_t seen, const char *message_id)
+{
+    if (lp->hints - seen >= RECENT_HINTS)
+        return true; /* the ones after seen are no longer all kept: read again to be sure */
+    for (uint64_t k = seen + 1; k <= lp->hints; k++) {
+        const char *id = lp->recent[k % RECENT_HINTS];
+        if (id[0] == '\0' || strcmp(id, message_id) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Keeps a wake-up taken in (message_id, or "" for a resync). Under lock. */
+static void note_hint(struct longpoll *lp, const char *message_id)
+{
+    lp->hints++;
+    snprintf(lp->recent[lp->hints % RECENT_HINTS], STORE_ID_LEN, "%s", message_id);
+}
 
 void longpoll_park(struct longpoll *lp, struct request *r, const char *message_id)
 {
+    if (lp->park_delay_ms > 0)
+        usleep((useconds_t)lp->park_delay_ms * 1000);
     struct waiter *w = calloc(1, sizeof *w);
     /* Suspend first: once the waiter is visible the thread may resume it at any moment, and
      * MHD only accepts a resume for a connection that is already suspended. */
@@ -66,6 +108,9 @@ void longpoll_park(struct longpoll *lp, struct request *r, const char *message_i
     snprintf(w->session_id, sizeof w->session_id, "%s", r->params[0]);
     snprintf(w->app_id, sizeof w->app_id, "%s", r->app_id);
     w->deadline_ms = r->wait_deadline_ms;
+    /* Its wake-up may have come since the handler read the store: the thread then resumes it
+     * at once (the write below wakes it), and the handler reads the store again. */
+    w->resume = woken_since(lp, r->wait_hints, message_id);
     w->next = lp->waiters;
     lp->waiters = w;
     pthread_mutex_unlock(&lp->lock);
@@ -107,10 +152,13 @@ static void resume_marked(struct longpoll *lp)
     }
 }
 
-/* Marks the waiters of a message (all of them when id is NULL) and those past their deadline. */
-static void mark(struct longpoll *lp, const char *message_id, int64_t now)
+/* Marks the waiters of a message (all of them when id is NULL) and those past their deadline;
+ * a message id that is a wake-up (hint) is kept for the parks to come. */
+static void mark(struct longpoll *lp, const char *message_id, int64_t now, bool hint)
 {
     pthread_mutex_lock(&lp->lock);
+    if (hint)
+        note_hint(lp, message_id);
     for (struct waiter *w = lp->waiters; w; w = w->next)
         if (!message_id || strcmp(w->message_id, message_id) == 0 || w->deadline_ms <= now)
             w->resume = true;
@@ -200,14 +248,16 @@ static void *longpoll_main(void *arg)
         now = clock_mono_ms();
         bool resync = false;
         while (fds[0].revents && notify_recv(lp->notify, buf, sizeof buf) > 0) {
-            if (strncmp(buf, "msg ", 4) == 0)
-                mark(lp, buf + 4, now);
+            if (strncmp(buf, "msg ", 4) == 0 && buf[4] != '\0')
+                mark(lp, buf + 4, now, true);
             else if (strcmp(buf, "keys") == 0)
                 key_cache_clear(lp->gw->keys); /* this thread takes the gateway's "keys" too */
             else if (strcmp(buf, NOTIFY_RESYNC) == 0)
                 resync = true;
         }
-        mark(lp, "", now); /* deadlines only: no message id is "" */
+        /* Deadlines only (no message id is ""); after a resync, any park to come reads the store
+         * again, as the recheck below does for the parked ones. */
+        mark(lp, "", now, resync);
         /* After a lost LISTEN connection, "msg" and "keys" hints may have been missed. */
         if (resync)
             key_cache_clear(lp->gw->keys);
@@ -231,6 +281,8 @@ struct longpoll *longpoll_start(struct gateway *gw, char *err, size_t errlen)
     }
     lp->gw = gw;
     lp->wake_fd = -1;
+    const char *delay = getenv("SBX_TEST_PARK_DELAY_MS");
+    lp->park_delay_ms = delay ? atoi(delay) : 0;
     pthread_mutex_init(&lp->lock, NULL);
     lp->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (lp->wake_fd < 0) {
@@ -268,7 +320,7 @@ void longpoll_stop(struct longpoll *lp, int timeout_ms)
         pthread_join(lp->thread, NULL);
         lp->thread_started = false;
     }
-    mark(lp, NULL, clock_mono_ms());
+    mark(lp, NULL, clock_mono_ms(), false);
     resume_marked(lp);
     /* MHD must not be stopped while a connection is suspended: wait for them to run again. */
     for (int64_t end = clock_mono_ms() + timeout_ms; clock_mono_ms() < end;) {

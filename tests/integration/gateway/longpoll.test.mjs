@@ -63,6 +63,38 @@ test('a worker\'s "msg <id>" wake-up wakes the wait at once (not the fallback re
   }
 });
 
+test('a wake-up that comes between the read of the store and the park still wakes the wait', { skip: !process.env.SBX_NOTIFY_BIN }, async () => {
+  // The gateway's test hook holds each park 400 ms after its read of the store; the message
+  // completes, with its wake-up, 150 ms into that. Without the wake-ups a park checks, the
+  // wake-up would find no waiter and the answer would wait for the fallback recheck (once a
+  // second; every 5 s on PostgreSQL), which would come within 250 ms of the park only by chance,
+  // and not three times in a row.
+  const slow = await startGateway({ extraArgs: ['--http-threads', '2'], env: { SBX_TEST_PARK_DELAY_MS: '400' } });
+  try {
+    for (let round = 0; round < 3; round++) {
+      const s = (await req(slow, 'POST', '/v1/sessions', { token: slow.key })).json;
+      const m = (await req(slow, 'POST', `/v1/sessions/${s.id}/messages`, { token: slow.key, body: { body: { round } } })).json;
+      const t0 = Date.now();
+      const pending = req(slow, 'GET', `/v1/sessions/${s.id}/messages/${m.id}?wait=20`, { token: slow.key });
+      await new Promise((r) => setTimeout(r, 150));
+      const now = Date.now();
+      sql(slow, `UPDATE messages SET state='completed', reply='{"round":${round}}', attempts=1,
+                 completed_at=${now}, updated_at=${now} WHERE id='${m.id}'`);
+      execFileSync(process.env.SBX_NOTIFY_BIN, [join(slow.dataDir, 'run'), 'gateway', `msg ${m.id}`, slow.store]);
+      const res = await pending;
+      const elapsed = Date.now() - t0;
+      assert.equal(res.json.state, 'completed');
+      assert.deepEqual(res.json.reply, { round });
+      assert.ok(elapsed >= 400, `round ${round}: answered after ${elapsed} ms, before the park`);
+      assert.ok(elapsed < 650, `round ${round}: answered ${elapsed} ms after the GET: the wake-up was lost`);
+    }
+  } finally {
+    const { code } = await slow.stop();
+    removeDataDir(slow.dataDir);
+    assert.equal(code, 0, slow.stderr);
+  }
+});
+
 test('failed messages end the wait too', async () => {
   const { mid, path } = await newMessage();
   const pending = req(gw, 'GET', `${path}?wait=20`, { token: gw.key });
