@@ -1,7 +1,9 @@
 /*
  * notify.c: the handles of notify.h and their Unix datagram transport (one host); the PostgreSQL
- * transport is in notify_pg.c. The Unix sender caches the directory listing for a second, so a
- * burst of enqueues costs one sendto() per receiver and not a readdir() each. A receiver's queue
+ * transport is in notify_pg.c. The Unix sender caches the directory listing while the directory
+ * is unchanged (one stat() per send) and for at most a second, so a burst of enqueues costs one
+ * sendto() per receiver and not a readdir() each, and a receiver that has just started (a worker,
+ * a gateway) gets the very next hint, not only those after the next listing. A receiver's queue
  * holds few datagrams (net.unix.max_dgram_qlen, 10 by default): a burst of hints can fill it. A
  * hint that names something ("msg <id>") is then worth waiting for: the sender waits briefly, and
  * one still refused is made up for by NOTIFY_RESYNC to every receiver on the next send
@@ -41,6 +43,7 @@ struct notify_peer {
     char role[32];
     int fd;
     int64_t listed_at;
+    struct timespec listed_mtime; /* the run directory's mtime when it was listed */
     bool resync_due; /* a hint was refused by a full queue: NOTIFY_RESYNC goes first next time */
     size_t n;
     struct sockaddr_un addrs[NOTIFY_MAX_PEERS];
@@ -203,8 +206,30 @@ void notify_peer_free(struct notify_peer *p)
     free(p);
 }
 
+/* Whether the cached listing may be out of date: more than a second old, or the directory
+ * changed since (a socket was bound or removed). An mtime is as coarse as the kernel's tick, so a
+ * listing taken less than LISTING_SETTLE_MS after the change it saw may have missed a second
+ * change in the same tick: it is taken again until the change is older than that. */
+#define LISTING_SETTLE_MS 50
+
+static bool unix_listing_stale(const struct notify_peer *p)
+{
+    struct stat st;
+    if (clock_mono_ms() - p->listed_at > 1000 || stat(p->run_dir, &st) != 0)
+        return true;
+    if (st.st_mtim.tv_sec != p->listed_mtime.tv_sec ||
+        st.st_mtim.tv_nsec != p->listed_mtime.tv_nsec)
+        return true;
+    int64_t changed_ms = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
+    return clock_wall_ms() - changed_ms < LISTING_SETTLE_MS;
+}
+
 static void unix_refresh(struct notify_peer *p)
 {
+    struct stat st;
+    /* The mtime before the listing: a change during the readdir shows as a new mtime next time. */
+    if (stat(p->run_dir, &st) == 0)
+        p->listed_mtime = st.st_mtim;
     DIR *d = opendir(p->run_dir);
     struct dirent *de;
     size_t rlen = strlen(p->role);
@@ -247,7 +272,7 @@ static void unix_send(struct notify_peer *p, const char *msg)
 {
     size_t len = strlen(msg);
     pthread_mutex_lock(&p->lock);
-    if (clock_mono_ms() - p->listed_at > 1000)
+    if (unix_listing_stale(p))
         unix_refresh(p);
     bool names = strchr(msg, ' ') != NULL; /* "msg <id>": worth waiting for */
     bool resync = p->resync_due, refused = false;

@@ -189,6 +189,34 @@ static void test_invalid_roles_are_refused(void **state)
 
 /* ---- Unix datagrams ---- */
 
+/* A listener that starts after a sender has listed the run directory (a worker started beside a
+ * running gateway) gets the sender's very next hint, not only those after the next listing; and
+ * one that has gone stops being sent to. Back-to-back starts (both within one mtime tick) are
+ * each seen too. */
+static void test_unix_new_listener_gets_the_next_hint(void **state)
+{
+    (void)state;
+    struct notify_listener *first = listen_or_fail("worker");
+    struct notify_peer *p = notify_peer_new(store, run_dir, "worker");
+    assert_non_null(p);
+    notify_send(p, "queue"); /* lists the directory: one listener */
+    expect_message(first, "queue");
+    for (int round = 0; round < 3; round++) {
+        struct notify_listener *late = listen_or_fail("worker");
+        struct notify_listener *later = listen_or_fail("worker");
+        notify_send(p, "queue");
+        expect_message(first, "queue");
+        expect_message(late, "queue");
+        expect_message(later, "queue");
+        notify_listener_close(late);
+        notify_listener_close(later);
+    }
+    notify_send(p, "queue");
+    expect_message(first, "queue");
+    notify_peer_free(p);
+    notify_listener_close(first);
+}
+
 /* A socket left by a process that died is removed by the next send, not sent to forever. */
 static void test_unix_removes_sockets_of_dead_processes(void **state)
 {
@@ -748,6 +776,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_invalid_roles_are_refused),
     };
     const struct CMUnitTest unix_tests[] = {
+        cmocka_unit_test(test_unix_new_listener_gets_the_next_hint),
         cmocka_unit_test(test_unix_removes_sockets_of_dead_processes),
         cmocka_unit_test(test_unix_full_queue_waits_for_a_draining_reader),
         cmocka_unit_test(test_unix_refused_hints_are_made_up_for_by_a_resync),
