@@ -109,7 +109,7 @@ static enum store_status host_list(struct store *st, struct store_host **out, si
             "(SELECT COUNT(*) FROM workers w JOIN sessions s ON s.worker_id = w.id "
             "WHERE w.host_id = h.id AND s.state IN ('activating', 'active')), "
             "(SELECT COUNT(*) FROM sandboxes b JOIN workers w ON w.id = b.worker_id "
-            "WHERE w.host_id = h.id AND b.state NOT IN ('terminated', 'failed')) "
+            "WHERE w.host_id = h.id AND b.state IN " SQL_SANDBOX_LIVE ") "
             "FROM hosts h ORDER BY h.id");
     return sql_read_all(st, s, &host_page, (void *)out, n);
 }
@@ -139,7 +139,7 @@ static enum store_status host_lose_in_tx(struct store *st, const struct store_ct
      */
     struct sql_stmt *sbs = sql_stmt(st, "SELECT b.id FROM sandboxes b JOIN workers w ON "
                                         "w.id = b.worker_id WHERE w.host_id = ?1 AND "
-                                        "b.state NOT IN ('terminated', 'failed')");
+                                        "b.state IN " SQL_SANDBOX_LIVE);
     if (!sbs)
         return STORE_ERROR;
     sql_bind_text(sbs, 1, host_id);

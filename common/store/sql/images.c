@@ -343,7 +343,7 @@ static enum store_status im_digests_in_use(struct store *st, char (**out)[STORE_
 {
     struct sql_stmt *s = sql_stmt(
         st, "SELECT image_digest FROM apps WHERE deleted_at IS NULL AND image_digest <> 'default' "
-            "UNION SELECT image FROM sandboxes WHERE state NOT IN ('terminated', 'failed') "
+            "UNION SELECT image FROM sandboxes WHERE state IN " SQL_SANDBOX_LIVE " "
             "AND image <> 'default'");
     if (!s)
         return STORE_ERROR;

@@ -77,6 +77,11 @@ struct sql_engine {
     enum store_status (*status)(struct store *st, int rc);
 };
 
+/* The states of a Sandbox that is not over (schema.sql's CHECK lists them all), for
+ * "state IN " SQL_SANDBOX_LIVE: an IN list is a few searches of the sandboxes_state index, where
+ * "state NOT IN ('terminated', 'failed')" walks every Sandbox there ever was. */
+#define SQL_SANDBOX_LIVE "('booting', 'warm', 'claimed', 'running', 'stopping')"
+
 /* What every engine's store keeps as its cls; engines extend it (first member). */
 struct sql_store {
     const struct sql_engine *eng;

@@ -176,7 +176,7 @@ static enum store_status adopt_in_tx(struct store *st, const struct store_ctx *c
 
     /* Its Sandboxes: the new owner reaps them. */
     struct sql_stmt *sb = sql_stmt(st, "UPDATE sandboxes SET worker_id = ?2, updated_at = ?3 WHERE "
-                                       "worker_id = ?1 AND state NOT IN ('terminated', 'failed')");
+                                       "worker_id = ?1 AND state IN " SQL_SANDBOX_LIVE);
     if (!sb)
         return STORE_ERROR;
     sql_bind_text(sb, 1, dead_worker_id);

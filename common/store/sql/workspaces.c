@@ -117,7 +117,7 @@ static enum store_status workspace_delete(struct store *st, const struct store_c
         /* A deleted Session's Sandbox may not have stopped yet: it still has the Workspace
          * mounted (and its agent may still write to it). */
         s = sql_stmt(st, "SELECT count(*) FROM sandboxes b JOIN sessions x ON x.id = b.session_id "
-                         "WHERE x.workspace_id = ?1 AND b.state NOT IN ('terminated', 'failed')");
+                         "WHERE x.workspace_id = ?1 AND b.state IN " SQL_SANDBOX_LIVE);
         if (!s)
             return sql_end(st, STORE_ERROR);
         sql_bind_text(s, 1, ws_id);
