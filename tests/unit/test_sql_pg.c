@@ -204,6 +204,37 @@ static void test_binds_and_columns_round_trip(void **state)
     sql_done(s);
 }
 
+static void test_text_arrays_bind_as_text_arrays(void **state)
+{
+    struct store *st = *state;
+    struct sql_stmt *s;
+
+    /* Typed TEXT[] at the bind, so the CAST is none; quotes, backslashes, commas, braces and
+     * NULL elements come back as they were written in the literal. */
+    s = sql_stmt(st, "SELECT pg_typeof(?1)::text, x, n FROM unnest(CAST(?1 AS TEXT[])) "
+                     "WITH ORDINALITY AS u (x, n) ORDER BY n");
+    assert_non_null(s);
+    sql_bind_text_array(s, 1, "{\"a,b\",\"say \\\"hi\\\"\",\"back\\\\slash\",NULL,\"{}\"}");
+    static const char *const want[] = {"a,b", "say \"hi\"", "back\\slash", NULL, "{}"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        assert_int_equal(sql_step(s), SQL_ROW);
+        assert_string_equal(sql_col_text(s, 0), "text[]");
+        if (want[i])
+            assert_string_equal(sql_col_text(s, 1), want[i]);
+        else
+            assert_true(sql_col_null(s, 1));
+        assert_int_equal(sql_col_int64(s, 2), (int64_t)i + 1);
+    }
+    assert_int_equal(sql_step(s), SQL_DONE);
+    sql_done(s);
+
+    /* A malformed literal is the server's error, not a crash or a silent empty array. */
+    assert_non_null(s = sql_stmt(st, "SELECT cardinality(CAST(?1 AS TEXT[]))"));
+    sql_bind_text_array(s, 1, "{\"unterminated}");
+    assert_true(sql_step(s) < 0);
+    sql_done(s);
+}
+
 static void test_nulls_are_typed_for_is_null(void **state)
 {
     struct store *st = *state;
@@ -1352,6 +1383,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rewrites_numbered_parameters_outside_literals, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_binds_and_columns_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_text_arrays_bind_as_text_arrays, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nulls_are_typed_for_is_null, setup, teardown),
         cmocka_unit_test_setup_teardown(test_aggregates_and_booleans_read_as_integers, setup,
                                         teardown),

@@ -119,7 +119,7 @@ enum store_status sql_enqueue_pg_lock(struct store *st, const char *const *sessi
         arr_free(&ids);
         return STORE_ERROR;
     }
-    sql_bind_text(s, 1, lit);
+    sql_bind_text_array(s, 1, lit);
     int rc;
     while ((rc = sql_step(s)) == SQL_ROW) {
         const char *id = sql_col_text(s, 0);
@@ -221,14 +221,14 @@ enum store_status sql_enqueue_pg_batch(struct store *st, const char *const *sess
             r = STORE_ERROR;
     }
     if (r == STORE_OK) {
-        sql_bind_text(s, 1, t_id);
-        sql_bind_text(s, 2, t_session);
-        sql_bind_text(s, 3, t_app);
-        sql_bind_text(s, 4, t_body);
-        sql_bind_text(s, 5, t_request);
-        sql_bind_text(s, 6, t_actor);
+        sql_bind_text_array(s, 1, t_id);
+        sql_bind_text_array(s, 2, t_session);
+        sql_bind_text_array(s, 3, t_app);
+        sql_bind_text_array(s, 4, t_body);
+        sql_bind_text_array(s, 5, t_request);
+        sql_bind_text_array(s, 6, t_actor);
         sql_bind_int64(s, 7, clock_wall_ms());
-        sql_bind_text(s, 8, t_lock);
+        sql_bind_text_array(s, 8, t_lock);
         int rc;
         bool first = true;
         while ((rc = first && last ? sql_step_then_commit(s) : sql_step(s)) == SQL_ROW) {

@@ -50,6 +50,9 @@ struct sql_engine {
     void (*bind_int64)(struct sql_stmt *s, int idx, int64_t v);
     void (*bind_null)(struct sql_stmt *s, int idx);
     void (*bind_blob)(struct sql_stmt *s, int idx, const void *v, size_t len);
+    /* A PostgreSQL array literal of texts ({"a","b"}), kept like sql_bind_text's, bound as TEXT[]
+     * (SQLite, which has no arrays, binds the literal as text). */
+    void (*bind_text_array)(struct sql_stmt *s, int idx, const char *literal);
     int (*step)(struct sql_stmt *s);
     /* The first step of a transaction's last statement (NULL: step): see sql_step_then_commit. */
     int (*step_commit)(struct sql_stmt *s);
@@ -129,6 +132,13 @@ static inline void sql_bind_null(struct sql_stmt *s, int idx)
 static inline void sql_bind_blob(struct sql_stmt *s, int idx, const void *v, size_t len)
 {
     s->eng->bind_blob(s, idx, v, len);
+}
+/* Binds an array literal as TEXT[] (PostgreSQL only). Typed so, `CAST(?N AS TEXT[])` is no
+ * conversion at all: bound as text it would be one at run time, parsing the literal again each
+ * time it is evaluated (for every row of a scan, when the planner scans the table). */
+static inline void sql_bind_text_array(struct sql_stmt *s, int idx, const char *literal)
+{
+    s->eng->bind_text_array(s, idx, literal);
 }
 static inline int sql_step(struct sql_stmt *s)
 {

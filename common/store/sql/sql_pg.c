@@ -38,6 +38,7 @@
 #define PG_OID_BYTEA 17
 #define PG_OID_INT8 20
 #define PG_OID_TEXT 25
+#define PG_OID_TEXT_ARRAY 1009
 
 #define PG_STMT_SLOTS 512 /* per-connection statement table (open addressing); power of two */
 #define PG_STMT_MAX 384   /* beyond this the table would get slow; the store has ~100 */
@@ -693,6 +694,17 @@ static void pg_bind_text(struct sql_stmt *ss, int idx, const char *v, bool copy)
     }
 }
 
+static void pg_bind_text_array(struct sql_stmt *ss, int idx, const char *literal)
+{
+    struct pg_stmt *s = pg_s(ss);
+    int i = pg_param(s, idx);
+    if (i < 0)
+        return;
+    pg_bind_text(ss, idx, literal, false);
+    s->types[i] = PG_OID_TEXT_ARRAY;
+    s->null_types[i] = PG_OID_TEXT_ARRAY;
+}
+
 static void pg_bind_int64(struct sql_stmt *ss, int idx, int64_t v)
 {
     struct pg_stmt *s = pg_s(ss);
@@ -1171,6 +1183,7 @@ static const struct sql_engine pg_engine = {
     .bind_int64 = pg_bind_int64,
     .bind_null = pg_bind_null,
     .bind_blob = pg_bind_blob,
+    .bind_text_array = pg_bind_text_array,
     .step = pg_step,
     .step_commit = pg_step_commit,
     .col_null = pg_col_null,

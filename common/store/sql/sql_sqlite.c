@@ -232,6 +232,13 @@ static void sq_bind_text(struct sql_stmt *s, int idx, const char *v, bool copy)
         sqlite3_bind_text(sq_h(s), idx, v, -1, copy ? SQLITE_TRANSIENT : SQLITE_STATIC);
 }
 
+/* SQLite has no arrays: the literal is bound as the text it is (no statement of the store's
+ * does this on SQLite; it is here so that one would get text, not a crash). */
+static void sq_bind_text_array(struct sql_stmt *s, int idx, const char *literal)
+{
+    sq_bind_text(s, idx, literal, false);
+}
+
 static void sq_bind_int64(struct sql_stmt *s, int idx, int64_t v)
 {
     sqlite3_bind_int64(sq_h(s), idx, v);
@@ -398,6 +405,7 @@ static const struct sql_engine sq_engine = {
     .bind_int64 = sq_bind_int64,
     .bind_null = sq_bind_null,
     .bind_blob = sq_bind_blob,
+    .bind_text_array = sq_bind_text_array,
     .step = sq_step,
     .col_null = sq_col_null,
     .col_int64 = sq_col_int64,
