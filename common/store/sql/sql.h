@@ -133,7 +133,7 @@ static inline void sql_bind_blob(struct sql_stmt *s, int idx, const void *v, siz
 {
     s->eng->bind_blob(s, idx, v, len);
 }
-/* Binds an array literal as TEXT[] (PostgreSQL only). Typed so, `CAST(?N AS TEXT[])` is no
+/* Binds an array literal as TEXT[] (on SQLite, as text). Typed so, `CAST(?N AS TEXT[])` is no
  * conversion at all: bound as text it would be one at run time, parsing the literal again each
  * time it is evaluated (for every row of a scan, when the planner scans the table). */
 static inline void sql_bind_text_array(struct sql_stmt *s, int idx, const char *literal)
