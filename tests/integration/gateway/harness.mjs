@@ -7,7 +7,9 @@
 // data directory finds the same database, and the gateway runs with SBX_STORE set to it.
 import { spawn, execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  existsSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, realpathSync, rmdirSync, rmSync, writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -88,7 +90,81 @@ export async function startGateway({ dataDir = tempDataDir(), extraArgs = [], en
   return gw;
 }
 
+// The host state a Sandbox leaves when its worker dies with it live and no successor starts on the
+// same store to reap it (the start-up sweep): its cgroups (named <installation id>-<Sandbox id>
+// under each hierarchy's sbx/ folder) and its /run/sbx/sandbox-uids entry. Once the store is gone
+// nothing would ever reap them, so a deleted data directory takes them along, and each removal is
+// reported on stderr (kept in ctest's log): a test that leaves one is a finding, not noise.
+const SANDBOX_CGROUP = /^([a-z0-9]+)-(sbx_[a-z0-9]+)$/;
+const UID_DIR = '/run/sbx/sandbox-uids';
+
+function listDir(dir) {
+  try { return readdirSync(dir); } catch { return []; }
+}
+
+function removeCgroupTree(path) {
+  for (const e of listDir(path)) {
+    const child = join(path, e);
+    if (existsSync(join(child, 'cgroup.procs'))) removeCgroupTree(child);
+  }
+  for (let i = 0; i < 50; i++) {
+    try { rmdirSync(path); return true; } catch (e) {
+      if (e.code === 'ENOENT') return true;
+      if (e.code !== 'EBUSY') return false;
+    }
+    // Processes are left in it: kill them (cgroup.procs lists them), then try again.
+    let pids = [];
+    try { pids = readFileSync(join(path, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean); } catch { /* gone */ }
+    for (const pid of pids) {
+      try { process.kill(Number(pid), 'SIGKILL'); } catch { /* exited */ }
+    }
+    execFileSync('sleep', ['0.1']);
+  }
+  return false;
+}
+
+function removeHostLeftovers(dir) {
+  const roots = new Set();
+  for (const h of listDir('/sys/fs/cgroup')) {
+    try { roots.add(realpathSync(join('/sys/fs/cgroup', h, 'sbx'))); } catch { /* no sbx/ there */ }
+  }
+  const cgroups = [];
+  for (const root of roots)
+    for (const e of listDir(root)) if (SANDBOX_CGROUP.test(e)) cgroups.push(join(root, e));
+  const uids = listDir(UID_DIR);
+  if (cgroups.length === 0 && uids.length === 0) return;
+  let store = 'sqlite';
+  if (onPostgres) {
+    const file = join(dir, 'store-url');
+    if (!existsSync(file)) return;
+    store = readFileSync(file, 'utf8').trim();
+  } else if (!existsSync(join(dir, 'sbx.db'))) {
+    return;
+  }
+  const db = { dataDir: dir, store };
+  const tag = sql(db, "SELECT value FROM settings WHERE key = 'installation_id'");
+  const ours = new Set(sql(db, 'SELECT id FROM sandboxes').split('\n').filter(Boolean));
+  for (const path of cgroups) {
+    const m = SANDBOX_CGROUP.exec(path.slice(path.lastIndexOf('/') + 1));
+    if (m[1] !== tag) continue;
+    const ok = removeCgroupTree(path);
+    process.stderr.write(`harness: ${ok ? 'removed' : 'could not remove'} leftover cgroup ${path}\n`);
+  }
+  for (const uid of uids) {
+    let owner;
+    try { owner = readlinkSync(join(UID_DIR, uid)); } catch { continue; }
+    if (!ours.has(owner)) continue;
+    rmSync(join(UID_DIR, uid), { force: true });
+    process.stderr.write(`harness: removed leftover ${UID_DIR}/${uid} of ${owner}\n`);
+  }
+}
+
 export function removeDataDir(dir) {
+  // Best effort: a store that cannot be read (never created, or a test broke it on purpose) has
+  // nothing of its own to find.
+  try { removeHostLeftovers(dir); } catch (e) {
+    process.stderr.write(`harness: leftovers of ${dir} not checked: ${e.message.split('\n')[0]}\n`);
+  }
   // Workspaces are filesystems mounted under the data dir (common/workspace_fs.h): unmount them
   // first, deepest first, so that the removal neither fails on a busy mount point nor leaves
   // loop devices bound.
