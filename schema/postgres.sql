@@ -126,6 +126,8 @@ CREATE UNIQUE INDEX messages_idempotency ON messages (session_id, idempotency_ke
 -- The queue: messages waiting to be delivered (by due time), and leases (by expiry).
 CREATE INDEX messages_queued ON messages (not_before, created_at) WHERE state = 'queued';  -- 0005
 CREATE INDEX messages_delivering ON messages (lease_expires_at) WHERE state = 'delivering';
+-- Failed messages by time: /metrics counts them here, and completed as the rest (0013).
+CREATE INDEX messages_failed ON messages (updated_at) WHERE state = 'failed';  -- 0013
 
 CREATE TABLE sandboxes (
     rowid              BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,

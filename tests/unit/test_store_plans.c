@@ -1,10 +1,11 @@
 /*
  * test_store_plans.c: unit.store.plans: the statements the worker's queue runs on every poll and
- * every claim (queue_sql.h) reach the messages they concern through an index on SQLite, on a
- * fresh database and once ANALYZE has statistics of a long-running one (most messages completed,
- * a few delivering or queued). A plan that walks the messages table costs time in proportion to
- * the installation's whole history, inside a write transaction, on every poll: on a million
- * messages the lease-expiry sweep did so and held every other writer up for 100 ms and more.
+ * every claim (queue_sql.h), and /metrics' counts of messages by state (counts_sql.h), reach the
+ * messages they concern through an index on SQLite, on a fresh database and once ANALYZE has
+ * statistics of a long-running one (most messages completed, a few delivering or queued). A plan
+ * that walks the messages table costs time in proportion to the installation's whole history,
+ * inside a write transaction, on every poll: on a million messages the lease-expiry sweep did so
+ * and held every other writer up for 100 ms and more.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +13,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "counts_sql.h"
 #include "queue_sql.h"
 #include "store.h"
 
@@ -61,11 +63,44 @@ static void assert_indexed(const char *name, const char *sql)
         fail_msg("%s does not search messages by an index:\n%s", name, plan);
 }
 
+/* /metrics' messages by state, at every scrape: each of the small states counted through its
+ * partial index, the total through an index, and no step that reads the table's rows in full. */
+static void assert_counts_indexed(void)
+{
+    char eqp[1024];
+    snprintf(eqp, sizeof eqp, "EXPLAIN QUERY PLAN %s", counts_messages_sql);
+    sqlite3_stmt *s = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db, eqp, -1, &s, NULL), SQLITE_OK);
+    const char *want[] = {"messages_queued", "messages_delivering", "messages_failed"};
+    int found[3] = {0}, total = 0;
+    char plan[2048] = "";
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        const char *detail = (const char *)sqlite3_column_text(s, 3);
+        size_t used = strlen(plan);
+        snprintf(plan + used, sizeof plan - used, "  %s\n", detail);
+        if (strcmp(detail, "SCAN messages") == 0)
+            fail_msg("the metrics counts walk the messages table:\n%s", plan);
+        for (int i = 0; i < 3; i++)
+            if (strstr(detail, want[i]))
+                found[i]++;
+        if (strncmp(detail, "SCAN messages USING COVERING INDEX sqlite_autoindex_messages", 60) ==
+            0)
+            total++;
+    }
+    sqlite3_finalize(s);
+    for (int i = 0; i < 3; i++)
+        if (found[i] != 1)
+            fail_msg("the metrics counts do not read %s once:\n%s", want[i], plan);
+    if (total != 1)
+        fail_msg("the metrics counts' total is not read from an index alone:\n%s", plan);
+}
+
 static void assert_all_indexed(void)
 {
     assert_indexed("the claim's pick", queue_claim_pick_sql);
     assert_indexed("the lease-expiry sweep", queue_requeue_expired_sql);
     assert_indexed("the next due time", queue_next_due_sql);
+    assert_counts_indexed();
 }
 
 static void test_fresh_database(void **state)

@@ -3,7 +3,7 @@
  * PostgreSQL database when run under tests/pg-run.sh: see store_fixture.h): per-Session order,
  * leases and their expiry, retries with backoff, maxAttempts, exactly-once completion, no double
  * claims from concurrent claim loops, the Sandbox lifecycle (and the warm path's folded claim and
- * first completion) and worker adoption.
+ * first completion), worker adoption and /metrics' counts of messages by state.
  *
  * Apps, Sessions and messages are written with plain SQL so these tests depend only on the
  * worker-side functions they test.
@@ -241,6 +241,54 @@ static void test_max_attempts_fails_with_reason_and_unblocks_next(void **state)
     assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
     assert_string_equal(d.message.id, "msg_ses_1_2");
     store_delivery_clear(&d);
+}
+
+/* /metrics' messages by state: each state counted as the message moves (completed is derived from
+ * the total, so a wrong total or a state left out shows here). */
+static void assert_message_counts(struct store_fixture *f, int64_t queued, int64_t delivering,
+                                  int64_t completed, int64_t failed)
+{
+    struct store_counts c;
+    assert_int_equal(f->st->counts(f->st, &c), STORE_OK);
+    assert_int_equal(c.messages_by_state[0], queued);
+    assert_int_equal(c.messages_by_state[1], delivering);
+    assert_int_equal(c.messages_by_state[2], completed);
+    assert_int_equal(c.messages_by_state[3], failed);
+}
+
+static void test_counts_follow_each_message_state(void **state)
+{
+    struct store_fixture *f = *state;
+    struct store_delivery d;
+    bool final = false;
+    assert_message_counts(f, 0, 0, 0, 0);
+    add_session(f, "ses_1");
+    add_session(f, "ses_2");
+    add_session(f, "ses_3");
+    add_message(f, "ses_1", 1, 3);
+    assert_message_counts(f, 1, 0, 0, 0);
+    assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
+    store_delivery_clear(&d);
+    assert_message_counts(f, 0, 1, 0, 0);
+    assert_int_equal(f->st->queue_complete(f->st, &ctx, "msg_ses_1_1", "wrk_a", NULL, "1"),
+                     STORE_OK);
+    assert_message_counts(f, 0, 0, 1, 0);
+    add_message(f, "ses_2", 1, 1);
+    assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
+    assert_string_equal(d.message.id, "msg_ses_2_1");
+    store_delivery_clear(&d);
+    assert_int_equal(
+        f->st->queue_fail(f->st, &ctx, "msg_ses_2_1", "wrk_a", NULL, "exit 3", 0, &final),
+        STORE_OK);
+    assert_true(final);
+    assert_message_counts(f, 0, 0, 1, 1);
+    add_message(f, "ses_3", 1, 3);
+    assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
+    assert_string_equal(d.message.id, "msg_ses_3_1");
+    store_delivery_clear(&d);
+    add_message(f, "ses_1", 2, 3);
+    add_message(f, "ses_3", 2, 3);
+    assert_message_counts(f, 2, 1, 1, 1);
 }
 
 static void test_release_gives_back_without_counting(void **state)
@@ -823,6 +871,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_warm_claims_never_share_a_sandbox, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_counts_follow_each_message_state, setup, teardown),
         cmocka_unit_test_setup_teardown(test_app_shapes_lists_distinct_live_shapes, setup,
                                         teardown),
     };
