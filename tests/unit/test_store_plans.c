@@ -72,6 +72,7 @@ static void assert_counts_indexed(void)
     sqlite3_stmt *s = NULL;
     assert_int_equal(sqlite3_prepare_v2(db, eqp, -1, &s, NULL), SQLITE_OK);
     const char *want[] = {"messages_queued", "messages_delivering", "messages_failed"};
+    static const char total_scan[] = "SCAN messages USING COVERING INDEX sqlite_autoindex_messages";
     int found[3] = {0}, total = 0;
     char plan[2048] = "";
     while (sqlite3_step(s) == SQLITE_ROW) {
@@ -83,8 +84,7 @@ static void assert_counts_indexed(void)
         for (int i = 0; i < 3; i++)
             if (strstr(detail, want[i]))
                 found[i]++;
-        if (strncmp(detail, "SCAN messages USING COVERING INDEX sqlite_autoindex_messages", 60) ==
-            0)
+        if (strncmp(detail, total_scan, sizeof total_scan - 1) == 0)
             total++;
     }
     sqlite3_finalize(s);

@@ -23,13 +23,22 @@ export function tempDataDir() {
 // Whether the tests run on PostgreSQL (tests/pg-run.sh started a server for them).
 export const onPostgres = Boolean(process.env.SBX_TEST_PG_ADMIN_URL);
 
+// The store URL of dataDir if its store exists: on PostgreSQL the database named in its store-url,
+// else "sqlite" once sbx.db is there; null before a first start.
+function existingStore(dataDir) {
+  if (!onPostgres) return existsSync(join(dataDir, 'sbx.db')) ? 'sqlite' : null;
+  const file = join(dataDir, 'store-url');
+  return existsSync(file) ? readFileSync(file, 'utf8').trim() : null;
+}
+
 // The store URL of dataDir: on PostgreSQL a database created for it on first use (reached over the
 // fixture's unix socket, which also works from the network namespaces of the worker tests); else
 // "sqlite".
 export function storeFor(dataDir) {
   if (!onPostgres) return 'sqlite';
+  const existing = existingStore(dataDir);
+  if (existing) return existing;
   const file = join(dataDir, 'store-url');
-  if (existsSync(file)) return readFileSync(file, 'utf8').trim();
   const name = 'sbx_it_' + randomBytes(6).toString('hex');
   // The admin connection goes over the socket too when there is one: the worker tests run in a
   // network namespace of their own, where the fixture's loopback address is not reachable.
@@ -48,7 +57,7 @@ export function storeFor(dataDir) {
 export async function startGateway({ dataDir = tempDataDir(), extraArgs = [], env = {} } = {}) {
   // A first start prints the bootstrap block on stdout; stdout and stderr are separate pipes, so
   // "listening" on stderr may arrive before it: then wait for the block's last line as well.
-  const fresh = onPostgres ? !existsSync(join(dataDir, 'store-url')) : !existsSync(join(dataDir, 'sbx.db'));
+  const fresh = existingStore(dataDir) === null;
   const store = storeFor(dataDir);
   const proc = spawn(BIN, ['--data-dir', dataDir, '--listen', '127.0.0.1:0', ...extraArgs], {
     env: { ...process.env, SBX_ADMIN_TOKEN: '', SBX_STORE: store, ...env },
@@ -95,7 +104,7 @@ export async function startGateway({ dataDir = tempDataDir(), extraArgs = [], en
 // under each hierarchy's sbx/ folder) and its /run/sbx/sandbox-uids entry. Once the store is gone
 // nothing would ever reap them, so a deleted data directory takes them along, and each removal is
 // reported on stderr (kept in ctest's log): a test that leaves one is a finding, not noise.
-const SANDBOX_CGROUP = /^([a-z0-9]+)-(sbx_[a-z0-9]+)$/;
+const SANDBOX_CGROUP = /^([a-z0-9]+)-sbx_[a-z0-9]+$/;
 const UID_DIR = '/run/sbx/sandbox-uids';
 
 function listDir(dir) {
@@ -133,14 +142,8 @@ function removeHostLeftovers(dir) {
     for (const e of listDir(root)) if (SANDBOX_CGROUP.test(e)) cgroups.push(join(root, e));
   const uids = listDir(UID_DIR);
   if (cgroups.length === 0 && uids.length === 0) return;
-  let store = 'sqlite';
-  if (onPostgres) {
-    const file = join(dir, 'store-url');
-    if (!existsSync(file)) return;
-    store = readFileSync(file, 'utf8').trim();
-  } else if (!existsSync(join(dir, 'sbx.db'))) {
-    return;
-  }
+  const store = existingStore(dir);
+  if (!store) return;
   const db = { dataDir: dir, store };
   const tag = sql(db, "SELECT value FROM settings WHERE key = 'installation_id'");
   const ours = new Set(sql(db, 'SELECT id FROM sandboxes').split('\n').filter(Boolean));
