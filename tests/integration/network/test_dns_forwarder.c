@@ -299,7 +299,7 @@ static bool next_answer(int s, int ms, struct answer *out)
 static size_t expect_from(bool (*next)(int, int, struct answer *), int s, int ms, uint16_t id,
                           int rcode)
 {
-    struct answer ans;
+    struct answer ans = {0}; /* assert_true does not return when next fails */
     assert_true(next(s, ms, &ans));
     assert_int_equal(ans.id, id);
     assert_int_equal(ans.rcode, rcode);
