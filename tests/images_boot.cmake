@@ -9,7 +9,7 @@ add_test(NAME it.images.boot_fixture
 set_tests_properties(it.images.boot_fixture PROPERTIES FIXTURES_SETUP images_boot TIMEOUT 600)
 
 add_executable(test_image_boot ${images_test_dir}/test_image_boot.c)
-target_link_libraries(test_image_boot PRIVATE sbxworker PkgConfig::JANSSON)
+target_link_libraries(test_image_boot PRIVATE sbxworker sbx_test_support PkgConfig::JANSSON)
 target_compile_definitions(test_image_boot PRIVATE SBX_BUILD_DIR="${CMAKE_BINARY_DIR}")
 add_dependencies(test_image_boot rootfs)
 add_test(NAME it.images.boot_process

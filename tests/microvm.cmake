@@ -8,7 +8,7 @@ if(TARGET guest-image)
   set_tests_properties(it.microvm.guest_image PROPERTIES FIXTURES_SETUP guest_image TIMEOUT 300)
 
   add_executable(test_qemu_driver ${CMAKE_CURRENT_LIST_DIR}/integration/microvm/test_qemu_driver.c)
-  target_link_libraries(test_qemu_driver PRIVATE sbxworker)
+  target_link_libraries(test_qemu_driver PRIVATE sbxworker sbx_test_support)
   add_test(NAME it.microvm.qemu_driver
            COMMAND ${CMAKE_CURRENT_LIST_DIR}/in-netns.sh $<TARGET_FILE:test_qemu_driver>
                    ${CMAKE_BINARY_DIR}/guest)

@@ -2,7 +2,7 @@
 # TCP 2049 element and the guest agent's mount, with real TCG guests (two VMs: about 30 s here).
 if(TARGET guest-image)
   add_executable(test_nfs_driver ${CMAKE_CURRENT_LIST_DIR}/integration/nfs/test_nfs_driver.c)
-  target_link_libraries(test_nfs_driver PRIVATE sbxworker)
+  target_link_libraries(test_nfs_driver PRIVATE sbxworker sbx_test_support)
   add_test(NAME it.nfs.qemu_workspace
            COMMAND ${CMAKE_CURRENT_LIST_DIR}/in-netns.sh $<TARGET_FILE:test_nfs_driver>
                    ${CMAKE_BINARY_DIR}/guest)

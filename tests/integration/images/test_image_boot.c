@@ -16,6 +16,8 @@
  *
  * Usage: test_image_boot IMAGES_ENV process|qemu [GUEST_DIR]
  */
+#include "test_channel.h"
+#include "check.h"
 #include "config.h"
 #include "drivers/driver.h"
 #include "id.h"
@@ -27,8 +29,6 @@
 #include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
-#include <poll.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -43,29 +43,6 @@
 #define SANDBOX_UID 4242
 #define SANDBOX_GID 4343
 #define NOBODY_UID 65534
-
-static int failures;
-#define CHECK(cond, ...) check_that((cond), #cond, __FILE__, __LINE__, __VA_ARGS__)
-#define REQUIRE(cond, ...)                                                                         \
-    do {                                                                                           \
-        if (!CHECK(cond, __VA_ARGS__))                                                             \
-            goto out;                                                                              \
-    } while (0)
-
-__attribute__((format(printf, 5, 6))) static bool
-check_that(bool ok, const char *what, const char *file, int line, const char *fmt, ...)
-{
-    if (ok)
-        return true;
-    fprintf(stderr, "FAIL %s:%d: %s: ", file, line, what);
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\n");
-    failures++;
-    return false;
-}
 
 static int64_t now_ms(void)
 {
@@ -83,59 +60,8 @@ static char debian_digest[80], tiny_digest[80];
 struct sandbox {
     struct sandbox_runtime rt;
     bool booted;
-    char buf[1 << 20];
-    size_t len;
+    struct test_channel ch;
 };
-
-static int send_line(struct sandbox *sb, const char *line)
-{
-    size_t len = strlen(line), off = 0;
-    while (off < len) {
-        ssize_t n = write(sb->rt.channel_fd, line + off, len - off);
-        if (n > 0) {
-            off += (size_t)n;
-        } else if (n < 0 && errno == EAGAIN) {
-            struct pollfd p = {.fd = sb->rt.channel_fd, .events = POLLOUT};
-            poll(&p, 1, 100);
-        } else {
-            return -1;
-        }
-    }
-    return write(sb->rt.channel_fd, "\n", 1) == 1 ? 0 : -1;
-}
-
-/* The next channel line that has member key (log lines are printed and skipped); NULL on
- * timeout or end of stream. */
-static json_t *read_until(struct sandbox *sb, const char *key, int timeout_ms)
-{
-    int64_t deadline = now_ms() + timeout_ms;
-    for (;;) {
-        char *nl = memchr(sb->buf, '\n', sb->len);
-        if (nl) {
-            *nl = '\0';
-            json_t *msg = json_loads(sb->buf, 0, NULL);
-            size_t used = (size_t)(nl - sb->buf) + 1;
-            if (strlen(sb->buf) < 600)
-                fprintf(stderr, "  %s: %s\n", sb->rt.sandbox_id, sb->buf);
-            memmove(sb->buf, sb->buf + used, sb->len - used);
-            sb->len -= used;
-            if (msg && json_object_get(msg, key))
-                return msg;
-            json_decref(msg);
-            continue;
-        }
-        int64_t left = deadline - now_ms();
-        if (left <= 0 || sb->len == sizeof sb->buf)
-            return NULL;
-        struct pollfd p = {.fd = sb->rt.channel_fd, .events = POLLIN};
-        poll(&p, 1, (int)left);
-        ssize_t n = read(sb->rt.channel_fd, sb->buf + sb->len, sizeof sb->buf - sb->len);
-        if (n == 0)
-            return NULL;
-        if (n > 0)
-            sb->len += (size_t)n;
-    }
-}
 
 /* The host uid a process Sandbox runs as: its own from sandbox_uid_range (the default), else
  * sandbox_uid. */
@@ -148,7 +74,6 @@ static int boot(struct sandbox *sb, const char *digest, char *err, size_t errlen
 {
     memset(&sb->rt, 0, sizeof sb->rt);
     sb->rt.channel_fd = -1;
-    sb->len = 0;
     sb->booted = false;
     id_new("sbx", sb->rt.sandbox_id, sizeof sb->rt.sandbox_id);
     snprintf(sb->rt.shape.driver, sizeof sb->rt.shape.driver, "%s", drv->name);
@@ -159,6 +84,11 @@ static int boot(struct sandbox *sb, const char *digest, char *err, size_t errlen
     if (drv->boot(&cfg, &sb->rt, err, errlen) != 0)
         return -1;
     sb->booted = true;
+    /* A Python reply with the image's whole os-release and version fits one line of 1 MiB. */
+    if (test_channel_open(&sb->ch, sb->rt.channel_fd, sb->rt.sandbox_id, 1 << 20) != 0) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     fprintf(stderr, "booted %s (%s) in %lld ms\n", sb->rt.sandbox_id, digest,
             (long long)(now_ms() - t0));
     return 0;
@@ -174,15 +104,16 @@ static void terminate(struct sandbox *sb)
     CHECK(access(sb->rt.jail_dir, F_OK) != 0 || sb->rt.jail_dir[0] == '\0', "jail %s survived",
           sb->rt.jail_dir);
     sb->booted = false;
+    test_channel_free(&sb->ch);
 }
 
 /* Sends a start line and returns the agent's answer type ("started" or "error") and reason. */
 static bool start(struct sandbox *sb, const char *line, char *why, size_t whylen)
 {
     why[0] = '\0';
-    if (send_line(sb, line) != 0)
+    if (test_channel_send(&sb->ch, line) != 0)
         return false;
-    json_t *ans = read_until(sb, "type", is_qemu ? 60000 : 10000);
+    json_t *ans = test_channel_read_until(&sb->ch, "type", is_qemu ? 60000 : 10000);
     const char *type = json_string_value(json_object_get(ans, "type"));
     const char *error = json_string_value(json_object_get(ans, "error"));
     snprintf(why, whylen, "%s", error ? error : (type ? type : "no answer"));
@@ -207,9 +138,9 @@ static json_t *ask(struct sandbox *sb, const char *id, const char *body, json_t 
     char msg[4096];
     snprintf(msg, sizeof msg, "{\"id\":\"%s\",\"seq\":1,\"body\":%s}", id, body);
     *line = NULL;
-    if (send_line(sb, msg) != 0)
+    if (test_channel_send(&sb->ch, msg) != 0)
         return NULL;
-    *line = read_until(sb, "id", is_qemu ? 90000 : 20000);
+    *line = test_channel_read_until(&sb->ch, "id", is_qemu ? 90000 : 20000);
     return json_object_get(*line, "reply");
 }
 
@@ -448,7 +379,7 @@ static void check_erofs_attached(struct sandbox *sb)
  * a user namespace, and the image's overlay still boots, with / writable to the Sandbox. */
 static int unprivileged_boot(const char *chroot_base)
 {
-    failures = 0; /* the parent's count came along with fork() */
+    int failed_before = check_failures(); /* the parent's count came along with fork() */
     gid_t gid = 65534;
     if (setgroups(1, &gid) != 0 || setresgid(gid, gid, gid) != 0 ||
         setresuid(65534, 65534, 65534) != 0)
@@ -472,7 +403,7 @@ static int unprivileged_boot(const char *chroot_base)
         json_decref(line);
     }
     terminate(&sb);
-    return failures ? 1 : 0;
+    return check_failures() > failed_before ? 1 : 0;
 }
 
 static int load_images_env(const char *file, char *data_dir, size_t len)
@@ -598,6 +529,7 @@ out:
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", scratch);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", scratch);
+    int failures = check_failures();
     fprintf(stderr, failures ? "%d failure(s)\n" : "ok\n", failures);
     return failures ? 1 : 0;
 }

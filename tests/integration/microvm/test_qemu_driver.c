@@ -11,6 +11,8 @@
  *
  * Usage: test_qemu_driver GUEST_DIR [reap]   (GUEST_DIR: the guest-image fixture's output)
  */
+#include "test_channel.h"
+#include "check.h"
 #include "clock.h"
 #include "config.h"
 #include "drivers/driver.h"
@@ -25,7 +27,6 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,81 +35,6 @@
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
-
-static int failures;
-/* Both evaluate cond exactly once (it may boot a VM). */
-#define CHECK(cond, ...) check_that((cond), #cond, __FILE__, __LINE__, __VA_ARGS__)
-#define REQUIRE(cond, ...)                                                                         \
-    do {                                                                                           \
-        if (!CHECK(cond, __VA_ARGS__))                                                             \
-            goto out;                                                                              \
-    } while (0)
-
-__attribute__((format(printf, 5, 6))) static bool
-check_that(bool ok, const char *what, const char *file, int line, const char *fmt, ...)
-{
-    if (ok)
-        return true;
-    fprintf(stderr, "FAIL %s:%d: %s: ", file, line, what);
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\n");
-    failures++;
-    return false;
-}
-
-static int send_line(int fd, const char *line)
-{
-    size_t len = strlen(line), off = 0;
-    while (off < len) {
-        ssize_t n = write(fd, line + off, len - off);
-        if (n > 0) {
-            off += (size_t)n;
-        } else if (n < 0 && errno == EAGAIN) {
-            struct pollfd p = {.fd = fd, .events = POLLOUT};
-            poll(&p, 1, 100);
-        } else {
-            return -1;
-        }
-    }
-    return write(fd, "\n", 1) == 1 ? 0 : -1;
-}
-
-/* Reads lines from the non-blocking channel until one is a JSON object with a member named key;
- * returns it (caller decrefs) or NULL on timeout/EOF. Log lines are printed. */
-static json_t *read_until(int fd, const char *key, int timeout_ms)
-{
-    static char buf[65536];
-    static size_t len;
-    int64_t deadline = clock_mono_ms() + timeout_ms;
-    for (;;) {
-        char *nl = memchr(buf, '\n', len);
-        if (nl != NULL) {
-            *nl = '\0';
-            json_t *msg = json_loads(buf, 0, NULL);
-            size_t used = (size_t)(nl - buf) + 1;
-            fprintf(stderr, "channel: %s\n", buf);
-            memmove(buf, buf + used, len - used);
-            len -= used;
-            if (msg != NULL && json_object_get(msg, key) != NULL)
-                return msg;
-            json_decref(msg);
-            continue;
-        }
-        int64_t left = deadline - clock_mono_ms();
-        if (left <= 0 || len == sizeof buf)
-            return NULL;
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        poll(&p, 1, (int)left);
-        ssize_t n = read(fd, buf + len, sizeof buf - len);
-        if (n == 0)
-            return NULL;
-        if (n > 0)
-            len += (size_t)n;
-    }
-}
 
 static int proc_status_field(pid_t pid, const char *field, char *out, size_t outlen)
 {
@@ -168,6 +94,7 @@ int main(int argc, char **argv)
     snprintf(cfg.qemu_accel, sizeof cfg.qemu_accel, "tcg");
 
     struct sandbox_runtime rt = {.channel_fd = -1};
+    struct test_channel ch = {0};
     bool booted = false;
     snprintf(rt.sandbox_id, sizeof rt.sandbox_id, "sbx_itqemu%d", (int)getpid());
     snprintf(rt.shape.driver, sizeof rt.shape.driver, "qemu");
@@ -267,17 +194,18 @@ int main(int argc, char **argv)
     }
 
     /* Start the echo agent in the guest and have it answer one message. */
-    REQUIRE(send_line(rt.channel_fd, "{\"type\":\"start\",\"argv\":[\"/usr/bin/sbx-echo-agent\"],"
-                                     "\"workspace\":null}") == 0,
+    REQUIRE(test_channel_open(&ch, rt.channel_fd, "channel", 65536) == 0, "out of memory");
+    REQUIRE(test_channel_send(&ch, "{\"type\":\"start\",\"argv\":[\"/usr/bin/sbx-echo-agent\"],"
+                                   "\"workspace\":null}") == 0,
             "send start");
-    json_t *started = read_until(rt.channel_fd, "type", 30000);
+    json_t *started = test_channel_read_until(&ch, "type", 30000);
     const char *type = json_string_value(json_object_get(started, "type"));
     CHECK(type != NULL && strcmp(type, "started") == 0, "agent answered %s to start",
           type ? type : "nothing");
     json_decref(started);
-    REQUIRE(send_line(rt.channel_fd, "{\"id\":\"msg_1\",\"seq\":1,\"body\":\"hello guest\"}") == 0,
+    REQUIRE(test_channel_send(&ch, "{\"id\":\"msg_1\",\"seq\":1,\"body\":\"hello guest\"}") == 0,
             "send message");
-    json_t *reply = read_until(rt.channel_fd, "id", 30000);
+    json_t *reply = test_channel_read_until(&ch, "id", 30000);
     REQUIRE(reply != NULL, "no reply from the guest");
     json_t *body = json_object_get(reply, "reply");
     const char *echo = json_string_value(json_object_get(body, "echo"));
@@ -290,10 +218,10 @@ int main(int argc, char **argv)
 
     /* The guest configured its end of the link from the kernel command line. */
     if (rt.net_address[0] != '\0') {
-        REQUIRE(send_line(rt.channel_fd, "{\"id\":\"msg_2\",\"seq\":2,\"body\":{\"run\":"
-                                         "[\"/bin/ip\",\"-4\",\"addr\",\"show\",\"eth0\"]}}") == 0,
+        REQUIRE(test_channel_send(&ch, "{\"id\":\"msg_2\",\"seq\":2,\"body\":{\"run\":"
+                                       "[\"/bin/ip\",\"-4\",\"addr\",\"show\",\"eth0\"]}}") == 0,
                 "send message");
-        json_t *ip = read_until(rt.channel_fd, "id", 30000);
+        json_t *ip = test_channel_read_until(&ch, "id", 30000);
         const char *output = json_string_value(
             json_object_get(json_object_get(json_object_get(ip, "reply"), "run"), "output"));
         char want[96];
@@ -322,18 +250,19 @@ int main(int argc, char **argv)
                  "{\"id\":\"msg_3\",\"seq\":3,\"body\":{\"run\":[\"/bin/nc\",\"-w\",\"5\",\"%s\","
                  "\"443\"]}}",
                  gw);
-        REQUIRE(send_line(rt.channel_fd, run) == 0, "send message");
+        REQUIRE(test_channel_send(&ch, run) == 0, "send message");
         struct pollfd p = {.fd = lfd, .events = POLLIN};
         bool connected = poll(&p, 1, 20000) == 1;
         int cfd = connected ? accept4(lfd, NULL, NULL, SOCK_CLOEXEC) : -1;
         CHECK(cfd >= 0, "the guest did not reach %s:443 over its tap link", gw);
         if (cfd >= 0)
             close(cfd);
-        json_decref(read_until(rt.channel_fd, "id", 30000));
+        json_decref(test_channel_read_until(&ch, "id", 30000));
         close(lfd);
     }
 
 out:
+    test_channel_free(&ch);
     if (booted) {
         pid_t pid = rt.pid;
         char jail[sizeof rt.jail_dir], cg[sizeof rt.cgroup_path];
@@ -365,6 +294,7 @@ out:
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", data);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", data);
+    int failures = check_failures();
     fprintf(stderr, failures ? "it.microvm.qemu_driver: %d failure(s)\n" : "ok\n", failures);
     return failures ? 1 : 0;
 }

@@ -12,6 +12,8 @@
  *
  * Usage: test_nfs_driver GUEST_DIR      (needs root, nfs-ganesha, the guest-image fixture)
  */
+#include "test_channel.h"
+#include "check.h"
 #include "clock.h"
 #include "config.h"
 #include "drivers/driver.h"
@@ -23,8 +25,6 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
-#include <poll.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,86 +33,13 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failures;
-#define CHECK(cond, ...) check_that((cond), #cond, __FILE__, __LINE__, __VA_ARGS__)
-#define REQUIRE(cond, ...)                                                                         \
-    do {                                                                                           \
-        if (!CHECK(cond, __VA_ARGS__))                                                             \
-            goto out;                                                                              \
-    } while (0)
-
-__attribute__((format(printf, 5, 6))) static bool
-check_that(bool ok, const char *what, const char *file, int line, const char *fmt, ...)
-{
-    if (ok)
-        return true;
-    fprintf(stderr, "FAIL %s:%d: %s: ", file, line, what);
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\n");
-    failures++;
-    return false;
-}
-
-/* One guest: its runtime and a line buffer for its agent channel. */
 struct vm {
     const char *name;
     struct sandbox_runtime rt;
     bool booted;
-    char buf[65536];
-    size_t len;
+    struct test_channel ch;
     int seq;
 };
-
-static int send_line(int fd, const char *line)
-{
-    size_t len = strlen(line), off = 0;
-    while (off < len) {
-        ssize_t n = write(fd, line + off, len - off);
-        if (n > 0) {
-            off += (size_t)n;
-        } else if (n < 0 && errno == EAGAIN) {
-            struct pollfd p = {.fd = fd, .events = POLLOUT};
-            poll(&p, 1, 100);
-        } else {
-            return -1;
-        }
-    }
-    return write(fd, "\n", 1) == 1 ? 0 : -1;
-}
-
-/* The next line of vm's channel that is a JSON object with member key (caller decrefs). */
-static json_t *read_until(struct vm *vm, const char *key, int timeout_ms)
-{
-    int64_t deadline = clock_mono_ms() + timeout_ms;
-    for (;;) {
-        char *nl = memchr(vm->buf, '\n', vm->len);
-        if (nl != NULL) {
-            *nl = '\0';
-            json_t *msg = json_loads(vm->buf, 0, NULL);
-            size_t used = (size_t)(nl - vm->buf) + 1;
-            fprintf(stderr, "%s: %s\n", vm->name, vm->buf);
-            memmove(vm->buf, vm->buf + used, vm->len - used);
-            vm->len -= used;
-            if (msg != NULL && json_object_get(msg, key) != NULL)
-                return msg;
-            json_decref(msg);
-            continue;
-        }
-        int64_t left = deadline - clock_mono_ms();
-        if (left <= 0 || vm->len == sizeof vm->buf)
-            return NULL;
-        struct pollfd p = {.fd = vm->rt.channel_fd, .events = POLLIN};
-        poll(&p, 1, (int)left);
-        ssize_t n = read(vm->rt.channel_fd, vm->buf + vm->len, sizeof vm->buf - vm->len);
-        if (n == 0)
-            return NULL;
-        if (n > 0)
-            vm->len += (size_t)n;
-    }
-}
 
 /* Sends {"type":"start"} for the echo agent with the NFS source; "" when started, else the
  * agent's error (static). */
@@ -124,11 +51,11 @@ static const char *start_echo(struct vm *vm, const char *nfs_source)
                   "workspace", "path", "/workspace", "nfs", nfs_source);
     char *line = json_dumps(start, JSON_COMPACT);
     json_decref(start);
-    int rc = send_line(vm->rt.channel_fd, line);
+    int rc = test_channel_send(&vm->ch, line);
     free(line);
     if (rc != 0)
         return "cannot send start";
-    json_t *ans = read_until(vm, "type", 60000);
+    json_t *ans = test_channel_read_until(&vm->ch, "type", 60000);
     const char *type = json_string_value(json_object_get(ans, "type"));
     const char *error = json_string_value(json_object_get(ans, "error"));
     snprintf(why, sizeof why, "%s",
@@ -148,9 +75,9 @@ static json_t *request(struct vm *vm, json_t *body, const char *op, json_t **roo
     json_t *msg = json_pack("{s:s,s:i,s:o}", "id", id, "seq", vm->seq, "body", body);
     char *line = json_dumps(msg, JSON_COMPACT);
     json_decref(msg);
-    int rc = send_line(vm->rt.channel_fd, line);
+    int rc = test_channel_send(&vm->ch, line);
     free(line);
-    *root = rc == 0 ? read_until(vm, "id", 60000) : NULL;
+    *root = rc == 0 ? test_channel_read_until(&vm->ch, "id", 60000) : NULL;
     return json_object_get(json_object_get(*root, "reply"), op);
 }
 
@@ -210,6 +137,7 @@ static int terminate(const struct sbx_config *cfg, struct vm *vm)
 {
     char err[512];
     struct store_usage usage;
+    test_channel_free(&vm->ch);
     if (!vm->booted)
         return 0;
     vm->booted = false;
@@ -276,6 +204,8 @@ int main(int argc, char **argv)
         REQUIRE(driver_qemu.boot(&cfg, &vm->rt, err, sizeof err) == 0, "boot %s: %s", vm->name,
                 err);
         vm->booted = true;
+        REQUIRE(test_channel_open(&vm->ch, vm->rt.channel_fd, vm->name, 65536) == 0,
+                "out of memory");
         fprintf(stderr, "%s booted in %lld ms at %s\n", vm->name, (long long)(clock_mono_ms() - t0),
                 vm->rt.net_address);
         CHECK(!nfs_element(vm->rt.sandbox_id), "%s may reach TCP 2049 with no Workspace", vm->name);
@@ -342,6 +272,7 @@ out:
         fprintf(stderr, "stop ganesha: %s\n", err);
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", data);
+    int failures = check_failures();
     if (failures == 0 && system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", data);
     if (failures)
