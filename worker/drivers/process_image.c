@@ -2,6 +2,7 @@
  * process_image.c: the overlay root of a process Sandbox on an imported image (process_image.h).
  */
 #include "drivers/process_image.h"
+#include "host/userns_map.h"
 #include "image_user.h"
 #include "images/image_cache.h"
 #include "log.h"
@@ -9,14 +10,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <sched.h>
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 /* The mount points the driver mounts on inside the root (process.c), and /.sbx. */
@@ -83,60 +80,14 @@ static int swap_map(char *out, size_t len, unsigned image_id, unsigned sandbox_i
 }
 
 /* A user namespace whose maps swap the image user's uid and gid with the Sandbox's (swap_map), as
- * an open descriptor for MOUNT_ATTR_IDMAP; -1 with a reason. A short-lived child makes the
- * namespace (the worker's threads must stay where they are) and waits on a pipe while its maps
- * are written. */
+ * an open descriptor for MOUNT_ATTR_IDMAP; -1 with a reason. */
 static int idmap_userns(uid_t image_uid, gid_t image_gid, uid_t sandbox_uid, gid_t sandbox_gid,
                         char *err, size_t errlen)
 {
-    int hold[2];
-    if (pipe2(hold, O_CLOEXEC) != 0) {
-        snprintf(err, errlen, "pipe: %s", strerror(errno));
-        return -1;
-    }
-    /* The raw system call: like fork(), and nothing but system calls in the child. */
-    pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL, NULL, NULL, 0);
-    if (pid == 0) {
-        char b;
-        close(hold[1]);
-        ssize_t ignored = read(hold[0], &b, 1); /* until the parent closes its end */
-        (void)ignored;
-        _exit(0);
-    }
-    close(hold[0]);
-    int fd = -1;
-    if (pid < 0) {
-        snprintf(err, errlen, "clone a user namespace: %s", strerror(errno));
-        close(hold[1]);
-        return -1;
-    }
-    char path[64], map[256];
-    const struct {
-        const char *file;
-        unsigned inner, outer;
-    } maps[] = {{"uid_map", image_uid, sandbox_uid}, {"gid_map", image_gid, sandbox_gid}};
-    int rc = 0;
-    for (size_t i = 0; rc == 0 && i < 2; i++) {
-        snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, maps[i].file);
-        int n = swap_map(map, sizeof map, maps[i].inner, maps[i].outer);
-        int mfd = open(path, O_WRONLY | O_CLOEXEC);
-        if (mfd < 0 || write(mfd, map, (size_t)n) != n) {
-            snprintf(err, errlen, "write %s: %s", path, strerror(errno));
-            rc = -1;
-        }
-        if (mfd >= 0)
-            close(mfd);
-    }
-    if (rc == 0) {
-        snprintf(path, sizeof path, "/proc/%d/ns/user", (int)pid);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            snprintf(err, errlen, "open %s: %s", path, strerror(errno));
-    }
-    close(hold[1]);
-    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
-    }
-    return fd;
+    char uid_map[256], gid_map[256];
+    swap_map(uid_map, sizeof uid_map, image_uid, sandbox_uid);
+    swap_map(gid_map, sizeof gid_map, image_gid, sandbox_gid);
+    return userns_map_open(uid_map, gid_map, err, errlen);
 }
 
 void process_image_release(struct process_image_plan *plan)
