@@ -10,6 +10,7 @@
  * The upload's state lives in struct image_upload, owned by the request and freed with it; an
  * upload that never reached the store is removed then.
  */
+#include "fs.h"
 #include "gateway.h"
 #include "id.h"
 #include "json_input.h"
@@ -58,21 +59,6 @@ bool http_image_is_upload_type(const char *ct)
     return false;
 }
 
-static int mkdirs(const char *path, mode_t mode)
-{
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *s = buf + 1; *s; s++) {
-        if (*s != '/')
-            continue;
-        *s = '\0';
-        if (mkdir(buf, mode) != 0 && errno != EEXIST)
-            return -1;
-        *s = '/';
-    }
-    return mkdir(buf, mode) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 bool http_image_upload_begin(struct request *r, long long content_length, enum MHD_Result *ret)
 {
     const char *name = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "name");
@@ -114,7 +100,7 @@ bool http_image_upload_begin(struct request *r, long long content_length, enum M
     snprintf(dir, sizeof dir, "%.600s/images/uploads", r->gw->cfg.data_dir);
     snprintf(u->path, sizeof u->path, "%s/%s.tar", dir, u->id);
     u->fd = -1;
-    if (mkdirs(dir, 0700) == 0)
+    if (fs_mkdir_p(dir, 0700) == 0)
         u->fd = open(u->path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (u->fd < 0) {
         log_emit(LOG_LEVEL_ERROR, r->request_id, "cannot create %s: %s", u->path, strerror(errno));

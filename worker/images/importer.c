@@ -7,6 +7,7 @@
 #include "images/image_cache.h"
 #include "images/layer_apply.h"
 #include "clock.h"
+#include "fs.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -46,22 +47,6 @@ int import_remove_tree(const char *path)
     int rc = tree_remove_at(dfd, basename(copy2));
     close(dfd);
     return rc;
-}
-
-/* mkdir -p with mode for the missing components. */
-static int mkdirs(const char *path, mode_t mode)
-{
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *s = buf + 1; *s; s++) {
-        if (*s != '/')
-            continue;
-        *s = '\0';
-        if (mkdir(buf, mode) != 0 && errno != EEXIST)
-            return -1;
-        *s = '/';
-    }
-    return mkdir(buf, mode) != 0 && errno != EEXIST ? -1 : 0;
 }
 
 /* Cleans an outer archive entry name as layer_apply does ("./a" -> "a"); refuses ".." and "/". */
@@ -375,7 +360,7 @@ int import_plan(const struct sbx_config *cfg, const char *work_dir, const struct
     }
     close(imgfd);
     snprintf(parent, sizeof parent, "%s/images/sha256", cfg->data_dir);
-    if (mkdirs(parent, 0755) != 0)
+    if (fs_mkdir_p(parent, 0755) != 0)
         return image_fail(p, IMAGE_IO_ERROR, "cannot create %s: %s", parent, strerror(errno));
     /* A directory without `ready` is what a crash left: replace it. */
     if (!image_cache_ready(cfg, plan->digest))
@@ -411,7 +396,7 @@ int import_archive(const struct sbx_config *cfg, const char *work_id, const char
     if (import_work_dir(cfg, work_id, work, sizeof work) != 0)
         return image_fail(p, IMAGE_IO_ERROR, "bad work directory for '%s'", work_id);
     (void)import_remove_tree(work); /* a previous attempt's, if its worker died */
-    if (mkdirs(work, 0700) != 0)
+    if (fs_mkdir_p(work, 0700) != 0)
         return image_fail(p, IMAGE_IO_ERROR, "cannot create %s: %s", work, strerror(errno));
     int64_t t0 = clock_wall_ms();
     rc = stage_archive(cfg, archive_path, work, &blobs, p);
