@@ -1,6 +1,6 @@
 /*
- * fs.c: making directories with their parents and removing trees by directory fds (fs.h). No
- * hidden state.
+ * fs.c: making directories with their parents, removing trees by directory fds and reading a
+ * log's last line (fs.h). No hidden state.
  */
 #include "fs.h"
 #include "log.h"
@@ -33,6 +33,26 @@ int fs_mkdir_p(const char *path, mode_t mode)
         *p = '/';
     }
     return mkdir(tmp, mode) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+int fs_last_line(const char *path, char *out, size_t outlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    off_t size = lseek(fd, 0, SEEK_END);
+    off_t window = (off_t)outlen - 1;
+    ssize_t n = size > 0 ? pread(fd, out, (size_t)window, size > window ? size - window : 0) : 0;
+    close(fd);
+    if (n <= 0)
+        return -1;
+    out[n] = '\0';
+    while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == '\r'))
+        out[--n] = '\0';
+    char *nl = strrchr(out, '\n');
+    if (nl)
+        memmove(out, nl + 1, strlen(nl + 1) + 1);
+    return out[0] ? 0 : -1;
 }
 
 /* Passes over the tree before giving up: entries moved by a concurrent writer during one pass

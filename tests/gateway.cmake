@@ -31,6 +31,9 @@ endif()
 add_executable(test_tree_remove ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_tree_remove.c)
 target_link_libraries(test_tree_remove PRIVATE sbxcommon PkgConfig::CMOCKA Threads::Threads)
 add_test(NAME unit.common.tree_remove COMMAND test_tree_remove)
+add_executable(test_fs_last_line ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_fs_last_line.c)
+target_link_libraries(test_fs_last_line PRIVATE sbxcommon PkgConfig::CMOCKA)
+add_test(NAME unit.common.fs_last_line COMMAND test_fs_last_line)
 set_tests_properties(unit.common.tree_remove PROPERTIES TIMEOUT 120)
 
 # tools/bench/store_enqueue.c: the ingestion scenario's store-alone baseline (the group commit and

@@ -515,23 +515,12 @@ static bool wait_exit(pid_t pid, int timeout_ms)
  * the guest console why the agent never came up). */
 static void append_log_tail(const char *jail, const char *name, char *err, size_t errlen)
 {
-    char path[PATH_MAX], buf[512];
+    char path[PATH_MAX], line[512];
     snprintf(path, sizeof path, "%.3000s/%s", jail, name);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    if (fs_last_line(path, line, sizeof line) != 0)
         return;
-    off_t size = lseek(fd, 0, SEEK_END);
-    off_t from = size > (off_t)sizeof buf - 1 ? size - (off_t)sizeof buf + 1 : 0;
-    ssize_t n = pread(fd, buf, sizeof buf - 1, from);
-    close(fd);
-    if (n <= 0)
-        return;
-    buf[n] = '\0';
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-        buf[--n] = '\0';
-    char *last = strrchr(buf, '\n');
     size_t used = strlen(err);
-    snprintf(err + used, errlen - used, " (%s: %s)", name, last ? last + 1 : buf);
+    snprintf(err + used, errlen - used, " (%s: %s)", name, line);
 }
 
 /* Accepts the one connection QEMU makes to a listening socket, watching that QEMU is still up. */

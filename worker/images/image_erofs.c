@@ -3,6 +3,7 @@
  */
 #include "images/image_erofs.h"
 #include "images/image_cache.h"
+#include "fs.h"
 #include "log.h"
 
 #include <dirent.h>
@@ -32,22 +33,11 @@ static bool is_built(const char *path)
 /* Appends the last line of mkfs.erofs's output (its reason) to err. */
 static void append_log_tail(const char *log, char *err, size_t errlen)
 {
-    char buf[512];
-    int fd = open(log, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    char line[512];
+    if (fs_last_line(log, line, sizeof line) != 0)
         return;
-    off_t size = lseek(fd, 0, SEEK_END);
-    off_t from = size > (off_t)sizeof buf - 1 ? size - (off_t)sizeof buf + 1 : 0;
-    ssize_t n = pread(fd, buf, sizeof buf - 1, from);
-    close(fd);
-    if (n <= 0)
-        return;
-    buf[n] = '\0';
-    while (n > 0 && buf[n - 1] == '\n')
-        buf[--n] = '\0';
-    char *last = strrchr(buf, '\n');
     size_t used = strlen(err);
-    snprintf(err + used, errlen - used, ": %s", last ? last + 1 : buf);
+    snprintf(err + used, errlen - used, ": %s", line);
 }
 
 /* Runs mkfs.erofs tmp rootfs with its output in log. */
