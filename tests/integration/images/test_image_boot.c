@@ -29,6 +29,7 @@
 #include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -439,6 +440,7 @@ int main(int argc, char **argv)
     is_qemu = strcmp(argv[2], "qemu") == 0;
     drv = is_qemu ? &driver_qemu : &driver_process;
     log_init("test", "info");
+    signal(SIGPIPE, SIG_IGN); /* as the worker runs: a VM gone mid-write is an error, not death */
     char image_data[PATH_MAX] = "", err[1024];
     if (load_images_env(argv[1], image_data, sizeof image_data) != 0) {
         fprintf(stderr, "%s does not name the test images\n", argv[1]);

@@ -72,6 +72,7 @@ int main(int argc, char **argv)
     }
     bool reap_mode = argc == 3;
     log_init("test", "info");
+    signal(SIGPIPE, SIG_IGN); /* as the worker runs: a VM gone mid-write is an error, not death */
     char tmpl[] = "/tmp/sbx-it-qemu-XXXXXX";
     char *data = mkdtemp(tmpl);
     if (data == NULL)

@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,6 +159,7 @@ int main(int argc, char **argv)
         return 77;
     }
     log_init("test", "info");
+    signal(SIGPIPE, SIG_IGN); /* as the worker runs: a VM gone mid-write is an error, not death */
     char tmpl[] = "/tmp/sbx-it-nfs-XXXXXX";
     char *data = mkdtemp(tmpl);
     if (data == NULL)
