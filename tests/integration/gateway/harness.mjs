@@ -54,7 +54,22 @@ export function storeFor(dataDir) {
 }
 
 // Starts a gateway; resolves once it listens. extraArgs are flags such as ['--body-limit', '2048'].
-export async function startGateway({ dataDir = tempDataDir(), extraArgs = [], env = {} } = {}) {
+export async function startGateway({ dataDir, extraArgs = [], env = {} } = {}) {
+  // A gateway that does not come up is killed, and a data directory made here for it removed:
+  // the test that called has nothing to stop or remove.
+  const own = dataDir === undefined;
+  if (own) dataDir = tempDataDir();
+  let proc = null;
+  try {
+    return await launchGateway(dataDir, extraArgs, env, (p) => { proc = p; });
+  } catch (e) {
+    if (proc && proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+    if (own) removeDataDir(dataDir);
+    throw e;
+  }
+}
+
+async function launchGateway(dataDir, extraArgs, env, spawned) {
   // A first start prints the bootstrap block on stdout; stdout and stderr are separate pipes, so
   // "listening" on stderr may arrive before it: then wait for the block's last line as well.
   const fresh = existingStore(dataDir) === null;
@@ -63,6 +78,7 @@ export async function startGateway({ dataDir = tempDataDir(), extraArgs = [], en
     env: { ...process.env, SBX_ADMIN_TOKEN: '', SBX_STORE: store, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
+  spawned(proc);
   let stdout = '';
   let stderr = '';
   proc.stdout.on('data', (d) => { stdout += d; });
