@@ -14,23 +14,24 @@
 struct test_channel {
     int fd;
     const char *label; /* prefixes every line read when it is printed */
-    char *buf;         /* the unread part of the channel */
-    size_t len, cap;
+    char *line;        /* the line being read: cap bytes */
+    size_t cap;
 };
 
-/* Starts reading fd afresh (nothing buffered); the buffer, of cap bytes, is allocated on first
- * use and kept. Returns 0, or -1 when it cannot be allocated. */
+/* Reads fd from now on with a line buffer of cap bytes, allocated on first use and kept. Returns 0,
+ * or -1 when it cannot be allocated. */
 int test_channel_open(struct test_channel *ch, int fd, const char *label, size_t cap);
 
 /* Writes line and its newline, waiting while the channel is full. Returns 0, or -1. */
 int test_channel_send(struct test_channel *ch, const char *line);
 
 /* The next line that is a JSON object with a member named key (caller decrefs); the lines before
- * it (logs, other replies) are printed, the first 600 bytes of each, and skipped. NULL on timeout,
- * at the end of the stream, or when a line does not fit the buffer. */
+ * it (logs, other replies) are printed, the first 600 bytes of each, and skipped. Lines are read
+ * as the drivers read the ready line (driver_read_line), so nothing past the line is taken. NULL
+ * on timeout, at the end of the stream, or when a line does not fit the buffer. */
 json_t *test_channel_read_until(struct test_channel *ch, const char *key, int timeout_ms);
 
-/* Frees the buffer. */
+/* Frees the line buffer. */
 void test_channel_free(struct test_channel *ch);
 
 #endif
