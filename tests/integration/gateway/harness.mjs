@@ -55,21 +55,19 @@ export function storeFor(dataDir) {
 
 // Starts a gateway; resolves once it listens. extraArgs are flags such as ['--body-limit', '2048'].
 export async function startGateway({ dataDir, extraArgs = [], env = {} } = {}) {
-  // A gateway that does not come up is killed, and a data directory made here for it removed:
-  // the test that called has nothing to stop or remove.
+  // A data directory made here for a gateway that does not come up is removed (launchGateway
+  // kills that gateway): the test that called has nothing to stop or remove.
   const own = dataDir === undefined;
   if (own) dataDir = tempDataDir();
-  let proc = null;
   try {
-    return await launchGateway(dataDir, extraArgs, env, (p) => { proc = p; });
+    return await launchGateway(dataDir, extraArgs, env);
   } catch (e) {
-    if (proc && proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
     if (own) removeDataDir(dataDir);
     throw e;
   }
 }
 
-async function launchGateway(dataDir, extraArgs, env, spawned) {
+async function launchGateway(dataDir, extraArgs, env) {
   // A first start prints the bootstrap block on stdout; stdout and stderr are separate pipes, so
   // "listening" on stderr may arrive before it: then wait for the block's last line as well.
   const fresh = existingStore(dataDir) === null;
@@ -78,7 +76,6 @@ async function launchGateway(dataDir, extraArgs, env, spawned) {
     env: { ...process.env, SBX_ADMIN_TOKEN: '', SBX_STORE: store, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  spawned(proc);
   let stdout = '';
   let stderr = '';
   proc.stdout.on('data', (d) => { stdout += d; });
@@ -91,6 +88,9 @@ async function launchGateway(dataDir, extraArgs, env, spawned) {
       if (m) { clearTimeout(timer); resolve(Number(m[1])); }
     });
     exited.then(({ code }) => { clearTimeout(timer); reject(new Error(`gateway exited ${code}:\n${stderr}`)); });
+  }).catch((e) => {
+    if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+    throw e;
   });
   for (let i = 0; fresh && i < 200 && !/\?wait=10/.test(stdout) && proc.exitCode === null; i++)
     await new Promise((r) => setTimeout(r, 25));
