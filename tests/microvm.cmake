@@ -17,6 +17,11 @@ if(TARGET guest-image)
            COMMAND ${CMAKE_CURRENT_LIST_DIR}/in-netns.sh $<TARGET_FILE:test_qemu_driver>
                    ${CMAKE_BINARY_DIR}/guest reap)
   set_tests_properties(it.microvm.qemu_reap PROPERTIES FIXTURES_REQUIRED guest_image TIMEOUT 180)
+  add_test(NAME it.microvm.qemu_bad_kernel
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/in-netns.sh $<TARGET_FILE:test_qemu_driver>
+                   ${CMAKE_BINARY_DIR}/guest bad_kernel)
+  set_tests_properties(it.microvm.qemu_bad_kernel PROPERTIES FIXTURES_REQUIRED guest_image
+                       TIMEOUT 120)
 endif()
 
 # End to end (issue 4): gateway + sbx-worker + the qemu driver, through the worker tests' harness.

@@ -9,7 +9,12 @@
  * With "reap" (it.microvm.qemu_reap) it instead drops the runtime as a crashed worker would and
  * checks that reap() alone, from the store's record, removes the VM, jail, cgroup and tap.
  *
- * Usage: test_qemu_driver GUEST_DIR [reap]   (GUEST_DIR: the guest-image fixture's output)
+ * With "bad_kernel" (it.microvm.qemu_bad_kernel) it boots a copy of the guest image whose vmlinuz
+ * is junk: boot must fail at once with QEMU's own words in the error, and leave no QEMU process,
+ * jail, cgroup or tap behind.
+ *
+ * Usage: test_qemu_driver GUEST_DIR [reap|bad_kernel]   (GUEST_DIR: the guest-image fixture's
+ * output)
  */
 #include "test_channel.h"
 #include "check.h"
@@ -64,13 +69,39 @@ static bool same_link(const char *a, const char *b)
     return na > 0 && nb > 0 && na == nb && memcmp(ta, tb, (size_t)na) == 0;
 }
 
+/* True when a directory under dir has a name containing id (a jail or cgroup left behind). */
+static bool dir_has_entry_with(const char *dir, const char *id)
+{
+    char cmd[PATH_MAX + 128];
+    snprintf(cmd, sizeof cmd, "ls -A '%s' 2>/dev/null | grep -q -- '%s'", dir, id);
+    return system(cmd) == 0;
+}
+
+/* A copy of the guest image whose vmlinuz is junk; the rest is the real image. */
+static int make_junk_kernel_guest(const char *guest_dir, const char *dst)
+{
+    char cmd[3 * PATH_MAX];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s/initramfs.cpio.gz' '%s/image.sha256' '%s/'",
+             dst, guest_dir, guest_dir, dst);
+    if (system(cmd) != 0)
+        return -1;
+    snprintf(cmd, sizeof cmd, "%s/vmlinuz", dst);
+    FILE *f = fopen(cmd, "we");
+    if (f == NULL)
+        return -1;
+    for (int i = 0; i < 4096; i++)
+        fputs("not a kernel\n", f);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 2 && !(argc == 3 && strcmp(argv[2], "reap") == 0)) {
-        fprintf(stderr, "usage: %s GUEST_DIR [reap]\n", argv[0]);
+    bool reap_mode = argc == 3 && strcmp(argv[2], "reap") == 0;
+    bool bad_kernel_mode = argc == 3 && strcmp(argv[2], "bad_kernel") == 0;
+    if (argc != 2 && !reap_mode && !bad_kernel_mode) {
+        fprintf(stderr, "usage: %s GUEST_DIR [reap|bad_kernel]\n", argv[0]);
         return 2;
     }
-    bool reap_mode = argc == 3;
     log_init("test", "info");
     signal(SIGPIPE, SIG_IGN); /* as the worker runs: a VM gone mid-write is an error, not death */
     char tmpl[] = "/tmp/sbx-it-qemu-XXXXXX";
@@ -103,6 +134,45 @@ int main(int argc, char **argv)
     rt.shape.mem_size_mib = 256;
 
     REQUIRE(driver_qemu.init(&cfg, err, sizeof err) == 0, "init: %s", err);
+    if (bad_kernel_mode) {
+        /* A broken kernel is QEMU's to refuse: boot fails without waiting out the agent's
+         * timeout, says why in QEMU's words, and cleans up everything it made. */
+        snprintf(cfg.guest_dir, sizeof cfg.guest_dir, "%.400s/junk-guest", data);
+        REQUIRE(make_junk_kernel_guest(argv[1], cfg.guest_dir) == 0, "cannot copy the guest image");
+        int64_t t_bad = clock_mono_ms();
+        int rc = driver_qemu.boot(&cfg, &rt, err, sizeof err);
+        fprintf(stderr, "junk kernel: boot rc %d in %lld ms: %s\n", rc,
+                (long long)(clock_mono_ms() - t_bad), err);
+        CHECK(rc != 0, "a junk kernel booted");
+        CHECK(strstr(err, "(qemu.log: ") != NULL, "the error does not carry QEMU's log: %s", err);
+        CHECK(rt.pid <= 0 || (kill(rt.pid, 0) != 0 && errno == ESRCH), "qemu pid %d survived",
+              (int)rt.pid);
+        char qemu_jails[PATH_MAX];
+        snprintf(qemu_jails, sizeof qemu_jails, "%.400s/qemu", cfg.chroot_base);
+        CHECK(!dir_has_entry_with(qemu_jails, rt.sandbox_id), "a jail of %s is left in %s",
+              rt.sandbox_id, qemu_jails);
+        static const char *const cgroup_dirs[] = {
+            "/sys/fs/cgroup/cpu/sbx", "/sys/fs/cgroup/memory/sbx", "/sys/fs/cgroup/pids/sbx"};
+        for (size_t i = 0; i < sizeof cgroup_dirs / sizeof cgroup_dirs[0]; i++)
+            CHECK(!dir_has_entry_with(cgroup_dirs[i], rt.sandbox_id),
+                  "a cgroup of %s is left in %s", rt.sandbox_id, cgroup_dirs[i]);
+        if (cgroot[0] != '\0') {
+            char sbx_dir[PATH_MAX + 8];
+            snprintf(sbx_dir, sizeof sbx_dir, "%s/sbx", cgroot);
+            CHECK(!dir_has_entry_with(sbx_dir, rt.sandbox_id), "a cgroup of %s is left in %s",
+                  rt.sandbox_id, sbx_dir);
+        }
+        FILE *ip = popen("ip -o link show", "r");
+        char l[512];
+        bool found = false;
+        while (ip != NULL && fgets(l, sizeof l, ip) != NULL)
+            if (strstr(l, rt.sandbox_id) != NULL)
+                found = true;
+        if (ip != NULL)
+            pclose(ip);
+        CHECK(!found, "the tap of %s is left", rt.sandbox_id);
+        goto out;
+    }
     int64_t t0 = clock_mono_ms();
     REQUIRE(driver_qemu.boot(&cfg, &rt, err, sizeof err) == 0, "boot: %s", err);
     booted = true;
