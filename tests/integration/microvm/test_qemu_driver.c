@@ -77,6 +77,21 @@ static bool dir_has_entry_with(const char *dir, const char *id)
     return system(cmd) == 0;
 }
 
+/* True when a network interface (the host side of a Sandbox's link, sbx<slot>) has id in its
+ * alias. */
+static bool link_with_alias(const char *id)
+{
+    FILE *ip = popen("ip -o link show", "r");
+    char l[512];
+    bool found = false;
+    while (ip != NULL && fgets(l, sizeof l, ip) != NULL)
+        if (strstr(l, id) != NULL)
+            found = true;
+    if (ip != NULL)
+        pclose(ip);
+    return found;
+}
+
 /* A copy of the guest image whose vmlinuz is junk; the rest is the real image. */
 static int make_junk_kernel_guest(const char *guest_dir, const char *dst)
 {
@@ -162,15 +177,7 @@ int main(int argc, char **argv)
             CHECK(!dir_has_entry_with(sbx_dir, rt.sandbox_id), "a cgroup of %s is left in %s",
                   rt.sandbox_id, sbx_dir);
         }
-        FILE *ip = popen("ip -o link show", "r");
-        char l[512];
-        bool found = false;
-        while (ip != NULL && fgets(l, sizeof l, ip) != NULL)
-            if (strstr(l, rt.sandbox_id) != NULL)
-                found = true;
-        if (ip != NULL)
-            pclose(ip);
-        CHECK(!found, "the tap of %s is left", rt.sandbox_id);
+        CHECK(!link_with_alias(rt.sandbox_id), "the tap of %s is left", rt.sandbox_id);
         goto out;
     }
     int64_t t0 = clock_mono_ms();
@@ -246,15 +253,7 @@ int main(int argc, char **argv)
               "cgroup %s survived reap", rt.cgroup_path);
         if (rt.net_address[0] != '\0') {
             /* The host side of the link, sbx<slot>, must be gone: no interface has its alias. */
-            FILE *ip = popen("ip -o link show", "r");
-            char l[512];
-            bool found = false;
-            while (ip != NULL && fgets(l, sizeof l, ip) != NULL)
-                if (strstr(l, rt.sandbox_id) != NULL)
-                    found = true;
-            if (ip != NULL)
-                pclose(ip);
-            CHECK(!found, "the tap of %s survived reap", rt.sandbox_id);
+            CHECK(!link_with_alias(rt.sandbox_id), "the tap of %s survived reap", rt.sandbox_id);
         }
         /* Terminate on what is left is a no-op that releases the lost runtime's descriptors. */
         struct store_usage usage;
