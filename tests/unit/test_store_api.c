@@ -520,6 +520,58 @@ static void test_batch_failure_is_isolated(void **state)
     store_session_clear(&s);
 }
 
+/* Requests to a few Sessions handed over at once, interleaved, round after round, commit in the
+ * order they were handed over within each Session, each once: the batch is reordered by Session
+ * on PostgreSQL (enqueue.c), and each Session's seqs are then given in one statement by request
+ * order (enqueue_pg.c). */
+static void test_enqueue_order_within_sessions(void **state)
+{
+    struct store_fixture *f = *state;
+    struct store *st = f->st;
+    struct store_app a;
+    enum { SESSIONS = 4, N = 48, ROUNDS = 20 };
+    struct store_session s[SESSIONS];
+    int64_t last[SESSIONS] = {0};
+    static struct async_results res;
+    struct async_slot slots[N];
+    struct store_enqueue reqs[N];
+    make_app(st, "order", &a);
+    for (int k = 0; k < SESSIONS; k++)
+        make_session(st, a.id, &s[k]);
+    pthread_mutex_init(&res.lock, NULL);
+    pthread_cond_init(&res.cond, NULL);
+
+    for (int round = 0; round < ROUNDS; round++) {
+        pthread_mutex_lock(&res.lock);
+        res.done = 0;
+        pthread_mutex_unlock(&res.lock);
+        for (int i = 0; i < N; i++) {
+            slots[i] = (struct async_slot){&res, i};
+            reqs[i] = (struct store_enqueue){a.id, s[i % SESSIONS].id, "{\"o\":1}", NULL, NULL};
+            assert_int_equal(st->message_enqueue_async(st, &admin, &reqs[i], async_done, &slots[i]),
+                             STORE_OK);
+        }
+        pthread_mutex_lock(&res.lock);
+        while (res.done < N)
+            pthread_cond_wait(&res.cond, &res.lock);
+        pthread_mutex_unlock(&res.lock);
+        for (int i = 0; i < N; i++) {
+            assert_int_equal(res.status[i], STORE_OK);
+            if (res.seq[i] != last[i % SESSIONS] + 1)
+                fail_msg("round %d: request %d of Session %d got seq %lld, after %lld", round, i,
+                         i % SESSIONS, (long long)res.seq[i], (long long)last[i % SESSIONS]);
+            last[i % SESSIONS] = res.seq[i];
+        }
+    }
+    assert_int_equal(db_int(f, "SELECT count(*) FROM messages"), ROUNDS * N);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM events WHERE kind='message.queued'"),
+                     ROUNDS * N);
+    pthread_mutex_destroy(&res.lock);
+    pthread_cond_destroy(&res.cond);
+    for (int k = 0; k < SESSIONS; k++)
+        store_session_clear(&s[k]);
+}
+
 /* A row without an Idempotency-Key runs without a savepoint (enqueue.c): when it fails after its
  * first write (here its audit event is refused, after its message row went in), the batch is
  * rolled back and written again without it. The other rows of the batch, before and after it,
@@ -831,6 +883,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_enqueue_async_one_caller_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_failure_is_isolated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_row_failing_after_its_write, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_enqueue_order_within_sessions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cross_app_scoping, setup, teardown),
         cmocka_unit_test_setup_teardown(test_session_names_and_workspaces, setup, teardown),
         cmocka_unit_test_setup_teardown(test_settings_and_workspace_list, setup, teardown),
