@@ -420,6 +420,15 @@ static void async_done(void *arg, enum store_status status, struct store_message
     pthread_mutex_unlock(&res->lock);
 }
 
+/* Waits until n of the enqueues reporting to res have had their callback. */
+static void async_wait(struct async_results *res, int n)
+{
+    pthread_mutex_lock(&res->lock);
+    while (res->done < n)
+        pthread_cond_wait(&res->cond, &res->lock);
+    pthread_mutex_unlock(&res->lock);
+}
+
 /* One caller thread hands many enqueues to the committer without waiting for each: they share
  * one transaction, a bad one fails alone through its callback, and all are on disk after. */
 static void test_enqueue_async_one_caller_batches(void **state)
@@ -452,10 +461,7 @@ static void test_enqueue_async_one_caller_batches(void **state)
     assert_int_equal(res.done, 0); /* nothing is answered before its commit */
     pthread_mutex_unlock(&res.lock);
     db_unlock_writers(f);
-    pthread_mutex_lock(&res.lock);
-    while (res.done < N)
-        pthread_cond_wait(&res.cond, &res.lock);
-    pthread_mutex_unlock(&res.lock);
+    async_wait(&res, N);
 
     static char seen[N];
     memset(seen, 0, sizeof seen);
@@ -551,10 +557,7 @@ static void test_enqueue_order_within_sessions(void **state)
             assert_int_equal(st->message_enqueue_async(st, &admin, &reqs[i], async_done, &slots[i]),
                              STORE_OK);
         }
-        pthread_mutex_lock(&res.lock);
-        while (res.done < N)
-            pthread_cond_wait(&res.cond, &res.lock);
-        pthread_mutex_unlock(&res.lock);
+        async_wait(&res, N);
         for (int i = 0; i < N; i++) {
             assert_int_equal(res.status[i], STORE_OK);
             if (res.seq[i] != last[i % SESSIONS] + 1)
@@ -623,10 +626,7 @@ static void test_batch_row_failing_after_its_write(void **state)
     }
     usleep(100 * 1000);
     db_unlock_writers(f);
-    pthread_mutex_lock(&res.lock);
-    while (res.done < N)
-        pthread_cond_wait(&res.cond, &res.lock);
-    pthread_mutex_unlock(&res.lock);
+    async_wait(&res, N);
 
     for (int i = 0, want = 1; i < N; i++) {
         if (i == BAD) {
