@@ -150,6 +150,20 @@ static const struct setting settings[] = {
         "bytes of this host's image cache before unused images are evicted (0: no limit)"),
     STR(insecure_registries, "",
         "registries (host[:port], comma-separated) pulled over plain http; https otherwise"),
+    STR(ca_dir, "",
+        "directory of the installation CA and token signing key, shared by every host (default "
+        "<data_dir>/ca)"),
+    STR(public_url, "",
+        "the gateway's URL as callers reach it: the identity tokens' issuer (default "
+        "http[s]://<listen>)"),
+    STR(callback_listen, "0.0.0.0:443",
+        "address and port of the Sandboxes' callback API on each worker's host (off: none)"),
+    INT(callback_rate, "50", 1, 100000, "callback requests per second per Sandbox (429 above)"),
+    INT(callback_body_limit, "65536", 1024, 16777216,
+        "largest callback request body in bytes (413 above)"),
+    INT(identity_token_ttl, "600", 60, 86400, "seconds an identity token is valid"),
+    STR(tls_cert_file, "", "PEM certificate chain: the gateway serves HTTPS (reloaded on SIGHUP)"),
+    STR(tls_key_file, "", "PEM private key of tls_cert_file"),
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 
@@ -340,9 +354,11 @@ int config_load(struct sbx_config *cfg, int argc, char **argv, char *err, size_t
     /* Paths become absolute against the working directory at start: the jails, the Workspaces
      * and the drivers' children must not depend on a later chdir(), and the default data_dir is
      * the relative "./data". */
-    char *paths[] = {cfg->data_dir, cfg->db_path, cfg->chroot_base, cfg->guest_dir, cfg->rootfs};
-    size_t sizes[] = {sizeof cfg->data_dir, sizeof cfg->db_path, sizeof cfg->chroot_base,
-                      sizeof cfg->guest_dir, sizeof cfg->rootfs};
+    char *paths[] = {cfg->data_dir, cfg->db_path, cfg->chroot_base,   cfg->guest_dir,
+                     cfg->rootfs,   cfg->ca_dir,  cfg->tls_cert_file, cfg->tls_key_file};
+    size_t sizes[] = {sizeof cfg->data_dir,      sizeof cfg->db_path,     sizeof cfg->chroot_base,
+                      sizeof cfg->guest_dir,     sizeof cfg->rootfs,      sizeof cfg->ca_dir,
+                      sizeof cfg->tls_cert_file, sizeof cfg->tls_key_file};
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
         if (make_absolute(paths[i], sizes[i], err, errlen) != 0)
             return -1;
@@ -350,6 +366,15 @@ int config_load(struct sbx_config *cfg, int argc, char **argv, char *err, size_t
         snprintf(cfg->db_path, sizeof cfg->db_path, "%.500s/sbx.db", cfg->data_dir);
     if (cfg->chroot_base[0] == '\0')
         snprintf(cfg->chroot_base, sizeof cfg->chroot_base, "%.500s/jail", cfg->data_dir);
+    if (cfg->ca_dir[0] == '\0')
+        snprintf(cfg->ca_dir, sizeof cfg->ca_dir, "%.500s/ca", cfg->data_dir);
+    if (!cfg->tls_cert_file[0] != !cfg->tls_key_file[0]) {
+        snprintf(err, errlen, "tls_cert_file and tls_key_file go together: set both or neither");
+        return -1;
+    }
+    if (cfg->public_url[0] == '\0')
+        snprintf(cfg->public_url, sizeof cfg->public_url, "%s://%.200s",
+                 cfg->tls_cert_file[0] ? "https" : "http", cfg->listen);
     if (cfg->host_id[0] == '\0' && gethostname(cfg->host_id, sizeof cfg->host_id) != 0)
         snprintf(cfg->host_id, sizeof cfg->host_id, "localhost");
     cfg->host_id[sizeof cfg->host_id - 1] = '\0';
