@@ -115,7 +115,8 @@ enum MHD_Result http_session_patch(struct request *r)
     if (keep_alive_null)
         keep_alive = 0;
     char *metadata_json = metadata ? json_dumps(metadata, JSON_COMPACT) : NULL;
-    struct store_session_patch p = {metadata_json, has_keep_alive > 0 ? &keep_alive : NULL};
+    struct store_session_patch p = {.metadata_json = metadata_json,
+                                    .keep_alive_seconds = has_keep_alive > 0 ? &keep_alive : NULL};
     enum store_status st =
         r->gw->st->session_update(r->gw->st, &r->ctx, r->app_id, r->params[0], &p, &s);
     free(metadata_json);

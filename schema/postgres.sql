@@ -162,6 +162,13 @@ CREATE TABLE sandboxes (
 CREATE INDEX sandboxes_state ON sandboxes (state, driver, image, vcpu_count, mem_size_mib);
 CREATE INDEX sandboxes_session ON sandboxes (session_id);
 CREATE INDEX sandboxes_app ON sandboxes (app_id);
+-- The callback API's bearer token (its SHA-256 only; docs/callbacks.md) and the Sandbox's calls,
+-- counted in batches (0014).
+ALTER TABLE sandboxes ADD COLUMN callback_token_hash TEXT;
+ALTER TABLE sandboxes ADD COLUMN callback_calls BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE sandboxes ADD COLUMN callback_last_at BIGINT;
+CREATE UNIQUE INDEX sandboxes_callback_token ON sandboxes (callback_token_hash)
+    WHERE callback_token_hash IS NOT NULL;
 
 -- The audit trail. Append-only: the triggers below refuse UPDATE, DELETE and TRUNCATE.
 -- id comes from a sequence that never goes back (like SQLite's AUTOINCREMENT); since migration
@@ -516,6 +523,8 @@ CREATE TABLE hosts (
     heartbeat_at  BIGINT NOT NULL,            -- last heartbeat of any of its workers
     lost_at       BIGINT                      -- declared lost (NULL: live); cleared on return
 );
+-- Requests this host's callback servers refused for their token (401), counted in batches (0014).
+ALTER TABLE hosts ADD COLUMN callback_refused BIGINT NOT NULL DEFAULT 0;
 -- The host a worker process belongs to (NULL for workers registered before hosts existed).
 ALTER TABLE workers ADD COLUMN host_id TEXT;
 -- A host's live workers (placement, host loss).
@@ -705,3 +714,15 @@ BEGIN
     RETURN allocated;
 END
 $$;
+
+-- Who called back and how often: one row per Sandbox that made a callback (0014).
+CREATE VIEW sandbox_callbacks AS
+SELECT b.id AS sandbox_id,
+       b.app_id AS app_id,
+       b.session_id AS session_id,
+       b.state AS state,
+       b.callback_calls AS calls,
+       b.callback_last_at AS last_call_at,
+       sbx_utc(b.callback_last_at) AS last_call_utc
+FROM sandboxes b
+WHERE b.callback_calls > 0;

@@ -149,6 +149,13 @@ CREATE TABLE sandboxes (
 CREATE INDEX sandboxes_state ON sandboxes (state, driver, image, vcpu_count, mem_size_mib);
 CREATE INDEX sandboxes_session ON sandboxes (session_id);
 CREATE INDEX sandboxes_app ON sandboxes (app_id);
+-- The callback API's bearer token (its SHA-256 only; docs/callbacks.md) and the Sandbox's calls,
+-- counted in batches (0014).
+ALTER TABLE sandboxes ADD COLUMN callback_token_hash TEXT;
+ALTER TABLE sandboxes ADD COLUMN callback_calls INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sandboxes ADD COLUMN callback_last_at INTEGER;
+CREATE UNIQUE INDEX sandboxes_callback_token ON sandboxes (callback_token_hash)
+    WHERE callback_token_hash IS NOT NULL;
 
 -- The audit trail. Append-only: the triggers below refuse UPDATE and DELETE. So the row with the
 -- largest id is never deleted, and a new id (the largest + 1; no AUTOINCREMENT since 0010, which
@@ -481,6 +488,8 @@ CREATE TABLE hosts (
     heartbeat_at  INTEGER NOT NULL,           -- last heartbeat of any of its workers
     lost_at       INTEGER                     -- declared lost (NULL: live); cleared on return
 );
+-- Requests this host's callback servers refused for their token (401), counted in batches (0014).
+ALTER TABLE hosts ADD COLUMN callback_refused INTEGER NOT NULL DEFAULT 0;
 -- The host a worker process belongs to (NULL for workers registered before hosts existed).
 ALTER TABLE workers ADD COLUMN host_id TEXT;
 -- A host's live workers (placement, host loss).
@@ -619,3 +628,15 @@ CREATE TABLE webhook_attempts (
     duration_ms INTEGER NOT NULL,
     PRIMARY KEY (delivery_id, attempt)
 );
+
+-- Who called back and how often: one row per Sandbox that made a callback (0014).
+CREATE VIEW sandbox_callbacks AS
+SELECT b.id AS sandbox_id,
+       b.app_id AS app_id,
+       b.session_id AS session_id,
+       b.state AS state,
+       b.callback_calls AS calls,
+       b.callback_last_at AS last_call_at,
+       strftime('%Y-%m-%dT%H:%M:%fZ', b.callback_last_at / 1000.0, 'unixepoch') AS last_call_utc
+FROM sandboxes b
+WHERE b.callback_calls > 0;

@@ -166,6 +166,11 @@ void store_session_list_free(struct store_session *s, size_t n);
 struct store_session_patch {
     const char *metadata_json;         /* replaces the metadata object */
     const int64_t *keep_alive_seconds; /* 0 clears the override */
+    /* A JSON merge patch (RFC 7396, an object) applied to the metadata in the same transaction,
+     * instead of metadata_json; a result of more than metadata_max_bytes of compact JSON is
+     * STORE_INVALID and nothing is written. */
+    const char *metadata_merge_json;
+    size_t metadata_max_bytes;
 };
 
 /* ==== messages ==== */
@@ -241,6 +246,19 @@ struct store_sandbox {
     int64_t ready_at;
     int64_t claimed_at;
     int64_t terminated_at;
+    /* The callback API (docs/callbacks.md): the SHA-256 (hex) of the Sandbox's bearer token, an
+     * input of sandbox_set_runtime only ("" keeps what is recorded); its calls, counted in
+     * batches, and the last one's time (0: none). */
+    char callback_token_hash[65];
+    int64_t callback_calls;
+    int64_t callback_last_at;
+};
+
+/* A callback server's counts since its last flush (sandbox_callbacks_add). */
+struct store_callback_count {
+    char sandbox_id[STORE_ID_LEN];
+    int64_t calls;
+    int64_t last_at;
 };
 
 /* What a worker claims: the next message to deliver, with its Session and App. */
@@ -700,6 +718,16 @@ struct store {
     enum store_status (*sandbox_list_host_lost)(struct store *st, const char *host_id,
                                                 int64_t lost_at, struct store_sandbox **out,
                                                 size_t *n);
+    /* The callback API: the Sandbox whose token has this SHA-256 (hex), whatever its state, and
+     * the host its worker belongs to ("" when unknown). STORE_NOT_FOUND for no such token. */
+    enum store_status (*sandbox_by_callback_token)(struct store *st, const char *token_hash,
+                                                   struct store_sandbox *out, char *host_id,
+                                                   size_t host_len);
+    /* Adds a callback server's counts: each Sandbox's calls and last call, and the requests
+     * host_id refused for their token; one transaction. */
+    enum store_status (*sandbox_callbacks_add)(struct store *st,
+                                               const struct store_callback_count *counts, size_t n,
+                                               const char *host_id, int64_t refused);
 
     /* ---- workers (workers.c) ---- */
     /* Worker processes: registration, liveness, adoption of a dead one's work. */

@@ -18,6 +18,7 @@
 #include "store_sql.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +49,8 @@ static int64_t sandbox_from_row(struct sql_stmt *s, void *item)
     b->ready_at = sql_col_int64_or(s, 22, 0);
     b->claimed_at = sql_col_int64_or(s, 23, 0);
     b->terminated_at = sql_col_int64_or(s, 24, 0);
+    b->callback_calls = sql_col_int64_or(s, 25, 0);
+    b->callback_last_at = sql_col_int64_or(s, 26, 0);
     return sql_col_int64(s, 0);
 }
 
@@ -227,7 +230,8 @@ static enum store_status sandbox_set_runtime(struct store *st, const struct stor
 {
     struct sql_stmt *s =
         sql_stmt(st, "UPDATE sandboxes SET pid = ?2, jail_dir = ?3, cgroup_path = ?4, "
-                     "net_address = ?5, image_hash = ?6, updated_at = ?7 "
+                     "net_address = ?5, image_hash = ?6, updated_at = ?7, "
+                     "callback_token_hash = COALESCE(?8, callback_token_hash) "
                      "WHERE id = ?1");
     if (!s)
         return STORE_ERROR;
@@ -241,6 +245,7 @@ static enum store_status sandbox_set_runtime(struct store *st, const struct stor
     sql_bind_text_or_null(s, 5, sb->net_address);
     sql_bind_text_or_null(s, 6, sb->image_hash);
     sql_bind_int64(s, 7, clock_wall_ms());
+    sql_bind_text_or_null(s, 8, sb->callback_token_hash);
     return sql_step_change(st, s, STORE_NOT_FOUND);
 }
 
@@ -578,6 +583,71 @@ static enum store_status sandbox_list_host_lost(struct store *st, const char *ho
     return sql_read_all(st, s, &sql_sandbox_page, (void *)out, n);
 }
 
+/* A Sandbox row followed by its worker's host id (sandbox_by_callback_token). */
+struct sandbox_with_host {
+    struct store_sandbox b;
+    char host_id[STORE_HOST_ID_LEN];
+};
+
+static int64_t sandbox_with_host_from_row(struct sql_stmt *s, void *item)
+{
+    struct sandbox_with_host *h = item;
+    sql_col_copy(s, 27, h->host_id, sizeof h->host_id);
+    return sandbox_from_row(s, &h->b);
+}
+
+static const struct sql_page sandbox_with_host_page = {sizeof(struct sandbox_with_host),
+                                                       sandbox_with_host_from_row, sql_free_items};
+
+static enum store_status sandbox_by_callback_token(struct store *st, const char *token_hash,
+                                                   struct store_sandbox *out, char *host_id,
+                                                   size_t host_len)
+{
+    struct sql_stmt *s = sql_stmt(st, "SELECT " SQL_SANDBOX_COLS ", (SELECT w.host_id FROM workers "
+                                      "w WHERE w.id = sandboxes.worker_id) FROM sandboxes "
+                                      "WHERE callback_token_hash = ?1");
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, token_hash);
+    struct sandbox_with_host h = {0};
+    enum store_status r = sql_read_one(st, s, &sandbox_with_host_page, &h);
+    if (r == STORE_OK) {
+        *out = h.b;
+        snprintf(host_id, host_len, "%s", h.host_id);
+    }
+    return r;
+}
+
+static enum store_status sandbox_callbacks_add(struct store *st,
+                                               const struct store_callback_count *counts, size_t n,
+                                               const char *host_id, int64_t refused)
+{
+    enum store_status r;
+    if ((r = sql_begin(st)) != STORE_OK)
+        return r;
+    for (size_t i = 0; i < n && r == STORE_OK; i++) {
+        struct sql_stmt *s = sql_stmt(st, "UPDATE sandboxes SET callback_calls = callback_calls "
+                                          "+ ?2, callback_last_at = CASE WHEN callback_last_at "
+                                          "> ?3 THEN callback_last_at ELSE ?3 END WHERE id = ?1");
+        if (!s)
+            return sql_end(st, STORE_ERROR);
+        sql_bind_text(s, 1, counts[i].sandbox_id);
+        sql_bind_int64(s, 2, counts[i].calls);
+        sql_bind_int64(s, 3, counts[i].last_at);
+        r = sql_step_done(st, s);
+    }
+    if (r == STORE_OK && refused > 0) {
+        struct sql_stmt *s = sql_stmt(st, "UPDATE hosts SET callback_refused = callback_refused + "
+                                          "?2 WHERE id = ?1");
+        if (!s)
+            return sql_end(st, STORE_ERROR);
+        sql_bind_text(s, 1, host_id);
+        sql_bind_int64(s, 2, refused);
+        r = sql_step_done(st, s);
+    }
+    return sql_end(st, r);
+}
+
 void sql_sandboxes_init(struct store *st)
 {
     st->sandbox_get = sandbox_get;
@@ -595,4 +665,6 @@ void sql_sandboxes_init(struct store *st)
     st->sandbox_list_live = sandbox_list_live;
     st->sandbox_list_stop_requested = sandbox_list_stop_requested;
     st->sandbox_list_host_lost = sandbox_list_host_lost;
+    st->sandbox_by_callback_token = sandbox_by_callback_token;
+    st->sandbox_callbacks_add = sandbox_callbacks_add;
 }

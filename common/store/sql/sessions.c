@@ -8,6 +8,7 @@
  */
 #include "id.h"
 #include "clock.h"
+#include "json_merge_patch.h"
 #include "store_sql.h"
 
 #include <stdio.h>
@@ -181,6 +182,29 @@ static enum store_status session_list(struct store *st, const char *app_id, cons
                                      (void *)out, n, next_cursor);
 }
 
+/* The metadata current_json with the merge patch patch_json applied, as new compact JSON text in
+ * *out: STORE_INVALID when the result is not an object or is over max_bytes. */
+static enum store_status metadata_merge(const char *current_json, const char *patch_json,
+                                        size_t max_bytes, char **out)
+{
+    json_t *cur = json_loads(current_json ? current_json : "{}", 0, NULL);
+    json_t *patch = json_loads(patch_json, JSON_DECODE_ANY, NULL);
+    json_t *merged = cur && patch ? json_merge_patch(cur, patch) : NULL;
+    enum store_status r = STORE_ERROR;
+    if (merged && !json_is_object(merged))
+        r = STORE_INVALID;
+    else if (merged && (*out = json_dumps(merged, JSON_COMPACT)))
+        r = strlen(*out) <= max_bytes ? STORE_OK : STORE_INVALID;
+    if (r != STORE_OK) {
+        free(*out);
+        *out = NULL;
+    }
+    json_decref(cur);
+    json_decref(patch);
+    json_decref(merged);
+    return r;
+}
+
 static enum store_status session_update(struct store *st, const struct store_ctx *ctx,
                                         const char *app_id, const char *session_id,
                                         const struct store_session_patch *p,
@@ -191,9 +215,19 @@ static enum store_status session_update(struct store *st, const struct store_ctx
     struct store_session cur = {0};
     char data[128];
 
+    char *merged = NULL;
+    const char *metadata = p->metadata_json;
+
     if ((r = sql_begin(st)) != STORE_OK)
         return r;
     r = session_get(st, app_id, session_id, &cur);
+    /* A merge patch reads the metadata in this transaction, so concurrent patches of different
+     * members both land. */
+    if (r == STORE_OK && p->metadata_merge_json) {
+        r = metadata_merge(cur.metadata_json, p->metadata_merge_json, p->metadata_max_bytes,
+                           &merged);
+        metadata = merged;
+    }
     store_session_clear(&cur);
     if (r == STORE_OK) {
         /* ?3: 1 = set the override to ?4 (NULL clears it), 0 = keep it. (`<> 0`: PostgreSQL
@@ -205,8 +239,8 @@ static enum store_status session_update(struct store *st, const struct store_ctx
         if (!s)
             return sql_end(st, STORE_ERROR);
         sql_bind_text(s, 1, session_id);
-        if (p->metadata_json)
-            sql_bind_text(s, 2, p->metadata_json);
+        if (metadata)
+            sql_bind_text(s, 2, metadata);
         sql_bind_int64(s, 3, p->keep_alive_seconds != NULL);
         if (p->keep_alive_seconds && *p->keep_alive_seconds > 0)
             sql_bind_int64(s, 4, *p->keep_alive_seconds);
@@ -214,8 +248,8 @@ static enum store_status session_update(struct store *st, const struct store_ctx
         r = sql_step_done(st, s);
     }
     if (r == STORE_OK) {
-        snprintf(data, sizeof data, "{\"fields\":[%s%s%s]}", p->metadata_json ? "\"metadata\"" : "",
-                 p->metadata_json && p->keep_alive_seconds ? "," : "",
+        snprintf(data, sizeof data, "{\"fields\":[%s%s%s]}", metadata ? "\"metadata\"" : "",
+                 metadata && p->keep_alive_seconds ? "," : "",
                  p->keep_alive_seconds ? "\"keepAliveSeconds\"" : "");
         r = sql_event(st, ctx, "session.updated", "session", session_id, cur.app_id, session_id,
                       data);
@@ -224,6 +258,7 @@ static enum store_status session_update(struct store *st, const struct store_ctx
     if (r == STORE_OK)
         r = session_get(st, app_id, session_id, &fresh);
     r = sql_end(st, r);
+    free(merged);
     if (r == STORE_OK)
         *out = fresh;
     else
