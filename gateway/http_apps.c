@@ -5,6 +5,7 @@
 #include "gateway.h"
 #include "json_input.h"
 #include "render.h"
+#include "sandbox_context.h"
 #include "reply.h"
 
 #include <stdio.h>
@@ -93,6 +94,13 @@ static int env_read(json_t *obj, char **out_json, struct input_error *e)
         if (!ok) {
             snprintf(e->detail, sizeof e->detail,
                      "field \"env\": \"%.60s\" is not a variable name ([A-Za-z_][A-Za-z0-9_]*)", k);
+            return -1;
+        }
+        if (sandbox_context_reserved(k)) {
+            snprintf(e->detail, sizeof e->detail,
+                     "field \"env\": %.60s is set by sbx for every Sandbox (its context, "
+                     "docs/callbacks.md) and cannot be given",
+                     k);
             return -1;
         }
         if (!json_is_string(v) || json_string_length(v) > 4096 ||

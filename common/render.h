@@ -1,6 +1,7 @@
 /*
- * render.h: store records as the JSON objects of API.md (camelCase, RFC 3339 times, null for
- * what has not happened). Each returns a new reference, NULL only when out of memory.
+ * render.h: store records as the JSON objects of openapi.yaml (camelCase, RFC 3339 times, null
+ * for what has not happened), for the gateway's REST API and the Sandboxes' callback API alike.
+ * Each returns a new reference, NULL only when out of memory.
  */
 #ifndef SBX_RENDER_H
 #define SBX_RENDER_H
