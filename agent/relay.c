@@ -1171,6 +1171,52 @@ fail:
     return -1;
 }
 
+/* The files of a start line, "files": [{"path": "/abs/path", "content": "..."}], written before
+ * the command starts (mode 0644, so the command can read them whatever user it runs as): the
+ * installation CA's certificate of SBX_CA_FILE (docs/callbacks.md). At most RELAY_MAX_FILES of
+ * RELAY_MAX_FILE_LEN bytes each. 0, or -1 with the reason in why. */
+#define RELAY_MAX_FILES 8
+#define RELAY_MAX_FILE_LEN (64u << 10)
+static int write_start_files(struct json_span msg, char *why, size_t whylen)
+{
+    struct json_span files, file, path, content;
+    if (jspan_member(msg, "files", &files) != 1 || jspan_is_null(files))
+        return 0;
+    if (!jspan_is_array(files)) {
+        snprintf(why, whylen, "files must be an array of {\"path\",\"content\"}");
+        return -1;
+    }
+    char *text = malloc(RELAY_MAX_FILE_LEN + 1);
+    size_t pos = 0, n = 0;
+    int rc = text ? 0 : -1;
+    if (!text)
+        snprintf(why, whylen, "out of memory");
+    while (rc == 0 && jspan_array_next(files, &pos, &file) == 1) {
+        char name[PATH_MAX];
+        if (++n > RELAY_MAX_FILES || jspan_member(file, "path", &path) != 1 ||
+            jspan_string_decode(path, name, sizeof name) != 0 || name[0] != '/' ||
+            jspan_member(file, "content", &content) != 1 ||
+            jspan_string_decode(content, text, RELAY_MAX_FILE_LEN + 1) != 0) {
+            snprintf(why, whylen,
+                     "files must hold at most %d {\"path\": absolute, \"content\": at most %u "
+                     "bytes}",
+                     RELAY_MAX_FILES, RELAY_MAX_FILE_LEN);
+            rc = -1;
+            break;
+        }
+        size_t len = strlen(text);
+        int fd = open(name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0 || fchmod(fd, 0644) != 0 || write(fd, text, len) != (ssize_t)len) {
+            snprintf(why, whylen, "cannot write %.200s: %s", name, strerror(errno));
+            rc = -1;
+        }
+        if (fd >= 0)
+            close(fd);
+    }
+    free(text);
+    return rc;
+}
+
 static void handle_start(struct relay *r, struct json_span msg)
 {
     if (r->cmd_pid != 0) {
@@ -1192,7 +1238,8 @@ static void handle_start(struct relay *r, struct json_span msg)
         snprintf(why, sizeof why, "workspace %.400s is not a directory in the Sandbox",
                  req.workspace);
         send_control(r, "error", "error", why);
-    } else if (start_command(r, &req, why, sizeof why) != 0) {
+    } else if (write_start_files(msg, why, sizeof why) != 0 ||
+               start_command(r, &req, why, sizeof why) != 0) {
         send_control(r, "error", "error", why);
     } else {
         send_control(r, "started", NULL, NULL);

@@ -12,6 +12,7 @@
 #include "sandbox/sandbox.h"
 #include "clock.h"
 
+#include <arpa/inet.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -151,6 +152,48 @@ int agent_protocol_watch(struct sandbox *sb)
     return 0;
 }
 
+/* Sets K=V in env (an array of "K=V"), first dropping any K the image's Env had: the context
+ * is the worker's to say (an App's env cannot name these, http_apps.c). -1: out of memory. */
+static int env_put(json_t *env, const char *k, const char *v)
+{
+    size_t klen = strlen(k);
+    for (size_t i = json_array_size(env); i-- > 0;) {
+        const char *kv = json_string_value(json_array_get(env, i));
+        if (kv && strncmp(kv, k, klen) == 0 && kv[klen] == '=')
+            json_array_remove(env, i);
+    }
+    char *kv;
+    if (asprintf(&kv, "%s=%s", k, v) < 0)
+        return -1;
+    int rc = json_array_append_new(env, json_string(kv));
+    free(kv);
+    return rc;
+}
+
+/* The Sandbox's context (sandbox_context.h): who it serves, and with the callback API on, where
+ * and how it reaches it: the host side of its link (the /30's first address, links.h). */
+static int add_context(struct sandbox *sb, json_t *env)
+{
+    int rc = env_put(env, "SBX_SESSION_ID", sb->session_id) |
+             env_put(env, "SBX_APP_ID", sb->app_id) |
+             env_put(env, "SBX_SANDBOX_ID", sb->rt.sandbox_id);
+    struct in_addr a;
+    if (!sb->w->callback_port || !sb->callback_token[0] ||
+        inet_pton(AF_INET, sb->rt.net_address, &a) != 1)
+        return rc;
+    char host[INET_ADDRSTRLEN], url[64];
+    a.s_addr = htonl(ntohl(a.s_addr) - 1);
+    inet_ntop(AF_INET, &a, host, sizeof host);
+    if (sb->w->callback_port == 443)
+        snprintf(url, sizeof url, "https://%s", host);
+    else
+        snprintf(url, sizeof url, "https://%s:%d", host, sb->w->callback_port);
+    rc |= env_put(env, "SBX_API_URL", url) | env_put(env, "SBX_TOKEN", sb->callback_token);
+    if (sb->w->ca_pem)
+        rc |= env_put(env, "SBX_CA_FILE", SANDBOX_CA_PATH);
+    return rc;
+}
+
 int agent_protocol_send_start(struct sandbox *sb, const struct store_app *app, char *err,
                               size_t errlen)
 {
@@ -169,8 +212,20 @@ int agent_protocol_send_start(struct sandbox *sb, const struct store_app *app, c
         json_decref(ws);
         ws = json_string("/workspace");
     }
+    if (add_context(sb, run.env) != 0) {
+        image_run_clear(&run);
+        json_decref(ws);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     json_t *start = json_pack("{s:s,s:O,s:O,s:o}", "type", "start", "argv", run.argv, "env",
                               run.env, "workspace", ws ? ws : json_null());
+    /* The CA certificate the agent verifies the callback API with, for the guest agent to write
+     * where SBX_CA_FILE says. */
+    if (start && sb->w->ca_pem)
+        json_object_set_new(
+            start, "files",
+            json_pack("[{s:s,s:s}]", "path", SANDBOX_CA_PATH, "content", sb->w->ca_pem));
     if (start && run.cwd[0])
         json_object_set_new(start, "cwd", json_string(run.cwd));
     if (start && run.user[0])

@@ -51,6 +51,12 @@ static void boot_done(void *arg)
     snprintf(rec.cgroup_path, sizeof rec.cgroup_path, "%s", sb->rt.cgroup_path);
     snprintf(rec.net_address, sizeof rec.net_address, "%s", sb->rt.net_address);
     snprintf(rec.image_hash, sizeof rec.image_hash, "%s", sb->rt.image_hash);
+    /* The token is made now, with the Sandbox, so that a claim writes nothing more for it: it is
+     * only good while the store says the Sandbox serves a Session (docs/callbacks.md). */
+    if (w->callback_port && callback_token_new(sb->callback_token, rec.callback_token_hash) != 0) {
+        sandbox_terminate(sb, "cannot make its callback token: no randomness", true);
+        return;
+    }
     if ((rc = w->st->sandbox_set_runtime(w->st, &rec)) != STORE_OK)
         log_error("worker: cannot record the runtime of %s: %s", sb->rt.sandbox_id,
                   store_status_name(rc));

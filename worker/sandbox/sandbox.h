@@ -53,6 +53,7 @@
 #ifndef SBX_SANDBOX_H
 #define SBX_SANDBOX_H
 
+#include "sandbox_context.h"
 #include "worker.h"
 
 #include <jansson.h>
@@ -82,6 +83,9 @@ struct sandbox {
     char stop_reason[128];
     char app_id[STORE_ID_LEN];
     char session_id[STORE_ID_LEN];
+    /* Its bearer token for the callback API (sandbox_context.h), made at boot; the store has its
+     * hash. The App's command gets it as SBX_TOKEN. */
+    char callback_token[CALLBACK_TOKEN_LEN + 1];
     int64_t keep_alive_ms;
     int64_t boot_started; /* mono ms */
     struct agent_channel *chan;
