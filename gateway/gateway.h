@@ -24,6 +24,7 @@ struct trusted_proxies;
 struct client_conns;
 struct notify_peer;
 struct key_cache;
+struct pki;
 
 struct gateway {
     struct sbx_config cfg;
@@ -31,6 +32,7 @@ struct gateway {
     struct notify_peer *workers;  /* "queue" wake-ups after each enqueue */
     struct notify_peer *gateways; /* "keys" to every gateway after a revoke (key_cache.h) */
     struct key_cache *keys;       /* API keys authenticated lately (key_cache.h) */
+    struct pki *pki;              /* the installation's keys: the identity tokens' JWKS (pki.h) */
     struct longpoll *lp;
     struct sse_hub *sse; /* Server-Sent Events streams (sse.h) */
     struct metrics *metrics;
@@ -137,6 +139,8 @@ void gateway_request_completed(void *cls, struct MHD_Connection *conn, void **co
 /* ---- handlers, one group per file ---- */
 enum MHD_Result http_healthz(struct request *r);
 enum MHD_Result http_metrics(struct request *r);
+enum MHD_Result http_jwks(struct request *r);
+enum MHD_Result http_openid_configuration(struct request *r);
 enum MHD_Result http_app_create(struct request *r);
 enum MHD_Result http_app_list(struct request *r);
 enum MHD_Result http_app_get(struct request *r);

@@ -1,7 +1,8 @@
 /*
- * main.c: the sbx-gateway daemon: reads the configuration, opens the store, does the first-start
- * bootstrap (admin token, echo App and key, printed once), serves HTTP with libmicrohttpd's
- * thread pool until SIGINT or SIGTERM, then parks no request and stops cleanly.
+ * main.c: the sbx-gateway daemon: reads the configuration, opens the store and the installation's
+ * keys (made at first start), does the first-start bootstrap (admin token, echo App and key,
+ * printed once), serves HTTP with libmicrohttpd's thread pool until SIGINT or SIGTERM, then parks
+ * no request and stops cleanly.
  */
 #include "auth.h"
 #include "client_addr.h"
@@ -14,6 +15,7 @@
 #include "sse.h"
 #include "metrics.h"
 #include "notify.h"
+#include "pki.h"
 #include "sha256.h"
 #include "store.h"
 
@@ -269,6 +271,12 @@ int main(int argc, char **argv)
         trusted_proxies_free(gw.proxies);
         return 1;
     }
+    /* The keys are the installation's, shared with every host: made here at first start, and
+     * never made anew when the directory is damaged (pki.h). */
+    if (pki_open(gw.cfg.ca_dir, &gw.pki, err, sizeof err) != 0) {
+        log_error("cannot open the installation's keys: %s", err);
+        goto out;
+    }
     if (bootstrap_admin(&gw) != 0) {
         log_error("cannot set up the admin token in the store");
         goto out;
@@ -349,6 +357,7 @@ out:
     notify_peer_free(gw.workers);
     notify_peer_free(gw.gateways);
     key_cache_free(gw.keys);
+    pki_free(gw.pki);
     gw.st->close(gw.st);
     return rc;
 }

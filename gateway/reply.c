@@ -26,7 +26,10 @@ static enum MHD_Result queue(struct request *r, unsigned status, struct MHD_Resp
         return MHD_NO;
     }
     MHD_add_response_header(resp, "X-Request-Id", r->request_id);
-    MHD_add_response_header(resp, "Cache-Control", "no-store");
+    /* Answers are not cached, but for the few that say how long they may be (the published
+     * keys, http_wellknown.c). */
+    if (!MHD_get_response_header(resp, "Cache-Control"))
+        MHD_add_response_header(resp, "Cache-Control", "no-store");
     ret = MHD_queue_response(r->conn, status, resp);
     if (ret != MHD_YES)
         log_emit(LOG_LEVEL_ERROR, r->request_id, "libmicrohttpd refused the %u response", status);

@@ -27,6 +27,8 @@
 const struct route gateway_routes[] = {
     {"GET", "/healthz", AUTH_NONE, BODY_NONE, http_healthz},
     {"GET", "/metrics", AUTH_NONE, BODY_NONE, http_metrics},
+    {"GET", "/.well-known/jwks.json", AUTH_NONE, BODY_NONE, http_jwks},
+    {"GET", "/.well-known/openid-configuration", AUTH_NONE, BODY_NONE, http_openid_configuration},
     {"POST", "/v1/apps", AUTH_ADMIN, BODY_REQUIRED, http_app_create},
     {"GET", "/v1/apps", AUTH_ADMIN, BODY_NONE, http_app_list},
     {"GET", "/v1/apps/{appId}", AUTH_ADMIN, BODY_NONE, http_app_get},
