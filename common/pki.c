@@ -465,6 +465,16 @@ static const char *first_missing(const char *dir, int *n_present)
 
 /* Makes the files unless they exist, under an exclusive lock on dir/.lock, so that of two
  * processes starting at once one makes them and the other, once the lock is its, finds them. */
+static int missing_error(const char *dir, const char *missing, char *err, size_t errlen)
+{
+    /* Some keys exist: others may trust them. Making the rest anew would not match them. */
+    snprintf(err, errlen,
+             "%s/%s is missing but the directory holds the other keys: restore it (from another "
+             "host's %s), or empty the directory to make new keys that nothing trusts yet",
+             dir, missing, dir);
+    return -1;
+}
+
 static int ensure_files(const char *dir, char *err, size_t errlen)
 {
     char lock_path[PATH_MAX];
@@ -473,7 +483,11 @@ static int ensure_files(const char *dir, char *err, size_t errlen)
         return -1;
     int fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, config_private_mode(0600));
     if (fd < 0) {
-        snprintf(err, errlen, "%s: cannot create it: %s", lock_path, strerror(errno));
+        int e = errno;
+        const char *missing = first_missing(dir, &n_present);
+        if (missing && n_present > 0) /* a read-only directory that lacks a file */
+            return missing_error(dir, missing, err, errlen);
+        snprintf(err, errlen, "%s: cannot create it: %s", lock_path, strerror(e));
         return -1;
     }
     while ((rc = flock(fd, LOCK_EX)) != 0 && errno == EINTR)
@@ -483,20 +497,14 @@ static int ensure_files(const char *dir, char *err, size_t errlen)
         close(fd);
         return -1;
     }
+    /* Looked at again under the lock: another process may have made them meanwhile. */
     const char *missing = first_missing(dir, &n_present);
     if (!missing)
         rc = 0;
     else if (n_present == 0)
         rc = create_files(dir, err, errlen);
-    else {
-        /* Some keys exist: others may trust them. Making the rest anew would not match them. */
-        snprintf(err, errlen,
-                 "%s/%s is missing but the directory holds the other keys: restore it (from "
-                 "another host's %s), or empty the directory to make new keys that nothing "
-                 "trusts yet",
-                 dir, missing, dir);
-        rc = -1;
-    }
+    else
+        rc = missing_error(dir, missing, err, errlen);
     flock(fd, LOCK_UN);
     close(fd);
     return rc;

@@ -16,6 +16,7 @@
 #include <arpa/inet.h>
 #include <stdbool.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 #include <nettle/eddsa.h>
@@ -363,6 +364,72 @@ static void test_jwt_verifies_with_the_jwks_key(void **state)
     pki_free(p);
 }
 
+/* The gateway's and the callback server's threads share one pki: certificates issued and tokens
+ * signed from several threads at once all check. */
+struct worker_arg {
+    struct pki *p;
+    int failures;
+};
+
+static void *issue_and_sign(void *arg)
+{
+    struct worker_arg *w = arg;
+    char err[512];
+    const char *ips[] = {"10.213.0.1"};
+    gnutls_x509_crt_t ca; /* each thread its own: the test's objects are not what is tested */
+    gnutls_datum_t ca_d = {(unsigned char *)pki_ca_pem(w->p), (unsigned)strlen(pki_ca_pem(w->p))};
+    if (gnutls_x509_crt_init(&ca) != 0 ||
+        gnutls_x509_crt_import(ca, &ca_d, GNUTLS_X509_FMT_PEM) != 0) {
+        w->failures++;
+        return NULL;
+    }
+    for (int i = 0; i < 8; i++) {
+        char *cert_pem, *key_pem, *jwt;
+        unsigned verify = ~0u;
+        gnutls_x509_crt_t crt;
+        if (pki_issue_server_cert(w->p, ips, 1, NULL, 0, 600, &cert_pem, &key_pem, err,
+                                  sizeof err) != 0) {
+            w->failures++;
+            continue;
+        }
+        gnutls_datum_t d = {(unsigned char *)cert_pem, (unsigned)strlen(cert_pem)};
+        if (gnutls_x509_crt_init(&crt) != 0 ||
+            gnutls_x509_crt_import(crt, &d, GNUTLS_X509_FMT_PEM) != 0 ||
+            gnutls_x509_crt_verify(crt, &ca, 1, 0, &verify) != 0 || verify != 0)
+            w->failures++;
+        gnutls_x509_crt_deinit(crt);
+        free(cert_pem);
+        free(key_pem);
+        json_t *claims = json_pack("{s:i}", "n", i);
+        if (pki_jwt_sign(w->p, claims, &jwt, err, sizeof err) != 0)
+            w->failures++;
+        else
+            free(jwt);
+        json_decref(claims);
+    }
+    gnutls_x509_crt_deinit(ca);
+    return NULL;
+}
+
+static void test_threads_share_one_pki(void **state)
+{
+    (void)state;
+    struct pki *p;
+    char err[512];
+    pthread_t t[4];
+    struct worker_arg w[4];
+    assert_int_equal(pki_open(ca_dir, &p, err, sizeof err), 0);
+    for (int i = 0; i < 4; i++) {
+        w[i] = (struct worker_arg){p, 0};
+        assert_int_equal(pthread_create(&t[i], NULL, issue_and_sign, &w[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+        assert_int_equal(w[i].failures, 0);
+    }
+    pki_free(p);
+}
+
 /* A damaged directory is an error that names the file, and nothing in it is made anew: other
  * hosts may trust the CA that is there. */
 static void test_damaged_directory_is_refused_by_name(void **state)
@@ -429,6 +496,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_concurrent_creation_yields_one_ca, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_cert_verifies_for_its_address, setup, teardown),
         cmocka_unit_test_setup_teardown(test_jwt_verifies_with_the_jwks_key, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_threads_share_one_pki, setup, teardown),
         cmocka_unit_test_setup_teardown(test_damaged_directory_is_refused_by_name, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

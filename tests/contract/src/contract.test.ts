@@ -182,6 +182,18 @@ test("operations: /healthz and /metrics need no token", async () => {
   assert.doesNotMatch(metrics.data ?? "", /route="[^"]*(ses|app|msg)_[0-9a-z]{20}/, "route labels must be templates");
 });
 
+test("identity: the signing key set and the issuer's metadata need no token", async () => {
+  const jwks = await anon.GET("/.well-known/jwks.json");
+  assert.equal(jwks.response.status, 200);
+  assert.equal(jwks.response.headers.get("cache-control"), "max-age=300");
+  assert.equal(jwks.data?.keys.length, 1);
+  assert.equal(jwks.data?.keys[0]?.crv, "Ed25519");
+
+  const oidc = await anon.GET("/.well-known/openid-configuration");
+  assert.equal(oidc.response.status, 200);
+  assert.equal(oidc.data?.jwks_uri, `${oidc.data?.issuer}/.well-known/jwks.json`);
+});
+
 test("auth: missing, invalid and wrong-kind tokens", async () => {
   expectProblem(await anon.GET("/v1/apps"), 401, "unauthorized");
   expectProblem(await anon.GET("/v1/sessions"), 401, "unauthorized");

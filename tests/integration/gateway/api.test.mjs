@@ -1,6 +1,7 @@
 // api.test.mjs: every endpoint of API.md against a live gateway, with the problems each can answer.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { existsSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startGateway, removeDataDir, req, sql, newApp, assertProblem, tempDataDir } from './harness.mjs';
@@ -52,6 +53,68 @@ test('healthz, metrics, request ids', async () => {
   assert.match(m.text, /sbx_messages\{state="completed"\} \d+/);
   // Route labels are templates, never raw ids.
   assert.doesNotMatch(m.text, /route="[^"]*(ses|msg|app)_[0-9a-z]{20}/);
+});
+
+test('identity: the published signing key and the issuer, without a token, cacheable', async () => {
+  const jwks = await req(gw, 'GET', '/.well-known/jwks.json');
+  assert.equal(jwks.status, 200);
+  assert.equal(jwks.headers.get('cache-control'), 'max-age=300');
+  assert.equal(jwks.json.keys.length, 1);
+  const [key] = jwks.json.keys;
+  assert.deepEqual(Object.keys(key).sort(), ['alg', 'crv', 'kid', 'kty', 'use', 'x']);
+  assert.equal(key.kty, 'OKP');
+  assert.equal(key.crv, 'Ed25519');
+  assert.equal(key.alg, 'EdDSA');
+  assert.equal(key.use, 'sig');
+  assert.match(key.x, /^[A-Za-z0-9_-]{43}$/);
+  assert.match(key.kid, /^[A-Za-z0-9_-]{22}$/);
+  // The kid is the key's own: base64url of the first 16 bytes of SHA-256 of the public key.
+  const digest = createHash('sha256').update(Buffer.from(key.x, 'base64url')).digest();
+  assert.equal(key.kid, digest.subarray(0, 16).toString('base64url'));
+
+  const oidc = await req(gw, 'GET', '/.well-known/openid-configuration');
+  assert.equal(oidc.status, 200);
+  assert.equal(oidc.headers.get('cache-control'), 'max-age=300');
+  // Without public_url the issuer is made of listen.
+  assert.match(oidc.json.issuer, /^http:\/\/127\.0\.0\.1:\d+$/);
+  assert.equal(oidc.json.jwks_uri, `${oidc.json.issuer}/.well-known/jwks.json`);
+  assert.deepEqual(oidc.json.id_token_signing_alg_values_supported, ['EdDSA']);
+  assert.deepEqual(oidc.json.response_types_supported, ['id_token']);
+  assert.deepEqual(oidc.json.subject_types_supported, ['public']);
+  // Other answers stay uncacheable.
+  assert.equal((await req(gw, 'GET', '/healthz')).headers.get('cache-control'), 'no-store');
+
+  // The keys were made at first start in <data_dir>/ca.
+  for (const f of ['ca.key', 'ca.pem', 'jwt.key']) assert.ok(existsSync(join(gw.dataDir, 'ca', f)), f);
+});
+
+test('identity: the issuer is public_url; a restart publishes the same key', async () => {
+  const dataDir = tempDataDir();
+  let b = await startGateway({ dataDir, env: { SBX_PUBLIC_URL: 'https://sbx.example.com/' } });
+  try {
+    const oidc = await req(b, 'GET', '/.well-known/openid-configuration');
+    assert.equal(oidc.json.issuer, 'https://sbx.example.com/');
+    assert.equal(oidc.json.jwks_uri, 'https://sbx.example.com/.well-known/jwks.json');
+    const before = (await req(b, 'GET', '/.well-known/jwks.json')).json;
+    assert.equal((await b.stop()).code, 0);
+    b = await startGateway({ dataDir });
+    assert.deepEqual((await req(b, 'GET', '/.well-known/jwks.json')).json, before);
+  } finally {
+    await b.stop();
+    removeDataDir(dataDir);
+  }
+});
+
+test('identity: a damaged ca.key stops the gateway at start, naming the file', async () => {
+  const dataDir = tempDataDir();
+  const b = await startGateway({ dataDir });
+  assert.equal((await b.stop()).code, 0);
+  writeFileSync(join(dataDir, 'ca', 'ca.key'), 'not a key\n');
+  try {
+    await assert.rejects(startGateway({ dataDir }), /cannot open the installation's keys: .*ca\.key/);
+  } finally {
+    removeDataDir(dataDir);
+  }
 });
 
 test('routing: 404 for unknown paths, 405 with Allow', async () => {
@@ -507,7 +570,7 @@ test('events: audit trail in order, by session, with cursor', async () => {
   assert.ok(adm.json.items.some((e) => e.kind === 'app.created'));
 });
 
-test('two gateways starting at once on one empty store agree on one admin token', async () => {
+test('two gateways starting at once on one empty store agree on one admin token and one key', async () => {
   // Stateless gateways: several may start together on a fresh database (PostgreSQL, or one SQLite
   // file). Exactly one admin token may be printed, and it must work on both.
   const dataDir = tempDataDir();
@@ -518,6 +581,9 @@ test('two gateways starting at once on one empty store agree on one admin token'
     for (const gw of [a, b])
       assert.equal((await req(gw, 'GET', '/v1/apps', { token: printed[0] })).status, 200);
     assert.equal(sql(a, "SELECT count(*) FROM apps WHERE name = 'echo'"), '1');
+    // They made the installation's keys at once in one ca_dir: both publish the same one.
+    const [ka, kb] = await Promise.all([a, b].map((gw) => req(gw, 'GET', '/.well-known/jwks.json')));
+    assert.deepEqual(ka.json, kb.json);
   } finally {
     await a.stop();
     await b.stop();
