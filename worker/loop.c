@@ -7,6 +7,7 @@
  * worker exit once it holds nothing.
  */
 #include "worker.h"
+#include "callback.h"
 #include "delivery/chunks.h"
 #include "delivery/delivery.h"
 #include "delivery/webhook_sender.h"
@@ -19,6 +20,7 @@
 #include "id.h"
 #include "log.h"
 #include "notify.h"
+#include "pki.h"
 #include "recovery/host_beat.h"
 #include "recovery/reconcile.h"
 #include "recovery/workspace_mounts.h"
@@ -213,6 +215,27 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     maybe_exit(w);
 }
 
+/* The callback API on callback_listen, with certificates from the installation's keys (made here
+ * if this is the installation's first process). Its port is where SBX_API_URL points. */
+static int callbacks_start(struct worker *w, const char *run_dir, char *err, size_t errlen)
+{
+    char why[512];
+    const char *colon = strrchr(w->cfg.callback_listen, ':');
+    w->callback_port = colon ? atoi(colon + 1) : 0;
+    if (pki_open(w->cfg.ca_dir, &w->pki, why, sizeof why) != 0) {
+        snprintf(err, errlen, "cannot open the installation's keys: %s", why);
+        return -1;
+    }
+    w->ca_pem = pki_ca_pem(w->pki);
+    w->worker_peer = notify_peer_new(w->cfg.store, run_dir, "worker");
+    w->callbacks = callback_server_start(&w->cfg, w->st, w->pki, w->worker_peer, why, sizeof why);
+    if (!w->callbacks) {
+        snprintf(err, errlen, "callback API: %s (set callback_listen=off to run without it)", why);
+        return -1;
+    }
+    return 0;
+}
+
 int worker_init(struct worker *w, const struct sbx_config *cfg,
                 const struct driver *(*find_driver)(const char *name), char *err, size_t errlen)
 {
@@ -289,6 +312,8 @@ int worker_init(struct worker *w, const struct sbx_config *cfg,
         log_warn("worker: no wake-ups (%s); relying on the %lld ms poll", why,
                  (long long)cfg->poll_ms);
     w->gateway_peer = notify_peer_new(cfg->store, run_dir, "gateway");
+    if (strcmp(cfg->callback_listen, "off") != 0 && callbacks_start(w, run_dir, err, errlen) != 0)
+        return -1;
     w->kick_ev = event_new(w->base, -1, 0, on_kick, w);
     w->poll_ev = event_new(w->base, -1, EV_PERSIST, on_poll, w);
     w->heartbeat_ev = event_new(w->base, -1, EV_PERSIST, on_heartbeat, w);
@@ -388,6 +413,10 @@ void worker_fini(struct worker *w)
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
         if (evs[i])
             event_free(evs[i]);
+    /* Its requests use the store: stopped before the store closes. */
+    callback_server_stop(w->callbacks);
+    notify_peer_free(w->worker_peer);
+    pki_free(w->pki);
     notify_listener_close(w->notify);
     notify_peer_free(w->gateway_peer);
     free(w->shapes);

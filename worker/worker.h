@@ -59,9 +59,14 @@ struct worker {
     int64_t host_was_lost_at;    /* when this host had been declared lost before it came back (0) */
     struct host_beat *host_beat; /* the host heartbeat thread (host_beat.h) while the loop runs */
     struct webhook_sender *webhooks; /* webhook delivery threads (delivery/webhook_sender.h) */
-    /* The installation CA's certificate (PEM), which each Sandbox's agent gets as SBX_CA_FILE;
-     * NULL when the callback API is off. */
-    char *ca_pem;
+    /* The callback API (callback.h) this process serves, with the installation's keys (pki.h)
+     * and a peer to wake the workers after an agent's message to a sibling Session; all NULL
+     * when callback_listen is off. ca_pem (the CA's certificate, PEM) is what each Sandbox's
+     * agent gets as SBX_CA_FILE. */
+    struct pki *pki;
+    struct callback_server *callbacks;
+    struct notify_peer *worker_peer;
+    const char *ca_pem;
     /* The callback API's port on the host side of each Sandbox's link; 0 when it is off. */
     int callback_port;
 

@@ -48,6 +48,10 @@ static const struct {
      "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set nfs ][meta load l4proto => reg 1 "
      "][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + 2 => reg 1 ][cmp eq reg 1 "
      "0x00000108 ][immediate reg 0 accept ]"},
+    /* the callback API's 443, before egress none's drop */
+    {"sandbox_to_host",
+     "[meta load l4proto => reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + "
+     "2 => reg 1 ][cmp eq reg 1 0x0000bb01 ][immediate reg 0 accept ]"},
     {"sandbox_to_host", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname "
                         "=> reg 8 ][payload load 4b @ network header + 12 => reg 12 ][lookup reg 8 "
                         "set egress_none ][log prefix sbx drop_policy  group 5213 snaplen 64 "
@@ -62,9 +66,6 @@ static const struct {
      "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set egress_allowlist ][meta load "
      "l4proto => reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + 2 => reg 1 "
      "][cmp eq reg 1 0x0000b414 ][immediate reg 0 accept ]"},
-    {"sandbox_to_host",
-     "[meta load l4proto => reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + "
-     "2 => reg 1 ][cmp eq reg 1 0x0000bb01 ][immediate reg 0 accept ]"},
     {"sandbox_to_host", "[log prefix sbx drop_host  group 5213 snaplen 64 qthreshold 0 ][counter "
                         "drop_host][immediate reg 0 drop ]"},
     {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x0000000a ][counter "

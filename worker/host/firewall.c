@@ -66,10 +66,10 @@ const char *const fw_drop_reason_names[FW_DROP_COUNT] = {
 #define KEY_TYPE_IPV4 7u
 #define KEY_TYPE_INET_SERVICE 13u
 #define APP_CHAIN_PREFIX "egress_"
-/* v2: the spoofing check before `established`; v3: egress (issue 15); v4: an allowlist
- * Sandbox's TCP DNS redirected to the forwarder too. A worker finding an older table replaces it.
- */
-#define TABLE_COMMENT_FMT "sbx firewall v4 pool %s: managed by sbx, do not edit"
+/* v2: the spoofing check before `established`; v3: egress; v4: an allowlist Sandbox's TCP DNS
+ * redirected to the forwarder too; v5: the callback API's 443 open to `egress: none` Sandboxes.
+ * A worker finding an older table replaces it. */
+#define TABLE_COMMENT_FMT "sbx firewall v5 pool %s: managed by sbx, do not edit"
 
 struct fw {
     pthread_mutex_t lock;
@@ -540,7 +540,14 @@ static void rules_sandbox_to_host(struct fw_batch *b)
     x_verdict(r, NF_ACCEPT, NULL);
     batch_rule(b, r);
 
-    rule_egress_none(b, chain); /* egress none: not even the gateway's 443 */
+    /* tcp dport 443 accept: the callback API (callback.h), for every Sandbox, `egress: none`
+     * ones too: it reaches the platform, not the internet. */
+    r = rule_new(chain);
+    m_tcp_dport(r, 443);
+    x_verdict(r, NF_ACCEPT, NULL);
+    batch_rule(b, r);
+
+    rule_egress_none(b, chain); /* egress none: nothing else to the host */
 
     /* meta nfproto ipv4 iifname . ip saddr @egress_allowlist meta l4proto udp|tcp th dport 5300
      * accept: an allowlist Sandbox's DNS, redirected to the forwarder (one rule each) */
@@ -555,11 +562,6 @@ static void rules_sandbox_to_host(struct fw_batch *b)
         x_verdict(r, NF_ACCEPT, NULL);
         batch_rule(b, r);
     }
-
-    r = rule_new(chain); /* tcp dport 443 accept */
-    m_tcp_dport(r, 443);
-    x_verdict(r, NF_ACCEPT, NULL);
-    batch_rule(b, r);
 
     r = rule_new(chain); /* counter name "drop_host" drop */
     x_log(r, FW_DROP_HOST);

@@ -215,7 +215,8 @@ ctl sandbox-egress sbx_test1 "$ADDR1" none || bad "egress none"
 c=$(counter policy)
 expect blocked "none: TCP 443 to public" tcp 11.11.11.11 443
 expect blocked "none: DNS to the resolver" dns api.test 11.11.11.53
-expect blocked "none: TCP 443 to the host (gateway)" tcp "$GW1" 443
+expect answered "none: TCP 443 to the host (the callback API) stays open" tcp "$GW1" 443
+expect blocked "none: TCP 8080 to the host" tcp "$GW1" 8080
 expect_count policy "$c"
 c=$(counter private)
 expect blocked "none: private 10.99.0.10 still counted as private" tcp 10.99.0.10 80
