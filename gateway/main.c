@@ -7,6 +7,7 @@
 #include "auth.h"
 #include "client_addr.h"
 #include "client_conns.h"
+#include "clock.h"
 #include "config.h"
 #include "gateway.h"
 #include "key_cache.h"
@@ -173,6 +174,20 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     size_t n = strlen(msg);
     while (n > 0 && msg[n - 1] == '\n')
         msg[--n] = '\0';
+    /* libmicrohttpd says this for every failed TLS handshake: plain HTTP, an old TLS version, a
+     * scanner. One line per client would let anyone fill the log: a count, at most every 10 s. */
+    if (strstr(msg, "handshake message out of context")) {
+        static uint64_t failed;
+        static int64_t last_ms = -10000;
+        uint64_t total = __atomic_add_fetch(&failed, 1, __ATOMIC_RELAXED);
+        int64_t now = clock_mono_ms(), last = __atomic_load_n(&last_ms, __ATOMIC_RELAXED);
+        if (now - last >= 10000 && __atomic_compare_exchange_n(&last_ms, &last, now, false,
+                                                               __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            log_warn("http: a TLS handshake failed (a client speaking plain HTTP or TLS older than "
+                     "1.2?); %llu so far",
+                     (unsigned long long)total);
+        return;
+    }
     log_warn("http: %s", msg);
 }
 

@@ -117,6 +117,8 @@ test('plain HTTP to the HTTPS port gets no HTTP answer', async () => {
   });
   assert.match(outcome, /^error /);
   assert.doesNotMatch(outcome, /timed out/);
+  // Counted in the log (at most a line every 10 s, not one per client).
+  await logged(gw, /a TLS handshake failed .*; \d+ so far/);
 });
 
 test('TLS 1.1 is refused, TLS 1.2 is accepted', async () => {
