@@ -1,12 +1,14 @@
 /*
  * main.c: the sbx-gateway daemon: reads the configuration, opens the store and the installation's
  * keys (made at first start), does the first-start bootstrap (admin token, echo App and key,
- * printed once), serves HTTP with libmicrohttpd's thread pool until SIGINT or SIGTERM, then parks
- * no request and stops cleanly.
+ * printed once), serves HTTP (HTTPS with tls_cert_file) with libmicrohttpd's thread pool until
+ * SIGINT or SIGTERM, then parks no request and stops cleanly. SIGHUP reloads the TLS certificate
+ * and key.
  */
 #include "auth.h"
 #include "client_addr.h"
 #include "client_conns.h"
+#include "clock.h"
 #include "config.h"
 #include "gateway.h"
 #include "key_cache.h"
@@ -18,6 +20,7 @@
 #include "pki.h"
 #include "sha256.h"
 #include "store.h"
+#include "tls.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -173,19 +176,43 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     size_t n = strlen(msg);
     while (n > 0 && msg[n - 1] == '\n')
         msg[--n] = '\0';
+    /* libmicrohttpd says this for every failed TLS handshake: plain HTTP, an old TLS version, a
+     * scanner. One line per client would let anyone fill the log: a count, at most every 10 s. */
+    if (strstr(msg, "handshake message out of context")) {
+        static uint64_t failed;
+        static int64_t last_ms = -10000;
+        uint64_t total = __atomic_add_fetch(&failed, 1, __ATOMIC_RELAXED);
+        int64_t now = clock_mono_ms(), last = __atomic_load_n(&last_ms, __ATOMIC_RELAXED);
+        if (now - last >= 10000 && __atomic_compare_exchange_n(&last_ms, &last, now, false,
+                                                               __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            log_warn("http: a TLS handshake failed (a client speaking plain HTTP or TLS older than "
+                     "1.2?); %llu so far",
+                     (unsigned long long)total);
+        return;
+    }
     log_warn("http: %s", msg);
 }
 
 /* A listener on sa with threads HTTP threads and up to conn_limit connections, at most
- * conn_per_client of them from one client address when conns is given; or NULL. */
+ * conn_per_client of them from one client address when conns is given; HTTPS with the pair of
+ * tls.h when https; or NULL. */
 static struct MHD_Daemon *start_listener(struct gateway *gw, const struct sockaddr_storage *sa,
                                          unsigned threads, unsigned conn_limit,
-                                         struct client_conns *conns)
+                                         struct client_conns *conns, bool https)
 {
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG;
+    /* The certificate comes from a callback at each handshake, not from memory given once: a
+     * reload (SIGHUP) changes what new connections get without restarting the listener. */
+    struct MHD_OptionItem tls_opts[] = {
+        {MHD_OPTION_HTTPS_CERT_CALLBACK, 0, (void *)tls_cert_callback},
+        {MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)TLS_PRIORITIES},
+        {MHD_OPTION_END, 0, NULL},
+    };
     if (sa->ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    if (https)
+        flags |= MHD_USE_TLS;
     /* No MHD_OPTION_LISTENING_ADDRESS_REUSE: with SO_REUSEPORT a second gateway started on the
      * same port would silently share its connections (with another data directory, perhaps).
      * The per-connection pool is http_conn_memory, smaller than MHD's 32 KiB: a queued response
@@ -198,7 +225,27 @@ static struct MHD_Daemon *start_listener(struct gateway *gw, const struct sockad
         (const struct sockaddr *)sa, MHD_OPTION_THREAD_POOL_SIZE, threads,
         MHD_OPTION_CONNECTION_LIMIT, conn_limit, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)gw->cfg.conn_timeout, MHD_OPTION_NOTIFY_COMPLETED, gateway_request_completed, gw,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)gw->cfg.http_conn_memory, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)gw->cfg.http_conn_memory, MHD_OPTION_ARRAY,
+        https ? tls_opts : tls_opts + 2, MHD_OPTION_END);
+}
+
+/* SIGHUP: the TLS pair is read again; a pair that does not load keeps the one in use. */
+static void reload(const struct gateway *gw)
+{
+    char msg[1200];
+    if (!gw->cfg.tls_cert_file[0]) {
+        log_info("SIGHUP: nothing to reload (no tls_cert_file)");
+        return;
+    }
+    int r = tls_reload(msg, sizeof msg);
+    if (r < 0)
+        log_error("TLS: the new certificate is refused, connections keep getting the one in use: "
+                  "%s",
+                  msg);
+    else if (r == 0)
+        log_info("TLS: %s and %s are unchanged", gw->cfg.tls_cert_file, gw->cfg.tls_key_file);
+    else
+        log_info("TLS: new connections get %s", msg);
 }
 
 static unsigned listener_port(struct MHD_Daemon *d)
@@ -239,6 +286,7 @@ int main(int argc, char **argv)
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -254,14 +302,29 @@ int main(int argc, char **argv)
                 gw.cfg.metrics_listen);
         return 2;
     }
+    /* A pair that does not load is a start error: serving plain HTTP instead, or nothing on a
+     * handshake, would not be what was configured. */
+    bool https = gw.cfg.tls_cert_file[0] != '\0';
+    if (https && (!MHD_is_feature_supported(MHD_FEATURE_TLS) ||
+                  !MHD_is_feature_supported(MHD_FEATURE_HTTPS_CERT_CALLBACK))) {
+        fprintf(stderr, "sbx-gateway: tls_cert_file is set but this libmicrohttpd has no TLS "
+                        "with a certificate callback\n");
+        return 2;
+    }
+    if (https && tls_open(gw.cfg.tls_cert_file, gw.cfg.tls_key_file, err, sizeof err) != 0) {
+        fprintf(stderr, "sbx-gateway: %s\n", err);
+        return 2;
+    }
     if (!(gw.proxies = trusted_proxies_parse(gw.cfg.trusted_proxies, err, sizeof err))) {
         fprintf(stderr, "sbx-gateway: %s\n", err);
+        tls_close();
         return 2;
     }
     snprintf(run_dir, sizeof run_dir, "%s/run", gw.cfg.data_dir);
     if (config_make_data_dirs(&gw.cfg, err, sizeof err) != 0) {
         fprintf(stderr, "sbx-gateway: %s\n", err);
         trusted_proxies_free(gw.proxies);
+        tls_close();
         return 1;
     }
     gw.st = store_open(gw.cfg.store, gw.cfg.db_path, (int)gw.cfg.busy_timeout_ms,
@@ -269,6 +332,7 @@ int main(int argc, char **argv)
     if (!gw.st) {
         fprintf(stderr, "sbx-gateway: %s\n", err);
         trusted_proxies_free(gw.proxies);
+        tls_close();
         return 1;
     }
     /* The keys are the installation's, shared with every host: made here at first start, and
@@ -302,9 +366,10 @@ int main(int argc, char **argv)
 
     if (gw.cfg.metrics_token[0])
         auth_hash(gw.cfg.metrics_token, gw.metrics_hash);
-    /* The metrics listener first: once the API listener runs, /metrics is refused there. */
+    /* The metrics listener first: once the API listener runs, /metrics is refused there. It
+     * stays plain HTTP: it is meant for an address only the scraper reaches (docs/gateway.md). */
     if (gw.cfg.metrics_listen[0]) {
-        gw.metrics_daemon = start_listener(&gw, &metrics_sa, 0, 64, NULL); /* one thread */
+        gw.metrics_daemon = start_listener(&gw, &metrics_sa, 0, 64, NULL, false); /* one thread */
         if (!gw.metrics_daemon) {
             log_error("cannot listen for /metrics on %s (in use, or not an address of this host?)",
                       gw.cfg.metrics_listen);
@@ -318,21 +383,31 @@ int main(int argc, char **argv)
     if (gw.cfg.http_threads == 0)
         gw.cfg.http_threads = cpus > 0 ? cpus : 2;
     struct MHD_Daemon *d = start_listener(&gw, &sa, (unsigned)gw.cfg.http_threads,
-                                          (unsigned)gw.cfg.conn_limit, gw.conns);
+                                          (unsigned)gw.cfg.conn_limit, gw.conns, https);
     if (!d) {
         log_error("cannot listen on %s (in use, or not an address of this host?)", gw.cfg.listen);
         goto out;
     }
     unsigned port = listener_port(d);
-    snprintf(base_url, sizeof base_url, "http://%s%s%s:%u", sa.ss_family == AF_INET6 ? "[" : "",
-             host, sa.ss_family == AF_INET6 ? "]" : "", port);
+    snprintf(base_url, sizeof base_url, "%s://%s%s%s:%u", https ? "https" : "http",
+             sa.ss_family == AF_INET6 ? "[" : "", host, sa.ss_family == AF_INET6 ? "]" : "", port);
     if (bootstrap_echo_app(&gw, base_url) != 0)
         log_error("could not create the bootstrap echo App (the gateway runs without it)");
-    log_info("listening on %s:%u (schema version %d, %lld HTTP threads)", host, port,
-             store_schema_version(), (long long)gw.cfg.http_threads);
+    if (https) {
+        char about[600];
+        tls_describe(about, sizeof about);
+        log_info("TLS: serving %s (TLS 1.2 and later)", about);
+    }
+    log_info("listening on %s:%u (%s, schema version %d, %lld HTTP threads)", host, port,
+             https ? "https" : "http", store_schema_version(), (long long)gw.cfg.http_threads);
 
-    while (sigwait(&sigs, &sig) != 0 || (sig != SIGINT && sig != SIGTERM))
-        ;
+    for (;;) {
+        if (sigwait(&sigs, &sig) != 0)
+            continue;
+        if (sig != SIGHUP)
+            break;
+        reload(&gw);
+    }
     log_info("stopping on signal %d", sig);
     __atomic_store_n(&gw.stopping, 1, __ATOMIC_SEQ_CST);
     /* No new connections; the listening socket is ours to close once the daemon has stopped. */
@@ -359,5 +434,7 @@ out:
     key_cache_free(gw.keys);
     pki_free(gw.pki);
     gw.st->close(gw.st);
+    /* After the listeners: a handshake may use a pair until its daemon has stopped. */
+    tls_close();
     return rc;
 }

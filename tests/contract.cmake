@@ -50,5 +50,18 @@ if(TARGET sbx-gateway)
                    sh -c "'${SBX_NODE}' node_modules/typescript/bin/tsc -p tsconfig.json && '${SBX_NODE}' --test dist/src/contract.test.js"
            WORKING_DIRECTORY ${contract_dir})
   set_tests_properties(it.contract.api PROPERTIES FIXTURES_REQUIRED "contract_node_modules;contract_types"
-                       TIMEOUT 180)
+                       TIMEOUT 180 RESOURCE_LOCK contract_dist)
+  # The generated client against an HTTPS gateway: a throwaway CA and certificate (openssl), the
+  # CA trusted through NODE_EXTRA_CA_CERTS, which fetch reads at start only.
+  find_program(SBX_OPENSSL openssl)
+  if(SBX_OPENSSL)
+    add_test(NAME it.contract.https
+             COMMAND ${CMAKE_COMMAND} -E env SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>
+                     SBX_OPENAPI=${CMAKE_SOURCE_DIR}/openapi.yaml
+                     sh -c "d=$(mktemp -d) && '${CMAKE_SOURCE_DIR}/tests/integration/gateway/make_test_certs.sh' \"$d\" gateway && '${SBX_NODE}' node_modules/typescript/bin/tsc -p tsconfig.json && NODE_EXTRA_CA_CERTS=\"$d/ca.pem\" SBX_TEST_TLS_DIR=\"$d\" '${SBX_NODE}' --test dist/src/https.test.js; r=$?; rm -rf \"$d\"; exit $r"
+             WORKING_DIRECTORY ${contract_dir})
+    set_tests_properties(it.contract.https PROPERTIES
+                         FIXTURES_REQUIRED "contract_node_modules;contract_types" TIMEOUT 120
+                         RESOURCE_LOCK contract_dist)
+  endif()
 endif()

@@ -25,6 +25,15 @@ if(NODE_EXECUTABLE)
       ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_NOTIFY_BIN=$<TARGET_FILE:sbx-test-notify>"
       TIMEOUT 120)
   endforeach()
+  # HTTPS (tls_cert_file): certificates made with the openssl command line tool.
+  find_program(OPENSSL_EXECUTABLE openssl)
+  if(OPENSSL_EXECUTABLE)
+    add_test(NAME it.gateway.tls
+             COMMAND ${NODE_EXECUTABLE} --test ${CMAKE_CURRENT_SOURCE_DIR}/integration/gateway/tls.test.mjs)
+    set_tests_properties(it.gateway.tls PROPERTIES
+      ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBXCTL_BIN=$<TARGET_FILE:sbxctl>"
+      TIMEOUT 120)
+  endif()
 endif()
 
 # Removing an untrusted tree (a Workspace) by directory fds, against a concurrent exchanger.

@@ -97,7 +97,8 @@ const struct ctl_command *ctl_find_command(const char *name)
 
 static void print_usage(FILE *out)
 {
-    fprintf(out, "usage: sbxctl [--db PATH] [--config FILE] [--json] [--wide] COMMAND [ARGS]\n\n"
+    fprintf(out, "usage: sbxctl [--db PATH] [--config FILE] [--ca-file FILE] [--json] [--wide] "
+                 "COMMAND [ARGS]\n\n"
                  "Reads the sbx database read-only (works while sbx runs and when it is down).\n\n"
                  "Commands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
@@ -107,6 +108,8 @@ static void print_usage(FILE *out)
             "  --db PATH      the database (default: SBX_DB, else db_path of the config, else\n"
             "                 <data_dir>/sbx.db; data_dir from --data-dir or SBX_DATA_DIR)\n"
             "  --config FILE  a config file as the daemons read it; any setting flag works too\n"
+            "  --ca-file FILE CA certificates (PEM) to trust for the gateway's HTTPS (when\n"
+            "                 tls_cert_file is set; default: SBXCTL_CA_FILE, else the system's)\n"
             "  --json         machine-readable output; field names are the database columns\n"
             "  --wide         do not shorten long cells in tables\n"
             "  --help         this text; `sbxctl COMMAND --help` for one command\n\n"
@@ -283,6 +286,7 @@ static int take_global_options(struct ctl *ctl, int argc, char **argv, bool *hel
 {
     int n = 0;
     const char *db = getenv("SBX_DB");
+    const char *ca = getenv("SBXCTL_CA_FILE");
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!a)
@@ -300,6 +304,15 @@ static int take_global_options(struct ctl *ctl, int argc, char **argv, bool *hel
                 fprintf(stderr, "sbxctl: --db needs a path\n");
                 return -1;
             }
+        } else if (strcmp(a, "--ca-file") == 0 || strncmp(a, "--ca-file=", 10) == 0) {
+            if (a[9] == '=') {
+                ca = a + 10;
+            } else if (i + 1 < argc && argv[i + 1]) {
+                ca = argv[++i];
+            } else {
+                fprintf(stderr, "sbxctl: --ca-file needs a path\n");
+                return -1;
+            }
         } else if (n == 0 && (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)) {
             *help = true;
         } else {
@@ -310,6 +323,7 @@ static int take_global_options(struct ctl *ctl, int argc, char **argv, bool *hel
         snprintf(ctl->db_path, sizeof ctl->db_path, "%s", db);
     else
         snprintf(ctl->db_path, sizeof ctl->db_path, "%s", ctl->cfg.db_path);
+    snprintf(ctl->ca_file, sizeof ctl->ca_file, "%s", ca ? ca : "");
     return n;
 }
 

@@ -4,7 +4,8 @@
  *
  * sbxctl reads the SQLite database directly and read-only, so it works while sbx runs (WAL lets
  * it read a consistent snapshot without blocking writers) and when sbx is down. Where an action is
- * needed (terminating a Sandbox) it asks the gateway over HTTP on loopback, never the database.
+ * needed (terminating a Sandbox) it asks the gateway over HTTP on loopback (HTTPS when the gateway
+ * has tls_cert_file), never the database.
  */
 #ifndef SBX_SBXCTL_H
 #define SBX_SBXCTL_H
@@ -28,9 +29,10 @@ enum {
 struct ctl {
     struct sbx_config cfg;
     char db_path[512];
-    sqlite3 *db; /* read-only; opened by ctl_open() */
-    bool json;   /* --json: machine-readable output on stdout */
-    bool wide;   /* --wide: do not shorten long cells in tables */
+    char ca_file[512]; /* --ca-file / SBXCTL_CA_FILE: trusted for an HTTPS gateway; "": system's */
+    sqlite3 *db;       /* read-only; opened by ctl_open() */
+    bool json;         /* --json: machine-readable output on stdout */
+    bool wide;         /* --wide: do not shorten long cells in tables */
 };
 
 /* One subcommand: name, usage line, what it does, and its function (args exclude the name). */
@@ -113,6 +115,18 @@ int ctl_http_stream(const struct ctl *ctl, const char *path, int64_t last_event_
                     volatile sig_atomic_t *stop, char *err, size_t errlen);
 
 /* ---- the gateway, for actions ---- */
+/* Where the gateway is reached: on cfg.listen (every-address listeners on loopback), over HTTPS
+ * when cfg.tls_cert_file is set, its certificate checked for the host of cfg.public_url (which
+ * defaults to the listen address), against ctl->ca_file or else the system's trusted CAs. */
+struct ctl_gateway {
+    bool https;
+    char host[128]; /* connected to */
+    char port[16];
+    char name[256]; /* the certificate is checked for this name (HTTPS only) */
+};
+/* Fills g; -1 with the reason in err when listen is not host:port. */
+int ctl_gateway(const struct ctl *ctl, struct ctl_gateway *g, char *err, size_t errlen);
+
 /* Sends method path with the admin token to the gateway at cfg.listen; writes the HTTP status and
  * the body (caller frees). Returns 0, or -1 with the reason in err. */
 int ctl_http(const struct ctl *ctl, const char *method, const char *path, int *status, char **body,

@@ -58,14 +58,29 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
     return n;
 }
 
-/* The gateway's base URL from cfg.listen (every-address listeners are reached on loopback). */
-static void base_url(const struct ctl *ctl, char *out, size_t outlen)
+/* The gateway's base URL (ctl_gateway: cfg.listen, every-address listeners on loopback), and for
+ * HTTPS the name its certificate is checked for in the URL, with connect_to (CURLOPT_CONNECT_TO)
+ * saying where that name is reached. */
+static int base_url(const struct ctl *ctl, char *out, size_t outlen, char *connect_to,
+                    size_t connect_to_len)
 {
-    const char *l = ctl->cfg.listen;
-    if (strncmp(l, "0.0.0.0:", 8) == 0 || strncmp(l, "*:", 2) == 0)
-        snprintf(out, outlen, "http://127.0.0.1%s", strchr(l, ':'));
-    else
-        snprintf(out, outlen, "http://%s", l);
+    struct ctl_gateway g;
+    char err[300];
+    if (ctl_gateway(ctl, &g, err, sizeof err) != 0) {
+        fprintf(stderr, "sbxctl image: %s\n", err);
+        return -1;
+    }
+    bool v6 = strchr(g.host, ':') != NULL, name_v6 = strchr(g.name, ':') != NULL;
+    connect_to[0] = '\0';
+    if (!g.https) {
+        snprintf(out, outlen, "http://%s%s%s:%s", v6 ? "[" : "", g.host, v6 ? "]" : "", g.port);
+        return 0;
+    }
+    snprintf(out, outlen, "https://%s%s%s:%s", name_v6 ? "[" : "", g.name, name_v6 ? "]" : "",
+             g.port);
+    snprintf(connect_to, connect_to_len, "::%s%s%s:%s", v6 ? "[" : "", g.host, v6 ? "]" : "",
+             g.port);
+    return 0;
 }
 
 /* POSTs to /v1/images: the file at path (upload) or a JSON body. Returns the HTTP status (-1 on
@@ -73,16 +88,19 @@ static void base_url(const struct ctl *ctl, char *out, size_t outlen)
 static long post_image(const struct ctl *ctl, const char *query, const char *path, const char *json,
                        char **answer)
 {
-    char url[1200], auth[400];
+    char url[1200], auth[400], connect_to[300];
     struct buf b = {0};
     struct progress pr = {.tty = isatty(2) == 1};
-    struct curl_slist *hdrs = NULL;
+    struct curl_slist *hdrs = NULL, *connect = NULL;
     FILE *f = NULL;
     long status = -1;
     CURL *c = curl_easy_init();
     if (!c)
         return -1;
-    base_url(ctl, url, sizeof url);
+    if (base_url(ctl, url, sizeof url, connect_to, sizeof connect_to) != 0) {
+        curl_easy_cleanup(c);
+        return -1;
+    }
     snprintf(url + strlen(url), sizeof url - strlen(url), "/v1/images%s", query);
     snprintf(auth, sizeof auth, "Authorization: Bearer %s", ctl->cfg.admin_token);
     hdrs = curl_slist_append(hdrs, auth);
@@ -107,7 +125,14 @@ static long post_image(const struct ctl *ctl, const char *query, const char *pat
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, json);
     }
     curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http");
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (connect_to[0]) {
+        connect = curl_slist_append(NULL, connect_to);
+        curl_easy_setopt(c, CURLOPT_CONNECT_TO, connect);
+        curl_easy_setopt(c, CURLOPT_SSLVERSION, (long)CURL_SSLVERSION_TLSv1_2);
+        if (ctl->ca_file[0])
+            curl_easy_setopt(c, CURLOPT_CAINFO, ctl->ca_file);
+    }
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
@@ -116,8 +141,10 @@ static long post_image(const struct ctl *ctl, const char *query, const char *pat
     if (pr.tty && path)
         fputc('\n', stderr);
     if (rc != CURLE_OK) {
-        fprintf(stderr, "sbxctl image: %s: %s (is sbx-gateway running?)\n", url,
-                curl_easy_strerror(rc));
+        fprintf(stderr, "sbxctl image: %s: %s (%s)\n", url, curl_easy_strerror(rc),
+                rc == CURLE_PEER_FAILED_VERIFICATION
+                    ? "trust the gateway's CA with --ca-file or SBXCTL_CA_FILE"
+                    : "is sbx-gateway running?");
         goto out;
     }
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
@@ -128,6 +155,7 @@ out:
     if (f)
         fclose(f);
     curl_slist_free_all(hdrs);
+    curl_slist_free_all(connect);
     curl_easy_cleanup(c);
     return status;
 }

@@ -89,7 +89,9 @@ export async function startGateway(
   for (let attempt = 0; ; attempt++) {
     const dataDir = mkdtempSync(join(tmpdir(), "sbx-contract-"));
     const port = await freePort();
-    const baseUrl = `http://127.0.0.1:${port}`;
+    // With a certificate (SBX_TLS_CERT_FILE) the gateway serves HTTPS; the process must trust its
+    // CA (NODE_EXTRA_CA_CERTS) for fetch to reach it.
+    const baseUrl = `${env["SBX_TLS_CERT_FILE"] ? "https" : "http"}://127.0.0.1:${port}`;
     let output = "";
     // A wrapper (e.g. unshare + mount) runs first and is handed the gateway binary last.
     const [command, ...args] = wrapper.length > 0 ? [...wrapper, binary] : [binary];
