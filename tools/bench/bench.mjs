@@ -3,8 +3,8 @@
 //
 //   node tools/bench/bench.mjs <build dir> <output dir> [scenario ...]
 //
-// Scenarios: ingestion, warm, burst, cold, expiry, scale, streaming, postgres, images (default:
-// all). The postgres scenario needs a PostgreSQL server: run under tests/pg-run.sh (tools/sbx
+// Scenarios: ingestion, warm, burst, cold, expiry, scale, streaming, postgres, images, callbacks
+// (default: all). The postgres scenario needs a PostgreSQL server: run under tests/pg-run.sh (tools/sbx
 // bench does); images builds the Debian + python3 test image (tests/images/build-test-images.sh,
 // cached in <build dir>/image-archives) and needs root.
 //
@@ -23,7 +23,7 @@ const here = dirname(fileURLToPath(import.meta.url));
 const buildDir = resolve(process.argv[2] || 'build');
 const outDir = resolve(process.argv[3] || join(buildDir, 'bench'));
 const wanted = process.argv.slice(4);
-const all = ['ingestion', 'warm', 'burst', 'cold', 'expiry', 'scale', 'streaming', 'postgres', 'images'];
+const all = ['ingestion', 'warm', 'burst', 'cold', 'expiry', 'scale', 'streaming', 'postgres', 'images', 'callbacks'];
 const scenarios = wanted.length ? wanted : all;
 // wrk run length per connection count (SBX_BENCH_SECONDS), short enough for a few-minute run.
 const wrkSeconds = Number(process.env.SBX_BENCH_SECONDS) || 5;
@@ -867,8 +867,48 @@ async function images() {
   results.scenarios.images = { ...(results.scenarios.images || {}), uploadAndImport: a, importOnly: o, tarX: b };
 }
 
+// The callback API's round trip from inside a Sandbox (a metadata read: GET /sandbox/v1/session
+// over HTTPS on one keep-alive connection, run in the Sandbox's network namespace with nsenter)
+// beside the same Session read through the gateway from the host (plain HTTP, keep-alive). The
+// worker listens on callback_listen (0.0.0.0:443) for the run.
+async function callbacks(n = 500) {
+  const sbx = new Sbx(buildDir, { SBX_POOL_SIZE: '1' });
+  await sbx.start();
+  await sbx.app({ keepAliveSeconds: 600 });
+  const s = await sbx.session({ metadata: { bench: true } });
+  await sbx.roundTrip(s.id, { hello: 'callbacks' });
+  const [sb] = sbx.sql(`SELECT id, pid FROM sandboxes WHERE session_id = '${s.id}' AND state = 'running'`);
+  // The App's command has the context in its environment (the Sandbox's init has not).
+  let env = null;
+  for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+    let text = '';
+    try {
+      text = readFileSync(`/proc/${pid}/environ`, 'utf8');
+    } catch {
+      continue;
+    }
+    if (text.includes(`SBX_SANDBOX_ID=${sb.id}\0`) && text.includes('SBX_TOKEN=')) {
+      env = Object.fromEntries(text.split('\0').filter((kv) => kv.includes('=')).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
+      break;
+    }
+  }
+  if (!env) throw new Error('no process of the Sandbox has SBX_TOKEN');
+  const client = join(here, 'callback_client.mjs');
+  const inside = JSON.parse(execFileSync('nsenter', ['-t', String(sb.pid), '-n', process.execPath, client,
+    env.SBX_API_URL + '/sandbox/v1/session', env.SBX_TOKEN, String(n), join(sbx.dataDir, 'ca', 'ca.pem')], { encoding: 'utf8' }));
+  const rest = JSON.parse(execFileSync(process.execPath, [client, `${sbx.base}/v1/sessions/${s.id}`, sbx.key, String(n)], { encoding: 'utf8' }));
+  const calls = sbx.sql(`SELECT callback_calls AS n FROM sandboxes WHERE id = '${sb.id}'`)[0].n;
+  await sbx.stop();
+  const c = summarize(inside), r = summarize(rest);
+  samples['callback metadata read'] = inside;
+  samples['gateway GET Session'] = rest;
+  row('callbacks', 'metadata read p50', c.p50, 'gateway GET Session', r.p50, 'ms', `n=${n}, HTTPS from the Sandbox, keep-alive`, true);
+  row('callbacks', 'metadata read p99', c.p99, 'gateway GET Session', r.p99, 'ms', `${calls} calls counted in the store`, true);
+  results.scenarios.callbacks = { callback: c, gateway: r, counted: calls };
+}
+
 header();
-const fns = { ingestion, warm, burst, cold, expiry, scale, streaming, postgres, images };
+const fns = { ingestion, warm, burst, cold, expiry, scale, streaming, postgres, images, callbacks };
 for (const name of scenarios) {
   if (!fns[name]) {
     console.error(`unknown scenario ${name}; known: ${all.join(', ')}`);
