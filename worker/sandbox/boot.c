@@ -69,7 +69,7 @@ static void boot_done(void *arg)
             sandbox_terminate(sb, rc == STORE_CONFLICT ? "session deleted" : "store error", false);
             return;
         }
-        sb->state = SB_ACTIVATING;
+        sandbox_set_state(sb, SB_ACTIVATING);
         log_info("worker: cold sandbox %s booted in %lld ms for %s", sb->rt.sandbox_id,
                  (long long)boot_ms, sb->session_id);
         w->sandbox_hooks->activating(sb);
@@ -80,7 +80,7 @@ static void boot_done(void *arg)
         sandbox_terminate(sb, "stop requested while booting", false);
         return;
     }
-    sb->state = SB_WARM;
+    sandbox_set_state(sb, SB_WARM);
     log_debug("worker: sandbox %s warm in %lld ms", sb->rt.sandbox_id, (long long)boot_ms);
     worker_notify_feeds(w);
     w->sandbox_hooks->warm(w);
@@ -108,7 +108,6 @@ int sandbox_boot(struct worker *w, const struct driver *drv, const struct store_
         snprintf(err, errlen, "worker out of memory");
         return -1;
     }
-    sb->state = SB_BOOTING;
     sb->cold = d != NULL;
     sb->boot_started = clock_mono_ms();
     rc = w->st->sandbox_insert(w->st, &w->ctx, w->id, shape, sb->cold, &rec);
@@ -138,7 +137,7 @@ int sandbox_boot(struct worker *w, const struct driver *drv, const struct store_
 
 void sandbox_claimed(struct sandbox *sb, struct store_delivery *d)
 {
-    sb->state = SB_ACTIVATING;
+    sandbox_set_state(sb, SB_ACTIVATING);
     take_session(sb, d);
     sb->refill_pending = true;
 }

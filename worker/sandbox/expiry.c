@@ -59,7 +59,7 @@ void sandbox_idle(struct sandbox *sb)
 {
     struct worker *w = sb->w;
     event_del(sb->timeout_ev);
-    sb->state = SB_IDLE;
+    sandbox_set_state(sb, SB_IDLE);
     if (w->stopping) {
         sandbox_terminate(sb, "worker shutdown", false);
         return;
@@ -128,7 +128,7 @@ void sandbox_terminate(struct sandbox *sb, const char *reason, bool failed)
     sb->stop_failed = failed;
     if (sandbox_serving(sb))
         w->n_serving--;
-    sb->state = SB_STOPPING;
+    sandbox_set_state(sb, SB_STOPPING);
     event_del(sb->keepalive_ev);
     event_del(sb->timeout_ev);
     /* The App did run (its first message went out): the store says so before the end. A refusal

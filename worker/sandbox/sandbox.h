@@ -14,7 +14,8 @@
  *                  (claimed)  just after ACTIVATING, until `running` is written (running_pending)
  *   SB_STOPPING    stopping   the terminate (or reap) job runs; then the record is freed
  *
- * Transitions, and the function that makes each:
+ * Transitions, and the function that makes each (through sandbox_set_state, sandbox.c, which
+ * checks each change against this table):
  *
  *   (new)       -> BOOTING      sandbox_boot           boot.c            pool refill, cold boot
  *   (new)       -> STOPPING     sandbox_reap           expiry.c          a dead worker's Sandbox
@@ -138,6 +139,13 @@ void sandbox_free(struct sandbox *sb);
 void sandbox_free_all(struct worker *w);
 /* Claimed for a Session: ACTIVATING, IDLE, BUSY, or BOOTING cold with its delivery. */
 bool sandbox_serving(const struct sandbox *sb);
+/* Moves sb to state to: the one place sb->state changes. A change the transition table above does
+ * not have is logged, and aborts a debug build (NDEBUG unset). */
+void sandbox_set_state(struct sandbox *sb, enum sandbox_state to);
+/* Whether the table above has from -> to. */
+bool sandbox_transition_ok(enum sandbox_state from, enum sandbox_state to);
+/* "BOOTING", "WARM", ...: for logs. */
+const char *sandbox_state_name(enum sandbox_state s);
 
 /* A Sandbox of this worker serving the Session (activating, idle or busy), or NULL. */
 struct sandbox *sandbox_find_session(struct worker *w, const char *session_id);
