@@ -82,7 +82,7 @@ static void boot_done(void *arg)
     }
     sandbox_set_state(sb, SB_WARM);
     log_debug("worker: sandbox %s warm in %lld ms", sb->rt.sandbox_id, (long long)boot_ms);
-    worker_notify_feeds(w);
+    w->sandbox_hooks->events(w);
     w->sandbox_hooks->warm(w);
 }
 
@@ -111,7 +111,7 @@ int sandbox_boot(struct worker *w, const struct driver *drv, const struct store_
     sb->cold = d != NULL;
     sb->boot_started = clock_mono_ms();
     rc = w->st->sandbox_insert(w->st, &w->ctx, w->id, shape, sb->cold, &rec);
-    /* For the image cache's least-recently-used eviction (images/cache_sweep.c). */
+    /* For the image cache's least-recently-used eviction (cache_sweep.c). */
     if (rc == STORE_OK && !image_is_default(shape->image) && w->st->image_touch)
         (void)w->st->image_touch(w->st, shape->image);
     if (rc != STORE_OK) {
@@ -180,6 +180,6 @@ enum store_status sandbox_record_running(struct sandbox *sb)
     enum store_status rc =
         w->st->sandbox_mark_running(w->st, &w->ctx, sb->rt.sandbox_id, sb->session_id);
     if (rc == STORE_OK)
-        worker_notify_feeds(w);
+        w->sandbox_hooks->events(w);
     return rc;
 }

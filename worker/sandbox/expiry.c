@@ -105,7 +105,7 @@ static void terminate_done(void *arg)
                   store_status_name(rc));
     log_info("worker: sandbox %s %s (%s)", sb->rt.sandbox_id, failed ? "failed" : "terminated",
              reason);
-    worker_notify_feeds(w);
+    w->sandbox_hooks->events(w);
     sandbox_free(sb);
     w->sandbox_hooks->gone(w);
 }

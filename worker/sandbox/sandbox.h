@@ -125,6 +125,8 @@ struct sandbox_hooks {
     void (*lost)(struct sandbox *sb, const char *reason);
     /* To the loop. */
     void (*warm)(struct worker *w); /* a pool Sandbox became warm */
+    /* a Sandbox's change committed events: the gateways' event feeds are told (sb may be gone) */
+    void (*events)(struct worker *w);
     void (*gone)(struct worker *w); /* a Sandbox ended and was freed */
 };
 
