@@ -1,9 +1,9 @@
 /*
  * boot.c: a Sandbox's way up (sandbox.h): BOOTING (the driver's boot job), then WARM in the pool
- * or, booted cold for a delivery, ACTIVATING; a warm one claimed for a Session; and "running"
- * once its App started, written with its first reply or RUNNING_RECORD_MS after it started
- * (sandbox.h). Driver calls block, so the boot runs as a job (jobs.h); every other step runs on
- * the event loop, and every other state change is written to the store first.
+ * or, booted cold for a delivery, ACTIVATING; and a warm one claimed for a Session (writing
+ * "running" once its App started is expiry.c's, with the timers). Driver calls block, so the
+ * boot runs as a job (jobs.h); every other step runs on the event loop, and every other state
+ * change is written to the store first.
  */
 #include "sandbox/sandbox.h"
 #include "images/image_cache.h"
@@ -140,46 +140,4 @@ void sandbox_claimed(struct sandbox *sb, struct store_delivery *d)
     sandbox_set_state(sb, SB_ACTIVATING);
     take_session(sb, d);
     sb->refill_pending = true;
-}
-
-static void running_due(evutil_socket_t fd, short what, void *arg)
-{
-    struct sandbox *sb = arg;
-    (void)fd;
-    (void)what;
-    enum store_status rc = sandbox_record_running(sb);
-    if (rc != STORE_OK)
-        sandbox_terminate(sb, rc == STORE_CONFLICT ? "session deleted" : "store error", false);
-}
-
-void sandbox_running_pending(struct sandbox *sb)
-{
-    struct timeval tv = {0, RUNNING_RECORD_MS * 1000};
-    sb->running_pending = true;
-    event_del(sb->running_ev); /* never pending here; event_assign must not meet a pending one */
-    event_assign(sb->running_ev, sb->w->base, -1, 0, running_due, sb);
-    event_add(sb->running_ev, &tv);
-}
-
-void sandbox_running_recorded(struct sandbox *sb)
-{
-    sb->running_pending = false;
-    event_del(sb->running_ev);
-    /* No "events" hint: the caller's "msg" hint follows at once and wakes the same feeds and
-     * webhook senders (a gateway's hub reads new events on any hint). Sent first, it woke the
-     * gateway's hub for a store read ahead of the hint that answers the reply's long poll. */
-}
-
-enum store_status sandbox_record_running(struct sandbox *sb)
-{
-    struct worker *w = sb->w;
-    if (!sb->running_pending)
-        return STORE_OK;
-    sb->running_pending = false;
-    event_del(sb->running_ev);
-    enum store_status rc =
-        w->st->sandbox_mark_running(w->st, &w->ctx, sb->rt.sandbox_id, sb->session_id);
-    if (rc == STORE_OK)
-        w->sandbox_hooks->events(w);
-    return rc;
 }

@@ -170,6 +170,10 @@ int sandbox_boot(struct worker *w, const struct driver *drv, const struct store_
                  struct store_delivery *d, char *err, size_t errlen);
 /* The store claimed this warm Sandbox for d's Session: WARM -> ACTIVATING, carrying d. */
 void sandbox_claimed(struct sandbox *sb, struct store_delivery *d);
+
+/* ---- expiry.c: deadlines, keep-alive, `running`, stop requests, terminate, reap ----
+ * (boot.c and agent_protocol.c call into expiry.c, which calls into neither: no circle) */
+
 /* How long after the first message went out `running` is written on its own, when no reply
  * came first to write it with (sandbox.h, the invariants). */
 #define RUNNING_RECORD_MS 50
@@ -181,9 +185,6 @@ enum store_status sandbox_record_running(struct sandbox *sb);
 /* queue_complete_first wrote the pending `running` with the reply; the caller then sends the
  * "msg" hint, which also stands for the events this wrote. */
 void sandbox_running_recorded(struct sandbox *sb);
-
-/* ---- expiry.c: deadlines, keep-alive, stop requests, terminate, reap ---- */
-
 /* Arms the agent-start or message deadline (message_timeout); missing it terminates. */
 void sandbox_arm_deadline(struct sandbox *sb);
 /* A delivery ended on a Sandbox that is still fine: BUSY -> IDLE, keep-alive armed (or, while
