@@ -18,12 +18,12 @@
 #include "metrics.h"
 #include "notify.h"
 #include "pki.h"
-#include "sha256.h"
 #include "store.h"
 #include "tls.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <nettle/base16.h>
 #include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
@@ -40,6 +40,13 @@ static void usage(FILE *out)
     fprintf(out, "usage: sbx-gateway [--config FILE] [--SETTING VALUE ...]\n\n"
                  "The sbx REST gateway. Settings (flag > environment > file > default):\n\n");
     config_print_reference(out);
+}
+
+/* Lowercase hex of a 32-byte hash; out holds 65 bytes. */
+static void hex_encode(const uint8_t hash[32], char *out)
+{
+    base16_encode_update(out, 32, hash);
+    out[BASE16_ENCODE_LENGTH(32)] = '\0';
 }
 
 static int hex_decode(const char *hex, uint8_t *out, size_t n)
@@ -78,7 +85,7 @@ static int bootstrap_admin(struct gateway *gw)
 
     if (gw->cfg.admin_token[0]) {
         auth_hash(gw->cfg.admin_token, gw->admin_hash);
-        sha256_hex(gw->admin_hash, hex);
+        hex_encode(gw->admin_hash, hex);
         return st->setting_put(st, "admin_token_sha256", hex) == STORE_OK ? 0 : -1;
     }
     s = st->setting_get(st, "admin_token_sha256", hex, sizeof hex);
@@ -87,7 +94,7 @@ static int bootstrap_admin(struct gateway *gw)
     if (s != STORE_NOT_FOUND || auth_new_secret(AUTH_ADMIN_PREFIX, token, sizeof token) != 0)
         return -1;
     auth_hash(token, gw->admin_hash);
-    sha256_hex(gw->admin_hash, hex);
+    hex_encode(gw->admin_hash, hex);
     /* Another gateway starting on the same empty database at this moment may store its own
      * token first: then that one is the admin token, and this one is never shown. */
     if (st->setting_init(st, "admin_token_sha256", hex, stored, sizeof stored) != STORE_OK)

@@ -5,8 +5,9 @@
  */
 #include "tls.h"
 
-#include "sha256.h"
 
+#include <nettle/base16.h>
+#include <nettle/sha2.h>
 #include <errno.h>
 #include <gnutls/x509.h>
 #include <stdint.h>
@@ -107,8 +108,12 @@ static int describe_leaf(struct tls_pair *p, const char *cert_file, char *err, s
         snprintf(err, errlen, "tls_cert_file %s: the certificate expired at %s", cert_file, until);
         goto out;
     }
-    sha256(p->pcert[0].cert.data, p->pcert[0].cert.size, fp);
-    sha256_hex(fp, fp_hex);
+    struct sha256_ctx c;
+    sha256_init(&c);
+    sha256_update(&c, p->pcert[0].cert.size, p->pcert[0].cert.data);
+    sha256_digest(&c, sizeof fp, fp);
+    base16_encode_update(fp_hex, sizeof fp, fp);
+    fp_hex[2 * sizeof fp] = '\0';
     if (gnutls_x509_crt_get_dn3(crt, &dn, 0) != 0)
         dn.data = NULL;
     snprintf(p->about, sizeof p->about, "\"%s\" valid until %s, SHA-256 fingerprint %s",
@@ -141,10 +146,11 @@ static struct tls_pair *pair_load(const char *cert_file, const char *key_file, c
         goto fail;
     struct sha256_ctx h;
     sha256_init(&h);
-    sha256_update(&h, cert.data, cert.size);
-    sha256_update(&h, "\n--\n", 4); /* the boundary: moving bytes across files is a change */
-    sha256_update(&h, key.data, key.size);
-    sha256_final(&h, p->files_hash);
+    sha256_update(&h, cert.size, cert.data);
+    sha256_update(&h, 4, (const uint8_t *)"\n--\n"); /* the boundary: moving bytes across files
+                                                         is a change */
+    sha256_update(&h, key.size, key.data);
+    sha256_digest(&h, sizeof p->files_hash, p->files_hash);
 
     p->n_pcert = TLS_CHAIN_MAX;
     ret = gnutls_pcert_list_import_x509_raw(p->pcert, &p->n_pcert, &cert, GNUTLS_X509_FMT_PEM,

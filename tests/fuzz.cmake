@@ -60,7 +60,7 @@ else()
 endif()
 
 # Regression: sbx-agent and the worker must agree on what JSON is, or the worker takes a relayed
-# line for a broken channel and replaces the Sandbox. relay.c now refuses \u0000 and unpaired
+# line for a broken channel and replaces the Sandbox. json_check.c refuses \u0000 and unpaired
 # UTF-16 surrogates as jansson does, and both accept duplicate keys. Runs the relay target on the
 # three reproducers that once disagreed.
 if(SBX_FUZZ)

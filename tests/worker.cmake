@@ -16,6 +16,15 @@ add_executable(test_backoff ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_backoff.c)
 target_link_libraries(test_backoff PRIVATE sbxworker PkgConfig::CMOCKA)
 add_test(NAME unit.worker.backoff COMMAND test_backoff)
 
+# Every #include between worker/'s folders goes down its layers (docs/worker.md).
+add_test(NAME unit.worker.layers
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/check_worker_layers.sh ${CMAKE_SOURCE_DIR}/worker)
+
+# A Sandbox's state changes only along sandbox.h's transition table (sandbox_set_state).
+add_executable(test_sandbox_state ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sandbox_state.c)
+target_link_libraries(test_sandbox_state PRIVATE sbxworker PkgConfig::CMOCKA)
+add_test(NAME unit.worker.sandbox_state COMMAND test_sandbox_state)
+
 add_executable(test_driver_shared ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_driver_shared.c)
 target_link_libraries(test_driver_shared PRIVATE sbxworker PkgConfig::CMOCKA)
 add_test(NAME unit.worker.driver_shared COMMAND test_driver_shared)

@@ -7,12 +7,12 @@
  * worker exit once it holds nothing.
  */
 #include "worker.h"
+#include "cache_sweep.h"
 #include "callback.h"
+#include "import_jobs.h"
 #include "delivery/chunks.h"
 #include "delivery/delivery.h"
 #include "delivery/webhook_sender.h"
-#include "images/cache_sweep.h"
-#include "images/import_jobs.h"
 #include "host/firewall.h"
 #include "host/host_tag.h"
 #include "host/links.h"
@@ -75,6 +75,7 @@ static const struct sandbox_hooks hooks = {
     .chunk = delivery_chunk,
     .lost = delivery_lost,
     .warm = on_sandbox_warm,
+    .events = worker_notify_feeds,
     .gone = on_sandbox_gone,
 };
 

@@ -11,10 +11,13 @@
  *   recovery/        adopting dead workers of this host, declaring other hosts lost, reaping what
  *                    this host's own loss left behind, host-level reconciliation, host heartbeat
  *   drivers/         process, qemu, firecracker behind driver.h
+ *   images/          the image cache and importer, nothing of this header; import_jobs.c and
+ *                    cache_sweep.c, beside loop.c, drive them from the loop
  *   host/            the host's kernel state (jails, cgroups, links, firewall, NFS): no store, no
  *                    event loop, nothing of this header
- * loop.c -> delivery/ -> sandbox/ -> drivers/ -> host/ -> common/ (recovery/ is called by loop.c
- * and calls sandbox/ and host/). Everything here is touched only on the event loop thread; the
+ * loop.c -> delivery/ -> sandbox/ -> drivers/ -> images/ -> host/ -> common/ (recovery/ is called
+ * by loop.c and calls sandbox/ and below); the includes follow it (docs/worker.md has the graph,
+ * unit.worker.layers checks it). Everything here is touched only on the event loop thread; the
  * job threads get copies.
  */
 #ifndef SBX_WORKER_H
@@ -22,7 +25,6 @@
 
 #include "config.h"
 #include "installation.h"
-#include "delivery/webhook_sender.h"
 #include "drivers/driver.h"
 #include "notify.h"
 #include "store.h"
@@ -88,7 +90,7 @@ struct worker {
     } drivers[8];
     size_t n_drivers;
 
-    bool image_job_running; /* an Image import is queued or running (images/import_jobs.c) */
+    bool image_job_running; /* an Image import is queued or running (import_jobs.c) */
 
     /* recovery/reconcile.c: the once-per-process passes already made */
     struct {
@@ -113,32 +115,6 @@ static inline void consumer_kick(struct worker *w)
 {
     if (w->kick_ev && !w->stopping)
         event_active(w->kick_ev, 0, 0);
-}
-
-/* Tells the gateways about a message ("msg <id>": its long polls and streams; "chunk <id>": its
- * streams), a hint over notify.h, from any layer (it is not a call into the loop). Such a hint
- * names what it is about, so a sender waits briefly for a receiver's full queue and makes up for
- * one refused with a resync (notify.c). The change committed events, so this worker's webhook
- * threads are woken too. */
-static inline void worker_notify_gateway(struct worker *w, const char *kind, const char *id)
-{
-    char msg[96];
-    webhook_sender_wake(w->webhooks);
-    if (!w->gateway_peer)
-        return;
-    snprintf(msg, sizeof msg, "%s %s", kind, id);
-    notify_send(w->gateway_peer, msg);
-}
-
-/* Tells the gateways' event feeds that events were committed (a claim, a Sandbox's change): the
- * plain hint "events", as the gateways send each other. It names nothing, since a feed reads
- * whatever is new, so a full queue is not waited for: in a burst, a claim's and a boot's hints
- * used to stall the worker's loop up to 2 ms each and then resync every long poll. */
-static inline void worker_notify_feeds(struct worker *w)
-{
-    webhook_sender_wake(w->webhooks);
-    if (w->gateway_peer)
-        notify_send(w->gateway_peer, "events");
 }
 
 #endif

@@ -19,6 +19,19 @@
 
 #include "sandbox/sandbox.h"
 
+/* ---- gateway_hints.c ---- */
+/* Tells the gateways about a message ("msg <id>": its long polls and streams; "chunk <id>": its
+ * streams), a hint over notify.h. Such a hint names what it is about, so a sender waits briefly
+ * for a receiver's full queue and makes up for one refused with a resync (notify.c). The change
+ * committed events, so this worker's webhook threads are woken too. */
+void worker_notify_gateway(struct worker *w, const char *kind, const char *id);
+/* Tells the gateways' event feeds that events were committed (a claim, a Sandbox's change; the
+ * loop passes it to sandbox/ as sandbox_hooks.events): the plain hint "events", as the gateways
+ * send each other. It names nothing, since a feed reads whatever is new, so a full queue is not
+ * waited for: in a burst, a claim's and a boot's hints used to stall the worker's loop up to 2 ms
+ * each and then resync every long poll. */
+void worker_notify_feeds(struct worker *w);
+
 /* ---- claim.c ---- */
 /* Claims now, as much as capacity allows (consumer_kick, worker.h, asks for it soon). */
 void consumer_run(struct worker *w);

@@ -91,8 +91,13 @@ int net_links(const struct net_pool *pool, struct net_link **out, size_t *n, cha
 /* net.ipv4.ip_forward = 1 in the caller's network namespace (Sandbox traffic is routed). */
 int net_enable_forwarding(char *err, size_t errlen);
 
-/* ---- the worker's calls: one network state per process (links.c's hidden `net`), made by the
- * first net_init (each driver's init calls it) ---- */
+/* ---- the worker's calls (links_worker.c) ----
+ *
+ * They share one network state per process, a static in links_worker.c: the address pool, the
+ * firewall handle (net_firewall) and the installation tag (net_set_installation). The first
+ * net_init makes it (each driver's init calls net_init, so it is there before any Sandbox boots),
+ * net_shutdown closes it; the calls below that need it fail with "net_init was not called"
+ * before. Only net_set_installation, net_init and net_shutdown write it. */
 
 /* Tags this process's links and firewall elements with the installation (installation.h), before
  * net_init: the owner the kernel records (interface alias, element comment) is then

@@ -262,7 +262,7 @@ static int send_message_line(struct sandbox *sb, const struct store_delivery *d)
 void sandbox_send_message(struct sandbox *sb, struct store_delivery *d)
 {
     sb->delivery = d;
-    sb->state = SB_BUSY;
+    sandbox_set_state(sb, SB_BUSY);
     event_del(sb->keepalive_ev);
     sb->keep_alive_ms = d->session.effective_keep_alive_seconds * 1000;
     int rc = send_message_line(sb, d);

@@ -1,9 +1,9 @@
 /*
  * boot.c: a Sandbox's way up (sandbox.h): BOOTING (the driver's boot job), then WARM in the pool
- * or, booted cold for a delivery, ACTIVATING; a warm one claimed for a Session; and "running"
- * once its App started, written with its first reply or RUNNING_RECORD_MS after it started
- * (sandbox.h). Driver calls block, so the boot runs as a job (jobs.h); every other step runs on
- * the event loop, and every other state change is written to the store first.
+ * or, booted cold for a delivery, ACTIVATING; and a warm one claimed for a Session (writing
+ * "running" once its App started is expiry.c's, with the timers). Driver calls block, so the
+ * boot runs as a job (jobs.h); every other step runs on the event loop, and every other state
+ * change is written to the store first.
  */
 #include "sandbox/sandbox.h"
 #include "images/image_cache.h"
@@ -75,7 +75,7 @@ static void boot_done(void *arg)
             sandbox_terminate(sb, rc == STORE_CONFLICT ? "session deleted" : "store error", false);
             return;
         }
-        sb->state = SB_ACTIVATING;
+        sandbox_set_state(sb, SB_ACTIVATING);
         log_info("worker: cold sandbox %s booted in %lld ms for %s", sb->rt.sandbox_id,
                  (long long)boot_ms, sb->session_id);
         w->sandbox_hooks->activating(sb);
@@ -86,9 +86,9 @@ static void boot_done(void *arg)
         sandbox_terminate(sb, "stop requested while booting", false);
         return;
     }
-    sb->state = SB_WARM;
+    sandbox_set_state(sb, SB_WARM);
     log_debug("worker: sandbox %s warm in %lld ms", sb->rt.sandbox_id, (long long)boot_ms);
-    worker_notify_feeds(w);
+    w->sandbox_hooks->events(w);
     w->sandbox_hooks->warm(w);
 }
 
@@ -114,11 +114,10 @@ int sandbox_boot(struct worker *w, const struct driver *drv, const struct store_
         snprintf(err, errlen, "worker out of memory");
         return -1;
     }
-    sb->state = SB_BOOTING;
     sb->cold = d != NULL;
     sb->boot_started = clock_mono_ms();
     rc = w->st->sandbox_insert(w->st, &w->ctx, w->id, shape, sb->cold, &rec);
-    /* For the image cache's least-recently-used eviction (images/cache_sweep.c). */
+    /* For the image cache's least-recently-used eviction (cache_sweep.c). */
     if (rc == STORE_OK && !image_is_default(shape->image) && w->st->image_touch)
         (void)w->st->image_touch(w->st, shape->image);
     if (rc != STORE_OK) {
@@ -144,49 +143,7 @@ int sandbox_boot(struct worker *w, const struct driver *drv, const struct store_
 
 void sandbox_claimed(struct sandbox *sb, struct store_delivery *d)
 {
-    sb->state = SB_ACTIVATING;
+    sandbox_set_state(sb, SB_ACTIVATING);
     take_session(sb, d);
     sb->refill_pending = true;
-}
-
-static void running_due(evutil_socket_t fd, short what, void *arg)
-{
-    struct sandbox *sb = arg;
-    (void)fd;
-    (void)what;
-    enum store_status rc = sandbox_record_running(sb);
-    if (rc != STORE_OK)
-        sandbox_terminate(sb, rc == STORE_CONFLICT ? "session deleted" : "store error", false);
-}
-
-void sandbox_running_pending(struct sandbox *sb)
-{
-    struct timeval tv = {0, RUNNING_RECORD_MS * 1000};
-    sb->running_pending = true;
-    event_del(sb->running_ev); /* never pending here; event_assign must not meet a pending one */
-    event_assign(sb->running_ev, sb->w->base, -1, 0, running_due, sb);
-    event_add(sb->running_ev, &tv);
-}
-
-void sandbox_running_recorded(struct sandbox *sb)
-{
-    sb->running_pending = false;
-    event_del(sb->running_ev);
-    /* No "events" hint: the caller's "msg" hint follows at once and wakes the same feeds and
-     * webhook senders (a gateway's hub reads new events on any hint). Sent first, it woke the
-     * gateway's hub for a store read ahead of the hint that answers the reply's long poll. */
-}
-
-enum store_status sandbox_record_running(struct sandbox *sb)
-{
-    struct worker *w = sb->w;
-    if (!sb->running_pending)
-        return STORE_OK;
-    sb->running_pending = false;
-    event_del(sb->running_ev);
-    enum store_status rc =
-        w->st->sandbox_mark_running(w->st, &w->ctx, sb->rt.sandbox_id, sb->session_id);
-    if (rc == STORE_OK)
-        worker_notify_feeds(w);
-    return rc;
 }

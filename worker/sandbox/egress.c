@@ -15,17 +15,23 @@
 #include "host/links.h"
 #include "log.h"
 #include "sandbox/sandbox.h"
-#include "sha256.h"
 
+#include <nettle/base16.h>
+#include <nettle/sha2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static void digest_of(const char *text, char out[65])
 {
-    uint8_t d[32];
-    sha256(text ? text : "", text ? strlen(text) : 0, d);
-    sha256_hex(d, out);
+    struct sha256_ctx c;
+    uint8_t d[SHA256_DIGEST_SIZE];
+    sha256_init(&c);
+    if (text)
+        sha256_update(&c, strlen(text), (const uint8_t *)text);
+    sha256_digest(&c, sizeof d, d);
+    base16_encode_update(out, sizeof d, d);
+    out[BASE16_ENCODE_LENGTH(SHA256_DIGEST_SIZE)] = '\0';
 }
 
 static enum fw_egress_mode fw_mode(enum egress_mode m)

@@ -4,6 +4,10 @@
  * Session), the worker's shutdown, termination (the driver's terminate job, then the store's
  * record of the end) and the reaping of what a dead worker left. A terminated Sandbox's delivery
  * goes up to delivery/ (hooks->lost) and its end to the loop (hooks->gone).
+ *
+ * Also the `running` record of a Sandbox whose App started (sandbox.h): its timer ends the
+ * Sandbox when the store refuses, and termination writes a pending one first, so the two live
+ * together here; boot.c and agent_protocol.c call into this file and it calls into neither.
  */
 #include "sandbox/agent_channel.h"
 #include "log.h"
@@ -59,7 +63,7 @@ void sandbox_idle(struct sandbox *sb)
 {
     struct worker *w = sb->w;
     event_del(sb->timeout_ev);
-    sb->state = SB_IDLE;
+    sandbox_set_state(sb, SB_IDLE);
     if (w->stopping) {
         sandbox_terminate(sb, "worker shutdown", false);
         return;
@@ -70,6 +74,50 @@ void sandbox_idle(struct sandbox *sb)
         log_warn("worker: cannot record the keep-alive of %s: %s", sb->session_id,
                  store_status_name(rc));
     arm_timer(sb->keepalive_ev, keepalive_expired, sb, sb->keep_alive_ms);
+}
+
+/* ---- `running`: with the first reply, or RUNNING_RECORD_MS after the App started ---- */
+
+static void running_due(evutil_socket_t fd, short what, void *arg)
+{
+    struct sandbox *sb = arg;
+    (void)fd;
+    (void)what;
+    enum store_status rc = sandbox_record_running(sb);
+    if (rc != STORE_OK)
+        sandbox_terminate(sb, rc == STORE_CONFLICT ? "session deleted" : "store error", false);
+}
+
+void sandbox_running_pending(struct sandbox *sb)
+{
+    struct timeval tv = {0, RUNNING_RECORD_MS * 1000};
+    sb->running_pending = true;
+    event_del(sb->running_ev); /* never pending here; event_assign must not meet a pending one */
+    event_assign(sb->running_ev, sb->w->base, -1, 0, running_due, sb);
+    event_add(sb->running_ev, &tv);
+}
+
+void sandbox_running_recorded(struct sandbox *sb)
+{
+    sb->running_pending = false;
+    event_del(sb->running_ev);
+    /* No "events" hint: the caller's "msg" hint follows at once and wakes the same feeds and
+     * webhook senders (a gateway's hub reads new events on any hint). Sent first, it woke the
+     * gateway's hub for a store read ahead of the hint that answers the reply's long poll. */
+}
+
+enum store_status sandbox_record_running(struct sandbox *sb)
+{
+    struct worker *w = sb->w;
+    if (!sb->running_pending)
+        return STORE_OK;
+    sb->running_pending = false;
+    event_del(sb->running_ev);
+    enum store_status rc =
+        w->st->sandbox_mark_running(w->st, &w->ctx, sb->rt.sandbox_id, sb->session_id);
+    if (rc == STORE_OK)
+        w->sandbox_hooks->events(w);
+    return rc;
 }
 
 static void terminate_work(void *arg)
@@ -105,7 +153,7 @@ static void terminate_done(void *arg)
                   store_status_name(rc));
     log_info("worker: sandbox %s %s (%s)", sb->rt.sandbox_id, failed ? "failed" : "terminated",
              reason);
-    worker_notify_feeds(w);
+    w->sandbox_hooks->events(w);
     sandbox_free(sb);
     w->sandbox_hooks->gone(w);
 }
@@ -128,7 +176,7 @@ void sandbox_terminate(struct sandbox *sb, const char *reason, bool failed)
     sb->stop_failed = failed;
     if (sandbox_serving(sb))
         w->n_serving--;
-    sb->state = SB_STOPPING;
+    sandbox_set_state(sb, SB_STOPPING);
     event_del(sb->keepalive_ev);
     event_del(sb->timeout_ev);
     /* The App did run (its first message went out): the store says so before the end. A refusal

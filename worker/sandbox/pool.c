@@ -74,7 +74,7 @@ void pool_replenish(struct worker *w)
         if (!drv)
             continue;
         /* An image this host's cache lacks (not imported here yet, or being fetched): nothing
-         * to boot it from (images/import_jobs.c fetches pulled ones). */
+         * to boot it from (import_jobs.c fetches pulled ones). */
         if (!image_is_default(w->shapes[i].image) &&
             !image_cache_ready(&w->cfg, w->shapes[i].image))
             continue;

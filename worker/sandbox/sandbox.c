@@ -1,8 +1,8 @@
 /*
  * sandbox.c: the Sandbox records of this worker (sandbox.h): making and freeing one, finding one
  * by id or Session, counting the pool's, and the drivers they run on (each initialised at its
- * first use, once per worker: w->drivers). It changes no state: boot.c, expiry.c and
- * agent_protocol.c do.
+ * first use, once per worker: w->drivers), and sandbox_set_state, the one place a state changes
+ * (boot.c, expiry.c and agent_protocol.c decide when), checked against sandbox.h's table.
  */
 #include "sandbox/sandbox.h"
 #include "drivers/shared.h"
@@ -14,6 +14,41 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* sandbox.h's transition table: allowed[from][to]. "(new) -> BOOTING" is sandbox_new's, and
+ * "(new) -> STOPPING" (a reap) is BOOTING -> STOPPING, since a new record is BOOTING. */
+static const bool allowed[SB_STOPPING + 1][SB_STOPPING + 1] = {
+    [SB_BOOTING] = {[SB_WARM] = true, [SB_ACTIVATING] = true, [SB_STOPPING] = true},
+    [SB_WARM] = {[SB_ACTIVATING] = true, [SB_STOPPING] = true},
+    [SB_ACTIVATING] = {[SB_BUSY] = true, [SB_STOPPING] = true},
+    [SB_IDLE] = {[SB_BUSY] = true, [SB_STOPPING] = true},
+    [SB_BUSY] = {[SB_IDLE] = true, [SB_STOPPING] = true},
+};
+
+const char *sandbox_state_name(enum sandbox_state s)
+{
+    static const char *const names[] = {"BOOTING", "WARM", "ACTIVATING",
+                                        "IDLE",    "BUSY", "STOPPING"};
+    return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "?";
+}
+
+bool sandbox_transition_ok(enum sandbox_state from, enum sandbox_state to)
+{
+    return (unsigned)from <= SB_STOPPING && (unsigned)to <= SB_STOPPING && allowed[from][to];
+}
+
+void sandbox_set_state(struct sandbox *sb, enum sandbox_state to)
+{
+    if (!sandbox_transition_ok(sb->state, to)) {
+        log_error("worker: sandbox %s: %s -> %s is not a transition of sandbox.h's table",
+                  sb->rt.sandbox_id, sandbox_state_name(sb->state), sandbox_state_name(to));
+#ifndef NDEBUG
+        /* A debug build stops here, where the lifecycle went wrong, not later where it shows. */
+        abort();
+#endif
+    }
+    sb->state = to;
+}
 
 static bool serving(const struct sandbox *sb)
 {
@@ -129,6 +164,7 @@ struct sandbox *sandbox_new(struct worker *w, const struct driver *drv,
     sb->drv = drv;
     sb->rt.shape = *shape;
     sb->rt.channel_fd = -1;
+    sb->state = SB_BOOTING; /* the table's (new): every later change is sandbox_set_state's */
     sb->keepalive_ev = evtimer_new(w->base, NULL, NULL);
     sb->timeout_ev = evtimer_new(w->base, NULL, NULL);
     sb->running_ev = evtimer_new(w->base, NULL, NULL);

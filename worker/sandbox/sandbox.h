@@ -14,7 +14,8 @@
  *                  (claimed)  just after ACTIVATING, until `running` is written (running_pending)
  *   SB_STOPPING    stopping   the terminate (or reap) job runs; then the record is freed
  *
- * Transitions, and the function that makes each:
+ * Transitions, and the function that makes each (through sandbox_set_state, sandbox.c, which
+ * checks each change against this table):
  *
  *   (new)       -> BOOTING      sandbox_boot           boot.c            pool refill, cold boot
  *   (new)       -> STOPPING     sandbox_reap           expiry.c          a dead worker's Sandbox
@@ -128,6 +129,8 @@ struct sandbox_hooks {
     void (*lost)(struct sandbox *sb, const char *reason);
     /* To the loop. */
     void (*warm)(struct worker *w); /* a pool Sandbox became warm */
+    /* a Sandbox's change committed events: the gateways' event feeds are told (sb may be gone) */
+    void (*events)(struct worker *w);
     void (*gone)(struct worker *w); /* a Sandbox ended and was freed */
 };
 
@@ -142,6 +145,13 @@ void sandbox_free(struct sandbox *sb);
 void sandbox_free_all(struct worker *w);
 /* Claimed for a Session: ACTIVATING, IDLE, BUSY, or BOOTING cold with its delivery. */
 bool sandbox_serving(const struct sandbox *sb);
+/* Moves sb to state to: the one place sb->state changes. A change the transition table above does
+ * not have is logged, and aborts a debug build (NDEBUG unset). */
+void sandbox_set_state(struct sandbox *sb, enum sandbox_state to);
+/* Whether the table above has from -> to. */
+bool sandbox_transition_ok(enum sandbox_state from, enum sandbox_state to);
+/* "BOOTING", "WARM", ...: for logs. */
+const char *sandbox_state_name(enum sandbox_state s);
 
 /* A Sandbox of this worker serving the Session (activating, idle or busy), or NULL. */
 struct sandbox *sandbox_find_session(struct worker *w, const char *session_id);
@@ -164,6 +174,10 @@ int sandbox_boot(struct worker *w, const struct driver *drv, const struct store_
                  struct store_delivery *d, char *err, size_t errlen);
 /* The store claimed this warm Sandbox for d's Session: WARM -> ACTIVATING, carrying d. */
 void sandbox_claimed(struct sandbox *sb, struct store_delivery *d);
+
+/* ---- expiry.c: deadlines, keep-alive, `running`, stop requests, terminate, reap ----
+ * (boot.c and agent_protocol.c call into expiry.c, which calls into neither: no circle) */
+
 /* How long after the first message went out `running` is written on its own, when no reply
  * came first to write it with (sandbox.h, the invariants). */
 #define RUNNING_RECORD_MS 50
@@ -175,9 +189,6 @@ enum store_status sandbox_record_running(struct sandbox *sb);
 /* queue_complete_first wrote the pending `running` with the reply; the caller then sends the
  * "msg" hint, which also stands for the events this wrote. */
 void sandbox_running_recorded(struct sandbox *sb);
-
-/* ---- expiry.c: deadlines, keep-alive, stop requests, terminate, reap ---- */
-
 /* Arms the agent-start or message deadline (message_timeout); missing it terminates. */
 void sandbox_arm_deadline(struct sandbox *sb);
 /* A delivery ended on a Sandbox that is still fine: BUSY -> IDLE, keep-alive armed (or, while

@@ -1,7 +1,8 @@
 /*
- * test_agent_json.c: the in-Sandbox agents' line-JSON reader and writer (agent/relay.c) against
- * valid, malformed and hostile input, the line splitter's bounds, and sbx-agent itself surviving
- * a host that sends garbage (run outside any Sandbox, over a socketpair).
+ * test_agent_json.c: the in-Sandbox agents' line-JSON reader (agent/json_check.c) and writer
+ * (agent/relay.c) against valid, malformed and hostile input, the line splitter's bounds, and
+ * sbx-agent itself surviving a host that sends garbage (run outside any Sandbox, over a
+ * socketpair).
  */
 #include "relay.h"
 

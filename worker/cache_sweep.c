@@ -6,7 +6,7 @@
  * sizes of the cache directories seen, by digest (a published directory never changes, so its
  * size is measured once).
  */
-#include "images/cache_sweep.h"
+#include "cache_sweep.h"
 #include "images/image_cache.h"
 #include "images/image_digest.h"
 #include "images/importer.h"

@@ -7,7 +7,7 @@
  * so that imports never take all of the job threads that boot Sandboxes), and the digests whose
  * fetch failed lately (retried after FETCH_RETRY_MS).
  */
-#include "images/import_jobs.h"
+#include "import_jobs.h"
 #include "images/image_cache.h"
 #include "images/importer.h"
 #include "images/registry_pull.h"
