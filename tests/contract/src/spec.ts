@@ -56,13 +56,15 @@ export class Contract {
     this.ajv.addSchema(this.doc as object, "openapi");
   }
 
-  /** Every (METHOD, template) the spec describes. */
-  operations(): Array<{ method: string; template: string }> {
-    const out: Array<{ method: string; template: string }> = [];
+  /** Every (METHOD, template) the spec describes, with the operation's tags. */
+  operations(): Array<{ method: string; template: string; tags: string[] }> {
+    const out: Array<{ method: string; template: string; tags: string[] }> = [];
     const paths = this.doc["paths"] as JsonObject;
     for (const [template, item] of Object.entries(paths)) {
-      for (const method of Object.keys(item as JsonObject)) {
-        if (HTTP_METHODS.includes(method)) out.push({ method: method.toUpperCase(), template });
+      for (const [method, op] of Object.entries(item as JsonObject)) {
+        if (!HTTP_METHODS.includes(method)) continue;
+        const tags = ((op as JsonObject)["tags"] ?? []) as string[];
+        out.push({ method: method.toUpperCase(), template, tags });
       }
     }
     return out;

@@ -1,8 +1,9 @@
 // openapi_ops.mjs: the operations (path, method, security) declared in openapi.yaml, read with a
 // small indentation-based reader (Node has no YAML parser built in and tests use built-ins only).
 // It understands exactly the layout openapi.yaml uses: "paths:" at column 0, each path at two
-// spaces, each method at four, an operation-level "security:" at six; an operation without one
-// inherits the top-level security list.
+// spaces, each method at four, an operation-level "security:" and "tags:" at six; an operation
+// without security inherits the top-level security list. Operations tagged "Sandbox callbacks"
+// are left out: the workers serve them (callback/), not the gateway, with a Sandbox's token.
 import { readFileSync } from 'node:fs';
 
 const METHODS = new Set(['get', 'post', 'put', 'patch', 'delete', 'head', 'options']);
@@ -37,7 +38,8 @@ export function openapiOperations(file) {
       continue;
     }
     if ((m = /^ {6}security:\s*(.*)$/.exec(line)) && op) op.security = schemes(m[1]);
+    if ((m = /^ {6}tags:\s*(.*)$/.exec(line)) && op) op.callback = m[1].includes('Sandbox callbacks');
   }
   for (const o of ops) if (o.security === null) o.security = [...globalSec];
-  return ops;
+  return ops.filter((o) => !o.callback).map(({ callback, ...o }) => o);
 }

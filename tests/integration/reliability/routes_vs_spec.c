@@ -3,7 +3,9 @@
  * against openapi.yaml in both directions, with each route's auth kind against the operation's
  * security list. The auth matrix test walks the spec; this check makes sure the spec holds every
  * route the gateway serves, so a route added to the table without the spec fails here rather
- * than escaping the matrix. Usage: routes_vs_spec <openapi.yaml>. Exit 0 when they agree.
+ * than escaping the matrix. Operations tagged "Sandbox callbacks" are the workers' callback API
+ * (callback/), not the gateway's, and are left out. Usage: routes_vs_spec <openapi.yaml>. Exit 0
+ * when they agree.
  */
 #include "gateway.h"
 
@@ -19,6 +21,7 @@ struct spec_op {
     char path[128];
     char security[64]; /* "", "adminToken", "appKey" or "adminToken appKey" */
     int matched;
+    int callback; /* tagged "Sandbox callbacks" */
 };
 
 static void scheme_list(const char *flow, char *out, size_t outlen)
@@ -31,7 +34,8 @@ static void scheme_list(const char *flow, char *out, size_t outlen)
 }
 
 /* The layout openapi.yaml uses: "paths:" at column 0, paths at 2 spaces, methods at 4, an
- * operation's "security:" at 6 (without one, the top-level list: either kind of token). */
+ * operation's "security:" and "tags:" at 6 (without security, the top-level list: either kind of
+ * token). Operations tagged "Sandbox callbacks" are dropped at the end. */
 static int read_spec(FILE *f, struct spec_op *ops)
 {
     char line[1024], path[128] = "";
@@ -59,9 +63,16 @@ static int read_spec(FILE *f, struct spec_op *ops)
             snprintf(o->security, sizeof o->security, "adminToken appKey");
         } else if (strncmp(line, "      security:", 15) == 0 && n > 0) {
             scheme_list(line + 15, ops[n - 1].security, sizeof ops[n - 1].security);
+        } else if (strncmp(line, "      tags:", 11) == 0 && n > 0 &&
+                   strstr(line, "Sandbox callbacks")) {
+            ops[n - 1].callback = 1; /* the workers' callback API: not routed by the gateway */
         }
     }
-    return n;
+    int kept = 0;
+    for (int i = 0; i < n; i++)
+        if (!ops[i].callback)
+            ops[kept++] = ops[i];
+    return kept;
 }
 
 static const char *expected_security(enum auth_kind k)
