@@ -988,6 +988,19 @@ static void test_sandbox_callbacks_add(void **state)
     assert_int_equal(got.callback_last_at, 2000);
     assert_int_equal(db_int(f, "SELECT callback_refused FROM hosts WHERE id = 'host_cb'"), 8);
 
+    /* /metrics: the sum over the Sandboxes (booting ones too: these never booted), and the
+     * refusals per host. */
+    struct store_counts c;
+    assert_int_equal(st->counts(st, &c), STORE_OK);
+    assert_int_equal(c.callback_calls, 9);
+    struct store_host *hosts;
+    size_t n;
+    assert_int_equal(st->host_list(st, &hosts, &n), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(hosts[0].id, "host_cb");
+    assert_int_equal(hosts[0].callback_refused, 8);
+    free(hosts);
+
     /* The auditor view lists who called back. */
     assert_int_equal(db_int(f, "SELECT calls FROM sandbox_callbacks WHERE sandbox_id = '%s'", a.id),
                      7);
