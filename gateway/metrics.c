@@ -217,6 +217,11 @@ static void render_store(struct store *st, struct buf *b)
         "# HELP sbx_queue_retrying Queued messages waiting for another attempt.\n"
         "# TYPE sbx_queue_retrying gauge\nsbx_queue_retrying %lld\n",
         (long long)c.retrying);
+    out(b,
+        "# HELP sbx_callback_requests_total Callback API requests the Sandboxes made with their "
+        "token, written by the workers about once a second.\n"
+        "# TYPE sbx_callback_requests_total counter\nsbx_callback_requests_total %lld\n",
+        (long long)c.callback_calls);
     render_histogram(b, "sbx_sandbox_boot_seconds",
                      "Time from a Sandbox's start to its agent being ready.", &c.boot);
     render_histogram(b, "sbx_sandbox_lifetime_seconds",
@@ -265,7 +270,7 @@ static void render_pool(struct store *st, struct buf *b)
 }
 
 /* The worker hosts (docs/hosts.md): whether each is live, its capacity and load, its heartbeat's
- * age. A lost host stays listed with up 0 until it comes back. */
+ * age, the callback requests it refused. A lost host stays listed with up 0 until it comes back. */
 static void render_hosts(struct store *st, struct buf *b)
 {
     struct store_host *hosts = NULL;
@@ -297,6 +302,11 @@ static void render_hosts(struct store *st, struct buf *b)
                                          : h->workers));
         }
     }
+    out(b, "# HELP sbx_callback_refused_total Callback API requests the host refused for their "
+           "token (401).\n# TYPE sbx_callback_refused_total counter\n");
+    for (size_t i = 0; i < n; i++)
+        out(b, "sbx_callback_refused_total{host=\"%s\"} %lld\n", hosts[i].id,
+            (long long)hosts[i].callback_refused);
     free(hosts);
 }
 

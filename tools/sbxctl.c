@@ -24,11 +24,13 @@ static const struct ctl_command commands[] = {
      "timeline (events, messages, Sandboxes) in time order. Deleted Sessions are shown too.",
      cmd_session},
     {"sandboxes", "sbxctl sandboxes [--state STATE] [--session ID] [--app ID] [--live] [--limit N]",
-     "List Sandboxes with their lifetimes, termination reasons and usage, oldest first.",
+     "List Sandboxes with their lifetimes, termination reasons, usage and callback calls, oldest "
+     "first.",
      cmd_sandboxes},
     {"sandbox", "sbxctl sandbox ID [--terminate]",
-     "Show one Sandbox: lifetime, runtime (pid, jail, cgroup, address), the messages it served and "
-     "its events. --terminate asks the gateway to terminate it (DELETE /v1/sandboxes/ID with the "
+     "Show one Sandbox: lifetime, runtime (pid, jail, cgroup, address), its callback calls and the "
+     "last one's time, the messages it served and its events. --terminate asks the gateway to "
+     "terminate it (DELETE /v1/sandboxes/ID with the "
      "admin token from SBX_ADMIN_TOKEN or the config file).",
      cmd_sandbox},
     {"messages", "sbxctl messages [--session ID] [--state STATE] [--limit N]",

@@ -141,11 +141,16 @@ int cmd_sessions(struct ctl *ctl, int argc, char **argv)
                      cols);
 }
 
+/* The Sandboxes' lifetimes (an auditor view) with their callback counts from the table. */
+#define SANDBOX_FROM_SQL " sandbox_lifetimes l JOIN sandboxes cb ON cb.id = l.sandbox_id "
+#define SANDBOX_CALLBACK_LAST_UTC UTC("cb.callback_last_at")
+#define SANDBOX_STOP_UTC UTC("cb.stop_requested_at")
 #define SANDBOX_COLS_SQL                                                                           \
     "l.sandbox_id, l.state, l.driver, l.image, l.vcpu_count, l.mem_size_mib, l.worker_id, "        \
     "l.app_id, l.session_id, l.activation, l.boot_ms, l.created_at, l.created_utc, l.ready_utc, "  \
     "l.claimed_utc, l.terminated_at, l.terminated_utc, l.lifetime_ms, l.served_ms, "               \
-    "l.termination_reason, l.cpu_usec, l.mem_peak_bytes, l.messages_served"
+    "l.termination_reason, l.cpu_usec, l.mem_peak_bytes, l.messages_served, "                      \
+    "cb.callback_calls, " SANDBOX_CALLBACK_LAST_UTC " AS callback_last_utc"
 
 static const struct ctl_col session_fields[] = {{"id", "id:"},
                                                 {"app_id", "app:"},
@@ -175,14 +180,21 @@ static const struct ctl_col message_cols[] = {
     {"latency_ms", "LATENCY-MS"}, {"request_id", "REQUEST"},
     {"error", "ERROR"},           {0}};
 
-static const struct ctl_col sandbox_cols[] = {
-    {"sandbox_id", "ID"},           {"state", "STATE"},
-    {"driver", "DRIVER"},           {"session_id", "SESSION"},
-    {"activation", "POOL"},         {"boot_ms", "BOOT-MS"},
-    {"created_utc", "CREATED"},     {"terminated_utc", "TERMINATED"},
-    {"lifetime_ms", "LIFETIME-MS"}, {"termination_reason", "REASON"},
-    {"cpu_usec", "CPU-US"},         {"mem_peak_bytes", "MEM-PEAK"},
-    {"messages_served", "MSGS"},    {0}};
+static const struct ctl_col sandbox_cols[] = {{"sandbox_id", "ID"},
+                                              {"state", "STATE"},
+                                              {"driver", "DRIVER"},
+                                              {"session_id", "SESSION"},
+                                              {"activation", "POOL"},
+                                              {"boot_ms", "BOOT-MS"},
+                                              {"created_utc", "CREATED"},
+                                              {"terminated_utc", "TERMINATED"},
+                                              {"lifetime_ms", "LIFETIME-MS"},
+                                              {"termination_reason", "REASON"},
+                                              {"cpu_usec", "CPU-US"},
+                                              {"mem_peak_bytes", "MEM-PEAK"},
+                                              {"messages_served", "MSGS"},
+                                              {"callback_calls", "CALLBACKS"},
+                                              {0}};
 
 static const struct ctl_col timeline_cols[] = {
     {"at_utc", "TIME"}, {"source", "SOURCE"},      {"kind", "WHAT"},     {"object_id", "OBJECT"},
@@ -235,7 +247,7 @@ int cmd_session(struct ctl *ctl, int argc, char **argv)
     /* Every Sandbox with any trace of this Session, so that a Sandbox that wrongly served it
      * shows up here too. */
     json_t *sandboxes = ctl_query(ctl,
-                                  "SELECT " SANDBOX_COLS_SQL " FROM sandbox_lifetimes l "
+                                  "SELECT " SANDBOX_COLS_SQL " FROM" SANDBOX_FROM_SQL
                                   "WHERE l.sandbox_id IN (SELECT sandbox_id FROM "
                                   "sandbox_session_links WHERE session_id = ?1) "
                                   "ORDER BY l.created_at, l.sandbox_id",
@@ -291,7 +303,7 @@ int cmd_sandboxes(struct ctl *ctl, int argc, char **argv)
         return rc;
     return emit_rows(ctl,
                      ctl_query(ctl,
-                               "SELECT " SANDBOX_COLS_SQL " FROM sandbox_lifetimes l "
+                               "SELECT " SANDBOX_COLS_SQL " FROM" SANDBOX_FROM_SQL
                                "WHERE (?1 IS NULL OR l.state = ?1) "
                                "AND (?2 IS NULL OR l.session_id = ?2) "
                                "AND (?3 IS NULL OR l.app_id = ?3) "
@@ -325,6 +337,8 @@ static const struct ctl_col sandbox_fields[] = {{"sandbox_id", "id:"},
                                                 {"cpu_usec", "cpu (us):"},
                                                 {"mem_peak_bytes", "mem peak (bytes):"},
                                                 {"messages_served", "messages:"},
+                                                {"callback_calls", "callbacks:"},
+                                                {"callback_last_utc", "last callback:"},
                                                 {"pid", "pid:"},
                                                 {"jail_dir", "jail:"},
                                                 {"cgroup_path", "cgroup:"},
@@ -382,14 +396,12 @@ int cmd_sandbox(struct ctl *ctl, int argc, char **argv)
         return terminate_sandbox(ctl, pos[0]);
     if ((rc = ctl_open(ctl)) != CTL_OK)
         return rc;
-    json_t *sb = ctl_query_one(ctl,
-                               "SELECT " SANDBOX_COLS_SQL ", b.image_hash, b.pid, b.jail_dir, "
-                               "b.cgroup_path, b.net_address, b.stop_requested_at, " UTC(
-                                   "b.stop_requested_at") " AS stop_requested_utc "
-                                                          "FROM sandbox_lifetimes l JOIN "
-                                                          "sandboxes b ON b.id = l.sandbox_id "
-                                                          "WHERE l.sandbox_id = ?1",
-                               "s", pos[0]);
+    json_t *sb =
+        ctl_query_one(ctl,
+                      "SELECT " SANDBOX_COLS_SQL ", cb.image_hash, cb.pid, cb.jail_dir, "
+                      "cb.cgroup_path, cb.net_address, cb.stop_requested_at, " SANDBOX_STOP_UTC
+                      " AS stop_requested_utc FROM" SANDBOX_FROM_SQL "WHERE l.sandbox_id = ?1",
+                      "s", pos[0]);
     if (!sb)
         return CTL_ERROR;
     if (json_is_null(sb)) {

@@ -306,14 +306,15 @@ struct store_worker {
 #define STORE_HOST_ID_LEN 128
 struct store_host {
     char id[STORE_HOST_ID_LEN];
-    char address[256];      /* "" when none */
-    int64_t capacity;       /* Sessions it serves at once; placement skips it when full */
-    int64_t registered_at;  /* (out) */
-    int64_t heartbeat_at;   /* (out) */
-    int64_t lost_at;        /* (out) 0: live */
-    int64_t workers;        /* (out) its live workers */
-    int64_t serving;        /* (out) Sessions its workers own (activating or active) */
-    int64_t live_sandboxes; /* (out) its Sandboxes not ended */
+    char address[256];        /* "" when none */
+    int64_t capacity;         /* Sessions it serves at once; placement skips it when full */
+    int64_t registered_at;    /* (out) */
+    int64_t heartbeat_at;     /* (out) */
+    int64_t lost_at;          /* (out) 0: live */
+    int64_t workers;          /* (out) its live workers */
+    int64_t serving;          /* (out) Sessions its workers own (activating or active) */
+    int64_t live_sandboxes;   /* (out) its Sandboxes not ended */
+    int64_t callback_refused; /* (out) callback requests its servers refused for their token */
 };
 
 /* ==== audit and metrics ==== */
@@ -358,6 +359,7 @@ struct store_counts {
     int64_t sandboxes_by_state[7];
     int64_t oldest_queued_at;        /* 0 when the queue is empty */
     int64_t retrying;                /* queued messages waiting for another attempt */
+    int64_t callback_calls;          /* the Sandboxes' callback requests, as counted so far */
     struct store_histogram boot;     /* Sandboxes' boot to agent-ready */
     struct store_histogram lifetime; /* ended Sandboxes' claim to termination */
 };

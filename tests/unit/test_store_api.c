@@ -11,10 +11,12 @@
 #include <cmocka.h>
 
 #include "id.h"
+#include "sandbox_context.h"
 #include "store.h"
 #include "store_fixture.h"
 #include "clock.h"
 
+#include <jansson.h>
 #include <nettle/sha2.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -877,6 +879,227 @@ static void test_sandbox_stop_and_pool(void **state)
     store_session_clear(&s);
 }
 
+/* The callback API's Sandbox lookup: a Sandbox given a token at boot is found by the token's hash
+ * with the host of its worker (the callback server binds the token to that host's Sandboxes); an
+ * unknown hash finds nothing; a later runtime update without a hash keeps the token. */
+static void test_sandbox_callback_token(void **state)
+{
+    struct store_fixture *f = *state;
+    struct store *st = f->st;
+    static const struct store_ctx wctx = {"worker:wrk_cb", NULL};
+    static const struct store_shape shape = {"process", "default", 1, 256};
+    struct store_host h = {.capacity = 2};
+    int64_t was_lost = -1;
+    snprintf(h.id, sizeof h.id, "host_cb");
+    snprintf(h.address, sizeof h.address, "10.0.0.1:9000");
+    assert_int_equal(st->worker_register(st, "wrk_cb", "machine", 1), STORE_OK);
+    assert_int_equal(st->host_register(st, &wctx, &h, "wrk_cb", &was_lost), STORE_OK);
+
+    char token[CALLBACK_TOKEN_LEN + 1], hash[65], other[65];
+    assert_int_equal(callback_token_new(token, hash), 0);
+    struct store_sandbox sb = {0}, plain = {0}, got = {0};
+    assert_int_equal(st->sandbox_insert(st, &wctx, "wrk_cb", &shape, false, &sb), STORE_OK);
+    /* A Sandbox without a token, which no hash may find. */
+    assert_int_equal(st->sandbox_insert(st, &wctx, "wrk_cb", &shape, false, &plain), STORE_OK);
+    assert_int_equal(st->sandbox_set_runtime(st, &plain), STORE_OK);
+    sb.pid = 4242;
+    snprintf(sb.net_address, sizeof sb.net_address, "10.200.0.2");
+    snprintf(sb.callback_token_hash, sizeof sb.callback_token_hash, "%s", hash);
+    assert_int_equal(st->sandbox_set_runtime(st, &sb), STORE_OK);
+
+    char host_id[STORE_HOST_ID_LEN] = "unset";
+    assert_int_equal(st->sandbox_by_callback_token(st, hash, &got, host_id, sizeof host_id),
+                     STORE_OK);
+    assert_string_equal(got.id, sb.id);
+    assert_string_equal(got.state, "booting");
+    assert_string_equal(got.net_address, "10.200.0.2");
+    assert_string_equal(host_id, "host_cb");
+    assert_int_equal(got.callback_calls, 0);
+    assert_int_equal(got.callback_last_at, 0);
+
+    callback_token_hash(token, strlen(token) - 1, other);
+    assert_int_equal(st->sandbox_by_callback_token(st, other, &got, host_id, sizeof host_id),
+                     STORE_NOT_FOUND);
+    assert_int_equal(st->sandbox_by_callback_token(st, "", &got, host_id, sizeof host_id),
+                     STORE_NOT_FOUND);
+
+    /* The worker records the runtime again (no hash this time): the token still finds it. */
+    sb.callback_token_hash[0] = '\0';
+    sb.pid = 4343;
+    assert_int_equal(st->sandbox_set_runtime(st, &sb), STORE_OK);
+    memset(&got, 0, sizeof got);
+    assert_int_equal(st->sandbox_by_callback_token(st, hash, &got, host_id, sizeof host_id),
+                     STORE_OK);
+    assert_string_equal(got.id, sb.id);
+    assert_int_equal(got.pid, 4343);
+    assert_int_equal(
+        db_int(f, "SELECT count(*) FROM sandboxes WHERE callback_token_hash = '%s'", hash), 1);
+
+    /* A Sandbox whose worker has no host (a worker that never registered one): found, host "". */
+    char hash2[65];
+    assert_int_equal(st->worker_register(st, "wrk_nohost", "machine", 2), STORE_OK);
+    struct store_sandbox lone = {0};
+    assert_int_equal(st->sandbox_insert(st, &wctx, "wrk_nohost", &shape, true, &lone), STORE_OK);
+    assert_int_equal(callback_token_new(token, hash2), 0);
+    snprintf(lone.callback_token_hash, sizeof lone.callback_token_hash, "%s", hash2);
+    assert_int_equal(st->sandbox_set_runtime(st, &lone), STORE_OK);
+    assert_int_equal(st->sandbox_by_callback_token(st, hash2, &got, host_id, sizeof host_id),
+                     STORE_OK);
+    assert_string_equal(got.id, lone.id);
+    assert_string_equal(host_id, "");
+}
+
+/* The callback servers' counts: each flush adds to a Sandbox's calls and keeps its latest call
+ * (flushes of several servers arrive in any order), and adds the host's refused requests. */
+static void test_sandbox_callbacks_add(void **state)
+{
+    struct store_fixture *f = *state;
+    struct store *st = f->st;
+    static const struct store_ctx wctx = {"worker:wrk_cb", NULL};
+    static const struct store_shape shape = {"process", "default", 1, 256};
+    struct store_host h = {.capacity = 2};
+    int64_t was_lost = -1;
+    snprintf(h.id, sizeof h.id, "host_cb");
+    assert_int_equal(st->worker_register(st, "wrk_cb", "machine", 1), STORE_OK);
+    assert_int_equal(st->host_register(st, &wctx, &h, "wrk_cb", &was_lost), STORE_OK);
+    struct store_sandbox a = {0}, b = {0}, got = {0};
+    assert_int_equal(st->sandbox_insert(st, &wctx, "wrk_cb", &shape, false, &a), STORE_OK);
+    assert_int_equal(st->sandbox_insert(st, &wctx, "wrk_cb", &shape, false, &b), STORE_OK);
+
+    struct store_callback_count first[2] = {{.calls = 3, .last_at = 1000},
+                                            {.calls = 1, .last_at = 900}};
+    snprintf(first[0].sandbox_id, sizeof first[0].sandbox_id, "%s", a.id);
+    snprintf(first[1].sandbox_id, sizeof first[1].sandbox_id, "%s", b.id);
+    assert_int_equal(st->sandbox_callbacks_add(st, first, 2, "host_cb", 2), STORE_OK);
+    /* An older flush arriving later, and a Sandbox the store does not know: the batch still lands.
+     */
+    struct store_callback_count second[2] = {{.calls = 4, .last_at = 500},
+                                             {.calls = 9, .last_at = 1}};
+    snprintf(second[0].sandbox_id, sizeof second[0].sandbox_id, "%s", a.id);
+    snprintf(second[1].sandbox_id, sizeof second[1].sandbox_id, "sbx_gone");
+    assert_int_equal(st->sandbox_callbacks_add(st, second, 2, "host_cb", 5), STORE_OK);
+
+    assert_int_equal(st->sandbox_get(st, "", a.id, &got), STORE_OK);
+    assert_int_equal(got.callback_calls, 7);
+    assert_int_equal(got.callback_last_at, 1000);
+    assert_int_equal(st->sandbox_get(st, "", b.id, &got), STORE_OK);
+    assert_int_equal(got.callback_calls, 1);
+    assert_int_equal(got.callback_last_at, 900);
+    assert_int_equal(db_int(f, "SELECT callback_refused FROM hosts WHERE id = 'host_cb'"), 7);
+
+    /* A newer call moves last_at forward; a flush with refusals only touches the host. */
+    struct store_callback_count third = {.calls = 1, .last_at = 2000};
+    snprintf(third.sandbox_id, sizeof third.sandbox_id, "%s", b.id);
+    assert_int_equal(st->sandbox_callbacks_add(st, &third, 1, "host_cb", 0), STORE_OK);
+    assert_int_equal(st->sandbox_callbacks_add(st, NULL, 0, "host_cb", 1), STORE_OK);
+    assert_int_equal(st->sandbox_get(st, "", b.id, &got), STORE_OK);
+    assert_int_equal(got.callback_calls, 2);
+    assert_int_equal(got.callback_last_at, 2000);
+    assert_int_equal(db_int(f, "SELECT callback_refused FROM hosts WHERE id = 'host_cb'"), 8);
+
+    /* /metrics: the sum over the Sandboxes (booting ones too: these never booted), and the
+     * refusals per host. */
+    struct store_counts c;
+    assert_int_equal(st->counts(st, &c), STORE_OK);
+    assert_int_equal(c.callback_calls, 9);
+    struct store_host *hosts;
+    size_t n;
+    assert_int_equal(st->host_list(st, &hosts, &n), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(hosts[0].id, "host_cb");
+    assert_int_equal(hosts[0].callback_refused, 8);
+    free(hosts);
+
+    /* The auditor view lists who called back. */
+    assert_int_equal(db_int(f, "SELECT calls FROM sandbox_callbacks WHERE sandbox_id = '%s'", a.id),
+                     7);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM sandbox_callbacks"), 2);
+}
+
+/* Parses a JSON text (NULL: null) and compares it with want. */
+static void assert_json(const char *text, const char *want)
+{
+    json_t *g = text ? json_loads(text, 0, NULL) : json_null();
+    json_t *w = json_loads(want, 0, NULL);
+    assert_non_null(g);
+    assert_non_null(w);
+    bool same = json_equal(g, w);
+    json_decref(g);
+    json_decref(w);
+    if (!same)
+        fail_msg("got %s, want %s", text, want);
+}
+
+/* PATCH /sandbox/v1/session/metadata: a merge patch applied by the store (other members kept,
+ * null removes, objects merge), refused whole when the result is over the limit or not an object,
+ * and audited with the Sandbox as the actor. */
+static void test_session_metadata_merge(void **state)
+{
+    struct store_fixture *f = *state;
+    struct store *st = f->st;
+    static const struct store_ctx sbx_ctx = {"sandbox:sbx_x", "req_cb"};
+    struct store_app a;
+    struct store_session s, out = {0}, cur = {0};
+    make_app(st, "meta", &a);
+    make_session(st, a.id, &s);
+    struct store_session_patch set = {.metadata_json =
+                                          "{\"keep\":\"k\",\"a\":1,\"n\":{\"x\":1,\"y\":2}}"};
+    assert_int_equal(st->session_update(st, &admin, a.id, s.id, &set, &out), STORE_OK);
+    store_session_clear(&out);
+
+    struct store_session_patch merge = {.metadata_merge_json =
+                                            "{\"a\":null,\"n\":{\"y\":null,\"z\":3},\"new\":true}",
+                                        .metadata_max_bytes = 1024};
+    assert_int_equal(st->session_update(st, &sbx_ctx, a.id, s.id, &merge, &out), STORE_OK);
+    const char *want = "{\"keep\":\"k\",\"n\":{\"x\":1,\"z\":3},\"new\":true}";
+    assert_json(out.metadata_json, want);
+    store_session_clear(&out);
+    assert_int_equal(st->session_get(st, a.id, s.id, &cur), STORE_OK);
+    assert_json(cur.metadata_json, want);
+    size_t now_len = strlen(cur.metadata_json);
+    store_session_clear(&cur);
+
+    /* Over the limit: refused, nothing written. A result of exactly the limit is fine. */
+    struct store_session_patch big = {.metadata_merge_json =
+                                          "{\"blob\":\"0123456789012345678901234567890123456789\"}",
+                                      .metadata_max_bytes = now_len + 20};
+    assert_int_equal(st->session_update(st, &sbx_ctx, a.id, s.id, &big, &out), STORE_INVALID);
+    struct store_session_patch not_object = {.metadata_merge_json = "[1,2]",
+                                             .metadata_max_bytes = 1024};
+    assert_int_equal(st->session_update(st, &sbx_ctx, a.id, s.id, &not_object, &out),
+                     STORE_INVALID);
+    assert_int_equal(st->session_get(st, a.id, s.id, &cur), STORE_OK);
+    assert_json(cur.metadata_json, want);
+    store_session_clear(&cur);
+    struct store_session_patch exact = {.metadata_merge_json = "{\"b\":1}",
+                                        .metadata_max_bytes = now_len + strlen(",\"b\":1")};
+    assert_int_equal(st->session_update(st, &sbx_ctx, a.id, s.id, &exact, &out), STORE_OK);
+    assert_int_equal(strlen(out.metadata_json), exact.metadata_max_bytes);
+    store_session_clear(&out);
+
+    /* Another App's Session is not found. */
+    struct store_app other;
+    make_app(st, "meta2", &other);
+    assert_int_equal(st->session_update(st, &sbx_ctx, other.id, s.id, &merge, &out),
+                     STORE_NOT_FOUND);
+
+    /* One session.updated per write that landed, by the Sandbox, none for the refused ones. */
+    struct store_event *ev;
+    size_t n, by_sandbox = 0;
+    assert_int_equal(st->event_list(st, a.id, s.id, 0, 100, &ev, &n), STORE_OK);
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(ev[i].kind, "session.updated") != 0 || strcmp(ev[i].actor, "sandbox:sbx_x") != 0)
+            continue;
+        by_sandbox++;
+        assert_string_equal(ev[i].request_id, "req_cb");
+        assert_string_equal(ev[i].object_id, s.id);
+        assert_json(ev[i].data_json, "{\"fields\":[\"metadata\"]}");
+    }
+    store_event_list_free(ev, n);
+    assert_int_equal(by_sandbox, 2);
+    store_session_clear(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -897,6 +1120,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_session_names_and_workspaces, setup, teardown),
         cmocka_unit_test_setup_teardown(test_settings_and_workspace_list, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sandbox_stop_and_pool, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sandbox_callback_token, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sandbox_callbacks_add, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_session_metadata_merge, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

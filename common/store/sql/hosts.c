@@ -96,6 +96,7 @@ static int64_t host_page_row(struct sql_stmt *s, void *item)
     h->workers = sql_col_int64(s, 6);
     h->serving = sql_col_int64(s, 7);
     h->live_sandboxes = sql_col_int64(s, 8);
+    h->callback_refused = sql_col_int64(s, 9);
     return 0;
 }
 
@@ -109,7 +110,7 @@ static enum store_status host_list(struct store *st, struct store_host **out, si
             "(SELECT COUNT(*) FROM workers w JOIN sessions s ON s.worker_id = w.id "
             "WHERE w.host_id = h.id AND s.state IN ('activating', 'active')), "
             "(SELECT COUNT(*) FROM sandboxes b JOIN workers w ON w.id = b.worker_id "
-            "WHERE w.host_id = h.id AND b.state IN " SQL_SANDBOX_LIVE ") "
+            "WHERE w.host_id = h.id AND b.state IN " SQL_SANDBOX_LIVE "), h.callback_refused "
             "FROM hosts h ORDER BY h.id");
     return sql_read_all(st, s, &host_page, (void *)out, n);
 }

@@ -51,6 +51,8 @@ test('healthz, metrics, request ids', async () => {
   assert.match(m.text, /sbx_sessions\{state="idle"\} \d+/);
   assert.match(m.text, /sbx_sandboxes\{state="warm"\} \d+/);
   assert.match(m.text, /sbx_messages\{state="completed"\} \d+/);
+  assert.match(m.text, /^# TYPE sbx_callback_requests_total counter\nsbx_callback_requests_total 0$/m);
+  assert.match(m.text, /^# TYPE sbx_callback_refused_total counter$/m);
   // Route labels are templates, never raw ids.
   assert.doesNotMatch(m.text, /route="[^"]*(ses|msg|app)_[0-9a-z]{20}/);
 });

@@ -114,6 +114,7 @@ test('two hosts, two gateways, 1,000 messages; kill -9 of one host mid-run loses
     assert.match(metrics, /^sbx_host_up\{host="a"\} 1$/m);
     assert.match(metrics, /^sbx_host_up\{host="b"\} 0$/m);
     assert.match(metrics, /^sbx_host_workers\{host="b"\} 0$/m);
+    assert.match(metrics, /^sbx_callback_refused_total\{host="a"\} 0$/m);
     if (process.env.SBX_SBXCTL_BIN && c.store === 'sqlite') {
       const out = execFileSync(process.env.SBX_SBXCTL_BIN, ['--db', c.dbPath, '--json', 'hosts'], { encoding: 'utf8' });
       const hosts = Object.fromEntries(JSON.parse(out).map((h) => [h.host_id, h]));

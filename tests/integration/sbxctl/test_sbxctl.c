@@ -330,6 +330,10 @@ static void build_scenario(struct fixture *f)
     complete(f, f->m1, f->alice, f->sbA, "{\"echo\":{\"n\":1}}");
     claim_message(f, f->m2);
     complete(f, f->m2, f->alice, f->sbA, "{\"echo\":{\"n\":2}}");
+    /* Its agent called back three times, the last at 2026-12-06T08:30:00Z. */
+    struct store_callback_count calls = {.calls = 3, .last_at = 1796545800000};
+    snprintf(calls.sandbox_id, sizeof calls.sandbox_id, "%s", f->sbA);
+    assert_int_equal(f->st->sandbox_callbacks_add(f->st, &calls, 1, "", 0), STORE_OK);
     sandbox_end(f, f->sbA, false, "keep-alive expired");
 
     /* bob: m4 on the warm sbC. */
@@ -529,6 +533,9 @@ static void test_sandboxes(void **state)
     assert_string_equal(str(d, "state"), "warm");
     assert_true(json_is_null(json_object_get(d, "session_id")));
     assert_int_equal(num(find_row(rows, "sandbox_id", f->sbA), "cpu_usec"), 12000);
+    assert_int_equal(num(find_row(rows, "sandbox_id", f->sbA), "callback_calls"), 3);
+    assert_int_equal(num(d, "callback_calls"), 0);
+    assert_true(json_is_null(json_object_get(d, "callback_last_utc")));
     json_decref(rows);
     run_free(&r);
 
@@ -543,16 +550,29 @@ static void test_sandboxes(void **state)
     assert_int_equal(r.exit_code, 0);
     assert_non_null(strstr(r.out, "REASON"));
     assert_non_null(strstr(r.out, "agent crashed"));
+    assert_non_null(strstr(r.out, "CALLBACKS"));
     run_free(&r);
 
     r = ctl_run(f, "sandbox", f->sbA, "--json", NULL);
     json_t *v = run_json(&r, 0);
     assert_string_equal(str(json_object_get(v, "sandbox"), "session_id"), f->alice);
     assert_int_equal(num(json_object_get(v, "sandbox"), "pid"), 4242);
+    assert_int_equal(num(json_object_get(v, "sandbox"), "callback_calls"), 3);
+    assert_string_equal(str(json_object_get(v, "sandbox"), "callback_last_utc"),
+                        "2026-12-06T08:30:00.000Z");
     assert_int_equal(json_array_size(json_object_get(v, "messages")), 2);
     assert_int_equal(json_array_size(json_object_get(v, "violations")), 0);
     assert_true(json_array_size(json_object_get(v, "events")) >= 5);
     json_decref(v);
+    run_free(&r);
+
+    r = ctl_run(f, "sandbox", f->sbA, NULL);
+    assert_int_equal(r.exit_code, 0);
+    assert_non_null(strstr(r.out, "callbacks:"));
+    const char *last = strstr(r.out, "last callback:");
+    assert_non_null(last);
+    assert_true(strcspn(last, "\n") > strcspn(last, "2") &&
+                strncmp(last + strcspn(last, "2"), "2026-12-06T08:30:00.000Z\n", 25) == 0);
     run_free(&r);
 
     r = ctl_run(f, "sandbox", "sbx_nope", NULL);
