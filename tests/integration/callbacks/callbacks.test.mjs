@@ -109,6 +109,14 @@ async function verifier(sbx) {
   assert.equal(oidc.status, 200, oidc.text);
   assert.equal(oidc.json.issuer, ISSUER);
   assert.equal(oidc.json.jwks_uri, `${ISSUER}/.well-known/jwks.json`);
+  assert.deepEqual(oidc.json.id_token_signing_alg_values_supported, ['EdDSA']);
+  const keys = await req(sbx.gw, 'GET', '/.well-known/jwks.json');
+  assert.equal(keys.status, 200, keys.text);
+  assert.ok(keys.json.keys.length >= 1);
+  for (const k of keys.json.keys) {
+    assert.deepEqual([k.kty, k.crv, k.alg, k.use], ['OKP', 'Ed25519', 'EdDSA', 'sig'], JSON.stringify(k));
+    assert.equal('d' in k, false, 'the published key set holds a private key');
+  }
   // The keys are fetched from the gateway itself: the issuer's name is not resolvable here.
   const jwks = createRemoteJWKSet(new URL('/.well-known/jwks.json', sbx.gw.url));
   return (token, options) => jwtVerify(token, jwks, { issuer: ISSUER, audience: AUDIENCE, algorithms: ['EdDSA'], ...options });
