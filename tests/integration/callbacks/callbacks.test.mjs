@@ -13,7 +13,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createRemoteJWKSet, jwtVerify, decodeProtectedHeader } from 'jose';
-import { startSbx, req, assertWorkersExited } from '../worker/harness.mjs';
+import { startSbx, req, sleep, assertWorkersExited } from '../worker/harness.mjs';
 import { importImage } from '../images/upload.mjs';
 
 const IMAGES = process.env.SBX_TEST_IMAGES;
@@ -32,8 +32,8 @@ const REPLY_S = DRIVER === 'qemu' ? 240 : 90;
 
 const GET_SESSION = { method: 'GET', path: '/sandbox/v1/session' };
 
-async function start() {
-  const env = { SBX_POOL_SIZE: '1', SBX_MESSAGE_TIMEOUT: String(REPLY_S), SBX_PUBLIC_URL: ISSUER };
+async function start(extra = {}) {
+  const env = { SBX_POOL_SIZE: '1', SBX_MESSAGE_TIMEOUT: String(REPLY_S), SBX_PUBLIC_URL: ISSUER, ...extra };
   if (DRIVER === 'qemu') Object.assign(env, { SBX_QEMU_ACCEL: 'tcg', SBX_GUEST_DIR: GUEST_DIR, SBX_LEASE_MS: '120000' });
   const sbx = await startSbx({ workers: 1, env });
   try {
@@ -283,6 +283,33 @@ test(`the Sandbox callback API, end to end (${DRIVER} driver)`, { skip: DRIVER !
     assert.notEqual(m3.reply.env.SBX_TOKEN, m2.reply.env.SBX_TOKEN, 'a new Sandbox, a new token');
     assert.deepEqual(expectStatus(m3.reply.steps[0], 200, 'GET session in the new Sandbox').metadata, merged);
     expectProblem(m3.reply.steps[1], 401, 'unauthorized', 'the token of an ended Sandbox');
+    bodyFailed = false;
+  } finally {
+    await stop(sbx, bodyFailed);
+  }
+});
+
+test(`over callback_rate: 429 problem+json with Retry-After, then served again (${DRIVER} driver)`, { skip: DRIVER !== 'process', timeout: 300000 }, async () => {
+  // callback_rate 1: a burst of 2, then one request a second. Twenty requests in a row outrun it
+  // however slow the machine, unless each took over a second.
+  const sbx = await start({ SBX_CALLBACK_RATE: '1' });
+  let bodyFailed = true;
+  try {
+    const { key } = await agentApp(sbx, 'cb-rate');
+    const session = await sbx.session(key);
+    const m = await run(sbx, key, session.id, Array(20).fill(GET_SESSION));
+    const statuses = m.reply.steps.map((x) => x.status ?? x.error);
+    expectStatus(m.reply.steps[0], 200, 'the first request');
+    const limited = m.reply.steps.find((x) => x.status === 429);
+    assert.ok(limited, `no 429 in ${statuses.join(' ')}`);
+    assert.ok(m.reply.steps.every((x) => x.status === 200 || x.status === 429), statuses.join(' '));
+    expectProblem(limited, 429, 'too-many-requests', 'over callback_rate');
+    assert.match(limited.retryAfter || '', /^[1-9]\d*$/, 'Retry-After');
+    // A client that waits as told is served again.
+    await sleep(Number(limited.retryAfter) * 1000 + 500);
+    const later = await run(sbx, key, session.id, [GET_SESSION]);
+    assert.equal(later.sandboxId, m.sandboxId);
+    expectStatus(later.reply.steps[0], 200, 'after Retry-After');
     bodyFailed = false;
   } finally {
     await stop(sbx, bodyFailed);
