@@ -195,6 +195,10 @@ test(`the Sandbox callback API, end to end (${DRIVER} driver)`, { skip: DRIVER !
       /* 10 */ { ...GET_SESSION, token: 'sbx_not_a_sandbox_token_0123456789abcdef' },
       /* 11 */ { method: 'PATCH', path: '/sandbox/v1/session/metadata', pad: BODY_LIMIT + 4096, contentType: 'application/merge-patch+json' },
       /* 12 */ { method: 'PATCH', path: '/sandbox/v1/session/metadata', raw: '{"not json', contentType: 'application/merge-patch+json' },
+      /* 13 */ { method: 'POST', path: `/sandbox/v1/sessions/${sibling.id}/messages`, json: { body: { steps: [], from: 'elsewhere' } }, headers: { 'Idempotency-Key': sibKey } },
+      /* 14 */ { method: 'GET', path: '/sandbox/v1/session/messages?after=0&limit=1' },
+      /* 15 */ { method: 'GET', path: '/sandbox/v1/nothing-here' },
+      /* 16 */ { method: 'DELETE', path: '/sandbox/v1/session' },
     ]);
     checkContext(sbx, m1, app, main);
     const s = m1.reply.steps;
@@ -222,6 +226,9 @@ test(`the Sandbox callback API, end to end (${DRIVER} driver)`, { skip: DRIVER !
     assert.ok(hist.items.some((i) => i.id === m1.id), 'the message being answered is listed');
     for (let i = 1; i < hist.items.length; i++) assert.ok(hist.items[i].seq > hist.items[i - 1].seq, 'seq order');
     assert.ok(hist.items.every((i) => i.sessionId === main.id));
+    const page = expectStatus(s[14], 200, 'history, one at a time');
+    assert.deepEqual(page.items.map((i) => i.id), [m0.id]);
+    assert.equal(typeof page.nextCursor, 'string', 'a page with more after it has a nextCursor');
     const after = expectStatus(s[4], 200, 'history after the first');
     assert.ok(!after.items.some((i) => i.id === m0.id), `after=${m0.seq} lists message ${m0.seq}`);
     assert.ok(after.items.some((i) => i.id === m1.id));
@@ -234,6 +241,8 @@ test(`the Sandbox callback API, end to end (${DRIVER} driver)`, { skip: DRIVER !
     // As on the REST API: the original message, 200.
     const again = expectStatus(s[6], 200, 'the same POST again');
     assert.equal(again.id, queued.id, 'the same Idempotency-Key queued a second message');
+    // The same key with another body: a conflict, as on the REST API.
+    expectProblem(s[13], 409, 'idempotency-conflict', 'the same Idempotency-Key, another body');
     const sib = await sbx.wait(key, sibling.id, queued.id, REPLY_S);
     assert.equal(sib.state, 'completed', sib.error);
     checkContext(sbx, sib, app, sibling);
@@ -258,6 +267,8 @@ test(`the Sandbox callback API, end to end (${DRIVER} driver)`, { skip: DRIVER !
     if (s[11].body && typeof s[11].body === 'object') expectProblem(s[11], 413, 'body-too-large', 'the 413');
     expectStatus(s[12], [400, 422], 'a PATCH that is not JSON');
     assert.deepEqual((await sbx.getSession(key, main.id)).metadata, merged, 'a refused PATCH changed the metadata');
+    expectProblem(s[15], 404, 'not-found', 'an unknown path');
+    expectProblem(s[16], 405, 'method-not-allowed', 'DELETE on the Session');
 
     // A live Sandbox's token used from another Sandbox (the sibling's, from the main Session's):
     // 401, from either address; the owner is alive all along, and the caller's own token works.
@@ -283,6 +294,13 @@ test(`the Sandbox callback API, end to end (${DRIVER} driver)`, { skip: DRIVER !
     assert.notEqual(m3.reply.env.SBX_TOKEN, m2.reply.env.SBX_TOKEN, 'a new Sandbox, a new token');
     assert.deepEqual(expectStatus(m3.reply.steps[0], 200, 'GET session in the new Sandbox').metadata, merged);
     expectProblem(m3.reply.steps[1], 401, 'unauthorized', 'the token of an ended Sandbox');
+
+    // An App without egress still reaches its callback API (the host's 443 stays open to it).
+    const sealed = await agentApp(sbx, 'cb-sealed', { network: { egress: 'none' } });
+    const sealedSession = await sbx.session(sealed.key);
+    const ms = await run(sbx, sealed.key, sealedSession.id, [GET_SESSION]);
+    checkContext(sbx, ms, sealed.app, sealedSession);
+    assert.equal(expectStatus(ms.reply.steps[0], 200, 'GET session with egress: none').id, sealedSession.id);
     bodyFailed = false;
   } finally {
     await stop(sbx, bodyFailed);
