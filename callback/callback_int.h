@@ -59,6 +59,7 @@ struct cb_request {
     char request_id[STORE_ID_LEN]; /* X-Request-Id, and requestId in problems */
     bool replied;
     const struct cb_route *route;
+    char allow[64]; /* the path's methods, for a 405's Allow */
     char params[CB_MAX_PARAMS][STORE_ID_LEN];
     char *body; /* NUL-terminated */
     size_t body_len, body_cap;

@@ -159,7 +159,8 @@ static enum MHD_Result queue(struct cb_request *r, unsigned status, struct MHD_R
 }
 
 static enum MHD_Result reply_buffer(struct cb_request *r, unsigned status, char *text, size_t len,
-                                    const char *content_type, const char *location)
+                                    const char *content_type, const char *location,
+                                    const char *allow)
 {
     struct MHD_Response *resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
@@ -168,8 +169,10 @@ static enum MHD_Result reply_buffer(struct cb_request *r, unsigned status, char 
     }
     if (location)
         MHD_add_response_header(resp, "Location", location);
-    if (status == 429)
+    if (status == 429 || status == 503)
         MHD_add_response_header(resp, "Retry-After", "1");
+    if (allow)
+        MHD_add_response_header(resp, "Allow", allow);
     if (status == 401)
         MHD_add_response_header(resp, "WWW-Authenticate", "Bearer realm=\"sbx-sandbox\"");
     return queue(r, status, resp, content_type);
@@ -181,7 +184,7 @@ enum MHD_Result cb_reply_json(struct cb_request *r, unsigned status, json_t *bod
     json_decref(body);
     if (!text)
         return cb_reply_problem(r, "internal", NULL, "out of memory");
-    return reply_buffer(r, status, text, strlen(text), "application/json", NULL);
+    return reply_buffer(r, status, text, strlen(text), "application/json", NULL, NULL);
 }
 
 enum MHD_Result cb_reply_text(struct cb_request *r, unsigned status, struct json_text *t,
@@ -191,7 +194,7 @@ enum MHD_Result cb_reply_text(struct cb_request *r, unsigned status, struct json
     char *text = json_text_take(t, &len);
     if (!text)
         return cb_reply_problem(r, "internal", NULL, "out of memory");
-    return reply_buffer(r, status, text, len, "application/json", location);
+    return reply_buffer(r, status, text, len, "application/json", location, NULL);
 }
 
 enum MHD_Result cb_reply_problem(struct cb_request *r, const char *code, const char *field,
@@ -216,7 +219,8 @@ enum MHD_Result cb_reply_problem(struct cb_request *r, const char *code, const c
     json_decref(p);
     if (!text)
         return MHD_NO;
-    return reply_buffer(r, k->status, text, strlen(text), "application/problem+json", NULL);
+    return reply_buffer(r, k->status, text, strlen(text), "application/problem+json", NULL,
+                        k->status == 405 ? r->allow : NULL);
 }
 
 enum MHD_Result cb_reply_store_error(struct cb_request *r, enum store_status st, const char *what)
@@ -279,10 +283,11 @@ static bool rate_take(struct callback_server *cs, uint32_t addr)
     return ok;
 }
 
-static void count_call(struct callback_server *cs, const char *sandbox_id)
+/* Adds calls at last_at to sandbox_id's count; cs->lock held. A count that finds no memory is
+ * lost (logged): the calls were answered, only their tally is short. */
+static void count_add(struct callback_server *cs, const char *sandbox_id, int64_t calls,
+                      int64_t last_at)
 {
-    int64_t now = clock_wall_ms();
-    pthread_mutex_lock(&cs->lock);
     struct store_callback_count *c = NULL;
     for (size_t i = 0; i < cs->n_counts && !c; i++)
         if (strcmp(cs->counts[i].sandbox_id, sandbox_id) == 0)
@@ -300,10 +305,20 @@ static void count_call(struct callback_server *cs, const char *sandbox_id)
         memset(c, 0, sizeof *c);
         snprintf(c->sandbox_id, sizeof c->sandbox_id, "%s", sandbox_id);
     }
-    if (c) {
-        c->calls++;
-        c->last_at = now;
+    if (!c) {
+        log_warn("callback: out of memory counting the calls of %s", sandbox_id);
+        return;
     }
+    c->calls += calls;
+    if (last_at > c->last_at)
+        c->last_at = last_at;
+}
+
+static void count_call(struct callback_server *cs, const char *sandbox_id)
+{
+    int64_t now = clock_wall_ms();
+    pthread_mutex_lock(&cs->lock);
+    count_add(cs, sandbox_id, 1, now);
     pthread_mutex_unlock(&cs->lock);
 }
 
@@ -342,10 +357,9 @@ static void flush_counts(struct callback_server *cs)
                  store_status_name(rc));
         pthread_mutex_lock(&cs->lock);
         cs->refused += refused;
-        pthread_mutex_unlock(&cs->lock);
         for (size_t i = 0; i < n; i++)
-            for (int64_t k = 0; k < counts[i].calls; k++)
-                count_call(cs, counts[i].sandbox_id);
+            count_add(cs, counts[i].sandbox_id, counts[i].calls, counts[i].last_at);
+        pthread_mutex_unlock(&cs->lock);
     }
     free(counts);
 }
@@ -402,6 +416,8 @@ static enum MHD_Result route_request(struct cb_request *r)
             r->route = rt;
             return MHD_YES;
         }
+        size_t n = strlen(r->allow);
+        snprintf(r->allow + n, sizeof r->allow - n, "%s%s", n ? ", " : "", rt->method);
     }
     if (path_known)
         return cb_reply_problem(r, "method-not-allowed", NULL, "%s is not allowed on %s", r->method,

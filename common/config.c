@@ -157,8 +157,9 @@ static const struct setting settings[] = {
         "the gateway's URL as callers reach it: the identity tokens' issuer (default "
         "http[s]://<listen>)"),
     STR(callback_listen, "0.0.0.0:443",
-        "address and port of the Sandboxes' callback API on each worker's host (off: none)"),
-    INT(callback_rate, "50", 1, 100000, "callback requests per second per Sandbox (429 above)"),
+        "IPv4 address (port 443) of the Sandboxes' callback API on each worker's host (off: none)"),
+    INT(callback_rate, "50", 1, 100000,
+        "callback requests per second from one Sandbox to one worker process (429 above)"),
     INT(callback_body_limit, "65536", 1024, 16777216,
         "largest callback request body in bytes (413 above)"),
     INT(identity_token_ttl, "600", 60, 86400, "seconds an identity token is valid"),
@@ -371,6 +372,18 @@ int config_load(struct sbx_config *cfg, int argc, char **argv, char *err, size_t
     if (!cfg->tls_cert_file[0] != !cfg->tls_key_file[0]) {
         snprintf(err, errlen, "tls_cert_file and tls_key_file go together: set both or neither");
         return -1;
+    }
+    /* The firewall opens TCP 443 of the host to Sandboxes, and nothing else: the callback API
+     * must listen there. */
+    if (strcmp(cfg->callback_listen, "off") != 0) {
+        const char *colon = strrchr(cfg->callback_listen, ':');
+        if (!colon || strcmp(colon, ":443") != 0 || colon == cfg->callback_listen) {
+            snprintf(err, errlen,
+                     "callback_listen must be an IPv4 address with port 443 (the port the "
+                     "firewall opens to Sandboxes), or off; not \"%.64s\"",
+                     cfg->callback_listen);
+            return -1;
+        }
     }
     if (cfg->public_url[0] == '\0')
         snprintf(cfg->public_url, sizeof cfg->public_url, "%s://%.200s",

@@ -217,12 +217,10 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 }
 
 /* The callback API on callback_listen, with certificates from the installation's keys (made here
- * if this is the installation's first process). Its port is where SBX_API_URL points. */
+ * if this is the installation's first process). */
 static int callbacks_start(struct worker *w, const char *run_dir, char *err, size_t errlen)
 {
     char why[512];
-    const char *colon = strrchr(w->cfg.callback_listen, ':');
-    w->callback_port = colon ? atoi(colon + 1) : 0;
     if (pki_open(w->cfg.ca_dir, &w->pki, why, sizeof why) != 0) {
         snprintf(err, errlen, "cannot open the installation's keys: %s", why);
         return -1;

@@ -69,8 +69,6 @@ struct worker {
     struct callback_server *callbacks;
     struct notify_peer *worker_peer;
     const char *ca_pem;
-    /* The callback API's port on the host side of each Sandbox's link; 0 when it is off. */
-    int callback_port;
 
     struct notify_listener *notify;   /* "queue"/"stop" from gateways; NULL: poll only */
     struct notify_peer *gateway_peer; /* "msg <id>"/"sandbox <id>" to gateways */

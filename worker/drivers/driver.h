@@ -12,8 +12,10 @@
  *                  or, for a Workspace over NFS (microVMs, docs/workspaces.md):
  *                  {"type":"start","argv":[...],"workspace":{"path":"/workspace",
  *                                                         "nfs":"<host addr>:/sbx/<sandboxId>"}}
- *                  with "env":["K=V",...] (the image's Env, then the App's env) and, when the
- *                  image sets them, "cwd":"<WorkingDir>" and "user":"<User>" (images/image_run.h)
+ *                  with "env":["K=V",...] (the image's Env, then the App's env, then the
+ *                  Sandbox's context, sandbox_context.h), "files":[{"path","content"}] to write
+ *                  before the command starts (the CA of SBX_CA_FILE) and, when the image sets
+ *                  them, "cwd":"<WorkingDir>" and "user":"<User>" (image_run.h)
  *   agent -> host  {"type":"started"} | {"type":"error","error":"..."}
  *   host -> agent  {"id":"msg_...","seq":N,"body":...}           one per message (agent protocol)
  *   agent -> host  {"id":"msg_...","reply":...} | {"id":"msg_...","error":"..."}

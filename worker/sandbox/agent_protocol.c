@@ -178,16 +178,13 @@ static int add_context(struct sandbox *sb, json_t *env)
              env_put(env, "SBX_APP_ID", sb->app_id) |
              env_put(env, "SBX_SANDBOX_ID", sb->rt.sandbox_id);
     struct in_addr a;
-    if (!sb->w->callback_port || !sb->callback_token[0] ||
+    if (!sb->w->callbacks || !sb->callback_token[0] ||
         inet_pton(AF_INET, sb->rt.net_address, &a) != 1)
         return rc;
     char host[INET_ADDRSTRLEN], url[64];
     a.s_addr = htonl(ntohl(a.s_addr) - 1);
     inet_ntop(AF_INET, &a, host, sizeof host);
-    if (sb->w->callback_port == 443)
-        snprintf(url, sizeof url, "https://%s", host);
-    else
-        snprintf(url, sizeof url, "https://%s:%d", host, sb->w->callback_port);
+    snprintf(url, sizeof url, "https://%s", host); /* port 443: config.c */
     rc |= env_put(env, "SBX_API_URL", url) | env_put(env, "SBX_TOKEN", sb->callback_token);
     if (sb->w->ca_pem)
         rc |= env_put(env, "SBX_CA_FILE", SANDBOX_CA_PATH);

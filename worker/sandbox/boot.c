@@ -53,13 +53,15 @@ static void boot_done(void *arg)
     snprintf(rec.image_hash, sizeof rec.image_hash, "%s", sb->rt.image_hash);
     /* The token is made now, with the Sandbox, so that a claim writes nothing more for it: it is
      * only good while the store says the Sandbox serves a Session (docs/callbacks.md). */
-    if (w->callback_port && callback_token_new(sb->callback_token, rec.callback_token_hash) != 0) {
+    if (w->callbacks && callback_token_new(sb->callback_token, rec.callback_token_hash) != 0) {
         sandbox_terminate(sb, "cannot make its callback token: no randomness", true);
         return;
     }
-    if ((rc = w->st->sandbox_set_runtime(w->st, &rec)) != STORE_OK)
+    if ((rc = w->st->sandbox_set_runtime(w->st, &rec)) != STORE_OK) {
         log_error("worker: cannot record the runtime of %s: %s", sb->rt.sandbox_id,
                   store_status_name(rc));
+        sb->callback_token[0] = '\0'; /* unknown to the store: its agent is told of no API */
+    }
     if (agent_protocol_watch(sb) != 0) {
         sandbox_terminate(sb, "cannot watch the agent channel", true);
         return;

@@ -236,8 +236,10 @@ static enum store_status session_update(struct store *st, const struct store_ctx
                          "keep_alive_seconds = CASE WHEN ?3 <> 0 THEN ?4 "
                          "ELSE keep_alive_seconds END, "
                          "updated_at = ?5 WHERE id = ?1");
-        if (!s)
+        if (!s) {
+            free(merged);
             return sql_end(st, STORE_ERROR);
+        }
         sql_bind_text(s, 1, session_id);
         if (metadata)
             sql_bind_text(s, 2, metadata);
