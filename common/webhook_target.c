@@ -45,14 +45,23 @@ bool webhook_address_allowed(const struct sockaddr *sa, bool allow_private)
     if (sa->sa_family != AF_INET6)
         return false;
     const uint8_t *b = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+    /* Addresses that carry an IPv4 address a translator or tunnel delivers to are judged by
+     * that address: IPv4-mapped (::ffff:0:0/96), IPv4-compatible (::/96, deprecated but routed
+     * by some stacks), NAT64's well-known prefix (64:ff9b::/96) and 6to4 (2002::/16, the IPv4
+     * address in bytes 2 to 5). */
     static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    if (memcmp(b, mapped, 12) == 0)
+    static const uint8_t compat[12] = {0};
+    static const uint8_t nat64[12] = {0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
+    if (memcmp(b, mapped, 12) == 0 || memcmp(b, compat, 12) == 0 || memcmp(b, nat64, 12) == 0)
         return v4_allowed((uint32_t)b[12] << 24 | (uint32_t)b[13] << 16 | (uint32_t)b[14] << 8 |
                           b[15]);
-    bool zero_head = true;
-    for (int i = 0; i < 15; i++)
-        zero_head = zero_head && b[i] == 0;
-    if (zero_head) /* :: and ::1 */
+    if (b[0] == 0x20 && b[1] == 0x02)
+        return v4_allowed((uint32_t)b[2] << 24 | (uint32_t)b[3] << 16 | (uint32_t)b[4] << 8 | b[5]);
+    /* NAT64 for local use (64:ff9b:1::/48, RFC 8215) and Teredo (2001::/32) reach addresses
+     * this cannot judge: refused. */
+    if (b[0] == 0 && b[1] == 0x64 && b[2] == 0xff && b[3] == 0x9b && b[4] == 0 && b[5] == 1)
+        return false;
+    if (b[0] == 0x20 && b[1] == 0x01 && b[2] == 0 && b[3] == 0)
         return false;
     if ((b[0] & 0xfe) == 0xfc) /* fc00::/7 unique local */
         return false;

@@ -56,14 +56,31 @@ static void test_url_policy(void **state)
     (void)state;
     char why[512];
     static const char *const inside[] = {
-        "http://127.0.0.1/",         "http://127.9.9.9:8080/x",
-        "http://localhost/",         "http://[::1]/",
-        "http://10.0.0.1/",          "http://172.31.255.255/",
-        "http://192.168.0.10/",      "http://169.254.169.254/",
-        "http://100.64.0.1/",        "http://0.0.0.0/",
-        "http://[fe80::1]/",         "http://[fd12:3456::1]/",
-        "http://[::ffff:10.0.0.1]/", "http://224.0.0.1/",
+        "http://127.0.0.1/",
+        "http://127.9.9.9:8080/x",
+        "http://localhost/",
+        "http://[::1]/",
+        "http://10.0.0.1/",
+        "http://172.31.255.255/",
+        "http://192.168.0.10/",
+        "http://169.254.169.254/",
+        "http://100.64.0.1/",
+        "http://0.0.0.0/",
+        "http://[fe80::1]/",
+        "http://[fd12:3456::1]/",
+        "http://[::ffff:10.0.0.1]/",
+        "http://224.0.0.1/",
         "http://255.255.255.255/",
+        /* IPv4 behind translators and tunnels: NAT64, local-use NAT64, 6to4, IPv4-compatible,
+         * Teredo */
+        "http://[64:ff9b::10.0.0.1]/",
+        "http://[64:ff9b::a9fe:a9fe]/",
+        "http://[64:ff9b:1::5]/",
+        "http://[2002:c0a8:0001::1]/",
+        "http://[2002:7f00:1::1]/",
+        "http://[::10.0.0.1]/",
+        "http://[::127.0.0.1]/",
+        "http://[2001:0:4136:e378::1]/",
     };
     static const char *const malformed[] = {
         "",
@@ -88,6 +105,9 @@ static void test_url_policy(void **state)
     assert_int_equal(webhook_url_check("https://203.0.113.5/hook?x=1", false, why, sizeof why), 0);
     assert_int_equal(webhook_url_check("HTTP://198.51.100.7:8443", false, why, sizeof why), 0);
     assert_int_equal(webhook_url_check("http://[2001:db8::5]:80/", false, why, sizeof why), 0);
+    /* A public IPv4 address behind NAT64 or 6to4 is as good as itself. */
+    assert_int_equal(webhook_url_check("http://[64:ff9b::5db8:d822]/", false, why, sizeof why), 0);
+    assert_int_equal(webhook_url_check("http://[2002:5db8:d822::1]/", false, why, sizeof why), 0);
 
     struct sockaddr_in v4 = {.sin_family = AF_INET};
     inet_pton(AF_INET, "169.254.169.254", &v4.sin_addr);
