@@ -74,8 +74,13 @@ enum MHD_Result http_workspace_create(struct request *r)
         int err = errno;
         /* Without its directory the Workspace is useless: take the row back. */
         r->gw->st->workspace_delete(r->gw->st, &r->ctx, r->app_id, w.id, NULL);
-        return reply_problem(r, "internal", NULL, "cannot create the Workspace directory %s: %s",
-                             w.path, strerror(err));
+        /* The host's path goes to the log, never to the caller. */
+        log_emit(LOG_LEVEL_ERROR, r->request_id, "workspace %s: cannot create %s: %s", w.id, w.path,
+                 strerror(err));
+        return reply_problem(r, "internal", NULL,
+                             "cannot create the Workspace's directory (%s); the operator's log "
+                             "has the details (request %s)",
+                             strerror(err), r->request_id);
     }
     /* Loop devices and mounts need root: without it (the systemd unit) the first worker to
      * attach the Workspace makes its filesystem. */
@@ -85,8 +90,12 @@ enum MHD_Result http_workspace_create(struct request *r)
                             (gid_t)r->gw->cfg.sandbox_gid, fs_err, sizeof fs_err) != 0) {
         rmdir(w.path);
         r->gw->st->workspace_delete(r->gw->st, &r->ctx, r->app_id, w.id, NULL);
-        return reply_problem(r, "internal", NULL, "cannot create the Workspace's filesystem: %s",
-                             fs_err);
+        log_emit(LOG_LEVEL_ERROR, r->request_id, "workspace %s: cannot create its filesystem: %s",
+                 w.id, fs_err);
+        return reply_problem(r, "internal", NULL,
+                             "cannot create the Workspace's filesystem; the operator's log has "
+                             "the details (request %s)",
+                             r->request_id);
     }
     snprintf(location, sizeof location, "/v1/workspaces/%s", w.id);
     return reply_json_header(r, 201, render_workspace(&w), "Location", location);

@@ -2,7 +2,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { existsSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startGateway, removeDataDir, req, sql, newApp, assertProblem, tempDataDir } from './harness.mjs';
 
@@ -498,6 +498,23 @@ test('workspaces: directory created with owner and mode, attach, 409 while attac
   assertProblem(assert, await req(gw, 'DELETE', `/v1/workspaces/${w.id}`, { token: key }), 404, 'not-found');
   assert.equal(sql(gw, `SELECT kind FROM events WHERE object_id='${w.id}' ORDER BY id`).split('\n').join(','),
     'workspace.created,workspace.deleted');
+});
+
+test('workspaces: a failed create names no host path and keeps no row', async () => {
+  const { app, key } = await newApp(gw, 'ws-fail');
+  // The App's Workspace folder is a file: the directory cannot be made under it.
+  mkdirSync(join(gw.dataDir, 'workspaces'), { recursive: true });
+  writeFileSync(join(gw.dataDir, 'workspaces', app.id), 'not a directory');
+  try {
+    const r = await req(gw, 'POST', '/v1/workspaces', { token: key, body: { name: 'broken' } });
+    assertProblem(assert, r, 500, 'internal');
+    assert.ok(!r.text.includes(gw.dataDir), `the problem names a host path: ${r.text}`);
+    assert.ok(!r.text.includes('/workspaces/'), `the problem names a host path: ${r.text}`);
+    assert.match(r.json.detail, new RegExp(r.json.requestId));
+    assert.equal((await req(gw, 'GET', '/v1/workspaces', { token: key })).json.items.length, 0);
+  } finally {
+    rmSync(join(gw.dataDir, 'workspaces', app.id));
+  }
 });
 
 test('sandboxes and pool: list, get, stop request, 409 when ended', async () => {
