@@ -17,6 +17,8 @@
 
 #include <errno.h>
 #include <sched.h>
+#include <stdbool.h>
+#include <sys/socket.h>
 #include <seccomp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -81,6 +83,46 @@ static const char *const denied[] = {
     "uselib",
 };
 
+/* socket() only for the families a program here has use for: Unix, IPv4, IPv6 and netlink (its
+ * route family: glibc's getaddrinfo and getifaddrs ask it). Any other family fails with
+ * EAFNOSUPPORT, and the IP protocols of modules of their own with EPROTONOSUPPORT, before the
+ * kernel would load the module (TIPC, RDS, AF_ALG, DCCP, SCTP, ...):
+ * an autoloaded protocol module is kernel code the Sandbox could reach that nobody asked for.
+ * socketpair() makes Unix sockets only anyway. i386 programs that multiplex through
+ * socketcall() pass the family in memory, out of the filter's reach (docs/process-driver.md). */
+static const int socket_families_allowed[] = {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK};
+#define SOCKET_FAMILY_MAX 64 /* above AF_MAX of any kernel yet: anything from here is refused */
+
+static int deny_socket_families(scmp_filter_ctx ctx)
+{
+    int nr = seccomp_syscall_resolve_name("socket");
+    if (nr == __NR_SCMP_ERROR)
+        return -ENOSYS;
+    for (int family = 0; family < SOCKET_FAMILY_MAX; family++) {
+        bool allowed = false;
+        for (size_t i = 0; i < sizeof socket_families_allowed / sizeof *socket_families_allowed;
+             i++)
+            allowed = allowed || socket_families_allowed[i] == family;
+        int rc = allowed ? 0
+                         : seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), nr, 1,
+                                            SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)family));
+        if (rc != 0)
+            return rc;
+    }
+    int rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), nr, 1,
+                              SCMP_A0(SCMP_CMP_GE, (scmp_datum_t)SOCKET_FAMILY_MAX));
+    /* Within IPv4 and IPv6, the protocols that live in modules of their own: DCCP (its socket
+     * type, and its protocol number), SCTP and L2TP. */
+    if (rc == 0)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPROTONOSUPPORT), nr, 1,
+                              SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, 6 /* SOCK_DCCP */));
+    static const int protocols_denied[] = {33 /* DCCP */, 132 /* SCTP */, 115 /* L2TP */};
+    for (size_t i = 0; rc == 0 && i < sizeof protocols_denied / sizeof *protocols_denied; i++)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPROTONOSUPPORT), nr, 1,
+                              SCMP_A2(SCMP_CMP_EQ, (scmp_datum_t)protocols_denied[i]));
+    return rc;
+}
+
 /* unshare() and clone() are denied only with a namespace flag: a new user namespace would give
  * the App every capability inside it, and with them nf_tables, mounts and the rest. */
 static const uint64_t namespace_flags[] = {
@@ -119,6 +161,9 @@ static int add_rules(scmp_filter_ctx ctx, const char **failed)
     }
     *failed = "unshare";
     if ((rc = deny_with_flag(ctx, "unshare", CLONE_NEWTIME)) != 0)
+        return rc;
+    *failed = "socket";
+    if ((rc = deny_socket_families(ctx)) != 0)
         return rc;
     /* clone3 passes its flags in memory, which a filter cannot read. ENOSYS, not EPERM: the C
      * libraries then fall back to clone(), whose flags the rules above do read. */

@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sched.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <sys/ptrace.h>
@@ -230,6 +231,16 @@ static long try_clone(unsigned long flags)
 
 #define SYS_TRY(...) (syscall(__VA_ARGS__) < 0 ? errno : 0)
 
+/* socket(family, type, protocol): 0 when a socket was made (and closed), or the errno. */
+static long try_socket(int family, int type, int protocol)
+{
+    int fd = socket(family, type, protocol);
+    if (fd < 0)
+        return errno;
+    close(fd);
+    return 0;
+}
+
 static void do_syscalls(const char *id)
 {
     struct {
@@ -283,7 +294,19 @@ static void do_syscalls(const char *id)
         {"clone(CLONE_NEWUSER)", try_clone(CLONE_NEWUSER)},
         {"clone(CLONE_NEWNET)", try_clone(CLONE_NEWNET)},
         {"clone3", SYS_TRY(SYS_clone3, NULL, 0)},
+        /* Socket families and IP protocols of modules of their own: refused before any
+         * module is loaded (TIPC 30, RDS 21, AF_ALG 38, DCCP, SCTP). */
+        {"socket(AF_TIPC)", try_socket(30, SOCK_DGRAM, 0)},
+        {"socket(AF_RDS)", try_socket(21, SOCK_SEQPACKET, 0)},
+        {"socket(AF_ALG)", try_socket(38, SOCK_SEQPACKET, 0)},
+        {"socket(AF_INET, SOCK_DCCP)", try_socket(AF_INET, 6, 33)},
+        {"socket(AF_INET6, SCTP)", try_socket(AF_INET6, SOCK_STREAM, 132)},
+        {"socket(family 63)", try_socket(63, SOCK_DGRAM, 0)},
         /* Allowed: the filter must be selective. */
+        {"socket(AF_UNIX)", try_socket(AF_UNIX, SOCK_STREAM, 0)},
+        {"socket(AF_INET)", try_socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)},
+        {"socket(AF_INET6, UDP)", try_socket(AF_INET6, SOCK_DGRAM, 0)},
+        {"socket(AF_NETLINK)", try_socket(AF_NETLINK, SOCK_RAW, 0 /* NETLINK_ROUTE */)},
         {"unshare(CLONE_FILES)", SYS_TRY(SYS_unshare, CLONE_FILES)},
         {"clone(plain)", try_clone(0)},
     };

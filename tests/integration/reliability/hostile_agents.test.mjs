@@ -11,7 +11,7 @@ import { execFileSync } from 'node:child_process';
 import { startSbx, req, sleep } from '../worker/harness.mjs';
 
 const AGENT = process.env.SBX_HOSTILE_AGENT_BIN;
-const EPERM = 1, ENOENT = 2, ESRCH = 3, EAGAIN = 11, ENOSPC = 28, ENOSYS = 38;
+const EPERM = 1, ENOENT = 2, ESRCH = 3, EAGAIN = 11, ENOSPC = 28, ENOSYS = 38, EPROTONOSUPPORT = 93, EAFNOSUPPORT = 97;
 let sbx, hostile, echo, bystander, hostSecret;
 // A Sandbox uid of its own: RLIMIT_NPROC counts per uid on the whole host, so the fork storm must
 // not use up the default uid 65534 that other suites' Sandboxes on this machine share.
@@ -211,6 +211,13 @@ test('seccomp: Seccomp 2, every denied system call fails with EPERM (clone3 ENOS
   assert.equal(m.reply.errno.clone3, ENOSYS);
   assert.equal(m.reply.errno['unshare(CLONE_FILES)'], 0, 'unshare without a namespace flag was refused');
   assert.equal(m.reply.errno['clone(plain)'], 0, 'a plain clone (fork) was refused');
+  // Socket families and IP protocols that would autoload a kernel module are refused.
+  for (const name of ['socket(AF_TIPC)', 'socket(AF_RDS)', 'socket(AF_ALG)', 'socket(family 63)'])
+    assert.equal(m.reply.errno[name], EAFNOSUPPORT, `${name}: errno ${m.reply.errno[name]}`);
+  for (const name of ['socket(AF_INET, SOCK_DCCP)', 'socket(AF_INET6, SCTP)'])
+    assert.equal(m.reply.errno[name], EPROTONOSUPPORT, `${name}: errno ${m.reply.errno[name]}`);
+  for (const name of ['socket(AF_UNIX)', 'socket(AF_INET)', 'socket(AF_INET6, UDP)', 'socket(AF_NETLINK)'])
+    assert.equal(m.reply.errno[name], 0, `${name} was refused: errno ${m.reply.errno[name]}`);
 });
 
 test('no nested namespaces: unshare -Ur and unshare -n fail, a plain program still runs', async () => {
