@@ -25,11 +25,21 @@ for doc in README.md docs/*.md docs/decisions/*.md schema/README.md tests/README
         path=${path%,}
         case "$path" in *'*'*|*'<'*|*'{'*|*NNNN*) continue ;; esac
         checked=$((checked + 1))
+        # path:function must name a function (or any identifier) the file has.
+        fn=
+        case "$ref" in *:*) fn=${ref#*:} ;; esac
         case "$path" in
         *'[ch]')
             base=${path%'[ch]'}
             [ -e "${base}c" ] && [ -e "${base}h" ] && continue ;;
-        *) [ -e "$path" ] && continue ;;
+        *)
+            if [ -f "$path" ] && [ -n "$fn" ] && echo "$fn" | grep -qE '^[A-Za-z_][A-Za-z0-9_]*$'; then
+                grep -qw "$fn" "$path" && continue
+                echo "$doc: names $ref, but $path has no $fn" >&2
+                status=1
+                continue
+            fi
+            [ -e "$path" ] && continue ;;
         esac
         echo "$doc: names $ref, which does not exist" >&2
         status=1
