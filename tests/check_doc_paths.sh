@@ -16,7 +16,7 @@ for doc in README.md docs/*.md docs/decisions/*.md schema/README.md tests/README
     # against the page's own folder.
     for ref in $( (grep -o '`[^`]*`' "$doc" | tr -d '`' | tr ' ' '\n'
         grep -o '](\([^)]*\))' "$doc" | sed 's/^](//; s/)$//') |
-        grep -E "^(\./)?($tops)/[][A-Za-z0-9_.@+/*-]*$" | sort -u); do
+        grep -E "^(\./)?($tops)/[][A-Za-z0-9_.@+/*:#-]*$" | sort -u); do
         path=${ref#./}
         path=${path%%#*}
         path=${path%%:*}
