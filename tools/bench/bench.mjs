@@ -51,9 +51,8 @@ function row(scenario, measure, value, baselineName, baseline, unit, note = '', 
 function resultsMarkdown(res) {
   const f = (v) => (Number.isFinite(v) ? (Math.abs(v) >= 100 ? v.toFixed(0) : v.toFixed(2)) : '-');
   const cell = (t) => String(t ?? '').replace(/\|/g, '\\|');
+  // No date or machine line: the page describes the machine in words and holds no dates.
   const lines = [
-    `Run of ${res.date} on ${res.machine}.`,
-    '',
     '| scenario | measure | value | baseline | ratio | note |',
     '|---|---|---|---|---|---|',
   ];
