@@ -46,6 +46,26 @@ function row(scenario, measure, value, baselineName, baseline, unit, note = '', 
   );
 }
 
+// results.md: the rows of results.json as the markdown table docs/performance.md holds as its
+// latest run, so that the page is this file pasted rather than a table typed by hand.
+function resultsMarkdown(res) {
+  const f = (v) => (Number.isFinite(v) ? (Math.abs(v) >= 100 ? v.toFixed(0) : v.toFixed(2)) : '-');
+  const cell = (t) => String(t ?? '').replace(/\|/g, '\\|');
+  // No date or machine line: the page describes the machine in words and holds no dates.
+  const lines = [
+    '| scenario | measure | value | baseline | ratio | note |',
+    '|---|---|---|---|---|---|',
+  ];
+  for (const r of res.rows) {
+    const base = r.baselineName && r.baselineName !== '-' ? `${r.baselineName}: ${f(r.baseline)}${r.baseline ? ' ' + r.unit : ''}` : '-';
+    lines.push(`| ${cell(r.scenario)} | ${cell(r.measure)} | ${f(r.value)} ${cell(r.unit)} | ${cell(base)} | ${f(r.ratio)} | ${cell(r.note)} |`);
+  }
+  for (const [name, s] of Object.entries(res.scenarios)) {
+    if (s && s.error) lines.push(`| ${cell(name)} | FAILED | - | - | - | ${cell(s.error)} |`);
+  }
+  return lines.join('\n') + '\n';
+}
+
 function header() {
   console.log(
     `${'scenario'.padEnd(11)} ${'measure'.padEnd(30)} ${'sbx'.padEnd(16)} ${'baseline'.padEnd(22)} ${'baseline value'.padEnd(16)} ${'ratio'.padStart(7)}`,
@@ -926,4 +946,5 @@ for (const name of scenarios) {
 plot();
 results.rows = rows;
 writeJson(join(outDir, 'results.json'), results);
-console.log(`\nresults: ${join(outDir, 'results.json')}; plot: ${join(outDir, 'latency.png')} and latency.svg`);
+writeFileSync(join(outDir, 'results.md'), resultsMarkdown(results));
+console.log(`\nresults: ${join(outDir, 'results.json')} and results.md; plot: ${join(outDir, 'latency.png')} and latency.svg`);
