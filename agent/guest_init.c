@@ -191,7 +191,7 @@ static void configure_network(const char *spec)
     close(s);
 }
 
-/* Writes /etc/resolv.conf naming the resolvers of "sbx.dns=a.b.c.d,..." (issue 15), so that
+/* Writes /etc/resolv.conf naming the resolvers of "sbx.dns=a.b.c.d,...", so that
  * getaddrinfo and the image's own tools resolve through them. Each must be an IPv4 address. */
 static void configure_resolvers(const char *list)
 {

@@ -320,7 +320,7 @@ static void render_firewall(struct store *st, struct buf *b)
         out(b, "%s", text);
 }
 
-/* The firewall's denials per App and rule (issue 15), as the host's reading worker last
+/* The firewall's denials per App and rule, as the host's reading worker last
  * published them (settings key egress_metrics, worker/sandbox/egress_events.c). */
 static void render_egress(struct store *st, struct buf *b)
 {

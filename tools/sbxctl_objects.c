@@ -420,7 +420,7 @@ int cmd_sandbox(struct ctl *ctl, int argc, char **argv)
                                     "json_extract(data, '$.sandboxId') = ?1)) AND kind != "
                                     "'sandbox.egress_denied' ORDER BY id",
         "s", pos[0]);
-    /* The firewall's last refusals, newest first (issue 15): rate-limited at the source, the
+    /* The firewall's last refusals, newest first: rate-limited at the source, the
      * suppressed ones counted in each row. */
     json_t *denials = ctl_query(
         ctl,

@@ -119,7 +119,7 @@ static void test_bad_values_are_refused(void **state)
     unsetenv("SBX_POOL_SIZE");
 }
 
-/* issue 15: egress_ports and dns_resolvers refused at start with the reason; the resolvers'
+/* egress_ports and dns_resolvers refused at start with the reason; the resolvers'
  * default is the host's public nameservers only. */
 static void test_egress_settings(void **state)
 {

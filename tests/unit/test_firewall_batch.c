@@ -1,8 +1,9 @@
 /*
  * test_firewall_batch.c: decodes the nlmsgs sbx's firewall sends (worker/host/firewall.c) back with
  * libnftnl and checks them: the structure batch creates exactly the table, counters, sets, chains
- * and rules of issue 5, each rule with exactly the expressions expected; a Sandbox change is
- * element messages only (never a rule, chain or table), naming its owner.
+ * and rules of the network boundary (docs/network.md), each rule with exactly the expressions
+ * expected; a Sandbox change is element messages only (never a rule, chain or table), naming its
+ * owner.
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,7 +1,7 @@
 /*
  * test_image_import.c: the importer (worker/images/importer.h) on archives written here with
  * libarchive: docker-archives and OCI layouts that apply whiteouts, opaque directories, modes,
- * owners, symlinks and hard links, and every bad input of issue 14, each of which must end with
+ * owners, symlinks and hard links, and every bad input of an import, each of which must end with
  * its problem code and leave everything outside the image's work and cache directories as it
  * was (a sentinel tree next to the data directory, and the host paths an escape would write).
  *

@@ -1,5 +1,5 @@
 /*
- * tools/bench/egress.c: the costs of per-App egress policies (issue 15).
+ * tools/bench/egress.c: the costs of per-App egress policies.
  *
  * 1. Policy change cost by live Sandboxes: an App's allowlist changed while 10, 100 and 1,000 of
  *    its Sandboxes are live (all jumping to its one chain), and one Sandbox moved between modes.

@@ -1,5 +1,5 @@
 /*
- * tools/bench/image_boot.c: cold and warm activation of an App's image (issue 14) beside the
+ * tools/bench/image_boot.c: cold and warm activation of an App's image beside the
  * built-in image, through the process and qemu drivers, measured at the driver as the worker
  * drives it:
  *   boot  boot a Sandbox until its agent is ready (part of cold)

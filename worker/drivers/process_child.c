@@ -83,7 +83,7 @@ static void child_build_dev(const struct process_child_plan *p)
         child_fail(p, "remount /dev read-only");
 }
 
-/* The Sandbox's /etc/resolv.conf names the resolvers it may use (issue 15): sbx's file bound
+/* The Sandbox's /etc/resolv.conf names the resolvers it may use: sbx's file bound
  * read-only over the root's, before pivot_root. Only onto a path without any symlink (checked with
  * openat2 RESOLVE_NO_SYMLINKS inside the root), so an image's links cannot aim the bind elsewhere.
  * A writable root (an App's image) without the file gets an empty one to bind onto; a read-only

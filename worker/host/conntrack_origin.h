@@ -1,6 +1,6 @@
 /*
  * conntrack_origin.h: where a redirected UDP datagram was addressed before the firewall's nat
- * redirect (issue 15). sbx's DNS forwarder receives a Sandbox's query on the host's port 5300
+ * redirect. sbx's DNS forwarder receives a Sandbox's query on the host's port 5300
  * whatever resolver the Sandbox named; the kernel's connection tracking still holds the original
  * destination, and this asks it over ctnetlink, so a refused lookup's event can say which server
  * the Sandbox tried to reach. No state: one netlink socket per call.

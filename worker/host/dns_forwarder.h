@@ -1,5 +1,5 @@
 /*
- * dns_forwarder.h: sbx's own DNS forwarder for the Sandboxes of allowlist Apps (issue 15). Their
+ * dns_forwarder.h: sbx's own DNS forwarder for the Sandboxes of allowlist Apps. Their
  * UDP DNS, to whatever resolver they name, is redirected here by the firewall
  * (FW_DNS_FORWARDER_PORT). A query for a name the Sandbox's App allows is forwarded to the host's
  * dns_resolvers; the A records of the answer open `address . port` for that App only, in its set

@@ -1,5 +1,5 @@
 /*
- * egress.h: the worker's side of the host-wide egress settings (issue 15): the firewall's ports
+ * egress.h: the worker's side of the host-wide egress settings: the firewall's ports
  * and resolvers sets, and the resolv.conf every Sandbox gets.
  *
  * Hidden state: the settings parsed at net_egress_init and the path of the resolv.conf written

@@ -35,7 +35,7 @@
 #define SET_NFS "nfs"
 #define SET_ID_SANDBOXES 1
 #define SET_ID_NFS 2
-/* Egress (issue 15): host-wide ports and resolvers, per-Sandbox policy membership. nft's datatype
+/* Egress: host-wide ports and resolvers, per-Sandbox policy membership. nft's datatype
  * ids: inet_service 13. */
 #define SET_EGRESS_PORTS "egress_ports"
 #define SET_RESOLVERS "resolvers"

@@ -134,7 +134,7 @@ static void rule_drop_daddr(struct fw_batch *b, const char *chain, const char *n
     batch_rule(b, r);
 }
 
-/* After the blocked ranges, public IPv4 (issue 15): the App's policy narrows first, then DNS only
+/* After the blocked ranges, public IPv4: the App's policy narrows first, then DNS only
  * to the resolvers, TCP only to egress_ports, everything else dropped. */
 static void rules_public_egress(struct fw_batch *b, const char *chain)
 {

@@ -1,5 +1,5 @@
 /*
- * egress_events.h: the firewall's denials as audit events and metrics (issue 15). The worker that
+ * egress_events.h: the firewall's denials as audit events and metrics. The worker that
  * holds the host's NFLOG reader (host/egress_log.h; one per host, the others retry) attributes
  * each denial to its Sandbox (the firewall element's owner), records it as an event
  * `sandbox.egress_denied` in batches, at most EGRESS_EVENTS_PER_WINDOW per Sandbox per

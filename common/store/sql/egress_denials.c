@@ -1,5 +1,5 @@
 /*
- * egress_denials.c: the events of the firewall's denials (issue 15), `sandbox.egress_denied`,
+ * egress_denials.c: the events of the firewall's denials, `sandbox.egress_denied`,
  * written in batches by the one worker of a host that reads the firewall's log. Both engines.
  */
 #include "store_sql.h"

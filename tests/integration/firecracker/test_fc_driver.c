@@ -616,7 +616,7 @@ static void test_initramfs_guest_boots_without_drive(void **state)
     assert_sandbox_network_gone(rt.sandbox_id, ifname);
 }
 
-/* A Sandbox of an App's image (issue 14): the digest's rootfs.erofs is built once in its cache
+/* A Sandbox of an App's image: the digest's rootfs.erofs is built once in its cache
  * directory, hard-linked read-only into the jail and attached as a second, read-only drive; the
  * guest init learns its device from sbx.image; the Sandbox records the digest. The stand-in
  * refuses a writable drive or a drive file the VMM could write (fc-standin.js sbxDriveCheck). */
