@@ -4,6 +4,7 @@
  * Session, its metadata, its history, a message to a sibling Session, an identity token.
  */
 #include "callback_int.h"
+#include "store.h"
 
 #include "id.h"
 #include "json_text.h"

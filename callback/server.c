@@ -9,6 +9,7 @@
  * time it is asked for, then kept for the life of the process (at most one per slot of net_pool).
  */
 #include "callback_int.h"
+#include "store.h"
 
 #include "id.h"
 #include "json_text.h"

@@ -2,6 +2,7 @@
  * installation.c: the installation id in the store's settings (see installation.h).
  */
 #include "installation.h"
+#include "store.h"
 #include "id.h"
 
 #include <stdint.h>

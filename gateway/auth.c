@@ -2,6 +2,7 @@
  * auth.c: bearer tokens and the failed-auth rate limiter (see auth.h).
  */
 #include "auth.h"
+#include "store.h"
 #include "client_addr.h"
 #include "id.h"
 #include "key_cache.h"

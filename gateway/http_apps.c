@@ -2,6 +2,7 @@
  * http_apps.c: /v1/apps and /v1/apps/{appId} (admin only): create, list, get, patch, delete.
  */
 #include "egress_policy.h"
+#include "store.h"
 #include "gateway.h"
 #include "json_input.h"
 #include "render.h"

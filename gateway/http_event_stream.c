@@ -6,6 +6,7 @@
  * ends by itself.
  */
 #include "gateway.h"
+#include "store.h"
 #include "render.h"
 #include "reply.h"
 #include "sse.h"

@@ -3,6 +3,7 @@
  * cursor is the id of the last event seen. An App key sees only its App's events.
  */
 #include "gateway.h"
+#include "store.h"
 #include "json_input.h"
 #include "render.h"
 #include "reply.h"

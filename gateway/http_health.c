@@ -2,6 +2,7 @@
  * http_health.c: GET /healthz: 200 while the store answers, 503 when it does not.
  */
 #include "gateway.h"
+#include "store.h"
 #include "reply.h"
 
 enum MHD_Result http_healthz(struct request *r)

@@ -11,6 +11,7 @@
  * upload that never reached the store is removed then.
  */
 #include "fs.h"
+#include "store.h"
 #include "gateway.h"
 #include "id.h"
 #include "json_input.h"

@@ -3,6 +3,7 @@
  * revoke.
  */
 #include "auth.h"
+#include "store.h"
 #include "gateway.h"
 #include "json_input.h"
 #include "key_cache.h"

@@ -4,6 +4,7 @@
  * (?wait=N) that answers as soon as the message is completed or failed.
  */
 #include "gateway.h"
+#include "store.h"
 #include "json_input.h"
 #include "json_text.h"
 #include "log.h"

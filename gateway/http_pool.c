@@ -4,6 +4,7 @@
  * and sizes are theirs to know).
  */
 #include "gateway.h"
+#include "store.h"
 #include "render.h"
 #include "reply.h"
 

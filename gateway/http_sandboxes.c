@@ -3,6 +3,7 @@
  * and DELETE, which asks the owning worker to terminate the Sandbox now.
  */
 #include "gateway.h"
+#include "store.h"
 #include "render.h"
 #include "reply.h"
 #include "notify.h"

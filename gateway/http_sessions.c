@@ -3,6 +3,7 @@
  * name), list, get, patch (metadata, keep-alive override), delete.
  */
 #include "gateway.h"
+#include "store.h"
 #include "json_input.h"
 #include "json_text.h"
 #include "render.h"

@@ -7,6 +7,7 @@
  * is a plain 404.
  */
 #include "gateway.h"
+#include "store.h"
 #include "json_text.h"
 #include "render.h"
 #include "reply.h"

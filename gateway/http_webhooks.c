@@ -5,6 +5,7 @@
  * common/webhook_target.h; the worker delivers (worker/delivery/webhook_sender.c).
  */
 #include "gateway.h"
+#include "store.h"
 #include "json_input.h"
 #include "render.h"
 #include "reply.h"

@@ -6,6 +6,7 @@
  * filesystem, then the directory by directory fds, see fs.h).
  */
 #include "fs.h"
+#include "store.h"
 #include "gateway.h"
 #include "json_input.h"
 #include "log.h"

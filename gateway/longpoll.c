@@ -2,6 +2,7 @@
  * longpoll.c: parked long polls and the thread that resumes them (see longpoll.h).
  */
 #include "longpoll.h"
+#include "store.h"
 #include "gateway.h"
 #include "key_cache.h"
 #include "log.h"

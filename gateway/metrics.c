@@ -4,6 +4,7 @@
  * number of series stays bounded whatever callers send.
  */
 #include "metrics.h"
+#include "store.h"
 #include "gateway.h"
 #include "clock.h"
 

@@ -2,6 +2,7 @@
  * sse.c: the streams' hub thread and the content reader every stream shares (see sse.h).
  */
 #include "sse.h"
+#include "store.h"
 #include "log.h"
 #include "clock.h"
 #include "notify.h"

@@ -7,6 +7,7 @@
  * size is measured once).
  */
 #include "cache_sweep.h"
+#include "store.h"
 #include "images/image_cache.h"
 #include "images/image_digest.h"
 #include "images/importer.h"

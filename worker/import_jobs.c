@@ -8,6 +8,7 @@
  * fetch failed lately (retried after FETCH_RETRY_MS).
  */
 #include "import_jobs.h"
+#include "store.h"
 #include "images/image_cache.h"
 #include "images/importer.h"
 #include "images/registry_pull.h"

@@ -7,6 +7,7 @@
  * worker exit once it holds nothing.
  */
 #include "worker.h"
+#include "store.h"
 #include "cache_sweep.h"
 #include "callback.h"
 #include "import_jobs.h"

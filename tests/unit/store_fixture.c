@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "store_fixture.h"
+#include "store.h"
 
 #include "id.h"
 #include "store/sql/sql_pg.h"

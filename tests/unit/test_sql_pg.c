@@ -9,6 +9,7 @@
  * Session another transaction holds, and the events horizon.
  */
 #include "log.h"
+#include "store.h"
 #include "clock.h"
 #include "store/sql/sql_pg.h"
 

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "store_fixture.h"
+#include "store.h"
 
 #include <stdio.h>
 #include <stdlib.h>

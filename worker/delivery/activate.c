@@ -7,6 +7,7 @@
  * "started", the message goes out (ACTIVATING -> BUSY) and the Sandbox is recorded running.
  */
 #include "delivery/delivery.h"
+#include "store.h"
 #include "log.h"
 #include "sandbox/egress.h"
 #include "sandbox/jobs.h"

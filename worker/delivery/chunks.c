@@ -2,6 +2,7 @@
  * chunks.c: partial output of the message in flight, batched into few transactions (chunks.h).
  */
 #include "delivery/chunks.h"
+#include "store.h"
 #include "delivery/delivery.h"
 #include "clock.h"
 #include "log.h"

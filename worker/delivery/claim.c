@@ -6,6 +6,7 @@
  * busy loop.
  */
 #include "delivery/delivery.h"
+#include "store.h"
 #include "log.h"
 #include "clock.h"
 

@@ -6,6 +6,7 @@
  * down.
  */
 #include "delivery/chunks.h"
+#include "store.h"
 #include "delivery/delivery.h"
 #include "log.h"
 #include "sandbox/pool.h"

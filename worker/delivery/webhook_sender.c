@@ -2,6 +2,7 @@
  * webhook_sender.c: webhook delivery threads (see webhook_sender.h).
  */
 #include "delivery/webhook_sender.h"
+#include "store.h"
 #include "delivery/delivery.h"
 #include "log.h"
 #include "clock.h"

@@ -4,6 +4,7 @@
  * declared lost; store calls are safe from any thread (each has its own connection).
  */
 #include "recovery/host_beat.h"
+#include "store.h"
 #include "log.h"
 
 #include <errno.h>

@@ -3,6 +3,7 @@
  * (host_reconcile.h).
  */
 #include "recovery/host_reconcile.h"
+#include "store.h"
 #include "drivers/shared.h"
 #include "host/cgroup.h"
 #include "host/jail.h"

@@ -6,6 +6,7 @@
  * its own kernel state for them; other hosts are handled by host loss (host_declare_lost).
  */
 #include "recovery/reconcile.h"
+#include "store.h"
 #include "sandbox/sandbox.h"
 #include "log.h"
 #include "host/links.h"

@@ -6,6 +6,7 @@
  * Hidden state: the poll counter.
  */
 #include "recovery/workspace_mounts.h"
+#include "store.h"
 
 #include "fs.h"
 #include "log.h"

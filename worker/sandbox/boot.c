@@ -6,6 +6,7 @@
  * change is written to the store first.
  */
 #include "sandbox/sandbox.h"
+#include "store.h"
 #include "images/image_cache.h"
 #include "log.h"
 #include "sandbox/jobs.h"

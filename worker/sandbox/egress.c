@@ -9,6 +9,7 @@
  * resolved through sbx, a connection to its address is dropped like any other not on the list.
  */
 #include "sandbox/egress.h"
+#include "store.h"
 
 #include "egress_policy.h"
 #include "host/firewall.h"

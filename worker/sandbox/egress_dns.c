@@ -3,6 +3,7 @@
  * allow this name, and on which ports?" (egress_dns.h).
  */
 #include "sandbox/egress_dns.h"
+#include "store.h"
 
 #include "egress_policy.h"
 #include "host/dns_forwarder.h"

@@ -2,6 +2,7 @@
  * egress_events.c: denials from the firewall's log to events and counters (egress_events.h).
  */
 #include "sandbox/egress_events.h"
+#include "store.h"
 
 #include "host/egress_log.h"
 #include "host/firewall.h"

@@ -10,6 +10,7 @@
  * together here; boot.c and agent_protocol.c call into this file and it calls into neither.
  */
 #include "sandbox/agent_channel.h"
+#include "store.h"
 #include "log.h"
 #include "sandbox/jobs.h"
 #include "sandbox/sandbox.h"

@@ -4,6 +4,7 @@
  * terminations (and, without background boots, cold boots) are never stuck behind a refill.
  */
 #include "sandbox/pool.h"
+#include "store.h"
 #include "images/image_cache.h"
 #include "sandbox/jobs.h"
 #include "drivers/shared.h"

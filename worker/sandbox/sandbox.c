@@ -5,6 +5,7 @@
  * (boot.c, expiry.c and agent_protocol.c decide when), checked against sandbox.h's table.
  */
 #include "sandbox/sandbox.h"
+#include "store.h"
 #include "drivers/shared.h"
 #include "log.h"
 #include "sandbox/agent_channel.h"
