@@ -1,9 +1,9 @@
 /*
  * store_records.h: the records the store's operations take and return (store.h), grouped by table
- * in the order of the store's sections, with their statuses, ids, limits and release functions.
+ * in the order of the per-table headers, with their statuses, ids, limits and release functions.
  *
  * For a header that only names records (a driver's, the worker's): it does not declare the
- * operations; include store.h to call them.
+ * operations; include the table's store_<table>.h (or store.h, all of them) to call them.
  */
 #ifndef SBX_STORE_RECORDS_H
 #define SBX_STORE_RECORDS_H
@@ -182,7 +182,8 @@ struct store_message {
     int64_t created_at;
     int64_t updated_at;
     int64_t completed_at;
-    int64_t chunks_dropped; /* read by message_get and message_list only (0 elsewhere) */
+    int64_t
+        chunks_dropped; /* read by store_message_get and store_message_list only (0 elsewhere) */
 };
 void store_message_clear(struct store_message *m);
 void store_message_list_free(struct store_message *m, size_t n);
@@ -196,14 +197,14 @@ struct store_enqueue {
     const char *request_hash;    /* hex SHA-256 of the request, with an idempotency key */
 };
 
-/* How message_enqueue_async reports: m is the message on STORE_OK (the callback owns it). */
+/* How store_message_enqueue_async reports: m is the message on STORE_OK (the callback owns it). */
 typedef void (*store_enqueue_done_fn)(void *arg, enum store_status status, struct store_message *m,
                                       bool replayed);
 
 /* ==== the queue ==== */
 
-/* How a worker's claim places idle Sessions on hosts (queue_claim_placed). The claim's result,
- * struct store_delivery, follows struct store_sandbox below (it may carry one). */
+/* How a worker's claim places idle Sessions on hosts (store_queue_claim_placed). The claim's
+ * result, struct store_delivery, follows struct store_sandbox below (it may carry one). */
 struct store_placement {
     int64_t grace_ms;     /* after this wait for the chosen host, any host may take the message */
     int64_t host_lost_ms; /* a host whose heartbeat is older is not chosen */
@@ -234,14 +235,14 @@ struct store_sandbox {
     int64_t claimed_at;
     int64_t terminated_at;
     /* The callback API (docs/callbacks.md): the SHA-256 (hex) of the Sandbox's bearer token, an
-     * input of sandbox_set_runtime only ("" keeps what is recorded); its calls, counted in
+     * input of store_sandbox_set_runtime only ("" keeps what is recorded); its calls, counted in
      * batches, and the last one's time (0: none). */
     char callback_token_hash[65];
     int64_t callback_calls;
     int64_t callback_last_at;
 };
 
-/* A callback server's counts since its last flush (sandbox_callbacks_add). */
+/* A callback server's counts since its last flush (store_sandbox_callbacks_add). */
 struct store_callback_count {
     char sandbox_id[STORE_ID_LEN];
     int64_t calls;
@@ -253,8 +254,9 @@ struct store_delivery {
     struct store_message message;
     struct store_session session;
     struct store_app app;
-    /* queue_claim_with_sandbox only: whether it looked for a warm Sandbox (the Session was idle)
-     * and the one it claimed for the Session in the same transaction (id "" when none was warm). */
+    /* store_queue_claim_with_sandbox only: whether it looked for a warm Sandbox (the Session was
+     * idle) and the one it claimed for the Session in the same transaction (id "" when none was
+     * warm). */
     bool warm_claim_tried;
     struct store_sandbox sandbox;
 };
@@ -322,7 +324,7 @@ void store_event_list_free(struct store_event *e, size_t n);
 
 /* ==== egress denials ==== */
 
-/* One firewall denial to record (egress_denials_record). */
+/* One firewall denial to record (store_egress_denials_record). */
 struct store_egress_denial {
     char sandbox_id[STORE_ID_LEN];
     const char *data_json; /* the event's data object */
@@ -420,7 +422,7 @@ struct store_webhook_job {
 };
 void store_webhook_job_clear(struct store_webhook_job *j);
 
-/* How one attempt went, for webhook_record. */
+/* How one attempt went, for store_webhook_record. */
 struct store_webhook_result {
     const char *webhook_id;
     const char *delivery_id;
@@ -455,7 +457,7 @@ struct store_image {
     char working_dir[512]; /* "" when none */
     char user[128];        /* "" when none */
     char manifest_digest[STORE_DIGEST_LEN]; /* a pull's image manifest ("" for an upload) */
-    /* {"username","password"} for a pull: only image_claim_import fills it */
+    /* {"username","password"} for a pull: only store_image_claim_import fills it */
     char *credentials_json;
     char claimed_by[STORE_ID_LEN];
     int64_t created_at;
