@@ -13,7 +13,7 @@
 #define SBX_CALLBACK_H
 
 #include "config.h"
-#include "store.h"
+#include "store_records.h"
 
 #include <stddef.h>
 

@@ -4,6 +4,8 @@
  * Session, its metadata, its history, a message to a sibling Session, an identity token.
  */
 #include "callback_int.h"
+#include "store_messages.h"
+#include "store_sessions.h"
 
 #include "id.h"
 #include "json_text.h"
@@ -71,7 +73,7 @@ static bool json_content_type(struct cb_request *r, const char *also)
 enum MHD_Result cb_session_get(struct cb_request *r)
 {
     struct store_session s;
-    enum store_status rc = r->cs->st->session_get(r->cs->st, r->sb.app_id, r->sb.session_id, &s);
+    enum store_status rc = store_session_get(r->cs->st, r->sb.app_id, r->sb.session_id, &s);
     if (rc != STORE_OK)
         return cb_reply_store_error(r, rc, "Session");
     struct json_text t = {0};
@@ -97,7 +99,7 @@ enum MHD_Result cb_metadata_patch(struct cb_request *r)
                                     .metadata_max_bytes = METADATA_MAX_BYTES};
     struct store_session s;
     enum store_status rc =
-        r->cs->st->session_update(r->cs->st, &r->ctx, r->sb.app_id, r->sb.session_id, &p, &s);
+        store_session_update(r->cs->st, &r->ctx, r->sb.app_id, r->sb.session_id, &p, &s);
     free(text);
     if (rc == STORE_INVALID)
         return cb_reply_problem(r, "invalid-value", "metadata",
@@ -134,8 +136,8 @@ enum MHD_Result cb_history(struct cb_request *r)
     snprintf(cursor, sizeof cursor, "%lld", (long long)after);
     struct store_message *items;
     size_t n;
-    enum store_status rc = r->cs->st->message_list(r->cs->st, r->sb.app_id, r->sb.session_id,
-                                                   cursor, (size_t)limit, &items, &n, next);
+    enum store_status rc = store_message_list(r->cs->st, r->sb.app_id, r->sb.session_id, cursor,
+                                              (size_t)limit, &items, &n, next);
     if (rc != STORE_OK)
         return cb_reply_store_error(r, rc, "Session");
     struct json_text t = {0};
@@ -210,7 +212,7 @@ enum MHD_Result cb_sibling_message(struct cb_request *r)
     struct store_enqueue req = {r->sb.app_id, r->params[0], body_json, idem, idem ? hash : NULL};
     struct store_message m;
     bool replayed = false;
-    enum store_status rc = r->cs->st->message_enqueue(r->cs->st, &r->ctx, &req, &m, &replayed);
+    enum store_status rc = store_message_enqueue(r->cs->st, &r->ctx, &req, &m, &replayed);
     free(body_json);
     if (rc == STORE_CONFLICT)
         return cb_reply_problem(r, "idempotency-conflict", "Idempotency-Key",

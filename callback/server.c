@@ -9,6 +9,7 @@
  * time it is asked for, then kept for the life of the process (at most one per slot of net_pool).
  */
 #include "callback_int.h"
+#include "store_sandboxes.h"
 
 #include "id.h"
 #include "json_text.h"
@@ -351,7 +352,7 @@ static void flush_counts(struct callback_server *cs)
         return;
     }
     enum store_status rc =
-        cs->st->sandbox_callbacks_add(cs->st, counts, n, cs->cfg->host_id, refused);
+        store_sandbox_callbacks_add(cs->st, counts, n, cs->cfg->host_id, refused);
     if (rc != STORE_OK) {
         log_warn("callback: cannot record the callback counts (%s); retried at the next flush",
                  store_status_name(rc));
@@ -442,7 +443,7 @@ static bool authenticate(struct cb_request *r, const char *peer)
     if (!why) {
         callback_token_hash(auth + 7, CALLBACK_TOKEN_LEN, hash);
         enum store_status rc =
-            cs->st->sandbox_by_callback_token(cs->st, hash, &r->sb, host, sizeof host);
+            store_sandbox_by_callback_token(cs->st, hash, &r->sb, host, sizeof host);
         if (rc == STORE_NOT_FOUND)
             why = "unknown token";
         else if (rc != STORE_OK) {

@@ -2,6 +2,7 @@
  * installation.c: the installation id in the store's settings (see installation.h).
  */
 #include "installation.h"
+#include "store_settings.h"
 #include "id.h"
 
 #include <stdint.h>
@@ -15,7 +16,7 @@ enum store_status installation_id(struct store *st, char out[INSTALLATION_ID_LEN
     static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
     char fresh[INSTALLATION_ID_LEN], stored[64];
     uint8_t rnd[INSTALLATION_ID_LEN - 1];
-    enum store_status rc = st->setting_get(st, INSTALLATION_KEY, stored, sizeof stored);
+    enum store_status rc = store_setting_get(st, INSTALLATION_KEY, stored, sizeof stored);
 
     if (rc == STORE_NOT_FOUND) {
         if (random_bytes(rnd, sizeof rnd) != 0)
@@ -24,7 +25,7 @@ enum store_status installation_id(struct store *st, char out[INSTALLATION_ID_LEN
             fresh[i] = alphabet[rnd[i] % (sizeof alphabet - 1)];
         fresh[sizeof rnd] = '\0';
         /* Processes starting together on a new store agree on the first one stored. */
-        rc = st->setting_init(st, INSTALLATION_KEY, fresh, stored, sizeof stored);
+        rc = store_setting_init(st, INSTALLATION_KEY, fresh, stored, sizeof stored);
     }
     if (rc != STORE_OK)
         return rc;

@@ -8,7 +8,7 @@
 #ifndef SBX_INSTALLATION_H
 #define SBX_INSTALLATION_H
 
-#include "store.h"
+#include "store_records.h"
 
 #include <stddef.h>
 

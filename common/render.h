@@ -6,7 +6,7 @@
 #ifndef SBX_RENDER_H
 #define SBX_RENDER_H
 
-#include "store.h"
+#include "store_records.h"
 
 #include <jansson.h>
 

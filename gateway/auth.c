@@ -2,6 +2,7 @@
  * auth.c: bearer tokens and the failed-auth rate limiter (see auth.h).
  */
 #include "auth.h"
+#include "store_keys.h"
 #include "client_addr.h"
 #include "id.h"
 #include "key_cache.h"
@@ -160,7 +161,7 @@ bool auth_request(struct request *r, enum MHD_Result *ret)
         if (!key_cache_get(gw->keys, hash, &key)) {
             uint64_t generation = key_cache_generation(gw->keys);
             st = AUTH_KEY_LEN == strlen(token) && auth_key_format_ok(token)
-                     ? gw->st->key_lookup(gw->st, hash, &key)
+                     ? store_key_lookup(gw->st, hash, &key)
                      : STORE_NOT_FOUND;
             if (st == STORE_OK)
                 key_cache_put(gw->keys, generation, hash, &key);

@@ -10,7 +10,7 @@
 #define SBX_GATEWAY_H
 
 #include "config.h"
-#include "store.h"
+#include "store_records.h"
 
 #include <microhttpd.h>
 #include <stdbool.h>

@@ -2,6 +2,7 @@
  * http_apps.c: /v1/apps and /v1/apps/{appId} (admin only): create, list, get, patch, delete.
  */
 #include "egress_policy.h"
+#include "store_apps.h"
 #include "gateway.h"
 #include "json_input.h"
 #include "render.h"
@@ -277,7 +278,7 @@ enum MHD_Result http_app_create(struct request *r)
         return reply_problem(r, "internal", NULL, "out of memory");
     }
 
-    enum store_status s = r->gw->st->app_create(r->gw->st, &r->ctx, &a);
+    enum store_status s = store_app_create(r->gw->st, &r->ctx, &a);
     if (s == STORE_CONFLICT && a.image_id[0] &&
         http_image_resolve(r, a.image, a.image_id, sizeof a.image_id, a.image_digest,
                            sizeof a.image_digest, &ret) != 0) {
@@ -306,7 +307,7 @@ enum MHD_Result http_app_list(struct request *r)
     struct store_app *items;
     if (!paging_params(r, &limit, &cursor, &ret))
         return ret;
-    enum store_status s = r->gw->st->app_list(r->gw->st, cursor, limit, &items, &n, next);
+    enum store_status s = store_app_list(r->gw->st, cursor, limit, &items, &n, next);
     if (s != STORE_OK)
         return reply_store_error(r, s, "App list");
     json_t *arr = json_array();
@@ -319,7 +320,7 @@ enum MHD_Result http_app_list(struct request *r)
 enum MHD_Result http_app_get(struct request *r)
 {
     struct store_app a;
-    enum store_status s = r->gw->st->app_get(r->gw->st, r->params[0], &a);
+    enum store_status s = store_app_get(r->gw->st, r->params[0], &a);
     if (s != STORE_OK)
         return reply_store_error(r, s, "App");
     return reply_app(r, 200, &a);
@@ -365,7 +366,7 @@ enum MHD_Result http_app_patch(struct request *r)
      * image's own needs a command. */
     if (in.image && !in.image_id[0] && !in.command_json) {
         struct store_app cur;
-        enum store_status g = r->gw->st->app_get(r->gw->st, r->params[0], &cur);
+        enum store_status g = store_app_get(r->gw->st, r->params[0], &cur);
         bool no_command = g == STORE_OK && cur.command_json && strcmp(cur.command_json, "[]") == 0;
         if (g == STORE_OK)
             store_app_clear(&cur);
@@ -377,7 +378,7 @@ enum MHD_Result http_app_patch(struct request *r)
                                  "give it a command");
         }
     }
-    enum store_status s = r->gw->st->app_update(r->gw->st, &r->ctx, r->params[0], &p, &a);
+    enum store_status s = store_app_update(r->gw->st, &r->ctx, r->params[0], &p, &a);
     if (s == STORE_CONFLICT && in.image_id[0] &&
         http_image_resolve(r, in.image, in.image_id, sizeof in.image_id, in.image_digest,
                            sizeof in.image_digest, &ret) != 0)
@@ -396,7 +397,7 @@ enum MHD_Result http_app_patch(struct request *r)
 
 enum MHD_Result http_app_delete(struct request *r)
 {
-    enum store_status s = r->gw->st->app_delete(r->gw->st, &r->ctx, r->params[0]);
+    enum store_status s = store_app_delete(r->gw->st, &r->ctx, r->params[0]);
     if (s == STORE_CONFLICT)
         return reply_problem(r, "conflict", NULL,
                              "the App still has live Sessions or Workspaces; delete them first");

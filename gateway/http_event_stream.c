@@ -6,6 +6,8 @@
  * ends by itself.
  */
 #include "gateway.h"
+#include "store_events.h"
+#include "store_stream.h"
 #include "render.h"
 #include "reply.h"
 #include "sse.h"
@@ -38,8 +40,8 @@ static int feed_produce(struct sse_stream *s, void *arg, bool *ended)
         f->started = true;
     }
     enum store_status rc =
-        f->st->event_list(f->st, f->app_id, f->session_id[0] ? f->session_id : NULL, f->after,
-                          EVENT_PAGE, &items, &n);
+        store_event_list(f->st, f->app_id, f->session_id[0] ? f->session_id : NULL, f->after,
+                         EVENT_PAGE, &items, &n);
     if (rc != STORE_OK)
         return -1;
     int out = 0;
@@ -65,7 +67,7 @@ enum MHD_Result http_event_stream(struct request *r, const char *session_id, int
     if (last >= 0)
         after = last;
     if (after < 0) {
-        enum store_status st = gw->st->event_feed_start(gw->st, &after);
+        enum store_status st = store_event_feed_start(gw->st, &after);
         if (st != STORE_OK)
             return reply_store_error(r, st, "event feed");
     }

@@ -3,6 +3,7 @@
  * cursor is the id of the last event seen. An App key sees only its App's events.
  */
 #include "gateway.h"
+#include "store_events.h"
 #include "json_input.h"
 #include "render.h"
 #include "reply.h"
@@ -47,7 +48,7 @@ enum MHD_Result http_event_list(struct request *r)
         return http_event_stream(r, session_id, *cursor ? after : -1);
     /* One more than asked tells whether there is a next page. */
     enum store_status s =
-        r->gw->st->event_list(r->gw->st, r->app_id, session_id, after, limit + 1, &items, &n);
+        store_event_list(r->gw->st, r->app_id, session_id, after, limit + 1, &items, &n);
     if (s != STORE_OK)
         return reply_store_error(r, s, "event list");
     json_t *arr = json_array();

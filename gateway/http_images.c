@@ -11,6 +11,7 @@
  * upload that never reached the store is removed then.
  */
 #include "fs.h"
+#include "store_images.h"
 #include "gateway.h"
 #include "id.h"
 #include "json_input.h"
@@ -77,7 +78,7 @@ bool http_image_upload_begin(struct request *r, long long content_length, enum M
         return false;
     }
     /* Refuse a taken name before reading what may be gigabytes (the store checks again). */
-    enum store_status s = r->gw->st->image_get(r->gw->st, name, &existing);
+    enum store_status s = store_image_get(r->gw->st, name, &existing);
     if (s == STORE_OK) {
         bool same_name = strcmp(existing.name, name) == 0;
         store_image_clear(&existing);
@@ -204,7 +205,7 @@ static enum MHD_Result upload_finish(struct request *r)
     snprintf(im.source, sizeof im.source, "upload");
     snprintf(im.upload_path, sizeof im.upload_path, "%s", u->path);
     im.upload_bytes = u->bytes;
-    enum store_status s = r->gw->st->image_create(r->gw->st, &r->ctx, &im);
+    enum store_status s = store_image_create(r->gw->st, &r->ctx, &im);
     if (s == STORE_CONFLICT)
         return reply_problem(r, "conflict", "name", "an Image named \"%s\" already exists",
                              u->name);
@@ -214,7 +215,7 @@ static enum MHD_Result upload_finish(struct request *r)
     notify_send(r->gw->workers, "queue");
     /* Read back so that the reply is what GET shows. */
     struct store_image fresh;
-    if (r->gw->st->image_get(r->gw->st, im.id, &fresh) == STORE_OK) {
+    if (store_image_get(r->gw->st, im.id, &fresh) == STORE_OK) {
         store_image_clear(&im);
         return reply_image(r, 202, &fresh);
     }
@@ -284,7 +285,7 @@ static enum MHD_Result pull_create(struct request *r)
         json_decref(cred);
     }
     json_decref(obj);
-    enum store_status s = r->gw->st->image_create(r->gw->st, &r->ctx, &im);
+    enum store_status s = store_image_create(r->gw->st, &r->ctx, &im);
     free(im.credentials_json);
     im.credentials_json = NULL;
     if (s == STORE_CONFLICT)
@@ -294,7 +295,7 @@ static enum MHD_Result pull_create(struct request *r)
         return reply_store_error(r, s, "Image");
     notify_send(r->gw->workers, "queue");
     struct store_image fresh;
-    if (r->gw->st->image_get(r->gw->st, im.id, &fresh) == STORE_OK)
+    if (store_image_get(r->gw->st, im.id, &fresh) == STORE_OK)
         return reply_image(r, 202, &fresh);
     return reply_image(r, 202, &im);
 }
@@ -315,7 +316,7 @@ enum MHD_Result http_image_list(struct request *r)
     struct store_image *items;
     if (!paging_params(r, &limit, &cursor, &ret))
         return ret;
-    enum store_status s = r->gw->st->image_list(r->gw->st, cursor, limit, &items, &n, next);
+    enum store_status s = store_image_list(r->gw->st, cursor, limit, &items, &n, next);
     if (s != STORE_OK)
         return reply_store_error(r, s, "Image list");
     json_t *arr = json_array();
@@ -328,7 +329,7 @@ enum MHD_Result http_image_list(struct request *r)
 enum MHD_Result http_image_get(struct request *r)
 {
     struct store_image im;
-    enum store_status s = r->gw->st->image_get(r->gw->st, r->params[0], &im);
+    enum store_status s = store_image_get(r->gw->st, r->params[0], &im);
     if (s != STORE_OK)
         return reply_store_error(r, s, "Image");
     return reply_image(r, 200, &im);
@@ -337,7 +338,7 @@ enum MHD_Result http_image_get(struct request *r)
 enum MHD_Result http_image_delete(struct request *r)
 {
     struct store_image im;
-    enum store_status s = r->gw->st->image_delete(r->gw->st, &r->ctx, r->params[0], &im);
+    enum store_status s = store_image_delete(r->gw->st, &r->ctx, r->params[0], &im);
     if (s == STORE_CONFLICT)
         return reply_problem(r, "conflict", NULL,
                              "Apps still run on this Image; point them at another image first");
@@ -360,7 +361,7 @@ int http_image_resolve(struct request *r, const char *image, char *image_id, siz
         snprintf(digest, digestlen, "default");
         return 0;
     }
-    enum store_status s = r->gw->st->image_get(r->gw->st, image, &im);
+    enum store_status s = store_image_get(r->gw->st, image, &im);
     if (s == STORE_NOT_FOUND) {
         *ret = reply_problem(r, "invalid-value", "image",
                              "no Image has the id or name \"%s\" (or use \"default\")", image);

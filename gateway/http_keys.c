@@ -3,6 +3,7 @@
  * revoke.
  */
 #include "auth.h"
+#include "store_keys.h"
 #include "gateway.h"
 #include "json_input.h"
 #include "key_cache.h"
@@ -38,7 +39,7 @@ enum MHD_Result http_key_create(struct request *r)
     snprintf(prefix, sizeof prefix, "%.*s", AUTH_KEY_SHOWN_PREFIX, secret);
     auth_hash(secret, hash);
     enum store_status s =
-        r->gw->st->key_create(r->gw->st, &r->ctx, r->params[0], name, prefix, hash, &k);
+        store_key_create(r->gw->st, &r->ctx, r->params[0], name, prefix, hash, &k);
     json_decref(obj);
     if (s != STORE_OK) {
         memset(secret, 0, sizeof secret);
@@ -54,7 +55,7 @@ enum MHD_Result http_key_list(struct request *r)
 {
     struct store_key *keys;
     size_t n;
-    enum store_status s = r->gw->st->key_list(r->gw->st, r->params[0], &keys, &n);
+    enum store_status s = store_key_list(r->gw->st, r->params[0], &keys, &n);
     if (s != STORE_OK)
         return reply_store_error(r, s, "App");
     json_t *arr = json_array();
@@ -72,7 +73,7 @@ void http_keys_changed(struct gateway *gw)
 
 enum MHD_Result http_key_delete(struct request *r)
 {
-    enum store_status s = r->gw->st->key_revoke(r->gw->st, &r->ctx, r->params[0], r->params[1]);
+    enum store_status s = store_key_revoke(r->gw->st, &r->ctx, r->params[0], r->params[1]);
     if (s != STORE_OK)
         return reply_store_error(r, s, "API key");
     http_keys_changed(r->gw);

@@ -4,6 +4,7 @@
  * (?wait=N) that answers as soon as the message is completed or failed.
  */
 #include "gateway.h"
+#include "store_messages.h"
 #include "json_input.h"
 #include "json_text.h"
 #include "log.h"
@@ -112,12 +113,10 @@ static void enqueue_committed(void *arg, enum store_status status, struct store_
 }
 
 /* Hands p to the committer and suspends the connection. False (nothing suspended, p untouched)
- * when the gateway is stopping or the store has no asynchronous enqueue: enqueue synchronously. */
+ * when the gateway is stopping: enqueue synchronously. */
 static bool enqueue_suspended(struct request *r, struct pending_enqueue *p)
 {
     struct gateway *gw = r->gw;
-    if (!gw->st->message_enqueue_async)
-        return false;
     /* Counted before stopping is read, and http_message_drain() reads the count after setting
      * it: either the drain waits for this request or this request sees stopping. */
     __atomic_add_fetch(&gw->enqueues_suspended, 1, __ATOMIC_SEQ_CST);
@@ -129,7 +128,7 @@ static bool enqueue_suspended(struct request *r, struct pending_enqueue *p)
     /* Suspend first: the callback may resume the connection before the call below returns, and
      * MHD only accepts a resume for a connection that is already suspended. */
     MHD_suspend_connection(r->conn);
-    if (gw->st->message_enqueue_async(gw->st, &r->ctx, &p->req, enqueue_committed, r) != STORE_OK) {
+    if (store_message_enqueue_async(gw->st, &r->ctx, &p->req, enqueue_committed, r) != STORE_OK) {
         p->status = STORE_ERROR;
         p->done = true;
         MHD_resume_connection(r->conn);
@@ -187,7 +186,7 @@ enum MHD_Result http_message_create(struct request *r)
 
     struct store_message m;
     bool replayed = false;
-    enum store_status st = r->gw->st->message_enqueue(r->gw->st, &r->ctx, &p->req, &m, &replayed);
+    enum store_status st = store_message_enqueue(r->gw->st, &r->ctx, &p->req, &m, &replayed);
     pending_free(p);
     return reply_enqueued(r, st, &m, replayed, false);
 }
@@ -212,8 +211,8 @@ enum MHD_Result http_message_list(struct request *r)
     struct store_message *items;
     if (!paging_params(r, &limit, &cursor, &ret))
         return ret;
-    enum store_status s = r->gw->st->message_list(r->gw->st, r->app_id, r->params[0], cursor, limit,
-                                                  &items, &n, next);
+    enum store_status s =
+        store_message_list(r->gw->st, r->app_id, r->params[0], cursor, limit, &items, &n, next);
     if (s != STORE_OK)
         return reply_store_error(r, s, "Session");
     struct json_text page = {0};
@@ -250,7 +249,7 @@ enum MHD_Result http_message_get(struct request *r)
     }
     if (r->wait_deadline_ms > 0)
         r->wait_hints = longpoll_hints_seen(gw->lp); /* before the read: see longpoll_park */
-    enum store_status st = gw->st->message_get(gw->st, r->app_id, r->params[0], r->params[1], &m);
+    enum store_status st = store_message_get(gw->st, r->app_id, r->params[0], r->params[1], &m);
     if (st != STORE_OK)
         return reply_store_error(r, st, "message");
     if (!finished(&m) && r->wait_deadline_ms > clock_mono_ms() && !gw->stopping) {

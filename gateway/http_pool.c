@@ -4,6 +4,9 @@
  * and sizes are theirs to know).
  */
 #include "gateway.h"
+#include "store_apps.h"
+#include "store_bounds.h"
+#include "store_sandboxes.h"
 #include "render.h"
 #include "reply.h"
 
@@ -26,7 +29,7 @@ enum MHD_Result http_pool_get(struct request *r)
 
     if (!r->is_admin) {
         struct store_app app;
-        s = st->app_get(st, r->app_id, &app);
+        s = store_app_get(st, r->app_id, &app);
         if (s != STORE_OK)
             return reply_store_error(r, s, "App");
         snprintf(own.driver, sizeof own.driver, "%s", app.driver);
@@ -37,7 +40,7 @@ enum MHD_Result http_pool_get(struct request *r)
         own.mem_size_mib = app.mem_size_mib;
         store_app_clear(&app);
     }
-    s = st->pool_stats(st, &shapes, &n);
+    s = store_pool_stats(st, &shapes, &n);
     if (s != STORE_OK)
         return reply_store_error(r, s, "pool");
     json_t *arr = json_array();
@@ -47,7 +50,7 @@ enum MHD_Result http_pool_get(struct request *r)
     free(shapes);
     char **unbounded;
     size_t nu;
-    if ((s = r->gw->st->sandbox_unbounded(r->gw->st, &unbounded, &nu)) != STORE_OK) {
+    if ((s = store_sandbox_unbounded(r->gw->st, &unbounded, &nu)) != STORE_OK) {
         json_decref(arr);
         return reply_store_error(r, s, "pool");
     }

@@ -3,6 +3,7 @@
  * and DELETE, which asks the owning worker to terminate the Sandbox now.
  */
 #include "gateway.h"
+#include "store_sandboxes.h"
 #include "render.h"
 #include "reply.h"
 #include "notify.h"
@@ -18,8 +19,7 @@ enum MHD_Result http_sandbox_list(struct request *r)
     struct store_sandbox *items;
     if (!paging_params(r, &limit, &cursor, &ret))
         return ret;
-    enum store_status s =
-        r->gw->st->sandbox_list(r->gw->st, r->app_id, cursor, limit, &items, &n, next);
+    enum store_status s = store_sandbox_list(r->gw->st, r->app_id, cursor, limit, &items, &n, next);
     if (s != STORE_OK)
         return reply_store_error(r, s, "Sandbox list");
     json_t *arr = json_array();
@@ -32,7 +32,7 @@ enum MHD_Result http_sandbox_list(struct request *r)
 enum MHD_Result http_sandbox_get(struct request *r)
 {
     struct store_sandbox b;
-    enum store_status s = r->gw->st->sandbox_get(r->gw->st, r->app_id, r->params[0], &b);
+    enum store_status s = store_sandbox_get(r->gw->st, r->app_id, r->params[0], &b);
     if (s != STORE_OK)
         return reply_store_error(r, s, "Sandbox");
     return reply_json(r, 200, render_sandbox(&b));
@@ -42,7 +42,7 @@ enum MHD_Result http_sandbox_delete(struct request *r)
 {
     struct store_sandbox b;
     enum store_status s =
-        r->gw->st->sandbox_request_stop(r->gw->st, &r->ctx, r->app_id, r->params[0], &b);
+        store_sandbox_request_stop(r->gw->st, &r->ctx, r->app_id, r->params[0], &b);
     if (s == STORE_CONFLICT)
         return reply_problem(r, "conflict", NULL, "the Sandbox has already ended");
     if (s != STORE_OK)

@@ -3,6 +3,7 @@
  * name), list, get, patch (metadata, keep-alive override), delete.
  */
 #include "gateway.h"
+#include "store_sessions.h"
 #include "json_input.h"
 #include "json_text.h"
 #include "render.h"
@@ -49,8 +50,8 @@ enum MHD_Result http_session_create(struct request *r)
         keep_alive = 0;
     if (metadata)
         metadata_json = json_dumps(metadata, JSON_COMPACT);
-    enum store_status st = r->gw->st->session_create(
-        r->gw->st, &r->ctx, r->app_id, name, keep_alive, workspace_id, metadata_json, &s, &created);
+    enum store_status st = store_session_create(r->gw->st, &r->ctx, r->app_id, name, keep_alive,
+                                                workspace_id, metadata_json, &s, &created);
     free(metadata_json);
     json_decref(obj);
     if (st == STORE_INVALID)
@@ -69,8 +70,7 @@ enum MHD_Result http_session_list(struct request *r)
     struct store_session *items;
     if (!paging_params(r, &limit, &cursor, &ret))
         return ret;
-    enum store_status s =
-        r->gw->st->session_list(r->gw->st, r->app_id, cursor, limit, &items, &n, next);
+    enum store_status s = store_session_list(r->gw->st, r->app_id, cursor, limit, &items, &n, next);
     if (s != STORE_OK)
         return reply_store_error(r, s, "Session list");
     struct json_text page = {0};
@@ -87,7 +87,7 @@ enum MHD_Result http_session_list(struct request *r)
 enum MHD_Result http_session_get(struct request *r)
 {
     struct store_session s;
-    enum store_status st = r->gw->st->session_get(r->gw->st, r->app_id, r->params[0], &s);
+    enum store_status st = store_session_get(r->gw->st, r->app_id, r->params[0], &s);
     if (st != STORE_OK)
         return reply_store_error(r, st, "Session");
     return reply_session(r, 200, &s);
@@ -118,7 +118,7 @@ enum MHD_Result http_session_patch(struct request *r)
     struct store_session_patch p = {.metadata_json = metadata_json,
                                     .keep_alive_seconds = has_keep_alive > 0 ? &keep_alive : NULL};
     enum store_status st =
-        r->gw->st->session_update(r->gw->st, &r->ctx, r->app_id, r->params[0], &p, &s);
+        store_session_update(r->gw->st, &r->ctx, r->app_id, r->params[0], &p, &s);
     free(metadata_json);
     json_decref(obj);
     if (st != STORE_OK)
@@ -128,7 +128,7 @@ enum MHD_Result http_session_patch(struct request *r)
 
 enum MHD_Result http_session_delete(struct request *r)
 {
-    enum store_status st = r->gw->st->session_delete(r->gw->st, &r->ctx, r->app_id, r->params[0]);
+    enum store_status st = store_session_delete(r->gw->st, &r->ctx, r->app_id, r->params[0]);
     if (st != STORE_OK)
         return reply_store_error(r, st, "Session");
     /* Its Sandbox, if any, is terminated by the owning worker: wake the workers now. */

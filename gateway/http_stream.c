@@ -7,6 +7,8 @@
  * is a plain 404.
  */
 #include "gateway.h"
+#include "store_messages.h"
+#include "store_stream.h"
 #include "json_text.h"
 #include "render.h"
 #include "reply.h"
@@ -65,15 +67,15 @@ static int message_produce(struct sse_stream *s, void *arg, bool *ended)
     }
     /* The state first, then the chunks: the worker stores a message's chunks before it ends it,
      * so a message read as finished has all of its chunks in the read that follows. */
-    enum store_status rc = st->message_get(st, ms->app_id, ms->session_id, ms->message_id, &m);
+    enum store_status rc = store_message_get(st, ms->app_id, ms->session_id, ms->message_id, &m);
     if (rc == STORE_NOT_FOUND) {
         *ended = true; /* its Session was deleted meanwhile */
         return 0;
     }
     if (rc != STORE_OK)
         return -1;
-    rc = st->chunk_list(st, ms->app_id, ms->session_id, ms->message_id, ms->next_index, CHUNK_PAGE,
-                        &c, &n, &dropped);
+    rc = store_chunk_list(st, ms->app_id, ms->session_id, ms->message_id, ms->next_index,
+                          CHUNK_PAGE, &c, &n, &dropped);
     int out = rc == STORE_OK || rc == STORE_NOT_FOUND ? 0 : -1;
     for (size_t i = 0; out == 0 && i < n; i++) {
         out = sse_append_event(s, c[i].index, "chunk", c[i].value_json);
@@ -102,8 +104,8 @@ enum MHD_Result http_message_stream(struct request *r)
         return reply_problem(r, "invalid-parameter", "Last-Event-ID",
                              "Last-Event-ID must be the index of a chunk (a decimal number)");
     /* 404 before any stream: the same lookup the stream makes, for no chunk at all. */
-    enum store_status st = gw->st->chunk_list(gw->st, r->app_id, r->params[0], r->params[1],
-                                              INT64_MAX, 1, &c, &n, NULL);
+    enum store_status st =
+        store_chunk_list(gw->st, r->app_id, r->params[0], r->params[1], INT64_MAX, 1, &c, &n, NULL);
     if (st != STORE_OK)
         return reply_store_error(r, st, "message");
     store_chunk_list_free(c, n);

@@ -5,6 +5,8 @@
  * common/webhook_target.h; the worker delivers (worker/delivery/webhook_sender.c).
  */
 #include "gateway.h"
+#include "store_apps.h"
+#include "store_webhooks.h"
 #include "json_input.h"
 #include "render.h"
 #include "reply.h"
@@ -135,7 +137,7 @@ enum MHD_Result http_webhook_create(struct request *r)
     }
     struct store_webhook w;
     enum store_status s =
-        r->gw->st->webhook_create(r->gw->st, &r->ctx, r->params[0], url, types_json, secret, &w);
+        store_webhook_create(r->gw->st, &r->ctx, r->params[0], url, types_json, secret, &w);
     free(types_json);
     json_decref(obj);
     memset(secret, 0, sizeof secret);
@@ -153,13 +155,13 @@ enum MHD_Result http_webhook_create(struct request *r)
 enum MHD_Result http_webhook_list(struct request *r)
 {
     struct store_app a;
-    enum store_status s = r->gw->st->app_get(r->gw->st, r->params[0], &a);
+    enum store_status s = store_app_get(r->gw->st, r->params[0], &a);
     if (s != STORE_OK)
         return reply_store_error(r, s, "App");
     store_app_clear(&a);
     struct store_webhook *items;
     size_t n;
-    s = r->gw->st->webhook_list(r->gw->st, r->params[0], &items, &n);
+    s = store_webhook_list(r->gw->st, r->params[0], &items, &n);
     if (s != STORE_OK)
         return reply_store_error(r, s, "App");
     json_t *arr = json_array();
@@ -172,7 +174,7 @@ enum MHD_Result http_webhook_list(struct request *r)
 enum MHD_Result http_webhook_get(struct request *r)
 {
     struct store_webhook w;
-    enum store_status s = r->gw->st->webhook_get(r->gw->st, r->params[0], r->params[1], &w);
+    enum store_status s = store_webhook_get(r->gw->st, r->params[0], r->params[1], &w);
     if (s != STORE_OK)
         return reply_store_error(r, s, "webhook");
     json_t *body = render_webhook(&w);
@@ -182,7 +184,7 @@ enum MHD_Result http_webhook_get(struct request *r)
 
 enum MHD_Result http_webhook_delete(struct request *r)
 {
-    enum store_status s = r->gw->st->webhook_delete(r->gw->st, &r->ctx, r->params[0], r->params[1]);
+    enum store_status s = store_webhook_delete(r->gw->st, &r->ctx, r->params[0], r->params[1]);
     if (s != STORE_OK)
         return reply_store_error(r, s, "webhook");
     return reply_empty(r, 204);
@@ -198,8 +200,8 @@ enum MHD_Result http_webhook_deliveries(struct request *r)
     if (!paging_params(r, &limit, &cursor, &ret))
         return ret;
     int64_t after = *cursor ? strtoll(cursor, NULL, 10) : 0;
-    enum store_status s = r->gw->st->webhook_delivery_list(r->gw->st, r->params[0], r->params[1],
-                                                           after, limit, &items, &n, next);
+    enum store_status s = store_webhook_delivery_list(r->gw->st, r->params[0], r->params[1], after,
+                                                      limit, &items, &n, next);
     if (s != STORE_OK)
         return reply_store_error(r, s, "webhook");
     json_t *arr = json_array();

@@ -6,6 +6,7 @@
  * filesystem, then the directory by directory fds, see fs.h).
  */
 #include "fs.h"
+#include "store_workspaces.h"
 #include "gateway.h"
 #include "json_input.h"
 #include "log.h"
@@ -65,15 +66,15 @@ enum MHD_Result http_workspace_create(struct request *r)
         json_decref(obj);
         return reply_input_error(r, &e);
     }
-    enum store_status s = r->gw->st->workspace_create(r->gw->st, &r->ctx, r->app_id, name, size_mib,
-                                                      r->gw->cfg.data_dir, &w);
+    enum store_status s = store_workspace_create(r->gw->st, &r->ctx, r->app_id, name, size_mib,
+                                                 r->gw->cfg.data_dir, &w);
     json_decref(obj);
     if (s != STORE_OK)
         return reply_store_error(r, s, "Workspace");
     if (workspace_mkdir(r->gw, &w) != 0) {
         int err = errno;
         /* Without its directory the Workspace is useless: take the row back. */
-        r->gw->st->workspace_delete(r->gw->st, &r->ctx, r->app_id, w.id, NULL);
+        store_workspace_delete(r->gw->st, &r->ctx, r->app_id, w.id, NULL);
         /* The host's path goes to the log, never to the caller. */
         log_emit(LOG_LEVEL_ERROR, r->request_id, "workspace %s: cannot create %s: %s", w.id, w.path,
                  strerror(err));
@@ -89,7 +90,7 @@ enum MHD_Result http_workspace_create(struct request *r)
         workspace_fs_ensure(w.path, size_mib, (uid_t)r->gw->cfg.sandbox_uid,
                             (gid_t)r->gw->cfg.sandbox_gid, fs_err, sizeof fs_err) != 0) {
         rmdir(w.path);
-        r->gw->st->workspace_delete(r->gw->st, &r->ctx, r->app_id, w.id, NULL);
+        store_workspace_delete(r->gw->st, &r->ctx, r->app_id, w.id, NULL);
         log_emit(LOG_LEVEL_ERROR, r->request_id, "workspace %s: cannot create its filesystem: %s",
                  w.id, fs_err);
         return reply_problem(r, "internal", NULL,
@@ -111,7 +112,7 @@ enum MHD_Result http_workspace_list(struct request *r)
     if (!paging_params(r, &limit, &cursor, &ret))
         return ret;
     enum store_status s =
-        r->gw->st->workspace_list(r->gw->st, r->app_id, cursor, limit, &items, &n, next);
+        store_workspace_list(r->gw->st, r->app_id, cursor, limit, &items, &n, next);
     if (s != STORE_OK)
         return reply_store_error(r, s, "Workspace list");
     json_t *arr = json_array();
@@ -124,7 +125,7 @@ enum MHD_Result http_workspace_list(struct request *r)
 enum MHD_Result http_workspace_get(struct request *r)
 {
     struct store_workspace w;
-    enum store_status s = r->gw->st->workspace_get(r->gw->st, r->app_id, r->params[0], &w);
+    enum store_status s = store_workspace_get(r->gw->st, r->app_id, r->params[0], &w);
     if (s != STORE_OK)
         return reply_store_error(r, s, "Workspace");
     return reply_json(r, 200, render_workspace(&w));
@@ -133,8 +134,7 @@ enum MHD_Result http_workspace_get(struct request *r)
 enum MHD_Result http_workspace_delete(struct request *r)
 {
     struct store_workspace w;
-    enum store_status s =
-        r->gw->st->workspace_delete(r->gw->st, &r->ctx, r->app_id, r->params[0], &w);
+    enum store_status s = store_workspace_delete(r->gw->st, &r->ctx, r->app_id, r->params[0], &w);
     if (s == STORE_CONFLICT)
         return reply_problem(r, "conflict", NULL,
                              "the Workspace is attached to a live Session, or a Sandbox that "

@@ -14,7 +14,7 @@
 #ifndef SBX_KEY_CACHE_H
 #define SBX_KEY_CACHE_H
 
-#include "store.h"
+#include "store_records.h"
 
 #include <stdbool.h>
 #include <stdint.h>

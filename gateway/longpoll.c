@@ -2,6 +2,7 @@
  * longpoll.c: parked long polls and the thread that resumes them (see longpoll.h).
  */
 #include "longpoll.h"
+#include "store_messages.h"
 #include "gateway.h"
 #include "key_cache.h"
 #include "log.h"
@@ -188,7 +189,7 @@ static void recheck(struct longpoll *lp)
     for (size_t i = 0; i < n; i++) {
         struct store_message m;
         enum store_status s =
-            st->message_get(st, snap[i]->app_id, snap[i]->session_id, snap[i]->message_id, &m);
+            store_message_get(st, snap[i]->app_id, snap[i]->session_id, snap[i]->message_id, &m);
         bool finished =
             s != STORE_OK || strcmp(m.state, "completed") == 0 || strcmp(m.state, "failed") == 0;
         if (s == STORE_OK)

@@ -86,9 +86,9 @@ static int bootstrap_admin(struct gateway *gw)
     if (gw->cfg.admin_token[0]) {
         auth_hash(gw->cfg.admin_token, gw->admin_hash);
         hex_encode(gw->admin_hash, hex);
-        return st->setting_put(st, "admin_token_sha256", hex) == STORE_OK ? 0 : -1;
+        return store_setting_put(st, "admin_token_sha256", hex) == STORE_OK ? 0 : -1;
     }
-    s = st->setting_get(st, "admin_token_sha256", hex, sizeof hex);
+    s = store_setting_get(st, "admin_token_sha256", hex, sizeof hex);
     if (s == STORE_OK)
         return hex_decode(hex, gw->admin_hash, 32);
     if (s != STORE_NOT_FOUND || auth_new_secret(AUTH_ADMIN_PREFIX, token, sizeof token) != 0)
@@ -97,7 +97,7 @@ static int bootstrap_admin(struct gateway *gw)
     hex_encode(gw->admin_hash, hex);
     /* Another gateway starting on the same empty database at this moment may store its own
      * token first: then that one is the admin token, and this one is never shown. */
-    if (st->setting_init(st, "admin_token_sha256", hex, stored, sizeof stored) != STORE_OK)
+    if (store_setting_init(st, "admin_token_sha256", hex, stored, sizeof stored) != STORE_OK)
         return -1;
     if (strcmp(stored, hex) != 0) {
         memset(token, 0, sizeof token);
@@ -120,15 +120,15 @@ static int bootstrap_echo_app(struct gateway *gw, const char *base_url)
     uint8_t hash[32];
     size_t n;
 
-    if (st->setting_get(st, "bootstrap_echo_app", done, sizeof done) == STORE_OK)
+    if (store_setting_get(st, "bootstrap_echo_app", done, sizeof done) == STORE_OK)
         return 0;
-    if (st->app_list(st, "", 1, &apps, &n, next) != STORE_OK)
+    if (store_app_list(st, "", 1, &apps, &n, next) != STORE_OK)
         return -1;
     store_app_list_free(apps, n);
     if (n == 0) {
         store_app_defaults(&app, "echo", gw->cfg.driver);
         app.command_json = strdup("[\"/usr/bin/sbx-echo-agent\"]");
-        if (!app.command_json || st->app_create(st, &gateway_ctx, &app) != STORE_OK) {
+        if (!app.command_json || store_app_create(st, &gateway_ctx, &app) != STORE_OK) {
             store_app_clear(&app);
             return -1;
         }
@@ -137,7 +137,7 @@ static int bootstrap_echo_app(struct gateway *gw, const char *base_url)
             return -1;
         snprintf(prefix, sizeof prefix, "%.*s", AUTH_KEY_SHOWN_PREFIX, secret);
         auth_hash(secret, hash);
-        if (st->key_create(st, &gateway_ctx, app.id, "bootstrap", prefix, hash, &key) != STORE_OK)
+        if (store_key_create(st, &gateway_ctx, app.id, "bootstrap", prefix, hash, &key) != STORE_OK)
             return -1;
         printf("sbx: App \"echo\" (%s) created with an API key (shown once):\n"
                "    KEY=%s\n"
@@ -152,7 +152,7 @@ static int bootstrap_echo_app(struct gateway *gw, const char *base_url)
         fflush(stdout);
         memset(secret, 0, sizeof secret);
     }
-    return st->setting_put(st, "bootstrap_echo_app", "1") == STORE_OK ? 0 : -1;
+    return store_setting_put(st, "bootstrap_echo_app", "1") == STORE_OK ? 0 : -1;
 }
 
 static int parse_listen(const char *listen, struct sockaddr_storage *sa, char *host, size_t hostlen)
@@ -440,7 +440,7 @@ out:
     notify_peer_free(gw.gateways);
     key_cache_free(gw.keys);
     pki_free(gw.pki);
-    gw.st->close(gw.st);
+    store_close(gw.st);
     /* After the listeners: a handshake may use a pair until its daemon has stopped. */
     tls_close();
     return rc;

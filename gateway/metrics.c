@@ -4,6 +4,10 @@
  * number of series stays bounded whatever callers send.
  */
 #include "metrics.h"
+#include "store_events.h"
+#include "store_hosts.h"
+#include "store_sandboxes.h"
+#include "store_settings.h"
 #include "gateway.h"
 #include "clock.h"
 
@@ -186,7 +190,7 @@ static void render_histogram(struct buf *b, const char *name, const char *help,
 static void render_store(struct store *st, struct buf *b)
 {
     struct store_counts c;
-    if (st->counts(st, &c) != STORE_OK) {
+    if (store_counts(st, &c) != STORE_OK) {
         out(b, "# HELP sbx_store_up Whether the store answered this scrape.\n"
                "# TYPE sbx_store_up gauge\nsbx_store_up 0\n");
         return;
@@ -234,7 +238,7 @@ static void render_pool(struct store *st, struct buf *b)
 {
     struct store_pool_stat *shapes = NULL;
     size_t n = 0;
-    if (st->pool_stats(st, &shapes, &n) != STORE_OK)
+    if (store_pool_stats(st, &shapes, &n) != STORE_OK)
         return;
     static const struct {
         const char *name, *type, *help;
@@ -276,7 +280,7 @@ static void render_hosts(struct store *st, struct buf *b)
     struct store_host *hosts = NULL;
     size_t n = 0;
     int64_t now = clock_wall_ms();
-    if (!st->host_list || st->host_list(st, &hosts, &n) != STORE_OK)
+    if (store_host_list(st, &hosts, &n) != STORE_OK)
         return;
     static const struct {
         const char *name, *help;
@@ -316,7 +320,7 @@ static void render_hosts(struct store *st, struct buf *b)
 static void render_firewall(struct store *st, struct buf *b)
 {
     char text[4096];
-    if (st->setting_get(st, "firewall_metrics", text, sizeof text) == STORE_OK)
+    if (store_setting_get(st, "firewall_metrics", text, sizeof text) == STORE_OK)
         out(b, "%s", text);
 }
 
@@ -326,7 +330,7 @@ static void render_egress(struct store *st, struct buf *b)
 {
     size_t cap = 128 * 1024;
     char *text = malloc(cap);
-    if (text && st->setting_get(st, "egress_metrics", text, cap) == STORE_OK)
+    if (text && store_setting_get(st, "egress_metrics", text, cap) == STORE_OK)
         out(b, "%s", text);
     free(text);
 }

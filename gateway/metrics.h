@@ -6,7 +6,7 @@
 #ifndef SBX_METRICS_H
 #define SBX_METRICS_H
 
-#include "store.h"
+#include "store_records.h"
 
 #include <stddef.h>
 #include <stdint.h>

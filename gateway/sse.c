@@ -2,6 +2,7 @@
  * sse.c: the streams' hub thread and the content reader every stream shares (see sse.h).
  */
 #include "sse.h"
+#include "store_stream.h"
 #include "log.h"
 #include "clock.h"
 #include "notify.h"
@@ -332,7 +333,7 @@ static int64_t mark_and_resume(struct sse_hub *h, const struct marks *mk, bool e
 static bool events_moved(struct sse_hub *h)
 {
     int64_t id = 0;
-    if (h->gw->st->event_last_id(h->gw->st, &id) != STORE_OK || id <= h->last_event_id)
+    if (store_event_last_id(h->gw->st, &id) != STORE_OK || id <= h->last_event_id)
         return false;
     h->last_event_id = id;
     return true;
@@ -471,7 +472,7 @@ struct sse_hub *sse_start(struct gateway *gw, char *err, size_t errlen)
         sse_free(h);
         return NULL;
     }
-    if (gw->st->event_last_id(gw->st, &h->last_event_id) != STORE_OK)
+    if (store_event_last_id(gw->st, &h->last_event_id) != STORE_OK)
         h->last_event_id = 0;
     if (pthread_create(&h->thread, NULL, hub_main, h) != 0) {
         snprintf(err, errlen, "cannot start the stream thread");

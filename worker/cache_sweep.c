@@ -7,6 +7,7 @@
  * size is measured once).
  */
 #include "cache_sweep.h"
+#include "store_images.h"
 #include "images/image_cache.h"
 #include "images/image_digest.h"
 #include "images/importer.h"
@@ -92,12 +93,12 @@ void images_sweep(struct worker *w)
     size_t n_use = 0, n_ready = 0;
     char base[600], dir[700], marker[720], digest[STORE_DIGEST_LEN];
 
-    if (now - last_sweep < CACHE_SWEEP_MS || !w->st->image_digests_in_use)
+    if (now - last_sweep < CACHE_SWEEP_MS)
         return;
     last_sweep = now;
-    if (w->st->image_digests_in_use(w->st, &in_use, &n_use) != STORE_OK)
+    if (store_image_digests_in_use(w->st, &in_use, &n_use) != STORE_OK)
         return;
-    if (w->st->image_digests_ready(w->st, &ready, &n_ready) != STORE_OK) {
+    if (store_image_digests_ready(w->st, &ready, &n_ready) != STORE_OK) {
         free(in_use);
         return;
     }

@@ -8,6 +8,7 @@
  * fetch failed lately (retried after FETCH_RETRY_MS).
  */
 #include "import_jobs.h"
+#include "store_images.h"
 #include "images/image_cache.h"
 #include "images/importer.h"
 #include "images/registry_pull.h"
@@ -113,7 +114,7 @@ static void import_done(void *arg)
         log_warn("images: %s (%s) failed: %s: %s", j->im.id, j->im.name, r.problem_code,
                  r.problem_detail);
     }
-    enum store_status s = w->st->image_finish_import(w->st, &w->ctx, j->im.id, w->id, &r);
+    enum store_status s = store_image_finish_import(w->st, &w->ctx, j->im.id, w->id, &r);
     if (s == STORE_CONFLICT)
         log_info("images: %s was deleted or taken over during its import", j->im.id);
     else if (s != STORE_OK)
@@ -135,15 +136,13 @@ static bool fetch_missing(struct worker *w)
 {
     char source[512], manifest[STORE_DIGEST_LEN];
     struct registry_ref ref;
-    if (!w->st->image_pull_source)
-        return false;
     for (size_t i = 0; i < w->n_shapes; i++) {
         const char *digest = w->shapes[i].image;
         if (image_is_default(digest) || image_cache_ready(&w->cfg, digest) ||
             fetch_failed_lately(digest))
             continue;
-        if (w->st->image_pull_source(w->st, digest, source, sizeof source, manifest,
-                                     sizeof manifest) != STORE_OK ||
+        if (store_image_pull_source(w->st, digest, source, sizeof source, manifest,
+                                    sizeof manifest) != STORE_OK ||
             registry_ref_parse(source, &ref) != 0)
             continue;
         struct import_job *j = calloc(1, sizeof *j);
@@ -170,13 +169,13 @@ static bool fetch_missing(struct worker *w)
 
 void images_poll(struct worker *w)
 {
-    if (w->image_job_running || w->stopping || !w->st->image_claim_import)
+    if (w->image_job_running || w->stopping)
         return;
     struct import_job *j = calloc(1, sizeof *j);
     if (!j)
         return;
     enum store_status s =
-        w->st->image_claim_import(w->st, &w->ctx, w->id, w->cfg.worker_stale_ms, &j->im);
+        store_image_claim_import(w->st, &w->ctx, w->id, w->cfg.worker_stale_ms, &j->im);
     if (s != STORE_OK) {
         if (s != STORE_EMPTY)
             log_warn("images: cannot claim an import: %s", store_status_name(s));

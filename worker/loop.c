@@ -7,6 +7,7 @@
  * worker exit once it holds nothing.
  */
 #include "worker.h"
+#include "store.h"
 #include "cache_sweep.h"
 #include "callback.h"
 #include "import_jobs.h"
@@ -144,7 +145,7 @@ static void publish_firewall_metrics(struct worker *w)
         return;
     if (strcmp(text, w->firewall_metrics_sent) == 0)
         return;
-    if (w->st->setting_put(w->st, "firewall_metrics", text) == STORE_OK)
+    if (store_setting_put(w->st, "firewall_metrics", text) == STORE_OK)
         memcpy(w->firewall_metrics_sent, text, sizeof w->firewall_metrics_sent);
 }
 
@@ -153,7 +154,7 @@ static void on_heartbeat(evutil_socket_t fd, short what, void *arg)
     struct worker *w = arg;
     (void)fd;
     (void)what;
-    enum store_status rc = w->st->worker_heartbeat(w->st, w->id);
+    enum store_status rc = store_worker_heartbeat(w->st, w->id);
     if (rc == STORE_CONFLICT) {
         /* Another worker took this one for dead and adopted its Sandboxes and leases (it reaps
          * them): carrying on would deliver twice. Leave at once, touching nothing. */
@@ -273,7 +274,7 @@ int worker_init(struct worker *w, const struct sbx_config *cfg,
     }
     net_set_installation(w->installation);
     host_tag_set(w->installation);
-    rc = w->st->worker_register(w->st, w->id, w->hostname, (int64_t)getpid());
+    rc = store_worker_register(w->st, w->id, w->hostname, (int64_t)getpid());
     if (rc != STORE_OK) {
         snprintf(err, errlen, "cannot register the worker in %s: %s", cfg->db_path,
                  store_status_name(rc));
@@ -282,7 +283,7 @@ int worker_init(struct worker *w, const struct sbx_config *cfg,
     struct store_host host = {.capacity = cfg->host_capacity};
     snprintf(host.id, sizeof host.id, "%s", cfg->host_id);
     snprintf(host.address, sizeof host.address, "%s", cfg->host_address);
-    rc = w->st->host_register(w->st, &w->ctx, &host, w->id, &w->host_was_lost_at);
+    rc = store_host_register(w->st, &w->ctx, &host, w->id, &w->host_was_lost_at);
     if (rc != STORE_OK) {
         snprintf(err, errlen, "cannot register host %s in %s: %s", cfg->host_id, cfg->db_path,
                  store_status_name(rc));
@@ -344,7 +345,7 @@ static void nfs_stop_if_last(struct worker *w)
     size_t n = 0;
     bool others = false;
     char err[256];
-    if (w->st->worker_list_active(w->st, &workers, &n) != STORE_OK) {
+    if (store_worker_list_active(w->st, &workers, &n) != STORE_OK) {
         log_warn("worker: cannot list workers; leaving the NFS server running");
         return;
     }
@@ -390,7 +391,7 @@ int worker_run(struct worker *w)
     host_beat_stop(w->host_beat);
     w->host_beat = NULL;
 
-    w->st->worker_stop(w->st, w->id);
+    store_worker_stop(w->st, w->id);
     nfs_stop_if_last(w);
     log_info("worker %s stopped", w->id);
     return w->exit_code;
@@ -422,5 +423,5 @@ void worker_fini(struct worker *w)
     if (w->base)
         event_base_free(w->base);
     if (w->st)
-        w->st->close(w->st);
+        store_close(w->st);
 }

@@ -27,7 +27,7 @@
 #include "installation.h"
 #include "drivers/driver.h"
 #include "notify.h"
-#include "store.h"
+#include "store_records.h"
 
 #include <event2/event.h>
 #include <stdbool.h>

@@ -1,6 +1,6 @@
 /*
- * store_open.c: picks the store backend that the `store` setting names, and assembles the
- * PostgreSQL one: its engine (sql_pg.c) under the store's engine-independent logic.
+ * store_open.c: picks the store backend that the `store` setting names, assembles the PostgreSQL
+ * one (its engine, sql_pg.c, under the store's engine-independent logic), and closes either.
  */
 #include "log.h"
 #include "migrations.h"
@@ -21,12 +21,6 @@ struct store *store_open(const char *store, const char *sqlite_path, int busy_ti
     return NULL;
 }
 
-static void store_pg_close(struct store *st)
-{
-    store_sql_fini(st);
-    sql_pg_store_close(st);
-}
-
 struct store *store_pg_open(const char *url, int busy_timeout_ms, char *err, size_t errlen)
 {
     struct store *st = sql_pg_store_open(url, busy_timeout_ms, err, errlen);
@@ -36,8 +30,15 @@ struct store *store_pg_open(const char *url, int busy_timeout_ms, char *err, siz
         sql_pg_store_close(st);
         return NULL;
     }
-    st->close = store_pg_close;
     store_sql_init(st);
     log_info("store: PostgreSQL at %s", sql_pg_store_url(st));
     return st;
+}
+
+void store_close(struct store *st)
+{
+    if (!st)
+        return;
+    store_sql_fini(st);
+    sql_eng(st)->close(st);
 }

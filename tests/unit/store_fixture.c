@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "store_fixture.h"
+#include "store.h"
 
 #include "id.h"
 #include "store/sql/sql_pg.h"
@@ -106,7 +107,7 @@ static void pg_close(struct store_fixture *f)
     if (f->raw_pg)
         PQfinish(f->raw_pg);
     if (f->st)
-        f->st->close(f->st);
+        store_close(f->st);
     /* FORCE: a test that failed half-way may leave a connection open; the database goes anyway. */
     snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s WITH (FORCE)", f->dbname);
     pg_admin(sql);
@@ -134,7 +135,7 @@ static void sqlite_close(struct store_fixture *f)
     sqlite3_close(f->writer_lock_sqlite);
     sqlite3_close(f->raw_sqlite);
     if (f->st)
-        f->st->close(f->st);
+        store_close(f->st);
     snprintf(cmd, sizeof cmd, "rm -rf %s", f->dir);
     assert_int_equal(system(cmd), 0);
 }

@@ -111,23 +111,23 @@ static void test_revoked_key_fails_at_once(void **state)
     struct store_app app;
     store_app_defaults(&app, "a", "process");
     app.command_json = "[\"x\"]";
-    assert_int_equal(st->app_create(st, &ctx, &app), STORE_OK);
+    assert_int_equal(store_app_create(st, &ctx, &app), STORE_OK);
 
     uint8_t hash[32], other_hash[32];
     struct store_key key, found;
     assert_int_equal(auth_new_secret(AUTH_KEY_PREFIX, secret, sizeof secret), 0);
     auth_hash(secret, hash);
-    assert_int_equal(st->key_create(st, &ctx, app.id, NULL, "sbx_xxxxxx", hash, &key), STORE_OK);
-    assert_int_equal(st->key_lookup(st, hash, &found), STORE_OK);
+    assert_int_equal(store_key_create(st, &ctx, app.id, NULL, "sbx_xxxxxx", hash, &key), STORE_OK);
+    assert_int_equal(store_key_lookup(st, hash, &found), STORE_OK);
     assert_string_equal(found.app_id, app.id);
     /* A different key (one bit of the secret changed) is not found. */
     snprintf(other, sizeof other, "%s", secret);
     other[10] = other[10] == 'A' ? 'B' : 'A';
     auth_hash(other, other_hash);
-    assert_int_equal(st->key_lookup(st, other_hash, &found), STORE_NOT_FOUND);
-    assert_int_equal(st->key_revoke(st, &ctx, app.id, key.id), STORE_OK);
-    assert_int_equal(st->key_lookup(st, hash, &found), STORE_NOT_FOUND);
-    st->close(st);
+    assert_int_equal(store_key_lookup(st, other_hash, &found), STORE_NOT_FOUND);
+    assert_int_equal(store_key_revoke(st, &ctx, app.id, key.id), STORE_OK);
+    assert_int_equal(store_key_lookup(st, hash, &found), STORE_NOT_FOUND);
+    store_close(st);
     unlink(path);
     snprintf(p, sizeof p, "%s-wal", path);
     unlink(p);

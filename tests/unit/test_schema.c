@@ -107,7 +107,7 @@ static void test_migrations_match_schema_sql(void **state)
     temp_db(migrated, sizeof migrated);
     struct store *st = store_sqlite_open(migrated, 1000, "FULL", err, sizeof err);
     assert_non_null(st);
-    st->close(st);
+    store_close(st);
 
     temp_db(documented, sizeof documented);
     char *sql = read_file(SBX_SOURCE_DIR "/schema/schema.sql");
@@ -206,9 +206,9 @@ static int64_t store_event(const char *path, const char *name)
     snprintf(a.image, sizeof a.image, "default");
     a.max_attempts = 3;
     a.command_json = "[\"/bin/true\"]";
-    assert_int_equal(st->app_create(st, &ctx, &a), STORE_OK);
-    assert_int_equal(st->event_last_id(st, &id), STORE_OK);
-    st->close(st);
+    assert_int_equal(store_app_create(st, &ctx, &a), STORE_OK);
+    assert_int_equal(store_event_last_id(st, &id), STORE_OK);
+    store_close(st);
     return id;
 }
 
@@ -262,7 +262,7 @@ static void test_events_are_append_only(void **state)
     temp_db(path, sizeof path);
     struct store *st = store_sqlite_open(path, 1000, "FULL", err, sizeof err);
     assert_non_null(st);
-    st->close(st);
+    store_close(st);
     assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
     assert_int_equal(sqlite3_exec(db,
                                   "INSERT INTO events (at, actor, kind, object_type, object_id) "

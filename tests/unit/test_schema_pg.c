@@ -269,7 +269,7 @@ static sqlite3 *sqlite_migrated_db(char *path, size_t len)
     if (!st)
         fprintf(stderr, "store_sqlite_open: %s\n", err);
     assert_non_null(st);
-    st->close(st);
+    store_close(st);
     assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
     return db;
 }

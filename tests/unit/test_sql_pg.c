@@ -9,6 +9,7 @@
  * Session another transaction holds, and the events horizon.
  */
 #include "log.h"
+#include "store.h"
 #include "clock.h"
 #include "store/sql/sql_pg.h"
 
@@ -104,7 +105,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct store *st = *state;
-    st->close(st);
+    store_close(st);
     return 0;
 }
 
@@ -486,7 +487,7 @@ static void test_the_last_statement_carries_the_commit(void **state)
     sql_rollback(st);
     assert_int_equal(query_int(other, "SELECT count(*) FROM items"), 4);
     assert_int_equal(query_int(st, "SELECT count(*) FROM items WHERE name = 'kept'"), 1);
-    other->close(other);
+    store_close(other);
 }
 
 static void test_session_settings(void **state)
@@ -721,7 +722,7 @@ static void test_lock_wait_beyond_lock_timeout_is_busy(void **state)
     assert_int_equal(sql_commit(waiter), STORE_OK);
     assert_int_equal(sql_begin_read(waiter), STORE_OK);
     assert_int_equal(sql_commit(waiter), STORE_OK);
-    waiter->close(waiter);
+    store_close(waiter);
 
     /* Without options in the URL, the lock timeout is the one given (the busy_timeout_ms
      * setting). */
@@ -731,7 +732,7 @@ static void test_lock_wait_beyond_lock_timeout_is_busy(void **state)
     assert_int_equal(sql_step(s), SQL_ROW);
     assert_string_equal(sql_col_text(s, 0), "300ms");
     sql_done(s);
-    waiter->close(waiter);
+    store_close(waiter);
 }
 
 /* A process stopped in the middle of a transaction must not hold the write lock for ever: the
@@ -761,7 +762,7 @@ static void test_a_transaction_left_idle_is_ended_by_the_server(void **state)
     assert_int_equal(sql_begin(idle), STORE_OK);
     assert_int_equal(query_int(idle, "SELECT value FROM counters"), 0);
     assert_int_equal(sql_commit(idle), STORE_OK);
-    idle->close(idle);
+    store_close(idle);
 }
 
 static void test_readers_see_one_snapshot(void **state)
@@ -942,7 +943,7 @@ static void *migrate_v3(void *arg)
     if (*rc != 0)
         fprintf(stderr, "migrate: %s\n", err);
     if (st)
-        st->close(st);
+        store_close(st);
     return NULL;
 }
 
@@ -1002,7 +1003,7 @@ static void create_database(const char *name, char *url, size_t urllen)
     assert_int_equal(sql_exec(admin, sql), SQL_DONE);
     snprintf(sql, sizeof sql, "CREATE DATABASE %s OWNER sbx", name);
     assert_int_equal(sql_exec(admin, sql), SQL_DONE);
-    admin->close(admin);
+    store_close(admin);
     slash = strrchr(pg_url(), '/');
     snprintf(url, urllen, "%.*s/%s", (int)(slash - pg_url()), pg_url(), name);
 }
@@ -1020,7 +1021,7 @@ static void create_app(struct store *st, struct store_app *a)
     snprintf(a->image, sizeof a->image, "default");
     a->max_attempts = 3;
     a->command_json = "[\"/usr/bin/sbx-echo-agent\"]";
-    assert_int_equal(st->app_create(st, &admin, a), STORE_OK);
+    assert_int_equal(store_app_create(st, &admin, a), STORE_OK);
     a->command_json = NULL;
 }
 
@@ -1028,7 +1029,7 @@ static void create_session(struct store *st, const char *app_id, struct store_se
 {
     static const struct store_ctx admin = {"admin", "req_test"};
     bool created = false;
-    assert_int_equal(st->session_create(st, &admin, app_id, NULL, 0, NULL, NULL, sess, &created),
+    assert_int_equal(store_session_create(st, &admin, app_id, NULL, 0, NULL, NULL, sess, &created),
                      STORE_OK);
     assert_true(created);
 }
@@ -1054,28 +1055,28 @@ static void test_store_pg_open_migrates_and_runs_the_store(void **state)
     create_session(st, a.id, &sess);
     for (int i = 1; i <= 3; i++) {
         struct store_enqueue e = {a.id, sess.id, "{\"n\":1}", NULL, NULL};
-        assert_int_equal(st->message_enqueue(st, &admin, &e, &m, &replayed), STORE_OK);
+        assert_int_equal(store_message_enqueue(st, &admin, &e, &m, &replayed), STORE_OK);
         assert_int_equal(m.seq, i);
         store_message_clear(&m);
     }
     struct store_enqueue ik = {a.id, sess.id, "{\"n\":2}", "key-1", "hash-a"};
-    assert_int_equal(st->message_enqueue(st, &admin, &ik, &m, &replayed), STORE_OK);
+    assert_int_equal(store_message_enqueue(st, &admin, &ik, &m, &replayed), STORE_OK);
     assert_int_equal(m.seq, 4);
     store_message_clear(&m);
-    assert_int_equal(st->message_enqueue(st, &admin, &ik, &m, &replayed), STORE_OK);
+    assert_int_equal(store_message_enqueue(st, &admin, &ik, &m, &replayed), STORE_OK);
     assert_true(replayed);
     assert_int_equal(m.seq, 4);
     store_message_clear(&m);
     struct store_enqueue ic = {a.id, sess.id, "{\"n\":3}", "key-1", "hash-b"};
-    assert_int_equal(st->message_enqueue(st, &admin, &ic, &m, &replayed), STORE_CONFLICT);
+    assert_int_equal(store_message_enqueue(st, &admin, &ic, &m, &replayed), STORE_CONFLICT);
     store_session_clear(&sess);
-    st->close(st);
+    store_close(st);
 
     /* Opening again applies nothing; a database newer than this binary is refused. */
     if (!(st = store_pg_open(url, 5000, err, sizeof err)))
         fail_msg("store_pg_open again: %s", err);
     run_ok(st, "INSERT INTO schema_version (version, name, applied_at) VALUES (9999, 'future', 0)");
-    st->close(st);
+    store_close(st);
     assert_null(store_pg_open(url, 5000, err, sizeof err));
     assert_non_null(strstr(err, "has schema version 9999, newer than this sbx"));
 }
@@ -1164,7 +1165,7 @@ static void test_enqueue_passes_over_a_session_another_transaction_holds(void **
     run_ok(serial, "SELECT 1 WHERE false");
     struct enqueued first = {&lock, &cond, false, STORE_ERROR, -1};
     const struct store_enqueue first_req = {a.id, other.id, "{\"n\":0}", NULL, NULL};
-    assert_int_equal(st->message_enqueue_async(st, &admin, &first_req, enqueued_done, &first),
+    assert_int_equal(store_message_enqueue_async(st, &admin, &first_req, enqueued_done, &first),
                      STORE_OK);
     struct enqueued outs[5];
     for (size_t i = 0; i < 5; i++)
@@ -1175,10 +1176,10 @@ static void test_enqueue_passes_over_a_session_another_transaction_holds(void **
         {a.id, held.id, "{\"n\":5}", NULL, NULL},
     };
     for (size_t i = 0; i < 5; i++)
-        assert_int_equal(st->message_enqueue_async(st, &admin, &reqs[i], enqueued_done, &outs[i]),
+        assert_int_equal(store_message_enqueue_async(st, &admin, &reqs[i], enqueued_done, &outs[i]),
                          STORE_OK);
     assert_int_equal(sql_commit(serial), STORE_OK);
-    serial->close(serial);
+    store_close(serial);
     wait_enqueued(&first, 1, "the first request");
     assert_int_equal(first.status, STORE_OK);
     assert_int_equal(first.seq, 1);
@@ -1206,7 +1207,8 @@ static void test_enqueue_passes_over_a_session_another_transaction_holds(void **
     assert_int_equal(sql_exec(holder, sql), SQL_DONE);
     struct enqueued gone = {&lock, &cond, false, STORE_ERROR, -1};
     const struct store_enqueue late = {a.id, held.id, "{\"n\":6}", NULL, NULL};
-    assert_int_equal(st->message_enqueue_async(st, &admin, &late, enqueued_done, &gone), STORE_OK);
+    assert_int_equal(store_message_enqueue_async(st, &admin, &late, enqueued_done, &gone),
+                     STORE_OK);
     assert_int_equal(sql_exec(holder, "COMMIT"), SQL_DONE);
     wait_enqueued(&gone, 1, "the Session deleted");
     assert_int_equal(gone.status, STORE_NOT_FOUND);
@@ -1215,8 +1217,8 @@ static void test_enqueue_passes_over_a_session_another_transaction_holds(void **
 
     store_session_clear(&held);
     store_session_clear(&other);
-    holder->close(holder);
-    st->close(st);
+    store_close(holder);
+    store_close(st);
 }
 
 /* Concurrent writers commit event ids out of order; a reader paging GET /v1/events by its cursor
@@ -1259,7 +1261,7 @@ static void *write_events(void *arg)
         }
         w->written++;
     }
-    st->close(st);
+    store_close(st);
     return NULL;
 }
 
@@ -1291,7 +1293,7 @@ static void test_event_reader_never_passes_an_event_in_flight(void **state)
         size_t n = 0;
         /* After the writers have stopped, one last pass reads to the end. */
         do {
-            assert_int_equal(st->event_list(st, NULL, NULL, cursor, 200, &items, &n), STORE_OK);
+            assert_int_equal(store_event_list(st, NULL, NULL, cursor, 200, &items, &n), STORE_OK);
             for (size_t i = 0; i < n; i++) {
                 if (items[i].id != cursor + 1 && skips++ == 0)
                     first_skip = cursor, first_skip_got = items[i].id;
@@ -1314,7 +1316,7 @@ static void test_event_reader_never_passes_an_event_in_flight(void **state)
     assert_true(written > 100); /* the writers did write side by side meanwhile */
     assert_int_equal(cursor, written);
     assert_int_equal(query_int(st, "SELECT count(*) FROM events"), written);
-    st->close(st);
+    store_close(st);
 }
 
 /* A process that opens the store while another one migrates it (or holds the write lock, as a
@@ -1346,7 +1348,7 @@ static void *hold_write_lock(void *arg)
     } else {
         atomic_store(&h->locked, -1);
     }
-    st->close(st);
+    store_close(st);
     return NULL;
 }
 
@@ -1374,7 +1376,7 @@ static void test_first_open_waits_for_a_migration_beyond_lock_timeout(void **sta
     assert_int_equal(h.rc, 0);
     assert_int_equal(query_int(st, "SELECT max(version) FROM schema_version"),
                      sbx_pg_migrations[sbx_pg_migrations_count - 1].version);
-    st->close(st);
+    store_close(st);
 }
 
 int main(void)

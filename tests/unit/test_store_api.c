@@ -51,14 +51,14 @@ static void make_app(struct store *st, const char *name, struct store_app *a)
 {
     store_app_defaults(a, name, "process");
     a->command_json = "[\"/usr/bin/sbx-echo-agent\"]";
-    assert_int_equal(st->app_create(st, &admin, a), STORE_OK);
+    assert_int_equal(store_app_create(st, &admin, a), STORE_OK);
     a->command_json = NULL;
 }
 
 static void make_session(struct store *st, const char *app_id, struct store_session *s)
 {
     bool created = false;
-    assert_int_equal(st->session_create(st, &admin, app_id, NULL, 0, NULL, NULL, s, &created),
+    assert_int_equal(store_session_create(st, &admin, app_id, NULL, 0, NULL, NULL, s, &created),
                      STORE_OK);
     assert_true(created);
 }
@@ -82,11 +82,11 @@ static void test_app_crud_and_events(void **state)
     /* Name taken among live Apps. */
     struct store_app dup = a;
     dup.command_json = "[\"x\"]";
-    assert_int_equal(st->app_create(st, &admin, &dup), STORE_CONFLICT);
+    assert_int_equal(store_app_create(st, &admin, &dup), STORE_CONFLICT);
 
     int64_t ka = 120;
     struct store_app_patch p = {.keep_alive_seconds = &ka, .image = "custom"};
-    assert_int_equal(st->app_update(st, &admin, a.id, &p, &got), STORE_OK);
+    assert_int_equal(store_app_update(st, &admin, a.id, &p, &got), STORE_OK);
     assert_int_equal(got.keep_alive_seconds, 120);
     assert_string_equal(got.image, "custom");
     assert_string_equal(got.command_json, "[\"/usr/bin/sbx-echo-agent\"]");
@@ -94,24 +94,24 @@ static void test_app_crud_and_events(void **state)
 
     int64_t bad = 0;
     struct store_app_patch pb = {.vcpu_count = &bad};
-    assert_int_equal(st->app_update(st, &admin, a.id, &pb, &got), STORE_INVALID);
+    assert_int_equal(store_app_update(st, &admin, a.id, &pb, &got), STORE_INVALID);
 
     make_app(st, "beta", &b);
     struct store_session s;
     make_session(st, b.id, &s);
     store_session_clear(&s);
-    assert_int_equal(st->app_delete(st, &admin, b.id), STORE_CONFLICT);
+    assert_int_equal(store_app_delete(st, &admin, b.id), STORE_CONFLICT);
 
     uint8_t hash[32];
     key_hash("secret-alpha", hash);
     struct store_key k, found;
-    assert_int_equal(st->key_create(st, &admin, a.id, "ci", "sbx_abcdef", hash, &k), STORE_OK);
-    assert_int_equal(st->key_lookup(st, hash, &found), STORE_OK);
+    assert_int_equal(store_key_create(st, &admin, a.id, "ci", "sbx_abcdef", hash, &k), STORE_OK);
+    assert_int_equal(store_key_lookup(st, hash, &found), STORE_OK);
     assert_string_equal(found.id, k.id);
-    assert_int_equal(st->app_delete(st, &admin, a.id), STORE_OK);
+    assert_int_equal(store_app_delete(st, &admin, a.id), STORE_OK);
     /* Deleting the App revoked its keys: the key fails at once. */
-    assert_int_equal(st->key_lookup(st, hash, &found), STORE_NOT_FOUND);
-    assert_int_equal(st->app_get(st, a.id, &got), STORE_NOT_FOUND);
+    assert_int_equal(store_key_lookup(st, hash, &found), STORE_NOT_FOUND);
+    assert_int_equal(store_app_get(st, a.id, &got), STORE_NOT_FOUND);
     /* The name is free again. */
     make_app(st, "alpha", &got);
 
@@ -140,25 +140,25 @@ static void test_app_limits(void **state)
     a.max_attempts = 3;
     a.command_json = "[\"x\"]";
     a.limits_json = "{\"vmmCpus\":1,\"vmmMemoryMib\":512}";
-    assert_int_equal(st->app_create(st, &admin, &a), STORE_OK);
-    assert_int_equal(st->app_get(st, a.id, &got), STORE_OK);
+    assert_int_equal(store_app_create(st, &admin, &a), STORE_OK);
+    assert_int_equal(store_app_get(st, a.id, &got), STORE_OK);
     assert_string_equal(got.limits_json, "{\"vmmCpus\":1,\"vmmMemoryMib\":512}");
     store_app_clear(&got);
     int64_t ka = 30;
     struct store_app_patch keep = {.keep_alive_seconds = &ka};
-    assert_int_equal(st->app_update(st, &admin, a.id, &keep, &got), STORE_OK);
+    assert_int_equal(store_app_update(st, &admin, a.id, &keep, &got), STORE_OK);
     assert_string_equal(got.limits_json, "{\"vmmCpus\":1,\"vmmMemoryMib\":512}");
     store_app_clear(&got);
     struct store_app_patch replace = {.limits_json = "{\"vmmCpus\":2}"};
-    assert_int_equal(st->app_update(st, &admin, a.id, &replace, &got), STORE_OK);
+    assert_int_equal(store_app_update(st, &admin, a.id, &replace, &got), STORE_OK);
     assert_string_equal(got.limits_json, "{\"vmmCpus\":2}");
     store_app_clear(&got);
     struct store_app_patch clear = {.limits_json = ""};
-    assert_int_equal(st->app_update(st, &admin, a.id, &clear, &got), STORE_OK);
+    assert_int_equal(store_app_update(st, &admin, a.id, &clear, &got), STORE_OK);
     assert_null(got.limits_json);
     store_app_clear(&got);
     make_app(st, "uncapped", &a);
-    assert_int_equal(st->app_get(st, a.id, &got), STORE_OK);
+    assert_int_equal(store_app_get(st, a.id, &got), STORE_OK);
     assert_null(got.limits_json);
     store_app_clear(&got);
 }
@@ -179,7 +179,7 @@ static void test_app_list_pagination(void **state)
         size_t n;
         char after[STORE_CURSOR_LEN];
         snprintf(after, sizeof after, "%s", cursor);
-        assert_int_equal(st->app_list(st, after, 2, &items, &n, cursor), STORE_OK);
+        assert_int_equal(store_app_list(st, after, 2, &items, &n, cursor), STORE_OK);
         for (size_t i = 0; i < n; i++) {
             snprintf(name, sizeof name, "app%zu", seen + i);
             assert_string_equal(items[i].name, name);
@@ -192,7 +192,7 @@ static void test_app_list_pagination(void **state)
     assert_int_equal(pages, 3);
     struct store_app *items;
     size_t n;
-    assert_int_equal(st->app_list(st, "x1", 2, &items, &n, cursor), STORE_INVALID);
+    assert_int_equal(store_app_list(st, "x1", 2, &items, &n, cursor), STORE_INVALID);
 }
 
 static void test_keys_revoke(void **state)
@@ -205,20 +205,20 @@ static void test_keys_revoke(void **state)
     uint8_t hash[32];
     make_app(st, "k", &a);
     key_hash("key-1", hash);
-    assert_int_equal(st->key_create(st, &admin, a.id, NULL, "sbx_123456", hash, &k), STORE_OK);
-    assert_int_equal(st->key_lookup(st, hash, &found), STORE_OK);
-    assert_int_equal(st->key_revoke(st, &admin, a.id, k.id), STORE_OK);
-    assert_int_equal(st->key_lookup(st, hash, &found), STORE_NOT_FOUND);
+    assert_int_equal(store_key_create(st, &admin, a.id, NULL, "sbx_123456", hash, &k), STORE_OK);
+    assert_int_equal(store_key_lookup(st, hash, &found), STORE_OK);
+    assert_int_equal(store_key_revoke(st, &admin, a.id, k.id), STORE_OK);
+    assert_int_equal(store_key_lookup(st, hash, &found), STORE_NOT_FOUND);
     /* Revoking twice is fine and writes one event. */
-    assert_int_equal(st->key_revoke(st, &admin, a.id, k.id), STORE_OK);
+    assert_int_equal(store_key_revoke(st, &admin, a.id, k.id), STORE_OK);
     assert_int_equal(db_int(f, "SELECT count(*) FROM events WHERE kind='key.revoked'"), 1);
-    assert_int_equal(st->key_revoke(st, &admin, a.id, "key_nope"), STORE_NOT_FOUND);
-    assert_int_equal(st->key_list(st, a.id, &keys, &n), STORE_OK);
+    assert_int_equal(store_key_revoke(st, &admin, a.id, "key_nope"), STORE_NOT_FOUND);
+    assert_int_equal(store_key_list(st, a.id, &keys, &n), STORE_OK);
     assert_int_equal(n, 1);
     assert_true(keys[0].revoked_at > 0);
     free(keys);
     /* The same hash cannot be stored twice. */
-    assert_int_equal(st->key_create(st, &admin, a.id, NULL, "sbx_123456", hash, &k),
+    assert_int_equal(store_key_create(st, &admin, a.id, NULL, "sbx_123456", hash, &k),
                      STORE_CONFLICT);
 }
 
@@ -235,41 +235,41 @@ static void test_enqueue_order_and_idempotency(void **state)
 
     for (int i = 1; i <= 3; i++) {
         struct store_enqueue e = {a.id, s.id, "{\"n\":1}", NULL, NULL};
-        assert_int_equal(st->message_enqueue(st, &admin, &e, &m, &replayed), STORE_OK);
+        assert_int_equal(store_message_enqueue(st, &admin, &e, &m, &replayed), STORE_OK);
         assert_int_equal(m.seq, i);
         assert_string_equal(m.state, "queued");
         assert_false(replayed);
         store_message_clear(&m);
     }
     struct store_enqueue ik = {a.id, s.id, "{\"n\":2}", "key-1", "hash-a"};
-    assert_int_equal(st->message_enqueue(st, &admin, &ik, &m, &replayed), STORE_OK);
+    assert_int_equal(store_message_enqueue(st, &admin, &ik, &m, &replayed), STORE_OK);
     char first_id[STORE_ID_LEN];
     strcpy(first_id, m.id);
     assert_int_equal(m.seq, 4);
     store_message_clear(&m);
     /* Same key, same request: the original. */
-    assert_int_equal(st->message_enqueue(st, &admin, &ik, &m, &replayed), STORE_OK);
+    assert_int_equal(store_message_enqueue(st, &admin, &ik, &m, &replayed), STORE_OK);
     assert_true(replayed);
     assert_string_equal(m.id, first_id);
     assert_int_equal(m.seq, 4);
     store_message_clear(&m);
     /* Same key, different request: conflict, and nothing written. */
     struct store_enqueue ic = {a.id, s.id, "{\"n\":3}", "key-1", "hash-b"};
-    assert_int_equal(st->message_enqueue(st, &admin, &ic, &m, &replayed), STORE_CONFLICT);
+    assert_int_equal(store_message_enqueue(st, &admin, &ic, &m, &replayed), STORE_CONFLICT);
     struct store_enqueue after = {a.id, s.id, "5", NULL, NULL};
-    assert_int_equal(st->message_enqueue(st, &admin, &after, &m, &replayed), STORE_OK);
+    assert_int_equal(store_message_enqueue(st, &admin, &after, &m, &replayed), STORE_OK);
     assert_int_equal(m.seq, 5);
     store_message_clear(&m);
 
     struct store_message *items;
     size_t n;
     char cursor[STORE_CURSOR_LEN];
-    assert_int_equal(st->message_list(st, a.id, s.id, "", 3, &items, &n, cursor), STORE_OK);
+    assert_int_equal(store_message_list(st, a.id, s.id, "", 3, &items, &n, cursor), STORE_OK);
     assert_int_equal(n, 3);
     assert_int_equal(items[2].seq, 3);
     assert_string_equal(cursor, "3");
     store_message_list_free(items, n);
-    assert_int_equal(st->message_list(st, a.id, s.id, cursor, 3, &items, &n, cursor), STORE_OK);
+    assert_int_equal(store_message_list(st, a.id, s.id, cursor, 3, &items, &n, cursor), STORE_OK);
     assert_int_equal(n, 2);
     assert_int_equal(items[0].seq, 4);
     assert_string_equal(cursor, "");
@@ -293,7 +293,7 @@ static void *enqueue_worker(void *arg)
         struct store_enqueue e = {t->app_id, t->session_id, "{\"load\":true}", NULL, NULL};
         struct store_message m;
         bool replayed;
-        t->status = t->st->message_enqueue(t->st, &admin, &e, &m, &replayed);
+        t->status = store_message_enqueue(t->st, &admin, &e, &m, &replayed);
         if (t->status != STORE_OK)
             return NULL;
         t->seqs[i] = m.seq;
@@ -464,7 +464,7 @@ static void test_enqueue_async_one_caller_batches(void **state)
         slots[i] = (struct async_slot){&res, i};
         reqs[i] =
             (struct store_enqueue){a.id, i == BAD ? "ses_missing" : s.id, "{\"a\":1}", NULL, NULL};
-        assert_int_equal(st->message_enqueue_async(st, &admin, &reqs[i], async_done, &slots[i]),
+        assert_int_equal(store_message_enqueue_async(st, &admin, &reqs[i], async_done, &slots[i]),
                          STORE_OK);
     }
     usleep(200 * 1000);
@@ -565,8 +565,8 @@ static void test_enqueue_order_within_sessions(void **state)
         for (int i = 0; i < N; i++) {
             slots[i] = (struct async_slot){&res, i};
             reqs[i] = (struct store_enqueue){a.id, s[i % SESSIONS].id, "{\"o\":1}", NULL, NULL};
-            assert_int_equal(st->message_enqueue_async(st, &admin, &reqs[i], async_done, &slots[i]),
-                             STORE_OK);
+            assert_int_equal(
+                store_message_enqueue_async(st, &admin, &reqs[i], async_done, &slots[i]), STORE_OK);
         }
         async_wait(&res, N);
         for (int i = 0; i < N; i++) {
@@ -630,7 +630,7 @@ static void test_batch_row_failing_after_its_write(void **state)
         slots[i] = (struct async_slot){&res, i};
         reqs[i] =
             (struct store_enqueue){a.id, i == BAD ? poisoned.id : s.id, "{\"r\":1}", NULL, NULL};
-        assert_int_equal(st->message_enqueue_async(st, &admin, &reqs[i], async_done, &slots[i]),
+        assert_int_equal(store_message_enqueue_async(st, &admin, &reqs[i], async_done, &slots[i]),
                          STORE_OK);
         if (i == 0)
             usleep(100 * 1000);
@@ -675,28 +675,28 @@ static void test_cross_app_scoping(void **state)
     make_app(st, "other", &b);
     make_session(st, a.id, &s);
     struct store_enqueue e = {a.id, s.id, "{}", NULL, NULL};
-    assert_int_equal(st->message_enqueue(st, &admin, &e, &m, &replayed), STORE_OK);
-    assert_int_equal(st->workspace_create(st, &admin, a.id, "w", 64, "/tmp/x", &w), STORE_OK);
+    assert_int_equal(store_message_enqueue(st, &admin, &e, &m, &replayed), STORE_OK);
+    assert_int_equal(store_workspace_create(st, &admin, a.id, "w", 64, "/tmp/x", &w), STORE_OK);
 
-    assert_int_equal(st->session_get(st, b.id, s.id, &got), STORE_NOT_FOUND);
-    assert_int_equal(st->message_get(st, b.id, s.id, m.id, &gm), STORE_NOT_FOUND);
-    assert_int_equal(st->workspace_get(st, b.id, w.id, &gw), STORE_NOT_FOUND);
-    assert_int_equal(st->session_delete(st, &admin, b.id, s.id), STORE_NOT_FOUND);
+    assert_int_equal(store_session_get(st, b.id, s.id, &got), STORE_NOT_FOUND);
+    assert_int_equal(store_message_get(st, b.id, s.id, m.id, &gm), STORE_NOT_FOUND);
+    assert_int_equal(store_workspace_get(st, b.id, w.id, &gw), STORE_NOT_FOUND);
+    assert_int_equal(store_session_delete(st, &admin, b.id, s.id), STORE_NOT_FOUND);
     struct store_enqueue e2 = {b.id, s.id, "{}", NULL, NULL};
-    assert_int_equal(st->message_enqueue(st, &admin, &e2, &gm, &replayed), STORE_NOT_FOUND);
-    assert_int_equal(st->workspace_delete(st, &admin, b.id, w.id, NULL), STORE_NOT_FOUND);
+    assert_int_equal(store_message_enqueue(st, &admin, &e2, &gm, &replayed), STORE_NOT_FOUND);
+    assert_int_equal(store_workspace_delete(st, &admin, b.id, w.id, NULL), STORE_NOT_FOUND);
     /* Another App's Workspace cannot be attached. */
-    assert_int_equal(st->session_create(st, &admin, b.id, NULL, 0, w.id, NULL, &got, &created),
+    assert_int_equal(store_session_create(st, &admin, b.id, NULL, 0, w.id, NULL, &got, &created),
                      STORE_INVALID);
     /* Another App's list is empty. */
     struct store_session *items;
     size_t n;
     char cursor[STORE_CURSOR_LEN];
-    assert_int_equal(st->session_list(st, b.id, "", 50, &items, &n, cursor), STORE_OK);
+    assert_int_equal(store_session_list(st, b.id, "", 50, &items, &n, cursor), STORE_OK);
     assert_int_equal(n, 0);
     free(items);
     /* The owner still sees everything. */
-    assert_int_equal(st->message_get(st, a.id, s.id, m.id, &gm), STORE_OK);
+    assert_int_equal(store_message_get(st, a.id, s.id, m.id, &gm), STORE_OK);
     store_message_clear(&gm);
     store_message_clear(&m);
     store_session_clear(&s);
@@ -711,28 +711,28 @@ static void test_session_names_and_workspaces(void **state)
     struct store_workspace w;
     bool created;
     make_app(st, "names", &a);
-    assert_int_equal(st->workspace_create(st, &admin, a.id, NULL, 64, "/tmp/d", &w), STORE_OK);
+    assert_int_equal(store_workspace_create(st, &admin, a.id, NULL, 64, "/tmp/d", &w), STORE_OK);
     struct store_workspace got_ws;
-    assert_int_equal(st->workspace_get(st, a.id, w.id, &got_ws), STORE_OK);
+    assert_int_equal(store_workspace_get(st, a.id, w.id, &got_ws), STORE_OK);
     assert_int_equal(got_ws.size_mib, 64); /* the Workspace's size is kept */
     assert_int_equal(
-        st->session_create(st, &admin, a.id, "bob", 30, w.id, "{\"k\":1}", &s1, &created),
+        store_session_create(st, &admin, a.id, "bob", 30, w.id, "{\"k\":1}", &s1, &created),
         STORE_OK);
     assert_true(created);
     assert_int_equal(s1.effective_keep_alive_seconds, 30);
     assert_string_equal(s1.workspace_id, w.id);
-    assert_int_equal(st->session_create(st, &admin, a.id, "bob", 0, NULL, NULL, &s2, &created),
+    assert_int_equal(store_session_create(st, &admin, a.id, "bob", 0, NULL, NULL, &s2, &created),
                      STORE_OK);
     assert_false(created);
     assert_string_equal(s2.id, s1.id);
     store_session_clear(&s2);
 
     /* Attached: the Workspace cannot go. */
-    assert_int_equal(st->workspace_delete(st, &admin, a.id, w.id, NULL), STORE_CONFLICT);
+    assert_int_equal(store_workspace_delete(st, &admin, a.id, w.id, NULL), STORE_CONFLICT);
 
     int64_t clear = 0;
     struct store_session_patch p = {.metadata_json = "{\"x\":2}", .keep_alive_seconds = &clear};
-    assert_int_equal(st->session_update(st, &admin, a.id, s1.id, &p, &s2), STORE_OK);
+    assert_int_equal(store_session_update(st, &admin, a.id, s1.id, &p, &s2), STORE_OK);
     assert_int_equal(s2.keep_alive_seconds, 0);
     assert_int_equal(s2.effective_keep_alive_seconds, 60);
     assert_string_equal(s2.metadata_json, "{\"x\":2}");
@@ -741,11 +741,11 @@ static void test_session_names_and_workspaces(void **state)
     struct store_message m;
     bool replayed;
     struct store_enqueue e = {a.id, s1.id, "{\"secret\":\"body\"}", NULL, NULL};
-    assert_int_equal(st->message_enqueue(st, &admin, &e, &m, &replayed), STORE_OK);
-    assert_int_equal(st->session_delete(st, &admin, a.id, s1.id), STORE_OK);
-    assert_int_equal(st->session_get(st, a.id, s1.id, &s2), STORE_NOT_FOUND);
+    assert_int_equal(store_message_enqueue(st, &admin, &e, &m, &replayed), STORE_OK);
+    assert_int_equal(store_session_delete(st, &admin, a.id, s1.id), STORE_OK);
+    assert_int_equal(store_session_get(st, a.id, s1.id, &s2), STORE_NOT_FOUND);
     struct store_message gm;
-    assert_int_equal(st->message_get(st, a.id, s1.id, m.id, &gm), STORE_NOT_FOUND);
+    assert_int_equal(store_message_get(st, a.id, s1.id, m.id, &gm), STORE_NOT_FOUND);
     /* Scrubbed: no body, no metadata; the unfinished message failed; stop requested. */
     assert_int_equal(db_int(f, "SELECT count(*) FROM messages WHERE body LIKE '%%secret%%'"), 0);
     assert_int_equal(db_int(f, "SELECT count(*) FROM messages WHERE state='failed'"), 1);
@@ -756,8 +756,8 @@ static void test_session_names_and_workspaces(void **state)
                                "('session.deleted','message.failed')"),
                      2);
     /* Detached now: the Workspace can go, and the name is free. */
-    assert_int_equal(st->workspace_delete(st, &admin, a.id, w.id, NULL), STORE_OK);
-    assert_int_equal(st->session_create(st, &admin, a.id, "bob", 0, NULL, NULL, &s2, &created),
+    assert_int_equal(store_workspace_delete(st, &admin, a.id, w.id, NULL), STORE_OK);
+    assert_int_equal(store_session_create(st, &admin, a.id, "bob", 0, NULL, NULL, &s2, &created),
                      STORE_OK);
     assert_true(created);
     store_session_clear(&s2);
@@ -776,37 +776,40 @@ static void test_settings_and_workspace_list(void **state)
     char value[64], cursor[STORE_CURSOR_LEN], after[STORE_CURSOR_LEN], name[16];
     size_t n;
 
-    assert_int_equal(st->setting_get(st, "admin_token_hash", value, sizeof value), STORE_NOT_FOUND);
-    assert_int_equal(st->setting_put(st, "admin_token_hash", "aa11"), STORE_OK);
-    assert_int_equal(st->setting_put(st, "other", "x"), STORE_OK);
-    assert_int_equal(st->setting_put(st, "admin_token_hash", "bb22"), STORE_OK);
-    assert_int_equal(st->setting_get(st, "admin_token_hash", value, sizeof value), STORE_OK);
+    assert_int_equal(store_setting_get(st, "admin_token_hash", value, sizeof value),
+                     STORE_NOT_FOUND);
+    assert_int_equal(store_setting_put(st, "admin_token_hash", "aa11"), STORE_OK);
+    assert_int_equal(store_setting_put(st, "other", "x"), STORE_OK);
+    assert_int_equal(store_setting_put(st, "admin_token_hash", "bb22"), STORE_OK);
+    assert_int_equal(store_setting_get(st, "admin_token_hash", value, sizeof value), STORE_OK);
     assert_string_equal(value, "bb22");
     assert_int_equal(db_int(f, "SELECT count(*) FROM settings"), 2);
     /* setting_init: the first value stays; every caller learns which one it is. */
-    assert_int_equal(st->setting_init(st, "first", "one", value, sizeof value), STORE_OK);
+    assert_int_equal(store_setting_init(st, "first", "one", value, sizeof value), STORE_OK);
     assert_string_equal(value, "one");
-    assert_int_equal(st->setting_init(st, "first", "two", value, sizeof value), STORE_OK);
+    assert_int_equal(store_setting_init(st, "first", "two", value, sizeof value), STORE_OK);
     assert_string_equal(value, "one");
-    assert_int_equal(st->setting_get(st, "first", value, sizeof value), STORE_OK);
+    assert_int_equal(store_setting_get(st, "first", value, sizeof value), STORE_OK);
     assert_string_equal(value, "one");
     assert_int_equal(db_int(f, "SELECT count(*) FROM settings"), 3);
 
     make_app(st, "ws", &a);
     make_app(st, "ws-other", &b);
-    assert_int_equal(st->workspace_create(st, &admin, b.id, "theirs", 64, "/tmp/b", &w), STORE_OK);
+    assert_int_equal(store_workspace_create(st, &admin, b.id, "theirs", 64, "/tmp/b", &w),
+                     STORE_OK);
     for (int i = 0; i < 3; i++) {
         snprintf(name, sizeof name, "w%d", i);
-        assert_int_equal(st->workspace_create(st, &admin, a.id, name, 64, "/tmp/a", &w), STORE_OK);
+        assert_int_equal(store_workspace_create(st, &admin, a.id, name, 64, "/tmp/a", &w),
+                         STORE_OK);
     }
-    assert_int_equal(st->workspace_list(st, a.id, "", 2, &items, &n, cursor), STORE_OK);
+    assert_int_equal(store_workspace_list(st, a.id, "", 2, &items, &n, cursor), STORE_OK);
     assert_int_equal(n, 2);
     assert_string_equal(items[0].name, "w0");
     assert_string_equal(items[1].name, "w1");
     assert_string_not_equal(cursor, "");
     free(items);
     snprintf(after, sizeof after, "%s", cursor);
-    assert_int_equal(st->workspace_list(st, a.id, after, 2, &items, &n, cursor), STORE_OK);
+    assert_int_equal(store_workspace_list(st, a.id, after, 2, &items, &n, cursor), STORE_OK);
     assert_int_equal(n, 1);
     assert_string_equal(items[0].name, "w2");
     assert_string_equal(items[0].app_id, a.id);
@@ -833,45 +836,45 @@ static void test_sandbox_stop_and_pool(void **state)
             "('sbx_dead', 'terminated', 'process', 'default', 1, 256, 'wrk_1', '%s', '%s', 1, 1)",
             a.id, s.id, a.id, s.id);
 
-    assert_int_equal(st->sandbox_get(st, b.id, "sbx_run", &sb), STORE_NOT_FOUND);
-    assert_int_equal(st->sandbox_get(st, a.id, "sbx_warm", &sb), STORE_NOT_FOUND);
-    assert_int_equal(st->sandbox_get(st, "", "sbx_warm", &sb), STORE_OK);
-    assert_int_equal(st->sandbox_request_stop(st, &admin, a.id, "sbx_dead", &sb), STORE_CONFLICT);
-    assert_int_equal(st->sandbox_request_stop(st, &admin, a.id, "sbx_run", &sb), STORE_OK);
+    assert_int_equal(store_sandbox_get(st, b.id, "sbx_run", &sb), STORE_NOT_FOUND);
+    assert_int_equal(store_sandbox_get(st, a.id, "sbx_warm", &sb), STORE_NOT_FOUND);
+    assert_int_equal(store_sandbox_get(st, "", "sbx_warm", &sb), STORE_OK);
+    assert_int_equal(store_sandbox_request_stop(st, &admin, a.id, "sbx_dead", &sb), STORE_CONFLICT);
+    assert_int_equal(store_sandbox_request_stop(st, &admin, a.id, "sbx_run", &sb), STORE_OK);
     assert_true(sb.stop_requested_at > 0);
-    assert_int_equal(st->sandbox_request_stop(st, &admin, a.id, "sbx_run", &sb), STORE_OK);
+    assert_int_equal(store_sandbox_request_stop(st, &admin, a.id, "sbx_run", &sb), STORE_OK);
     assert_int_equal(db_int(f, "SELECT count(*) FROM events WHERE kind='sandbox.stop_requested'"),
                      1);
 
     struct store_sandbox *items;
     size_t n;
     char cursor[STORE_CURSOR_LEN];
-    assert_int_equal(st->sandbox_list(st, a.id, "", 50, &items, &n, cursor), STORE_OK);
+    assert_int_equal(store_sandbox_list(st, a.id, "", 50, &items, &n, cursor), STORE_OK);
     assert_int_equal(n, 2);
     free(items);
-    assert_int_equal(st->sandbox_list(st, "", "", 50, &items, &n, cursor), STORE_OK);
+    assert_int_equal(store_sandbox_list(st, "", "", 50, &items, &n, cursor), STORE_OK);
     assert_int_equal(n, 3);
     free(items);
 
     struct store_pool_stat *ps;
-    assert_int_equal(st->pool_stats(st, &ps, &n), STORE_OK);
+    assert_int_equal(store_pool_stats(st, &ps, &n), STORE_OK);
     assert_int_equal(n, 1);
     assert_int_equal(ps[0].warm, 1);
     assert_int_equal(ps[0].claimed, 1);
     free(ps);
 
     struct store_counts c;
-    assert_int_equal(st->counts(st, &c), STORE_OK);
+    assert_int_equal(store_counts(st, &c), STORE_OK);
     assert_int_equal(c.sandboxes_by_state[1], 1); /* warm */
     assert_int_equal(c.sandboxes_by_state[3], 1); /* running */
     assert_int_equal(c.sessions_by_state[0], 1);  /* idle */
 
     struct store_event *ev;
-    assert_int_equal(st->event_list(st, b.id, NULL, 0, 100, &ev, &n), STORE_OK);
+    assert_int_equal(store_event_list(st, b.id, NULL, 0, 100, &ev, &n), STORE_OK);
     for (size_t i = 0; i < n; i++)
         assert_string_equal(ev[i].app_id, b.id);
     store_event_list_free(ev, n);
-    assert_int_equal(st->event_list(st, a.id, s.id, 0, 100, &ev, &n), STORE_OK);
+    assert_int_equal(store_event_list(st, a.id, s.id, 0, 100, &ev, &n), STORE_OK);
     assert_true(n >= 2);
     assert_string_equal(ev[0].kind, "session.created");
     assert_true(ev[1].id > ev[0].id);
@@ -892,23 +895,23 @@ static void test_sandbox_callback_token(void **state)
     int64_t was_lost = -1;
     snprintf(h.id, sizeof h.id, "host_cb");
     snprintf(h.address, sizeof h.address, "10.0.0.1:9000");
-    assert_int_equal(st->worker_register(st, "wrk_cb", "machine", 1), STORE_OK);
-    assert_int_equal(st->host_register(st, &wctx, &h, "wrk_cb", &was_lost), STORE_OK);
+    assert_int_equal(store_worker_register(st, "wrk_cb", "machine", 1), STORE_OK);
+    assert_int_equal(store_host_register(st, &wctx, &h, "wrk_cb", &was_lost), STORE_OK);
 
     char token[CALLBACK_TOKEN_LEN + 1], hash[65], other[65];
     assert_int_equal(callback_token_new(token, hash), 0);
     struct store_sandbox sb = {0}, plain = {0}, got = {0};
-    assert_int_equal(st->sandbox_insert(st, &wctx, "wrk_cb", &shape, false, &sb), STORE_OK);
+    assert_int_equal(store_sandbox_insert(st, &wctx, "wrk_cb", &shape, false, &sb), STORE_OK);
     /* A Sandbox without a token, which no hash may find. */
-    assert_int_equal(st->sandbox_insert(st, &wctx, "wrk_cb", &shape, false, &plain), STORE_OK);
-    assert_int_equal(st->sandbox_set_runtime(st, &plain), STORE_OK);
+    assert_int_equal(store_sandbox_insert(st, &wctx, "wrk_cb", &shape, false, &plain), STORE_OK);
+    assert_int_equal(store_sandbox_set_runtime(st, &plain), STORE_OK);
     sb.pid = 4242;
     snprintf(sb.net_address, sizeof sb.net_address, "10.200.0.2");
     snprintf(sb.callback_token_hash, sizeof sb.callback_token_hash, "%s", hash);
-    assert_int_equal(st->sandbox_set_runtime(st, &sb), STORE_OK);
+    assert_int_equal(store_sandbox_set_runtime(st, &sb), STORE_OK);
 
     char host_id[STORE_HOST_ID_LEN] = "unset";
-    assert_int_equal(st->sandbox_by_callback_token(st, hash, &got, host_id, sizeof host_id),
+    assert_int_equal(store_sandbox_by_callback_token(st, hash, &got, host_id, sizeof host_id),
                      STORE_OK);
     assert_string_equal(got.id, sb.id);
     assert_string_equal(got.state, "booting");
@@ -918,17 +921,17 @@ static void test_sandbox_callback_token(void **state)
     assert_int_equal(got.callback_last_at, 0);
 
     callback_token_hash(token, strlen(token) - 1, other);
-    assert_int_equal(st->sandbox_by_callback_token(st, other, &got, host_id, sizeof host_id),
+    assert_int_equal(store_sandbox_by_callback_token(st, other, &got, host_id, sizeof host_id),
                      STORE_NOT_FOUND);
-    assert_int_equal(st->sandbox_by_callback_token(st, "", &got, host_id, sizeof host_id),
+    assert_int_equal(store_sandbox_by_callback_token(st, "", &got, host_id, sizeof host_id),
                      STORE_NOT_FOUND);
 
     /* The worker records the runtime again (no hash this time): the token still finds it. */
     sb.callback_token_hash[0] = '\0';
     sb.pid = 4343;
-    assert_int_equal(st->sandbox_set_runtime(st, &sb), STORE_OK);
+    assert_int_equal(store_sandbox_set_runtime(st, &sb), STORE_OK);
     memset(&got, 0, sizeof got);
-    assert_int_equal(st->sandbox_by_callback_token(st, hash, &got, host_id, sizeof host_id),
+    assert_int_equal(store_sandbox_by_callback_token(st, hash, &got, host_id, sizeof host_id),
                      STORE_OK);
     assert_string_equal(got.id, sb.id);
     assert_int_equal(got.pid, 4343);
@@ -937,13 +940,13 @@ static void test_sandbox_callback_token(void **state)
 
     /* A Sandbox whose worker has no host (a worker that never registered one): found, host "". */
     char hash2[65];
-    assert_int_equal(st->worker_register(st, "wrk_nohost", "machine", 2), STORE_OK);
+    assert_int_equal(store_worker_register(st, "wrk_nohost", "machine", 2), STORE_OK);
     struct store_sandbox lone = {0};
-    assert_int_equal(st->sandbox_insert(st, &wctx, "wrk_nohost", &shape, true, &lone), STORE_OK);
+    assert_int_equal(store_sandbox_insert(st, &wctx, "wrk_nohost", &shape, true, &lone), STORE_OK);
     assert_int_equal(callback_token_new(token, hash2), 0);
     snprintf(lone.callback_token_hash, sizeof lone.callback_token_hash, "%s", hash2);
-    assert_int_equal(st->sandbox_set_runtime(st, &lone), STORE_OK);
-    assert_int_equal(st->sandbox_by_callback_token(st, hash2, &got, host_id, sizeof host_id),
+    assert_int_equal(store_sandbox_set_runtime(st, &lone), STORE_OK);
+    assert_int_equal(store_sandbox_by_callback_token(st, hash2, &got, host_id, sizeof host_id),
                      STORE_OK);
     assert_string_equal(got.id, lone.id);
     assert_string_equal(host_id, "");
@@ -960,29 +963,29 @@ static void test_sandbox_callbacks_add(void **state)
     struct store_host h = {.capacity = 2};
     int64_t was_lost = -1;
     snprintf(h.id, sizeof h.id, "host_cb");
-    assert_int_equal(st->worker_register(st, "wrk_cb", "machine", 1), STORE_OK);
-    assert_int_equal(st->host_register(st, &wctx, &h, "wrk_cb", &was_lost), STORE_OK);
+    assert_int_equal(store_worker_register(st, "wrk_cb", "machine", 1), STORE_OK);
+    assert_int_equal(store_host_register(st, &wctx, &h, "wrk_cb", &was_lost), STORE_OK);
     struct store_sandbox a = {0}, b = {0}, got = {0};
-    assert_int_equal(st->sandbox_insert(st, &wctx, "wrk_cb", &shape, false, &a), STORE_OK);
-    assert_int_equal(st->sandbox_insert(st, &wctx, "wrk_cb", &shape, false, &b), STORE_OK);
+    assert_int_equal(store_sandbox_insert(st, &wctx, "wrk_cb", &shape, false, &a), STORE_OK);
+    assert_int_equal(store_sandbox_insert(st, &wctx, "wrk_cb", &shape, false, &b), STORE_OK);
 
     struct store_callback_count first[2] = {{.calls = 3, .last_at = 1000},
                                             {.calls = 1, .last_at = 900}};
     snprintf(first[0].sandbox_id, sizeof first[0].sandbox_id, "%s", a.id);
     snprintf(first[1].sandbox_id, sizeof first[1].sandbox_id, "%s", b.id);
-    assert_int_equal(st->sandbox_callbacks_add(st, first, 2, "host_cb", 2), STORE_OK);
+    assert_int_equal(store_sandbox_callbacks_add(st, first, 2, "host_cb", 2), STORE_OK);
     /* An older flush arriving later, and a Sandbox the store does not know: the batch still lands.
      */
     struct store_callback_count second[2] = {{.calls = 4, .last_at = 500},
                                              {.calls = 9, .last_at = 1}};
     snprintf(second[0].sandbox_id, sizeof second[0].sandbox_id, "%s", a.id);
     snprintf(second[1].sandbox_id, sizeof second[1].sandbox_id, "sbx_gone");
-    assert_int_equal(st->sandbox_callbacks_add(st, second, 2, "host_cb", 5), STORE_OK);
+    assert_int_equal(store_sandbox_callbacks_add(st, second, 2, "host_cb", 5), STORE_OK);
 
-    assert_int_equal(st->sandbox_get(st, "", a.id, &got), STORE_OK);
+    assert_int_equal(store_sandbox_get(st, "", a.id, &got), STORE_OK);
     assert_int_equal(got.callback_calls, 7);
     assert_int_equal(got.callback_last_at, 1000);
-    assert_int_equal(st->sandbox_get(st, "", b.id, &got), STORE_OK);
+    assert_int_equal(store_sandbox_get(st, "", b.id, &got), STORE_OK);
     assert_int_equal(got.callback_calls, 1);
     assert_int_equal(got.callback_last_at, 900);
     assert_int_equal(db_int(f, "SELECT callback_refused FROM hosts WHERE id = 'host_cb'"), 7);
@@ -990,9 +993,9 @@ static void test_sandbox_callbacks_add(void **state)
     /* A newer call moves last_at forward; a flush with refusals only touches the host. */
     struct store_callback_count third = {.calls = 1, .last_at = 2000};
     snprintf(third.sandbox_id, sizeof third.sandbox_id, "%s", b.id);
-    assert_int_equal(st->sandbox_callbacks_add(st, &third, 1, "host_cb", 0), STORE_OK);
-    assert_int_equal(st->sandbox_callbacks_add(st, NULL, 0, "host_cb", 1), STORE_OK);
-    assert_int_equal(st->sandbox_get(st, "", b.id, &got), STORE_OK);
+    assert_int_equal(store_sandbox_callbacks_add(st, &third, 1, "host_cb", 0), STORE_OK);
+    assert_int_equal(store_sandbox_callbacks_add(st, NULL, 0, "host_cb", 1), STORE_OK);
+    assert_int_equal(store_sandbox_get(st, "", b.id, &got), STORE_OK);
     assert_int_equal(got.callback_calls, 2);
     assert_int_equal(got.callback_last_at, 2000);
     assert_int_equal(db_int(f, "SELECT callback_refused FROM hosts WHERE id = 'host_cb'"), 8);
@@ -1000,11 +1003,11 @@ static void test_sandbox_callbacks_add(void **state)
     /* /metrics: the sum over the Sandboxes (booting ones too: these never booted), and the
      * refusals per host. */
     struct store_counts c;
-    assert_int_equal(st->counts(st, &c), STORE_OK);
+    assert_int_equal(store_counts(st, &c), STORE_OK);
     assert_int_equal(c.callback_calls, 9);
     struct store_host *hosts;
     size_t n;
-    assert_int_equal(st->host_list(st, &hosts, &n), STORE_OK);
+    assert_int_equal(store_host_list(st, &hosts, &n), STORE_OK);
     assert_int_equal(n, 1);
     assert_string_equal(hosts[0].id, "host_cb");
     assert_int_equal(hosts[0].callback_refused, 8);
@@ -1044,17 +1047,17 @@ static void test_session_metadata_merge(void **state)
     make_session(st, a.id, &s);
     struct store_session_patch set = {.metadata_json =
                                           "{\"keep\":\"k\",\"a\":1,\"n\":{\"x\":1,\"y\":2}}"};
-    assert_int_equal(st->session_update(st, &admin, a.id, s.id, &set, &out), STORE_OK);
+    assert_int_equal(store_session_update(st, &admin, a.id, s.id, &set, &out), STORE_OK);
     store_session_clear(&out);
 
     struct store_session_patch merge = {.metadata_merge_json =
                                             "{\"a\":null,\"n\":{\"y\":null,\"z\":3},\"new\":true}",
                                         .metadata_max_bytes = 1024};
-    assert_int_equal(st->session_update(st, &sbx_ctx, a.id, s.id, &merge, &out), STORE_OK);
+    assert_int_equal(store_session_update(st, &sbx_ctx, a.id, s.id, &merge, &out), STORE_OK);
     const char *want = "{\"keep\":\"k\",\"n\":{\"x\":1,\"z\":3},\"new\":true}";
     assert_json(out.metadata_json, want);
     store_session_clear(&out);
-    assert_int_equal(st->session_get(st, a.id, s.id, &cur), STORE_OK);
+    assert_int_equal(store_session_get(st, a.id, s.id, &cur), STORE_OK);
     assert_json(cur.metadata_json, want);
     size_t now_len = strlen(cur.metadata_json);
     store_session_clear(&cur);
@@ -1063,30 +1066,30 @@ static void test_session_metadata_merge(void **state)
     struct store_session_patch big = {.metadata_merge_json =
                                           "{\"blob\":\"0123456789012345678901234567890123456789\"}",
                                       .metadata_max_bytes = now_len + 20};
-    assert_int_equal(st->session_update(st, &sbx_ctx, a.id, s.id, &big, &out), STORE_INVALID);
+    assert_int_equal(store_session_update(st, &sbx_ctx, a.id, s.id, &big, &out), STORE_INVALID);
     struct store_session_patch not_object = {.metadata_merge_json = "[1,2]",
                                              .metadata_max_bytes = 1024};
-    assert_int_equal(st->session_update(st, &sbx_ctx, a.id, s.id, &not_object, &out),
+    assert_int_equal(store_session_update(st, &sbx_ctx, a.id, s.id, &not_object, &out),
                      STORE_INVALID);
-    assert_int_equal(st->session_get(st, a.id, s.id, &cur), STORE_OK);
+    assert_int_equal(store_session_get(st, a.id, s.id, &cur), STORE_OK);
     assert_json(cur.metadata_json, want);
     store_session_clear(&cur);
     struct store_session_patch exact = {.metadata_merge_json = "{\"b\":1}",
                                         .metadata_max_bytes = now_len + strlen(",\"b\":1")};
-    assert_int_equal(st->session_update(st, &sbx_ctx, a.id, s.id, &exact, &out), STORE_OK);
+    assert_int_equal(store_session_update(st, &sbx_ctx, a.id, s.id, &exact, &out), STORE_OK);
     assert_int_equal(strlen(out.metadata_json), exact.metadata_max_bytes);
     store_session_clear(&out);
 
     /* Another App's Session is not found. */
     struct store_app other;
     make_app(st, "meta2", &other);
-    assert_int_equal(st->session_update(st, &sbx_ctx, other.id, s.id, &merge, &out),
+    assert_int_equal(store_session_update(st, &sbx_ctx, other.id, s.id, &merge, &out),
                      STORE_NOT_FOUND);
 
     /* One session.updated per write that landed, by the Sandbox, none for the refused ones. */
     struct store_event *ev;
     size_t n, by_sandbox = 0;
-    assert_int_equal(st->event_list(st, a.id, s.id, 0, 100, &ev, &n), STORE_OK);
+    assert_int_equal(store_event_list(st, a.id, s.id, 0, 100, &ev, &n), STORE_OK);
     for (size_t i = 0; i < n; i++) {
         if (strcmp(ev[i].kind, "session.updated") != 0 || strcmp(ev[i].actor, "sandbox:sbx_x") != 0)
             continue;

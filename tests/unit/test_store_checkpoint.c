@@ -75,10 +75,10 @@ static void test_wal_stays_bounded_under_steady_writes(void **state)
     snprintf(a.image, sizeof a.image, "default");
     a.max_attempts = 3;
     a.command_json = "[\"/bin/true\"]";
-    assert_int_equal(st->app_create(st, &ctx, &a), STORE_OK);
+    assert_int_equal(store_app_create(st, &ctx, &a), STORE_OK);
     struct store_session s;
     bool created;
-    assert_int_equal(st->session_create(st, &ctx, a.id, NULL, 0, NULL, NULL, &s, &created),
+    assert_int_equal(store_session_create(st, &ctx, a.id, NULL, 0, NULL, NULL, &s, &created),
                      STORE_OK);
 
     /* One JSON string body of BODY bytes, shared by every request. */
@@ -94,7 +94,7 @@ static void test_wal_stays_bounded_under_steady_writes(void **state)
     pthread_cond_init(&res.cond, NULL);
     for (int i = 0; i < N; i++) {
         reqs[i] = (struct store_enqueue){a.id, s.id, body, NULL, NULL};
-        assert_int_equal(st->message_enqueue_async(st, &ctx, &reqs[i], done_cb, &res), STORE_OK);
+        assert_int_equal(store_message_enqueue_async(st, &ctx, &reqs[i], done_cb, &res), STORE_OK);
     }
     off_t most = 0;
     pthread_mutex_lock(&res.lock);
@@ -120,13 +120,13 @@ static void test_wal_stays_bounded_under_steady_writes(void **state)
     struct store_message *items;
     size_t n;
     char next[STORE_CURSOR_LEN];
-    assert_int_equal(st->message_list(st, a.id, s.id, "2399", 200, &items, &n, next), STORE_OK);
+    assert_int_equal(store_message_list(st, a.id, s.id, "2399", 200, &items, &n, next), STORE_OK);
     assert_int_equal(n, 1);
     assert_int_equal(items[0].seq, N);
     store_message_list_free(items, n);
 
     store_session_clear(&s);
-    st->close(st);
+    store_close(st);
     free(body);
     pthread_mutex_destroy(&res.lock);
     pthread_cond_destroy(&res.cond);

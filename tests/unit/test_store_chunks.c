@@ -55,24 +55,24 @@ static void test_only_the_lease_holder_appends_and_order_is_kept(void **state)
     int64_t dropped = -1, count = -1, bytes = -1;
 
     /* Not delivering: refused, nothing stored. */
-    assert_int_equal(st->chunk_append(st, "msg_a", "wrk_a", 0, first, 3, 0), STORE_CONFLICT);
+    assert_int_equal(store_chunk_append(st, "msg_a", "wrk_a", 0, first, 3, 0), STORE_CONFLICT);
     lease_to(f, "wrk_a");
-    assert_int_equal(st->chunk_append(st, "msg_a", "wrk_b", 0, first, 3, 0), STORE_CONFLICT);
+    assert_int_equal(store_chunk_append(st, "msg_a", "wrk_b", 0, first, 3, 0), STORE_CONFLICT);
     assert_int_equal(db_int(f, "SELECT count(*) FROM message_chunks"), 0);
 
-    assert_int_equal(st->chunk_append(st, "msg_a", "wrk_a", 0, first, 3, 0), STORE_OK);
-    assert_int_equal(st->chunk_append(st, "msg_a", "wrk_a", 3, more, 1, 5), STORE_OK);
+    assert_int_equal(store_chunk_append(st, "msg_a", "wrk_a", 0, first, 3, 0), STORE_OK);
+    assert_int_equal(store_chunk_append(st, "msg_a", "wrk_a", 3, more, 1, 5), STORE_OK);
     /* Only a drop count: no chunk, the count grows. */
-    assert_int_equal(st->chunk_append(st, "msg_a", "wrk_a", 4, NULL, 0, 2), STORE_OK);
+    assert_int_equal(store_chunk_append(st, "msg_a", "wrk_a", 4, NULL, 0, 2), STORE_OK);
     /* An index already taken is refused as a whole (the batch is one transaction). */
-    assert_int_not_equal(st->chunk_append(st, "msg_a", "wrk_a", 3, first, 2, 0), STORE_OK);
+    assert_int_not_equal(store_chunk_append(st, "msg_a", "wrk_a", 3, first, 2, 0), STORE_OK);
     assert_int_equal(db_int(f, "SELECT chunks_dropped FROM messages WHERE id = 'msg_a'"), 7);
 
-    assert_int_equal(st->chunk_totals(st, "msg_a", &count, &bytes), STORE_OK);
+    assert_int_equal(store_chunk_totals(st, "msg_a", &count, &bytes), STORE_OK);
     assert_int_equal(count, 4);
     assert_int_equal(bytes, 7 + 7 + 5 + 4); /* bytes, not characters: "café" is 7 */
 
-    assert_int_equal(st->chunk_list(st, "app_a", "ses_a", "msg_a", 0, 100, &c, &n, &dropped),
+    assert_int_equal(store_chunk_list(st, "app_a", "ses_a", "msg_a", 0, 100, &c, &n, &dropped),
                      STORE_OK);
     assert_int_equal(n, 4);
     assert_int_equal(dropped, 7);
@@ -84,12 +84,13 @@ static void test_only_the_lease_holder_appends_and_order_is_kept(void **state)
     store_chunk_list_free(c, n);
 
     /* From an index on, with a limit. */
-    assert_int_equal(st->chunk_list(st, "", "ses_a", "msg_a", 2, 1, &c, &n, NULL), STORE_OK);
+    assert_int_equal(store_chunk_list(st, "", "ses_a", "msg_a", 2, 1, &c, &n, NULL), STORE_OK);
     assert_int_equal(n, 1);
     assert_int_equal(c[0].index, 2);
     store_chunk_list_free(c, n);
     /* Past the end: found, no chunks. */
-    assert_int_equal(st->chunk_list(st, "app_a", "ses_a", "msg_a", 4, 10, &c, &n, NULL), STORE_OK);
+    assert_int_equal(store_chunk_list(st, "app_a", "ses_a", "msg_a", 4, 10, &c, &n, NULL),
+                     STORE_OK);
     assert_int_equal(n, 0);
     store_chunk_list_free(c, n);
 }
@@ -104,17 +105,17 @@ static void test_scoped_like_the_message_and_deleted_with_the_session(void **sta
     struct store_ctx gw = {"key:test", NULL};
 
     lease_to(f, "wrk_a");
-    assert_int_equal(st->chunk_append(st, "msg_a", "wrk_a", 0, one, 1, 0), STORE_OK);
-    assert_int_equal(st->chunk_list(st, "app_b", "ses_a", "msg_a", 0, 10, &c, &n, NULL),
+    assert_int_equal(store_chunk_append(st, "msg_a", "wrk_a", 0, one, 1, 0), STORE_OK);
+    assert_int_equal(store_chunk_list(st, "app_b", "ses_a", "msg_a", 0, 10, &c, &n, NULL),
                      STORE_NOT_FOUND);
-    assert_int_equal(st->chunk_list(st, "app_a", "ses_x", "msg_a", 0, 10, &c, &n, NULL),
+    assert_int_equal(store_chunk_list(st, "app_a", "ses_x", "msg_a", 0, 10, &c, &n, NULL),
                      STORE_NOT_FOUND);
-    assert_int_equal(st->chunk_list(st, "app_a", "ses_a", "msg_x", 0, 10, &c, &n, NULL),
+    assert_int_equal(store_chunk_list(st, "app_a", "ses_a", "msg_x", 0, 10, &c, &n, NULL),
                      STORE_NOT_FOUND);
 
-    assert_int_equal(st->session_delete(st, &gw, "app_a", "ses_a"), STORE_OK);
+    assert_int_equal(store_session_delete(st, &gw, "app_a", "ses_a"), STORE_OK);
     assert_int_equal(db_int(f, "SELECT count(*) FROM message_chunks"), 0);
-    assert_int_equal(st->chunk_list(st, "app_a", "ses_a", "msg_a", 0, 10, &c, &n, NULL),
+    assert_int_equal(store_chunk_list(st, "app_a", "ses_a", "msg_a", 0, 10, &c, &n, NULL),
                      STORE_NOT_FOUND);
 }
 
@@ -127,11 +128,11 @@ static void test_event_last_id_follows_the_audit_trail(void **state)
     bool created;
     struct store_ctx gw = {"key:test", NULL};
 
-    assert_int_equal(st->event_last_id(st, &before), STORE_OK);
-    assert_int_equal(st->session_create(st, &gw, "app_a", "named", 0, NULL, NULL, &s, &created),
+    assert_int_equal(store_event_last_id(st, &before), STORE_OK);
+    assert_int_equal(store_session_create(st, &gw, "app_a", "named", 0, NULL, NULL, &s, &created),
                      STORE_OK);
     store_session_clear(&s);
-    assert_int_equal(st->event_last_id(st, &after), STORE_OK);
+    assert_int_equal(store_event_last_id(st, &after), STORE_OK);
     assert_true(after > before);
     assert_int_equal(after, db_int(f, "SELECT max(id) FROM events"));
 }

@@ -70,7 +70,7 @@ static int open_together(const char *path)
                 fprintf(stderr, "open %s: %s\n", path, err);
                 _exit(1);
             }
-            st->close(st);
+            store_close(st);
             _exit(0);
         }
     }
@@ -112,7 +112,7 @@ static void test_an_open_waits_for_a_writer_beyond_the_busy_timeout(void **state
 
     snprintf(path, sizeof path, "%s/held.db", dir);
     assert_non_null(st = store_open("sqlite", path, 5000, "FULL", err, sizeof err));
-    st->close(st);
+    store_close(st);
     /* Another process holds the write lock for 1.5 s, as a long migration would (SQLite's locks
      * belong to a process, so the holder is a child). */
     assert_int_equal(pipe(locked), 0);
@@ -142,7 +142,7 @@ static void test_an_open_waits_for_a_writer_beyond_the_busy_timeout(void **state
     if (!st)
         fail_msg("an open beside a writer failed: %s", err);
     assert_true(clock_mono_ms() - t0 >= 1000); /* it did wait for the writer */
-    st->close(st);
+    store_close(st);
 }
 
 int main(void)

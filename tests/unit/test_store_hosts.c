@@ -51,8 +51,8 @@ static void add_host(struct store_fixture *f, const char *host_id, const char *w
     int64_t was_lost = -1;
     snprintf(h.id, sizeof h.id, "%s", host_id);
     snprintf(h.address, sizeof h.address, "10.0.0.1:9000");
-    assert_int_equal(f->st->worker_register(f->st, worker_id, "machine", 1), STORE_OK);
-    assert_int_equal(f->st->host_register(f->st, &ctx, &h, worker_id, &was_lost), STORE_OK);
+    assert_int_equal(store_worker_register(f->st, worker_id, "machine", 1), STORE_OK);
+    assert_int_equal(store_host_register(f->st, &ctx, &h, worker_id, &was_lost), STORE_OK);
     assert_int_equal(was_lost, 0);
 }
 
@@ -85,15 +85,15 @@ static void add_served_sessions(struct store_fixture *f, const char *worker_id, 
 static void add_warm(struct store_fixture *f, const char *worker_id)
 {
     struct store_sandbox sb;
-    assert_int_equal(f->st->sandbox_insert(f->st, &ctx, worker_id, &shape, false, &sb), STORE_OK);
-    assert_int_equal(f->st->sandbox_mark_warm(f->st, &ctx, sb.id, 10), STORE_OK);
+    assert_int_equal(store_sandbox_insert(f->st, &ctx, worker_id, &shape, false, &sb), STORE_OK);
+    assert_int_equal(store_sandbox_mark_warm(f->st, &ctx, sb.id, 10), STORE_OK);
 }
 
 static enum store_status claim_placed(struct store_fixture *f, const char *worker_id,
                                       const char *want_message)
 {
     struct store_delivery d;
-    enum store_status rc = f->st->queue_claim_placed(f->st, &ctx, worker_id, 30000, &placement, &d);
+    enum store_status rc = store_queue_claim_placed(f->st, &ctx, worker_id, 30000, &placement, &d);
     if (rc == STORE_OK) {
         if (want_message)
             assert_string_equal(d.message.id, want_message);
@@ -112,10 +112,10 @@ static void test_register_heartbeat_and_list(void **state)
     add_host(f, "host-b", "wrk_b", 4);
     add_served_sessions(f, "wrk_b", 1);
     add_warm(f, "wrk_b");
-    assert_int_equal(f->st->host_heartbeat(f->st, "host-a"), STORE_OK);
-    assert_int_equal(f->st->host_heartbeat(f->st, "host-nowhere"), STORE_CONFLICT);
+    assert_int_equal(store_host_heartbeat(f->st, "host-a"), STORE_OK);
+    assert_int_equal(store_host_heartbeat(f->st, "host-nowhere"), STORE_CONFLICT);
 
-    assert_int_equal(f->st->host_list(f->st, &hosts, &n), STORE_OK);
+    assert_int_equal(store_host_list(f->st, &hosts, &n), STORE_OK);
     assert_int_equal(n, 2);
     assert_string_equal(hosts[0].id, "host-a");
     assert_string_equal(hosts[0].address, "10.0.0.1:9000");
@@ -128,7 +128,7 @@ static void test_register_heartbeat_and_list(void **state)
     assert_int_equal(hosts[1].live_sandboxes, 1);
     free(hosts);
 
-    assert_int_equal(f->st->worker_list_active(f->st, &workers, &n), STORE_OK);
+    assert_int_equal(store_worker_list_active(f->st, &workers, &n), STORE_OK);
     assert_int_equal(n, 2);
     assert_string_equal(workers[0].host_id, "host-a");
     assert_string_equal(workers[1].host_id, "host-b");
@@ -137,12 +137,12 @@ static void test_register_heartbeat_and_list(void **state)
 
     /* Each worker knows its host; one registered without a host has none. */
     char host[STORE_HOST_ID_LEN];
-    assert_int_equal(f->st->worker_host(f->st, "wrk_b", host, sizeof host), STORE_OK);
+    assert_int_equal(store_worker_host(f->st, "wrk_b", host, sizeof host), STORE_OK);
     assert_string_equal(host, "host-b");
-    assert_int_equal(f->st->worker_register(f->st, "wrk_solo", "machine", 3), STORE_OK);
-    assert_int_equal(f->st->worker_host(f->st, "wrk_solo", host, sizeof host), STORE_OK);
+    assert_int_equal(store_worker_register(f->st, "wrk_solo", "machine", 3), STORE_OK);
+    assert_int_equal(store_worker_host(f->st, "wrk_solo", host, sizeof host), STORE_OK);
     assert_string_equal(host, "");
-    assert_int_equal(f->st->worker_host(f->st, "wrk_nobody", host, sizeof host), STORE_NOT_FOUND);
+    assert_int_equal(store_worker_host(f->st, "wrk_nobody", host, sizeof host), STORE_NOT_FOUND);
 }
 
 static void test_declare_lost_ends_the_hosts_work_in_one_transaction(void **state)
@@ -158,30 +158,30 @@ static void test_declare_lost_ends_the_hosts_work_in_one_transaction(void **stat
      * Sandbox yet); it also holds a warm Sandbox. host-a holds a warm Sandbox of its own. */
     add_idle_session_with_message(f, "ses_1", 0);
     add_idle_session_with_message(f, "ses_2", 0);
-    assert_int_equal(f->st->queue_claim_placed(f->st, &ctx, "wrk_b", 30000, NULL, &d), STORE_OK);
+    assert_int_equal(store_queue_claim_placed(f->st, &ctx, "wrk_b", 30000, NULL, &d), STORE_OK);
     assert_string_equal(d.session.id, "ses_1");
     store_delivery_clear(&d);
-    assert_int_equal(f->st->sandbox_insert(f->st, &ctx, "wrk_b", &shape, true, &running), STORE_OK);
-    assert_int_equal(f->st->sandbox_assign(f->st, &ctx, running.id, "app_a", "ses_1"), STORE_OK);
-    assert_int_equal(f->st->sandbox_mark_running(f->st, &ctx, running.id, "ses_1"), STORE_OK);
-    assert_int_equal(f->st->queue_claim_placed(f->st, &ctx, "wrk_b", 30000, NULL, &d), STORE_OK);
+    assert_int_equal(store_sandbox_insert(f->st, &ctx, "wrk_b", &shape, true, &running), STORE_OK);
+    assert_int_equal(store_sandbox_assign(f->st, &ctx, running.id, "app_a", "ses_1"), STORE_OK);
+    assert_int_equal(store_sandbox_mark_running(f->st, &ctx, running.id, "ses_1"), STORE_OK);
+    assert_int_equal(store_queue_claim_placed(f->st, &ctx, "wrk_b", 30000, NULL, &d), STORE_OK);
     assert_string_equal(d.session.id, "ses_2");
     store_delivery_clear(&d);
-    assert_int_equal(f->st->sandbox_insert(f->st, &ctx, "wrk_b", &shape, false, &warm), STORE_OK);
-    assert_int_equal(f->st->sandbox_insert(f->st, &ctx, "wrk_a", &shape, false, &mine), STORE_OK);
+    assert_int_equal(store_sandbox_insert(f->st, &ctx, "wrk_b", &shape, false, &warm), STORE_OK);
+    assert_int_equal(store_sandbox_insert(f->st, &ctx, "wrk_a", &shape, false, &mine), STORE_OK);
 
     /* Nothing is stale yet: nothing happens (and nothing is written). */
     int64_t events = db_int(f, "SELECT COUNT(*) FROM events");
-    assert_int_equal(f->st->host_declare_lost(f->st, &ctx, "host-a", 5000, &lost), STORE_OK);
+    assert_int_equal(store_host_declare_lost(f->st, &ctx, "host-a", 5000, &lost), STORE_OK);
     assert_int_equal(lost, 0);
     assert_int_equal(db_int(f, "SELECT COUNT(*) FROM events"), events);
 
     /* host-b stops heartbeating. A host never declares itself lost. */
     db_exec(f, "UPDATE hosts SET heartbeat_at = heartbeat_at - 60000");
-    assert_int_equal(f->st->host_heartbeat(f->st, "host-a"), STORE_OK);
-    assert_int_equal(f->st->host_declare_lost(f->st, &ctx, "host-b", 5000, &lost), STORE_OK);
+    assert_int_equal(store_host_heartbeat(f->st, "host-a"), STORE_OK);
+    assert_int_equal(store_host_declare_lost(f->st, &ctx, "host-b", 5000, &lost), STORE_OK);
     assert_int_equal(lost, 0);
-    assert_int_equal(f->st->host_declare_lost(f->st, &ctx, "host-a", 5000, &lost), STORE_OK);
+    assert_int_equal(store_host_declare_lost(f->st, &ctx, "host-a", 5000, &lost), STORE_OK);
     assert_int_equal(lost, 1);
 
     assert_int_equal(db_int(f, "SELECT CASE WHEN lost_at IS NOT NULL THEN 1 ELSE 0 END FROM hosts "
@@ -208,9 +208,9 @@ static void test_declare_lost_ends_the_hosts_work_in_one_transaction(void **stat
         db_int(f, "SELECT CASE WHEN stopped_at IS NOT NULL THEN 1 ELSE 0 END FROM workers "
                   "WHERE id = 'wrk_b'"),
         1);
-    assert_int_equal(f->st->worker_heartbeat(f->st, "wrk_b"), STORE_CONFLICT);
-    assert_int_equal(f->st->host_heartbeat(f->st, "host-b"), STORE_CONFLICT);
-    assert_int_equal(f->st->sandbox_insert(f->st, &ctx, "wrk_b", &shape, false, &warm),
+    assert_int_equal(store_worker_heartbeat(f->st, "wrk_b"), STORE_CONFLICT);
+    assert_int_equal(store_host_heartbeat(f->st, "host-b"), STORE_CONFLICT);
+    assert_int_equal(store_sandbox_insert(f->st, &ctx, "wrk_b", &shape, false, &warm),
                      STORE_CONFLICT);
     assert_int_equal(claim_placed(f, "wrk_b", NULL), STORE_EMPTY);
     /* Its leases: both back in the queue; the attempt counts, with the reason. */
@@ -233,7 +233,7 @@ static void test_declare_lost_ends_the_hosts_work_in_one_transaction(void **stat
     assert_int_equal(claim_placed(f, "wrk_a", "msg_ses_1"), STORE_OK);
     assert_int_equal(claim_placed(f, "wrk_a", "msg_ses_2"), STORE_OK);
     /* Declared once only. */
-    assert_int_equal(f->st->host_declare_lost(f->st, &ctx, "host-a", 5000, &lost), STORE_OK);
+    assert_int_equal(store_host_declare_lost(f->st, &ctx, "host-a", 5000, &lost), STORE_OK);
     assert_int_equal(lost, 0);
 }
 
@@ -246,16 +246,16 @@ static void test_a_lost_host_comes_back_and_finds_what_it_left(void **state)
     size_t n = 0;
     add_host(f, "host-a", "wrk_a", 8);
     add_host(f, "host-b", "wrk_b", 8);
-    assert_int_equal(f->st->sandbox_insert(f->st, &ctx, "wrk_b", &shape, false, &sb), STORE_OK);
+    assert_int_equal(store_sandbox_insert(f->st, &ctx, "wrk_b", &shape, false, &sb), STORE_OK);
     /* One host-b was stopping when it died: the verdict keeps its reason, and its jail is on
      * host-b all the same, so host-b must find it too. */
     struct store_sandbox stopping;
-    assert_int_equal(f->st->sandbox_insert(f->st, &ctx, "wrk_b", &shape, false, &stopping),
+    assert_int_equal(store_sandbox_insert(f->st, &ctx, "wrk_b", &shape, false, &stopping),
                      STORE_OK);
-    assert_int_equal(f->st->sandbox_mark_stopping(f->st, &ctx, stopping.id, "keep-alive expired"),
+    assert_int_equal(store_sandbox_mark_stopping(f->st, &ctx, stopping.id, "keep-alive expired"),
                      STORE_OK);
     db_exec(f, "UPDATE hosts SET heartbeat_at = heartbeat_at - 60000 WHERE id = 'host-b'");
-    assert_int_equal(f->st->host_declare_lost(f->st, &ctx, "host-a", 5000, &n), STORE_OK);
+    assert_int_equal(store_host_declare_lost(f->st, &ctx, "host-a", 5000, &n), STORE_OK);
     assert_int_equal(n, 1);
     assert_int_equal(db_int(f,
                             "SELECT COUNT(*) FROM sandboxes WHERE id = '%s' AND state = "
@@ -266,25 +266,25 @@ static void test_a_lost_host_comes_back_and_finds_what_it_left(void **state)
 
     /* A new worker of host-b registers: the host is live again and learns when it was lost. */
     snprintf(h.id, sizeof h.id, "host-b");
-    assert_int_equal(f->st->worker_register(f->st, "wrk_b2", "machine", 2), STORE_OK);
-    assert_int_equal(f->st->host_register(f->st, &ctx, &h, "wrk_b2", &was_lost), STORE_OK);
+    assert_int_equal(store_worker_register(f->st, "wrk_b2", "machine", 2), STORE_OK);
+    assert_int_equal(store_host_register(f->st, &ctx, &h, "wrk_b2", &was_lost), STORE_OK);
     assert_int_equal(was_lost, lost_at);
     assert_int_equal(db_int(f, "SELECT CASE WHEN lost_at IS NULL THEN 1 ELSE 0 END FROM hosts "
                                "WHERE id = 'host-b'"),
                      1);
-    assert_int_equal(f->st->host_heartbeat(f->st, "host-b"), STORE_OK);
+    assert_int_equal(store_host_heartbeat(f->st, "host-b"), STORE_OK);
     assert_int_equal(db_int(f, "SELECT COUNT(*) FROM events WHERE kind = 'host.returned'"), 1);
-    assert_int_equal(f->st->sandbox_list_host_lost(f->st, "host-b", was_lost, &left, &n), STORE_OK);
+    assert_int_equal(store_sandbox_list_host_lost(f->st, "host-b", was_lost, &left, &n), STORE_OK);
     assert_int_equal(n, 2);
     assert_true((strcmp(left[0].id, sb.id) == 0 && strcmp(left[1].id, stopping.id) == 0) ||
                 (strcmp(left[0].id, stopping.id) == 0 && strcmp(left[1].id, sb.id) == 0));
     free(left);
     /* host-a's list is its own (empty). */
-    assert_int_equal(f->st->sandbox_list_host_lost(f->st, "host-a", was_lost, &left, &n), STORE_OK);
+    assert_int_equal(store_sandbox_list_host_lost(f->st, "host-a", was_lost, &left, &n), STORE_OK);
     assert_int_equal(n, 0);
     free(left);
     /* A second registration while live says it was not lost. */
-    assert_int_equal(f->st->host_register(f->st, &ctx, &h, "wrk_b2", &was_lost), STORE_OK);
+    assert_int_equal(store_host_register(f->st, &ctx, &h, "wrk_b2", &was_lost), STORE_OK);
     assert_int_equal(was_lost, 0);
 }
 
@@ -301,7 +301,7 @@ static void test_placement_prefers_a_warm_sandbox_of_the_shape(void **state)
     /* Placement does not apply to the unplaced claim. */
     add_idle_session_with_message(f, "ses_2", 0);
     struct store_delivery d;
-    assert_int_equal(f->st->queue_claim_placed(f->st, &ctx, "wrk_a", 30000, NULL, &d), STORE_OK);
+    assert_int_equal(store_queue_claim_placed(f->st, &ctx, "wrk_a", 30000, NULL, &d), STORE_OK);
     store_delivery_clear(&d);
 }
 

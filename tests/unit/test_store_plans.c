@@ -152,7 +152,7 @@ int main(void)
         fprintf(stderr, "store_open: %s\n", err);
         return 1;
     }
-    st->close(st);
+    store_close(st);
     if (sqlite3_open(path, &db) != SQLITE_OK)
         return 1;
     const struct CMUnitTest tests[] = {

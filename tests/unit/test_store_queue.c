@@ -62,7 +62,7 @@ static void add_message(struct store_fixture *f, const char *session, int seq, i
 static enum store_status claim(struct store_fixture *f, const char *worker,
                                struct store_delivery *d)
 {
-    return f->st->queue_claim_placed(f->st, &ctx, worker, 30000, NULL, d);
+    return store_queue_claim_placed(f->st, &ctx, worker, 30000, NULL, d);
 }
 
 static void test_claims_in_seq_order_one_at_a_time(void **state)
@@ -87,7 +87,7 @@ static void test_claims_in_seq_order_one_at_a_time(void **state)
 
     /* seq 2 waits while seq 1 is delivering, even for the owning worker. */
     assert_int_equal(claim(f, "wrk_a", &d), STORE_EMPTY);
-    assert_int_equal(f->st->queue_complete(f->st, &ctx, "msg_ses_1_1", "wrk_a", NULL, "{\"r\":1}"),
+    assert_int_equal(store_queue_complete(f->st, &ctx, "msg_ses_1_1", "wrk_a", NULL, "{\"r\":1}"),
                      STORE_OK);
     assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
     assert_string_equal(d.message.id, "msg_ses_1_2");
@@ -107,7 +107,7 @@ static void test_session_owned_by_another_worker_is_not_claimable(void **state)
     assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
     assert_string_equal(d.message.id, "msg_ses_1_1");
     store_delivery_clear(&d);
-    assert_int_equal(f->st->queue_complete(f->st, &ctx, "msg_ses_1_1", "wrk_a", NULL, "1"),
+    assert_int_equal(store_queue_complete(f->st, &ctx, "msg_ses_1_1", "wrk_a", NULL, "1"),
                      STORE_OK);
     /* ses_1 still belongs to wrk_a (its Sandbox is there): wrk_b gets only ses_2. */
     assert_int_equal(claim(f, "wrk_b", &d), STORE_OK);
@@ -115,7 +115,7 @@ static void test_session_owned_by_another_worker_is_not_claimable(void **state)
     store_delivery_clear(&d);
     assert_int_equal(claim(f, "wrk_b", &d), STORE_EMPTY);
     /* claim_owned gives wrk_a only its own Sessions' messages. */
-    assert_int_equal(f->st->queue_claim_owned(f->st, &ctx, "wrk_a", 30000, &d), STORE_OK);
+    assert_int_equal(store_queue_claim_owned(f->st, &ctx, "wrk_a", 30000, &d), STORE_OK);
     assert_string_equal(d.message.id, "msg_ses_1_2");
     store_delivery_clear(&d);
 }
@@ -130,12 +130,12 @@ static void test_completion_is_exactly_once_and_only_for_the_lease_holder(void *
     assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
     store_delivery_clear(&d);
 
-    assert_int_equal(f->st->queue_complete(f->st, &ctx, "msg_ses_1_1", "wrk_b", NULL, "\"x\""),
+    assert_int_equal(store_queue_complete(f->st, &ctx, "msg_ses_1_1", "wrk_b", NULL, "\"x\""),
                      STORE_CONFLICT);
     assert_int_equal(
-        f->st->queue_complete(f->st, &ctx, "msg_ses_1_1", "wrk_a", "sbx_1", "{\"ok\":true}"),
+        store_queue_complete(f->st, &ctx, "msg_ses_1_1", "wrk_a", "sbx_1", "{\"ok\":true}"),
         STORE_OK);
-    assert_int_equal(f->st->queue_complete(f->st, &ctx, "msg_ses_1_1", "wrk_a", "sbx_1", "\"y\""),
+    assert_int_equal(store_queue_complete(f->st, &ctx, "msg_ses_1_1", "wrk_a", "sbx_1", "\"y\""),
                      STORE_CONFLICT);
     db_text(f, reply, sizeof reply, "SELECT reply FROM messages WHERE id = 'msg_ses_1_1'");
     assert_string_equal(reply, "{\"ok\":true}");
@@ -153,17 +153,17 @@ static void test_expired_lease_is_requeued_and_old_holder_cannot_complete(void *
     size_t n = 99;
     add_session(f, "ses_1");
     add_message(f, "ses_1", 1, 3);
-    assert_int_equal(f->st->queue_claim_placed(f->st, &ctx, "wrk_a", 1, NULL, &d), STORE_OK);
+    assert_int_equal(store_queue_claim_placed(f->st, &ctx, "wrk_a", 1, NULL, &d), STORE_OK);
     store_delivery_clear(&d);
     /* A 1 ms lease: wait it out, then requeue. */
     usleep(5000);
-    assert_int_equal(f->st->queue_requeue_expired(f->st, &ctx, &n), STORE_OK);
+    assert_int_equal(store_queue_requeue_expired(f->st, &ctx, &n), STORE_OK);
     assert_int_equal(n, 1);
     assert_int_equal(
         db_int(f, "SELECT CASE WHEN state = 'queued' AND lease_owner IS NULL THEN 1 ELSE 0 END "
                   "FROM messages"),
         1);
-    assert_int_equal(f->st->queue_complete(f->st, &ctx, "msg_ses_1_1", "wrk_a", NULL, "1"),
+    assert_int_equal(store_queue_complete(f->st, &ctx, "msg_ses_1_1", "wrk_a", NULL, "1"),
                      STORE_CONFLICT);
     assert_int_equal(db_int(f, "SELECT COUNT(*) FROM events WHERE kind = 'message.retry'"), 1);
 }
@@ -175,13 +175,13 @@ static void test_extend_lease_keeps_it_from_expiring(void **state)
     size_t n = 99;
     add_session(f, "ses_1");
     add_message(f, "ses_1", 1, 3);
-    assert_int_equal(f->st->queue_claim_placed(f->st, &ctx, "wrk_a", 1, NULL, &d), STORE_OK);
+    assert_int_equal(store_queue_claim_placed(f->st, &ctx, "wrk_a", 1, NULL, &d), STORE_OK);
     store_delivery_clear(&d);
-    assert_int_equal(f->st->queue_extend_lease(f->st, "msg_ses_1_1", "wrk_a", 60000), STORE_OK);
-    assert_int_equal(f->st->queue_extend_lease(f->st, "msg_ses_1_1", "wrk_b", 60000),
+    assert_int_equal(store_queue_extend_lease(f->st, "msg_ses_1_1", "wrk_a", 60000), STORE_OK);
+    assert_int_equal(store_queue_extend_lease(f->st, "msg_ses_1_1", "wrk_b", 60000),
                      STORE_CONFLICT);
     usleep(5000);
-    assert_int_equal(f->st->queue_requeue_expired(f->st, &ctx, &n), STORE_OK);
+    assert_int_equal(store_queue_requeue_expired(f->st, &ctx, &n), STORE_OK);
     assert_int_equal(n, 0);
 }
 
@@ -196,13 +196,13 @@ static void test_failed_attempt_backs_off_then_retries(void **state)
     add_message(f, "ses_1", 2, 3);
     assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
     store_delivery_clear(&d);
-    assert_int_equal(f->st->queue_fail(f->st, &ctx, "msg_ses_1_1", "wrk_a", "sbx_x",
-                                       "agent error: boom", 100000, &final),
+    assert_int_equal(store_queue_fail(f->st, &ctx, "msg_ses_1_1", "wrk_a", "sbx_x",
+                                      "agent error: boom", 100000, &final),
                      STORE_OK);
     assert_false(final);
     /* Backing off: nothing of the Session is deliverable, and seq 2 does not overtake seq 1. */
     assert_int_equal(claim(f, "wrk_a", &d), STORE_EMPTY);
-    assert_int_equal(f->st->queue_next_due(f->st, &due), STORE_OK);
+    assert_int_equal(store_queue_next_due(f->st, &due), STORE_OK);
     assert_true(due >= before + 100000);
     /* Once due it is claimed again, and the attempt counts. */
     db_exec(f, "UPDATE messages SET not_before = 0 WHERE id = 'msg_ses_1_1'");
@@ -226,8 +226,8 @@ static void test_max_attempts_fails_with_reason_and_unblocks_next(void **state)
         assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
         assert_string_equal(d.message.id, "msg_ses_1_1");
         store_delivery_clear(&d);
-        assert_int_equal(f->st->queue_fail(f->st, &ctx, "msg_ses_1_1", "wrk_a", NULL,
-                                           "agent exited with status 3", 0, &final),
+        assert_int_equal(store_queue_fail(f->st, &ctx, "msg_ses_1_1", "wrk_a", NULL,
+                                          "agent exited with status 3", 0, &final),
                          STORE_OK);
         assert_int_equal(final, attempt == 2);
     }
@@ -249,7 +249,7 @@ static void assert_message_counts(struct store_fixture *f, int64_t queued, int64
                                   int64_t completed, int64_t failed)
 {
     struct store_counts c;
-    assert_int_equal(f->st->counts(f->st, &c), STORE_OK);
+    assert_int_equal(store_counts(f->st, &c), STORE_OK);
     assert_int_equal(c.messages_by_state[0], queued);
     assert_int_equal(c.messages_by_state[1], delivering);
     assert_int_equal(c.messages_by_state[2], completed);
@@ -270,7 +270,7 @@ static void test_counts_follow_each_message_state(void **state)
     assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
     store_delivery_clear(&d);
     assert_message_counts(f, 0, 1, 0, 0);
-    assert_int_equal(f->st->queue_complete(f->st, &ctx, "msg_ses_1_1", "wrk_a", NULL, "1"),
+    assert_int_equal(store_queue_complete(f->st, &ctx, "msg_ses_1_1", "wrk_a", NULL, "1"),
                      STORE_OK);
     assert_message_counts(f, 0, 0, 1, 0);
     add_message(f, "ses_2", 1, 1);
@@ -278,8 +278,7 @@ static void test_counts_follow_each_message_state(void **state)
     assert_string_equal(d.message.id, "msg_ses_2_1");
     store_delivery_clear(&d);
     assert_int_equal(
-        f->st->queue_fail(f->st, &ctx, "msg_ses_2_1", "wrk_a", NULL, "exit 3", 0, &final),
-        STORE_OK);
+        store_queue_fail(f->st, &ctx, "msg_ses_2_1", "wrk_a", NULL, "exit 3", 0, &final), STORE_OK);
     assert_true(final);
     assert_message_counts(f, 0, 0, 1, 1);
     add_message(f, "ses_3", 1, 3);
@@ -299,8 +298,8 @@ static void test_release_gives_back_without_counting(void **state)
     add_message(f, "ses_1", 1, 1);
     assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
     store_delivery_clear(&d);
-    assert_int_equal(f->st->queue_release(f->st, &ctx, "msg_ses_1_1", "wrk_b"), STORE_CONFLICT);
-    assert_int_equal(f->st->queue_release(f->st, &ctx, "msg_ses_1_1", "wrk_a"), STORE_OK);
+    assert_int_equal(store_queue_release(f->st, &ctx, "msg_ses_1_1", "wrk_b"), STORE_CONFLICT);
+    assert_int_equal(store_queue_release(f->st, &ctx, "msg_ses_1_1", "wrk_a"), STORE_OK);
     assert_int_equal(db_int(f, "SELECT attempts FROM messages"), 0);
     assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
     store_delivery_clear(&d);
@@ -309,8 +308,8 @@ static void test_release_gives_back_without_counting(void **state)
 /* A warm Sandbox of worker's, booted and ready in the pool. */
 static void add_warm(struct store_fixture *f, const char *worker, struct store_sandbox *sb)
 {
-    assert_int_equal(f->st->sandbox_insert(f->st, &ctx, worker, &shape, false, sb), STORE_OK);
-    assert_int_equal(f->st->sandbox_mark_warm(f->st, &ctx, sb->id, 5), STORE_OK);
+    assert_int_equal(store_sandbox_insert(f->st, &ctx, worker, &shape, false, sb), STORE_OK);
+    assert_int_equal(store_sandbox_mark_warm(f->st, &ctx, sb->id, 5), STORE_OK);
 }
 
 /* The event kinds of the Session's activation, in the order they were written (one row at a
@@ -345,7 +344,7 @@ static void test_claim_with_sandbox_takes_the_warm_one_in_the_same_transaction(v
     add_warm(f, "wrk_b", &theirs);
     add_warm(f, "wrk_a", &mine);
 
-    assert_int_equal(f->st->queue_claim_with_sandbox(f->st, &ctx, "wrk_a", 30000, NULL, &d),
+    assert_int_equal(store_queue_claim_with_sandbox(f->st, &ctx, "wrk_a", 30000, NULL, &d),
                      STORE_OK);
     assert_string_equal(d.message.id, "msg_ses_1_1");
     assert_true(d.warm_claim_tried);
@@ -366,7 +365,7 @@ static void test_claim_with_sandbox_takes_the_warm_one_in_the_same_transaction(v
 
     /* No warm Sandbox of wrk_a's left: the claim says so, and leaves wrk_b's alone. */
     add_message(f, "ses_2", 1, 3);
-    assert_int_equal(f->st->queue_claim_with_sandbox(f->st, &ctx, "wrk_a", 30000, NULL, &d),
+    assert_int_equal(store_queue_claim_with_sandbox(f->st, &ctx, "wrk_a", 30000, NULL, &d),
                      STORE_OK);
     assert_string_equal(d.message.id, "msg_ses_2_1");
     assert_true(d.warm_claim_tried);
@@ -377,9 +376,9 @@ static void test_claim_with_sandbox_takes_the_warm_one_in_the_same_transaction(v
 
     /* The next message of a Session the worker owns: no Sandbox to look for. */
     assert_int_equal(
-        f->st->queue_fail(f->st, &ctx, "msg_ses_2_1", "wrk_a", NULL, "x", 0, &(bool){false}),
+        store_queue_fail(f->st, &ctx, "msg_ses_2_1", "wrk_a", NULL, "x", 0, &(bool){false}),
         STORE_OK);
-    assert_int_equal(f->st->queue_claim_with_sandbox(f->st, &ctx, "wrk_a", 30000, NULL, &d),
+    assert_int_equal(store_queue_claim_with_sandbox(f->st, &ctx, "wrk_a", 30000, NULL, &d),
                      STORE_OK);
     assert_string_equal(d.message.id, "msg_ses_2_1");
     assert_false(d.warm_claim_tried);
@@ -397,21 +396,21 @@ static void test_complete_first_records_running_with_the_reply(void **state)
     add_session(f, "ses_1");
     add_message(f, "ses_1", 1, 3);
     add_warm(f, "wrk_a", &sb);
-    assert_int_equal(f->st->queue_claim_with_sandbox(f->st, &ctx, "wrk_a", 30000, NULL, &d),
+    assert_int_equal(store_queue_claim_with_sandbox(f->st, &ctx, "wrk_a", 30000, NULL, &d),
                      STORE_OK);
     assert_string_equal(d.sandbox.id, sb.id);
 
     /* Another worker's lease: refused, and the Sandbox is still only claimed. */
     assert_int_equal(
-        f->st->queue_complete_first(f->st, &ctx, d.message.id, "wrk_b", sb.id, "ses_1", "1"),
+        store_queue_complete_first(f->st, &ctx, d.message.id, "wrk_b", sb.id, "ses_1", "1"),
         STORE_CONFLICT);
     db_text(f, text, sizeof text, "SELECT state FROM sandboxes WHERE id = '%s'", sb.id);
     assert_string_equal(text, "claimed");
     db_text(f, text, sizeof text, "SELECT state FROM sessions");
     assert_string_equal(text, "activating");
 
-    assert_int_equal(f->st->queue_complete_first(f->st, &ctx, d.message.id, "wrk_a", sb.id, "ses_1",
-                                                 "{\"ok\":1}"),
+    assert_int_equal(store_queue_complete_first(f->st, &ctx, d.message.id, "wrk_a", sb.id, "ses_1",
+                                                "{\"ok\":1}"),
                      STORE_OK);
     store_delivery_clear(&d);
     db_text(f, text, sizeof text, "SELECT state FROM sandboxes WHERE id = '%s'", sb.id);
@@ -427,9 +426,9 @@ static void test_complete_first_records_running_with_the_reply(void **state)
     add_message(f, "ses_1", 2, 3);
     assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
     assert_int_equal(
-        f->st->queue_complete_first(f->st, &ctx, d.message.id, "wrk_a", sb.id, "ses_1", "2"),
+        store_queue_complete_first(f->st, &ctx, d.message.id, "wrk_a", sb.id, "ses_1", "2"),
         STORE_CONFLICT);
-    assert_int_equal(f->st->queue_complete(f->st, &ctx, d.message.id, "wrk_a", sb.id, "2"),
+    assert_int_equal(store_queue_complete(f->st, &ctx, d.message.id, "wrk_a", sb.id, "2"),
                      STORE_OK);
     store_delivery_clear(&d);
 }
@@ -446,21 +445,21 @@ static void test_sandbox_lifecycle_moves_the_session(void **state)
     add_session(f, "ses_1");
     add_message(f, "ses_1", 1, 3);
 
-    assert_int_equal(f->st->sandbox_insert(f->st, &ctx, "wrk_a", &shape, false, &sb), STORE_OK);
+    assert_int_equal(store_sandbox_insert(f->st, &ctx, "wrk_a", &shape, false, &sb), STORE_OK);
     assert_string_equal(sb.state, "booting");
     strcpy(sb.jail_dir, "/tmp/jail/x");
     sb.pid = 4242;
-    assert_int_equal(f->st->sandbox_set_runtime(f->st, &sb), STORE_OK);
-    assert_int_equal(f->st->sandbox_mark_warm(f->st, &ctx, sb.id, 12), STORE_OK);
-    assert_int_equal(f->st->sandbox_mark_warm(f->st, &ctx, sb.id, 12), STORE_CONFLICT);
+    assert_int_equal(store_sandbox_set_runtime(f->st, &sb), STORE_OK);
+    assert_int_equal(store_sandbox_mark_warm(f->st, &ctx, sb.id, 12), STORE_OK);
+    assert_int_equal(store_sandbox_mark_warm(f->st, &ctx, sb.id, 12), STORE_CONFLICT);
 
     assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
     /* Another worker's warm Sandbox is not ours to claim. */
     assert_int_equal(
-        f->st->sandbox_claim_warm(f->st, &ctx, "wrk_b", &shape, "app_a", "ses_1", &claimed),
+        store_sandbox_claim_warm(f->st, &ctx, "wrk_b", &shape, "app_a", "ses_1", &claimed),
         STORE_EMPTY);
     assert_int_equal(
-        f->st->sandbox_claim_warm(f->st, &ctx, "wrk_a", &shape, "app_a", "ses_1", &claimed),
+        store_sandbox_claim_warm(f->st, &ctx, "wrk_a", &shape, "app_a", "ses_1", &claimed),
         STORE_OK);
     assert_string_equal(claimed.id, sb.id);
     assert_string_equal(claimed.state, "claimed");
@@ -468,21 +467,21 @@ static void test_sandbox_lifecycle_moves_the_session(void **state)
     assert_int_equal(claimed.pid, 4242);
     /* Used or claimed Sandboxes never go back to the pool. */
     assert_int_equal(
-        f->st->sandbox_claim_warm(f->st, &ctx, "wrk_a", &shape, "app_a", "ses_1", &claimed),
+        store_sandbox_claim_warm(f->st, &ctx, "wrk_a", &shape, "app_a", "ses_1", &claimed),
         STORE_EMPTY);
-    assert_int_equal(f->st->sandbox_mark_running(f->st, &ctx, sb.id, "ses_1"), STORE_OK);
+    assert_int_equal(store_sandbox_mark_running(f->st, &ctx, sb.id, "ses_1"), STORE_OK);
     db_text(f, text, sizeof text, "SELECT state FROM sessions");
     assert_string_equal(text, "active");
     assert_int_equal(db_int(f, "SELECT activation_count FROM sessions"), 1);
     assert_int_equal(
         db_int(f, "SELECT CASE WHEN sandbox_id = '%s' THEN 1 ELSE 0 END FROM sessions", sb.id), 1);
-    assert_int_equal(f->st->queue_complete(f->st, &ctx, d.message.id, "wrk_a", sb.id, "1"),
+    assert_int_equal(store_queue_complete(f->st, &ctx, d.message.id, "wrk_a", sb.id, "1"),
                      STORE_OK);
     store_delivery_clear(&d);
-    assert_int_equal(f->st->session_touch(f->st, "ses_1", 123456), STORE_OK);
+    assert_int_equal(store_session_touch(f->st, "ses_1", 123456), STORE_OK);
     assert_int_equal(db_int(f, "SELECT expires_at FROM sessions"), 123456);
 
-    assert_int_equal(f->st->sandbox_mark_stopping(f->st, &ctx, sb.id, "keep-alive expired"),
+    assert_int_equal(store_sandbox_mark_stopping(f->st, &ctx, sb.id, "keep-alive expired"),
                      STORE_OK);
     /* The Session is idle again at once, free for any worker. */
     db_text(f, text, sizeof text, "SELECT state FROM sessions");
@@ -491,9 +490,8 @@ static void test_sandbox_lifecycle_moves_the_session(void **state)
         db_int(f, "SELECT CASE WHEN sandbox_id IS NULL AND worker_id IS NULL THEN 1 ELSE 0 END "
                   "FROM sessions"),
         1);
-    assert_int_equal(f->st->sandbox_finish(f->st, &ctx, sb.id, false, "ignored", &usage), STORE_OK);
-    assert_int_equal(f->st->sandbox_finish(f->st, &ctx, sb.id, false, NULL, &usage),
-                     STORE_CONFLICT);
+    assert_int_equal(store_sandbox_finish(f->st, &ctx, sb.id, false, "ignored", &usage), STORE_OK);
+    assert_int_equal(store_sandbox_finish(f->st, &ctx, sb.id, false, NULL, &usage), STORE_CONFLICT);
     db_text(f, text, sizeof text, "SELECT state || ':' || termination_reason FROM sandboxes");
     assert_string_equal(text, "terminated:keep-alive expired");
     assert_int_equal(db_int(f, "SELECT cpu_usec FROM sessions"), 1500);
@@ -511,7 +509,7 @@ static void test_sandbox_lifecycle_moves_the_session(void **state)
     }
     struct store_sandbox *live = NULL;
     size_t n = 9;
-    assert_int_equal(f->st->sandbox_list_live(f->st, "wrk_a", &live, &n), STORE_OK);
+    assert_int_equal(store_sandbox_list_live(f->st, "wrk_a", &live, &n), STORE_OK);
     assert_int_equal(n, 0);
     free(live);
 }
@@ -526,21 +524,21 @@ static void test_cold_assign_and_stop_requests(void **state)
     add_message(f, "ses_1", 1, 3);
     assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
     store_delivery_clear(&d);
-    assert_int_equal(f->st->sandbox_insert(f->st, &ctx, "wrk_a", &shape, true, &sb), STORE_OK);
-    assert_int_equal(f->st->sandbox_assign(f->st, &ctx, sb.id, "app_a", "ses_1"), STORE_OK);
+    assert_int_equal(store_sandbox_insert(f->st, &ctx, "wrk_a", &shape, true, &sb), STORE_OK);
+    assert_int_equal(store_sandbox_assign(f->st, &ctx, sb.id, "app_a", "ses_1"), STORE_OK);
     assert_int_equal(db_int(f, "SELECT cold FROM sandboxes"), 1);
     assert_int_equal(
         db_int(f, "SELECT CASE WHEN sandbox_id = '%s' THEN 1 ELSE 0 END FROM sessions", sb.id), 1);
-    assert_int_equal(f->st->sandbox_list_stop_requested(f->st, "wrk_a", &list, &n), STORE_OK);
+    assert_int_equal(store_sandbox_list_stop_requested(f->st, "wrk_a", &list, &n), STORE_OK);
     assert_int_equal(n, 0);
     free(list);
     /* DELETE /v1/sessions marks the Session deleted: its worker must see the Sandbox to stop. */
     db_exec(f, "UPDATE sessions SET state = 'deleted', stop_requested_at = 1");
-    assert_int_equal(f->st->sandbox_list_stop_requested(f->st, "wrk_a", &list, &n), STORE_OK);
+    assert_int_equal(store_sandbox_list_stop_requested(f->st, "wrk_a", &list, &n), STORE_OK);
     assert_int_equal(n, 1);
     assert_string_equal(list[0].id, sb.id);
     free(list);
-    assert_int_equal(f->st->sandbox_list_stop_requested(f->st, "wrk_b", &list, &n), STORE_OK);
+    assert_int_equal(store_sandbox_list_stop_requested(f->st, "wrk_b", &list, &n), STORE_OK);
     assert_int_equal(n, 0);
     free(list);
 }
@@ -552,7 +550,7 @@ static enum store_status list_dead(struct store_fixture *f, int64_t stale_ms,
 {
     struct store_worker *workers = NULL;
     size_t count = 0, dead = 0;
-    enum store_status rc = f->st->worker_list_active(f->st, &workers, &count);
+    enum store_status rc = store_worker_list_active(f->st, &workers, &count);
     if (rc != STORE_OK)
         return rc;
     *ids = calloc(count ? count : 1, STORE_ID_LEN);
@@ -575,12 +573,12 @@ static void test_adopt_requeues_and_frees_a_dead_workers_work(void **state)
     char(*dead)[STORE_ID_LEN] = NULL;
     add_session(f, "ses_1");
     add_message(f, "ses_1", 1, 3);
-    assert_int_equal(f->st->worker_register(f->st, "wrk_dead", "host", 1), STORE_OK);
-    assert_int_equal(f->st->worker_register(f->st, "wrk_new", "host", 2), STORE_OK);
-    assert_int_equal(f->st->queue_claim_placed(f->st, &ctx, "wrk_dead", 30000, NULL, &d), STORE_OK);
+    assert_int_equal(store_worker_register(f->st, "wrk_dead", "host", 1), STORE_OK);
+    assert_int_equal(store_worker_register(f->st, "wrk_new", "host", 2), STORE_OK);
+    assert_int_equal(store_queue_claim_placed(f->st, &ctx, "wrk_dead", 30000, NULL, &d), STORE_OK);
     store_delivery_clear(&d);
-    assert_int_equal(f->st->sandbox_insert(f->st, &ctx, "wrk_dead", &shape, true, &sb), STORE_OK);
-    assert_int_equal(f->st->sandbox_assign(f->st, &ctx, sb.id, "app_a", "ses_1"), STORE_OK);
+    assert_int_equal(store_sandbox_insert(f->st, &ctx, "wrk_dead", &shape, true, &sb), STORE_OK);
+    assert_int_equal(store_sandbox_assign(f->st, &ctx, sb.id, "app_a", "ses_1"), STORE_OK);
 
     db_exec(f, "UPDATE workers SET heartbeat_at = 1 WHERE id = 'wrk_dead'");
     assert_int_equal(list_dead(f, 10000, &dead, &n), STORE_OK);
@@ -588,22 +586,22 @@ static void test_adopt_requeues_and_frees_a_dead_workers_work(void **state)
     assert_string_equal(dead[0], "wrk_dead");
     free(dead);
 
-    assert_int_equal(f->st->worker_adopt(f->st, &ctx, "wrk_dead", "wrk_new"), STORE_OK);
-    assert_int_equal(f->st->worker_adopt(f->st, &ctx, "wrk_dead", "wrk_other"), STORE_NOT_FOUND);
+    assert_int_equal(store_worker_adopt(f->st, &ctx, "wrk_dead", "wrk_new"), STORE_OK);
+    assert_int_equal(store_worker_adopt(f->st, &ctx, "wrk_dead", "wrk_other"), STORE_NOT_FOUND);
     /* Fenced: if it was only slow, its next heartbeat tells it to go. */
-    assert_int_equal(f->st->worker_heartbeat(f->st, "wrk_dead"), STORE_CONFLICT);
-    assert_int_equal(f->st->worker_heartbeat(f->st, "wrk_new"), STORE_OK);
+    assert_int_equal(store_worker_heartbeat(f->st, "wrk_dead"), STORE_CONFLICT);
+    assert_int_equal(store_worker_heartbeat(f->st, "wrk_new"), STORE_OK);
     assert_int_equal(db_int(f, "SELECT CASE WHEN state = 'queued' THEN 1 ELSE 0 END FROM messages"),
                      1);
     assert_int_equal(
         db_int(f, "SELECT CASE WHEN state = 'idle' AND worker_id IS NULL THEN 1 ELSE 0 END "
                   "FROM sessions"),
         1);
-    assert_int_equal(f->st->sandbox_list_live(f->st, "wrk_new", &live, &n), STORE_OK);
+    assert_int_equal(store_sandbox_list_live(f->st, "wrk_new", &live, &n), STORE_OK);
     assert_int_equal(n, 1);
     assert_string_equal(live[0].id, sb.id);
     free(live);
-    assert_int_equal(f->st->worker_list_active(f->st, &workers, &n), STORE_OK);
+    assert_int_equal(store_worker_list_active(f->st, &workers, &n), STORE_OK);
     assert_int_equal(n, 1);
     assert_string_equal(workers[0].id, "wrk_new");
     free(workers);
@@ -620,16 +618,16 @@ static void test_worker_stop_leaves_the_active_and_dead_lists(void **state)
     struct store_worker *workers = NULL;
     char(*dead)[STORE_ID_LEN] = NULL;
     size_t n = 9;
-    assert_int_equal(f->st->worker_register(f->st, "wrk_a", "host", 1), STORE_OK);
-    assert_int_equal(f->st->worker_register(f->st, "wrk_b", "host", 2), STORE_OK);
-    assert_int_equal(f->st->worker_stop(f->st, "wrk_a"), STORE_OK);
+    assert_int_equal(store_worker_register(f->st, "wrk_a", "host", 1), STORE_OK);
+    assert_int_equal(store_worker_register(f->st, "wrk_b", "host", 2), STORE_OK);
+    assert_int_equal(store_worker_stop(f->st, "wrk_a"), STORE_OK);
     assert_int_equal(
         db_int(f,
                "SELECT CASE WHEN stopped_at > 0 THEN 1 ELSE 0 END FROM workers WHERE id = 'wrk_a'"),
         1);
-    assert_int_equal(f->st->worker_heartbeat(f->st, "wrk_a"), STORE_CONFLICT);
-    assert_int_equal(f->st->worker_heartbeat(f->st, "wrk_b"), STORE_OK);
-    assert_int_equal(f->st->worker_list_active(f->st, &workers, &n), STORE_OK);
+    assert_int_equal(store_worker_heartbeat(f->st, "wrk_a"), STORE_CONFLICT);
+    assert_int_equal(store_worker_heartbeat(f->st, "wrk_b"), STORE_OK);
+    assert_int_equal(store_worker_list_active(f->st, &workers, &n), STORE_OK);
     assert_int_equal(n, 1);
     assert_string_equal(workers[0].id, "wrk_b");
     free(workers);
@@ -662,7 +660,7 @@ static void *claim_loop(void *arg)
     int idle_rounds = 0;
     while (idle_rounds < 200) {
         struct store_delivery d;
-        enum store_status rc = st->queue_claim_placed(st, &ctx, c->worker_id, 30000, NULL, &d);
+        enum store_status rc = store_queue_claim_placed(st, &ctx, c->worker_id, 30000, NULL, &d);
         if (rc == STORE_EMPTY) {
             idle_rounds++;
             usleep(1000);
@@ -676,9 +674,9 @@ static void *claim_loop(void *arg)
         char sandbox_id[STORE_ID_LEN] = "";
         if (!d.session.sandbox_id[0]) {
             struct store_sandbox sb;
-            if (st->sandbox_insert(st, &ctx, c->worker_id, &shape, true, &sb) != STORE_OK ||
-                st->sandbox_assign(st, &ctx, sb.id, d.app.id, d.session.id) != STORE_OK ||
-                st->sandbox_mark_running(st, &ctx, sb.id, d.session.id) != STORE_OK)
+            if (store_sandbox_insert(st, &ctx, c->worker_id, &shape, true, &sb) != STORE_OK ||
+                store_sandbox_assign(st, &ctx, sb.id, d.app.id, d.session.id) != STORE_OK ||
+                store_sandbox_mark_running(st, &ctx, sb.id, d.session.id) != STORE_OK)
                 c->errors++;
             strcpy(sandbox_id, sb.id);
         } else {
@@ -686,14 +684,15 @@ static void *claim_loop(void *arg)
         }
         char reply[64];
         snprintf(reply, sizeof reply, "\"%s\"", c->worker_id);
-        if (st->queue_complete(st, &ctx, d.message.id, c->worker_id, sandbox_id, reply) == STORE_OK)
+        if (store_queue_complete(st, &ctx, d.message.id, c->worker_id, sandbox_id, reply) ==
+            STORE_OK)
             c->completed++;
         else
             c->errors++;
         if (d.message.seq % 3 == 0) {
             struct store_usage u = {1, -1};
-            if (st->sandbox_mark_stopping(st, &ctx, sandbox_id, "expired") != STORE_OK ||
-                st->sandbox_finish(st, &ctx, sandbox_id, false, NULL, &u) != STORE_OK)
+            if (store_sandbox_mark_stopping(st, &ctx, sandbox_id, "expired") != STORE_OK ||
+                store_sandbox_finish(st, &ctx, sandbox_id, false, NULL, &u) != STORE_OK)
                 c->errors++;
         }
         store_delivery_clear(&d);
@@ -768,7 +767,7 @@ static void *warm_claim_loop(void *arg)
         char session[32];
         snprintf(session, sizeof session, "ses_w%d_%d", c->index, i);
         enum store_status rc =
-            c->f->st->sandbox_claim_warm(c->f->st, &ctx, "wrk_a", &shape, "app_a", session, &sb);
+            store_sandbox_claim_warm(c->f->st, &ctx, "wrk_a", &shape, "app_a", session, &sb);
         if (rc == STORE_EMPTY)
             break;
         /* The Session is not owned by wrk_a, so the claim is refused and rolled back. */
@@ -791,8 +790,8 @@ static void test_concurrent_warm_claims_never_share_a_sandbox(void **state)
 
     for (int i = 0; i < warm; i++) {
         struct store_sandbox sb;
-        assert_int_equal(f->st->sandbox_insert(f->st, &ctx, "wrk_a", &shape, false, &sb), STORE_OK);
-        assert_int_equal(f->st->sandbox_mark_warm(f->st, &ctx, sb.id, 1), STORE_OK);
+        assert_int_equal(store_sandbox_insert(f->st, &ctx, "wrk_a", &shape, false, &sb), STORE_OK);
+        assert_int_equal(store_sandbox_mark_warm(f->st, &ctx, sb.id, 1), STORE_OK);
     }
     db_exec(f, "BEGIN");
     for (int i = 0; i < CONC_THREADS; i++)
@@ -833,7 +832,7 @@ static void test_app_shapes_lists_distinct_live_shapes(void **state)
                "('app_c', 'c', '[]', 512, 1, 1)");
     db_exec(f, "INSERT INTO apps (id, name, command, mem_size_mib, created_at, updated_at, "
                "deleted_at) VALUES ('app_d', 'd', '[]', 1024, 1, 1, 5)");
-    assert_int_equal(f->st->app_shapes(f->st, &shapes, &n), STORE_OK);
+    assert_int_equal(store_app_shapes(f->st, &shapes, &n), STORE_OK);
     assert_int_equal(n, 2);
     assert_int_equal(shapes[0].mem_size_mib, 256);
     assert_int_equal(shapes[1].mem_size_mib, 512);

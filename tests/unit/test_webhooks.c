@@ -147,7 +147,7 @@ static void event(struct store_fixture *f, const char *app, const char *kind)
 static void fill(struct store_fixture *f, size_t want)
 {
     size_t added = 99;
-    assert_int_equal(f->st->webhook_fill(f->st, 100, &added), STORE_OK);
+    assert_int_equal(store_webhook_fill(f->st, 100, &added), STORE_OK);
     assert_int_equal(added, want);
 }
 
@@ -159,17 +159,17 @@ static void test_outbox_order_lease_retry_failing(void **state)
     struct store_webhook_job job, other;
 
     event(f, "app_a", "session.created"); /* before the endpoint: never sent */
-    assert_int_equal(st->webhook_create(st, &admin, "app_a", "http://203.0.113.5/h",
-                                        "[\"session.*\",\"message.completed\"]",
-                                        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", &w),
+    assert_int_equal(store_webhook_create(st, &admin, "app_a", "http://203.0.113.5/h",
+                                          "[\"session.*\",\"message.completed\"]",
+                                          "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", &w),
                      STORE_OK);
     assert_string_equal(w.secret, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
     assert_string_equal(w.state, "active");
     char hook[STORE_ID_LEN];
     snprintf(hook, sizeof hook, "%s", w.id);
     store_webhook_clear(&w);
-    assert_int_equal(st->webhook_create(st, &admin, "app_nope", "http://203.0.113.5/h", "[\"*\"]",
-                                        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", &w),
+    assert_int_equal(store_webhook_create(st, &admin, "app_nope", "http://203.0.113.5/h", "[\"*\"]",
+                                          "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", &w),
                      STORE_NOT_FOUND);
 
     fill(f, 0); /* its own webhook.created is before its cursor */
@@ -181,23 +181,23 @@ static void test_outbox_order_lease_retry_failing(void **state)
     fill(f, 0); /* the cursor moved: nothing twice */
 
     int64_t due = 0;
-    assert_int_equal(st->webhook_next_due(st, &due), STORE_OK);
+    assert_int_equal(store_webhook_next_due(st, &due), STORE_OK);
     assert_true(due > 0 && due <= clock_wall_ms());
-    assert_int_equal(st->webhook_claim(st, "wrk_1", 60000, &job), STORE_OK);
+    assert_int_equal(store_webhook_claim(st, "wrk_1", 60000, &job), STORE_OK);
     assert_string_equal(job.hook.id, hook);
     assert_string_equal(job.event.kind, "session.idle"); /* event order */
     assert_int_equal(job.attempt, 1);
     assert_string_equal(job.hook.secret, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
     /* The endpoint is leased: nobody else gets its next delivery meanwhile. */
-    assert_int_equal(st->webhook_claim(st, "wrk_2", 60000, &other), STORE_EMPTY);
+    assert_int_equal(store_webhook_claim(st, "wrk_2", 60000, &other), STORE_EMPTY);
 
     /* Two failures; not claimable before its retry time; failing after 2 here. */
     struct store_webhook_result res = {job.hook.id, job.delivery_id,         1, 500, "HTTP 500", 12,
                                        false,       clock_wall_ms() + 60000, 2};
-    assert_int_equal(st->webhook_record(st, "wrk_2", &res), STORE_CONFLICT); /* not its lease */
-    assert_int_equal(st->webhook_record(st, "wrk_1", &res), STORE_OK);
-    assert_int_equal(st->webhook_claim(st, "wrk_2", 60000, &other), STORE_EMPTY);
-    assert_int_equal(st->webhook_get(st, "app_a", hook, &w), STORE_OK);
+    assert_int_equal(store_webhook_record(st, "wrk_2", &res), STORE_CONFLICT); /* not its lease */
+    assert_int_equal(store_webhook_record(st, "wrk_1", &res), STORE_OK);
+    assert_int_equal(store_webhook_claim(st, "wrk_2", 60000, &other), STORE_EMPTY);
+    assert_int_equal(store_webhook_get(st, "app_a", hook, &w), STORE_OK);
     assert_string_equal(w.state, "active");
     assert_int_equal(w.consecutive_failures, 1);
     assert_string_equal(w.secret, ""); /* only create and claim read it */
@@ -207,42 +207,42 @@ static void test_outbox_order_lease_retry_failing(void **state)
     char first[STORE_ID_LEN];
     snprintf(first, sizeof first, "%s", job.delivery_id);
     store_webhook_job_clear(&job);
-    assert_int_equal(st->webhook_claim(st, "wrk_2", 60000, &job), STORE_OK);
+    assert_int_equal(store_webhook_claim(st, "wrk_2", 60000, &job), STORE_OK);
     assert_string_equal(job.delivery_id, first); /* the same delivery: the same webhook-id */
     assert_int_equal(job.attempt, 2);
     res = (struct store_webhook_result){job.hook.id, job.delivery_id,     2, 0, "timeout", 1500,
                                         false,       clock_wall_ms() - 1, 2};
-    assert_int_equal(st->webhook_record(st, "wrk_2", &res), STORE_OK);
-    assert_int_equal(st->webhook_get(st, "app_a", hook, &w), STORE_OK);
+    assert_int_equal(store_webhook_record(st, "wrk_2", &res), STORE_OK);
+    assert_int_equal(store_webhook_get(st, "app_a", hook, &w), STORE_OK);
     assert_string_equal(w.state, "failing");
     assert_int_equal(w.consecutive_failures, 2);
     store_webhook_clear(&w);
     store_webhook_job_clear(&job);
 
     /* A success: delivered, the endpoint active again, the next event's turn. */
-    assert_int_equal(st->webhook_claim(st, "wrk_1", 60000, &job), STORE_OK);
+    assert_int_equal(store_webhook_claim(st, "wrk_1", 60000, &job), STORE_OK);
     assert_int_equal(job.attempt, 3);
     res = (struct store_webhook_result){job.hook.id, job.delivery_id, 3, 204, NULL, 5, true, 0, 2};
-    assert_int_equal(st->webhook_record(st, "wrk_1", &res), STORE_OK);
+    assert_int_equal(store_webhook_record(st, "wrk_1", &res), STORE_OK);
     store_webhook_job_clear(&job);
-    assert_int_equal(st->webhook_get(st, "app_a", hook, &w), STORE_OK);
+    assert_int_equal(store_webhook_get(st, "app_a", hook, &w), STORE_OK);
     assert_string_equal(w.state, "active");
     assert_int_equal(w.consecutive_failures, 0);
     store_webhook_clear(&w);
-    assert_int_equal(st->webhook_claim(st, "wrk_1", 60000, &job), STORE_OK);
+    assert_int_equal(store_webhook_claim(st, "wrk_1", 60000, &job), STORE_OK);
     assert_string_equal(job.event.kind, "message.completed");
     /* Given up (retry_at 0): failed, and the outbox is empty. */
     res = (struct store_webhook_result){job.hook.id, job.delivery_id, 1, 410, "HTTP 410",
                                         3,           false,           0, 2};
-    assert_int_equal(st->webhook_record(st, "wrk_1", &res), STORE_OK);
+    assert_int_equal(store_webhook_record(st, "wrk_1", &res), STORE_OK);
     store_webhook_job_clear(&job);
-    assert_int_equal(st->webhook_claim(st, "wrk_1", 60000, &job), STORE_EMPTY);
+    assert_int_equal(store_webhook_claim(st, "wrk_1", 60000, &job), STORE_EMPTY);
 
     /* The delivery list: oldest event first, each with its attempts; the cursor pages. */
     struct store_webhook_delivery *d = NULL;
     size_t n = 0;
     char next[STORE_CURSOR_LEN];
-    assert_int_equal(st->webhook_delivery_list(st, "app_a", hook, 0, 1, &d, &n, next), STORE_OK);
+    assert_int_equal(store_webhook_delivery_list(st, "app_a", hook, 0, 1, &d, &n, next), STORE_OK);
     assert_int_equal(n, 1);
     assert_string_equal(d[0].id, first);
     assert_string_equal(d[0].kind, "session.idle");
@@ -255,24 +255,24 @@ static void test_outbox_order_lease_retry_failing(void **state)
     assert_true(next[0] != '\0');
     int64_t after = strtoll(next, NULL, 10);
     store_webhook_delivery_list_free(d, n);
-    assert_int_equal(st->webhook_delivery_list(st, "app_a", hook, after, 10, &d, &n, next),
+    assert_int_equal(store_webhook_delivery_list(st, "app_a", hook, after, 10, &d, &n, next),
                      STORE_OK);
     assert_int_equal(n, 1);
     assert_string_equal(d[0].state, "failed");
     assert_int_equal(d[0].last_status, 410);
     assert_string_equal(next, "");
     store_webhook_delivery_list_free(d, n);
-    assert_int_equal(st->webhook_delivery_list(st, "app_b", hook, 0, 10, &d, &n, next),
+    assert_int_equal(store_webhook_delivery_list(st, "app_b", hook, 0, 10, &d, &n, next),
                      STORE_NOT_FOUND);
 
     /* Deleted: new events are not queued, nothing is claimed. */
-    assert_int_equal(st->webhook_delete(st, &admin, "app_a", hook), STORE_OK);
-    assert_int_equal(st->webhook_delete(st, &admin, "app_a", hook), STORE_NOT_FOUND);
+    assert_int_equal(store_webhook_delete(st, &admin, "app_a", hook), STORE_OK);
+    assert_int_equal(store_webhook_delete(st, &admin, "app_a", hook), STORE_NOT_FOUND);
     event(f, "app_a", "session.deleted");
     fill(f, 0);
-    assert_int_equal(st->webhook_claim(st, "wrk_1", 60000, &job), STORE_EMPTY);
+    assert_int_equal(store_webhook_claim(st, "wrk_1", 60000, &job), STORE_EMPTY);
     struct store_webhook *list = NULL;
-    assert_int_equal(st->webhook_list(st, "app_a", &list, &n), STORE_OK);
+    assert_int_equal(store_webhook_list(st, "app_a", &list, &n), STORE_OK);
     assert_int_equal(n, 0);
     store_webhook_list_free(list, n);
 }
@@ -283,20 +283,20 @@ static void test_expired_lease_is_claimed_again_with_the_same_id(void **state)
     struct store *st = f->st;
     struct store_webhook w;
     struct store_webhook_job job, again;
-    assert_int_equal(st->webhook_create(st, &admin, "app_a", "http://203.0.113.5/h", "[\"*\"]",
-                                        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", &w),
+    assert_int_equal(store_webhook_create(st, &admin, "app_a", "http://203.0.113.5/h", "[\"*\"]",
+                                          "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", &w),
                      STORE_OK);
     store_webhook_clear(&w);
     event(f, "app_a", "sandbox.running");
     fill(f, 1);
     /* A worker claims and dies mid-POST: its lease runs out (1 ms here). */
-    assert_int_equal(st->webhook_claim(st, "wrk_dead", 1, &job), STORE_OK);
+    assert_int_equal(store_webhook_claim(st, "wrk_dead", 1, &job), STORE_OK);
     db_exec(f, "UPDATE webhooks SET lease_expires_at = 0");
-    assert_int_equal(st->webhook_claim(st, "wrk_new", 60000, &again), STORE_OK);
+    assert_int_equal(store_webhook_claim(st, "wrk_new", 60000, &again), STORE_OK);
     assert_string_equal(again.delivery_id, job.delivery_id);
     assert_int_equal(again.attempt, 1); /* the cut attempt was never recorded */
     struct store_webhook_result late = {job.hook.id, job.delivery_id, 1, 200, NULL, 9, true, 0, 5};
-    assert_int_equal(st->webhook_record(st, "wrk_dead", &late), STORE_CONFLICT);
+    assert_int_equal(store_webhook_record(st, "wrk_dead", &late), STORE_CONFLICT);
     store_webhook_job_clear(&job);
     store_webhook_job_clear(&again);
 }

@@ -83,14 +83,14 @@ static int make_sessions(struct store *st, char ids[][STORE_ID_LEN], int n)
     struct store_app app;
     store_app_defaults(&app, "bench", "process");
     app.command_json = "[\"/usr/bin/sbx-echo-agent\"]";
-    if (st->app_create(st, &admin, &app) != STORE_OK)
+    if (store_app_create(st, &admin, &app) != STORE_OK)
         return -1;
     app.command_json = NULL; /* not ours to free */
     for (int i = 0; i < n; i++) {
         struct store_session s;
         bool created = false;
         enum store_status rc =
-            st->session_create(st, &admin, app.id, NULL, 0, NULL, NULL, &s, &created);
+            store_session_create(st, &admin, app.id, NULL, 0, NULL, NULL, &s, &created);
         if (rc != STORE_OK) {
             store_app_clear(&app);
             return -1;
@@ -132,7 +132,7 @@ int main(int argc, char **argv)
     }
     if (make_sessions(st, sessions, ns) != 0) {
         fprintf(stderr, "%s: cannot create the App and its Sessions in %s\n", argv[0], argv[1]);
-        st->close(st);
+        store_close(st);
         return 1;
     }
     /* Refilled from half: a wake-up per completed request would cost the submitter and the
@@ -158,7 +158,7 @@ int main(int argc, char **argv)
                 pthread_cond_wait(&f.room, &f.lock);
         f.in_flight++;
         pthread_mutex_unlock(&f.lock);
-        if (st->message_enqueue_async(st, &r->ctx, &r->req, done, r) != STORE_OK) {
+        if (store_message_enqueue_async(st, &r->ctx, &r->req, done, r) != STORE_OK) {
             pthread_mutex_lock(&f.lock);
             f.in_flight--;
             f.failed++;
@@ -172,7 +172,7 @@ int main(int argc, char **argv)
         pthread_cond_wait(&f.room, &f.lock);
     pthread_mutex_unlock(&f.lock);
     double secs = wall_seconds() - w0, cpu = cpu_seconds() - c0;
-    st->close(st);
+    store_close(st);
     printf("{\"messages\":%ld,\"failed\":%ld,\"seconds\":%.3f,\"cpuUsPerMessage\":%.2f,"
            "\"perSecond\":%.0f}\n",
            total, f.failed, secs, cpu * 1e6 / (double)total, (double)total / secs);

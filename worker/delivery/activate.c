@@ -7,6 +7,8 @@
  * "started", the message goes out (ACTIVATING -> BUSY) and the Sandbox is recorded running.
  */
 #include "delivery/delivery.h"
+#include "store_sandboxes.h"
+#include "store_workspaces.h"
 #include "log.h"
 #include "sandbox/egress.h"
 #include "sandbox/jobs.h"
@@ -93,8 +95,7 @@ static void workspace_dir_of(struct worker *w, const struct store_delivery *d, c
     *size_mib = 0;
     if (!d->session.workspace_id[0])
         return;
-    if (w->st->workspace_get &&
-        w->st->workspace_get(w->st, d->app.id, d->session.workspace_id, &ws) == STORE_OK &&
+    if (store_workspace_get(w->st, d->app.id, d->session.workspace_id, &ws) == STORE_OK &&
         ws.path[0]) {
         snprintf(out, outlen, "%s", ws.path);
         *size_mib = ws.size_mib;
@@ -160,7 +161,7 @@ void delivery_activate(struct worker *w, struct store_delivery *d)
         snprintf(reason, sizeof reason, "driver \"%s\" is not available on this worker",
                  shape.driver);
         if (d->warm_claim_tried && d->sandbox.id[0])
-            w->st->sandbox_finish(w->st, &w->ctx, d->sandbox.id, true, reason, NULL);
+            store_sandbox_finish(w->st, &w->ctx, d->sandbox.id, true, reason, NULL);
         delivery_fail(w, d, NULL, reason);
         return;
     }
@@ -170,8 +171,8 @@ void delivery_activate(struct worker *w, struct store_delivery *d)
         rc = d->sandbox.id[0] ? STORE_OK : STORE_EMPTY;
         claimed = d->sandbox;
     } else {
-        rc = w->st->sandbox_claim_warm(w->st, &w->ctx, w->id, &shape, d->app.id, d->session.id,
-                                       &claimed);
+        rc = store_sandbox_claim_warm(w->st, &w->ctx, w->id, &shape, d->app.id, d->session.id,
+                                      &claimed);
     }
     struct sandbox *sb = rc == STORE_OK ? sandbox_find(w, claimed.id) : NULL;
     if (rc == STORE_OK && sb && sb->state == SB_WARM) {
@@ -182,7 +183,7 @@ void delivery_activate(struct worker *w, struct store_delivery *d)
     if (rc == STORE_OK) {
         /* The store handed us a Sandbox this process does not hold: never expected. */
         log_error("worker: claimed warm sandbox %s is not in memory", claimed.id);
-        w->st->sandbox_finish(w->st, &w->ctx, claimed.id, true, "lost by its worker", NULL);
+        store_sandbox_finish(w->st, &w->ctx, claimed.id, true, "lost by its worker", NULL);
     } else if (rc == STORE_CONFLICT) {
         /* The Session was deleted between the claim and now: its message is failed already. */
         delivery_end(w, d, false);

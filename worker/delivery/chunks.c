@@ -2,6 +2,7 @@
  * chunks.c: partial output of the message in flight, batched into few transactions (chunks.h).
  */
 #include "delivery/chunks.h"
+#include "store_stream.h"
 #include "delivery/delivery.h"
 #include "clock.h"
 #include "log.h"
@@ -50,8 +51,8 @@ void chunks_flush(struct sandbox *sb)
         return;
     cs->last_flush_ms = clock_mono_ms();
     enum store_status rc =
-        w->st->chunk_append(w->st, cs->message_id, w->id, cs->next_index - (int64_t)cs->n_pending,
-                            (const char *const *)cs->pending, cs->n_pending, cs->dropped);
+        store_chunk_append(w->st, cs->message_id, w->id, cs->next_index - (int64_t)cs->n_pending,
+                           (const char *const *)cs->pending, cs->n_pending, cs->dropped);
     if (rc == STORE_OK) {
         worker_notify_gateway(w, "chunk", cs->message_id);
     } else {
@@ -92,7 +93,7 @@ static struct chunk_stream *stream_for(struct sandbox *sb, const char *message_i
     if (!cs->loaded) {
         int64_t count = 0, bytes = 0;
         snprintf(cs->message_id, sizeof cs->message_id, "%s", message_id);
-        enum store_status rc = sb->w->st->chunk_totals(sb->w->st, message_id, &count, &bytes);
+        enum store_status rc = store_chunk_totals(sb->w->st, message_id, &count, &bytes);
         if (rc != STORE_OK)
             log_warn("worker: cannot read the chunks of %s: %s", message_id, store_status_name(rc));
         cs->next_index = count;

@@ -6,6 +6,7 @@
  * busy loop.
  */
 #include "delivery/delivery.h"
+#include "store_queue.h"
 #include "log.h"
 #include "clock.h"
 
@@ -17,7 +18,7 @@
 static void schedule_next_due(struct worker *w)
 {
     int64_t at = 0, now = clock_wall_ms();
-    if (w->st->queue_next_due(w->st, &at) != STORE_OK || at == 0 || at <= now)
+    if (store_queue_next_due(w->st, &at) != STORE_OK || at == 0 || at <= now)
         return;
     int64_t ms = at - now + 1;
     if (ms > w->cfg.poll_ms)
@@ -50,7 +51,7 @@ static bool route(struct worker *w, struct store_delivery *d)
          * store and this worker disagree. Hand it back untried and stop claiming for now. */
         log_error("worker: %s claimed while %s is still busy; releasing it", d->message.id,
                   sb->rt.sandbox_id);
-        w->st->queue_release(w->st, &w->ctx, d->message.id, w->id);
+        store_queue_release(w->st, &w->ctx, d->message.id, w->id);
     }
     delivery_end(w, d, false); /* no kick: the claim loop stops here for now */
     return false;
@@ -74,10 +75,9 @@ void consumer_run(struct worker *w)
          * shape, else the least loaded one (or to any host once it has waited the grace); the
          * same transaction claims that warm Sandbox here for the Session (delivery_activate). */
         struct store_placement placement = {w->cfg.placement_grace_ms, w->cfg.host_lost_ms};
-        enum store_status rc =
-            owned_only
-                ? w->st->queue_claim_owned(w->st, &w->ctx, w->id, lease, d)
-                : w->st->queue_claim_with_sandbox(w->st, &w->ctx, w->id, lease, &placement, d);
+        enum store_status rc = owned_only ? store_queue_claim_owned(w->st, &w->ctx, w->id, lease, d)
+                                          : store_queue_claim_with_sandbox(w->st, &w->ctx, w->id,
+                                                                           lease, &placement, d);
         if (rc != STORE_OK) {
             free(d);
             if (rc != STORE_EMPTY)

@@ -6,6 +6,7 @@
  * down.
  */
 #include "delivery/chunks.h"
+#include "store_queue.h"
 #include "delivery/delivery.h"
 #include "log.h"
 #include "sandbox/pool.h"
@@ -39,8 +40,8 @@ static void record_failure(struct worker *w, const struct store_delivery *d, con
     bool final = false;
     int64_t backoff =
         backoff_delay_ms(d->message.attempts, w->cfg.retry_base_ms, w->cfg.retry_max_ms);
-    enum store_status rc = w->st->queue_fail(w->st, &w->ctx, d->message.id, w->id, sandbox_id,
-                                             reason, backoff, &final);
+    enum store_status rc =
+        store_queue_fail(w->st, &w->ctx, d->message.id, w->id, sandbox_id, reason, backoff, &final);
     if (rc == STORE_OK && final)
         log_emit(LOG_LEVEL_WARN, d->message.request_id, "worker: %s failed after %lld attempts: %s",
                  d->message.id, (long long)d->message.attempts, reason);
@@ -80,8 +81,8 @@ static enum store_status record_reply(struct sandbox *sb, const char *text, bool
     struct store_delivery *d = sb->delivery;
     *ended = false;
     if (sb->running_pending) {
-        enum store_status rc = w->st->queue_complete_first(w->st, &w->ctx, d->message.id, w->id,
-                                                           sb->rt.sandbox_id, sb->session_id, text);
+        enum store_status rc = store_queue_complete_first(w->st, &w->ctx, d->message.id, w->id,
+                                                          sb->rt.sandbox_id, sb->session_id, text);
         if (rc == STORE_OK) {
             sandbox_running_recorded(sb);
             return rc;
@@ -92,7 +93,7 @@ static enum store_status record_reply(struct sandbox *sb, const char *text, bool
             return rc;
         }
     }
-    return w->st->queue_complete(w->st, &w->ctx, d->message.id, w->id, sb->rt.sandbox_id, text);
+    return store_queue_complete(w->st, &w->ctx, d->message.id, w->id, sb->rt.sandbox_id, text);
 }
 
 void delivery_replied(struct sandbox *sb, json_t *line)
@@ -143,7 +144,7 @@ void delivery_lost(struct sandbox *sb, const char *reason)
     chunks_free(sb);
     if (w->stopping) {
         /* Handed back untried: another worker (or this one restarted) delivers it. */
-        enum store_status rc = w->st->queue_release(w->st, &w->ctx, d->message.id, w->id);
+        enum store_status rc = store_queue_release(w->st, &w->ctx, d->message.id, w->id);
         if (rc != STORE_OK && rc != STORE_CONFLICT)
             log_error("worker: cannot release %s: %s", d->message.id, store_status_name(rc));
     } else {
@@ -159,7 +160,7 @@ void delivery_renew_leases(struct worker *w)
             continue;
         int64_t lease = w->cfg.lease_ms + w->cfg.message_timeout * 1000;
         enum store_status rc =
-            w->st->queue_extend_lease(w->st, sb->delivery->message.id, w->id, lease);
+            store_queue_extend_lease(w->st, sb->delivery->message.id, w->id, lease);
         if (rc == STORE_CONFLICT)
             log_warn("worker: lost the lease of %s", sb->delivery->message.id);
     }

@@ -2,6 +2,7 @@
  * webhook_sender.c: webhook delivery threads (see webhook_sender.h).
  */
 #include "delivery/webhook_sender.h"
+#include "store_webhooks.h"
 #include "delivery/delivery.h"
 #include "log.h"
 #include "clock.h"
@@ -192,7 +193,7 @@ static void deliver(struct webhook_sender *ws, struct store_webhook_job *job)
         status,       ok ? NULL : error, took,
         ok,           retry_at,          ws->cfg.webhook_failing_after,
     };
-    enum store_status rc = ws->st->webhook_record(ws->st, ws->worker_id, &res);
+    enum store_status rc = store_webhook_record(ws->st, ws->worker_id, &res);
     if (rc != STORE_OK)
         log_warn("webhooks: attempt %lld of %s to %s not recorded: %s", (long long)job->attempt,
                  job->delivery_id, job->hook.id, store_status_name(rc));
@@ -242,19 +243,19 @@ static void *sender_main(void *arg)
         if (stop)
             break;
         size_t added = 0;
-        enum store_status rc = ws->st->webhook_fill(ws->st, FILL_LIMIT, &added);
+        enum store_status rc = store_webhook_fill(ws->st, FILL_LIMIT, &added);
         if (rc != STORE_OK && rc != STORE_BUSY)
             log_warn("webhooks: cannot fill the outbox: %s", store_status_name(rc));
         /* A read first: claiming takes the write lock, not to be taken for nothing. */
         int64_t due = 0, now = clock_wall_ms();
-        if (ws->st->webhook_next_due(ws->st, &due) != STORE_OK || due == 0 || due > now) {
+        if (store_webhook_next_due(ws->st, &due) != STORE_OK || due == 0 || due > now) {
             int64_t wait = due > now && due - now < poll ? due - now : poll;
             if (!nap(ws, wait, &seen))
                 break;
             continue;
         }
         struct store_webhook_job job;
-        rc = ws->st->webhook_claim(ws->st, ws->worker_id, lease, &job);
+        rc = store_webhook_claim(ws->st, ws->worker_id, lease, &job);
         if (rc == STORE_OK) {
             deliver(ws, &job);
             store_webhook_job_clear(&job);

@@ -22,7 +22,7 @@
 #define SBX_WEBHOOK_SENDER_H
 
 #include "config.h"
-#include "store.h"
+#include "store_records.h"
 
 struct webhook_sender;
 

@@ -27,7 +27,7 @@
 #define SBX_DRIVER_H
 
 #include "config.h"
-#include "store.h"
+#include "store_records.h"
 
 #include <stdbool.h>
 #include <sys/types.h>

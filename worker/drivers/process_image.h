@@ -24,7 +24,7 @@
 #define SBX_PROCESS_IMAGE_H
 
 #include "config.h"
-#include "store.h"
+#include "store_records.h"
 
 #include <limits.h>
 #include <stdbool.h>

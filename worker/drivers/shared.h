@@ -9,7 +9,7 @@
 #include "config.h"
 #include "drivers/driver.h"
 #include "host/cgroup.h"
-#include "store.h"
+#include "store_records.h"
 
 #include <stdbool.h>
 #include <stddef.h>

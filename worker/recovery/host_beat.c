@@ -4,6 +4,7 @@
  * declared lost; store calls are safe from any thread (each has its own connection).
  */
 #include "recovery/host_beat.h"
+#include "store_hosts.h"
 #include "log.h"
 
 #include <errno.h>
@@ -52,7 +53,7 @@ static void *host_beat_thread(void *arg)
     pthread_mutex_lock(&hb->lock);
     while (!hb->quit) {
         pthread_mutex_unlock(&hb->lock);
-        enum store_status rc = hb->st->host_heartbeat(hb->st, hb->host_id);
+        enum store_status rc = store_host_heartbeat(hb->st, hb->host_id);
         pthread_mutex_lock(&hb->lock);
         if (rc == STORE_CONFLICT) {
             uint64_t one = 1;

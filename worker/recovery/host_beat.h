@@ -9,7 +9,7 @@
 #ifndef SBX_HOST_BEAT_H
 #define SBX_HOST_BEAT_H
 
-#include "store.h"
+#include "store_records.h"
 
 #include <event2/event.h>
 #include <stdint.h>

@@ -3,6 +3,8 @@
  * (host_reconcile.h).
  */
 #include "recovery/host_reconcile.h"
+#include "store_sandboxes.h"
+#include "store_workers.h"
 #include "drivers/shared.h"
 #include "host/cgroup.h"
 #include "host/jail.h"
@@ -29,7 +31,7 @@ static bool listed_live(const char *sandbox_id, void *arg)
     struct live_list *l = arg;
     if (!l->loaded) {
         l->loaded = true;
-        l->status = l->st->sandbox_list_live(l->st, "", &l->v, &l->n);
+        l->status = store_sandbox_list_live(l->st, "", &l->v, &l->n);
     }
     if (l->status != STORE_OK)
         return true;
@@ -44,10 +46,6 @@ int reconcile_host_nfs_exports(struct store *st, const struct sbx_config *cfg, s
 {
     struct live_list l = {.st = st};
     *removed = 0;
-    if (!st->sandbox_list_live) {
-        snprintf(err, errlen, "the store cannot list live Sandboxes");
-        return -1;
-    }
     int rc = nfs_export_reconcile(cfg, listed_live, &l, removed, err, errlen);
     free(l.v);
     return rc;
@@ -62,10 +60,6 @@ int reconcile_host_leftovers(struct store *st, const struct sbx_config *cfg,
     struct live_list l[3] = {{.st = st}, {.st = st}, {.st = st}};
     size_t qemu_jails = 0;
     *report = (struct leftover_report){0};
-    if (!st->sandbox_list_live) {
-        snprintf(err, errlen, "the store cannot list live Sandboxes");
-        return -1;
-    }
     report->cgroups = cgroup_sweep(driver_cgroups(cfg, "worker"), listed_live, &l[0]);
     int rc =
         jail_sweep(cfg->chroot_base, "process", jail_remove, listed_live, &l[1], &report->jails);
@@ -106,12 +100,12 @@ static bool net_keep(const char *sandbox_id, void *arg)
     char host[STORE_HOST_ID_LEN];
     if (listed_live(sandbox_id, &k->live))
         return true;
-    enum store_status rc = st->sandbox_get(st, "", sandbox_id, &sb);
+    enum store_status rc = store_sandbox_get(st, "", sandbox_id, &sb);
     if (rc == STORE_NOT_FOUND)
         return false;
     if (rc != STORE_OK)
         return true;
-    rc = st->worker_host(st, sb.worker_id, host, sizeof host);
+    rc = store_worker_host(st, sb.worker_id, host, sizeof host);
     if (rc == STORE_NOT_FOUND)
         return false;
     return rc != STORE_OK || (host[0] && strcmp(host, k->host_id) != 0);
@@ -121,10 +115,6 @@ int reconcile_host_network(struct store *st, const char *host_id,
                            struct net_reconcile_report *report, char *err, size_t errlen)
 {
     struct net_keep keep = {.live = {.st = st}, .host_id = host_id};
-    if (!st->sandbox_list_live) {
-        snprintf(err, errlen, "the store cannot list live Sandboxes");
-        return -1;
-    }
     int rc = net_reconcile(net_keep, &keep, report, err, errlen);
     free(keep.live.v);
     if (rc == 0 && keep.live.loaded && keep.live.status != STORE_OK) {

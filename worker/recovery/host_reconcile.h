@@ -11,7 +11,7 @@
 
 #include "config.h"
 #include "host/links.h"
-#include "store.h"
+#include "store_records.h"
 
 #include <stddef.h>
 

@@ -6,6 +6,10 @@
  * its own kernel state for them; other hosts are handled by host loss (host_declare_lost).
  */
 #include "recovery/reconcile.h"
+#include "store_hosts.h"
+#include "store_queue.h"
+#include "store_sandboxes.h"
+#include "store_workers.h"
 #include "sandbox/sandbox.h"
 #include "log.h"
 #include "host/links.h"
@@ -43,7 +47,7 @@ static void reap_adopted(struct worker *w)
 {
     struct store_sandbox *list = NULL;
     size_t n = 0;
-    if (w->st->sandbox_list_live(w->st, w->id, &list, &n) != STORE_OK)
+    if (store_sandbox_list_live(w->st, w->id, &list, &n) != STORE_OK)
         return;
     for (size_t i = 0; i < n; i++)
         if (!sandbox_find(w, list[i].id))
@@ -58,7 +62,7 @@ static void reconcile_nfs_exports(struct worker *w)
 {
     char err[512];
     size_t removed = 0;
-    if (w->reconciled.nfs_exports || !w->st->sandbox_list_live)
+    if (w->reconciled.nfs_exports)
         return;
     w->reconciled.nfs_exports = true;
     if (reconcile_host_nfs_exports(w->st, &w->cfg, &removed, err, sizeof err) != 0)
@@ -74,7 +78,7 @@ static void reconcile_leftovers(struct worker *w)
 {
     struct leftover_report report;
     char err[512];
-    if (w->reconciled.leftovers || !w->st->sandbox_list_live)
+    if (w->reconciled.leftovers)
         return;
     w->reconciled.leftovers = true;
     if (reconcile_host_leftovers(w->st, &w->cfg, &report, err, sizeof err) != 0)
@@ -114,7 +118,7 @@ static void reap_host_lost(struct worker *w)
     if (w->reconciled.host_lost || !w->host_was_lost_at)
         return;
     w->reconciled.host_lost = true;
-    if (w->st->sandbox_list_host_lost(w->st, w->cfg.host_id, w->host_was_lost_at, &list, &n) !=
+    if (store_sandbox_list_host_lost(w->st, w->cfg.host_id, w->host_was_lost_at, &list, &n) !=
         STORE_OK) {
         log_warn("worker: cannot list the Sandboxes host %s lost", w->cfg.host_id);
         return;
@@ -131,7 +135,7 @@ bool reconcile_other_hosts(struct worker *w)
 {
     size_t lost = 0;
     enum store_status rc =
-        w->st->host_declare_lost(w->st, &w->ctx, w->cfg.host_id, w->cfg.host_lost_ms, &lost);
+        store_host_declare_lost(w->st, &w->ctx, w->cfg.host_id, w->cfg.host_lost_ms, &lost);
     if (rc != STORE_OK)
         log_warn("worker: declaring stale hosts lost failed: %s", store_status_name(rc));
     else if (lost > 0) {
@@ -165,14 +169,14 @@ bool reconcile_run(struct worker *w)
     bool adopted = false;
     int64_t now = clock_wall_ms();
 
-    if (w->st->worker_list_active(w->st, &workers, &n) == STORE_OK) {
+    if (store_worker_list_active(w->st, &workers, &n) == STORE_OK) {
         for (size_t i = 0; i < n; i++) {
             const struct store_worker *o = &workers[i];
             if (strcmp(o->id, w->id) == 0 || strcmp(o->host_id, w->cfg.host_id) != 0)
                 continue; /* another host's workers end with their host (host_declare_lost) */
             if (!same_host_worker_gone(w, o, now))
                 continue;
-            enum store_status rc = w->st->worker_adopt(w->st, &w->ctx, o->id, w->id);
+            enum store_status rc = store_worker_adopt(w->st, &w->ctx, o->id, w->id);
             if (rc == STORE_OK) {
                 log_info("worker: adopted dead worker %s (pid %lld)", o->id, (long long)o->pid);
                 adopted = true;
@@ -184,7 +188,7 @@ bool reconcile_run(struct worker *w)
     }
     if (adopted)
         reap_adopted(w);
-    if (w->st->queue_requeue_expired(w->st, &w->ctx, &requeued) == STORE_OK && requeued > 0)
+    if (store_queue_requeue_expired(w->st, &w->ctx, &requeued) == STORE_OK && requeued > 0)
         log_info("worker: requeued %zu messages whose lease expired", requeued);
     return adopted || requeued > 0;
 }

@@ -6,6 +6,7 @@
  * Hidden state: the poll counter.
  */
 #include "recovery/workspace_mounts.h"
+#include "store_workspaces.h"
 
 #include "fs.h"
 #include "log.h"
@@ -56,7 +57,7 @@ void workspace_mounts_reconcile(struct worker *w)
         if (!ws_id || access(image, F_OK) != 0)
             continue;
         struct store_workspace ws;
-        if (w->st->workspace_get(w->st, "", ws_id, &ws) != STORE_NOT_FOUND)
+        if (store_workspace_get(w->st, "", ws_id, &ws) != STORE_NOT_FOUND)
             continue;
         if (workspace_fs_remove(mount_point, err, sizeof err) != 0) {
             log_warn("worker: deleted Workspace %s: %s", ws_id, err);

@@ -6,6 +6,8 @@
  * change is written to the store first.
  */
 #include "sandbox/sandbox.h"
+#include "store_images.h"
+#include "store_sandboxes.h"
 #include "images/image_cache.h"
 #include "log.h"
 #include "sandbox/jobs.h"
@@ -57,7 +59,7 @@ static void boot_done(void *arg)
         sandbox_terminate(sb, "cannot make its callback token: no randomness", true);
         return;
     }
-    if ((rc = w->st->sandbox_set_runtime(w->st, &rec)) != STORE_OK) {
+    if ((rc = store_sandbox_set_runtime(w->st, &rec)) != STORE_OK) {
         log_error("worker: cannot record the runtime of %s: %s", sb->rt.sandbox_id,
                   store_status_name(rc));
         sb->callback_token[0] = '\0'; /* unknown to the store: its agent is told of no API */
@@ -72,7 +74,7 @@ static void boot_done(void *arg)
     }
     int64_t boot_ms = clock_mono_ms() - sb->boot_started;
     if (sb->delivery) {
-        rc = w->st->sandbox_assign(w->st, &w->ctx, sb->rt.sandbox_id, sb->app_id, sb->session_id);
+        rc = store_sandbox_assign(w->st, &w->ctx, sb->rt.sandbox_id, sb->app_id, sb->session_id);
         if (rc != STORE_OK) {
             sandbox_terminate(sb, rc == STORE_CONFLICT ? "session deleted" : "store error", false);
             return;
@@ -83,7 +85,7 @@ static void boot_done(void *arg)
         w->sandbox_hooks->activating(sb);
         return;
     }
-    rc = w->st->sandbox_mark_warm(w->st, &w->ctx, sb->rt.sandbox_id, boot_ms);
+    rc = store_sandbox_mark_warm(w->st, &w->ctx, sb->rt.sandbox_id, boot_ms);
     if (rc != STORE_OK) {
         sandbox_terminate(sb, "stop requested while booting", false);
         return;
@@ -118,10 +120,10 @@ int sandbox_boot(struct worker *w, const struct driver *drv, const struct store_
     }
     sb->cold = d != NULL;
     sb->boot_started = clock_mono_ms();
-    rc = w->st->sandbox_insert(w->st, &w->ctx, w->id, shape, sb->cold, &rec);
+    rc = store_sandbox_insert(w->st, &w->ctx, w->id, shape, sb->cold, &rec);
     /* For the image cache's least-recently-used eviction (cache_sweep.c). */
-    if (rc == STORE_OK && !image_is_default(shape->image) && w->st->image_touch)
-        (void)w->st->image_touch(w->st, shape->image);
+    if (rc == STORE_OK && !image_is_default(shape->image))
+        (void)store_image_touch(w->st, shape->image);
     if (rc != STORE_OK) {
         log_error("worker: cannot record a new sandbox: %s", store_status_name(rc));
         snprintf(err, errlen, "store error recording a sandbox");

@@ -9,6 +9,7 @@
  * resolved through sbx, a connection to its address is dropped like any other not on the list.
  */
 #include "sandbox/egress.h"
+#include "store_apps.h"
 
 #include "egress_policy.h"
 #include "host/firewall.h"
@@ -161,7 +162,7 @@ void sandbox_egress_refresh(struct worker *w)
     }
     for (size_t i = 0; i < napps; i++) {
         struct store_app app;
-        if (w->st->app_get(w->st, apps[i], &app) != STORE_OK)
+        if (store_app_get(w->st, apps[i], &app) != STORE_OK)
             continue; /* deleted, or the store is busy: the next poll */
         refresh_app(w, &app);
         store_app_clear(&app);

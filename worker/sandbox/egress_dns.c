@@ -3,6 +3,7 @@
  * allow this name, and on which ports?" (egress_dns.h).
  */
 #include "sandbox/egress_dns.h"
+#include "store_apps.h"
 
 #include "egress_policy.h"
 #include "host/dns_forwarder.h"
@@ -65,7 +66,7 @@ static const struct egress_policy *policy_of(const char *app_id)
     char why[256];
     snprintf(slot->app_id, sizeof slot->app_id, "%s", app_id);
     slot->at = now;
-    bool got = ed.st->app_get(ed.st, app_id, &app) == STORE_OK;
+    bool got = store_app_get(ed.st, app_id, &app) == STORE_OK;
     slot->found =
         got && egress_policy_parse_text(app.network_json, &slot->policy, why, sizeof why) == 0;
     if (got)

@@ -2,6 +2,9 @@
  * egress_events.c: denials from the firewall's log to events and counters (egress_events.h).
  */
 #include "sandbox/egress_events.h"
+#include "store_egress.h"
+#include "store_sandboxes.h"
+#include "store_settings.h"
 
 #include "host/egress_log.h"
 #include "host/firewall.h"
@@ -146,7 +149,7 @@ static void learn_app(struct tracked *t)
     if (t->app_known)
         return;
     struct store_sandbox rec;
-    if (ee.w->st->sandbox_get(ee.w->st, "", t->sandbox_id, &rec) == STORE_OK) {
+    if (store_sandbox_get(ee.w->st, "", t->sandbox_id, &rec) == STORE_OK) {
         snprintf(t->app_id, sizeof t->app_id, "%s", rec.app_id);
         t->app_known = rec.app_id[0] != '\0';
     }
@@ -245,7 +248,7 @@ static void flush_batch(void)
         return; /* the next flush tries again */
     for (size_t i = 0; i < ee.nbatch; i++)
         v[i] = ee.batch[i].d;
-    enum store_status rc = ee.w->st->egress_denials_record(ee.w->st, &ee.w->ctx, v, ee.nbatch);
+    enum store_status rc = store_egress_denials_record(ee.w->st, &ee.w->ctx, v, ee.nbatch);
     free(v);
     if (rc == STORE_BUSY && ee.nbatch < MAX_PENDING)
         return;
@@ -336,7 +339,7 @@ static void publish_series(struct worker *w)
         n += (size_t)snprintf(
             text + n, cap - n, "sbx_egress_denied_total{app=\"%s\",reason=\"%s\"} %lld\n",
             ee.series[i].app_id, ee.series[i].reason, (long long)ee.series[i].count);
-    if (n < cap && w->st->setting_put(w->st, "egress_metrics", text) == STORE_OK)
+    if (n < cap && store_setting_put(w->st, "egress_metrics", text) == STORE_OK)
         ee.series_changed = false;
     free(text);
 }

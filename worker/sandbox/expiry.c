@@ -10,6 +10,8 @@
  * together here; boot.c and agent_protocol.c call into this file and it calls into neither.
  */
 #include "sandbox/agent_channel.h"
+#include "store_sandboxes.h"
+#include "store_sessions.h"
 #include "log.h"
 #include "sandbox/jobs.h"
 #include "sandbox/sandbox.h"
@@ -69,7 +71,7 @@ void sandbox_idle(struct sandbox *sb)
         return;
     }
     enum store_status rc =
-        w->st->session_touch(w->st, sb->session_id, clock_wall_ms() + sb->keep_alive_ms);
+        store_session_touch(w->st, sb->session_id, clock_wall_ms() + sb->keep_alive_ms);
     if (rc != STORE_OK)
         log_warn("worker: cannot record the keep-alive of %s: %s", sb->session_id,
                  store_status_name(rc));
@@ -114,7 +116,7 @@ enum store_status sandbox_record_running(struct sandbox *sb)
     sb->running_pending = false;
     event_del(sb->running_ev);
     enum store_status rc =
-        w->st->sandbox_mark_running(w->st, &w->ctx, sb->rt.sandbox_id, sb->session_id);
+        store_sandbox_mark_running(w->st, &w->ctx, sb->rt.sandbox_id, sb->session_id);
     if (rc == STORE_OK)
         w->sandbox_hooks->events(w);
     return rc;
@@ -147,7 +149,7 @@ static void terminate_done(void *arg)
         snprintf(reason, sizeof reason, "%s", sb->stop_reason);
     }
     enum store_status rc =
-        w->st->sandbox_finish(w->st, &w->ctx, sb->rt.sandbox_id, failed, reason, &sb->usage);
+        store_sandbox_finish(w->st, &w->ctx, sb->rt.sandbox_id, failed, reason, &sb->usage);
     if (rc != STORE_OK && rc != STORE_CONFLICT)
         log_error("worker: cannot record the end of %s: %s", sb->rt.sandbox_id,
                   store_status_name(rc));
@@ -187,7 +189,7 @@ void sandbox_terminate(struct sandbox *sb, const char *reason, bool failed)
         w->sandbox_hooks->lost(sb, reason);
     agent_channel_free(sb->chan);
     sb->chan = NULL;
-    enum store_status rc = w->st->sandbox_mark_stopping(w->st, &w->ctx, sb->rt.sandbox_id, reason);
+    enum store_status rc = store_sandbox_mark_stopping(w->st, &w->ctx, sb->rt.sandbox_id, reason);
     if (rc != STORE_OK && rc != STORE_CONFLICT)
         log_error("worker: cannot record that %s is stopping: %s", sb->rt.sandbox_id,
                   store_status_name(rc));
@@ -218,7 +220,7 @@ void sandbox_check_stop_requests(struct worker *w)
 {
     struct store_sandbox *list = NULL;
     size_t n = 0;
-    if (w->st->sandbox_list_stop_requested(w->st, w->id, &list, &n) != STORE_OK)
+    if (store_sandbox_list_stop_requested(w->st, w->id, &list, &n) != STORE_OK)
         return;
     for (size_t i = 0; i < n; i++) {
         struct sandbox *sb = sandbox_find(w, list[i].id);

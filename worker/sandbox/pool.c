@@ -4,6 +4,7 @@
  * terminations (and, without background boots, cold boots) are never stuck behind a refill.
  */
 #include "sandbox/pool.h"
+#include "store_apps.h"
 #include "images/image_cache.h"
 #include "sandbox/jobs.h"
 #include "drivers/shared.h"
@@ -21,7 +22,7 @@ void pool_refresh_shapes(struct worker *w)
 {
     struct store_shape *shapes = NULL;
     size_t n = 0;
-    enum store_status rc = w->st->app_shapes(w->st, &shapes, &n);
+    enum store_status rc = store_app_shapes(w->st, &shapes, &n);
     if (rc != STORE_OK) {
         log_warn("worker: cannot list App shapes: %s", store_status_name(rc));
         return;

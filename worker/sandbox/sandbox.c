@@ -5,6 +5,7 @@
  * (boot.c, expiry.c and agent_protocol.c decide when), checked against sandbox.h's table.
  */
 #include "sandbox/sandbox.h"
+#include "store_bounds.h"
 #include "drivers/shared.h"
 #include "log.h"
 #include "sandbox/agent_channel.h"
@@ -123,7 +124,7 @@ static void record_unbounded(struct worker *w)
             len += (size_t)snprintf(all + len, len < sizeof all ? sizeof all - len : 0, "%s%s:%s",
                                     len ? "," : "", drv->name, b);
     }
-    enum store_status rc = w->st->worker_set_unbounded(w->st, w->id, all);
+    enum store_status rc = store_worker_set_unbounded(w->st, w->id, all);
     if (rc != STORE_OK)
         log_warn("worker: cannot record the bounds it cannot apply: %s", store_status_name(rc));
 }

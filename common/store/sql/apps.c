@@ -85,7 +85,7 @@ static void app_page_free(void *items, size_t n)
 
 static const struct sql_page app_page = {sizeof(struct store_app), app_page_row, app_page_free};
 
-static enum store_status app_get(struct store *st, const char *app_id, struct store_app *out)
+enum store_status store_app_get(struct store *st, const char *app_id, struct store_app *out)
 {
     struct sql_stmt *s =
         sql_stmt(st, "SELECT " APP_COLS " FROM apps a WHERE id = ?1 AND deleted_at IS NULL");
@@ -105,8 +105,8 @@ enum store_status sql_app_exists(struct store *st, const char *app_id)
     return sql_step_int(st, s, &one);
 }
 
-static enum store_status app_create(struct store *st, const struct store_ctx *ctx,
-                                    struct store_app *app)
+enum store_status store_app_create(struct store *st, const struct store_ctx *ctx,
+                                   struct store_app *app)
 {
     struct sql_stmt *s;
     enum store_status r;
@@ -153,8 +153,8 @@ static enum store_status app_create(struct store *st, const struct store_ctx *ct
     return r;
 }
 
-static enum store_status app_list(struct store *st, const char *after, size_t limit,
-                                  struct store_app **out, size_t *n, char *next_cursor)
+enum store_status store_app_list(struct store *st, const char *after, size_t limit,
+                                 struct store_app **out, size_t *n, char *next_cursor)
 {
     struct sql_stmt *s = sql_stmt(st, "SELECT " APP_COLS " FROM apps a WHERE deleted_at IS NULL "
                                       "AND rowid > ?1 ORDER BY rowid LIMIT ?2");
@@ -169,9 +169,9 @@ static enum store_status app_list(struct store *st, const char *after, size_t li
     return sql_read_page(st, s, limit, &app_page, (void *)out, n, next_cursor);
 }
 
-static enum store_status app_update(struct store *st, const struct store_ctx *ctx,
-                                    const char *app_id, const struct store_app_patch *p,
-                                    struct store_app *out)
+enum store_status store_app_update(struct store *st, const struct store_ctx *ctx,
+                                   const char *app_id, const struct store_app_patch *p,
+                                   struct store_app *out)
 {
     struct sql_stmt *s;
     enum store_status r;
@@ -252,7 +252,7 @@ static enum store_status app_update(struct store *st, const struct store_ctx *ct
     }
     struct store_app fresh = {0};
     if (r == STORE_OK)
-        r = app_get(st, app_id, &fresh);
+        r = store_app_get(st, app_id, &fresh);
     r = sql_end(st, r);
     if (r == STORE_OK)
         *out = fresh;
@@ -261,8 +261,8 @@ static enum store_status app_update(struct store *st, const struct store_ctx *ct
     return r;
 }
 
-static enum store_status app_delete(struct store *st, const struct store_ctx *ctx,
-                                    const char *app_id)
+enum store_status store_app_delete(struct store *st, const struct store_ctx *ctx,
+                                   const char *app_id)
 {
     struct sql_stmt *s;
     enum store_status r;
@@ -271,7 +271,7 @@ static enum store_status app_delete(struct store *st, const struct store_ctx *ct
 
     if ((r = sql_begin(st)) != STORE_OK)
         return r;
-    r = app_get(st, app_id, &app);
+    r = store_app_get(st, app_id, &app);
     if (r == STORE_OK)
         store_app_clear(&app);
     if (r == STORE_OK) {
@@ -335,21 +335,11 @@ static int64_t shape_page_row(struct sql_stmt *s, void *item)
 static const struct sql_page shape_page = {sizeof(struct store_shape), shape_page_row,
                                            sql_free_items};
 
-static enum store_status app_shapes(struct store *st, struct store_shape **out, size_t *n)
+enum store_status store_app_shapes(struct store *st, struct store_shape **out, size_t *n)
 {
     struct sql_stmt *s =
         sql_stmt(st, "SELECT DISTINCT driver, image_digest, vcpu_count, mem_size_mib "
                      "FROM apps WHERE deleted_at IS NULL "
                      "ORDER BY driver, image_digest, vcpu_count, mem_size_mib");
     return sql_read_all(st, s, &shape_page, (void *)out, n);
-}
-
-void sql_apps_init(struct store *st)
-{
-    st->app_create = app_create;
-    st->app_get = app_get;
-    st->app_list = app_list;
-    st->app_update = app_update;
-    st->app_delete = app_delete;
-    st->app_shapes = app_shapes;
 }

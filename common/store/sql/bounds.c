@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static enum store_status b_worker_set_unbounded(struct store *st, const char *worker_id,
-                                                const char *unbounded)
+enum store_status store_worker_set_unbounded(struct store *st, const char *worker_id,
+                                             const char *unbounded)
 {
     struct sql_stmt *s = sql_stmt(st, "UPDATE workers SET unbounded = ?2 WHERE id = ?1");
     if (!s)
@@ -44,7 +44,7 @@ static int add_items(const char *list, char ***items, size_t *n)
     return 0;
 }
 
-static enum store_status b_sandbox_unbounded(struct store *st, char ***out, size_t *n)
+enum store_status store_sandbox_unbounded(struct store *st, char ***out, size_t *n)
 {
     *out = NULL;
     *n = 0;
@@ -75,10 +75,4 @@ void store_strings_free(char **items, size_t n)
     for (size_t i = 0; i < n; i++)
         free(items[i]);
     free(items);
-}
-
-void sql_bounds_init(struct store *st)
-{
-    st->worker_set_unbounded = b_worker_set_unbounded;
-    st->sandbox_unbounded = b_sandbox_unbounded;
 }

@@ -21,9 +21,9 @@ void store_chunk_list_free(struct store_chunk *c, size_t n)
     free(c);
 }
 
-static enum store_status chunk_append(struct store *st, const char *message_id,
-                                      const char *worker_id, int64_t first_index,
-                                      const char *const *values, size_t n, int64_t dropped)
+enum store_status store_chunk_append(struct store *st, const char *message_id,
+                                     const char *worker_id, int64_t first_index,
+                                     const char *const *values, size_t n, int64_t dropped)
 {
     struct sql_stmt *s;
     enum store_status r;
@@ -65,8 +65,8 @@ static enum store_status chunk_append(struct store *st, const char *message_id,
     return sql_commit(st);
 }
 
-static enum store_status chunk_totals(struct store *st, const char *message_id, int64_t *count,
-                                      int64_t *bytes)
+enum store_status store_chunk_totals(struct store *st, const char *message_id, int64_t *count,
+                                     int64_t *bytes)
 {
     /* Bytes as the worker counts them: the length of each value's JSON text. SQLite's length()
      * of a text counts characters, of a blob bytes; PostgreSQL's octet_length counts bytes. */
@@ -91,9 +91,9 @@ static enum store_status chunk_totals(struct store *st, const char *message_id, 
     return r;
 }
 
-static enum store_status chunk_list(struct store *st, const char *app_id, const char *session_id,
-                                    const char *message_id, int64_t from, size_t limit,
-                                    struct store_chunk **out, size_t *n, int64_t *dropped)
+enum store_status store_chunk_list(struct store *st, const char *app_id, const char *session_id,
+                                   const char *message_id, int64_t from, size_t limit,
+                                   struct store_chunk **out, size_t *n, int64_t *dropped)
 {
     /* One read: the message row (App and Session scoped, not of a deleted Session) left-joined
      * to its chunks from `from` on, so that an unknown message is told from one without chunks. */
@@ -150,11 +150,4 @@ static enum store_status chunk_list(struct store *st, const char *app_id, const 
     if (dropped)
         *dropped = drops;
     return STORE_OK;
-}
-
-void sql_chunks_init(struct store *st)
-{
-    st->chunk_append = chunk_append;
-    st->chunk_totals = chunk_totals;
-    st->chunk_list = chunk_list;
 }

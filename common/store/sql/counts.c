@@ -86,7 +86,7 @@ static enum store_status sandbox_histograms(struct store *st, struct store_count
     return rc == SQL_DONE ? STORE_OK : sql_status(st, rc);
 }
 
-static enum store_status counts(struct store *st, struct store_counts *out)
+enum store_status store_counts(struct store *st, struct store_counts *out)
 {
     struct store_counts c = {0};
     enum store_status r;
@@ -117,9 +117,4 @@ static enum store_status counts(struct store *st, struct store_counts *out)
     if (r == STORE_OK)
         *out = c;
     return r;
-}
-
-void sql_counts_init(struct store *st)
-{
-    st->counts = counts;
 }

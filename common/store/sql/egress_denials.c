@@ -24,8 +24,8 @@ static enum store_status record_one(struct store *st, const struct store_ctx *ct
                      app_id[0] ? app_id : NULL, session_id[0] ? session_id : NULL, d->data_json);
 }
 
-static enum store_status egress_denials_record(struct store *st, const struct store_ctx *ctx,
-                                               const struct store_egress_denial *v, size_t n)
+enum store_status store_egress_denials_record(struct store *st, const struct store_ctx *ctx,
+                                              const struct store_egress_denial *v, size_t n)
 {
     if (n == 0)
         return STORE_OK;
@@ -35,9 +35,4 @@ static enum store_status egress_denials_record(struct store *st, const struct st
     for (size_t i = 0; r == STORE_OK && i < n; i++)
         r = record_one(st, ctx, &v[i]);
     return sql_end(st, r);
-}
-
-void sql_egress_init(struct store *st)
-{
-    st->egress_denials_record = egress_denials_record;
 }

@@ -570,9 +570,9 @@ static bool queue_for_commit(struct store *st, struct enqueue_committer *api, st
     return true;
 }
 
-static enum store_status message_enqueue(struct store *st, const struct store_ctx *ctx,
-                                         const struct store_enqueue *req, struct store_message *out,
-                                         bool *replayed)
+enum store_status store_message_enqueue(struct store *st, const struct store_ctx *ctx,
+                                        const struct store_enqueue *req, struct store_message *out,
+                                        bool *replayed)
 {
     struct sql_store *s = st->cls;
     struct enqueue_committer *api = s->api;
@@ -597,9 +597,9 @@ static enum store_status message_enqueue(struct store *st, const struct store_ct
     return e.status;
 }
 
-static enum store_status message_enqueue_async(struct store *st, const struct store_ctx *ctx,
-                                               const struct store_enqueue *req,
-                                               store_enqueue_done_fn done, void *arg)
+enum store_status store_message_enqueue_async(struct store *st, const struct store_ctx *ctx,
+                                              const struct store_enqueue *req,
+                                              store_enqueue_done_fn done, void *arg)
 {
     struct sql_store *s = st->cls;
     struct enqueue_committer *api = s->api;
@@ -630,8 +630,6 @@ void sql_enqueue_init(struct store *st)
     struct sql_store *s = st->cls;
     struct enqueue_committer *api = calloc(1, sizeof *api);
 
-    st->message_enqueue = message_enqueue;
-    st->message_enqueue_async = message_enqueue_async;
     s->api = api;
     if (!api) {
         log_error("store: out of memory for the enqueue committer");

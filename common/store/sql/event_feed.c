@@ -7,7 +7,7 @@
  */
 #include "store_sql.h"
 
-static enum store_status event_last_id(struct store *st, int64_t *id)
+enum store_status store_event_last_id(struct store *st, int64_t *id)
 {
     struct sql_stmt *s = sql_stmt(st, "SELECT COALESCE(max(id), 0) FROM events");
     if (!s)
@@ -25,10 +25,10 @@ static enum store_status event_last_id(struct store *st, int64_t *id)
 /* After every event committed so far and every one in progress now: on PostgreSQL an event still
  * in progress may get a smaller id than the newest committed one, and a feed starting after the
  * newest would never send it. */
-static enum store_status event_feed_start(struct store *st, int64_t *id)
+enum store_status store_event_feed_start(struct store *st, int64_t *id)
 {
     if (sql_dialect(st) != SQL_POSTGRES)
-        return event_last_id(st, id);
+        return store_event_last_id(st, id);
     int64_t upto;
     enum store_status r = sql_events_settled(st, -1, &upto);
     if (r == STORE_OK && upto < 0)
@@ -36,10 +36,4 @@ static enum store_status event_feed_start(struct store *st, int64_t *id)
     if (r == STORE_OK)
         *id = upto;
     return r;
-}
-
-void sql_event_feed_init(struct store *st)
-{
-    st->event_last_id = event_last_id;
-    st->event_feed_start = event_feed_start;
 }

@@ -39,9 +39,8 @@ static void event_items_free(void *items, size_t n)
 static const struct sql_page event_page = {sizeof(struct store_event), event_from_row,
                                            event_items_free};
 
-static enum store_status event_list(struct store *st, const char *app_id, const char *session_id,
-                                    int64_t after, size_t limit, struct store_event **out,
-                                    size_t *n)
+enum store_status store_event_list(struct store *st, const char *app_id, const char *session_id,
+                                   int64_t after, size_t limit, struct store_event **out, size_t *n)
 {
     int64_t upto;
     enum store_status r = sql_events_settled(st, after, &upto);
@@ -60,9 +59,4 @@ static enum store_status event_list(struct store *st, const char *app_id, const 
     sql_bind_text_copy(s, 3, session_id ? session_id : "");
     sql_bind_int64(s, 4, (int64_t)limit);
     return sql_read_all(st, s, &event_page, (void *)out, n);
-}
-
-void sql_events_init(struct store *st)
-{
-    st->event_list = event_list;
 }

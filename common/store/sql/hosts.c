@@ -13,9 +13,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-static enum store_status host_register(struct store *st, const struct store_ctx *ctx,
-                                       const struct store_host *host, const char *worker_id,
-                                       int64_t *was_lost_at)
+enum store_status store_host_register(struct store *st, const struct store_ctx *ctx,
+                                      const struct store_host *host, const char *worker_id,
+                                      int64_t *was_lost_at)
 {
     enum store_status rc;
     int64_t now = clock_wall_ms(), lost_at = 0;
@@ -73,7 +73,7 @@ static enum store_status host_register(struct store *st, const struct store_ctx 
     return rc;
 }
 
-static enum store_status host_heartbeat(struct store *st, const char *host_id)
+enum store_status store_host_heartbeat(struct store *st, const char *host_id)
 {
     struct sql_stmt *s = sql_stmt(st, "UPDATE hosts SET heartbeat_at = ?2 WHERE id = ?1 AND "
                                       "lost_at IS NULL");
@@ -102,7 +102,7 @@ static int64_t host_page_row(struct sql_stmt *s, void *item)
 
 static const struct sql_page host_page = {sizeof(struct store_host), host_page_row, sql_free_items};
 
-static enum store_status host_list(struct store *st, struct store_host **out, size_t *n)
+enum store_status store_host_list(struct store *st, struct store_host **out, size_t *n)
 {
     struct sql_stmt *s = sql_stmt(
         st, "SELECT h.id, h.address, h.capacity, h.registered_at, h.heartbeat_at, h.lost_at, "
@@ -200,9 +200,9 @@ static enum store_status read_host_ids(struct store *st, struct sql_stmt *s,
 static const char stale_hosts_sql[] =
     "SELECT id FROM hosts WHERE lost_at IS NULL AND heartbeat_at < ?1 AND id <> ?2 ORDER BY id";
 
-static enum store_status host_declare_lost(struct store *st, const struct store_ctx *ctx,
-                                           const char *self_host_id, int64_t stale_ms,
-                                           size_t *n_lost)
+enum store_status store_host_declare_lost(struct store *st, const struct store_ctx *ctx,
+                                          const char *self_host_id, int64_t stale_ms,
+                                          size_t *n_lost)
 {
     enum store_status rc;
     char(*ids)[STORE_HOST_ID_LEN] = NULL;
@@ -242,12 +242,4 @@ static enum store_status host_declare_lost(struct store *st, const struct store_
     if (rc == STORE_OK && n_lost)
         *n_lost = n;
     return rc;
-}
-
-void sql_hosts_init(struct store *st)
-{
-    st->host_register = host_register;
-    st->host_heartbeat = host_heartbeat;
-    st->host_list = host_list;
-    st->host_declare_lost = host_declare_lost;
 }

@@ -93,8 +93,8 @@ static enum store_status load(struct store *st, const char *id_or_name, struct s
     return sql_read_one(st, s, &image_page, out);
 }
 
-static enum store_status im_create(struct store *st, const struct store_ctx *ctx,
-                                   struct store_image *im)
+enum store_status store_image_create(struct store *st, const struct store_ctx *ctx,
+                                     struct store_image *im)
 {
     struct sql_stmt *s;
     enum store_status r;
@@ -141,13 +141,13 @@ static enum store_status im_create(struct store *st, const struct store_ctx *ctx
     return r;
 }
 
-static enum store_status im_get(struct store *st, const char *id_or_name, struct store_image *out)
+enum store_status store_image_get(struct store *st, const char *id_or_name, struct store_image *out)
 {
     return load(st, id_or_name, out);
 }
 
-static enum store_status im_list(struct store *st, const char *after, size_t limit,
-                                 struct store_image **out, size_t *n, char *next_cursor)
+enum store_status store_image_list(struct store *st, const char *after, size_t limit,
+                                   struct store_image **out, size_t *n, char *next_cursor)
 {
     struct sql_stmt *s = sql_stmt(st, "SELECT " IMAGE_COLS " FROM images WHERE deleted_at IS NULL "
                                       "AND rowid > ?1 ORDER BY rowid LIMIT ?2");
@@ -163,8 +163,8 @@ static enum store_status im_list(struct store *st, const char *after, size_t lim
     return sql_read_page(st, s, limit, &image_page, (void *)out, n, next_cursor);
 }
 
-static enum store_status im_delete(struct store *st, const struct store_ctx *ctx,
-                                   const char *image_id, struct store_image *out)
+enum store_status store_image_delete(struct store *st, const struct store_ctx *ctx,
+                                     const char *image_id, struct store_image *out)
 {
     struct store_image im = {0};
     struct sql_stmt *s;
@@ -200,9 +200,9 @@ static enum store_status im_delete(struct store *st, const struct store_ctx *ctx
     return r;
 }
 
-static enum store_status im_claim_import(struct store *st, const struct store_ctx *ctx,
-                                         const char *worker_id, int64_t stale_ms,
-                                         struct store_image *out)
+enum store_status store_image_claim_import(struct store *st, const struct store_ctx *ctx,
+                                           const char *worker_id, int64_t stale_ms,
+                                           struct store_image *out)
 {
     struct store_image im = {0};
     struct sql_stmt *s;
@@ -252,9 +252,9 @@ static enum store_status im_claim_import(struct store *st, const struct store_ct
     return r;
 }
 
-static enum store_status im_finish_import(struct store *st, const struct store_ctx *ctx,
-                                          const char *image_id, const char *worker_id,
-                                          const struct store_image_result *res)
+enum store_status store_image_finish_import(struct store *st, const struct store_ctx *ctx,
+                                            const char *image_id, const char *worker_id,
+                                            const struct store_image_result *res)
 {
     struct sql_stmt *s;
     enum store_status r;
@@ -301,7 +301,7 @@ static enum store_status im_finish_import(struct store *st, const struct store_c
     return sql_end(st, r);
 }
 
-static enum store_status im_touch(struct store *st, const char *digest)
+enum store_status store_image_touch(struct store *st, const char *digest)
 {
     struct sql_stmt *s = sql_stmt(st, "UPDATE images SET last_used_at = ?2 WHERE digest = ?1");
     if (!s)
@@ -338,8 +338,8 @@ static enum store_status read_digests(struct store *st, struct sql_stmt *s,
     return STORE_OK;
 }
 
-static enum store_status im_digests_in_use(struct store *st, char (**out)[STORE_DIGEST_LEN],
-                                           size_t *n)
+enum store_status store_image_digests_in_use(struct store *st, char (**out)[STORE_DIGEST_LEN],
+                                             size_t *n)
 {
     struct sql_stmt *s = sql_stmt(
         st, "SELECT image_digest FROM apps WHERE deleted_at IS NULL AND image_digest <> 'default' "
@@ -350,8 +350,8 @@ static enum store_status im_digests_in_use(struct store *st, char (**out)[STORE_
     return read_digests(st, s, out, n);
 }
 
-static enum store_status im_digests_ready(struct store *st, char (**out)[STORE_DIGEST_LEN],
-                                          size_t *n)
+enum store_status store_image_digests_ready(struct store *st, char (**out)[STORE_DIGEST_LEN],
+                                            size_t *n)
 {
     /* Least recently used first: what a full cache evicts first. */
     struct sql_stmt *s =
@@ -363,8 +363,8 @@ static enum store_status im_digests_ready(struct store *st, char (**out)[STORE_D
     return read_digests(st, s, out, n);
 }
 
-static enum store_status im_pull_source(struct store *st, const char *digest, char *source,
-                                        size_t sourcelen, char *manifest, size_t manifestlen)
+enum store_status store_image_pull_source(struct store *st, const char *digest, char *source,
+                                          size_t sourcelen, char *manifest, size_t manifestlen)
 {
     struct sql_stmt *s =
         sql_stmt(st, "SELECT source, manifest_digest FROM images "
@@ -406,18 +406,4 @@ enum store_status sql_image_check_ready(struct store *st, const char *image_id, 
     if (rc != SQL_ROW)
         return sql_status(st, rc);
     return ok ? STORE_OK : STORE_CONFLICT;
-}
-
-void sql_images_init(struct store *st)
-{
-    st->image_create = im_create;
-    st->image_get = im_get;
-    st->image_list = im_list;
-    st->image_delete = im_delete;
-    st->image_claim_import = im_claim_import;
-    st->image_finish_import = im_finish_import;
-    st->image_touch = im_touch;
-    st->image_digests_in_use = im_digests_in_use;
-    st->image_digests_ready = im_digests_ready;
-    st->image_pull_source = im_pull_source;
 }

@@ -23,9 +23,9 @@ static void key_from_row(struct sql_stmt *s, struct store_key *k)
     k->revoked_at = sql_col_int64_or(s, 5, 0);
 }
 
-static enum store_status key_create(struct store *st, const struct store_ctx *ctx,
-                                    const char *app_id, const char *name, const char *prefix,
-                                    const uint8_t hash[32], struct store_key *out)
+enum store_status store_key_create(struct store *st, const struct store_ctx *ctx,
+                                   const char *app_id, const char *name, const char *prefix,
+                                   const uint8_t hash[32], struct store_key *out)
 {
     struct sql_stmt *s;
     enum store_status r;
@@ -72,8 +72,8 @@ static int64_t key_page_row(struct sql_stmt *s, void *item)
 
 static const struct sql_page key_page = {sizeof(struct store_key), key_page_row, sql_free_items};
 
-static enum store_status key_list(struct store *st, const char *app_id, struct store_key **out,
-                                  size_t *n)
+enum store_status store_key_list(struct store *st, const char *app_id, struct store_key **out,
+                                 size_t *n)
 {
     struct sql_stmt *s;
     enum store_status r = sql_app_exists(st, app_id);
@@ -87,8 +87,8 @@ static enum store_status key_list(struct store *st, const char *app_id, struct s
     return sql_read_all(st, s, &key_page, (void *)out, n);
 }
 
-static enum store_status key_revoke(struct store *st, const struct store_ctx *ctx,
-                                    const char *app_id, const char *key_id)
+enum store_status store_key_revoke(struct store *st, const struct store_ctx *ctx,
+                                   const char *app_id, const char *key_id)
 {
     struct sql_stmt *s;
     enum store_status r;
@@ -130,7 +130,7 @@ static int hash_equal(const uint8_t *a, const uint8_t *b, size_t n)
     return diff == 0;
 }
 
-static enum store_status key_lookup(struct store *st, const uint8_t hash[32], struct store_key *out)
+enum store_status store_key_lookup(struct store *st, const uint8_t hash[32], struct store_key *out)
 {
     struct sql_stmt *s =
         sql_stmt(st, "SELECT k.id, k.app_id, k.name, k.prefix, k.created_at, "
@@ -154,12 +154,4 @@ static enum store_status key_lookup(struct store *st, const uint8_t hash[32], st
     }
     sql_done(s);
     return r;
-}
-
-void sql_keys_init(struct store *st)
-{
-    st->key_create = key_create;
-    st->key_list = key_list;
-    st->key_revoke = key_revoke;
-    st->key_lookup = key_lookup;
 }

@@ -80,8 +80,8 @@ static size_t message_page_bytes(const void *item)
            (m->error ? strlen(m->error) : 0);
 }
 
-static enum store_status message_get(struct store *st, const char *app_id, const char *session_id,
-                                     const char *message_id, struct store_message *out)
+enum store_status store_message_get(struct store *st, const char *app_id, const char *session_id,
+                                    const char *message_id, struct store_message *out)
 {
     struct sql_stmt *s =
         sql_stmt(st, "SELECT " MESSAGE_READ_COLS " FROM messages m JOIN sessions s ON "
@@ -95,9 +95,9 @@ static enum store_status message_get(struct store *st, const char *app_id, const
     return sql_read_one(st, s, &message_page, out);
 }
 
-static enum store_status message_list(struct store *st, const char *app_id, const char *session_id,
-                                      const char *after, size_t limit, struct store_message **out,
-                                      size_t *n, char *next_cursor)
+enum store_status store_message_list(struct store *st, const char *app_id, const char *session_id,
+                                     const char *after, size_t limit, struct store_message **out,
+                                     size_t *n, char *next_cursor)
 {
     struct sql_stmt *s;
     int64_t from = sql_cursor_parse(after);
@@ -106,7 +106,7 @@ static enum store_status message_list(struct store *st, const char *app_id, cons
 
     if (from < 0)
         return STORE_INVALID;
-    r = st->session_get(st, app_id, session_id, &ses);
+    r = store_session_get(st, app_id, session_id, &ses);
     if (r != STORE_OK)
         return r;
     store_session_clear(&ses);
@@ -121,10 +121,4 @@ static enum store_status message_list(struct store *st, const char *app_id, cons
     sql_bind_int64(s, 3, (int64_t)limit + 1);
     return sql_read_page_bounded(st, s, limit, &message_page, message_page_bytes, (void *)out, n,
                                  next_cursor);
-}
-
-void sql_messages_init(struct store *st)
-{
-    st->message_get = message_get;
-    st->message_list = message_list;
 }

@@ -370,31 +370,31 @@ static enum store_status claim_next(struct store *st, const struct store_ctx *ct
     return rc;
 }
 
-static enum store_status queue_claim_owned(struct store *st, const struct store_ctx *ctx,
-                                           const char *worker_id, int64_t lease_ms,
-                                           struct store_delivery *out)
+enum store_status store_queue_claim_owned(struct store *st, const struct store_ctx *ctx,
+                                          const char *worker_id, int64_t lease_ms,
+                                          struct store_delivery *out)
 {
     return claim_next(st, ctx, worker_id, lease_ms, true, NULL, false, out);
 }
 
-static enum store_status queue_claim_placed(struct store *st, const struct store_ctx *ctx,
-                                            const char *worker_id, int64_t lease_ms,
-                                            const struct store_placement *placement,
-                                            struct store_delivery *out)
+enum store_status store_queue_claim_placed(struct store *st, const struct store_ctx *ctx,
+                                           const char *worker_id, int64_t lease_ms,
+                                           const struct store_placement *placement,
+                                           struct store_delivery *out)
 {
     return claim_next(st, ctx, worker_id, lease_ms, false, placement, false, out);
 }
 
-static enum store_status queue_claim_with_sandbox(struct store *st, const struct store_ctx *ctx,
-                                                  const char *worker_id, int64_t lease_ms,
-                                                  const struct store_placement *placement,
-                                                  struct store_delivery *out)
+enum store_status store_queue_claim_with_sandbox(struct store *st, const struct store_ctx *ctx,
+                                                 const char *worker_id, int64_t lease_ms,
+                                                 const struct store_placement *placement,
+                                                 struct store_delivery *out)
 {
     return claim_next(st, ctx, worker_id, lease_ms, false, placement, true, out);
 }
 
-static enum store_status queue_extend_lease(struct store *st, const char *message_id,
-                                            const char *worker_id, int64_t lease_ms)
+enum store_status store_queue_extend_lease(struct store *st, const char *message_id,
+                                           const char *worker_id, int64_t lease_ms)
 {
     struct sql_stmt *s = sql_stmt(st, "UPDATE messages SET lease_expires_at = ?3 WHERE id = ?1 AND "
                                       "state = 'delivering' AND lease_owner = ?2");
@@ -486,9 +486,9 @@ static enum store_status complete_in_tx(struct store *st, const struct store_ctx
     return rc;
 }
 
-static enum store_status queue_complete(struct store *st, const struct store_ctx *ctx,
-                                        const char *message_id, const char *worker_id,
-                                        const char *sandbox_id, const char *reply_json)
+enum store_status store_queue_complete(struct store *st, const struct store_ctx *ctx,
+                                       const char *message_id, const char *worker_id,
+                                       const char *sandbox_id, const char *reply_json)
 {
     enum store_status rc;
     if ((rc = sql_begin_concurrent(st)) != STORE_OK)
@@ -496,10 +496,10 @@ static enum store_status queue_complete(struct store *st, const struct store_ctx
     return sql_end(st, complete_in_tx(st, ctx, message_id, worker_id, sandbox_id, reply_json));
 }
 
-static enum store_status queue_complete_first(struct store *st, const struct store_ctx *ctx,
-                                              const char *message_id, const char *worker_id,
-                                              const char *sandbox_id, const char *session_id,
-                                              const char *reply_json)
+enum store_status store_queue_complete_first(struct store *st, const struct store_ctx *ctx,
+                                             const char *message_id, const char *worker_id,
+                                             const char *sandbox_id, const char *session_id,
+                                             const char *reply_json)
 {
     enum store_status rc;
     if ((rc = sql_begin_concurrent(st)) != STORE_OK)
@@ -566,10 +566,10 @@ static enum store_status fail_in_tx(struct store *st, const struct store_ctx *ct
     return rc;
 }
 
-static enum store_status queue_fail(struct store *st, const struct store_ctx *ctx,
-                                    const char *message_id, const char *worker_id,
-                                    const char *sandbox_id, const char *reason, int64_t backoff_ms,
-                                    bool *final)
+enum store_status store_queue_fail(struct store *st, const struct store_ctx *ctx,
+                                   const char *message_id, const char *worker_id,
+                                   const char *sandbox_id, const char *reason, int64_t backoff_ms,
+                                   bool *final)
 {
     enum store_status rc;
     bool fin = false;
@@ -582,8 +582,8 @@ static enum store_status queue_fail(struct store *st, const struct store_ctx *ct
     return rc;
 }
 
-static enum store_status queue_release(struct store *st, const struct store_ctx *ctx,
-                                       const char *message_id, const char *worker_id)
+enum store_status store_queue_release(struct store *st, const struct store_ctx *ctx,
+                                      const char *message_id, const char *worker_id)
 {
     enum store_status rc;
     char session_id[STORE_ID_LEN], app_id[STORE_ID_LEN];
@@ -630,8 +630,8 @@ const char queue_requeue_expired_sql[] =
     "SELECT id FROM messages WHERE state = 'delivering' AND lease_expires_at IS NOT NULL AND "
     "lease_expires_at < ?1 ORDER BY id";
 
-static enum store_status queue_requeue_expired(struct store *st, const struct store_ctx *ctx,
-                                               size_t *n)
+enum store_status store_queue_requeue_expired(struct store *st, const struct store_ctx *ctx,
+                                              size_t *n)
 {
     enum store_status rc;
     char(*ids)[STORE_ID_LEN] = NULL;
@@ -659,7 +659,7 @@ const char queue_next_due_sql[] =
     "FROM messages e WHERE e.session_id = m.session_id AND e.seq < m.seq AND e.state IN "
     "('queued', 'delivering'))";
 
-static enum store_status queue_next_due(struct store *st, int64_t *at)
+enum store_status store_queue_next_due(struct store *st, int64_t *at)
 {
     struct sql_stmt *s = sql_stmt(st, queue_next_due_sql);
     int r;
@@ -677,18 +677,4 @@ void store_delivery_clear(struct store_delivery *d)
     store_message_clear(&d->message);
     store_session_clear(&d->session);
     store_app_clear(&d->app);
-}
-
-void sql_queue_init(struct store *st)
-{
-    st->queue_claim_owned = queue_claim_owned;
-    st->queue_extend_lease = queue_extend_lease;
-    st->queue_complete = queue_complete;
-    st->queue_complete_first = queue_complete_first;
-    st->queue_claim_with_sandbox = queue_claim_with_sandbox;
-    st->queue_fail = queue_fail;
-    st->queue_release = queue_release;
-    st->queue_requeue_expired = queue_requeue_expired;
-    st->queue_next_due = queue_next_due;
-    st->queue_claim_placed = queue_claim_placed;
 }

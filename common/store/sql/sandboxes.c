@@ -57,8 +57,8 @@ static int64_t sandbox_from_row(struct sql_stmt *s, void *item)
 const struct sql_page sql_sandbox_page = {sizeof(struct store_sandbox), sandbox_from_row,
                                           sql_free_items};
 
-static enum store_status sandbox_get(struct store *st, const char *app_id, const char *sandbox_id,
-                                     struct store_sandbox *out)
+enum store_status store_sandbox_get(struct store *st, const char *app_id, const char *sandbox_id,
+                                    struct store_sandbox *out)
 {
     struct sql_stmt *s = sql_stmt(st, "SELECT " SQL_SANDBOX_COLS "FROM sandboxes WHERE id = ?1 "
                                       "AND (?2 = '' OR app_id = ?2)");
@@ -69,9 +69,9 @@ static enum store_status sandbox_get(struct store *st, const char *app_id, const
     return sql_read_one(st, s, &sql_sandbox_page, out);
 }
 
-static enum store_status sandbox_list(struct store *st, const char *app_id, const char *after,
-                                      size_t limit, struct store_sandbox **out, size_t *n,
-                                      char *next_cursor)
+enum store_status store_sandbox_list(struct store *st, const char *app_id, const char *after,
+                                     size_t limit, struct store_sandbox **out, size_t *n,
+                                     char *next_cursor)
 {
     return sql_app_list_page(st,
                              "SELECT " SQL_SANDBOX_COLS "FROM sandboxes WHERE (?1 = '' OR "
@@ -79,9 +79,9 @@ static enum store_status sandbox_list(struct store *st, const char *app_id, cons
                              app_id, after, limit, &sql_sandbox_page, (void *)out, n, next_cursor);
 }
 
-static enum store_status sandbox_request_stop(struct store *st, const struct store_ctx *ctx,
-                                              const char *app_id, const char *sandbox_id,
-                                              struct store_sandbox *out)
+enum store_status store_sandbox_request_stop(struct store *st, const struct store_ctx *ctx,
+                                             const char *app_id, const char *sandbox_id,
+                                             struct store_sandbox *out)
 {
     struct sql_stmt *s;
     enum store_status r;
@@ -89,7 +89,7 @@ static enum store_status sandbox_request_stop(struct store *st, const struct sto
 
     if ((r = sql_begin(st)) != STORE_OK)
         return r;
-    r = sandbox_get(st, app_id, sandbox_id, &b);
+    r = store_sandbox_get(st, app_id, sandbox_id, &b);
     if (r == STORE_OK && (strcmp(b.state, "terminated") == 0 || strcmp(b.state, "failed") == 0))
         r = STORE_CONFLICT;
     /* A second request while the first is pending changes nothing and writes no event. */
@@ -106,7 +106,7 @@ static enum store_status sandbox_request_stop(struct store *st, const struct sto
                           b.session_id, NULL);
     }
     if (r == STORE_OK)
-        r = sandbox_get(st, app_id, sandbox_id, out);
+        r = store_sandbox_get(st, app_id, sandbox_id, out);
     return sql_end(st, r);
 }
 
@@ -128,7 +128,7 @@ static int64_t pool_stat_from_row(struct sql_stmt *s, void *item)
 static const struct sql_page pool_stat_page = {sizeof(struct store_pool_stat), pool_stat_from_row,
                                                sql_free_items};
 
-static enum store_status pool_stats(struct store *st, struct store_pool_stat **out, size_t *n)
+enum store_status store_pool_stats(struct store *st, struct store_pool_stat **out, size_t *n)
 {
     /* Every shape a live App asks for, plus every shape that has Sandboxes. */
     struct sql_stmt *s = sql_stmt(
@@ -180,9 +180,9 @@ static enum store_status sandbox_event(struct store *st, const struct store_ctx 
     return sql_event_json(st, ctx, kind, "sandbox", sb->id, sb->app_id, sb->session_id, data);
 }
 
-static enum store_status sandbox_insert(struct store *st, const struct store_ctx *ctx,
-                                        const char *worker_id, const struct store_shape *shape,
-                                        bool cold, struct store_sandbox *out)
+enum store_status store_sandbox_insert(struct store *st, const struct store_ctx *ctx,
+                                       const char *worker_id, const struct store_shape *shape,
+                                       bool cold, struct store_sandbox *out)
 {
     enum store_status rc;
     struct store_sandbox sb;
@@ -226,7 +226,7 @@ static enum store_status sandbox_insert(struct store *st, const struct store_ctx
     return rc;
 }
 
-static enum store_status sandbox_set_runtime(struct store *st, const struct store_sandbox *sb)
+enum store_status store_sandbox_set_runtime(struct store *st, const struct store_sandbox *sb)
 {
     struct sql_stmt *s =
         sql_stmt(st, "UPDATE sandboxes SET pid = ?2, jail_dir = ?3, cgroup_path = ?4, "
@@ -249,8 +249,8 @@ static enum store_status sandbox_set_runtime(struct store *st, const struct stor
     return sql_step_change(st, s, STORE_NOT_FOUND);
 }
 
-static enum store_status sandbox_mark_warm(struct store *st, const struct store_ctx *ctx,
-                                           const char *sandbox_id, int64_t boot_ms)
+enum store_status store_sandbox_mark_warm(struct store *st, const struct store_ctx *ctx,
+                                          const char *sandbox_id, int64_t boot_ms)
 {
     enum store_status rc;
     struct store_sandbox sb;
@@ -323,10 +323,10 @@ enum store_status sql_sandbox_claim_warm_in_tx(struct store *st, const struct st
     return sandbox_event(st, ctx, "sandbox.claimed", out, json_pack("{s:b}", "cold", 0));
 }
 
-static enum store_status sandbox_claim_warm(struct store *st, const struct store_ctx *ctx,
-                                            const char *worker_id, const struct store_shape *shape,
-                                            const char *app_id, const char *session_id,
-                                            struct store_sandbox *out)
+enum store_status store_sandbox_claim_warm(struct store *st, const struct store_ctx *ctx,
+                                           const char *worker_id, const struct store_shape *shape,
+                                           const char *app_id, const char *session_id,
+                                           struct store_sandbox *out)
 {
     enum store_status rc;
     struct store_sandbox sb;
@@ -339,9 +339,9 @@ static enum store_status sandbox_claim_warm(struct store *st, const struct store
     return rc;
 }
 
-static enum store_status sandbox_assign(struct store *st, const struct store_ctx *ctx,
-                                        const char *sandbox_id, const char *app_id,
-                                        const char *session_id)
+enum store_status store_sandbox_assign(struct store *st, const struct store_ctx *ctx,
+                                       const char *sandbox_id, const char *app_id,
+                                       const char *session_id)
 {
     enum store_status rc;
     struct store_sandbox sb;
@@ -405,8 +405,8 @@ enum store_status sql_sandbox_mark_running_in_tx(struct store *st, const struct 
     return rc;
 }
 
-static enum store_status sandbox_mark_running(struct store *st, const struct store_ctx *ctx,
-                                              const char *sandbox_id, const char *session_id)
+enum store_status store_sandbox_mark_running(struct store *st, const struct store_ctx *ctx,
+                                             const char *sandbox_id, const char *session_id)
 {
     enum store_status rc;
     if ((rc = sql_begin(st)) != STORE_OK)
@@ -414,8 +414,8 @@ static enum store_status sandbox_mark_running(struct store *st, const struct sto
     return sql_end(st, sql_sandbox_mark_running_in_tx(st, ctx, sandbox_id, session_id));
 }
 
-static enum store_status sandbox_mark_stopping(struct store *st, const struct store_ctx *ctx,
-                                               const char *sandbox_id, const char *reason)
+enum store_status store_sandbox_mark_stopping(struct store *st, const struct store_ctx *ctx,
+                                              const char *sandbox_id, const char *reason)
 {
     enum store_status rc;
     struct store_sandbox sb;
@@ -530,9 +530,9 @@ enum store_status sql_sandbox_finish_in_tx(struct store *st, const struct store_
     return r == SQL_DONE ? STORE_OK : sql_status(st, r);
 }
 
-static enum store_status sandbox_finish(struct store *st, const struct store_ctx *ctx,
-                                        const char *sandbox_id, bool failed, const char *reason,
-                                        const struct store_usage *usage)
+enum store_status store_sandbox_finish(struct store *st, const struct store_ctx *ctx,
+                                       const char *sandbox_id, bool failed, const char *reason,
+                                       const struct store_usage *usage)
 {
     enum store_status rc;
     if ((rc = sql_begin(st)) != STORE_OK)
@@ -540,8 +540,8 @@ static enum store_status sandbox_finish(struct store *st, const struct store_ctx
     return sql_end(st, sql_sandbox_finish_in_tx(st, ctx, sandbox_id, failed, reason, usage));
 }
 
-static enum store_status sandbox_list_live(struct store *st, const char *worker_id,
-                                           struct store_sandbox **out, size_t *n)
+enum store_status store_sandbox_list_live(struct store *st, const char *worker_id,
+                                          struct store_sandbox **out, size_t *n)
 {
     return sandbox_list_all(st,
                             "SELECT " SQL_SANDBOX_COLS "FROM sandboxes WHERE state NOT IN "
@@ -550,8 +550,8 @@ static enum store_status sandbox_list_live(struct store *st, const char *worker_
                             worker_id, out, n);
 }
 
-static enum store_status sandbox_list_stop_requested(struct store *st, const char *worker_id,
-                                                     struct store_sandbox **out, size_t *n)
+enum store_status store_sandbox_list_stop_requested(struct store *st, const char *worker_id,
+                                                    struct store_sandbox **out, size_t *n)
 {
     return sandbox_list_all(st,
                             /* EXISTS per Sandbox (a worker holds few), by the Session's key:
@@ -565,9 +565,9 @@ static enum store_status sandbox_list_stop_requested(struct store *st, const cha
                             worker_id, out, n);
 }
 
-static enum store_status sandbox_list_host_lost(struct store *st, const char *host_id,
-                                                int64_t lost_at, struct store_sandbox **out,
-                                                size_t *n)
+enum store_status store_sandbox_list_host_lost(struct store *st, const char *host_id,
+                                               int64_t lost_at, struct store_sandbox **out,
+                                               size_t *n)
 {
     /* Whatever reason they carry: one the host was stopping when it died keeps its own (the
      * verdict does not overwrite it, sql_sandbox_finish_in_tx), and its jail is here as well. No
@@ -599,9 +599,9 @@ static int64_t sandbox_with_host_from_row(struct sql_stmt *s, void *item)
 static const struct sql_page sandbox_with_host_page = {sizeof(struct sandbox_with_host),
                                                        sandbox_with_host_from_row, sql_free_items};
 
-static enum store_status sandbox_by_callback_token(struct store *st, const char *token_hash,
-                                                   struct store_sandbox *out, char *host_id,
-                                                   size_t host_len)
+enum store_status store_sandbox_by_callback_token(struct store *st, const char *token_hash,
+                                                  struct store_sandbox *out, char *host_id,
+                                                  size_t host_len)
 {
     struct sql_stmt *s = sql_stmt(st, "SELECT " SQL_SANDBOX_COLS ", (SELECT w.host_id FROM workers "
                                       "w WHERE w.id = sandboxes.worker_id) FROM sandboxes "
@@ -618,9 +618,9 @@ static enum store_status sandbox_by_callback_token(struct store *st, const char 
     return r;
 }
 
-static enum store_status sandbox_callbacks_add(struct store *st,
-                                               const struct store_callback_count *counts, size_t n,
-                                               const char *host_id, int64_t refused)
+enum store_status store_sandbox_callbacks_add(struct store *st,
+                                              const struct store_callback_count *counts, size_t n,
+                                              const char *host_id, int64_t refused)
 {
     enum store_status r;
     if ((r = sql_begin(st)) != STORE_OK)
@@ -646,25 +646,4 @@ static enum store_status sandbox_callbacks_add(struct store *st,
         r = sql_step_done(st, s);
     }
     return sql_end(st, r);
-}
-
-void sql_sandboxes_init(struct store *st)
-{
-    st->sandbox_get = sandbox_get;
-    st->sandbox_list = sandbox_list;
-    st->sandbox_request_stop = sandbox_request_stop;
-    st->pool_stats = pool_stats;
-    st->sandbox_insert = sandbox_insert;
-    st->sandbox_set_runtime = sandbox_set_runtime;
-    st->sandbox_mark_warm = sandbox_mark_warm;
-    st->sandbox_claim_warm = sandbox_claim_warm;
-    st->sandbox_assign = sandbox_assign;
-    st->sandbox_mark_running = sandbox_mark_running;
-    st->sandbox_mark_stopping = sandbox_mark_stopping;
-    st->sandbox_finish = sandbox_finish;
-    st->sandbox_list_live = sandbox_list_live;
-    st->sandbox_list_stop_requested = sandbox_list_stop_requested;
-    st->sandbox_list_host_lost = sandbox_list_host_lost;
-    st->sandbox_by_callback_token = sandbox_by_callback_token;
-    st->sandbox_callbacks_add = sandbox_callbacks_add;
 }

@@ -79,8 +79,8 @@ static size_t session_page_bytes(const void *item)
     return x->metadata_json ? strlen(x->metadata_json) : 0;
 }
 
-static enum store_status session_get(struct store *st, const char *app_id, const char *session_id,
-                                     struct store_session *out)
+enum store_status store_session_get(struct store *st, const char *app_id, const char *session_id,
+                                    struct store_session *out)
 {
     struct sql_stmt *s = sql_stmt(st, "SELECT " SES_COLS "WHERE s.id = ?1 AND (?2 = '' OR "
                                       "s.app_id = ?2) AND s.state <> 'deleted'");
@@ -104,11 +104,11 @@ static enum store_status session_by_name(struct store *st, const char *app_id, c
     return sql_read_one(st, s, &session_page, out);
 }
 
-static enum store_status session_create(struct store *st, const struct store_ctx *ctx,
-                                        const char *app_id, const char *name,
-                                        int64_t keep_alive_seconds, const char *workspace_id,
-                                        const char *metadata_json, struct store_session *out,
-                                        bool *created)
+enum store_status store_session_create(struct store *st, const struct store_ctx *ctx,
+                                       const char *app_id, const char *name,
+                                       int64_t keep_alive_seconds, const char *workspace_id,
+                                       const char *metadata_json, struct store_session *out,
+                                       bool *created)
 {
     struct sql_stmt *s;
     enum store_status r;
@@ -131,7 +131,7 @@ static enum store_status session_create(struct store *st, const struct store_ctx
     }
     if (r == STORE_OK && workspace_id && *workspace_id) {
         struct store_workspace w;
-        r = st->workspace_get(st, app_id, workspace_id, &w);
+        r = store_workspace_get(st, app_id, workspace_id, &w);
         if (r == STORE_NOT_FOUND)
             r = STORE_INVALID; /* the caller names the workspaceId field */
     }
@@ -159,7 +159,7 @@ static enum store_status session_create(struct store *st, const struct store_ctx
     }
     struct store_session fresh = {0};
     if (r == STORE_OK)
-        r = session_get(st, app_id, id, &fresh);
+        r = store_session_get(st, app_id, id, &fresh);
     r = sql_end(st, r);
     if (r == STORE_OK) {
         *out = fresh;
@@ -170,9 +170,9 @@ static enum store_status session_create(struct store *st, const struct store_ctx
     return r;
 }
 
-static enum store_status session_list(struct store *st, const char *app_id, const char *after,
-                                      size_t limit, struct store_session **out, size_t *n,
-                                      char *next_cursor)
+enum store_status store_session_list(struct store *st, const char *app_id, const char *after,
+                                     size_t limit, struct store_session **out, size_t *n,
+                                     char *next_cursor)
 {
     return sql_app_list_page_bounded(st,
                                      "SELECT " SES_COLS "WHERE (?1 = '' OR s.app_id = ?1) "
@@ -205,10 +205,10 @@ static enum store_status metadata_merge(const char *current_json, const char *pa
     return r;
 }
 
-static enum store_status session_update(struct store *st, const struct store_ctx *ctx,
-                                        const char *app_id, const char *session_id,
-                                        const struct store_session_patch *p,
-                                        struct store_session *out)
+enum store_status store_session_update(struct store *st, const struct store_ctx *ctx,
+                                       const char *app_id, const char *session_id,
+                                       const struct store_session_patch *p,
+                                       struct store_session *out)
 {
     struct sql_stmt *s;
     enum store_status r;
@@ -220,7 +220,7 @@ static enum store_status session_update(struct store *st, const struct store_ctx
 
     if ((r = sql_begin(st)) != STORE_OK)
         return r;
-    r = session_get(st, app_id, session_id, &cur);
+    r = store_session_get(st, app_id, session_id, &cur);
     /* A merge patch reads the metadata in this transaction, so concurrent patches of different
      * members both land. */
     if (r == STORE_OK && p->metadata_merge_json) {
@@ -258,7 +258,7 @@ static enum store_status session_update(struct store *st, const struct store_ctx
     }
     struct store_session fresh = {0};
     if (r == STORE_OK)
-        r = session_get(st, app_id, session_id, &fresh);
+        r = store_session_get(st, app_id, session_id, &fresh);
     r = sql_end(st, r);
     free(merged);
     if (r == STORE_OK)
@@ -302,8 +302,8 @@ static enum store_status fail_unfinished_messages(struct store *st, const struct
     return r;
 }
 
-static enum store_status session_delete(struct store *st, const struct store_ctx *ctx,
-                                        const char *app_id, const char *session_id)
+enum store_status store_session_delete(struct store *st, const struct store_ctx *ctx,
+                                       const char *app_id, const char *session_id)
 {
     struct sql_stmt *s;
     enum store_status r;
@@ -312,7 +312,7 @@ static enum store_status session_delete(struct store *st, const struct store_ctx
 
     if ((r = sql_begin(st)) != STORE_OK)
         return r;
-    r = session_get(st, app_id, session_id, &cur);
+    r = store_session_get(st, app_id, session_id, &cur);
     store_session_clear(&cur);
     if (r == STORE_OK)
         r = fail_unfinished_messages(st, ctx, cur.app_id, session_id, now);
@@ -374,7 +374,7 @@ enum store_status sql_session_to_idle_in_tx(struct store *st, const struct store
     return rc;
 }
 
-static enum store_status session_touch(struct store *st, const char *session_id, int64_t expires_at)
+enum store_status store_session_touch(struct store *st, const char *session_id, int64_t expires_at)
 {
     struct sql_stmt *s = sql_stmt(st, "UPDATE sessions SET expires_at = ?2, last_activity_at = ?3, "
                                       "updated_at = ?3 WHERE id = ?1");
@@ -399,14 +399,4 @@ enum store_status sql_session_point_at_in_tx(struct store *st, const char *sessi
     sql_bind_text(s, 3, worker_id);
     sql_bind_int64(s, 4, clock_wall_ms());
     return sql_step_change(st, s, STORE_CONFLICT); /* deleted meanwhile, or no longer ours */
-}
-
-void sql_sessions_init(struct store *st)
-{
-    st->session_create = session_create;
-    st->session_get = session_get;
-    st->session_list = session_list;
-    st->session_update = session_update;
-    st->session_delete = session_delete;
-    st->session_touch = session_touch;
 }

@@ -4,7 +4,7 @@
  */
 #include "store_sql.h"
 
-static enum store_status setting_get(struct store *st, const char *key, char *out, size_t outlen)
+enum store_status store_setting_get(struct store *st, const char *key, char *out, size_t outlen)
 {
     struct sql_stmt *s = sql_stmt(st, "SELECT value FROM settings WHERE key = ?1");
     enum store_status rc;
@@ -22,7 +22,7 @@ static enum store_status setting_get(struct store *st, const char *key, char *ou
     return rc;
 }
 
-static enum store_status setting_put(struct store *st, const char *key, const char *value)
+enum store_status store_setting_put(struct store *st, const char *key, const char *value)
 {
     struct sql_stmt *s = sql_stmt(st, "INSERT INTO settings (key, value) VALUES (?1, ?2) "
                                       "ON CONFLICT (key) DO UPDATE SET value = excluded.value");
@@ -33,8 +33,8 @@ static enum store_status setting_put(struct store *st, const char *key, const ch
     return sql_step_done(st, s);
 }
 
-static enum store_status setting_init(struct store *st, const char *key, const char *value,
-                                      char *out, size_t outlen)
+enum store_status store_setting_init(struct store *st, const char *key, const char *value,
+                                     char *out, size_t outlen)
 {
     struct sql_stmt *s = sql_stmt(st, "INSERT INTO settings (key, value) VALUES (?1, ?2) "
                                       "ON CONFLICT (key) DO NOTHING");
@@ -46,12 +46,5 @@ static enum store_status setting_init(struct store *st, const char *key, const c
     sql_done(s);
     if (r != SQL_DONE)
         return sql_status(st, r);
-    return setting_get(st, key, out, outlen);
-}
-
-void sql_settings_init(struct store *st)
-{
-    st->setting_get = setting_get;
-    st->setting_put = setting_put;
-    st->setting_init = setting_init;
+    return store_setting_get(st, key, out, outlen);
 }

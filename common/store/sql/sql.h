@@ -3,8 +3,8 @@
  * that the store's logic (one file per table, on the shared helpers of store_sql.h) is written
  * once and runs on either database.
  *
- * Not for the gateway or the workers: they see only store.h. An engine provides a struct
- * sql_engine; a store opened on it has a struct sql_store as its cls.
+ * Not for the gateway or the workers: they see only store.h (and its per-table headers). An engine
+ * provides a struct sql_engine; a store opened on it has a struct sql_store as its cls.
  *
  * The SQL the store writes is the common subset of SQLite and PostgreSQL: numbered parameters
  * ?1..?N (the PostgreSQL engine rewrites them to $1..$N), integers for times and booleans, and an
@@ -78,12 +78,20 @@ struct sql_engine {
     void (*rollback)(struct store *st);
     /* The store status of rc: STORE_OK for SQL_ROW/SQL_DONE, else the last error's (logged). */
     enum store_status (*status)(struct store *st, int rc);
+    /* Closes the engine's connections and frees the store (store_close, after store_sql_fini). */
+    void (*close)(struct store *st);
 };
 
 /* The states of a Sandbox that is not over (schema.sql's CHECK lists them all), for
  * "state IN " SQL_SANDBOX_LIVE: an IN list is a few searches of the sandboxes_state index, where
  * "state NOT IN ('terminated', 'failed')" walks every Sandbox there ever was. */
 #define SQL_SANDBOX_LIVE "('booting', 'warm', 'claimed', 'running', 'stopping')"
+
+/* An open store (opaque outside common/store/): its engine's state. The engine is the one
+ * dispatch under the store's plain functions. */
+struct store {
+    void *cls; /* the engine's struct sql_store (extended) */
+};
 
 /* What every engine's store keeps as its cls; engines extend it (first member). */
 struct sql_store {
@@ -214,9 +222,9 @@ static inline enum store_status sql_status(struct store *st, int rc)
     return sql_eng(st)->status(st, rc);
 }
 
-/* Fills in the store's function table from the engine-independent logic (store_sql.c and the
- * table files); called by each engine's open function once its struct sql_store is the store's
- * cls. store_sql_fini undoes it: each engine's close function calls it first. */
+/* Sets up the engine-independent logic's state (the group commit, enqueue.c); called by each
+ * engine's open function once its struct sql_store is the store's cls. store_sql_fini undoes it:
+ * store_close() calls it before the engine's close. */
 void store_sql_init(struct store *st);
 void store_sql_fini(struct store *st);
 

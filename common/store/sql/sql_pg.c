@@ -188,6 +188,7 @@ const struct sql_engine pg_engine = {
     .commit = pg_commit,
     .rollback = pg_rollback,
     .status = pg_status,
+    .close = sql_pg_store_close,
 };
 
 /* ---- opening, closing, migrations ---- */
@@ -243,7 +244,6 @@ struct store *sql_pg_store_open(const char *url, int lock_timeout_ms, char *err,
      * a destructor would race with it. */
     pthread_key_create(&s->conn_key, NULL);
     st->cls = s;
-    st->close = sql_pg_store_close;
 
     /* Connect now, so that a wrong URL or a server that is down fails at start. */
     c = pg_conn(st);

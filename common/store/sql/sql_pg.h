@@ -15,7 +15,8 @@
 #define SQL_PG_WRITE_LOCK_KEY INT64_C(0x7362780057524954)
 
 /* A store whose cls is the PostgreSQL engine's struct sql_store, connected once to check the URL,
- * with st->close set to sql_pg_store_close and no store functions filled in. Lock waits longer
+ * whose close (store_close, or sql_pg_store_close) is sql_pg_store_close, without the group
+ * commit's state (store_sql_init). Lock waits longer
  * than lock_timeout_ms fail with STORE_BUSY (unless the URL's options, or the role's or
  * database's settings, give a lock_timeout). On
  * failure writes a reason naming the URL (without its password) to err and returns NULL. */

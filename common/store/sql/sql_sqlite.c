@@ -59,6 +59,7 @@ struct sq_store {
 };
 
 static const struct sql_engine sq_engine;
+static void sq_close(struct store *st);
 
 int store_schema_version(void)
 {
@@ -418,6 +419,7 @@ static const struct sql_engine sq_engine = {
     .commit = sq_commit,
     .rollback = sq_rollback,
     .status = sq_status,
+    .close = sq_close,
 };
 
 /* ---- opening and migrations ---- */
@@ -492,7 +494,6 @@ static void sq_close(struct store *st)
     struct sq_store *s = st->cls;
     struct sq_conn *c, *next;
 
-    store_sql_fini(st);
     /* First, so that the connection closed last (which checkpoints the WAL and removes it) is one
      * of the store's. */
     sq_checkpointer_free(s->checkpointer);
@@ -582,7 +583,6 @@ struct store *store_sqlite_open(const char *path, int busy_timeout_ms, const cha
     }
     sqlite3_close(db);
 
-    st->close = sq_close;
     store_sql_init(st);
     return st;
 }

@@ -1,8 +1,8 @@
 /*
  * store_sql.c: what the store's per-table files share (store_sql.h): the state and status names,
  * column copies, running statements, ending transactions, one-row, paged and id-list reads, the
- * audit event writer that every mutation calls inside its own transaction, and store_sql_init(),
- * which assembles the function table from every table's file. No hidden state.
+ * audit event writer that every mutation calls inside its own transaction, and store_sql_init()
+ * and store_sql_fini(), which set up and stop the group commit (enqueue.c). No hidden state.
  */
 #include "store_sql.h"
 #include "clock.h"
@@ -253,29 +253,11 @@ enum store_status sql_event_json(struct store *st, const struct store_ctx *ctx, 
     return rc;
 }
 
-/* ---- the function table ---- */
+/* ---- setting up and tearing down ---- */
 
 void store_sql_init(struct store *st)
 {
-    sql_settings_init(st);
-    sql_apps_init(st);
-    sql_keys_init(st);
-    sql_workspaces_init(st);
-    sql_sessions_init(st);
-    sql_messages_init(st);
-    sql_queue_init(st);
-    sql_sandboxes_init(st);
-    sql_workers_init(st);
-    sql_hosts_init(st);
-    sql_chunks_init(st);
-    sql_event_feed_init(st);
-    sql_webhooks_init(st);
     sql_enqueue_init(st);
-    sql_events_init(st);
-    sql_counts_init(st);
-    sql_bounds_init(st);
-    sql_images_init(st);
-    sql_egress_init(st);
 }
 
 void store_sql_fini(struct store *st)

@@ -2,9 +2,8 @@
  * store_sql.h: what the store's per-table files (common/store/sql/<table>.c) share, on top of the
  * engines' statement API (sql.h): running a statement to its end, transactions, one-row and
  * paged reads, the audit event every mutation appends, the row readers that several tables' files
- * need, the steps one table's file takes inside another's transaction, and each file's function
- * that fills in its entries of the store's function table (store_sql_init in sql.h calls them
- * all).
+ * need, and the steps one table's file takes inside another's transaction. Each table's file
+ * defines the plain store_<op> functions of its store_<table>.h.
  *
  * Private to the store, like sql.h: the gateway and the workers see only store.h.
  *
@@ -210,25 +209,26 @@ enum store_status sql_session_point_at_in_tx(struct store *st, const char *sessi
 enum store_status sql_queue_requeue_in_tx(struct store *st, const struct store_ctx *ctx,
                                           char (*ids)[STORE_ID_LEN], size_t n, const char *reason);
 
-/* Claims one of worker_id's warm Sandboxes of the shape for the Session, as sandbox_claim_warm
- * does (store.h); STORE_EMPTY when none is warm. (sandboxes.c) */
+/* Claims one of worker_id's warm Sandboxes of the shape for the Session, as
+ * store_sandbox_claim_warm does (store_sandboxes.h); STORE_EMPTY when none is warm. (sandboxes.c)
+ */
 enum store_status sql_sandbox_claim_warm_in_tx(struct store *st, const struct store_ctx *ctx,
                                                const char *worker_id,
                                                const struct store_shape *shape, const char *app_id,
                                                const char *session_id, struct store_sandbox *out);
-/* claimed -> running and the Session active, as sandbox_mark_running does (store.h).
- * (sandboxes.c) */
+/* claimed -> running and the Session active, as store_sandbox_mark_running does
+ * (store_sandboxes.h). (sandboxes.c) */
 enum store_status sql_sandbox_mark_running_in_tx(struct store *st, const struct store_ctx *ctx,
                                                  const char *sandbox_id, const char *session_id);
 
-/* Ends a Sandbox as sandbox_finish does (store.h). (sandboxes.c) */
+/* Ends a Sandbox as store_sandbox_finish does (store_sandboxes.h). (sandboxes.c) */
 enum store_status sql_sandbox_finish_in_tx(struct store *st, const struct store_ctx *ctx,
                                            const char *sandbox_id, bool failed, const char *reason,
                                            const struct store_usage *usage);
 
-/* Lets go of everything a worker that is gone held (see worker_adopt in store.h) but its
- * Sandboxes; *requeued grows by the leases requeued. STORE_NOT_FOUND when it was stopped already.
- * (workers.c) */
+/* Lets go of everything a worker that is gone held (see store_worker_adopt in store_workers.h) but
+ * its Sandboxes; *requeued grows by the leases requeued. STORE_NOT_FOUND when it was stopped
+ * already. (workers.c) */
 enum store_status sql_worker_release_in_tx(struct store *st, const struct store_ctx *ctx,
                                            const char *worker_id, int64_t now, const char *reason,
                                            size_t *requeued);
@@ -237,28 +237,10 @@ enum store_status sql_worker_release_in_tx(struct store *st, const struct store_
  * whose digest is digest; STORE_CONFLICT otherwise. (images.c) */
 enum store_status sql_image_check_ready(struct store *st, const char *image_id, const char *digest);
 
-/* ---- the function table ---- */
+/* ---- setting up ---- */
 
-/* Each table's file fills in its entries of the store's function table. */
-void sql_settings_init(struct store *st);
-void sql_apps_init(struct store *st);
-void sql_keys_init(struct store *st);
-void sql_workspaces_init(struct store *st);
-void sql_sessions_init(struct store *st);
-void sql_messages_init(struct store *st);
-void sql_queue_init(struct store *st);
-void sql_sandboxes_init(struct store *st);
-void sql_workers_init(struct store *st);
-void sql_hosts_init(struct store *st);
-void sql_events_init(struct store *st);
-void sql_counts_init(struct store *st);
-void sql_chunks_init(struct store *st);     /* an agent's partial output */
-void sql_event_feed_init(struct store *st); /* the live event feed's newest id and start */
-void sql_webhooks_init(struct store *st);   /* webhook endpoints and their outbox */
-void sql_bounds_init(struct store *st);     /* what a host cannot bound */
-void sql_images_init(struct store *st);
-void sql_egress_init(struct store *st); /* egress denial events */
-/* The group commit (enqueue.c) also has state to set up and a thread to stop. */
+/* The group commit (enqueue.c) has state to set up and a thread to stop (store_sql_init and
+ * store_sql_fini call them). */
 void sql_enqueue_init(struct store *st);
 void sql_enqueue_fini(struct store *st);
 

@@ -96,16 +96,16 @@ static enum store_status hook_get(struct store *st, const char *app_id, const ch
     return r;
 }
 
-static enum store_status webhook_get(struct store *st, const char *app_id, const char *webhook_id,
-                                     struct store_webhook *out)
+enum store_status store_webhook_get(struct store *st, const char *app_id, const char *webhook_id,
+                                    struct store_webhook *out)
 {
     return hook_get(st, app_id, webhook_id, out, false);
 }
 
-static enum store_status webhook_create(struct store *st, const struct store_ctx *ctx,
-                                        const char *app_id, const char *url,
-                                        const char *event_types_json, const char *secret,
-                                        struct store_webhook *out)
+enum store_status store_webhook_create(struct store *st, const struct store_ctx *ctx,
+                                       const char *app_id, const char *url,
+                                       const char *event_types_json, const char *secret,
+                                       struct store_webhook *out)
 {
     char id[STORE_ID_LEN], data[STORE_URL_LEN + 64];
     int64_t now = clock_wall_ms();
@@ -155,8 +155,8 @@ static enum store_status webhook_create(struct store *st, const struct store_ctx
     return r;
 }
 
-static enum store_status webhook_list(struct store *st, const char *app_id,
-                                      struct store_webhook **out, size_t *n)
+enum store_status store_webhook_list(struct store *st, const char *app_id,
+                                     struct store_webhook **out, size_t *n)
 {
     struct sql_stmt *s = sql_stmt(st, "SELECT " HOOK_COLS "FROM webhooks WHERE app_id = ?1 "
                                       "AND deleted_at IS NULL ORDER BY created_at, id");
@@ -185,8 +185,8 @@ static enum store_status webhook_list(struct store *st, const char *app_id,
     return STORE_OK;
 }
 
-static enum store_status webhook_delete(struct store *st, const struct store_ctx *ctx,
-                                        const char *app_id, const char *webhook_id)
+enum store_status store_webhook_delete(struct store *st, const struct store_ctx *ctx,
+                                       const char *app_id, const char *webhook_id)
 {
     enum store_status r;
     if ((r = sql_begin(st)) != STORE_OK)
@@ -248,10 +248,10 @@ static enum store_status read_attempts(struct store *st, struct store_webhook_de
                                            : sql_status(st, rc);
 }
 
-static enum store_status webhook_delivery_list(struct store *st, const char *app_id,
-                                               const char *webhook_id, int64_t after, size_t limit,
-                                               struct store_webhook_delivery **out, size_t *n,
-                                               char *next_cursor)
+enum store_status store_webhook_delivery_list(struct store *st, const char *app_id,
+                                              const char *webhook_id, int64_t after, size_t limit,
+                                              struct store_webhook_delivery **out, size_t *n,
+                                              char *next_cursor)
 {
     struct store_webhook hook;
     enum store_status r = hook_get(st, app_id, webhook_id, &hook, false);
@@ -407,7 +407,7 @@ static enum store_status fill_one(struct store *st, const struct hook_cursor *h,
     return r;
 }
 
-static enum store_status webhook_fill(struct store *st, size_t limit, size_t *added)
+enum store_status store_webhook_fill(struct store *st, size_t limit, size_t *added)
 {
     struct hook_cursor *hooks = NULL;
     size_t n = 0;
@@ -466,8 +466,8 @@ static enum store_status webhook_fill(struct store *st, size_t limit, size_t *ad
     return sql_end(st, r);
 }
 
-static enum store_status webhook_claim(struct store *st, const char *worker_id, int64_t lease_ms,
-                                       struct store_webhook_job *out)
+enum store_status store_webhook_claim(struct store *st, const char *worker_id, int64_t lease_ms,
+                                      struct store_webhook_job *out)
 {
     enum store_status r;
     int64_t now = clock_wall_ms();
@@ -545,8 +545,8 @@ static enum store_status webhook_claim(struct store *st, const char *worker_id, 
     return r;
 }
 
-static enum store_status webhook_record(struct store *st, const char *worker_id,
-                                        const struct store_webhook_result *res)
+enum store_status store_webhook_record(struct store *st, const char *worker_id,
+                                       const struct store_webhook_result *res)
 {
     enum store_status r;
     int64_t now = clock_wall_ms();
@@ -608,7 +608,7 @@ static enum store_status webhook_record(struct store *st, const char *worker_id,
     return sql_end(st, r);
 }
 
-static enum store_status webhook_next_due(struct store *st, int64_t *at)
+enum store_status store_webhook_next_due(struct store *st, int64_t *at)
 {
     struct sql_stmt *s = sql_stmt(st, "SELECT COALESCE(min(d.next_attempt_at), 0) FROM "
                                       "webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id "
@@ -623,17 +623,4 @@ static enum store_status webhook_next_due(struct store *st, int64_t *at)
         r = sql_status(st, rc);
     sql_done(s);
     return r;
-}
-
-void sql_webhooks_init(struct store *st)
-{
-    st->webhook_create = webhook_create;
-    st->webhook_get = webhook_get;
-    st->webhook_list = webhook_list;
-    st->webhook_delete = webhook_delete;
-    st->webhook_delivery_list = webhook_delivery_list;
-    st->webhook_fill = webhook_fill;
-    st->webhook_claim = webhook_claim;
-    st->webhook_record = webhook_record;
-    st->webhook_next_due = webhook_next_due;
 }

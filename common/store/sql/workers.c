@@ -10,8 +10,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-static enum store_status worker_register(struct store *st, const char *worker_id, const char *host,
-                                         int64_t pid)
+enum store_status store_worker_register(struct store *st, const char *worker_id, const char *host,
+                                        int64_t pid)
 {
     struct sql_stmt *s =
         sql_stmt(st, "INSERT INTO workers (id, host, pid, started_at, heartbeat_at) "
@@ -25,7 +25,7 @@ static enum store_status worker_register(struct store *st, const char *worker_id
     return sql_step_done(st, s);
 }
 
-static enum store_status worker_heartbeat(struct store *st, const char *worker_id)
+enum store_status store_worker_heartbeat(struct store *st, const char *worker_id)
 {
     /* A worker that was taken for dead and adopted must not carry on: its heartbeat fails. */
     struct sql_stmt *s = sql_stmt(st, "UPDATE workers SET heartbeat_at = ?2 WHERE id = ?1 AND "
@@ -37,7 +37,7 @@ static enum store_status worker_heartbeat(struct store *st, const char *worker_i
     return sql_step_change(st, s, STORE_CONFLICT);
 }
 
-static enum store_status worker_stop(struct store *st, const char *worker_id)
+enum store_status store_worker_stop(struct store *st, const char *worker_id)
 {
     struct sql_stmt *s = sql_stmt(st, "UPDATE workers SET stopped_at = ?2 WHERE id = ?1");
     if (!s)
@@ -62,7 +62,7 @@ static int64_t worker_page_row(struct sql_stmt *s, void *item)
 static const struct sql_page worker_page = {sizeof(struct store_worker), worker_page_row,
                                             sql_free_items};
 
-static enum store_status worker_list_active(struct store *st, struct store_worker **out, size_t *n)
+enum store_status store_worker_list_active(struct store *st, struct store_worker **out, size_t *n)
 {
     struct sql_stmt *s = sql_stmt(st, "SELECT id, host, pid, started_at, heartbeat_at, host_id "
                                       "FROM workers WHERE stopped_at IS NULL ORDER BY started_at");
@@ -70,8 +70,8 @@ static enum store_status worker_list_active(struct store *st, struct store_worke
 }
 
 /* The host of a worker, stopped or not ("" for one registered before hosts). */
-static enum store_status worker_host(struct store *st, const char *worker_id, char *host_id,
-                                     size_t len)
+enum store_status store_worker_host(struct store *st, const char *worker_id, char *host_id,
+                                    size_t len)
 {
     struct sql_stmt *s = sql_stmt(st, "SELECT host_id FROM workers WHERE id = ?1");
     int r;
@@ -189,21 +189,11 @@ static enum store_status adopt_in_tx(struct store *st, const struct store_ctx *c
     return rc;
 }
 
-static enum store_status worker_adopt(struct store *st, const struct store_ctx *ctx,
-                                      const char *dead_worker_id, const char *new_owner)
+enum store_status store_worker_adopt(struct store *st, const struct store_ctx *ctx,
+                                     const char *dead_worker_id, const char *new_owner)
 {
     enum store_status rc;
     if ((rc = sql_begin(st)) != STORE_OK)
         return rc;
     return sql_end(st, adopt_in_tx(st, ctx, dead_worker_id, new_owner));
-}
-
-void sql_workers_init(struct store *st)
-{
-    st->worker_register = worker_register;
-    st->worker_heartbeat = worker_heartbeat;
-    st->worker_stop = worker_stop;
-    st->worker_list_active = worker_list_active;
-    st->worker_adopt = worker_adopt;
-    st->worker_host = worker_host;
 }

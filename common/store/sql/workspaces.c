@@ -36,8 +36,8 @@ static int64_t workspace_page_row(struct sql_stmt *s, void *item)
 static const struct sql_page workspace_page = {sizeof(struct store_workspace), workspace_page_row,
                                                sql_free_items};
 
-static enum store_status workspace_get(struct store *st, const char *app_id, const char *ws_id,
-                                       struct store_workspace *out)
+enum store_status store_workspace_get(struct store *st, const char *app_id, const char *ws_id,
+                                      struct store_workspace *out)
 {
     struct sql_stmt *s = sql_stmt(st, "SELECT " WS_COLS " FROM workspaces w WHERE w.id = ?1 "
                                       "AND (?2 = '' OR w.app_id = ?2) AND w.deleted_at IS NULL");
@@ -48,9 +48,9 @@ static enum store_status workspace_get(struct store *st, const char *app_id, con
     return sql_read_one(st, s, &workspace_page, out);
 }
 
-static enum store_status workspace_create(struct store *st, const struct store_ctx *ctx,
-                                          const char *app_id, const char *name, int64_t size_mib,
-                                          const char *data_dir, struct store_workspace *out)
+enum store_status store_workspace_create(struct store *st, const struct store_ctx *ctx,
+                                         const char *app_id, const char *name, int64_t size_mib,
+                                         const char *data_dir, struct store_workspace *out)
 {
     struct sql_stmt *s;
     enum store_status r;
@@ -89,9 +89,9 @@ static enum store_status workspace_create(struct store *st, const struct store_c
     return r;
 }
 
-static enum store_status workspace_list(struct store *st, const char *app_id, const char *after,
-                                        size_t limit, struct store_workspace **out, size_t *n,
-                                        char *next_cursor)
+enum store_status store_workspace_list(struct store *st, const char *app_id, const char *after,
+                                       size_t limit, struct store_workspace **out, size_t *n,
+                                       char *next_cursor)
 {
     return sql_app_list_page(st,
                              "SELECT " WS_COLS " FROM workspaces w WHERE "
@@ -100,9 +100,9 @@ static enum store_status workspace_list(struct store *st, const char *app_id, co
                              app_id, after, limit, &workspace_page, (void *)out, n, next_cursor);
 }
 
-static enum store_status workspace_delete(struct store *st, const struct store_ctx *ctx,
-                                          const char *app_id, const char *ws_id,
-                                          struct store_workspace *out)
+enum store_status store_workspace_delete(struct store *st, const struct store_ctx *ctx,
+                                         const char *app_id, const char *ws_id,
+                                         struct store_workspace *out)
 {
     struct sql_stmt *s;
     enum store_status r;
@@ -110,7 +110,7 @@ static enum store_status workspace_delete(struct store *st, const struct store_c
 
     if ((r = sql_begin(st)) != STORE_OK)
         return r;
-    r = workspace_get(st, app_id, ws_id, &w);
+    r = store_workspace_get(st, app_id, ws_id, &w);
     if (r == STORE_OK && w.attached_sessions > 0)
         r = STORE_CONFLICT;
     if (r == STORE_OK) {
@@ -142,12 +142,4 @@ static enum store_status workspace_delete(struct store *st, const struct store_c
     if (r == STORE_OK && out)
         *out = w;
     return r;
-}
-
-void sql_workspaces_init(struct store *st)
-{
-    st->workspace_create = workspace_create;
-    st->workspace_get = workspace_get;
-    st->workspace_list = workspace_list;
-    st->workspace_delete = workspace_delete;
 }

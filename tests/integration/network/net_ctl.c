@@ -148,14 +148,14 @@ static int store_cmd(const char *cmd, const char *db, const char *sandbox_id, co
     int rc = 0;
     if (strcmp(cmd, "store-insert") == 0) {
         struct store_shape shape = {"process", "default", 1, 128};
-        enum store_status s = st->sandbox_insert(st, &ctx, "wrk_nettest", &shape, false, &sb);
+        enum store_status s = store_sandbox_insert(st, &ctx, "wrk_nettest", &shape, false, &sb);
         if (s == STORE_OK)
             printf("%s\n", sb.id);
         else
             rc = die("store-insert", store_status_name(s));
     } else if (strcmp(cmd, "store-finish") == 0 && sandbox_id) {
         struct store_usage usage = {-1, -1};
-        enum store_status s = st->sandbox_finish(st, &ctx, sandbox_id, false, "test", &usage);
+        enum store_status s = store_sandbox_finish(st, &ctx, sandbox_id, false, "test", &usage);
         if (s != STORE_OK)
             rc = die("store-finish", store_status_name(s));
     } else if (strcmp(cmd, "store-reconcile") == 0) {
@@ -169,7 +169,7 @@ static int store_cmd(const char *cmd, const char *db, const char *sandbox_id, co
     } else {
         rc = die("usage", "see the comment at the top of net_ctl.c");
     }
-    st->close(st);
+    store_close(st);
     return rc;
 }
 

@@ -203,7 +203,7 @@ static void enqueue(struct fixture *f, const char *session, const char *body, co
     struct store_enqueue e = {f->app, session, body, NULL, NULL};
     struct store_message m = {0};
     bool replayed = false;
-    assert_int_equal(f->st->message_enqueue(f->st, &ctx, &e, &m, &replayed), STORE_OK);
+    assert_int_equal(store_message_enqueue(f->st, &ctx, &e, &m, &replayed), STORE_OK);
     snprintf(id_out, STORE_ID_LEN, "%s", m.id);
     store_message_clear(&m);
 }
@@ -219,14 +219,14 @@ static const struct store_usage usage = {12000, 3145728};
 static void sandbox_boot(struct fixture *f, char *id_out, bool cold)
 {
     struct store_sandbox sb = {0};
-    assert_int_equal(f->st->sandbox_insert(f->st, &worker_ctx, "wrk_test", &shape, cold, &sb),
+    assert_int_equal(store_sandbox_insert(f->st, &worker_ctx, "wrk_test", &shape, cold, &sb),
                      STORE_OK);
     snprintf(sb.jail_dir, sizeof sb.jail_dir, "/nonexistent/jail/%s", sb.id);
     snprintf(sb.cgroup_path, sizeof sb.cgroup_path, "/nonexistent/cgroup/%s", sb.id);
     sb.pid = 4242;
-    assert_int_equal(f->st->sandbox_set_runtime(f->st, &sb), STORE_OK);
+    assert_int_equal(store_sandbox_set_runtime(f->st, &sb), STORE_OK);
     if (!cold)
-        assert_int_equal(f->st->sandbox_mark_warm(f->st, &worker_ctx, sb.id, 41), STORE_OK);
+        assert_int_equal(store_sandbox_mark_warm(f->st, &worker_ctx, sb.id, 41), STORE_OK);
     snprintf(id_out, STORE_ID_LEN, "%s", sb.id);
 }
 
@@ -234,7 +234,7 @@ static void sandbox_boot(struct fixture *f, char *id_out, bool cold)
 static void claim_message(struct fixture *f, const char *want_msg)
 {
     struct store_delivery d = {0};
-    assert_int_equal(f->st->queue_claim_placed(f->st, &worker_ctx, "wrk_test", 30000, NULL, &d),
+    assert_int_equal(store_queue_claim_placed(f->st, &worker_ctx, "wrk_test", 30000, NULL, &d),
                      STORE_OK);
     assert_string_equal(d.message.id, want_msg);
     store_delivery_clear(&d);
@@ -245,7 +245,7 @@ static void activate(struct fixture *f, const char *session, const char *want_wa
 {
     struct store_sandbox sb = {0};
     enum store_status rc =
-        f->st->sandbox_claim_warm(f->st, &worker_ctx, "wrk_test", &shape, f->app, session, &sb);
+        store_sandbox_claim_warm(f->st, &worker_ctx, "wrk_test", &shape, f->app, session, &sb);
     if (want_warm) {
         assert_int_equal(rc, STORE_OK);
         assert_string_equal(sb.id, want_warm);
@@ -253,24 +253,24 @@ static void activate(struct fixture *f, const char *session, const char *want_wa
         assert_int_equal(rc, STORE_EMPTY);
         sandbox_boot(f, cold_out, true);
         snprintf(sb.id, sizeof sb.id, "%s", cold_out);
-        assert_int_equal(f->st->sandbox_assign(f->st, &worker_ctx, sb.id, f->app, session),
+        assert_int_equal(store_sandbox_assign(f->st, &worker_ctx, sb.id, f->app, session),
                          STORE_OK);
     }
-    assert_int_equal(f->st->sandbox_mark_running(f->st, &worker_ctx, sb.id, session), STORE_OK);
+    assert_int_equal(store_sandbox_mark_running(f->st, &worker_ctx, sb.id, session), STORE_OK);
 }
 
 static void complete(struct fixture *f, const char *msg, const char *session, const char *sandbox,
                      const char *reply)
 {
-    assert_int_equal(f->st->queue_complete(f->st, &worker_ctx, msg, "wrk_test", sandbox, reply),
+    assert_int_equal(store_queue_complete(f->st, &worker_ctx, msg, "wrk_test", sandbox, reply),
                      STORE_OK);
-    assert_int_equal(f->st->session_touch(f->st, session, clock_wall_ms() + 60000), STORE_OK);
+    assert_int_equal(store_session_touch(f->st, session, clock_wall_ms() + 60000), STORE_OK);
 }
 
 static void sandbox_end(struct fixture *f, const char *id, bool failed, const char *reason)
 {
-    assert_int_equal(f->st->sandbox_mark_stopping(f->st, &worker_ctx, id, reason), STORE_OK);
-    assert_int_equal(f->st->sandbox_finish(f->st, &worker_ctx, id, failed, NULL, &usage), STORE_OK);
+    assert_int_equal(store_sandbox_mark_stopping(f->st, &worker_ctx, id, reason), STORE_OK);
+    assert_int_equal(store_sandbox_finish(f->st, &worker_ctx, id, failed, NULL, &usage), STORE_OK);
 }
 
 static void build_scenario(struct fixture *f)
@@ -290,35 +290,35 @@ static void build_scenario(struct fixture *f)
     snprintf(app.image, sizeof app.image, "default");
     app.max_attempts = 1;
     app.command_json = strdup("[\"/usr/bin/sbx-echo-agent\"]");
-    assert_int_equal(f->st->app_create(f->st, &admin, &app), STORE_OK);
+    assert_int_equal(store_app_create(f->st, &admin, &app), STORE_OK);
     snprintf(f->app, sizeof f->app, "%s", app.id);
     store_app_clear(&app);
 
-    assert_int_equal(f->st->key_create(f->st, &admin, f->app, "ci", "sbx_AAAAAA", hash1, &k),
+    assert_int_equal(store_key_create(f->st, &admin, f->app, "ci", "sbx_AAAAAA", hash1, &k),
                      STORE_OK);
     snprintf(f->key_ci, sizeof f->key_ci, "%s", k.id);
     admin.request_id = "req_admin_2";
-    assert_int_equal(f->st->key_create(f->st, &admin, f->app, "laptop", "sbx_BBBBBB", hash2, &k),
+    assert_int_equal(store_key_create(f->st, &admin, f->app, "laptop", "sbx_BBBBBB", hash2, &k),
                      STORE_OK);
     snprintf(f->key_laptop, sizeof f->key_laptop, "%s", k.id);
     admin.request_id = "req_revoke";
-    assert_int_equal(f->st->key_revoke(f->st, &admin, f->app, f->key_laptop), STORE_OK);
+    assert_int_equal(store_key_revoke(f->st, &admin, f->app, f->key_laptop), STORE_OK);
 
     char actor[64];
     snprintf(actor, sizeof actor, "key:%s", f->key_ci);
     struct store_ctx key = {actor, "req_ses_alice"};
     assert_int_equal(
-        f->st->session_create(f->st, &key, f->app, "alice", 0, NULL, NULL, &s, &created), STORE_OK);
+        store_session_create(f->st, &key, f->app, "alice", 0, NULL, NULL, &s, &created), STORE_OK);
     snprintf(f->alice, sizeof f->alice, "%s", s.id);
     store_session_clear(&s);
     key.request_id = "req_ses_bob";
-    assert_int_equal(f->st->session_create(f->st, &key, f->app, "bob", 0, NULL, NULL, &s, &created),
+    assert_int_equal(store_session_create(f->st, &key, f->app, "bob", 0, NULL, NULL, &s, &created),
                      STORE_OK);
     snprintf(f->bob, sizeof f->bob, "%s", s.id);
     store_session_clear(&s);
 
     /* The worker registers and fills its pool. */
-    assert_int_equal(f->st->worker_register(f->st, "wrk_test", "localhost", getpid()), STORE_OK);
+    assert_int_equal(store_worker_register(f->st, "wrk_test", "localhost", getpid()), STORE_OK);
     sandbox_boot(f, f->sbA, false);
     sandbox_boot(f, f->sbC, false);
 
@@ -333,7 +333,7 @@ static void build_scenario(struct fixture *f)
     /* Its agent called back three times, the last at 2026-12-06T08:30:00Z. */
     struct store_callback_count calls = {.calls = 3, .last_at = 1796545800000};
     snprintf(calls.sandbox_id, sizeof calls.sandbox_id, "%s", f->sbA);
-    assert_int_equal(f->st->sandbox_callbacks_add(f->st, &calls, 1, "", 0), STORE_OK);
+    assert_int_equal(store_sandbox_callbacks_add(f->st, &calls, 1, "", 0), STORE_OK);
     sandbox_end(f, f->sbA, false, "keep-alive expired");
 
     /* bob: m4 on the warm sbC. */
@@ -346,15 +346,15 @@ static void build_scenario(struct fixture *f)
     enqueue(f, f->alice, "{\"crash\":true}", "req_m3", f->m3);
     claim_message(f, f->m3);
     activate(f, f->alice, NULL, f->sbB);
-    assert_int_equal(f->st->queue_fail(f->st, &worker_ctx, f->m3, "wrk_test", f->sbB,
-                                       "agent exited with status 3", 0, &final),
+    assert_int_equal(store_queue_fail(f->st, &worker_ctx, f->m3, "wrk_test", f->sbB,
+                                      "agent exited with status 3", 0, &final),
                      STORE_OK);
     assert_true(final);
     sandbox_end(f, f->sbB, true, "agent crashed");
 
     /* bob is deleted; his worker terminates his Sandbox. */
     key.request_id = "req_del_bob";
-    assert_int_equal(f->st->session_delete(f->st, &key, f->app, f->bob), STORE_OK);
+    assert_int_equal(store_session_delete(f->st, &key, f->app, f->bob), STORE_OK);
     sandbox_end(f, f->sbC, false, "session deleted");
 
     /* The pool refills, strictly after t_end. */
@@ -388,7 +388,7 @@ static int teardown(void **state)
     struct fixture *f = *state;
     char cmd[400];
     sqlite3_close(f->raw);
-    f->st->close(f->st);
+    store_close(f->st);
     /* SBX_TEST_KEEP=1 keeps the scenario's database to look at with sbxctl or sqlite3. */
     if (getenv("SBX_TEST_KEEP")) {
         fprintf(stderr, "kept %s\n", f->db);
@@ -690,7 +690,7 @@ static void test_events_follow(void **state)
     struct store_ctx ctx = {"admin", "req_follow"};
     struct store_session_patch patch = {.metadata_json = "{\"tier\":\"gold\"}"};
     struct store_session out = {0};
-    assert_int_equal(f->st->session_update(f->st, &ctx, f->app, f->alice, &patch, &out), STORE_OK);
+    assert_int_equal(store_session_update(f->st, &ctx, f->app, f->alice, &patch, &out), STORE_OK);
     store_session_clear(&out);
 
     assert_non_null(fgets(line, sizeof line, in));

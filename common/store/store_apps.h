@@ -1,0 +1,30 @@
+/*
+ * store_apps.h: the store's operations on apps (apps.c).
+ *
+ * Plain functions over the one store implementation (common/store/sql/); the conventions of
+ * store.h apply.
+ */
+#ifndef SBX_STORE_APPS_H
+#define SBX_STORE_APPS_H
+
+#include "store_records.h"
+
+struct store;
+
+/* Created and changed by the admin; the workers read their shapes. */
+enum store_status store_app_create(struct store *st, const struct store_ctx *ctx,
+                                   struct store_app *app /* in: fields; out: id, times */);
+enum store_status store_app_get(struct store *st, const char *app_id, struct store_app *out);
+enum store_status store_app_list(struct store *st, const char *after, size_t limit,
+                                 struct store_app **out, size_t *n, char *next_cursor);
+enum store_status store_app_update(struct store *st, const struct store_ctx *ctx,
+                                   const char *app_id, const struct store_app_patch *patch,
+                                   struct store_app *out);
+/* Refused with STORE_CONFLICT while the App has live Sessions or Workspaces. Revokes its keys.
+ */
+enum store_status store_app_delete(struct store *st, const struct store_ctx *ctx,
+                                   const char *app_id);
+/* The distinct shapes of live Apps: what the warm pool keeps ready. */
+enum store_status store_app_shapes(struct store *st, struct store_shape **out, size_t *n);
+
+#endif
