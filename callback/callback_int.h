@@ -7,6 +7,7 @@
 #define SBX_CALLBACK_INT_H
 
 #include "callback.h"
+#include "problem.h"
 
 #include <jansson.h>
 #include <microhttpd.h>
@@ -83,7 +84,7 @@ enum MHD_Result cb_reply_json(struct cb_request *r, unsigned status, json_t *bod
 enum MHD_Result cb_reply_text(struct cb_request *r, unsigned status, struct json_text *t,
                               const char *location);
 /* A problem (common/problem.h codes); field may be NULL. */
-enum MHD_Result cb_reply_problem(struct cb_request *r, const char *code, const char *field,
+enum MHD_Result cb_reply_problem(struct cb_request *r, enum problem_code code, const char *field,
                                  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 enum MHD_Result cb_reply_store_error(struct cb_request *r, enum store_status st, const char *what);
 

@@ -43,7 +43,7 @@ static json_t *body_object(struct cb_request *r, const char *const *allowed)
     json_t *obj = r->body_len ? json_loadb(r->body, r->body_len, 0, &e) : NULL;
     if (!json_is_object(obj)) {
         json_decref(obj);
-        cb_reply_problem(r, "malformed-json", NULL, "the body must be a JSON object");
+        cb_reply_problem(r, PROBLEM_MALFORMED_JSON, NULL, "the body must be a JSON object");
         return NULL;
     }
     const char *k;
@@ -54,7 +54,7 @@ static json_t *body_object(struct cb_request *r, const char *const *allowed)
         for (size_t i = 0; allowed && allowed[i] && !known; i++)
             known = strcmp(allowed[i], k) == 0;
         if (allowed && !known) {
-            cb_reply_problem(r, "unknown-field", k, "field \"%.64s\" is not known here", k);
+            cb_reply_problem(r, PROBLEM_UNKNOWN_FIELD, k, "field \"%.64s\" is not known here", k);
             json_decref(obj);
             return NULL;
         }
@@ -85,7 +85,7 @@ enum MHD_Result cb_session_get(struct cb_request *r)
 enum MHD_Result cb_metadata_patch(struct cb_request *r)
 {
     if (!json_content_type(r, "application/merge-patch+json"))
-        return cb_reply_problem(r, "unsupported-media-type", NULL,
+        return cb_reply_problem(r, PROBLEM_UNSUPPORTED_MEDIA_TYPE, NULL,
                                 "the body must be application/merge-patch+json (or "
                                 "application/json)");
     json_t *patch = body_object(r, NULL);
@@ -94,7 +94,7 @@ enum MHD_Result cb_metadata_patch(struct cb_request *r)
     char *text = json_dumps(patch, JSON_COMPACT);
     json_decref(patch);
     if (!text)
-        return cb_reply_problem(r, "internal", NULL, "out of memory");
+        return cb_reply_problem(r, PROBLEM_INTERNAL, NULL, "out of memory");
     struct store_session_patch p = {.metadata_merge_json = text,
                                     .metadata_max_bytes = METADATA_MAX_BYTES};
     struct store_session s;
@@ -102,7 +102,7 @@ enum MHD_Result cb_metadata_patch(struct cb_request *r)
         store_session_update(r->cs->st, &r->ctx, r->sb.app_id, r->sb.session_id, &p, &s);
     free(text);
     if (rc == STORE_INVALID)
-        return cb_reply_problem(r, "invalid-value", "metadata",
+        return cb_reply_problem(r, PROBLEM_INVALID_VALUE, "metadata",
                                 "the metadata would be over %d bytes of JSON", METADATA_MAX_BYTES);
     if (rc != STORE_OK)
         return cb_reply_store_error(r, rc, "Session");
@@ -127,10 +127,10 @@ enum MHD_Result cb_history(struct cb_request *r)
 {
     int64_t after = query_int(r, "after", 0), limit = query_int(r, "limit", HISTORY_LIMIT_DEFAULT);
     if (after < 0)
-        return cb_reply_problem(r, "invalid-parameter", "after",
+        return cb_reply_problem(r, PROBLEM_INVALID_PARAMETER, "after",
                                 "after must be a message's seq (an integer >= 0)");
     if (limit < 1 || limit > HISTORY_LIMIT_MAX)
-        return cb_reply_problem(r, "invalid-parameter", "limit", "limit must be 1 to %d",
+        return cb_reply_problem(r, PROBLEM_INVALID_PARAMETER, "limit", "limit must be 1 to %d",
                                 HISTORY_LIMIT_MAX);
     char cursor[32], next[STORE_CURSOR_LEN];
     snprintf(cursor, sizeof cursor, "%lld", (long long)after);
@@ -188,10 +188,10 @@ enum MHD_Result cb_sibling_message(struct cb_request *r)
     static const char *const fields[] = {"body", NULL};
     const char *idem = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Idempotency-Key");
     if (idem && !idempotency_key_ok(idem))
-        return cb_reply_problem(r, "invalid-parameter", "Idempotency-Key",
+        return cb_reply_problem(r, PROBLEM_INVALID_PARAMETER, "Idempotency-Key",
                                 "Idempotency-Key must be 1 to 255 visible ASCII characters");
     if (!json_content_type(r, NULL))
-        return cb_reply_problem(r, "unsupported-media-type", NULL,
+        return cb_reply_problem(r, PROBLEM_UNSUPPORTED_MEDIA_TYPE, NULL,
                                 "the body must be application/json");
     json_t *obj = body_object(r, fields);
     if (!obj)
@@ -199,7 +199,7 @@ enum MHD_Result cb_sibling_message(struct cb_request *r)
     json_t *body = json_object_get(obj, "body");
     if (!body) {
         json_decref(obj);
-        return cb_reply_problem(r, "invalid-field", "body", "field \"body\" is required");
+        return cb_reply_problem(r, PROBLEM_INVALID_FIELD, "body", "field \"body\" is required");
     }
     char hash[65] = "";
     char *body_json = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
@@ -207,7 +207,7 @@ enum MHD_Result cb_sibling_message(struct cb_request *r)
         request_hash(r->params[0], body, hash);
     json_decref(obj);
     if (!body_json)
-        return cb_reply_problem(r, "internal", NULL, "cannot encode the body");
+        return cb_reply_problem(r, PROBLEM_INTERNAL, NULL, "cannot encode the body");
     /* Scoped to the caller's App: another App's Session is not found, like one that is not. */
     struct store_enqueue req = {r->sb.app_id, r->params[0], body_json, idem, idem ? hash : NULL};
     struct store_message m;
@@ -215,7 +215,7 @@ enum MHD_Result cb_sibling_message(struct cb_request *r)
     enum store_status rc = store_message_enqueue(r->cs->st, &r->ctx, &req, &m, &replayed);
     free(body_json);
     if (rc == STORE_CONFLICT)
-        return cb_reply_problem(r, "idempotency-conflict", "Idempotency-Key",
+        return cb_reply_problem(r, PROBLEM_IDEMPOTENCY_CONFLICT, "Idempotency-Key",
                                 "Idempotency-Key \"%.64s\" was used for a different request",
                                 idem ? idem : "");
     if (rc != STORE_OK)
@@ -237,7 +237,7 @@ enum MHD_Result cb_identity_token(struct cb_request *r)
 {
     static const char *const fields[] = {"audience", NULL};
     if (!json_content_type(r, NULL))
-        return cb_reply_problem(r, "unsupported-media-type", NULL,
+        return cb_reply_problem(r, PROBLEM_UNSUPPORTED_MEDIA_TYPE, NULL,
                                 "the body must be application/json");
     json_t *obj = body_object(r, fields);
     if (!obj)
@@ -245,7 +245,7 @@ enum MHD_Result cb_identity_token(struct cb_request *r)
     const char *aud = json_string_value(json_object_get(obj, "audience"));
     if (!aud || !*aud || strlen(aud) > AUDIENCE_MAX) {
         json_decref(obj);
-        return cb_reply_problem(r, "invalid-field", "audience",
+        return cb_reply_problem(r, PROBLEM_INVALID_FIELD, "audience",
                                 "field \"audience\" must be a string of 1 to %d bytes",
                                 AUDIENCE_MAX);
     }
@@ -255,7 +255,7 @@ enum MHD_Result cb_identity_token(struct cb_request *r)
     snprintf(sub, sizeof sub, "sbx:app:%s:session:%s", r->sb.app_id, r->sb.session_id);
     if (id_new("jti", jti, sizeof jti) != 0) {
         json_decref(obj);
-        return cb_reply_problem(r, "internal", NULL, "no randomness for the token's id");
+        return cb_reply_problem(r, PROBLEM_INTERNAL, NULL, "no randomness for the token's id");
     }
     json_t *claims = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:s, s:s, s:s, s:s}", "iss",
                                cfg->public_url, "sub", sub, "aud", aud, "iat", (json_int_t)now,
@@ -266,7 +266,7 @@ enum MHD_Result cb_identity_token(struct cb_request *r)
     int rc = claims ? pki_jwt_sign(r->cs->pki, claims, &jwt, err, sizeof err) : -1;
     json_decref(claims);
     if (rc != 0)
-        return cb_reply_problem(r, "internal", NULL, "cannot sign the token: %s",
+        return cb_reply_problem(r, PROBLEM_INTERNAL, NULL, "cannot sign the token: %s",
                                 claims ? err : "out of memory");
     time_format_ms(exp * 1000, expires, sizeof expires);
     json_t *out = json_pack("{s:s, s:s}", "token", jwt, "expiresAt", expires);

@@ -184,7 +184,7 @@ enum MHD_Result cb_reply_json(struct cb_request *r, unsigned status, json_t *bod
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     if (!text)
-        return cb_reply_problem(r, "internal", NULL, "out of memory");
+        return cb_reply_problem(r, PROBLEM_INTERNAL, NULL, "out of memory");
     return reply_buffer(r, status, text, strlen(text), "application/json", NULL, NULL);
 }
 
@@ -194,14 +194,14 @@ enum MHD_Result cb_reply_text(struct cb_request *r, unsigned status, struct json
     size_t len;
     char *text = json_text_take(t, &len);
     if (!text)
-        return cb_reply_problem(r, "internal", NULL, "out of memory");
+        return cb_reply_problem(r, PROBLEM_INTERNAL, NULL, "out of memory");
     return reply_buffer(r, status, text, len, "application/json", location, NULL);
 }
 
-enum MHD_Result cb_reply_problem(struct cb_request *r, const char *code, const char *field,
+enum MHD_Result cb_reply_problem(struct cb_request *r, enum problem_code code, const char *field,
                                  const char *fmt, ...)
 {
-    const struct problem_kind *k = problem_find(code);
+    const struct problem_kind *k = problem_kind(code);
     char detail[512], type[80];
     va_list ap;
     va_start(ap, fmt);
@@ -228,20 +228,20 @@ enum MHD_Result cb_reply_store_error(struct cb_request *r, enum store_status st,
 {
     switch (st) {
     case STORE_NOT_FOUND:
-        return cb_reply_problem(r, "not-found", NULL, "no such %s", what);
+        return cb_reply_problem(r, PROBLEM_NOT_FOUND, NULL, "no such %s", what);
     case STORE_CONFLICT:
-        return cb_reply_problem(r, "conflict", NULL, "the %s conflicts with the current state",
-                                what);
+        return cb_reply_problem(r, PROBLEM_CONFLICT, NULL,
+                                "the %s conflicts with the current state", what);
     case STORE_BUSY:
-        return cb_reply_problem(r, "store-busy", NULL,
+        return cb_reply_problem(r, PROBLEM_STORE_BUSY, NULL,
                                 "the database stayed locked beyond the busy timeout; retry");
     case STORE_FULL:
-        return cb_reply_problem(r, "storage-full", NULL, "the database disk is full");
+        return cb_reply_problem(r, PROBLEM_STORAGE_FULL, NULL, "the database disk is full");
     case STORE_INVALID:
-        return cb_reply_problem(r, "invalid-value", NULL, "the %s has a value the store refuses",
-                                what);
+        return cb_reply_problem(r, PROBLEM_INVALID_VALUE, NULL,
+                                "the %s has a value the store refuses", what);
     default:
-        return cb_reply_problem(r, "internal", NULL, "store error (%s) on %s",
+        return cb_reply_problem(r, PROBLEM_INTERNAL, NULL, "store error (%s) on %s",
                                 store_status_name(st), what);
     }
 }
@@ -421,9 +421,9 @@ static enum MHD_Result route_request(struct cb_request *r)
         snprintf(r->allow + n, sizeof r->allow - n, "%s%s", n ? ", " : "", rt->method);
     }
     if (path_known)
-        return cb_reply_problem(r, "method-not-allowed", NULL, "%s is not allowed on %s", r->method,
-                                r->path);
-    return cb_reply_problem(r, "not-found", NULL, "no route %s", r->path);
+        return cb_reply_problem(r, PROBLEM_METHOD_NOT_ALLOWED, NULL, "%s is not allowed on %s",
+                                r->method, r->path);
+    return cb_reply_problem(r, PROBLEM_NOT_FOUND, NULL, "no route %s", r->path);
 }
 
 /* The caller's Sandbox from its bearer token: live (claimed or running, so serving a Session),
@@ -462,7 +462,7 @@ static bool authenticate(struct cb_request *r, const char *peer)
         count_refused(cs);
         log_emit(LOG_LEVEL_DEBUG, r->request_id, "callback: %s %s from %s refused: %s", r->method,
                  r->path, peer, why);
-        cb_reply_problem(r, "unauthorized", NULL,
+        cb_reply_problem(r, PROBLEM_UNAUTHORIZED, NULL,
                          "a valid Authorization: Bearer $SBX_TOKEN of this Sandbox is required");
         return false;
     }
@@ -492,7 +492,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         /* A body announced over the bound is refused before it is read. */
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoll(cl, NULL, 10) > cs->cfg->callback_body_limit)
-            return cb_reply_problem(r, "body-too-large", NULL,
+            return cb_reply_problem(r, PROBLEM_BODY_TOO_LARGE, NULL,
                                     "the body is over callback_body_limit (%lld bytes)",
                                     (long long)cs->cfg->callback_body_limit);
         return MHD_YES;
@@ -523,7 +523,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     /* The whole request is in. */
     if (r->body_too_large)
-        return cb_reply_problem(r, "body-too-large", NULL,
+        return cb_reply_problem(r, PROBLEM_BODY_TOO_LARGE, NULL,
                                 "the body is over callback_body_limit (%lld bytes)",
                                 (long long)cs->cfg->callback_body_limit);
     const union MHD_ConnectionInfo *ci =
@@ -535,7 +535,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         inet_ntop(AF_INET, &peer_addr, peer, sizeof peer);
     }
     if (!rate_take(cs, peer_addr))
-        return cb_reply_problem(r, "too-many-requests", NULL,
+        return cb_reply_problem(r, PROBLEM_TOO_MANY_REQUESTS, NULL,
                                 "over callback_rate (%lld requests a second)",
                                 (long long)cs->cfg->callback_rate);
     if (route_request(r) != MHD_YES || r->replied)
@@ -543,7 +543,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!authenticate(r, peer))
         return MHD_YES;
     if (!r->route->body && r->body_len)
-        return cb_reply_problem(r, "invalid-field", NULL, "%s %s takes no body", r->method,
+        return cb_reply_problem(r, PROBLEM_INVALID_FIELD, NULL, "%s %s takes no body", r->method,
                                 r->route->path);
     return r->route->handler(r);
 }

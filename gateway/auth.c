@@ -115,13 +115,13 @@ static bool auth_fail(struct request *r, const char *addr, const char *token, co
              r->path, why);
     if (prefix_blocked) {
         snprintf(retry, sizeof retry, "%lld", (long long)retry_after);
-        *ret = reply_problem_header(r, "rate-limited", NULL, "Retry-After", retry,
+        *ret = reply_problem_header(r, PROBLEM_RATE_LIMITED, NULL, "Retry-After", retry,
                                     "too many failed authentication attempts with tokens "
                                     "starting %s; retry in %lld s",
                                     prefix, (long long)retry_after);
         return false;
     }
-    *ret = reply_problem(r, "unauthorized", NULL, "%s", why);
+    *ret = reply_problem(r, PROBLEM_UNAUTHORIZED, NULL, "%s", why);
     return false;
 }
 
@@ -139,7 +139,7 @@ bool auth_request(struct request *r, enum MHD_Result *ret)
      * learns nothing. */
     if (ratelimit_blocked(gw->rl, addr, clock_mono_ms(), &retry_after)) {
         snprintf(retry, sizeof retry, "%lld", (long long)retry_after);
-        *ret = reply_problem_header(r, "rate-limited", NULL, "Retry-After", retry,
+        *ret = reply_problem_header(r, PROBLEM_RATE_LIMITED, NULL, "Retry-After", retry,
                                     "too many failed authentication attempts from %s; retry "
                                     "in %lld s",
                                     addr, (long long)retry_after);
@@ -181,11 +181,12 @@ bool auth_request(struct request *r, enum MHD_Result *ret)
 
     enum auth_kind need = r->route->auth;
     if (need == AUTH_ADMIN && !r->is_admin) {
-        *ret = reply_problem(r, "forbidden", NULL, "%s needs the admin token", r->route->path);
+        *ret =
+            reply_problem(r, PROBLEM_FORBIDDEN, NULL, "%s needs the admin token", r->route->path);
         return false;
     }
     if (need == AUTH_KEY && r->is_admin) {
-        *ret = reply_problem(r, "forbidden", NULL,
+        *ret = reply_problem(r, PROBLEM_FORBIDDEN, NULL,
                              "%s needs an App API key (the admin token acts on no App)",
                              r->route->path);
         return false;

@@ -42,7 +42,7 @@ static int limits_read(json_t *obj, char **limits_json, struct input_error *e)
     int64_t mem = 0, cpus = 0;
     int rc = 0;
     if (!json_is_object(v)) {
-        e->code = "invalid-field";
+        e->code = PROBLEM_INVALID_FIELD;
         snprintf(e->detail, sizeof e->detail, "field \"limits\" must be an object or null");
         rc = -1;
     } else if (!input_known_fields(v, fields, e) ||
@@ -79,7 +79,7 @@ static int env_read(json_t *obj, char **out_json, struct input_error *e)
     int rc = input_object(obj, "env", &env, e);
     if (rc <= 0)
         return rc;
-    e->code = "invalid-value";
+    e->code = PROBLEM_INVALID_VALUE;
     snprintf(e->field, sizeof e->field, "env");
     if (json_object_size(env) > 128) {
         snprintf(e->detail, sizeof e->detail, "field \"env\" has more than 128 variables");
@@ -113,7 +113,7 @@ static int env_read(json_t *obj, char **out_json, struct input_error *e)
     }
     *out_json = json_dumps(env, JSON_COMPACT | JSON_SORT_KEYS);
     if (!*out_json) {
-        e->code = "internal";
+        e->code = PROBLEM_INTERNAL;
         snprintf(e->detail, sizeof e->detail, "out of memory");
         return -1;
     }
@@ -128,7 +128,7 @@ static bool network_read(json_t *obj, struct app_input *in, struct input_error *
         return true;
     struct egress_policy *p = malloc(sizeof *p);
     if (!p) {
-        e->code = "invalid-field";
+        e->code = PROBLEM_INVALID_FIELD;
         snprintf(e->field, sizeof e->field, "network");
         snprintf(e->detail, sizeof e->detail, "out of memory");
         return false;
@@ -137,16 +137,16 @@ static bool network_read(json_t *obj, struct app_input *in, struct input_error *
         egress_policy_parse(network, p, e->field, sizeof e->field, e->detail, sizeof e->detail);
     bool ok = rc == 0;
     if (!ok) {
-        e->code = rc == EGRESS_POLICY_UNKNOWN_FIELD ? "unknown-field"
-                  : rc == EGRESS_POLICY_BAD_TYPE    ? "invalid-field"
-                                                    : "invalid-value";
+        e->code = rc == EGRESS_POLICY_UNKNOWN_FIELD ? PROBLEM_UNKNOWN_FIELD
+                  : rc == EGRESS_POLICY_BAD_TYPE    ? PROBLEM_INVALID_FIELD
+                                                    : PROBLEM_INVALID_VALUE;
     } else {
         json_t *norm = egress_policy_json(p);
         in->network_json = norm ? json_dumps(norm, JSON_COMPACT) : NULL;
         json_decref(norm);
         ok = in->network_json != NULL;
         if (!ok) {
-            e->code = "invalid-field";
+            e->code = PROBLEM_INVALID_FIELD;
             snprintf(e->field, sizeof e->field, "network");
             snprintf(e->detail, sizeof e->detail, "out of memory");
         }
@@ -162,7 +162,7 @@ static bool app_input_read(json_t *obj, struct app_input *in, struct input_error
     if ((rc = input_string(obj, "name", 1, 128, false, &in->name, NULL, e)) < 0)
         return false;
     if (rc > 0 && !input_is_name(in->name)) {
-        e->code = "invalid-field";
+        e->code = PROBLEM_INVALID_FIELD;
         snprintf(e->field, sizeof e->field, "name");
         snprintf(e->detail, sizeof e->detail,
                  "field \"name\" must be 1 to 128 characters of A-Z a-z 0-9 . _ -");
@@ -184,7 +184,7 @@ static bool app_input_read(json_t *obj, struct app_input *in, struct input_error
         return false;
     if (rc > 0 && strcmp(in->driver, "process") != 0 && strcmp(in->driver, "qemu") != 0 &&
         strcmp(in->driver, "firecracker") != 0) {
-        e->code = "invalid-value";
+        e->code = PROBLEM_INVALID_VALUE;
         snprintf(e->field, sizeof e->field, "driver");
         snprintf(e->detail, sizeof e->detail,
                  "field \"driver\" must be process, qemu or firecracker");
@@ -237,7 +237,7 @@ enum MHD_Result http_app_create(struct request *r)
     if (!in.name) {
         json_decref(obj);
         app_input_free(&in);
-        return reply_problem(r, "invalid-field", "name", "field \"name\" is required");
+        return reply_problem(r, PROBLEM_INVALID_FIELD, "name", "field \"name\" is required");
     }
     if (http_image_resolve(r, in.image ? in.image : "default", in.image_id, sizeof in.image_id,
                            in.image_digest, sizeof in.image_digest, &ret) != 0) {
@@ -275,7 +275,7 @@ enum MHD_Result http_app_create(struct request *r)
     json_decref(obj);
     if (!a.command_json || !a.env_json) {
         store_app_clear(&a);
-        return reply_problem(r, "internal", NULL, "out of memory");
+        return reply_problem(r, PROBLEM_INTERNAL, NULL, "out of memory");
     }
 
     enum store_status s = store_app_create(r->gw->st, &r->ctx, &a);
@@ -287,7 +287,8 @@ enum MHD_Result http_app_create(struct request *r)
         return ret;
     }
     if (s == STORE_CONFLICT) {
-        ret = reply_problem(r, "conflict", "name", "an App named \"%s\" already exists", a.name);
+        ret = reply_problem(r, PROBLEM_CONFLICT, "name", "an App named \"%s\" already exists",
+                            a.name);
         store_app_clear(&a);
         return ret;
     }
@@ -373,7 +374,7 @@ enum MHD_Result http_app_patch(struct request *r)
         if (no_command) {
             json_decref(obj);
             app_input_free(&in);
-            return reply_problem(r, "invalid-value", "command",
+            return reply_problem(r, PROBLEM_INVALID_VALUE, "command",
                                  "the App runs its Image's entrypoint; with image \"default\" "
                                  "give it a command");
         }
@@ -384,7 +385,7 @@ enum MHD_Result http_app_patch(struct request *r)
                            sizeof in.image_digest, &ret) != 0)
         ; /* the Image was deleted or changed meanwhile: replied */
     else if (s == STORE_CONFLICT)
-        ret = reply_problem(r, "conflict", "name", "an App named \"%s\" already exists",
+        ret = reply_problem(r, PROBLEM_CONFLICT, "name", "an App named \"%s\" already exists",
                             in.name ? in.name : "");
     else if (s != STORE_OK)
         ret = reply_store_error(r, s, "App");
@@ -399,7 +400,7 @@ enum MHD_Result http_app_delete(struct request *r)
 {
     enum store_status s = store_app_delete(r->gw->st, &r->ctx, r->params[0]);
     if (s == STORE_CONFLICT)
-        return reply_problem(r, "conflict", NULL,
+        return reply_problem(r, PROBLEM_CONFLICT, NULL,
                              "the App still has live Sessions or Workspaces; delete them first");
     if (s != STORE_OK)
         return reply_store_error(r, s, "App");

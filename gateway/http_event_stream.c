@@ -62,7 +62,7 @@ enum MHD_Result http_event_stream(struct request *r, const char *session_id, int
     struct gateway *gw = r->gw;
     int64_t last;
     if (!sse_last_event_id(r, &last))
-        return reply_problem(r, "invalid-parameter", "Last-Event-ID",
+        return reply_problem(r, PROBLEM_INVALID_PARAMETER, "Last-Event-ID",
                              "Last-Event-ID must be an event id (a decimal number)");
     if (last >= 0)
         after = last;
@@ -73,7 +73,7 @@ enum MHD_Result http_event_stream(struct request *r, const char *session_id, int
     }
     struct event_feed *f = calloc(1, sizeof *f);
     if (!f)
-        return reply_problem(r, "internal", NULL, "out of memory");
+        return reply_problem(r, PROBLEM_INTERNAL, NULL, "out of memory");
     f->st = gw->st;
     snprintf(f->app_id, sizeof f->app_id, "%s", r->app_id);
     snprintf(f->session_id, sizeof f->session_id, "%s", session_id ? session_id : "");

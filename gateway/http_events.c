@@ -41,7 +41,7 @@ enum MHD_Result http_event_list(struct request *r)
     if (!paging_params(r, &limit, &cursor, &ret))
         return ret;
     if (session_id && !is_session_id(session_id))
-        return reply_problem(r, "invalid-parameter", "sessionId",
+        return reply_problem(r, PROBLEM_INVALID_PARAMETER, "sessionId",
                              "sessionId must be a Session id (ses_ and letters or digits)");
     int64_t after = *cursor ? strtoll(cursor, NULL, 10) : 0;
     if (sse_wanted(r)) /* the live feed (http_event_stream.c): from the cursor, else from now */

@@ -11,7 +11,7 @@ enum MHD_Result http_healthz(struct request *r)
     struct store *st = r->gw->st;
     enum store_status s = store_setting_get(st, "admin_token_sha256", value, sizeof value);
     if (s != STORE_OK && s != STORE_NOT_FOUND)
-        return reply_problem(r, "store-busy", NULL, "the store does not answer (%s)",
+        return reply_problem(r, PROBLEM_STORE_BUSY, NULL, "the store does not answer (%s)",
                              store_status_name(s));
     return reply_json(
         r, 200, json_pack("{s:s, s:i}", "status", "ok", "schemaVersion", store_schema_version()));

@@ -67,12 +67,12 @@ bool http_image_upload_begin(struct request *r, long long content_length, enum M
     char dir[700];
 
     if (!name || !input_is_name(name)) {
-        *ret = reply_problem(r, "invalid-parameter", "name",
+        *ret = reply_problem(r, PROBLEM_INVALID_PARAMETER, "name",
                              "?name= must be 1 to 128 characters of A-Z a-z 0-9 . _ -");
         return false;
     }
     if (content_length > r->gw->cfg.image_upload_limit) {
-        *ret = reply_problem(r, "body-too-large", NULL,
+        *ret = reply_problem(r, PROBLEM_BODY_TOO_LARGE, NULL,
                              "the archive has %lld bytes; image_upload_limit is %lld",
                              content_length, (long long)r->gw->cfg.image_upload_limit);
         return false;
@@ -83,8 +83,8 @@ bool http_image_upload_begin(struct request *r, long long content_length, enum M
         bool same_name = strcmp(existing.name, name) == 0;
         store_image_clear(&existing);
         if (same_name) {
-            *ret =
-                reply_problem(r, "conflict", "name", "an Image named \"%s\" already exists", name);
+            *ret = reply_problem(r, PROBLEM_CONFLICT, "name",
+                                 "an Image named \"%s\" already exists", name);
             return false;
         }
     } else if (s != STORE_NOT_FOUND) {
@@ -94,7 +94,7 @@ bool http_image_upload_begin(struct request *r, long long content_length, enum M
     struct image_upload *u = calloc(1, sizeof *u);
     if (!u || id_new("img", u->id, sizeof u->id) != 0) {
         free(u);
-        *ret = reply_problem(r, "internal", NULL, "out of memory");
+        *ret = reply_problem(r, PROBLEM_INTERNAL, NULL, "out of memory");
         return false;
     }
     snprintf(u->name, sizeof u->name, "%s", name);
@@ -106,7 +106,7 @@ bool http_image_upload_begin(struct request *r, long long content_length, enum M
     if (u->fd < 0) {
         log_emit(LOG_LEVEL_ERROR, r->request_id, "cannot create %s: %s", u->path, strerror(errno));
         free(u);
-        *ret = reply_problem(r, errno == ENOSPC ? "storage-full" : "internal", NULL,
+        *ret = reply_problem(r, errno == ENOSPC ? PROBLEM_STORAGE_FULL : PROBLEM_INTERNAL, NULL,
                              "cannot store the upload");
         return false;
     }
@@ -182,7 +182,7 @@ static enum MHD_Result upload_finish(struct request *r)
     enum MHD_Result ret;
 
     if (u->too_large)
-        return reply_problem(r, "body-too-large", NULL,
+        return reply_problem(r, PROBLEM_BODY_TOO_LARGE, NULL,
                              "the archive is over image_upload_limit "
                              "(%lld bytes)",
                              (long long)r->gw->cfg.image_upload_limit);
@@ -190,12 +190,13 @@ static enum MHD_Result upload_finish(struct request *r)
         int e = u->failed ? u->write_errno : errno;
         u->fd = -1;
         log_emit(LOG_LEVEL_ERROR, r->request_id, "cannot write %s: %s", u->path, strerror(e));
-        return reply_problem(r, e == ENOSPC ? "storage-full" : "internal", NULL,
+        return reply_problem(r, e == ENOSPC ? PROBLEM_STORAGE_FULL : PROBLEM_INTERNAL, NULL,
                              "cannot store the upload");
     }
     u->fd = -1;
     if (u->bytes == 0)
-        return reply_problem(r, "invalid-value", NULL, "the body is empty: send an image archive");
+        return reply_problem(r, PROBLEM_INVALID_VALUE, NULL,
+                             "the body is empty: send an image archive");
     sha256_digest(&u->hash, sizeof d, d);
     snprintf(im.upload_sha256, sizeof im.upload_sha256, "sha256:");
     for (size_t i = 0; i < sizeof d; i++)
@@ -207,7 +208,7 @@ static enum MHD_Result upload_finish(struct request *r)
     im.upload_bytes = u->bytes;
     enum store_status s = store_image_create(r->gw->st, &r->ctx, &im);
     if (s == STORE_CONFLICT)
-        return reply_problem(r, "conflict", "name", "an Image named \"%s\" already exists",
+        return reply_problem(r, PROBLEM_CONFLICT, "name", "an Image named \"%s\" already exists",
                              u->name);
     if (s != STORE_OK)
         return reply_store_error(r, s, "Image");
@@ -262,19 +263,19 @@ static enum MHD_Result pull_create(struct request *r)
     }
     if (!name || !input_is_name(name) || !ref) {
         json_decref(obj);
-        return reply_problem(r, "invalid-field", !ref && name ? "reference" : "name",
+        return reply_problem(r, PROBLEM_INVALID_FIELD, !ref && name ? "reference" : "name",
                              "fields \"name\" (1 to 128 characters of A-Z a-z 0-9 . _ -) and "
                              "\"reference\" are required");
     }
     if (!reference_ok(ref)) {
         json_decref(obj);
-        return reply_problem(r, "invalid-value", "reference",
+        return reply_problem(r, PROBLEM_INVALID_VALUE, "reference",
                              "\"reference\" must be HOST[:PORT]/REPOSITORY[:TAG] or "
                              "HOST[:PORT]/REPOSITORY@sha256:<64 hex>");
     }
     if (!user != !pass) {
         json_decref(obj);
-        return reply_problem(r, "invalid-field", user ? "password" : "username",
+        return reply_problem(r, PROBLEM_INVALID_FIELD, user ? "password" : "username",
                              "\"username\" and \"password\" go together");
     }
     snprintf(im.name, sizeof im.name, "%s", name);
@@ -289,7 +290,7 @@ static enum MHD_Result pull_create(struct request *r)
     free(im.credentials_json);
     im.credentials_json = NULL;
     if (s == STORE_CONFLICT)
-        return reply_problem(r, "conflict", "name", "an Image named \"%s\" already exists",
+        return reply_problem(r, PROBLEM_CONFLICT, "name", "an Image named \"%s\" already exists",
                              im.name);
     if (s != STORE_OK)
         return reply_store_error(r, s, "Image");
@@ -340,7 +341,7 @@ enum MHD_Result http_image_delete(struct request *r)
     struct store_image im;
     enum store_status s = store_image_delete(r->gw->st, &r->ctx, r->params[0], &im);
     if (s == STORE_CONFLICT)
-        return reply_problem(r, "conflict", NULL,
+        return reply_problem(r, PROBLEM_CONFLICT, NULL,
                              "Apps still run on this Image; point them at another image first");
     if (s != STORE_OK)
         return reply_store_error(r, s, "Image");
@@ -363,7 +364,7 @@ int http_image_resolve(struct request *r, const char *image, char *image_id, siz
     }
     enum store_status s = store_image_get(r->gw->st, image, &im);
     if (s == STORE_NOT_FOUND) {
-        *ret = reply_problem(r, "invalid-value", "image",
+        *ret = reply_problem(r, PROBLEM_INVALID_VALUE, "image",
                              "no Image has the id or name \"%s\" (or use \"default\")", image);
         return -1;
     }
@@ -372,8 +373,8 @@ int http_image_resolve(struct request *r, const char *image, char *image_id, siz
         return -1;
     }
     if (strcmp(im.state, "ready") != 0) {
-        *ret = reply_problem(r, "conflict", "image", "Image \"%s\" is %s, not ready%s%s", image,
-                             im.state, im.problem_code[0] ? ": " : "", im.problem_code);
+        *ret = reply_problem(r, PROBLEM_CONFLICT, "image", "Image \"%s\" is %s, not ready%s%s",
+                             image, im.state, im.problem_code[0] ? ": " : "", im.problem_code);
         store_image_clear(&im);
         return -1;
     }

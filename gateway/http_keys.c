@@ -34,7 +34,7 @@ enum MHD_Result http_key_create(struct request *r)
     }
     if (auth_new_secret(AUTH_KEY_PREFIX, secret, sizeof secret) != 0) {
         json_decref(obj);
-        return reply_problem(r, "internal", NULL, "the random number generator failed");
+        return reply_problem(r, PROBLEM_INTERNAL, NULL, "the random number generator failed");
     }
     snprintf(prefix, sizeof prefix, "%.*s", AUTH_KEY_SHOWN_PREFIX, secret);
     auth_hash(secret, hash);

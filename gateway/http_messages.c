@@ -76,7 +76,7 @@ static enum MHD_Result reply_enqueued(struct request *r, enum store_status st,
     char location[128];
     if (st == STORE_CONFLICT) {
         const char *idem = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Idempotency-Key");
-        return reply_problem(r, "idempotency-conflict", "Idempotency-Key",
+        return reply_problem(r, PROBLEM_IDEMPOTENCY_CONFLICT, "Idempotency-Key",
                              "Idempotency-Key \"%.64s\" was used for a different request",
                              idem ? idem : "");
     }
@@ -166,11 +166,11 @@ enum MHD_Result http_message_create(struct request *r)
     body = json_object_get(obj, "body");
     if (!body) {
         json_decref(obj);
-        return reply_problem(r, "invalid-field", "body", "field \"body\" is required");
+        return reply_problem(r, PROBLEM_INVALID_FIELD, "body", "field \"body\" is required");
     }
     if (!(p = calloc(1, sizeof *p))) {
         json_decref(obj);
-        return reply_problem(r, "internal", NULL, "out of memory");
+        return reply_problem(r, PROBLEM_INTERNAL, NULL, "out of memory");
     }
     p->body_json = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
     if (idem) /* only a key's replay is compared with its request */
@@ -178,7 +178,7 @@ enum MHD_Result http_message_create(struct request *r)
     json_decref(obj);
     if (!p->body_json) {
         pending_free(p);
-        return reply_problem(r, "internal", NULL, "cannot encode the body");
+        return reply_problem(r, PROBLEM_INTERNAL, NULL, "cannot encode the body");
     }
     p->req = (struct store_enqueue){r->app_id, r->params[0], p->body_json, idem, p->hash};
     if (enqueue_suspended(r, p))

@@ -24,13 +24,13 @@ enum MHD_Result http_metrics(struct request *r)
         if (!token || !memeql_sec(hash, r->gw->metrics_hash, sizeof hash)) {
             log_emit(LOG_LEVEL_INFO, r->request_id, "metrics: %s metrics token",
                      token ? "wrong" : "no");
-            return reply_problem_header(r, "unauthorized", NULL, "WWW-Authenticate", "Bearer",
+            return reply_problem_header(r, PROBLEM_UNAUTHORIZED, NULL, "WWW-Authenticate", "Bearer",
                                         "/metrics needs the metrics token (metrics_token)");
         }
     }
     char *text = metrics_render(r->gw->metrics, r->gw->st, &len);
     if (!text)
-        return reply_problem(r, "internal", NULL, "out of memory rendering metrics");
+        return reply_problem(r, PROBLEM_INTERNAL, NULL, "out of memory rendering metrics");
     enum MHD_Result ret = reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
     free(text);
     return ret;

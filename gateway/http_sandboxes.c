@@ -44,7 +44,7 @@ enum MHD_Result http_sandbox_delete(struct request *r)
     enum store_status s =
         store_sandbox_request_stop(r->gw->st, &r->ctx, r->app_id, r->params[0], &b);
     if (s == STORE_CONFLICT)
-        return reply_problem(r, "conflict", NULL, "the Sandbox has already ended");
+        return reply_problem(r, PROBLEM_CONFLICT, NULL, "the Sandbox has already ended");
     if (s != STORE_OK)
         return reply_store_error(r, s, "Sandbox");
     /* The owning worker terminates it: wake the workers now rather than at their next poll. */

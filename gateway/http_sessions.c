@@ -55,7 +55,7 @@ enum MHD_Result http_session_create(struct request *r)
     free(metadata_json);
     json_decref(obj);
     if (st == STORE_INVALID)
-        return reply_problem(r, "not-found", "workspaceId", "no such Workspace");
+        return reply_problem(r, PROBLEM_NOT_FOUND, "workspaceId", "no such Workspace");
     if (st != STORE_OK)
         return reply_store_error(r, st, "Session");
     return reply_session(r, created ? 201 : 200, &s);

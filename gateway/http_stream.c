@@ -101,7 +101,7 @@ enum MHD_Result http_message_stream(struct request *r)
     int64_t last;
 
     if (!sse_last_event_id(r, &last))
-        return reply_problem(r, "invalid-parameter", "Last-Event-ID",
+        return reply_problem(r, PROBLEM_INVALID_PARAMETER, "Last-Event-ID",
                              "Last-Event-ID must be the index of a chunk (a decimal number)");
     /* 404 before any stream: the same lookup the stream makes, for no chunk at all. */
     enum store_status st =
@@ -111,7 +111,7 @@ enum MHD_Result http_message_stream(struct request *r)
     store_chunk_list_free(c, n);
     struct message_stream *ms = calloc(1, sizeof *ms);
     if (!ms)
-        return reply_problem(r, "internal", NULL, "out of memory");
+        return reply_problem(r, PROBLEM_INTERNAL, NULL, "out of memory");
     ms->st = gw->st;
     snprintf(ms->app_id, sizeof ms->app_id, "%s", r->app_id);
     snprintf(ms->session_id, sizeof ms->session_id, "%s", r->params[0]);

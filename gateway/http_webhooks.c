@@ -94,7 +94,7 @@ enum MHD_Result http_webhook_create(struct request *r)
     int have = input_string(obj, "url", 1, STORE_URL_LEN - 1, false, &url, NULL, &e);
     if (have == 0) {
         json_decref(obj);
-        return reply_problem(r, "invalid-field", "url", "field \"url\" is required");
+        return reply_problem(r, PROBLEM_INVALID_FIELD, "url", "field \"url\" is required");
     }
     if (have < 0) {
         json_decref(obj);
@@ -104,7 +104,7 @@ enum MHD_Result http_webhook_create(struct request *r)
     if (have <= 0) {
         json_decref(obj);
         if (have == 0)
-            return reply_problem(r, "invalid-field", "eventTypes",
+            return reply_problem(r, PROBLEM_INVALID_FIELD, "eventTypes",
                                  "field \"eventTypes\" is required: a list of event kinds");
         return reply_input_error(r, &e);
     }
@@ -115,7 +115,7 @@ enum MHD_Result http_webhook_create(struct request *r)
     {
         if (!event_type_ok(json_string_value(t))) {
             enum MHD_Result bad = reply_problem(
-                r, "invalid-value", "eventTypes",
+                r, PROBLEM_INVALID_VALUE, "eventTypes",
                 "\"%.64s\" is not an event type: use a kind (message.completed), a prefix "
                 "(sandbox.*) or *",
                 json_string_value(t));
@@ -125,7 +125,7 @@ enum MHD_Result http_webhook_create(struct request *r)
         }
     }
     if (webhook_url_check(url, r->gw->cfg.webhook_allow_private != 0, why, sizeof why) != 0) {
-        enum MHD_Result bad = reply_problem(r, "invalid-value", "url", "%s", why);
+        enum MHD_Result bad = reply_problem(r, PROBLEM_INVALID_VALUE, "url", "%s", why);
         free(types_json);
         json_decref(obj);
         return bad;
@@ -133,7 +133,7 @@ enum MHD_Result http_webhook_create(struct request *r)
     if (webhook_secret_new(secret) != 0) {
         free(types_json);
         json_decref(obj);
-        return reply_problem(r, "internal", NULL, "the random number generator failed");
+        return reply_problem(r, PROBLEM_INTERNAL, NULL, "the random number generator failed");
     }
     struct store_webhook w;
     enum store_status s =

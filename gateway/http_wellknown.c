@@ -18,7 +18,7 @@ enum MHD_Result http_jwks(struct request *r)
 {
     json_t *jwks = pki_jwks(r->gw->pki);
     if (!jwks)
-        return reply_problem(r, "internal", NULL, "out of memory");
+        return reply_problem(r, PROBLEM_INTERNAL, NULL, "out of memory");
     return reply_json_header(r, 200, jwks, "Cache-Control", CACHE_CONTROL);
 }
 
@@ -37,6 +37,6 @@ enum MHD_Result http_openid_configuration(struct request *r)
                   "id_token_signing_alg_values_supported", "EdDSA", "response_types_supported",
                   "id_token", "subject_types_supported", "public");
     if (!doc)
-        return reply_problem(r, "internal", NULL, "out of memory");
+        return reply_problem(r, PROBLEM_INTERNAL, NULL, "out of memory");
     return reply_json_header(r, 200, doc, "Cache-Control", CACHE_CONTROL);
 }

@@ -78,7 +78,7 @@ enum MHD_Result http_workspace_create(struct request *r)
         /* The host's path goes to the log, never to the caller. */
         log_emit(LOG_LEVEL_ERROR, r->request_id, "workspace %s: cannot create %s: %s", w.id, w.path,
                  strerror(err));
-        return reply_problem(r, "internal", NULL,
+        return reply_problem(r, PROBLEM_INTERNAL, NULL,
                              "cannot create the Workspace's directory (%s); the operator's log "
                              "has the details (request %s)",
                              strerror(err), r->request_id);
@@ -93,7 +93,7 @@ enum MHD_Result http_workspace_create(struct request *r)
         store_workspace_delete(r->gw->st, &r->ctx, r->app_id, w.id, NULL);
         log_emit(LOG_LEVEL_ERROR, r->request_id, "workspace %s: cannot create its filesystem: %s",
                  w.id, fs_err);
-        return reply_problem(r, "internal", NULL,
+        return reply_problem(r, PROBLEM_INTERNAL, NULL,
                              "cannot create the Workspace's filesystem; the operator's log has "
                              "the details (request %s)",
                              r->request_id);
@@ -136,7 +136,7 @@ enum MHD_Result http_workspace_delete(struct request *r)
     struct store_workspace w;
     enum store_status s = store_workspace_delete(r->gw->st, &r->ctx, r->app_id, r->params[0], &w);
     if (s == STORE_CONFLICT)
-        return reply_problem(r, "conflict", NULL,
+        return reply_problem(r, PROBLEM_CONFLICT, NULL,
                              "the Workspace is attached to a live Session, or a Sandbox that "
                              "has it mounted has not stopped yet; delete the Session, wait for "
                              "its Sandbox to stop, then retry");

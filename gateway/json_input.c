@@ -9,10 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void fail(struct input_error *e, const char *code, const char *field, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+static void fail(struct input_error *e, enum problem_code code, const char *field, const char *fmt,
+                 ...) __attribute__((format(printf, 4, 5)));
 
-static void fail(struct input_error *e, const char *code, const char *field, const char *fmt, ...)
+static void fail(struct input_error *e, enum problem_code code, const char *field, const char *fmt,
+                 ...)
 {
     va_list ap;
     e->code = code;
@@ -30,19 +31,19 @@ json_t *input_parse_object(const char *body, size_t len, bool optional, struct i
     if (len == 0) {
         if (optional)
             return json_object();
-        fail(e, "malformed-json", NULL, "a JSON object body is required");
+        fail(e, PROBLEM_MALFORMED_JSON, NULL, "a JSON object body is required");
         return NULL;
     }
     /* Duplicate keys are refused: which of two values counts would otherwise be a guess. */
     v = json_loadb(body, len, JSON_REJECT_DUPLICATES, &err);
     if (!v) {
-        fail(e, "malformed-json", NULL, "body is not valid JSON: %s (at byte %d)", err.text,
+        fail(e, PROBLEM_MALFORMED_JSON, NULL, "body is not valid JSON: %s (at byte %d)", err.text,
              err.position);
         return NULL;
     }
     if (!json_is_object(v)) {
         json_decref(v);
-        fail(e, "malformed-json", NULL, "body must be a JSON object");
+        fail(e, PROBLEM_MALFORMED_JSON, NULL, "body must be a JSON object");
         return NULL;
     }
     return v;
@@ -58,7 +59,8 @@ bool input_known_fields(json_t *obj, const char *const *allowed, struct input_er
         for (const char *const *a = allowed; *a && !known; a++)
             known = strcmp(*a, key) == 0;
         if (!known) {
-            fail(e, "unknown-field", key, "field \"%.60s\" is not known to this endpoint", key);
+            fail(e, PROBLEM_UNKNOWN_FIELD, key, "field \"%.60s\" is not known to this endpoint",
+                 key);
             return false;
         }
     }
@@ -78,14 +80,14 @@ int input_string(json_t *obj, const char *field, size_t minlen, size_t maxlen, b
         return 1;
     }
     if (!json_is_string(v)) {
-        fail(e, "invalid-field", field, "field \"%s\" must be a string%s", field,
+        fail(e, PROBLEM_INVALID_FIELD, field, "field \"%s\" must be a string%s", field,
              nullable ? " or null" : "");
         return -1;
     }
     size_t len = json_string_length(v);
     if (len < minlen || len > maxlen || strlen(json_string_value(v)) != len) {
-        fail(e, "invalid-field", field, "field \"%s\" must be %zu to %zu characters", field, minlen,
-             maxlen);
+        fail(e, PROBLEM_INVALID_FIELD, field, "field \"%s\" must be %zu to %zu characters", field,
+             minlen, maxlen);
         return -1;
     }
     *out = json_string_value(v);
@@ -106,13 +108,13 @@ int input_int(json_t *obj, const char *field, int64_t min, int64_t max, bool nul
         return 1;
     }
     if (!json_is_integer(v)) {
-        fail(e, "invalid-field", field, "field \"%s\" must be an integer%s", field,
+        fail(e, PROBLEM_INVALID_FIELD, field, "field \"%s\" must be an integer%s", field,
              nullable ? " or null" : "");
         return -1;
     }
     json_int_t n = json_integer_value(v);
     if (n < min || n > max) {
-        fail(e, "invalid-value", field, "field \"%s\" must be from %lld to %lld", field,
+        fail(e, PROBLEM_INVALID_VALUE, field, "field \"%s\" must be from %lld to %lld", field,
              (long long)min, (long long)max);
         return -1;
     }
@@ -128,7 +130,7 @@ int input_object(json_t *obj, const char *field, json_t **out, struct input_erro
     if (!v)
         return 0;
     if (!json_is_object(v)) {
-        fail(e, "invalid-field", field, "field \"%s\" must be a JSON object", field);
+        fail(e, PROBLEM_INVALID_FIELD, field, "field \"%s\" must be a JSON object", field);
         return -1;
     }
     *out = v;
@@ -143,22 +145,24 @@ int input_string_array(json_t *obj, const char *field, size_t max_items, size_t 
     if (!v)
         return 0;
     if (!json_is_array(v)) {
-        fail(e, "invalid-field", field, "field \"%s\" must be an array of strings", field);
+        fail(e, PROBLEM_INVALID_FIELD, field, "field \"%s\" must be an array of strings", field);
         return -1;
     }
     if (json_array_size(v) == 0 || json_array_size(v) > max_items) {
-        fail(e, "invalid-value", field, "field \"%s\" must have 1 to %zu items", field, max_items);
+        fail(e, PROBLEM_INVALID_VALUE, field, "field \"%s\" must have 1 to %zu items", field,
+             max_items);
         return -1;
     }
     json_array_foreach(v, i, item)
     {
         if (!json_is_string(item)) {
-            fail(e, "invalid-field", field, "field \"%s\" item %zu must be a string", field, i);
+            fail(e, PROBLEM_INVALID_FIELD, field, "field \"%s\" item %zu must be a string", field,
+                 i);
             return -1;
         }
         size_t len = json_string_length(item);
         if (len == 0 || len > max_len || strlen(json_string_value(item)) != len) {
-            fail(e, "invalid-value", field,
+            fail(e, PROBLEM_INVALID_VALUE, field,
                  "field \"%s\" item %zu must be 1 to %zu characters without NUL", field, i,
                  max_len);
             return -1;
@@ -166,7 +170,7 @@ int input_string_array(json_t *obj, const char *field, size_t max_items, size_t 
     }
     *out_json = json_dumps(v, JSON_COMPACT);
     if (!*out_json) {
-        fail(e, "invalid-field", field, "field \"%s\" cannot be encoded", field);
+        fail(e, PROBLEM_INVALID_FIELD, field, "field \"%s\" cannot be encoded", field);
         return -1;
     }
     return 1;
@@ -222,7 +226,7 @@ bool input_limit(const char *s, size_t *out, struct input_error *e)
         return true;
     }
     if (!parse_uint(s, 9, &v) || v < 1 || v > 200) {
-        fail(e, "invalid-parameter", "limit", "limit must be an integer from 1 to 200");
+        fail(e, PROBLEM_INVALID_PARAMETER, "limit", "limit must be an integer from 1 to 200");
         return false;
     }
     *out = (size_t)v;
@@ -235,7 +239,8 @@ bool input_cursor(const char *s, struct input_error *e)
     if (!s)
         return true;
     if (!parse_uint(s, 18, &v)) {
-        fail(e, "invalid-parameter", "cursor", "cursor must be the nextCursor of a previous page");
+        fail(e, PROBLEM_INVALID_PARAMETER, "cursor",
+             "cursor must be the nextCursor of a previous page");
         return false;
     }
     return true;
@@ -249,7 +254,8 @@ bool input_wait(const char *s, int64_t *out, struct input_error *e)
         return true;
     }
     if (!parse_uint(s, 9, &v)) {
-        fail(e, "invalid-parameter", "wait", "wait must be a whole number of seconds (0 or more)");
+        fail(e, PROBLEM_INVALID_PARAMETER, "wait",
+             "wait must be a whole number of seconds (0 or more)");
         return false;
     }
     *out = v;
@@ -262,13 +268,13 @@ bool input_idempotency_key(const char *s, struct input_error *e)
     for (; s[n]; n++) {
         unsigned char c = (unsigned char)s[n];
         if (c < 0x21 || c > 0x7e || n >= 255) {
-            fail(e, "invalid-parameter", "Idempotency-Key",
+            fail(e, PROBLEM_INVALID_PARAMETER, "Idempotency-Key",
                  "Idempotency-Key must be 1 to 255 visible ASCII characters");
             return false;
         }
     }
     if (n == 0) {
-        fail(e, "invalid-parameter", "Idempotency-Key",
+        fail(e, PROBLEM_INVALID_PARAMETER, "Idempotency-Key",
              "Idempotency-Key must be 1 to 255 visible ASCII characters");
         return false;
     }

@@ -7,14 +7,16 @@
 #ifndef SBX_JSON_INPUT_H
 #define SBX_JSON_INPUT_H
 
+#include "problem.h"
+
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 struct input_error {
-    const char *code; /* "malformed-json", "invalid-field", "unknown-field", "invalid-value",
-                         "invalid-parameter" */
+    enum problem_code code; /* malformed-json, invalid-field, unknown-field, invalid-value or
+                               invalid-parameter (problem.h) */
     char field[80];
     char detail[256];
 };

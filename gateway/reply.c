@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-unsigned problem_status(const char *code)
+unsigned problem_status(enum problem_code code)
 {
-    return problem_find(code)->status;
+    return problem_kind(code)->status;
 }
 
 static enum MHD_Result queue(struct request *r, unsigned status, struct MHD_Response *resp)
@@ -94,7 +94,7 @@ enum MHD_Result reply_json_text(struct request *r, unsigned status, struct json_
     char *text = json_text_take(t, &len);
     struct MHD_Response *resp;
     if (!text)
-        return reply_problem(r, "internal", NULL, "out of memory rendering the answer");
+        return reply_problem(r, PROBLEM_INTERNAL, NULL, "out of memory rendering the answer");
     resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         free(text);
@@ -143,10 +143,10 @@ static void utf8_clean(const char *s, char *out, size_t outlen)
     out[n] = '\0';
 }
 
-static enum MHD_Result vproblem(struct request *r, const char *code, const char *field,
+static enum MHD_Result vproblem(struct request *r, enum problem_code code, const char *field,
                                 const char *header, const char *value, const char *fmt, va_list ap)
 {
-    const struct problem_kind *k = problem_find(code);
+    const struct problem_kind *k = problem_kind(code);
     char detail[512], type[80];
     struct MHD_Response *resp;
     enum MHD_Result ret;
@@ -188,7 +188,7 @@ static enum MHD_Result vproblem(struct request *r, const char *code, const char 
     return ret;
 }
 
-enum MHD_Result reply_problem(struct request *r, const char *code, const char *field,
+enum MHD_Result reply_problem(struct request *r, enum problem_code code, const char *field,
                               const char *fmt, ...)
 {
     va_list ap;
@@ -198,7 +198,7 @@ enum MHD_Result reply_problem(struct request *r, const char *code, const char *f
     return ret;
 }
 
-enum MHD_Result reply_problem_header(struct request *r, const char *code, const char *field,
+enum MHD_Result reply_problem_header(struct request *r, enum problem_code code, const char *field,
                                      const char *header, const char *value, const char *fmt, ...)
 {
     va_list ap;
@@ -212,20 +212,21 @@ enum MHD_Result reply_store_error(struct request *r, enum store_status st, const
 {
     switch (st) {
     case STORE_NOT_FOUND:
-        return reply_problem(r, "not-found", NULL, "no such %s", what);
+        return reply_problem(r, PROBLEM_NOT_FOUND, NULL, "no such %s", what);
     case STORE_CONFLICT:
-        return reply_problem(r, "conflict", NULL, "the %s conflicts with the current state", what);
+        return reply_problem(r, PROBLEM_CONFLICT, NULL, "the %s conflicts with the current state",
+                             what);
     case STORE_BUSY:
-        return reply_problem(r, "store-busy", NULL,
+        return reply_problem(r, PROBLEM_STORE_BUSY, NULL,
                              "the database stayed locked beyond the busy timeout; retry");
     case STORE_FULL:
-        return reply_problem(r, "storage-full", NULL, "the database disk is full");
+        return reply_problem(r, PROBLEM_STORAGE_FULL, NULL, "the database disk is full");
     case STORE_INVALID:
-        return reply_problem(r, "invalid-value", NULL, "the %s has a value the store refuses",
+        return reply_problem(r, PROBLEM_INVALID_VALUE, NULL, "the %s has a value the store refuses",
                              what);
     default:
-        return reply_problem(r, "internal", NULL, "store error (%s) on %s", store_status_name(st),
-                             what);
+        return reply_problem(r, PROBLEM_INTERNAL, NULL, "store error (%s) on %s",
+                             store_status_name(st), what);
     }
 }
 

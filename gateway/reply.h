@@ -6,6 +6,7 @@
 #define SBX_REPLY_H
 
 #include "gateway.h"
+#include "problem.h"
 
 #include <jansson.h>
 
@@ -30,10 +31,10 @@ enum MHD_Result reply_response(struct request *r, unsigned status, struct MHD_Re
 
 /* A problem: code is one of the stable codes in API.md (it decides the status); field names the
  * offending JSON field or parameter (NULL when none); detail is human text. */
-enum MHD_Result reply_problem(struct request *r, const char *code, const char *field,
+enum MHD_Result reply_problem(struct request *r, enum problem_code code, const char *field,
                               const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* Same, with one extra header (Allow, Retry-After, WWW-Authenticate are added automatically). */
-enum MHD_Result reply_problem_header(struct request *r, const char *code, const char *field,
+enum MHD_Result reply_problem_header(struct request *r, enum problem_code code, const char *field,
                                      const char *header, const char *value, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 
@@ -46,6 +47,6 @@ struct input_error;
 enum MHD_Result reply_input_error(struct request *r, const struct input_error *e);
 
 /* The HTTP status of a problem code (500 for an unknown code). */
-unsigned problem_status(const char *code);
+unsigned problem_status(enum problem_code code);
 
 #endif

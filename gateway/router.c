@@ -168,11 +168,11 @@ static bool request_admit(struct request *r, enum MHD_Result *ret)
         /* A 405 is counted under the template of the path it hit (r->route stays NULL). */
         r->route_index = path_route;
         if (allow[0])
-            *ret = reply_problem_header(r, "method-not-allowed", NULL, "Allow", allow,
+            *ret = reply_problem_header(r, PROBLEM_METHOD_NOT_ALLOWED, NULL, "Allow", allow,
                                         "%s is not allowed on %s (allowed: %s)", r->method, r->path,
                                         allow);
         else
-            *ret = reply_problem(r, "not-found", NULL, "no route for %s", r->path);
+            *ret = reply_problem(r, PROBLEM_NOT_FOUND, NULL, "no route for %s", r->path);
         return false;
     }
     r->route = &gateway_routes[r->route_index];
@@ -183,7 +183,8 @@ static bool request_admit(struct request *r, enum MHD_Result *ret)
         bool on_metrics = ci && ci->daemon == gw->metrics_daemon;
         bool is_metrics = r->route->handler == http_metrics;
         if (on_metrics ? !is_metrics && r->route->handler != http_healthz : is_metrics) {
-            *ret = reply_problem(r, "not-found", NULL, "no route for %s on this listener", r->path);
+            *ret = reply_problem(r, PROBLEM_NOT_FOUND, NULL, "no route for %s on this listener",
+                                 r->path);
             return false;
         }
     }
@@ -203,7 +204,7 @@ static bool request_admit(struct request *r, enum MHD_Result *ret)
     if ((r->route->body == BODY_REQUIRED || r->route->body == BODY_UPLOAD || r->body_present) &&
         !is_json_content_type(ct)) {
         *ret =
-            reply_problem(r, "unsupported-media-type", NULL,
+            reply_problem(r, PROBLEM_UNSUPPORTED_MEDIA_TYPE, NULL,
                           r->route->body == BODY_UPLOAD
                               ? "the body must be an image archive (Content-Type: "
                                 "application/x-tar) or application/json, not %s"
@@ -212,9 +213,9 @@ static bool request_admit(struct request *r, enum MHD_Result *ret)
         return false;
     }
     if (length > gw->cfg.body_limit) {
-        *ret =
-            reply_problem(r, "body-too-large", NULL, "the body has %lld bytes; the limit is %lld",
-                          length, (long long)gw->cfg.body_limit);
+        *ret = reply_problem(r, PROBLEM_BODY_TOO_LARGE, NULL,
+                             "the body has %lld bytes; the limit is %lld", length,
+                             (long long)gw->cfg.body_limit);
         return false;
     }
     return true;
@@ -303,7 +304,8 @@ enum MHD_Result gateway_access_handler(void *cls, struct MHD_Connection *conn, c
         return MHD_YES;
     }
     if (r->body_too_large)
-        return reply_problem(r, "body-too-large", NULL, "the body is over the limit of %lld bytes",
+        return reply_problem(r, PROBLEM_BODY_TOO_LARGE, NULL,
+                             "the body is over the limit of %lld bytes",
                              (long long)gw->cfg.body_limit);
     /* The whole request is in (or a parked long poll was resumed). */
     if (r->parked) {

@@ -209,7 +209,7 @@ enum MHD_Result sse_reply(struct request *r, enum sse_topic topic, const char *k
     int64_t open = 0;
     if (!s) {
         free_ctx(ctx);
-        return reply_problem(r, "internal", NULL, "out of memory");
+        return reply_problem(r, PROBLEM_INTERNAL, NULL, "out of memory");
     }
     s->hub = h;
     s->conn = r->conn;
@@ -238,7 +238,7 @@ enum MHD_Result sse_reply(struct request *r, enum sse_topic topic, const char *k
     if (refused) {
         free_ctx(ctx);
         free(s);
-        return reply_problem_header(r, "too-many-streams", NULL, "Retry-After", "1",
+        return reply_problem_header(r, PROBLEM_TOO_MANY_STREAMS, NULL, "Retry-After", "1",
                                     "this caller has %" PRId64 " open streams; the limit is %lld",
                                     open, (long long)r->gw->cfg.stream_limit);
     }
@@ -246,7 +246,7 @@ enum MHD_Result sse_reply(struct request *r, enum sse_topic topic, const char *k
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK, sse_read, s, sse_release);
     if (!resp) {
         sse_release(s);
-        return reply_problem(r, "internal", NULL, "cannot create the stream");
+        return reply_problem(r, PROBLEM_INTERNAL, NULL, "cannot create the stream");
     }
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     /* Proxies that buffer responses (nginx) are asked not to. */

@@ -5,7 +5,6 @@
  */
 #include "tls.h"
 
-
 #include <nettle/base16.h>
 #include <nettle/sha2.h>
 #include <errno.h>

@@ -1,9 +1,10 @@
 /*
  * fuzz_agent_relay.c: libFuzzer target for the in-Sandbox agents' strict line-JSON reader
- * (agent/json_check.c) and line splitter (agent/relay.c), which read lines from the host (and, in sbx-agent, from the App's command).
- * Every line the splitter returns must be within its limit and free of newlines; every value
- * jspan_parse() accepts must also be accepted by jansson (differential check), and the lookups
- * sbx-agent and the echo agent make on it must stay inside the span.
+ * (agent/json_check.c) and line splitter (agent/relay.c), which read lines from the host (and, in
+ * sbx-agent, from the App's command). Every line the splitter returns must be within its limit and
+ * free of newlines; every value jspan_parse() accepts must also be accepted by jansson
+ * (differential check), and the lookups sbx-agent and the echo agent make on it must stay inside
+ * the span.
  */
 #include "fuzz_common.h"
 #include "relay.h"

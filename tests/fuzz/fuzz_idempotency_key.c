@@ -38,10 +38,11 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
     char *s = fuzz_cstr(data, size);
     struct input_error e;
     memset(&e, 0, sizeof e);
+    e.code = PROBLEM_CODE_COUNT; /* none: a failure must set one */
     bool ok = input_idempotency_key(s, &e);
     FUZZ_CHECK(ok == idempotency_ok(s));
     if (!ok)
-        FUZZ_CHECK(e.code && fuzz_terminated(e.field, sizeof e.field) &&
+        FUZZ_CHECK(e.code < PROBLEM_CODE_COUNT && fuzz_terminated(e.field, sizeof e.field) &&
                    fuzz_terminated(e.detail, sizeof e.detail));
     FUZZ_CHECK(input_request_id_ok(s) == request_id_ok(s));
     free(s);

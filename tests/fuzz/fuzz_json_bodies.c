@@ -16,7 +16,7 @@
 
 static void check_error(const struct input_error *e)
 {
-    FUZZ_CHECK(e->code != NULL);
+    FUZZ_CHECK(e->code < PROBLEM_CODE_COUNT);
     FUZZ_CHECK(fuzz_terminated(e->field, sizeof e->field));
     FUZZ_CHECK(fuzz_terminated(e->detail, sizeof e->detail));
 }
@@ -176,6 +176,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
     size_t which = data[0] % (sizeof endpoints / sizeof *endpoints);
     struct input_error e;
     memset(&e, 0, sizeof e);
+    e.code = PROBLEM_CODE_COUNT; /* none: a failure must set one */
     /* The gateway hands the collected body over as bytes without a terminator. */
     char *body = malloc(size - 1 ? size - 1 : 1);
     FUZZ_CHECK(body != NULL);

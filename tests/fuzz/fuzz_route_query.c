@@ -70,6 +70,7 @@ static void check_query(const char *limit, const char *cursor, const char *wait)
     size_t lim = 0;
     int64_t w = -1;
     memset(&e, 0, sizeof e);
+    e.code = PROBLEM_CODE_COUNT; /* none: a failure must set one */
     bool ok = input_limit(limit, &lim, &e);
     if (!limit)
         FUZZ_CHECK(ok && lim == 50);
@@ -79,7 +80,7 @@ static void check_query(const char *limit, const char *cursor, const char *wait)
         if (ok)
             FUZZ_CHECK(lim >= 1 && lim <= 200);
         else
-            FUZZ_CHECK(e.code && fuzz_terminated(e.detail, sizeof e.detail));
+            FUZZ_CHECK(e.code < PROBLEM_CODE_COUNT && fuzz_terminated(e.detail, sizeof e.detail));
     }
     FUZZ_CHECK(input_cursor(cursor, &e) == (!cursor || digits_only(cursor, 18)));
     ok = input_wait(wait, &w, &e);

@@ -26,7 +26,7 @@ static void expect_parse_error(const char *text, size_t len, bool optional)
 {
     struct input_error e = {0};
     assert_null(input_parse_object(text, len, optional, &e));
-    assert_string_equal(e.code, "malformed-json");
+    assert_int_equal(e.code, PROBLEM_MALFORMED_JSON);
 }
 
 static void test_parse_object(void **state)
@@ -67,7 +67,7 @@ static void test_known_fields(void **state)
     json_decref(v);
     v = parse_ok("{\"name\":\"x\",\"colour\":1}");
     assert_false(input_known_fields(v, allowed, &e));
-    assert_string_equal(e.code, "unknown-field");
+    assert_int_equal(e.code, PROBLEM_UNKNOWN_FIELD);
     assert_string_equal(e.field, "colour");
     assert_non_null(strstr(e.detail, "colour"));
     json_decref(v);
@@ -86,7 +86,7 @@ static void test_typed_fields(void **state)
     assert_string_equal(s, "abc");
     assert_int_equal(input_string(v, "missing", 1, 10, false, &s, NULL, &e), 0);
     assert_int_equal(input_string(v, "n", 1, 10, false, &s, NULL, &e), -1);
-    assert_string_equal(e.code, "invalid-field");
+    assert_int_equal(e.code, PROBLEM_INVALID_FIELD);
     assert_string_equal(e.field, "n");
     assert_int_equal(input_string(v, "s", 4, 10, false, &s, NULL, &e), -1);
     assert_string_equal(e.field, "s");
@@ -97,12 +97,12 @@ static void test_typed_fields(void **state)
     assert_int_equal(input_int(v, "n", 1, 10, false, &i, NULL, &e), 1);
     assert_int_equal(i, 5);
     assert_int_equal(input_int(v, "big", 1, 10, false, &i, NULL, &e), -1);
-    assert_string_equal(e.code, "invalid-value");
+    assert_int_equal(e.code, PROBLEM_INVALID_VALUE);
     assert_string_equal(e.field, "big");
     assert_int_equal(input_int(v, "f", 1, 10, false, &i, NULL, &e), -1);
-    assert_string_equal(e.code, "invalid-field");
+    assert_int_equal(e.code, PROBLEM_INVALID_FIELD);
     assert_int_equal(input_int(v, "s", 1, 10, false, &i, NULL, &e), -1);
-    assert_string_equal(e.code, "invalid-field");
+    assert_int_equal(e.code, PROBLEM_INVALID_FIELD);
     is_null = false;
     assert_int_equal(input_int(v, "z", 1, 10, true, &i, &is_null, &e), 1);
     assert_true(is_null);
@@ -116,9 +116,9 @@ static void test_typed_fields(void **state)
     assert_string_equal(json, "[\"x\",\"y\"]");
     free(json);
     assert_int_equal(input_string_array(v, "e", 64, 100, &json, &e), -1);
-    assert_string_equal(e.code, "invalid-value");
+    assert_int_equal(e.code, PROBLEM_INVALID_VALUE);
     assert_int_equal(input_string_array(v, "m", 64, 100, &json, &e), -1);
-    assert_string_equal(e.code, "invalid-field");
+    assert_int_equal(e.code, PROBLEM_INVALID_FIELD);
     assert_int_equal(input_string_array(v, "s", 64, 100, &json, &e), -1);
     assert_int_equal(input_string_array(v, "a", 1, 100, &json, &e), -1);
     json_decref(v);
@@ -159,7 +159,7 @@ static void test_query_parameters(void **state)
     const char *bad_limits[] = {"0", "201", "abc", "", "-1", "1.5", "99999999999999"};
     for (size_t i = 0; i < sizeof bad_limits / sizeof bad_limits[0]; i++) {
         assert_false(input_limit(bad_limits[i], &limit, &e));
-        assert_string_equal(e.code, "invalid-parameter");
+        assert_int_equal(e.code, PROBLEM_INVALID_PARAMETER);
         assert_string_equal(e.field, "limit");
     }
     assert_true(input_cursor(NULL, &e));
@@ -194,7 +194,7 @@ static void test_idempotency_key(void **state)
     key[255] = 'k';
     key[256] = '\0';
     assert_false(input_idempotency_key(key, &e));
-    assert_string_equal(e.code, "invalid-parameter");
+    assert_int_equal(e.code, PROBLEM_INVALID_PARAMETER);
 }
 
 static void test_route_matching(void **state)
