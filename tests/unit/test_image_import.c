@@ -121,11 +121,32 @@ static void put_file(const char *path, const char *content)
     fclose(f);
 }
 
+/* The digest of a layer's decompressed bytes (its diff id). */
+static void diff_id_of(const char *layer, char out[IMAGE_DIGEST_LEN])
+{
+    struct archive *a = archive_read_new();
+    struct archive_entry *e;
+    struct image_hasher h;
+    const void *buf;
+    size_t len;
+    la_int64_t off;
+    archive_read_support_filter_all(a);
+    archive_read_support_format_raw(a);
+    assert_int_equal(archive_read_open_filename(a, layer, 1 << 16), ARCHIVE_OK);
+    assert_int_equal(archive_read_next_header(a, &e), ARCHIVE_OK);
+    image_hasher_init(&h);
+    while (archive_read_data_block(a, &buf, &len, &off) == ARCHIVE_OK)
+        image_hasher_update(&h, buf, len);
+    image_hasher_final(&h, out);
+    archive_read_free(a);
+}
+
 /* Writes a docker-archive of the given layers (paths of layer tars) to out; returns the config
  * digest. bad_diff: the first diff id is wrong. missing: the layers are stored under a name
- * that the manifest does not give. */
-static void docker_archive(const char *out, const char *const *layers, size_t n, bool bad_diff,
-                           bool missing, char digest[IMAGE_DIGEST_LEN])
+ * that the manifest does not give. stored (NULL: layers): the layer files the archive holds,
+ * in place of those the config's diff ids describe. */
+static void docker_archive_of(const char *out, const char *const *layers, const char *const *stored,
+                              size_t n, bool bad_diff, bool missing, char digest[IMAGE_DIGEST_LEN])
 {
     char config[4096], manifest[4096], diff[IMAGE_DIGEST_LEN], names[8][96], path[512];
     size_t cn = (size_t)snprintf(config, sizeof config,
@@ -135,7 +156,7 @@ static void docker_archive(const char *out, const char *const *layers, size_t n,
                                  "\"diff_ids\":[");
     size_t mn = (size_t)snprintf(manifest, sizeof manifest, "[{\"Config\":\"CONFIG\",\"Layers\":[");
     for (size_t i = 0; i < n; i++) {
-        assert_int_equal(image_digest_file(layers[i], diff, NULL), 0);
+        diff_id_of(layers[i], diff);
         if (bad_diff && i == 0)
             diff[10] = diff[10] == '0' ? '1' : '0';
         cn += (size_t)snprintf(config + cn, sizeof config - cn, "%s\"%s\"", i ? "," : "", diff);
@@ -168,7 +189,7 @@ static void docker_archive(const char *out, const char *const *layers, size_t n,
         char *bytes = NULL;
         const char *content = i == 0 ? manifest_final : i == 1 ? config : NULL;
         if (!content) {
-            bytes = slurp(layers[i - 2], &len);
+            bytes = slurp((stored ? stored : layers)[i - 2], &len);
             content = bytes;
         } else {
             len = strlen(content);
@@ -186,6 +207,12 @@ static void docker_archive(const char *out, const char *const *layers, size_t n,
     (void)path;
     assert_int_equal(archive_write_close(a), ARCHIVE_OK);
     archive_write_free(a);
+}
+
+static void docker_archive(const char *out, const char *const *layers, size_t n, bool bad_diff,
+                           bool missing, char digest[IMAGE_DIGEST_LEN])
+{
+    docker_archive_of(out, layers, NULL, n, bad_diff, missing, digest);
 }
 
 static struct sbx_config cfg;
@@ -363,19 +390,21 @@ static void test_docker_archive_applies_layers(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
-/* An OCI layout whose layer blob is `layer` (verified by digest); tamper: the blob's bytes are
- * not those of its name. */
-static void oci_archive(const char *out, const char *layer, bool tamper, bool gzip_outer)
+/* An OCI layout whose layer blob is `layer` (verified by digest) and whose config's diff id is
+ * that of diff_layer (NULL: layer); tamper: the blob's bytes are not those of its name. */
+static void oci_archive_of(const char *out, const char *layer, const char *diff_layer, bool tamper,
+                           bool gzip_outer)
 {
-    char ld[IMAGE_DIGEST_LEN], cd[IMAGE_DIGEST_LEN], md[IMAGE_DIGEST_LEN];
+    char ld[IMAGE_DIGEST_LEN], cd[IMAGE_DIGEST_LEN], md[IMAGE_DIGEST_LEN], dd[IMAGE_DIGEST_LEN];
     char config[1024], manifest[1024], index[512], names[4][96];
     int64_t lsize;
     struct image_hasher h;
     assert_int_equal(image_digest_file(layer, ld, &lsize), 0);
+    diff_id_of(diff_layer ? diff_layer : layer, dd);
     snprintf(config, sizeof config,
              "{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{\"Entrypoint\":"
              "[\"/e\"]},\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[\"%s\"]}}",
-             ld);
+             dd);
     image_hasher_init(&h);
     image_hasher_update(&h, config, strlen(config));
     image_hasher_final(&h, cd);
@@ -421,6 +450,11 @@ static void oci_archive(const char *out, const char *layer, bool tamper, bool gz
     }
     assert_int_equal(archive_write_close(a), ARCHIVE_OK);
     archive_write_free(a);
+}
+
+static void oci_archive(const char *out, const char *layer, bool tamper, bool gzip_outer)
+{
+    oci_archive_of(out, layer, NULL, tamper, gzip_outer);
 }
 
 static void test_oci_layout_gzip(void **state)
@@ -566,6 +600,56 @@ static void test_hard_link_outside(void **state)
     escape_case(one, 1, two, 1);
 }
 
+/* The cache and the warm pool know an image by its config digest: an archive that carries a
+ * genuine image's config with other layers must not import under that digest, from either
+ * layout, whether or not the genuine image is cached already. */
+static void test_forged_layers_refused(void **state)
+{
+    (void)state;
+    char good[400], evil[400], ar[400], digest[IMAGE_DIGEST_LEN], forged_digest[IMAGE_DIGEST_LEN];
+    char dir[4096], err[200], p[4400];
+    struct ent good_ents[] = {{"etc/motd", 'f', "genuine\n", 0644, 0, 0}};
+    struct ent evil_ents[] = {{"etc/motd", 'f', "forged!\n", 0644, 0, 0}};
+    layer_path(good, sizeof good, "good.tar.gz");
+    layer_path(evil, sizeof evil, "evil.tar.gz");
+    write_tar(good, good_ents, 1, true);
+    write_tar(evil, evil_ents, 1, true);
+    const char *genuine[] = {good}, *forged[] = {evil};
+
+    layer_path(ar, sizeof ar, "forged-oci.tar");
+    oci_archive_of(ar, evil, good, false, false);
+    expect_failure(ar, "image_digest_mismatch");
+    layer_path(ar, sizeof ar, "forged-docker.tar");
+    docker_archive_of(ar, genuine, forged, 1, false, false, forged_digest);
+    expect_failure(ar, "image_digest_mismatch");
+
+    /* The genuine image imports, under the digest the forgery claimed. */
+    layer_path(ar, sizeof ar, "genuine-docker.tar");
+    docker_archive(ar, genuine, 1, false, false, digest);
+    assert_string_equal(digest, forged_digest);
+    struct import_result res = {0};
+    if (import_archive(&cfg, "img_test", ar, &res) != 0)
+        fail_msg("import failed: %s: %s", res.problem.code, res.problem.detail);
+    assert_string_equal(res.digest, digest);
+    import_result_clear(&res);
+
+    /* With it cached, the forgery is still refused rather than handed the cached tree. */
+    layer_path(ar, sizeof ar, "forged-docker.tar");
+    memset(&res, 0, sizeof res);
+    assert_int_equal(import_archive(&cfg, "img_test", ar, &res), -1);
+    assert_non_null(res.problem.code);
+    assert_string_equal(res.problem.code, "image_digest_mismatch");
+    import_result_clear(&res);
+    assert_int_equal(image_cache_dir(&cfg, digest, dir, sizeof dir, err, sizeof err), 0);
+    snprintf(p, sizeof p, "%s/rootfs/etc/motd", dir);
+    char *motd = slurp(p, NULL);
+    assert_string_equal(motd, "genuine\n");
+    free(motd);
+    char cmd[500];
+    snprintf(cmd, sizeof cmd, "rm -rf %s/images", data_dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static void test_over_limits(void **state)
 {
     (void)state;
@@ -604,6 +688,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_symlink_escape_across_layers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hard_link_outside, setup, teardown),
         cmocka_unit_test_setup_teardown(test_over_limits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_forged_layers_refused, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

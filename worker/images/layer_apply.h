@@ -28,11 +28,17 @@ struct layer_stats {
     int64_t xattrs_dropped; /* left out: another namespace, or the filesystem holds none */
 };
 
-/* Applies the layer at layer_path onto the tree whose directory is rootfd. Fails (with
- * IMAGE_TREE_TOO_LARGE) before st->unpacked_bytes would exceed unpacked_limit. Returns 0, or -1
- * with the problem; the tree is then half-applied and only good for removal. */
-int layer_apply(int rootfd, const char *layer_path, int64_t unpacked_limit, struct layer_stats *st,
-                struct image_problem *p);
+struct layer_limits {
+    int64_t unpacked_bytes; /* image_unpacked_limit */
+};
+
+/* Applies the layer at layer_path onto the tree whose directory is rootfd, checking that its
+ * decompressed tar stream (all of it, as it is applied) hashes to diff_id (IMAGE_DIGEST_MISMATCH
+ * otherwise). Fails (with IMAGE_TREE_TOO_LARGE) before st->unpacked_bytes would exceed
+ * lim->unpacked_bytes. Returns 0, or -1 with the problem; the tree is then half-applied and only
+ * good for removal. */
+int layer_apply(int rootfd, const char *layer_path, const char *diff_id,
+                const struct layer_limits *lim, struct layer_stats *st, struct image_problem *p);
 
 /* The digest of the layer's uncompressed bytes (its diff id, what an image config lists). */
 int layer_diff_id(const char *layer_path, char out[72], struct image_problem *p);

@@ -437,7 +437,7 @@ static int pull_into(struct pull *pl, const char *work, struct import_result *re
     if (!rc) {
         snprintf(plan.digest, sizeof plan.digest, "%s", config);
         text = image_read_small(plan.config_path, MANIFEST_LIMIT, p);
-        rc = text ? image_config_parse(text, n_layers, &plan, NULL, p) : -1;
+        rc = text ? image_config_parse(text, n_layers, &plan, &plan.diff_ids, p) : -1;
         free(text);
     }
     /* A digest this host has already needs no layers: import_plan reuses it. */
