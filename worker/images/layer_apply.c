@@ -414,7 +414,10 @@ static int apply_entry(struct archive *a, int rootfd, struct archive_entry *e,
         return 0;
     }
 
-    if (!hardlink && (type == AE_IFCHR || type == AE_IFBLK || type == AE_IFSOCK)) {
+    /* Special files are left out: a FIFO, socket or device in the cache is something a reader on
+     * the host (sbx reads the image's /etc/passwd) could block on or be misled by. */
+    if (!hardlink &&
+        (type == AE_IFCHR || type == AE_IFBLK || type == AE_IFSOCK || type == AE_IFIFO)) {
         st->dropped++;
         return 0;
     }
@@ -474,12 +477,6 @@ static int apply_entry(struct archive *a, int rootfd, struct archive_entry *e,
                             strerror(errno));
         if (!rc)
             rc = set_meta(dfd, leaf, e, true, path, p);
-    } else if (type == AE_IFIFO) {
-        if ((rc = clear_leaf(dfd, leaf, path, p)) == 0 && mkfifoat(dfd, leaf, 0600) != 0)
-            rc =
-                image_fail(p, IMAGE_IO_ERROR, "cannot create fifo '%s': %s", path, strerror(errno));
-        if (!rc)
-            rc = set_meta(dfd, leaf, e, false, path, p);
     } else {
         rc = image_fail(p, IMAGE_BAD_LAYER, "entry '%s' has an unknown type", path);
     }

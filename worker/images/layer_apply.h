@@ -4,8 +4,9 @@
  * same path; `.wh.NAME` deletes NAME, `.wh..wh..opq` empties its directory of what lower layers put
  * there. Modes, owners, times, symlinks and hard links are kept, and of extended attributes those
  * a userspace relies on: `security.capability` (file capabilities, e.g. ping's) and `user.*`;
- * others (`trusted.*`, SELinux labels, ACLs) and device nodes and sockets are dropped (a Sandbox
- * gets its /dev from sbx).
+ * others (`trusted.*`, SELinux labels, ACLs) and device nodes, sockets and FIFOs are dropped (a
+ * Sandbox gets its /dev from sbx; nothing that reads the tree on the host can block on or be
+ * misled by a special file).
  *
  * Nothing is written outside the tree: every path is resolved from the tree's directory fd with
  * openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS), so a symlink of this or a lower layer that
@@ -23,7 +24,7 @@
 struct layer_stats {
     int64_t unpacked_bytes; /* regular file bytes written so far, over all layers (in and out) */
     int64_t entries;        /* entries applied */
-    int64_t dropped;        /* device nodes and sockets left out */
+    int64_t dropped;        /* device nodes, sockets and FIFOs left out */
     int64_t xattrs;         /* extended attributes kept */
     int64_t xattrs_dropped; /* left out: another namespace, or the filesystem holds none */
 };
