@@ -271,8 +271,11 @@ static int apply_opaque(int rootfd, const char *dir, const struct path_set *writ
 
 /* ---- entries ---- */
 
-/* Owner, mode and times of what is now at (dirfd, leaf); the mode after the owner, since chown
- * clears set-id bits. Without root the owners cannot be kept: they stay the importer's. */
+/* Owner, mode and times of what is now at (dirfd, leaf). Without root the owners cannot be kept:
+ * they stay the importer's. The cache holds no set-id program: the setuid and setgid bits of
+ * files are cleared, so that no image, whoever uploaded it, puts a setuid-root binary on a host
+ * (or in a guest) that a Sandbox or host user could run; a directory's setgid (group
+ * inheritance, no privilege) is kept. */
 static int set_meta(int dirfd, const char *leaf, struct archive_entry *e, bool is_link,
                     const char *path, struct image_problem *p)
 {
@@ -281,7 +284,9 @@ static int set_meta(int dirfd, const char *leaf, struct archive_entry *e, bool i
         !(errno == EPERM && geteuid() != 0))
         return image_fail(p, IMAGE_IO_ERROR, "cannot set the owner of '%s': %s", path,
                           strerror(errno));
-    if (!is_link && fchmodat(dirfd, leaf, archive_entry_perm(e) & 07777, 0) != 0)
+    mode_t mode = archive_entry_perm(e) & 07777;
+    mode &= archive_entry_filetype(e) == AE_IFDIR ? ~(mode_t)S_ISUID : ~(mode_t)(S_ISUID | S_ISGID);
+    if (!is_link && fchmodat(dirfd, leaf, mode, 0) != 0)
         return image_fail(p, IMAGE_IO_ERROR, "cannot set the mode of '%s': %s", path,
                           strerror(errno));
     struct timespec ts[2] = {{.tv_sec = archive_entry_mtime(e)},
@@ -291,16 +296,16 @@ static int set_meta(int dirfd, const char *leaf, struct archive_entry *e, bool i
     return 0;
 }
 
-/* The extended attributes a userspace relies on: file capabilities and the user namespace.
- * trusted.* needs CAP_SYS_ADMIN's trust, SELinux labels and ACLs mean nothing in a Sandbox. */
+/* The extended attributes kept: the user namespace. File capabilities (security.capability)
+ * are privilege, like setuid bits, and are left out; trusted.* needs CAP_SYS_ADMIN's trust,
+ * SELinux labels and ACLs mean nothing in a Sandbox. */
 static bool xattr_kept(const char *name)
 {
-    return strcmp(name, "security.capability") == 0 || strncmp(name, "user.", 5) == 0;
+    return strncmp(name, "user.", 5) == 0;
 }
 
-/* The entry's kept extended attributes onto (dirfd, leaf), a regular file or a directory; after
- * set_meta, since chown clears security.capability. A filesystem that holds none (ENOTSUP) drops
- * them, counted; any other failure fails the import. */
+/* The entry's kept extended attributes onto (dirfd, leaf), a regular file or a directory. A
+ * filesystem that holds none (ENOTSUP) drops them, counted; any other failure fails the import. */
 static int set_xattrs(int dirfd, const char *leaf, struct archive_entry *e, const char *path,
                       struct layer_stats *st, struct image_problem *p)
 {

@@ -2,9 +2,10 @@
  * layer_apply.h: applies one image layer (a tar, possibly gzip- or zstd-compressed) onto an image
  * tree, as OCI's image-layer spec says: entries in order, replacing what lower layers left at the
  * same path; `.wh.NAME` deletes NAME, `.wh..wh..opq` empties its directory of what lower layers put
- * there. Modes, owners, times, symlinks and hard links are kept, and of extended attributes those
- * a userspace relies on: `security.capability` (file capabilities, e.g. ping's) and `user.*`;
- * others (`trusted.*`, SELinux labels, ACLs) and device nodes, sockets and FIFOs are dropped (a
+ * there. Modes, owners, times, symlinks and hard links are kept, and of extended attributes
+ * `user.*`. Privilege is not: the setuid and setgid bits of files are cleared, and file
+ * capabilities (`security.capability`) dropped, with the other attributes (`trusted.*`, SELinux
+ * labels, ACLs). Device nodes, sockets and FIFOs are dropped too (a
  * Sandbox gets its /dev from sbx; nothing that reads the tree on the host can block on or be
  * misled by a special file).
  *
