@@ -103,6 +103,7 @@ struct sbx_config {
     int64_t identity_token_ttl;  /* SBX_IDENTITY_TOKEN_TTL: seconds an identity token lives */
     char tls_cert_file[512];     /* SBX_TLS_CERT_FILE: the gateway serves HTTPS with it */
     char tls_key_file[512];      /* SBX_TLS_KEY_FILE */
+    int64_t image_entries_limit; /* SBX_IMAGE_ENTRIES_LIMIT: entries of an image import */
 };
 
 /* Fills cfg from defaults, the file, the environment and argv (in that order of precedence,

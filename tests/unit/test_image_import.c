@@ -242,6 +242,7 @@ static int setup(void **state)
     snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s", data_dir);
     cfg.image_upload_limit = 1 << 30;
     cfg.image_unpacked_limit = 1 << 30;
+    cfg.image_entries_limit = 1000000;
     return 0;
 }
 
@@ -735,6 +736,73 @@ static void test_over_limits(void **state)
     cfg.image_unpacked_limit = 1 << 30;
 }
 
+/* A decompression bomb: a small gzip layer whose stream goes on with megabytes of zeros after
+ * the tar's end (no file of it is large, so only the decompressed stream shows it). */
+static void test_decompression_bomb(void **state)
+{
+    (void)state;
+    char tarp[400], l1[400], ar[400], digest[IMAGE_DIGEST_LEN];
+    struct ent one[] = {{"a", 'f', "a\n", 0644, 0, 0}};
+    layer_path(tarp, sizeof tarp, "bomb-inner.tar");
+    layer_path(l1, sizeof l1, "bomb.tar.gz");
+    layer_path(ar, sizeof ar, "bomb-image.tar");
+    write_tar(tarp, one, 1, false);
+    size_t tlen;
+    char *tar = slurp(tarp, &tlen);
+    const size_t zeros = 32u << 20;
+    struct archive *a = archive_write_new();
+    archive_write_set_format_raw(a);
+    archive_write_add_filter_gzip(a);
+    assert_int_equal(archive_write_open_filename(a, l1), ARCHIVE_OK);
+    struct archive_entry *e = archive_entry_new();
+    archive_entry_set_pathname(e, "layer");
+    archive_entry_set_filetype(e, AE_IFREG);
+    assert_int_equal(archive_write_header(a, e), ARCHIVE_OK);
+    assert_int_equal(archive_write_data(a, tar, tlen), (la_ssize_t)tlen);
+    char *z = calloc(1, 1 << 20);
+    for (size_t i = 0; i < zeros >> 20; i++)
+        assert_int_equal(archive_write_data(a, z, 1 << 20), 1 << 20);
+    free(z);
+    free(tar);
+    archive_entry_free(e);
+    assert_int_equal(archive_write_close(a), ARCHIVE_OK);
+    archive_write_free(a);
+    struct stat sb;
+    assert_int_equal(stat(l1, &sb), 0);
+    assert_true(sb.st_size < (1 << 20)); /* small on disk */
+    const char *layers[] = {l1};
+    docker_archive(ar, layers, 1, false, false, digest);
+    cfg.image_unpacked_limit = 1 << 20;
+    expect_failure(ar, "image_tree_too_large");
+    cfg.image_unpacked_limit = 1 << 30;
+}
+
+/* An entry-count bomb: a layer of many empty files, over a small image_entries_limit; and an
+ * archive of many entries itself. */
+static void test_entry_count_bomb(void **state)
+{
+    (void)state;
+    enum { N = 300 };
+    char l1[400], ar[400], digest[IMAGE_DIGEST_LEN];
+    static char names[N][16];
+    static struct ent many[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "f%d", i);
+        many[i] = (struct ent){names[i], 'f', "", 0644, 0, 0};
+    }
+    layer_path(l1, sizeof l1, "many.tar");
+    layer_path(ar, sizeof ar, "many-image.tar");
+    write_tar(l1, many, N, false);
+    const char *layers[] = {l1};
+    docker_archive(ar, layers, 1, false, false, digest);
+    cfg.image_entries_limit = 100;
+    expect_failure(ar, "image_tree_too_large");
+    /* The image archive's own entries count too. */
+    cfg.image_entries_limit = 2;
+    expect_failure(ar, "image_archive_too_large");
+    cfg.image_entries_limit = 1000000;
+}
+
 int main(void)
 {
     if (geteuid() != 0) {
@@ -755,6 +823,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_over_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forged_layers_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fifo_passwd_never_blocks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_decompression_bomb, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_entry_count_bomb, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

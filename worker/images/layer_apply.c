@@ -488,8 +488,6 @@ static int apply_entry(struct archive *a, int rootfd, struct archive_entry *e,
     close(dfd);
     if (!rc && path_set_add(written, path) != 0)
         rc = image_fail(p, IMAGE_IO_ERROR, "out of memory");
-    if (!rc)
-        st->entries++;
     return rc;
 }
 
@@ -499,7 +497,9 @@ static int apply_entry(struct archive *a, int rootfd, struct archive_entry *e,
 struct layer_stream {
     struct archive *outer;
     struct image_hasher hash;
-    int64_t bytes; /* decompressed bytes of this layer so far */
+    int64_t *total; /* decompressed bytes of all layers so far (layer_stats.stream_bytes) */
+    int64_t limit;
+    struct image_problem *p;
     bool eof;
 };
 
@@ -520,16 +520,28 @@ static la_ssize_t stream_read(struct archive *inner, void *arg, const void **buf
         archive_set_error(inner, archive_errno(s->outer), "%s", why ? why : "unreadable layer");
         return -1;
     }
+    if (*s->total + (int64_t)len > s->limit) {
+        image_fail(s->p, IMAGE_TREE_TOO_LARGE,
+                   "the decompressed layers exceed image_unpacked_limit (%lld bytes)",
+                   (long long)s->limit);
+        archive_set_error(inner, EFBIG, "over image_unpacked_limit");
+        return -1;
+    }
     image_hasher_update(&s->hash, *buf, len);
-    s->bytes += (int64_t)len;
+    *s->total += (int64_t)len;
     return (la_ssize_t)len;
 }
 
 /* Opens the outer (decompressing) reader of a layer; an empty file is an empty stream. */
-static int stream_open(struct layer_stream *s, const char *layer_path, struct image_problem *p)
+static int stream_open(struct layer_stream *s, const char *layer_path,
+                       const struct layer_limits *lim, struct layer_stats *st,
+                       struct image_problem *p)
 {
     struct archive_entry *e;
     memset(s, 0, sizeof *s);
+    s->total = &st->stream_bytes;
+    s->limit = lim->unpacked_bytes;
+    s->p = p;
     image_hasher_init(&s->hash);
     if (!(s->outer = archive_read_new()))
         return image_fail(p, IMAGE_IO_ERROR, "out of memory");
@@ -585,7 +597,7 @@ int layer_apply(int rootfd, const char *layer_path, const char *diff_id,
     int r, rc = 0;
     bool any = false;
 
-    if (stream_open(&s, layer_path, p) != 0)
+    if (stream_open(&s, layer_path, lim, st, p) != 0)
         return -1;
     struct archive *a = archive_read_new();
     if (!a) {
@@ -602,6 +614,12 @@ int layer_apply(int rootfd, const char *layer_path, const char *diff_id,
     } else {
         while ((r = archive_read_next_header(a, &e)) == ARCHIVE_OK || r == ARCHIVE_WARN) {
             any = true;
+            if (++st->entries > lim->entries) {
+                rc = image_fail(p, IMAGE_TREE_TOO_LARGE,
+                                "the layers hold more than image_entries_limit (%lld) entries",
+                                (long long)lim->entries);
+                break;
+            }
             if (apply_entry(a, rootfd, e, lim->unpacked_bytes, st, &written, p) != 0) {
                 rc = -1;
                 break;
@@ -624,10 +642,11 @@ int layer_apply(int rootfd, const char *layer_path, const char *diff_id,
     return rc;
 }
 
-int layer_diff_id(const char *layer_path, char out[72], struct image_problem *p)
+int layer_diff_id(const char *layer_path, const struct layer_limits *lim, struct layer_stats *st,
+                  char out[72], struct image_problem *p)
 {
     struct layer_stream s;
-    if (stream_open(&s, layer_path, p) != 0)
+    if (stream_open(&s, layer_path, lim, st, p) != 0)
         return -1;
     struct archive *a = archive_read_new();
     const void *buf;
