@@ -169,6 +169,12 @@ static const struct setting settings[] = {
     INT(image_entries_limit, "1000000", 1, 1000000000LL,
         "most entries of an image import: of the archive, and of its layers together (the import "
         "fails above)"),
+    INT(registry_pull_timeout, "3600", 1, 604800,
+        "seconds a registry pull may take, all its requests together (the import fails above)"),
+    INT(registry_low_speed_limit, "1024", 1, 1073741824,
+        "bytes per second below which a registry response is too slow"),
+    INT(registry_low_speed_time, "60", 1, 3600,
+        "seconds a registry response may stay below registry_low_speed_limit"),
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 

@@ -16,17 +16,23 @@
 #include "images/image_cache.h"
 #include "images/image_digest.h"
 #include "images/importer.h"
+#include "images/registry_pull.h"
 #include "../../agent/image_user.h"
 
 #include <archive.h>
 #include <archive_entry.h>
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
@@ -243,6 +249,9 @@ static int setup(void **state)
     cfg.image_upload_limit = 1 << 30;
     cfg.image_unpacked_limit = 1 << 30;
     cfg.image_entries_limit = 1000000;
+    cfg.registry_pull_timeout = 3600;
+    cfg.registry_low_speed_limit = 1024;
+    cfg.registry_low_speed_time = 60;
     return 0;
 }
 
@@ -803,6 +812,102 @@ static void test_entry_count_bomb(void **state)
     cfg.image_entries_limit = 1000000;
 }
 
+/* A registry on loopback that answers every request with a 200 whose body comes one byte every
+ * 100 ms, until the client goes or the test ends. */
+struct trickler {
+    int listen_fd;
+    volatile int stop;
+    pthread_t thread;
+};
+
+static void *trickle(void *arg)
+{
+    struct trickler *t = arg;
+    while (!t->stop) {
+        struct pollfd pfd = {.fd = t->listen_fd, .events = POLLIN};
+        if (poll(&pfd, 1, 100) <= 0)
+            continue;
+        int c = accept(t->listen_fd, NULL, NULL);
+        if (c < 0)
+            continue;
+        char req[4096];
+        size_t n = 0;
+        ssize_t r;
+        while (n < sizeof req - 1 && (r = read(c, req + n, sizeof req - 1 - n)) > 0) {
+            n += (size_t)r;
+            req[n] = '\0';
+            if (strstr(req, "\r\n\r\n"))
+                break;
+        }
+        const char *head =
+            "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.oci.image.manifest.v1+json"
+            "\r\nContent-Length: 100000\r\n\r\n";
+        if (write(c, head, strlen(head)) < 0) {
+            close(c);
+            continue;
+        }
+        while (!t->stop && send(c, "{", 1, MSG_NOSIGNAL) == 1)
+            usleep(100 * 1000);
+        close(c);
+    }
+    return NULL;
+}
+
+static void trickler_start(struct trickler *t, char *host, size_t hostlen)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    t->stop = 0;
+    t->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(t->listen_fd >= 0);
+    assert_int_equal(bind(t->listen_fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(t->listen_fd, 8), 0);
+    assert_int_equal(getsockname(t->listen_fd, (struct sockaddr *)&sa, &len), 0);
+    snprintf(host, hostlen, "127.0.0.1:%d", ntohs(sa.sin_port));
+    assert_int_equal(pthread_create(&t->thread, NULL, trickle, t), 0);
+}
+
+static void trickler_stop(struct trickler *t)
+{
+    t->stop = 1;
+    pthread_join(t->thread, NULL);
+    close(t->listen_fd);
+}
+
+static void expect_slow_pull(const char *host, const char *says)
+{
+    char ref[300];
+    struct import_result res = {0};
+    snprintf(ref, sizeof ref, "%s/sbx/slow:v1", host);
+    assert_int_equal(registry_pull(&cfg, "img_test", ref, NULL, &res), -1);
+    if (!res.problem.code || strcmp(res.problem.code, "registry_too_slow") != 0 ||
+        !strstr(res.problem.detail, says))
+        fail_msg("expected registry_too_slow (%s), got %s: %s", says,
+                 res.problem.code ? res.problem.code : "(none)", res.problem.detail);
+    import_result_clear(&res);
+    assert_untouched();
+}
+
+/* A registry that sends a byte at a time fails the pull, by the minimum rate and, with that
+ * lenient, by the pull's time limit; nothing is left behind. */
+static void test_trickling_registry(void **state)
+{
+    (void)state;
+    struct trickler t;
+    char host[64];
+    trickler_start(&t, host, sizeof host);
+    snprintf(cfg.insecure_registries, sizeof cfg.insecure_registries, "%s", host);
+    cfg.registry_pull_timeout = 600;
+    cfg.registry_low_speed_limit = 1000;
+    cfg.registry_low_speed_time = 1;
+    expect_slow_pull(host, "registry_low_speed_limit");
+    cfg.registry_low_speed_limit = 1;
+    cfg.registry_low_speed_time = 600;
+    cfg.registry_pull_timeout = 2;
+    expect_slow_pull(host, "registry_pull_timeout");
+    trickler_stop(&t);
+}
+
 int main(void)
 {
     if (geteuid() != 0) {
@@ -825,6 +930,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fifo_passwd_never_blocks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_decompression_bomb, setup, teardown),
         cmocka_unit_test_setup_teardown(test_entry_count_bomb, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_trickling_registry, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

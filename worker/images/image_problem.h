@@ -25,6 +25,7 @@
 #define IMAGE_REGISTRY_UNAUTHORIZED "registry_unauthorized" /* credentials refused */
 #define IMAGE_REGISTRY_NOT_FOUND "registry_not_found"       /* no such repository, tag or blob */
 #define IMAGE_BAD_REFERENCE "image_bad_reference"           /* the reference does not parse */
+#define IMAGE_REGISTRY_TOO_SLOW "registry_too_slow" /* over registry_pull_timeout, or too slow */
 
 struct image_problem {
     const char *code; /* one of the above; NULL while all is well */
