@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -39,21 +40,33 @@ static long long parse_id(const char *s)
     return v > 0xfffffffell ? -1 : v;
 }
 
+/* The largest user or group database read; a bigger one is treated as absent. */
+#define DB_LIMIT (16 << 20)
+
 /* Opens etc/<name> of the tree root_fd (or of this process's root for -1). In a tree, every link
- * resolves inside it (RESOLVE_IN_ROOT), as it would for a process whose root the tree is. */
+ * resolves inside it (RESOLVE_IN_ROOT), as it would for a process whose root the tree is. The
+ * tree is an image's, read by the worker on the host: the open never waits (O_NONBLOCK, for a
+ * FIFO) and only a regular file is read (not a FIFO, socket or device a tree could hold). */
 static FILE *open_db(int root_fd, const char *name)
 {
     char path[64];
+    int fd;
     if (root_fd < 0) {
         snprintf(path, sizeof path, "/etc/%s", name);
-        return fopen(path, "re");
+        fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    } else {
+        snprintf(path, sizeof path, "etc/%s", name);
+        struct open_how how = {.flags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC,
+                               .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+        fd = (int)syscall(SYS_openat2, root_fd, path, &how, sizeof how);
     }
-    snprintf(path, sizeof path, "etc/%s", name);
-    struct open_how how = {.flags = O_RDONLY | O_CLOEXEC,
-                           .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
-    int fd = (int)syscall(SYS_openat2, root_fd, path, &how, sizeof how);
     if (fd < 0)
         return NULL;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > DB_LIMIT) {
+        close(fd);
+        return NULL;
+    }
     FILE *f = fdopen(fd, "re");
     if (!f)
         close(fd);

@@ -145,7 +145,8 @@ static const struct setting settings[] = {
     INT(image_upload_limit, "8589934592", 1024, 1099511627776LL,
         "largest uploaded image archive in bytes (413 above); also the limit of a pull"),
     INT(image_unpacked_limit, "17179869184", 1024, 1099511627776LL,
-        "largest unpacked image tree in bytes (the import fails above)"),
+        "largest unpacked image tree in bytes, and of an import's decompressed layers (the import "
+        "fails above)"),
     INT(image_cache_limit, "0", 0, 1099511627776LL,
         "bytes of this host's image cache before unused images are evicted (0: no limit)"),
     STR(insecure_registries, "",
@@ -165,6 +166,15 @@ static const struct setting settings[] = {
     INT(identity_token_ttl, "600", 60, 86400, "seconds an identity token is valid"),
     STR(tls_cert_file, "", "PEM certificate chain: the gateway serves HTTPS (reloaded on SIGHUP)"),
     STR(tls_key_file, "", "PEM private key of tls_cert_file"),
+    INT(image_entries_limit, "1000000", 1, 1000000000LL,
+        "most entries of an image import: of the archive, and of its layers together (the import "
+        "fails above)"),
+    INT(registry_pull_timeout, "3600", 1, 604800,
+        "seconds a registry pull may take, all its requests together (the import fails above)"),
+    INT(registry_low_speed_limit, "1024", 1, 1073741824,
+        "bytes per second below which a registry response is too slow"),
+    INT(registry_low_speed_time, "60", 1, 3600,
+        "seconds a registry response may stay below registry_low_speed_limit"),
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 

@@ -95,14 +95,18 @@ struct sbx_config {
     int64_t image_cache_limit;      /* SBX_IMAGE_CACHE_LIMIT: bytes of a host's image cache */
     char insecure_registries[1024]; /* SBX_INSECURE_REGISTRIES: host[:port],... pulled over http */
     /* the installation's keys, the agents' callbacks, TLS (docs/callbacks.md) */
-    char ca_dir[512];            /* SBX_CA_DIR: the installation CA and signing key */
-    char public_url[256];        /* SBX_PUBLIC_URL: the gateway's URL, the tokens' issuer */
-    char callback_listen[128];   /* SBX_CALLBACK_LISTEN: the callback API's address, "off" */
-    int64_t callback_rate;       /* SBX_CALLBACK_RATE: requests per second per Sandbox */
-    int64_t callback_body_limit; /* SBX_CALLBACK_BODY_LIMIT: bytes of a callback body */
-    int64_t identity_token_ttl;  /* SBX_IDENTITY_TOKEN_TTL: seconds an identity token lives */
-    char tls_cert_file[512];     /* SBX_TLS_CERT_FILE: the gateway serves HTTPS with it */
-    char tls_key_file[512];      /* SBX_TLS_KEY_FILE */
+    char ca_dir[512];                 /* SBX_CA_DIR: the installation CA and signing key */
+    char public_url[256];             /* SBX_PUBLIC_URL: the gateway's URL, the tokens' issuer */
+    char callback_listen[128];        /* SBX_CALLBACK_LISTEN: the callback API's address, "off" */
+    int64_t callback_rate;            /* SBX_CALLBACK_RATE: requests per second per Sandbox */
+    int64_t callback_body_limit;      /* SBX_CALLBACK_BODY_LIMIT: bytes of a callback body */
+    int64_t identity_token_ttl;       /* SBX_IDENTITY_TOKEN_TTL: seconds an identity token lives */
+    char tls_cert_file[512];          /* SBX_TLS_CERT_FILE: the gateway serves HTTPS with it */
+    char tls_key_file[512];           /* SBX_TLS_KEY_FILE */
+    int64_t image_entries_limit;      /* SBX_IMAGE_ENTRIES_LIMIT: entries of an image import */
+    int64_t registry_pull_timeout;    /* SBX_REGISTRY_PULL_TIMEOUT: seconds of a whole pull */
+    int64_t registry_low_speed_limit; /* SBX_REGISTRY_LOW_SPEED_LIMIT: bytes per second */
+    int64_t registry_low_speed_time;  /* SBX_REGISTRY_LOW_SPEED_TIME: seconds below it */
 };
 
 /* Fills cfg from defaults, the file, the environment and argv (in that order of precedence,

@@ -16,15 +16,23 @@
 #include "images/image_cache.h"
 #include "images/image_digest.h"
 #include "images/importer.h"
+#include "images/registry_pull.h"
+#include "../../agent/image_user.h"
 
 #include <archive.h>
 #include <archive_entry.h>
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
@@ -35,7 +43,7 @@ static char base[256], data_dir[300], sentinel[300], escape_name[64];
 /* One entry of a tar written by write_tar. */
 struct ent {
     const char *name;
-    char type;        /* 'f' file, 'd' dir, 'l' symlink, 'h' hard link, 'c' char device */
+    char type;        /* 'f' file, 'd' dir, 'l' symlink, 'h' hard link, 'c' char device, 'p' FIFO */
     const char *data; /* file content, or the link target */
     int mode, uid, gid;
 };
@@ -84,12 +92,20 @@ static void write_tar(const char *path, const struct ent *ents, size_t n, bool g
             archive_entry_set_filetype(e, AE_IFCHR);
             archive_entry_set_rdev(e, makedev(1, 3));
             break;
+        case 'p':
+            archive_entry_set_filetype(e, AE_IFIFO);
+            break;
         }
         archive_entry_set_perm(e, ents[i].mode ? (mode_t)ents[i].mode : 0644);
         for (size_t x = 0; x < sizeof tar_xattrs / sizeof tar_xattrs[0]; x++)
             if (strcmp(tar_xattrs[x].entry, ents[i].name) == 0)
                 archive_entry_xattr_add_entry(e, tar_xattrs[x].name, tar_xattrs[x].value,
                                               strlen(tar_xattrs[x].value));
+        if (strcmp(ents[i].name, "./bin/agent") == 0) {
+            /* File capabilities (v2: CAP_NET_RAW permitted and effective), as ping has. */
+            static const unsigned char cap[20] = {0x01, 0, 0, 0x02, 0, 0x20};
+            archive_entry_xattr_add_entry(e, "security.capability", cap, sizeof cap);
+        }
         assert_int_equal(archive_write_header(a, e), ARCHIVE_OK);
         if (len)
             assert_int_equal(archive_write_data(a, ents[i].data, len), (la_ssize_t)len);
@@ -121,11 +137,32 @@ static void put_file(const char *path, const char *content)
     fclose(f);
 }
 
+/* The digest of a layer's decompressed bytes (its diff id). */
+static void diff_id_of(const char *layer, char out[IMAGE_DIGEST_LEN])
+{
+    struct archive *a = archive_read_new();
+    struct archive_entry *e;
+    struct image_hasher h;
+    const void *buf;
+    size_t len;
+    la_int64_t off;
+    archive_read_support_filter_all(a);
+    archive_read_support_format_raw(a);
+    assert_int_equal(archive_read_open_filename(a, layer, 1 << 16), ARCHIVE_OK);
+    assert_int_equal(archive_read_next_header(a, &e), ARCHIVE_OK);
+    image_hasher_init(&h);
+    while (archive_read_data_block(a, &buf, &len, &off) == ARCHIVE_OK)
+        image_hasher_update(&h, buf, len);
+    image_hasher_final(&h, out);
+    archive_read_free(a);
+}
+
 /* Writes a docker-archive of the given layers (paths of layer tars) to out; returns the config
  * digest. bad_diff: the first diff id is wrong. missing: the layers are stored under a name
- * that the manifest does not give. */
-static void docker_archive(const char *out, const char *const *layers, size_t n, bool bad_diff,
-                           bool missing, char digest[IMAGE_DIGEST_LEN])
+ * that the manifest does not give. stored (NULL: layers): the layer files the archive holds,
+ * in place of those the config's diff ids describe. */
+static void docker_archive_of(const char *out, const char *const *layers, const char *const *stored,
+                              size_t n, bool bad_diff, bool missing, char digest[IMAGE_DIGEST_LEN])
 {
     char config[4096], manifest[4096], diff[IMAGE_DIGEST_LEN], names[8][96], path[512];
     size_t cn = (size_t)snprintf(config, sizeof config,
@@ -135,7 +172,7 @@ static void docker_archive(const char *out, const char *const *layers, size_t n,
                                  "\"diff_ids\":[");
     size_t mn = (size_t)snprintf(manifest, sizeof manifest, "[{\"Config\":\"CONFIG\",\"Layers\":[");
     for (size_t i = 0; i < n; i++) {
-        assert_int_equal(image_digest_file(layers[i], diff, NULL), 0);
+        diff_id_of(layers[i], diff);
         if (bad_diff && i == 0)
             diff[10] = diff[10] == '0' ? '1' : '0';
         cn += (size_t)snprintf(config + cn, sizeof config - cn, "%s\"%s\"", i ? "," : "", diff);
@@ -168,7 +205,7 @@ static void docker_archive(const char *out, const char *const *layers, size_t n,
         char *bytes = NULL;
         const char *content = i == 0 ? manifest_final : i == 1 ? config : NULL;
         if (!content) {
-            bytes = slurp(layers[i - 2], &len);
+            bytes = slurp((stored ? stored : layers)[i - 2], &len);
             content = bytes;
         } else {
             len = strlen(content);
@@ -188,6 +225,12 @@ static void docker_archive(const char *out, const char *const *layers, size_t n,
     archive_write_free(a);
 }
 
+static void docker_archive(const char *out, const char *const *layers, size_t n, bool bad_diff,
+                           bool missing, char digest[IMAGE_DIGEST_LEN])
+{
+    docker_archive_of(out, layers, NULL, n, bad_diff, missing, digest);
+}
+
 static struct sbx_config cfg;
 
 static int setup(void **state)
@@ -205,6 +248,10 @@ static int setup(void **state)
     snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s", data_dir);
     cfg.image_upload_limit = 1 << 30;
     cfg.image_unpacked_limit = 1 << 30;
+    cfg.image_entries_limit = 1000000;
+    cfg.registry_pull_timeout = 3600;
+    cfg.registry_low_speed_limit = 1024;
+    cfg.registry_low_speed_time = 60;
     return 0;
 }
 
@@ -278,6 +325,8 @@ static void test_docker_archive_applies_layers(void **state)
         {"./dev/null", 'c', NULL, 0666, 0, 0},
         {"./bin/", 'd', NULL, 0755, 0, 0},
         {"./bin/agent", 'f', "#!/bin/sh\n", 04755, 0, 0},
+        {"./bin/sg", 'f', "#!/bin/sh\n", 02755, 0, 0},
+        {"./srv/", 'd', NULL, 02775, 0, 0},
     };
     struct ent two[] = {
         {"etc/", 'd', NULL, 0755, 0, 0},
@@ -339,10 +388,21 @@ static void test_docker_archive_applies_layers(void **state)
     assert_int_equal(lgetxattr(p, "user.dir", xv, sizeof xv - 1), 1);
     snprintf(p, sizeof p, "%s/rootfs/home/u/trusted", dir);
     assert_int_equal(lgetxattr(p, "trusted.sbx", xv, sizeof xv), -1);
+    /* No privilege from an image: a setuid-root file loses the bit and its file capabilities, a
+     * setgid file its bit; a setgid directory keeps it (it only sets new files' group). */
     snprintf(p, sizeof p, "%s/rootfs/bin/agent", dir);
     assert_int_equal(lstat(p, &sb), 0);
-    assert_int_equal(sb.st_mode & 07777, 04755);
+    assert_int_equal(sb.st_uid, 0);
+    assert_int_equal(sb.st_mode & 07777, 0755);
     assert_int_equal(sb.st_nlink, 2); /* bin/hard */
+    assert_int_equal(lgetxattr(p, "security.capability", xv, sizeof xv), -1);
+    assert_int_equal(errno, ENODATA);
+    snprintf(p, sizeof p, "%s/rootfs/bin/sg", dir);
+    assert_int_equal(lstat(p, &sb), 0);
+    assert_int_equal(sb.st_mode & 07777, 0755);
+    snprintf(p, sizeof p, "%s/rootfs/srv", dir);
+    assert_int_equal(lstat(p, &sb), 0);
+    assert_int_equal(sb.st_mode & 07777, 02775);
     snprintf(p, sizeof p, "%s/rootfs/bin/link", dir);
     char target[IMAGE_DIGEST_LEN] = "";
     assert_int_equal(readlink(p, target, sizeof target - 1), 5);
@@ -363,19 +423,21 @@ static void test_docker_archive_applies_layers(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
-/* An OCI layout whose layer blob is `layer` (verified by digest); tamper: the blob's bytes are
- * not those of its name. */
-static void oci_archive(const char *out, const char *layer, bool tamper, bool gzip_outer)
+/* An OCI layout whose layer blob is `layer` (verified by digest) and whose config's diff id is
+ * that of diff_layer (NULL: layer); tamper: the blob's bytes are not those of its name. */
+static void oci_archive_of(const char *out, const char *layer, const char *diff_layer, bool tamper,
+                           bool gzip_outer)
 {
-    char ld[IMAGE_DIGEST_LEN], cd[IMAGE_DIGEST_LEN], md[IMAGE_DIGEST_LEN];
+    char ld[IMAGE_DIGEST_LEN], cd[IMAGE_DIGEST_LEN], md[IMAGE_DIGEST_LEN], dd[IMAGE_DIGEST_LEN];
     char config[1024], manifest[1024], index[512], names[4][96];
     int64_t lsize;
     struct image_hasher h;
     assert_int_equal(image_digest_file(layer, ld, &lsize), 0);
+    diff_id_of(diff_layer ? diff_layer : layer, dd);
     snprintf(config, sizeof config,
              "{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{\"Entrypoint\":"
              "[\"/e\"]},\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[\"%s\"]}}",
-             ld);
+             dd);
     image_hasher_init(&h);
     image_hasher_update(&h, config, strlen(config));
     image_hasher_final(&h, cd);
@@ -421,6 +483,11 @@ static void oci_archive(const char *out, const char *layer, bool tamper, bool gz
     }
     assert_int_equal(archive_write_close(a), ARCHIVE_OK);
     archive_write_free(a);
+}
+
+static void oci_archive(const char *out, const char *layer, bool tamper, bool gzip_outer)
+{
+    oci_archive_of(out, layer, NULL, tamper, gzip_outer);
 }
 
 static void test_oci_layout_gzip(void **state)
@@ -566,6 +633,98 @@ static void test_hard_link_outside(void **state)
     escape_case(one, 1, two, 1);
 }
 
+/* The cache and the warm pool know an image by its config digest: an archive that carries a
+ * genuine image's config with other layers must not import under that digest, from either
+ * layout, whether or not the genuine image is cached already. */
+static void test_forged_layers_refused(void **state)
+{
+    (void)state;
+    char good[400], evil[400], ar[400], digest[IMAGE_DIGEST_LEN], forged_digest[IMAGE_DIGEST_LEN];
+    char dir[4096], err[200], p[4400];
+    struct ent good_ents[] = {{"etc/motd", 'f', "genuine\n", 0644, 0, 0}};
+    struct ent evil_ents[] = {{"etc/motd", 'f', "forged!\n", 0644, 0, 0}};
+    layer_path(good, sizeof good, "good.tar.gz");
+    layer_path(evil, sizeof evil, "evil.tar.gz");
+    write_tar(good, good_ents, 1, true);
+    write_tar(evil, evil_ents, 1, true);
+    const char *genuine[] = {good}, *forged[] = {evil};
+
+    layer_path(ar, sizeof ar, "forged-oci.tar");
+    oci_archive_of(ar, evil, good, false, false);
+    expect_failure(ar, "image_digest_mismatch");
+    layer_path(ar, sizeof ar, "forged-docker.tar");
+    docker_archive_of(ar, genuine, forged, 1, false, false, forged_digest);
+    expect_failure(ar, "image_digest_mismatch");
+
+    /* The genuine image imports, under the digest the forgery claimed. */
+    layer_path(ar, sizeof ar, "genuine-docker.tar");
+    docker_archive(ar, genuine, 1, false, false, digest);
+    assert_string_equal(digest, forged_digest);
+    struct import_result res = {0};
+    if (import_archive(&cfg, "img_test", ar, &res) != 0)
+        fail_msg("import failed: %s: %s", res.problem.code, res.problem.detail);
+    assert_string_equal(res.digest, digest);
+    import_result_clear(&res);
+
+    /* With it cached, the forgery is still refused rather than handed the cached tree. */
+    layer_path(ar, sizeof ar, "forged-docker.tar");
+    memset(&res, 0, sizeof res);
+    assert_int_equal(import_archive(&cfg, "img_test", ar, &res), -1);
+    assert_non_null(res.problem.code);
+    assert_string_equal(res.problem.code, "image_digest_mismatch");
+    import_result_clear(&res);
+    assert_int_equal(image_cache_dir(&cfg, digest, dir, sizeof dir, err, sizeof err), 0);
+    snprintf(p, sizeof p, "%s/rootfs/etc/motd", dir);
+    char *motd = slurp(p, NULL);
+    assert_string_equal(motd, "genuine\n");
+    free(motd);
+    char cmd[500];
+    snprintf(cmd, sizeof cmd, "rm -rf %s/images", data_dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* An image's /etc/passwd that is a FIFO: the import leaves it out (as it does sockets and
+ * devices), and the user lookup the worker makes on the host tree never waits on one (a cache
+ * unpacked before FIFOs were dropped may hold one): it finds no passwd, at once. */
+static void test_fifo_passwd_never_blocks(void **state)
+{
+    (void)state;
+    char l1[400], ar[400], digest[IMAGE_DIGEST_LEN], dir[4096], err[200], p[4400], why[256];
+    struct ent one[] = {{"etc/", 'd', NULL, 0755, 0, 0},
+                        {"etc/passwd", 'p', NULL, 0644, 0, 0},
+                        {"etc/group", 'f', "root:x:0:\n", 0644, 0, 0}};
+    layer_path(l1, sizeof l1, "fifo.tar");
+    layer_path(ar, sizeof ar, "fifo-image.tar");
+    write_tar(l1, one, 3, false);
+    const char *layers[] = {l1};
+    docker_archive(ar, layers, 1, false, false, digest);
+    struct import_result res = {0};
+    if (import_archive(&cfg, "img_test", ar, &res) != 0)
+        fail_msg("import failed: %s: %s", res.problem.code, res.problem.detail);
+    import_result_clear(&res);
+    assert_int_equal(image_cache_dir(&cfg, digest, dir, sizeof dir, err, sizeof err), 0);
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/rootfs/etc/passwd", dir);
+    assert_int_equal(lstat(p, &sb), -1);
+    assert_int_equal(errno, ENOENT);
+
+    /* A blocked open would end the test here (SIGALRM) instead of hanging it. */
+    assert_int_equal(mkfifo(p, 0644), 0);
+    snprintf(p, sizeof p, "%s/rootfs", dir);
+    int root = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    assert_true(root >= 0);
+    struct image_user u;
+    alarm(60);
+    assert_int_equal(image_user_resolve("app", root, &u, why, sizeof why), -1);
+    assert_non_null(strstr(why, "not in the image's /etc/passwd"));
+    assert_int_equal(image_user_resolve("0", root, &u, why, sizeof why), 0);
+    alarm(0);
+    close(root);
+    char cmd[500];
+    snprintf(cmd, sizeof cmd, "rm -rf %s/images", data_dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static void test_over_limits(void **state)
 {
     (void)state;
@@ -586,6 +745,169 @@ static void test_over_limits(void **state)
     cfg.image_unpacked_limit = 1 << 30;
 }
 
+/* A decompression bomb: a small gzip layer whose stream goes on with megabytes of zeros after
+ * the tar's end (no file of it is large, so only the decompressed stream shows it). */
+static void test_decompression_bomb(void **state)
+{
+    (void)state;
+    char tarp[400], l1[400], ar[400], digest[IMAGE_DIGEST_LEN];
+    struct ent one[] = {{"a", 'f', "a\n", 0644, 0, 0}};
+    layer_path(tarp, sizeof tarp, "bomb-inner.tar");
+    layer_path(l1, sizeof l1, "bomb.tar.gz");
+    layer_path(ar, sizeof ar, "bomb-image.tar");
+    write_tar(tarp, one, 1, false);
+    size_t tlen;
+    char *tar = slurp(tarp, &tlen);
+    const size_t zeros = 32u << 20;
+    struct archive *a = archive_write_new();
+    archive_write_set_format_raw(a);
+    archive_write_add_filter_gzip(a);
+    assert_int_equal(archive_write_open_filename(a, l1), ARCHIVE_OK);
+    struct archive_entry *e = archive_entry_new();
+    archive_entry_set_pathname(e, "layer");
+    archive_entry_set_filetype(e, AE_IFREG);
+    assert_int_equal(archive_write_header(a, e), ARCHIVE_OK);
+    assert_int_equal(archive_write_data(a, tar, tlen), (la_ssize_t)tlen);
+    char *z = calloc(1, 1 << 20);
+    for (size_t i = 0; i < zeros >> 20; i++)
+        assert_int_equal(archive_write_data(a, z, 1 << 20), 1 << 20);
+    free(z);
+    free(tar);
+    archive_entry_free(e);
+    assert_int_equal(archive_write_close(a), ARCHIVE_OK);
+    archive_write_free(a);
+    struct stat sb;
+    assert_int_equal(stat(l1, &sb), 0);
+    assert_true(sb.st_size < (1 << 20)); /* small on disk */
+    const char *layers[] = {l1};
+    docker_archive(ar, layers, 1, false, false, digest);
+    cfg.image_unpacked_limit = 1 << 20;
+    expect_failure(ar, "image_tree_too_large");
+    cfg.image_unpacked_limit = 1 << 30;
+}
+
+/* An entry-count bomb: a layer of many empty files, over a small image_entries_limit; and an
+ * archive of many entries itself. */
+static void test_entry_count_bomb(void **state)
+{
+    (void)state;
+    enum { N = 300 };
+    char l1[400], ar[400], digest[IMAGE_DIGEST_LEN];
+    static char names[N][16];
+    static struct ent many[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "f%d", i);
+        many[i] = (struct ent){names[i], 'f', "", 0644, 0, 0};
+    }
+    layer_path(l1, sizeof l1, "many.tar");
+    layer_path(ar, sizeof ar, "many-image.tar");
+    write_tar(l1, many, N, false);
+    const char *layers[] = {l1};
+    docker_archive(ar, layers, 1, false, false, digest);
+    cfg.image_entries_limit = 100;
+    expect_failure(ar, "image_tree_too_large");
+    /* The image archive's own entries count too. */
+    cfg.image_entries_limit = 2;
+    expect_failure(ar, "image_archive_too_large");
+    cfg.image_entries_limit = 1000000;
+}
+
+/* A registry on loopback that answers every request with a 200 whose body comes one byte every
+ * 100 ms, until the client goes or the test ends. */
+struct trickler {
+    int listen_fd;
+    volatile int stop;
+    pthread_t thread;
+};
+
+static void *trickle(void *arg)
+{
+    struct trickler *t = arg;
+    while (!t->stop) {
+        struct pollfd pfd = {.fd = t->listen_fd, .events = POLLIN};
+        if (poll(&pfd, 1, 100) <= 0)
+            continue;
+        int c = accept(t->listen_fd, NULL, NULL);
+        if (c < 0)
+            continue;
+        char req[4096];
+        size_t n = 0;
+        ssize_t r;
+        while (n < sizeof req - 1 && (r = read(c, req + n, sizeof req - 1 - n)) > 0) {
+            n += (size_t)r;
+            req[n] = '\0';
+            if (strstr(req, "\r\n\r\n"))
+                break;
+        }
+        const char *head =
+            "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.oci.image.manifest.v1+json"
+            "\r\nContent-Length: 100000\r\n\r\n";
+        if (write(c, head, strlen(head)) < 0) {
+            close(c);
+            continue;
+        }
+        while (!t->stop && send(c, "{", 1, MSG_NOSIGNAL) == 1)
+            usleep(100 * 1000);
+        close(c);
+    }
+    return NULL;
+}
+
+static void trickler_start(struct trickler *t, char *host, size_t hostlen)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    t->stop = 0;
+    t->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(t->listen_fd >= 0);
+    assert_int_equal(bind(t->listen_fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(t->listen_fd, 8), 0);
+    assert_int_equal(getsockname(t->listen_fd, (struct sockaddr *)&sa, &len), 0);
+    snprintf(host, hostlen, "127.0.0.1:%d", ntohs(sa.sin_port));
+    assert_int_equal(pthread_create(&t->thread, NULL, trickle, t), 0);
+}
+
+static void trickler_stop(struct trickler *t)
+{
+    t->stop = 1;
+    pthread_join(t->thread, NULL);
+    close(t->listen_fd);
+}
+
+static void expect_slow_pull(const char *host, const char *says)
+{
+    char ref[300];
+    struct import_result res = {0};
+    snprintf(ref, sizeof ref, "%s/sbx/slow:v1", host);
+    assert_int_equal(registry_pull(&cfg, "img_test", ref, NULL, &res), -1);
+    if (!res.problem.code || strcmp(res.problem.code, "registry_too_slow") != 0 ||
+        !strstr(res.problem.detail, says))
+        fail_msg("expected registry_too_slow (%s), got %s: %s", says,
+                 res.problem.code ? res.problem.code : "(none)", res.problem.detail);
+    import_result_clear(&res);
+    assert_untouched();
+}
+
+/* A registry that sends a byte at a time fails the pull, by the minimum rate and, with that
+ * lenient, by the pull's time limit; nothing is left behind. */
+static void test_trickling_registry(void **state)
+{
+    (void)state;
+    struct trickler t;
+    char host[64];
+    trickler_start(&t, host, sizeof host);
+    snprintf(cfg.insecure_registries, sizeof cfg.insecure_registries, "%s", host);
+    cfg.registry_pull_timeout = 600;
+    cfg.registry_low_speed_limit = 1000;
+    cfg.registry_low_speed_time = 1;
+    expect_slow_pull(host, "registry_low_speed_limit");
+    cfg.registry_low_speed_limit = 1;
+    cfg.registry_low_speed_time = 600;
+    cfg.registry_pull_timeout = 2;
+    expect_slow_pull(host, "registry_pull_timeout");
+    trickler_stop(&t);
+}
+
 int main(void)
 {
     if (geteuid() != 0) {
@@ -604,6 +926,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_symlink_escape_across_layers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hard_link_outside, setup, teardown),
         cmocka_unit_test_setup_teardown(test_over_limits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_forged_layers_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fifo_passwd_never_blocks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_decompression_bomb, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_entry_count_bomb, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_trickling_registry, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

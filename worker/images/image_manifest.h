@@ -9,8 +9,10 @@
  *   OCI image layout: index.json -> manifest (an index or manifest list picks linux/amd64) ->
  *                     config + layers, every one named "blobs/sha256/<hex>" and verified;
  *   docker-archive:   manifest.json [{Config, Layers}] (what `docker save` writes); the config is
- *                     verified against its "<hex>.json" name, each layer against the config's
- *                     rootfs.diff_ids.
+ *                     verified against its "<hex>.json" name.
+ * Whatever the source, the plan carries the config's rootfs.diff_ids, and each layer is checked
+ * against its diff id as it is applied (importer.h), so an image's digest (its config's) always
+ * stands for the layers its config lists.
  */
 #ifndef SBX_IMAGE_MANIFEST_H
 #define SBX_IMAGE_MANIFEST_H
@@ -44,6 +46,9 @@ struct image_plan {
     char config_path[4096];        /* the config blob on disk */
     char **layers;                 /* layer blob paths, bottom first */
     size_t n_layers;
+    /* The config's rootfs.diff_ids, one per layer of the manifest: what each layer's
+     * decompressed tar stream must hash to (layer_apply.h checks it as it applies). */
+    char (*diff_ids)[IMAGE_DIGEST_LEN];
     /* The config's run defaults as JSON text (NULL when absent) and strings ("" when absent). */
     char *entrypoint_json, *cmd_json, *env_json;
     char working_dir[512];

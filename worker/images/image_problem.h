@@ -17,14 +17,15 @@
 #define IMAGE_DIGEST_MISMATCH "image_digest_mismatch" /* a blob is not what its digest says */
 #define IMAGE_PATH_ESCAPE "image_path_escape"         /* ../, absolute, or a link out of the tree */
 #define IMAGE_BAD_LAYER "image_bad_layer"             /* a layer entry that cannot be applied */
-#define IMAGE_ARCHIVE_TOO_LARGE "image_archive_too_large"   /* over image_upload_limit */
-#define IMAGE_TREE_TOO_LARGE "image_tree_too_large"         /* over image_unpacked_limit */
+#define IMAGE_ARCHIVE_TOO_LARGE "image_archive_too_large"   /* over image_upload_limit (entries) */
+#define IMAGE_TREE_TOO_LARGE "image_tree_too_large"         /* over image_unpacked/entries_limit */
 #define IMAGE_UNSUPPORTED "image_unsupported"               /* no linux/amd64 image, unknown type */
 #define IMAGE_IO_ERROR "image_io_error"                     /* the host's disk failed us */
 #define IMAGE_REGISTRY_UNREACHABLE "registry_unreachable"   /* cannot connect, or 5xx */
 #define IMAGE_REGISTRY_UNAUTHORIZED "registry_unauthorized" /* credentials refused */
 #define IMAGE_REGISTRY_NOT_FOUND "registry_not_found"       /* no such repository, tag or blob */
 #define IMAGE_BAD_REFERENCE "image_bad_reference"           /* the reference does not parse */
+#define IMAGE_REGISTRY_TOO_SLOW "registry_too_slow" /* over registry_pull_timeout, or too slow */
 
 struct image_problem {
     const char *code; /* one of the above; NULL while all is well */

@@ -160,8 +160,15 @@ static int stage_archive(const struct sbx_config *cfg, const char *archive_path,
         archive_read_free(a);
         return rc;
     }
+    int64_t entries = 0;
     while ((r = archive_read_next_header(a, &e)) == ARCHIVE_OK || r == ARCHIVE_WARN) {
         mode_t type = archive_entry_filetype(e);
+        if (++entries > cfg->image_entries_limit) {
+            rc = image_fail(p, IMAGE_ARCHIVE_TOO_LARGE,
+                            "the archive holds more than image_entries_limit (%lld) entries",
+                            (long long)cfg->image_entries_limit);
+            break;
+        }
         if (clean_entry(archive_entry_pathname(e), name, sizeof name, p) != 0) {
             rc = -1;
             break;
@@ -313,6 +320,21 @@ int import_plan(const struct sbx_config *cfg, const char *work_dir, const struct
     take_plan_fields(plan, res);
     snprintf(rootfs, sizeof rootfs, "%s/rootfs", cache);
     if (image_cache_ready(cfg, plan->digest)) {
+        /* The cached tree is the one this config's layers make: an archive holding the config
+         * with other layers is refused here as it would be when unpacked (a registry pull of a
+         * cached digest fetches no layers, so has none to check). */
+        struct layer_limits lim = {.unpacked_bytes = cfg->image_unpacked_limit,
+                                   .entries = cfg->image_entries_limit};
+        for (size_t i = 0; i < plan->n_layers; i++) {
+            char got[IMAGE_DIGEST_LEN];
+            if (layer_diff_id(plan->layers[i], &lim, &st, got, p) != 0)
+                return -1;
+            if (strcmp(got, plan->diff_ids[i]) != 0)
+                return image_fail(p, IMAGE_DIGEST_MISMATCH,
+                                  "layer %zu of %zu has uncompressed digest %s, not the config's "
+                                  "diff id %s",
+                                  i + 1, plan->n_layers, got, plan->diff_ids[i]);
+        }
         res->reused = true;
         res->unpacked_bytes = published_bytes(rootfs);
         return 0;
@@ -325,8 +347,10 @@ int import_plan(const struct sbx_config *cfg, const char *work_dir, const struct
     int rootfd = open(rootfs, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (rootfd < 0)
         return image_fail(p, IMAGE_IO_ERROR, "cannot open %s: %s", rootfs, strerror(errno));
+    struct layer_limits lim = {.unpacked_bytes = cfg->image_unpacked_limit,
+                               .entries = cfg->image_entries_limit};
     for (size_t i = 0; i < plan->n_layers; i++)
-        if (layer_apply(rootfd, plan->layers[i], cfg->image_unpacked_limit, &st, p) != 0) {
+        if (layer_apply(rootfd, plan->layers[i], plan->diff_ids[i], &lim, &st, p) != 0) {
             size_t len = strlen(p->detail);
             snprintf(p->detail + len, sizeof p->detail - len, " (layer %zu of %zu)", i + 1,
                      plan->n_layers);

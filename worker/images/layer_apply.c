@@ -271,8 +271,11 @@ static int apply_opaque(int rootfd, const char *dir, const struct path_set *writ
 
 /* ---- entries ---- */
 
-/* Owner, mode and times of what is now at (dirfd, leaf); the mode after the owner, since chown
- * clears set-id bits. Without root the owners cannot be kept: they stay the importer's. */
+/* Owner, mode and times of what is now at (dirfd, leaf). Without root the owners cannot be kept:
+ * they stay the importer's. The cache holds no set-id program: the setuid and setgid bits of
+ * files are cleared, so that no image, whoever uploaded it, puts a setuid-root binary on a host
+ * (or in a guest) that a Sandbox or host user could run; a directory's setgid (group
+ * inheritance, no privilege) is kept. */
 static int set_meta(int dirfd, const char *leaf, struct archive_entry *e, bool is_link,
                     const char *path, struct image_problem *p)
 {
@@ -281,7 +284,9 @@ static int set_meta(int dirfd, const char *leaf, struct archive_entry *e, bool i
         !(errno == EPERM && geteuid() != 0))
         return image_fail(p, IMAGE_IO_ERROR, "cannot set the owner of '%s': %s", path,
                           strerror(errno));
-    if (!is_link && fchmodat(dirfd, leaf, archive_entry_perm(e) & 07777, 0) != 0)
+    mode_t mode = archive_entry_perm(e) & 07777;
+    mode &= archive_entry_filetype(e) == AE_IFDIR ? ~(mode_t)S_ISUID : ~(mode_t)(S_ISUID | S_ISGID);
+    if (!is_link && fchmodat(dirfd, leaf, mode, 0) != 0)
         return image_fail(p, IMAGE_IO_ERROR, "cannot set the mode of '%s': %s", path,
                           strerror(errno));
     struct timespec ts[2] = {{.tv_sec = archive_entry_mtime(e)},
@@ -291,16 +296,16 @@ static int set_meta(int dirfd, const char *leaf, struct archive_entry *e, bool i
     return 0;
 }
 
-/* The extended attributes a userspace relies on: file capabilities and the user namespace.
- * trusted.* needs CAP_SYS_ADMIN's trust, SELinux labels and ACLs mean nothing in a Sandbox. */
+/* The extended attributes kept: the user namespace. File capabilities (security.capability)
+ * are privilege, like setuid bits, and are left out; trusted.* needs CAP_SYS_ADMIN's trust,
+ * SELinux labels and ACLs mean nothing in a Sandbox. */
 static bool xattr_kept(const char *name)
 {
-    return strcmp(name, "security.capability") == 0 || strncmp(name, "user.", 5) == 0;
+    return strncmp(name, "user.", 5) == 0;
 }
 
-/* The entry's kept extended attributes onto (dirfd, leaf), a regular file or a directory; after
- * set_meta, since chown clears security.capability. A filesystem that holds none (ENOTSUP) drops
- * them, counted; any other failure fails the import. */
+/* The entry's kept extended attributes onto (dirfd, leaf), a regular file or a directory. A
+ * filesystem that holds none (ENOTSUP) drops them, counted; any other failure fails the import. */
 static int set_xattrs(int dirfd, const char *leaf, struct archive_entry *e, const char *path,
                       struct layer_stats *st, struct image_problem *p)
 {
@@ -414,7 +419,10 @@ static int apply_entry(struct archive *a, int rootfd, struct archive_entry *e,
         return 0;
     }
 
-    if (!hardlink && (type == AE_IFCHR || type == AE_IFBLK || type == AE_IFSOCK)) {
+    /* Special files are left out: a FIFO, socket or device in the cache is something a reader on
+     * the host (sbx reads the image's /etc/passwd) could block on or be misled by. */
+    if (!hardlink &&
+        (type == AE_IFCHR || type == AE_IFBLK || type == AE_IFSOCK || type == AE_IFIFO)) {
         st->dropped++;
         return 0;
     }
@@ -474,61 +482,148 @@ static int apply_entry(struct archive *a, int rootfd, struct archive_entry *e,
                             strerror(errno));
         if (!rc)
             rc = set_meta(dfd, leaf, e, true, path, p);
-    } else if (type == AE_IFIFO) {
-        if ((rc = clear_leaf(dfd, leaf, path, p)) == 0 && mkfifoat(dfd, leaf, 0600) != 0)
-            rc =
-                image_fail(p, IMAGE_IO_ERROR, "cannot create fifo '%s': %s", path, strerror(errno));
-        if (!rc)
-            rc = set_meta(dfd, leaf, e, false, path, p);
     } else {
         rc = image_fail(p, IMAGE_BAD_LAYER, "entry '%s' has an unknown type", path);
     }
     close(dfd);
     if (!rc && path_set_add(written, path) != 0)
         rc = image_fail(p, IMAGE_IO_ERROR, "out of memory");
-    if (!rc)
-        st->entries++;
     return rc;
 }
 
-/* An archive reader for a layer: tar in any of libarchive's compressions (gzip, zstd, ...). */
-static struct archive *open_layer(const char *layer_path, bool raw, struct image_problem *p)
+/* A layer as a decompressed byte stream: the outer reader undoes the compression (libarchive's
+ * filters, "raw" format), and the tar reader reads from it through stream_read, which hashes every
+ * byte on the way, so the diff id is checked on exactly the bytes that were applied. */
+struct layer_stream {
+    struct archive *outer;
+    struct image_hasher hash;
+    int64_t *total; /* decompressed bytes of all layers so far (layer_stats.stream_bytes) */
+    int64_t limit;
+    struct image_problem *p;
+    bool eof;
+};
+
+static la_ssize_t stream_read(struct archive *inner, void *arg, const void **buf)
 {
-    struct archive *a = archive_read_new();
-    if (!a) {
-        image_fail(p, IMAGE_IO_ERROR, "out of memory");
-        return NULL;
+    struct layer_stream *s = arg;
+    size_t len = 0;
+    la_int64_t off;
+    if (s->eof)
+        return 0;
+    int r = archive_read_data_block(s->outer, buf, &len, &off);
+    if (r == ARCHIVE_EOF) {
+        s->eof = true;
+        return 0;
     }
-    archive_read_support_filter_all(a);
-    if (raw)
-        archive_read_support_format_raw(a);
-    else
-        archive_read_support_format_tar(a);
-    if (archive_read_open_filename(a, layer_path, 1 << 16) != ARCHIVE_OK) {
-        image_fail(p, !archive_io_errno(archive_errno(a)) ? IMAGE_BAD_LAYER : IMAGE_IO_ERROR,
-                   "cannot read a layer: %s", archive_error_string(a));
-        archive_read_free(a);
-        return NULL;
+    if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
+        const char *why = archive_error_string(s->outer);
+        archive_set_error(inner, archive_errno(s->outer), "%s", why ? why : "unreadable layer");
+        return -1;
     }
-    return a;
+    if (*s->total + (int64_t)len > s->limit) {
+        image_fail(s->p, IMAGE_TREE_TOO_LARGE,
+                   "the decompressed layers exceed image_unpacked_limit (%lld bytes)",
+                   (long long)s->limit);
+        archive_set_error(inner, EFBIG, "over image_unpacked_limit");
+        return -1;
+    }
+    image_hasher_update(&s->hash, *buf, len);
+    *s->total += (int64_t)len;
+    return (la_ssize_t)len;
 }
 
-int layer_apply(int rootfd, const char *layer_path, int64_t unpacked_limit, struct layer_stats *st,
-                struct image_problem *p)
+/* Opens the outer (decompressing) reader of a layer; an empty file is an empty stream. */
+static int stream_open(struct layer_stream *s, const char *layer_path,
+                       const struct layer_limits *lim, struct layer_stats *st,
+                       struct image_problem *p)
+{
+    struct archive_entry *e;
+    memset(s, 0, sizeof *s);
+    s->total = &st->stream_bytes;
+    s->limit = lim->unpacked_bytes;
+    s->p = p;
+    image_hasher_init(&s->hash);
+    if (!(s->outer = archive_read_new()))
+        return image_fail(p, IMAGE_IO_ERROR, "out of memory");
+    archive_read_support_filter_all(s->outer);
+    archive_read_support_format_raw(s->outer);
+    archive_read_support_format_empty(s->outer);
+    int r = archive_read_open_filename(s->outer, layer_path, 1 << 16);
+    if (r == ARCHIVE_OK)
+        r = archive_read_next_header(s->outer, &e);
+    if (r == ARCHIVE_EOF) {
+        s->eof = true;
+        return 0;
+    }
+    if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
+        image_fail(p, !archive_io_errno(archive_errno(s->outer)) ? IMAGE_BAD_LAYER : IMAGE_IO_ERROR,
+                   "cannot read a layer: %s", archive_error_string(s->outer));
+        archive_read_free(s->outer);
+        s->outer = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* Reads what is left of the stream (tar's end-of-archive padding) and checks the digest of the
+ * whole against diff_id. */
+static int stream_finish(struct archive *inner, struct layer_stream *s, const char *diff_id,
+                         struct image_problem *p)
+{
+    const void *buf;
+    la_ssize_t n;
+    char got[IMAGE_DIGEST_LEN];
+    while ((n = stream_read(inner, s, &buf)) > 0)
+        ;
+    if (n < 0) {
+        const char *why = archive_error_string(inner);
+        return image_fail(p, why && strstr(why, "runcated") ? IMAGE_TRUNCATED : IMAGE_BAD_LAYER,
+                          "layer: %s", why ? why : "unreadable");
+    }
+    image_hasher_final(&s->hash, got);
+    if (strcmp(got, diff_id) != 0)
+        return image_fail(p, IMAGE_DIGEST_MISMATCH,
+                          "the layer's uncompressed digest is %s, not the config's diff id %s", got,
+                          diff_id);
+    return 0;
+}
+
+int layer_apply(int rootfd, const char *layer_path, const char *diff_id,
+                const struct layer_limits *lim, struct layer_stats *st, struct image_problem *p)
 {
     struct path_set written = {0};
     struct archive_entry *e;
-    struct archive *a = open_layer(layer_path, false, p);
+    struct layer_stream s;
     int r, rc = 0;
     bool any = false;
 
-    if (!a)
+    if (stream_open(&s, layer_path, lim, st, p) != 0)
         return -1;
-    while ((r = archive_read_next_header(a, &e)) == ARCHIVE_OK || r == ARCHIVE_WARN) {
-        any = true;
-        if (apply_entry(a, rootfd, e, unpacked_limit, st, &written, p) != 0) {
-            rc = -1;
-            break;
+    struct archive *a = archive_read_new();
+    if (!a) {
+        archive_read_free(s.outer);
+        return image_fail(p, IMAGE_IO_ERROR, "out of memory");
+    }
+    archive_read_support_format_tar(a);
+    archive_read_support_format_empty(a);
+    if (archive_read_open(a, &s, NULL, stream_read, NULL) != ARCHIVE_OK) {
+        const char *why = archive_error_string(a);
+        rc = image_fail(p, why && strstr(why, "runcated") ? IMAGE_TRUNCATED : IMAGE_NOT_ARCHIVE,
+                        "layer: %s", why ? why : "not a tar archive");
+        r = ARCHIVE_FATAL;
+    } else {
+        while ((r = archive_read_next_header(a, &e)) == ARCHIVE_OK || r == ARCHIVE_WARN) {
+            any = true;
+            if (++st->entries > lim->entries) {
+                rc = image_fail(p, IMAGE_TREE_TOO_LARGE,
+                                "the layers hold more than image_entries_limit (%lld) entries",
+                                (long long)lim->entries);
+                break;
+            }
+            if (apply_entry(a, rootfd, e, lim->unpacked_bytes, st, &written, p) != 0) {
+                rc = -1;
+                break;
+            }
         }
     }
     if (!rc && r != ARCHIVE_EOF) {
@@ -539,38 +634,34 @@ int layer_apply(int rootfd, const char *layer_path, int64_t unpacked_limit, stru
                                                        : IMAGE_NOT_ARCHIVE,
                         "layer: %s", why ? why : "not a tar archive");
     }
+    if (!rc)
+        rc = stream_finish(a, &s, diff_id, p);
     archive_read_free(a);
+    archive_read_free(s.outer);
     path_set_free(&written);
     return rc;
 }
 
-int layer_diff_id(const char *layer_path, char out[72], struct image_problem *p)
+int layer_diff_id(const char *layer_path, const struct layer_limits *lim, struct layer_stats *st,
+                  char out[72], struct image_problem *p)
 {
-    struct archive_entry *e;
-    struct archive *a = open_layer(layer_path, true, p);
-    struct image_hasher h;
-    const void *buf;
-    size_t len;
-    la_int64_t off;
-    int r;
-
-    if (!a)
+    struct layer_stream s;
+    if (stream_open(&s, layer_path, lim, st, p) != 0)
         return -1;
-    image_hasher_init(&h);
-    if ((r = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
-        while ((r = archive_read_data_block(a, &buf, &len, &off)) == ARCHIVE_OK)
-            image_hasher_update(&h, buf, len);
-    } else if (r == ARCHIVE_EOF) {
-        r = ARCHIVE_EOF; /* an empty file: the digest of nothing */
-    }
-    if (r != ARCHIVE_EOF) {
-        const char *why = archive_error_string(a);
+    struct archive *a = archive_read_new();
+    const void *buf;
+    la_ssize_t n = -1;
+    if (a)
+        while ((n = stream_read(a, &s, &buf)) > 0)
+            ;
+    if (n < 0) {
+        const char *why = a ? archive_error_string(a) : "out of memory";
         image_fail(p, why && strstr(why, "runcated") ? IMAGE_TRUNCATED : IMAGE_BAD_LAYER,
                    "layer: %s", why ? why : "unreadable");
-        archive_read_free(a);
-        return -1;
+    } else {
+        image_hasher_final(&s.hash, out);
     }
     archive_read_free(a);
-    image_hasher_final(&h, out);
-    return 0;
+    archive_read_free(s.outer);
+    return n < 0 ? -1 : 0;
 }

@@ -9,6 +9,7 @@
 #include "images/registry_pull.h"
 #include "images/image_cache.h"
 #include "images/layer_apply.h"
+#include "clock.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -76,7 +77,8 @@ struct pull {
     bool have_creds;
     char auth[4096]; /* "Authorization: ..." once the registry asked for it; "" before */
     struct image_problem *p;
-    int64_t fetched; /* blob bytes so far, against image_upload_limit */
+    int64_t fetched;     /* blob bytes so far, against image_upload_limit */
+    int64_t deadline_ms; /* clock_mono_ms() when registry_pull_timeout ends */
 };
 
 /* Where a response goes: memory (manifests, tokens) or a file hashed as it is written (blobs). */
@@ -160,10 +162,17 @@ static long http_get(struct pull *pl, const char *url, const char *accept, const
     curl_easy_setopt(pl->curl, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(pl->curl, CURLOPT_FOLLOWLOCATION, 1L);
     curl_easy_setopt(pl->curl, CURLOPT_MAXREDIRS, 5L);
+    /* Every request of a pull shares its time limit, and a registry that trickles (or stops)
+     * fails it sooner: a pull holds the worker's one import slot. */
+    int64_t left = pl->deadline_ms - clock_mono_ms();
+    if (left <= 0)
+        return image_fail(pl->p, IMAGE_REGISTRY_TOO_SLOW,
+                          "the pull from %s took longer than registry_pull_timeout (%lld s)",
+                          pl->ref.host, (long long)pl->cfg->registry_pull_timeout);
     curl_easy_setopt(pl->curl, CURLOPT_CONNECTTIMEOUT, 10L);
-    /* A registry that stops sending for a minute is as good as down. */
-    curl_easy_setopt(pl->curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(pl->curl, CURLOPT_LOW_SPEED_TIME, 60L);
+    curl_easy_setopt(pl->curl, CURLOPT_TIMEOUT_MS, (long)left);
+    curl_easy_setopt(pl->curl, CURLOPT_LOW_SPEED_LIMIT, (long)pl->cfg->registry_low_speed_limit);
+    curl_easy_setopt(pl->curl, CURLOPT_LOW_SPEED_TIME, (long)pl->cfg->registry_low_speed_time);
     curl_easy_setopt(pl->curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(pl->curl, CURLOPT_HTTPHEADER, hdrs);
     curl_easy_setopt(pl->curl, CURLOPT_WRITEFUNCTION, on_body);
@@ -178,6 +187,16 @@ static long http_get(struct pull *pl, const char *url, const char *accept, const
         return image_fail(pl->p, IMAGE_ARCHIVE_TOO_LARGE,
                           "the image is over image_upload_limit (%lld bytes)",
                           (long long)pl->cfg->image_upload_limit);
+    if (rc == CURLE_OPERATION_TIMEDOUT && clock_mono_ms() >= pl->deadline_ms)
+        return image_fail(pl->p, IMAGE_REGISTRY_TOO_SLOW,
+                          "the pull from %s took longer than registry_pull_timeout (%lld s)",
+                          pl->ref.host, (long long)pl->cfg->registry_pull_timeout);
+    if (rc == CURLE_OPERATION_TIMEDOUT && strstr(errbuf, "too slow"))
+        return image_fail(pl->p, IMAGE_REGISTRY_TOO_SLOW,
+                          "%s sent less than registry_low_speed_limit (%lld bytes/s) for "
+                          "registry_low_speed_time (%lld s)",
+                          pl->ref.host, (long long)pl->cfg->registry_low_speed_limit,
+                          (long long)pl->cfg->registry_low_speed_time);
     if (rc != CURLE_OK)
         return image_fail(pl->p, IMAGE_REGISTRY_UNREACHABLE, "%s: %s", pl->ref.host,
                           errbuf[0] ? errbuf : curl_easy_strerror(rc));
@@ -437,7 +456,7 @@ static int pull_into(struct pull *pl, const char *work, struct import_result *re
     if (!rc) {
         snprintf(plan.digest, sizeof plan.digest, "%s", config);
         text = image_read_small(plan.config_path, MANIFEST_LIMIT, p);
-        rc = text ? image_config_parse(text, n_layers, &plan, NULL, p) : -1;
+        rc = text ? image_config_parse(text, n_layers, &plan, &plan.diff_ids, p) : -1;
         free(text);
     }
     /* A digest this host has already needs no layers: import_plan reuses it. */
@@ -467,7 +486,9 @@ static int pull_into(struct pull *pl, const char *work, struct import_result *re
 int registry_pull(const struct sbx_config *cfg, const char *work_id, const char *reference,
                   const char *credentials_json, struct import_result *res)
 {
-    struct pull pl = {.cfg = cfg, .p = &res->problem};
+    struct pull pl = {.cfg = cfg,
+                      .p = &res->problem,
+                      .deadline_ms = clock_mono_ms() + cfg->registry_pull_timeout * 1000};
     char work[4096];
     int rc;
 

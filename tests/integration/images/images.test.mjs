@@ -92,9 +92,13 @@ test('upload: docker-archive and OCI archive import into the cache; bad uploads 
       return st.isCharacterDevice() || st.isBlockDevice();
     });
     assert.deepEqual(devs, [], 'device nodes were kept');
-    // The same tree as the builder's expected one, file for file (names, types, modes, owners).
+    // The same tree as the builder's expected one, file for file (names, types, modes, owners),
+    // but for privilege: files lose their setuid and setgid bits (Debian's su is setuid root).
     const listing = (dir) => execFileSync('sh', ['-c', `cd '${dir}' && find . -path ./dev -prune -o -printf '%p %y %m %U %G\\n' | sort`], { encoding: 'utf8', maxBuffer: 64 << 20 });
-    assert.equal(listing(root), listing(join(IMAGES, 'rootfs')));
+    const unprivileged = (text) => text.replace(/^(\S+ f )([0-7]+)/gm, (_, head, mode) => head + (parseInt(mode, 8) & ~0o6000).toString(8));
+    assert.equal(lstatSync(join(IMAGES, 'rootfs', 'usr/bin/su')).mode & 0o4000, 0o4000, 'the builder\'s su is not setuid');
+    assert.equal(lstatSync(join(root, 'usr/bin/su')).mode & 0o7777, 0o755, 'su kept its setuid bit');
+    assert.equal(listing(root), unprivileged(listing(join(IMAGES, 'rootfs'))));
     assert.equal(readdirSync(join(sbx.dataDir, 'images', 'uploads')).length, 0, 'the upload was not removed');
 
     // OCI archive (gzip layers, skopeo's config: another digest), pushed with sbxctl, which
