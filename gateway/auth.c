@@ -125,6 +125,17 @@ static bool auth_fail(struct request *r, const char *addr, const char *token, co
     return false;
 }
 
+enum store_status auth_key_check(struct gateway *gw, const uint8_t hash[32], struct store_key *out)
+{
+    if (key_cache_get(gw->keys, hash, out))
+        return STORE_OK;
+    uint64_t generation = key_cache_generation(gw->keys);
+    enum store_status st = store_key_lookup(gw->st, hash, out);
+    if (st == STORE_OK)
+        key_cache_put(gw->keys, generation, hash, out);
+    return st;
+}
+
 bool auth_request(struct request *r, enum MHD_Result *ret)
 {
     struct gateway *gw = r->gw;
@@ -157,15 +168,9 @@ bool auth_request(struct request *r, enum MHD_Result *ret)
         snprintf(r->actor, sizeof r->actor, "admin");
     } else {
         struct store_key key;
-        enum store_status st = STORE_OK;
-        if (!key_cache_get(gw->keys, hash, &key)) {
-            uint64_t generation = key_cache_generation(gw->keys);
-            st = AUTH_KEY_LEN == strlen(token) && auth_key_format_ok(token)
-                     ? store_key_lookup(gw->st, hash, &key)
-                     : STORE_NOT_FOUND;
-            if (st == STORE_OK)
-                key_cache_put(gw->keys, generation, hash, &key);
-        }
+        enum store_status st = AUTH_KEY_LEN == strlen(token) && auth_key_format_ok(token)
+                                   ? auth_key_check(gw, hash, &key)
+                                   : STORE_NOT_FOUND;
         if (st == STORE_NOT_FOUND)
             return auth_fail(r, addr, token, "the token is invalid or revoked", ret);
         if (st != STORE_OK) {
@@ -173,6 +178,7 @@ bool auth_request(struct request *r, enum MHD_Result *ret)
             return false;
         }
         r->is_admin = false;
+        memcpy(r->key_hash, hash, sizeof r->key_hash);
         snprintf(r->app_id, sizeof r->app_id, "%s", key.app_id);
         snprintf(r->actor, sizeof r->actor, "key:%s", key.id);
     }

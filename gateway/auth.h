@@ -28,6 +28,12 @@ void auth_hash(const char *token, uint8_t out[32]);
 /* The token of an "Authorization: Bearer <token>" header value, or NULL. */
 const char *auth_bearer(const char *header);
 
+/* Whether the App key whose SHA-256 is hash is valid now (not revoked, its App not deleted):
+ * STORE_OK with the key in *out, STORE_NOT_FOUND, or a store failure. Through the key cache
+ * (key_cache.h), so that it costs a store read at most once per key per auth_cache_ms. Also used
+ * by open streams and parked long polls to re-check the key they were opened with. */
+enum store_status auth_key_check(struct gateway *gw, const uint8_t hash[32], struct store_key *out);
+
 /* Authenticates r for its route: fills r->is_admin, r->app_id, r->actor, r->ctx. On failure
  * queues the 401/403/429 problem, sets *ret, and returns false. */
 bool auth_request(struct request *r, enum MHD_Result *ret);

@@ -91,6 +91,7 @@ struct request {
     bool is_admin;
     char app_id[STORE_ID_LEN]; /* the App key's App; "" for admin (sees every App) */
     char actor[64];            /* "admin" or "key:<keyId>" */
+    uint8_t key_hash[32];      /* the App key's SHA-256, re-checked by streams and long polls */
     struct store_ctx ctx;      /* actor + request id for the audit trail */
 
     /* The body, collected up to body_limit. */
@@ -110,6 +111,7 @@ struct request {
     int64_t wait_deadline_ms; /* monotonic ms; 0 when not waiting */
     bool parked;
     uint64_t wait_hints;
+    bool key_revoked; /* set by the long-poll thread: the key was revoked while it was parked */
 
     /* POST messages: the enqueue handed to the store's committer while the connection is
      * suspended (http_messages.c); freed with the request. */

@@ -2,8 +2,8 @@
  * http_event_stream.c: GET /v1/events with Accept: text/event-stream: the live event feed. The
  * caller's events (an App's own; admin: all), optionally of one Session, as they are committed:
  * one SSE event per audit event (id: the event's id, data: the Event as in the JSON list). It
- * starts after Last-Event-ID (or ?cursor=), else with what is committed from now on, and never
- * ends by itself.
+ * starts after Last-Event-ID (or ?cursor=), else with what is committed from now on, and ends
+ * only when its App key is revoked (sse.h).
  */
 #include "gateway.h"
 #include "store_events.h"

@@ -2,6 +2,7 @@
  * longpoll.c: parked long polls and the thread that resumes them (see longpoll.h).
  */
 #include "longpoll.h"
+#include "auth.h"
 #include "store_messages.h"
 #include "gateway.h"
 #include "key_cache.h"
@@ -30,6 +31,8 @@ struct waiter {
     char message_id[STORE_ID_LEN];
     char session_id[STORE_ID_LEN];
     char app_id[STORE_ID_LEN];
+    bool has_key; /* an App key's request: its key is re-checked (key_hash) */
+    uint8_t key_hash[32];
     int64_t deadline_ms; /* monotonic */
     bool resume;         /* chosen to be resumed in this round */
     struct waiter *next;
@@ -108,6 +111,8 @@ void longpoll_park(struct longpoll *lp, struct request *r, const char *message_i
     snprintf(w->message_id, sizeof w->message_id, "%s", message_id);
     snprintf(w->session_id, sizeof w->session_id, "%s", r->params[0]);
     snprintf(w->app_id, sizeof w->app_id, "%s", r->app_id);
+    w->has_key = !r->is_admin;
+    memcpy(w->key_hash, r->key_hash, sizeof w->key_hash);
     w->deadline_ms = r->wait_deadline_ms;
     /* Its wake-up may have come since the handler read the store: the thread then resumes it
      * at once (the write below wakes it), and the handler reads the store again. */
@@ -166,8 +171,11 @@ static void mark(struct longpoll *lp, const char *message_id, int64_t now, bool 
     pthread_mutex_unlock(&lp->lock);
 }
 
-/* The fallback for lost wake-ups: reads each waited-for message's state from the store. Only
- * this thread unlinks waiters, so the snapshot's pointers stay valid without the lock. */
+/* The fallback for lost wake-ups, and the re-check after a key change: reads each waited-for
+ * message's state from the store, and checks each waiter's key (through the key cache, so a
+ * store read only after a change or once per auth_cache_ms). A waiter whose key was revoked, or
+ * whose App was deleted, is resumed to answer 401. Only this thread unlinks waiters, so the
+ * snapshot's pointers stay valid without the lock. */
 static void recheck(struct longpoll *lp)
 {
     struct store *st = lp->gw->st;
@@ -187,6 +195,15 @@ static void recheck(struct longpoll *lp)
     }
     pthread_mutex_unlock(&lp->lock);
     for (size_t i = 0; i < n; i++) {
+        struct store_key key;
+        if (snap[i]->has_key &&
+            auth_key_check(lp->gw, snap[i]->key_hash, &key) == STORE_NOT_FOUND) {
+            pthread_mutex_lock(&lp->lock);
+            snap[i]->r->key_revoked = true; /* read by the handler's thread once resumed */
+            snap[i]->resume = true;
+            pthread_mutex_unlock(&lp->lock);
+            continue;
+        }
         struct store_message m;
         enum store_status s =
             store_message_get(st, snap[i]->app_id, snap[i]->session_id, snap[i]->message_id, &m);
@@ -247,23 +264,24 @@ static void *longpoll_main(void *arg)
                 break;
         }
         now = clock_mono_ms();
-        bool resync = false;
+        bool resync = false, keys = false;
         while (fds[0].revents && notify_recv(lp->notify, buf, sizeof buf) > 0) {
             if (strncmp(buf, "msg ", 4) == 0 && buf[4] != '\0')
                 mark(lp, buf + 4, now, true);
             else if (strcmp(buf, "keys") == 0)
-                key_cache_clear(lp->gw->keys); /* this thread takes the gateway's "keys" too */
+                keys = true;
             else if (strcmp(buf, NOTIFY_RESYNC) == 0)
                 resync = true;
         }
         /* Deadlines only (no message id is ""); after a resync, any park to come reads the store
          * again, as the recheck below does for the parked ones. */
         mark(lp, "", now, resync);
-        /* After a lost LISTEN connection, "msg" and "keys" hints may have been missed. */
-        if (resync)
+        /* This thread takes the gateway's "keys" too; after a lost LISTEN connection, "msg" and
+         * "keys" hints may have been missed. The waiters' keys are checked again at once. */
+        if (resync || keys)
             key_cache_clear(lp->gw->keys);
         every = notify_listener_reliable(lp->notify) ? RECHECK_RELIABLE_MS : RECHECK_MS;
-        if (resync || now - last_recheck >= every) {
+        if (resync || keys || now - last_recheck >= every) {
             recheck(lp);
             last_recheck = now;
         }

@@ -7,6 +7,9 @@
  * second (every 5 s while a LISTEN connection is up), and at once when a lost one is back. A
  * wake-up that comes while a request is between its read of the store and its park is not lost:
  * the thread keeps the last wake-ups it took in, and a park checks them.
+ *
+ * A waiter's App key is checked on the "keys" wake-up and on each re-read (through the key
+ * cache): once revoked, or its App deleted, the request is resumed to answer 401.
  */
 #ifndef SBX_LONGPOLL_H
 #define SBX_LONGPOLL_H

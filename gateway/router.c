@@ -311,6 +311,9 @@ enum MHD_Result gateway_access_handler(void *cls, struct MHD_Connection *conn, c
     if (r->parked) {
         r->parked = false;
         longpoll_unparked(gw->lp);
+        if (r->key_revoked)
+            return reply_problem(r, PROBLEM_UNAUTHORIZED, NULL,
+                                 "the API key was revoked (or its App deleted) during the wait");
     }
     return r->route->handler(r);
 }

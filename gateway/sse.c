@@ -2,6 +2,8 @@
  * sse.c: the streams' hub thread and the content reader every stream shares (see sse.h).
  */
 #include "sse.h"
+#include "auth.h"
+#include "key_cache.h"
 #include "store_stream.h"
 #include "log.h"
 #include "clock.h"
@@ -32,6 +34,13 @@
  */
 #define EVENTS_HINT_MS 5
 
+/* The last event of a stream whose key was revoked (or whose App was deleted): a Problem, as
+ * the 401 its next request gets. */
+#define REVOKED_DATA                                                                               \
+    "{\"type\":\"urn:sbx:problem:unauthorized\",\"title\":\"Missing, invalid or revoked "          \
+    "token\",\"status\":401,\"detail\":\"the API key of this stream was revoked or its App "       \
+    "deleted\",\"code\":\"unauthorized\"}"
+
 struct sse_stream {
     struct sse_hub *hub;
     struct MHD_Connection *conn;
@@ -39,6 +48,8 @@ struct sse_stream {
     enum sse_topic topic;
     char key[STORE_ID_LEN];
     char client[64];
+    bool has_key; /* opened with an App key: re-checked when keys change (check_keys) */
+    uint8_t key_hash[32];
     sse_produce_fn produce;
     void *ctx;
     void (*free_ctx)(void *);
@@ -51,6 +62,7 @@ struct sse_stream {
     bool suspended;
     bool woken;   /* marked while it was not suspended: produce again before suspending */
     bool hung_up; /* the client closed the connection while it was suspended */
+    bool revoked; /* its key was revoked or its App deleted: it ends with a "revoked" event */
     struct sse_stream *prev, *next;
 };
 
@@ -135,8 +147,14 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max)
             return MHD_CONTENT_READER_END_WITH_ERROR; /* MHD closes the connection */
         }
         s->woken = false;
-        bool stopping = h->stopping;
+        bool stopping = h->stopping, revoked = s->revoked;
         pthread_mutex_unlock(&h->lock);
+        if (revoked) {
+            s->ended = true;
+            if (sse_append_event(s, -1, "revoked", REVOKED_DATA) != 0)
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            continue;
+        }
         if (stopping) {
             s->ended = true;
             continue;
@@ -219,6 +237,8 @@ enum MHD_Result sse_reply(struct request *r, enum sse_topic topic, const char *k
     s->topic = topic;
     snprintf(s->key, sizeof s->key, "%s", key ? key : "");
     snprintf(s->client, sizeof s->client, "%s", r->actor);
+    s->has_key = !r->is_admin;
+    memcpy(s->key_hash, r->key_hash, sizeof s->key_hash);
     s->produce = produce;
     s->ctx = ctx;
     s->free_ctx = free_ctx;
@@ -304,7 +324,7 @@ static int64_t mark_and_resume(struct sse_hub *h, const struct marks *mk, bool e
     int64_t now = clock_mono_ms(), next = INT64_MAX;
     pthread_mutex_lock(&h->lock);
     for (struct sse_stream *s = h->streams; s; s = s->next) {
-        bool hit = everything || s->keepalive_due_ms <= now;
+        bool hit = everything || s->revoked || s->keepalive_due_ms <= now;
         if (mk->n_hung && s->suspended &&
             bsearch(&s, mk->hung, mk->n_hung, sizeof *mk->hung, ptr_cmp)) {
             s->hung_up = true;
@@ -337,6 +357,59 @@ static bool events_moved(struct sse_hub *h)
         return false;
     h->last_event_id = id;
     return true;
+}
+
+static int hash_cmp(const void *a, const void *b)
+{
+    return memcmp(a, b, 32);
+}
+
+/* Checks the key of every stream opened with one (through the key cache: a store read per
+ * distinct key after a change, else at most once per auth_cache_ms) and marks those whose key
+ * is gone revoked; mark_and_resume then resumes them to end. The store is read without the lock:
+ * the streams are matched again by key afterwards, so one closed meanwhile is simply not found. */
+static void check_keys(struct sse_hub *h)
+{
+    uint8_t(*keys)[32] = NULL;
+    size_t n = 0, cap = 0, gone = 0;
+    pthread_mutex_lock(&h->lock);
+    for (struct sse_stream *s = h->streams; s; s = s->next) {
+        if (!s->has_key || s->revoked)
+            continue;
+        if (n == cap) {
+            size_t c = cap ? cap * 2 : 16;
+            uint8_t(*grown)[32] = realloc(keys, c * sizeof *grown);
+            if (!grown)
+                break; /* the rest at the next round */
+            keys = grown;
+            cap = c;
+        }
+        memcpy(keys[n++], s->key_hash, 32);
+    }
+    pthread_mutex_unlock(&h->lock);
+    if (n == 0) {
+        free(keys);
+        return;
+    }
+    qsort(keys, n, sizeof *keys, hash_cmp);
+    /* The distinct keys whose check says they are gone are gathered at the front. */
+    uint8_t last[32];
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0 && memcmp(keys[i], last, 32) == 0)
+            continue;
+        memcpy(last, keys[i], 32);
+        struct store_key key;
+        if (auth_key_check(h->gw, keys[i], &key) == STORE_NOT_FOUND)
+            memmove(keys[gone++], keys[i], 32);
+    }
+    if (gone > 0) {
+        pthread_mutex_lock(&h->lock);
+        for (struct sse_stream *s = h->streams; s; s = s->next)
+            if (s->has_key && bsearch(s->key_hash, keys, gone, sizeof *keys, hash_cmp))
+                s->revoked = true;
+        pthread_mutex_unlock(&h->lock);
+    }
+    free(keys);
 }
 
 #define MAX_MARKS 64
@@ -397,7 +470,7 @@ static void *hub_main(void *arg)
         if (stopping)
             break;
         struct marks mk = {ids, 0, NULL, 0, false, false};
-        bool any = false, resync = false;
+        bool any = false, resync = false, keys = false;
         struct epoll_event evs[256];
         struct sse_stream *hung[256];
         int nh = fds[2].revents ? epoll_wait(h->epoll_fd, evs, 256, 0) : 0;
@@ -416,6 +489,10 @@ static void *hub_main(void *arg)
                 resync = true;
                 continue;
             }
+            if (strcmp(b, "keys") == 0) {
+                keys = true;
+                continue;
+            }
             const char *id = strncmp(b, "chunk ", 6) == 0 ? b + 6
                              : strncmp(b, "msg ", 4) == 0 ? b + 4
                                                           : NULL;
@@ -425,11 +502,21 @@ static void *hub_main(void *arg)
                 mk.all_messages = true;
         }
         now = clock_mono_ms();
-        if (resync || now - last_recheck >= every) {
+        bool recheck = resync || now - last_recheck >= every;
+        if (recheck) {
             mk.all_messages = true;
             any = true;
             last_recheck = now;
         }
+        /* A key revoked or an App deleted ("keys", from whichever gateway did it; after a lost
+         * LISTEN connection it may have been missed): the cache is cleared here too, since the
+         * long-poll thread may take its copy of the wake-up later, and every stream's key is
+         * checked against the store. The slow re-read checks them too (through the cache), for
+         * a key revoked in the database behind the gateways' back. */
+        if (keys || resync)
+            key_cache_clear(h->gw->keys);
+        if (keys || recheck)
+            check_keys(h);
         /* Only streams wait for events: with none open, a hint costs no store read (under a
          * stream of writes every gateway hints every other one every EVENTS_HINT_MS). A stream
          * opened later reads the store itself, and the first hint after it finds the id moved

@@ -11,6 +11,10 @@
  * MHD does not watch a suspended connection's socket, so the hub does (epoll, for a hang-up): a
  * client that leaves ends its stream at once rather than at its next keep-alive.
  *
+ * A stream opened with an App key ends with `event: revoked` (a 401 Problem) once that key is
+ * revoked or its App deleted: on the "keys" wake-up, and on the slow re-read (through the key
+ * cache), the hub checks every stream's key.
+ *
  * Hidden state: the hub's list of open streams (under its lock), which also counts each caller's
  * streams for stream_limit.
  */

@@ -61,3 +61,12 @@ if(NODE_EXECUTABLE AND TARGET sbx-worker)
       TIMEOUT 300)
   endforeach()
 endif()
+
+# One App's hanging or dripping webhook endpoints do not hold up another App's deliveries.
+if(NODE_EXECUTABLE AND TARGET sbx-worker)
+  add_test(NAME it.streaming.webhook_isolation
+           COMMAND ${NODE_EXECUTABLE} --test ${CMAKE_CURRENT_SOURCE_DIR}/integration/streaming/webhook_isolation.test.mjs)
+  set_tests_properties(it.streaming.webhook_isolation PROPERTIES
+    ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker-fork>"
+    TIMEOUT 180)
+endif()

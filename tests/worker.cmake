@@ -86,3 +86,13 @@ if(NODE_EXECUTABLE AND TARGET sbx-worker-fork)
     ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker-fork>;SBX_BENCH_BURST_BIN=$<TARGET_FILE:sbx-bench-burst>"
     TIMEOUT 120)
 endif()
+
+# Narrowing an App's egress ends its Sandboxes' established connections (same world as above).
+if(NODE_EXECUTABLE AND TARGET rootfs)
+  add_test(NAME it.worker.egress_established
+           COMMAND unshare --net --mount -- ${NODE_EXECUTABLE} --test
+                   ${CMAKE_CURRENT_SOURCE_DIR}/integration/worker/egress_established.test.mjs)
+  set_tests_properties(it.worker.egress_established PROPERTIES
+    ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBX_NET_PROBE=$<TARGET_FILE:net_probe>;SBX_EGRESS_WORLD=${CMAKE_CURRENT_SOURCE_DIR}/integration/network/egress_world.sh"
+    TIMEOUT 180 RUN_SERIAL ON)
+endif()

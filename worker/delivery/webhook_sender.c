@@ -125,6 +125,8 @@ static bool post(struct webhook_sender *ws, const struct store_webhook_job *job,
     curl_easy_setopt(c, CURLOPT_PROXY, "");
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+    /* The whole attempt: name resolution, connect, TLS, sending and the answer, however slowly
+     * an endpoint accepts or drips; what bounds how long one endpoint holds a thread. */
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)ws->cfg.webhook_timeout_ms);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
@@ -147,8 +149,14 @@ static bool post(struct webhook_sender *ws, const struct store_webhook_job *job,
     long code = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
     *status = code;
-    if (code >= 200 && code < 300 && (rc == CURLE_OK || rc == CURLE_WRITE_ERROR)) {
+    bool whole = rc == CURLE_OK || rc == CURLE_WRITE_ERROR; /* WRITE_ERROR: enough was read */
+    if (code >= 200 && code < 300 && whole) {
         ok = true;
+    } else if (code > 0 && !whole) {
+        /* An answer that started but did not end (a slow drip cut by the time limit): its status
+         * alone would read as a success. */
+        snprintf(error, errlen, "HTTP %ld, answer cut: %s", code,
+                 curl_err[0] ? curl_err : curl_easy_strerror(rc));
     } else if (code > 0) {
         snprintf(error, errlen, "HTTP %ld", code);
     } else if (rc == CURLE_COULDNT_CONNECT && !curl_err[0]) {

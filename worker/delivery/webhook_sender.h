@@ -3,7 +3,9 @@
  * events into the store's outbox (webhook_fill), and when a delivery is due, leases its endpoint
  * (webhook_claim: one endpoint is served by one thread of one worker at a time, in event order),
  * POSTs the event with libcurl following Standard Webhooks (webhook-id, webhook-timestamp,
- * webhook-signature; common/webhook_sign.h), bounded by webhook_timeout_ms, and records the
+ * webhook-signature; common/webhook_sign.h), bounded by webhook_timeout_ms in all (connect and a
+ * slowly dripped answer included: a slow endpoint holds one thread for at most that long per
+ * attempt, and the other threads serve the other endpoints meanwhile), and records the
  * attempt (webhook_record): delivered on a 2xx, else retried after an exponential, jittered
  * backoff until webhook_max_attempts, the endpoint marked failing after webhook_failing_after
  * failed attempts in a row. Delivery is at least once: a worker killed during a POST leaves the

@@ -136,6 +136,12 @@ int net_sandbox_attach_netns_tap(const char *sandbox_id, const char *netns_path,
 /* NFS Workspace attached (true) or detached (false): new TCP connections to the host's 2049
  * allowed or not; on detach the Sandbox's open connections to 2049 are ended too (conntrack). */
 int net_sandbox_set_nfs(const struct net_link *link, bool attached, char *err, size_t errlen);
+/* Ends the connections the Sandbox opened to anywhere but the host's side of its link (conntrack),
+ * after its egress policy changed: the firewall accepts established flows before any policy
+ * rule, so without this a connection opened before the change would keep flowing. A connection
+ * the new policy still allows goes on: its next packet is tracked again (nf_conntrack_tcp_loose)
+ * and passes the rules as a new flow. */
+int net_sandbox_drop_egress_flows(const struct net_link *link, char *err, size_t errlen);
 /* Terminate and reap: removes the Sandbox's firewall elements and its interface. net_address is
  * what the store recorded (the Sandbox side address, "" or NULL if unknown: then the owner is
  * looked up in the whole table). Idempotent; never touches another Sandbox's slot. */

@@ -1,6 +1,8 @@
 /*
  * links_conntrack.c: conntrack over netlink (links_internal.h): the connections a Sandbox's NFS
- * Workspace leaves behind when it is detached are ended, so none outlives the detach.
+ * Workspace leaves behind when it is detached are ended, so none outlives the detach; and the
+ * connections a Sandbox opened to the world before its App's egress policy narrowed are ended,
+ * so none outlives the change (the firewall accepts established flows before any policy rule).
  */
 #include "host/links_internal.h"
 
@@ -39,7 +41,8 @@ struct ct_tuple {
 
 struct ct_scan {
     struct in_addr from;
-    uint16_t dport; /* network order */
+    uint16_t dport;        /* network order; 0: any destination but `except` */
+    struct in_addr except; /* with dport 0: the host's side of the link, whose flows are kept */
     struct ct_tuple v[256];
     size_t n;
 };
@@ -80,8 +83,9 @@ static int ct_scan_cb(const struct nlmsghdr *nlh, void *data)
         struct ct_tuple t;
         if (mnl_attr_get_type(a) != CTA_TUPLE_ORIG || !ct_parse_tuple(a, &t))
             continue;
-        if (t.src == scan->from.s_addr && t.proto == IPPROTO_TCP && t.dport == scan->dport &&
-            scan->n < sizeof(scan->v) / sizeof(scan->v[0]))
+        bool hit = scan->dport ? t.proto == IPPROTO_TCP && t.dport == scan->dport
+                               : t.dst != scan->except.s_addr;
+        if (t.src == scan->from.s_addr && hit && scan->n < sizeof(scan->v) / sizeof(scan->v[0]))
             scan->v[scan->n++] = t;
     }
     return MNL_CB_OK;
@@ -96,31 +100,12 @@ static struct nlmsghdr *ct_msg(struct rtnl *r, char *buf, uint16_t type, uint16_
     return nlh;
 }
 
-/* Ends the Sandbox's TCP connections to the host's port 2049: the rule only refuses new ones, and
- * an NFS connection that outlived its detach would keep the host's NFS server reachable. */
-int conntrack_drop_nfs(struct in_addr from, char *err, size_t errlen)
+/* Deletes each flow of scan->v by its original tuple. */
+static int ct_delete_all(struct rtnl *r, char *buf, const struct ct_scan *scan)
 {
-    struct rtnl r;
-    r.nl = mnl_socket_open(NETLINK_NETFILTER);
-    if (!r.nl || mnl_socket_bind(r.nl, 0, MNL_SOCKET_AUTOPID) < 0) {
-        int e = errno;
-        if (r.nl)
-            mnl_socket_close(r.nl);
-        return fail(err, errlen, "conntrack socket: %s", strerror(e));
-    }
-    r.portid = mnl_socket_get_portid(r.nl);
-    r.seq = (uint32_t)time(NULL);
-    char buf[MNL_SOCKET_BUFFER_SIZE];
-    struct ct_scan *scan = calloc(1, sizeof(*scan));
-    if (!scan) {
-        rtnl_close(&r);
-        return fail(err, errlen, "out of memory");
-    }
-    scan->from = from;
-    scan->dport = htons(2049);
-    int rc = rtnl_talk(&r, ct_msg(&r, buf, IPCTNL_MSG_CT_GET, NLM_F_DUMP), ct_scan_cb, scan);
+    int rc = 0;
     for (size_t i = 0; rc == 0 && i < scan->n; i++) {
-        struct nlmsghdr *nlh = ct_msg(&r, buf, IPCTNL_MSG_CT_DELETE, NLM_F_ACK);
+        struct nlmsghdr *nlh = ct_msg(r, buf, IPCTNL_MSG_CT_DELETE, NLM_F_ACK);
         struct nlattr *orig = mnl_attr_nest_start(nlh, CTA_TUPLE_ORIG);
         struct nlattr *ip = mnl_attr_nest_start(nlh, CTA_TUPLE_IP);
         mnl_attr_put_u32(nlh, CTA_IP_V4_SRC, scan->v[i].src);
@@ -132,11 +117,63 @@ int conntrack_drop_nfs(struct in_addr from, char *err, size_t errlen)
         mnl_attr_put_u16(nlh, CTA_PROTO_DST_PORT, scan->v[i].dport);
         mnl_attr_nest_end(nlh, proto);
         mnl_attr_nest_end(nlh, orig);
-        rc = rtnl_talk(&r, nlh, NULL, NULL);
+        rc = rtnl_talk(r, nlh, NULL, NULL);
         if (rc == -ENOENT)
             rc = 0; /* ended meanwhile */
+    }
+    return rc;
+}
+
+/* Deletes the flows scan matches: a dump, then one delete per flow; again while a dump filled the
+ * array (more may be left), up to a bound. Takes scan. */
+static int ct_drop(struct ct_scan *scan, char *err, size_t errlen)
+{
+    struct rtnl r;
+    if (!scan)
+        return fail(err, errlen, "out of memory");
+    r.nl = mnl_socket_open(NETLINK_NETFILTER);
+    if (!r.nl || mnl_socket_bind(r.nl, 0, MNL_SOCKET_AUTOPID) < 0) {
+        int e = errno;
+        if (r.nl)
+            mnl_socket_close(r.nl);
+        free(scan);
+        return fail(err, errlen, "conntrack socket: %s", strerror(e));
+    }
+    r.portid = mnl_socket_get_portid(r.nl);
+    r.seq = (uint32_t)time(NULL);
+    char buf[MNL_SOCKET_BUFFER_SIZE];
+    int rc = 0;
+    for (int round = 0; rc == 0 && round < 64; round++) {
+        scan->n = 0;
+        rc = rtnl_talk(&r, ct_msg(&r, buf, IPCTNL_MSG_CT_GET, NLM_F_DUMP), ct_scan_cb, scan);
+        if (rc == 0)
+            rc = ct_delete_all(&r, buf, scan);
+        if (scan->n < sizeof(scan->v) / sizeof(scan->v[0]))
+            break;
     }
     free(scan);
     rtnl_close(&r);
     return rc == 0 ? 0 : fail(err, errlen, "conntrack: %s", strerror(-rc));
+}
+
+/* Ends the Sandbox's TCP connections to the host's port 2049: the rule only refuses new ones, and
+ * an NFS connection that outlived its detach would keep the host's NFS server reachable. */
+int conntrack_drop_nfs(struct in_addr from, char *err, size_t errlen)
+{
+    struct ct_scan *scan = calloc(1, sizeof(*scan));
+    if (scan) {
+        scan->from = from;
+        scan->dport = htons(2049);
+    }
+    return ct_drop(scan, err, errlen);
+}
+
+int conntrack_drop_egress(struct in_addr from, struct in_addr host, char *err, size_t errlen)
+{
+    struct ct_scan *scan = calloc(1, sizeof(*scan));
+    if (scan) {
+        scan->from = from;
+        scan->except = host;
+    }
+    return ct_drop(scan, err, errlen);
 }

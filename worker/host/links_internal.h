@@ -74,5 +74,8 @@ int configure_host_side(struct rtnl *r, const struct net_link *link, int *ifinde
 /* ---- links_conntrack.c ---- */
 
 int conntrack_drop_nfs(struct in_addr from, char *err, size_t errlen);
+/* Ends every flow the Sandbox at `from` opened (TCP and UDP) to any address but the host's side
+ * of its link (`host`: the callback API and NFS live there and stay). */
+int conntrack_drop_egress(struct in_addr from, struct in_addr host, char *err, size_t errlen);
 
 #endif

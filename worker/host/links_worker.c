@@ -165,6 +165,11 @@ int net_sandbox_set_nfs(const struct net_link *link, bool attached, char *err, s
     return attached ? 0 : conntrack_drop_nfs(link->sandbox_addr, err, errlen);
 }
 
+int net_sandbox_drop_egress_flows(const struct net_link *link, char *err, size_t errlen)
+{
+    return conntrack_drop_egress(link->sandbox_addr, link->host_addr, err, errlen);
+}
+
 int net_link_of_address(const struct net_pool *pool, const char *sandbox_id,
                         const char *net_address, struct net_link *out)
 {

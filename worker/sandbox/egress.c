@@ -3,6 +3,11 @@
  * to firewall calls (host/firewall.h), for one Sandbox at activation and for all of an App's live
  * Sandboxes when an App's policy changed.
  *
+ * When a live Sandbox's policy changes to none or an allowlist, the connections it opened before
+ * are ended too (net_sandbox_drop_egress_flows, after the rules): the firewall accepts an
+ * established flow before any policy rule, so one opened under the old policy would otherwise
+ * keep flowing. Those to the host's side of its link (callback API, NFS) stay.
+ *
  * Each Sandbox remembers the digest of the policy text applied to it (sb->egress_applied) and its
  * mode, so a poll that finds the same text does nothing and one that finds another mode moves the
  * Sandbox. Names in an allowlist open nothing here: they are for the DNS side; until a name is
@@ -65,6 +70,18 @@ static int move_sandbox(struct sandbox *sb, const char *app_id, enum egress_mode
     }
     struct fw_sandbox fsb = net_link_fw(&link);
     return fw_sandbox_set_egress(net_firewall(), &fsb, fw_mode(mode), app_id, err, errlen);
+}
+
+/* Ends the flows the Sandbox opened under its old policy (see the top of the file). */
+static int drop_flows(struct sandbox *sb, char *err, size_t errlen)
+{
+    struct net_link link;
+    if (net_link_of_address(net_worker_pool(), sb->rt.sandbox_id, sb->rt.net_address, &link) < 0) {
+        snprintf(err, errlen, "egress: %s is not a Sandbox address of the pool",
+                 sb->rt.net_address);
+        return -1;
+    }
+    return net_sandbox_drop_egress_flows(&link, err, errlen);
 }
 
 /* Without the worker's network (not root) a Sandbox has loopback only: nothing to narrow. */
@@ -131,6 +148,10 @@ static void refresh_app(struct worker *w, const struct store_app *app)
         /* Same mode, other entries: the App's chain was all there was to change. */
         if (rc == 0 && has_network(sb) && sb->egress_mode != (int)p->mode)
             rc = move_sandbox(sb, app->id, p->mode, err, sizeof err);
+        /* A change to public only widens; any other may narrow (entries removed, or fewer
+         * allowed than before): what the new rules still allow is tracked again as it goes on. */
+        if (rc == 0 && has_network(sb) && p->mode != EGRESS_PUBLIC)
+            rc = drop_flows(sb, err, sizeof err);
         if (rc != 0) {
             log_error("egress: App %s's new policy cannot be applied to %s: %s; stopping it",
                       app->id, sb->rt.sandbox_id, err);
