@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -40,20 +41,30 @@ static long long parse_id(const char *s)
 }
 
 /* Opens etc/<name> of the tree root_fd (or of this process's root for -1). In a tree, every link
- * resolves inside it (RESOLVE_IN_ROOT), as it would for a process whose root the tree is. */
+ * resolves inside it (RESOLVE_IN_ROOT), as it would for a process whose root the tree is. Only a
+ * regular file counts: the image is not sbx's, and opening a FIFO (or a device) there would block
+ * the worker's thread for as long as nothing writes to it, so it is opened without blocking and
+ * anything else is taken as absent. */
 static FILE *open_db(int root_fd, const char *name)
 {
     char path[64];
+    int fd;
     if (root_fd < 0) {
         snprintf(path, sizeof path, "/etc/%s", name);
-        return fopen(path, "re");
+        fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    } else {
+        snprintf(path, sizeof path, "etc/%s", name);
+        struct open_how how = {.flags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC,
+                               .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+        fd = (int)syscall(SYS_openat2, root_fd, path, &how, sizeof how);
     }
-    snprintf(path, sizeof path, "etc/%s", name);
-    struct open_how how = {.flags = O_RDONLY | O_CLOEXEC,
-                           .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
-    int fd = (int)syscall(SYS_openat2, root_fd, path, &how, sizeof how);
     if (fd < 0)
         return NULL;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return NULL;
+    }
     FILE *f = fdopen(fd, "re");
     if (!f)
         close(fd);
