@@ -452,6 +452,7 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
     char rootfs[PATH_MAX];
     rootfs_path(cfg, rootfs, sizeof rootfs);
     rt->pid = 0;
+    atomic_store(&rt->boot_pid, 0);
     rt->channel_fd = -1;
     rt->driver_state = NULL;
     rt->uid = -1;

@@ -22,6 +22,12 @@
 static void boot_work(void *arg)
 {
     struct sandbox *sb = arg;
+    if (atomic_load(&sb->boot_cancelled)) {
+        sb->job_rc = -1;
+        snprintf(sb->job_err, sizeof sb->job_err, "abandoned before it started");
+        return;
+    }
+    atomic_store(&sb->boot_job_started, clock_mono_ms());
     sb->job_rc = sb->drv->boot(&sb->w->cfg, &sb->rt, sb->job_err, sizeof sb->job_err);
     /* Booted by a background thread: its processes inherited that thread's nice level, and
      * they will answer replies (sandbox/priority.h). A Sandbox that cannot be put back would
@@ -70,9 +76,27 @@ static void boot_overran(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (!sb->job_running || sb->state != SB_BOOTING || sb->abandoned)
         return;
-    const char *step = atomic_load(&sb->rt.boot_step);
-    snprintf(reason, sizeof reason, "boot failed: not done within %d s, stuck at %s",
-             boot_deadline_ms(sb) / 1000, step ? step : "the driver's boot");
+    /* The deadline counts from the boot's start on its thread; a boot still queued (every job
+     * thread busy) gets as long again to start, then fails too, so that no message waits on a
+     * pool of stuck threads without an end. */
+    int deadline = boot_deadline_ms(sb);
+    int64_t started = atomic_load(&sb->boot_job_started), now = clock_mono_ms();
+    int64_t due = started ? started + deadline : sb->boot_started + 2 * (int64_t)deadline;
+    if (now < due) {
+        struct timeval tv = {(time_t)((due - now) / 1000),
+                             (suseconds_t)((due - now) % 1000) * 1000};
+        evtimer_add(sb->boot_ev, &tv);
+        return;
+    }
+    atomic_store(&sb->boot_cancelled, true);
+    const char *step = started ? atomic_load(&sb->rt.boot_step) : NULL;
+    if (!started)
+        snprintf(reason, sizeof reason,
+                 "boot failed: not started within %d s (every job thread busy)",
+                 2 * deadline / 1000);
+    else
+        snprintf(reason, sizeof reason, "boot failed: not done within %d s, stuck at %s",
+                 deadline / 1000, step ? step : "the driver's boot");
     log_error("worker: sandbox %s %s; failed without waiting for it", sb->rt.sandbox_id, reason);
     pid_t pid = atomic_load(&sb->rt.boot_pid);
     if (pid > 0)
@@ -107,6 +131,10 @@ static void boot_done(void *arg)
     if (sb->boot_ev)
         event_del(sb->boot_ev);
     if (sb->abandoned) {
+        if (atomic_load(&sb->boot_job_started) == 0) { /* never started: nothing to remove */
+            sandbox_free(sb);
+            return;
+        }
         if (jobs_submit(w->background, abandoned_cleanup_work, abandoned_cleanup_done, sb) != 0) {
             abandoned_cleanup_work(sb);
             abandoned_cleanup_done(sb);

@@ -61,6 +61,7 @@
 #include "worker.h"
 
 #include <jansson.h>
+#include <stdatomic.h>
 
 enum sandbox_state { SB_BOOTING, SB_WARM, SB_ACTIVATING, SB_IDLE, SB_BUSY, SB_STOPPING };
 
@@ -85,6 +86,10 @@ struct sandbox {
      * w->sandboxes; the record waits for the boot job, still using it, to return. */
     bool abandoned;
     struct event *boot_ev; /* the boot deadline, while BOOTING */
+    /* Shared with the boot job's thread: when it started the boot (mono ms, 0: still queued),
+     * and the deadline's word that a boot still queued must not start (boot.c). */
+    _Atomic int64_t boot_job_started;
+    atomic_bool boot_cancelled;
     /* BUSY with its first message, and `running` not written yet (running_ev is armed). */
     bool running_pending;
     bool stop_failed;
