@@ -108,10 +108,10 @@ static void boot_overran(evutil_socket_t fd, short what, void *arg)
     if (sb->delivery)
         w->sandbox_hooks->lost(sb, reason);
     sandbox_unlink(sb);
-    enum store_status rc = w->st->sandbox_mark_stopping(w->st, &w->ctx, sb->rt.sandbox_id, reason);
+    enum store_status rc = store_sandbox_mark_stopping(w->st, &w->ctx, sb->rt.sandbox_id, reason);
     struct store_usage usage = {.cpu_usec = -1, .mem_peak_bytes = -1};
     if (rc == STORE_OK || rc == STORE_CONFLICT)
-        rc = w->st->sandbox_finish(w->st, &w->ctx, sb->rt.sandbox_id, true, reason, &usage);
+        rc = store_sandbox_finish(w->st, &w->ctx, sb->rt.sandbox_id, true, reason, &usage);
     if (rc != STORE_OK && rc != STORE_CONFLICT)
         log_error("worker: cannot record the end of %s: %s", sb->rt.sandbox_id,
                   store_status_name(rc));
