@@ -53,7 +53,7 @@ static FILE *open_db(int root_fd, const char *name)
     int fd;
     if (root_fd < 0) {
         snprintf(path, sizeof path, "/etc/%s", name);
-        fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     } else {
         snprintf(path, sizeof path, "etc/%s", name);
         struct open_how how = {.flags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC,

@@ -28,3 +28,10 @@ add_executable(test_uid_range ${CMAKE_CURRENT_LIST_DIR}/unit/test_uid_range.c)
 target_link_libraries(test_uid_range PRIVATE sbxworker PkgConfig::CMOCKA)
 add_test(NAME unit.process.uid_range COMMAND test_uid_range)
 set_tests_properties(unit.process.uid_range PROPERTIES SKIP_RETURN_CODE 77)
+
+# Id-mapping user namespaces (worker/host/userns_map.c) made by several threads at once, as
+# concurrent boots of an imported image make them; needs root.
+add_executable(test_userns_map ${CMAKE_CURRENT_LIST_DIR}/unit/test_userns_map.c)
+target_link_libraries(test_userns_map PRIVATE sbxworker PkgConfig::CMOCKA Threads::Threads)
+add_test(NAME unit.process.userns_map COMMAND test_userns_map)
+set_tests_properties(unit.process.userns_map PROPERTIES TIMEOUT 120)

@@ -19,6 +19,7 @@
 #include "host/links.h"
 #include "host/nfs_export.h"
 #include "id.h"
+#include "clock.h"
 #include "log.h"
 #include "notify.h"
 #include "pki.h"
@@ -40,6 +41,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* At the end, how long the job threads get to finish what they run (a Sandbox's teardown takes
+ * a few seconds at most; a boot past its deadline may never end). */
+#define JOBS_STOP_WAIT_MS 10000
 
 static struct timeval ms_tv(int64_t ms)
 {
@@ -401,13 +406,20 @@ void worker_fini(struct worker *w)
 {
     egress_dns_stop();    /* its thread asks the store */
     egress_events_stop(); /* its event and batch, before the loop and the store go */
-    /* Jobs still running use their Sandbox: let them end before freeing anything. */
-    jobs_free(w->jobs);
-    jobs_free(w->background);
+    /* Jobs still running use their Sandbox: let them end before freeing anything, but not for
+     * ever: a boot stuck past its deadline (sandbox/boot.c) may never return, and its Sandbox
+     * was already failed and taken out of w->sandboxes, so nothing below frees what it uses. */
+    int64_t jobs_until = clock_mono_ms() + JOBS_STOP_WAIT_MS;
+    bool jobs_ended = jobs_free(w->jobs, JOBS_STOP_WAIT_MS);
+    int64_t left = jobs_until - clock_mono_ms();
+    jobs_ended = jobs_free(w->background, left > 1000 ? (int)left : 1000) && jobs_ended;
     /* Sandboxes left only when the loop ended abnormally (adopted by another worker, which reaps
-     * them): their rows stay for reconciliation. */
-    delivery_drop_all(w);
-    sandbox_free_all(w);
+     * them): their rows stay for reconciliation. A job still busy may use one: then they are
+     * left to the process's exit, like that job. */
+    if (jobs_ended) {
+        delivery_drop_all(w);
+        sandbox_free_all(w);
+    }
     struct event *evs[] = {w->notify_ev, w->poll_ev,  w->heartbeat_ev, w->kick_ev,
                            w->due_ev,    w->grace_ev, w->sigterm_ev,   w->sigint_ev};
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)

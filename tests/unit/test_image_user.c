@@ -151,6 +151,35 @@ static void test_links_stay_inside_the_tree(void **state)
     close(fd);
 }
 
+/* An image whose /etc/passwd and /etc/group are FIFOs: the lookup (on the worker's thread) must
+ * not wait for a writer. They count as absent: numeric ids work, names are refused. */
+static void test_fifo_databases_do_not_block(void **state)
+{
+    (void)state;
+    char dir[128], etc[160], fifo[192];
+    snprintf(dir, sizeof dir, "%s/fifo", tree);
+    snprintf(etc, sizeof etc, "%s/etc", dir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    assert_int_equal(mkdir(etc, 0755), 0);
+    snprintf(fifo, sizeof fifo, "%s/passwd", etc);
+    assert_int_equal(mkfifo(fifo, 0644), 0);
+    snprintf(fifo, sizeof fifo, "%s/group", etc);
+    assert_int_equal(mkfifo(fifo, 0644), 0);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    struct image_user u;
+    char why[256];
+    assert_int_equal(image_user_resolve("0", fd, &u, why, sizeof why), 0);
+    assert_int_equal(u.uid, 0);
+    assert_int_equal(image_user_resolve("7:8", fd, &u, why, sizeof why), 0);
+    assert_int_equal(u.gid, 8);
+    assert_int_equal(image_user_resolve("app", fd, &u, why, sizeof why), -1);
+    assert_non_null(strstr(why, "not in the image's /etc/passwd"));
+    assert_int_equal(image_user_resolve("0:staff", fd, &u, why, sizeof why), -1);
+    assert_non_null(strstr(why, "not in the image's /etc/group"));
+    close(fd);
+}
+
 /* ---- the real sbx-agent ---- */
 
 static char *read_reply(int fd, char *buf, size_t len)
@@ -292,6 +321,7 @@ int main(void)
         cmocka_unit_test(test_resolves_names_and_ids),
         cmocka_unit_test(test_refuses_what_the_image_lacks),
         cmocka_unit_test(test_links_stay_inside_the_tree),
+        cmocka_unit_test(test_fifo_databases_do_not_block),
         cmocka_unit_test(test_agent_applies_env_cwd_user),
         cmocka_unit_test(test_agent_refuses_bad_start_fields),
     };

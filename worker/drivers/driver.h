@@ -29,6 +29,7 @@
 #include "config.h"
 #include "store_records.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -48,7 +49,18 @@ struct sandbox_runtime {
     /* Set by attach_workspace when the agent must mount the Workspace over NFS
      * ("<host addr>:/<export>"), "" otherwise. */
     char workspace_nfs[160];
+    /* Written by boot() as it goes (driver_boot_step), read by the worker's boot deadline on the
+     * event loop thread (sandbox/boot.c): the step the boot is at, for the reason a boot that
+     * overran its deadline fails with, and the process it made (0: none yet), which is killed. */
+    _Atomic(const char *) boot_step;
+    _Atomic pid_t boot_pid;
 };
+
+/* Says that boot() is now at step (a string literal: "image user", "agent ready", ...). */
+static inline void driver_boot_step(struct sandbox_runtime *rt, const char *step)
+{
+    atomic_store(&rt->boot_step, step);
+}
 
 struct driver {
     const char *name;
@@ -81,6 +93,9 @@ struct driver {
      * from a helper thread before attach_workspace. */
     int (*apply_host_caps)(const struct sbx_config *cfg, struct sandbox_runtime *rt,
                            int64_t mem_mib, int64_t cpus, char *err, size_t errlen);
+    /* The longest a boot() may take, failure and its cleanup included: past it the worker fails
+     * the Sandbox without waiting for boot() (sandbox/boot.c). 0: SANDBOX_BOOT_DEADLINE_MS. */
+    int boot_deadline_ms;
 };
 
 /* The drivers; driver_find() returns NULL for an unknown name. */

@@ -452,6 +452,7 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
     char rootfs[PATH_MAX];
     rootfs_path(cfg, rootfs, sizeof rootfs);
     rt->pid = 0;
+    atomic_store(&rt->boot_pid, 0);
     rt->channel_fd = -1;
     rt->driver_state = NULL;
     rt->uid = -1;
@@ -483,10 +484,12 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
     plan->drop_privileges = geteuid() == 0;
     bool privileged = geteuid() == 0;
     /* Before the image's plan: its idmapping shows the image's user as the Sandbox's own uid. */
+    driver_boot_step(rt, "its uid");
     if (privileged && acquire_uid(cfg, rt, plan, err, errlen) != 0) {
         free(plan);
         return -1;
     }
+    driver_boot_step(rt, "its image (user lookup, id mapping)");
     if (process_image_prepare(cfg, &rt->shape, plan->root, rootfs, plan->drop_privileges, plan->uid,
                               plan->gid, &plan->image, rt->image_hash, sizeof rt->image_hash, err,
                               errlen) != 0) {
@@ -496,6 +499,7 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
         return -1;
     }
 
+    driver_boot_step(rt, "its jail and cgroup");
     if (jail_create(rt->jail_dir, privileged, err, errlen) != 0)
         goto fail;
     /* Accounting is not worth refusing a Sandbox for when we are not root (init said so). */
@@ -528,12 +532,14 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
         goto fail;
     }
 
+    driver_boot_step(rt, "clone");
     pid_t pid = clone_sandbox(plan, plan_fd);
     if (pid < 0) {
         snprintf(err, errlen, "clone: %s", strerror(errno));
         goto fail;
     }
     rt->pid = pid;
+    atomic_store(&rt->boot_pid, pid);
     close(chan[1]);
     close(sync[0]);
     close(errp[1]);
@@ -546,6 +552,7 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
     if (poll(&failed, 1, 0) == 1 && wait_for_exec(errp[0], deadline, err, errlen) != 0)
         goto fail;
 
+    driver_boot_step(rt, "its cgroup and network");
     if (cgroup_add_pid(cgroups, rt->cgroup_path, cg_name, pid, cg_err, sizeof cg_err) != 0) {
         if (privileged) {
             snprintf(err, errlen, "%s", cg_err);
@@ -559,6 +566,7 @@ static int process_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt
         snprintf(err, errlen, "the Sandbox's init died before it started");
         goto fail;
     }
+    driver_boot_step(rt, "its root and the agent's ready line");
     if (wait_for_exec(errp[0], deadline, err, errlen) != 0 ||
         wait_for_ready(rt, deadline, err, errlen) != 0)
         goto fail;
@@ -584,6 +592,8 @@ fail:
     if (rt->channel_fd >= 0)
         close(rt->channel_fd);
     rt->channel_fd = -1;
+    driver_boot_step(rt, "cleanup after a failed boot");
+    atomic_store(&rt->boot_pid, 0); /* reaped below: the pid may be another's after */
     if (rt->pid > 0)
         kill_and_wait(rt->pid, rt->cgroup_path, 0);
     rt->pid = 0;
@@ -882,4 +892,7 @@ const struct driver driver_process = {
     .reap = process_reap,
     .oom_kills = process_oom_kills,
     .unbounded = process_unbounded,
+    /* Its own wait for the agent, then the cleanup of a failed boot (kill_and_wait, the cgroup's
+     * removal: 5 s each at most) with room to spare. */
+    .boot_deadline_ms = BOOT_TIMEOUT_MS + 20000,
 };

@@ -746,6 +746,7 @@ static int qemu_reap(const struct sbx_config *cfg, const struct store_sandbox *s
 
 const struct driver driver_qemu = {
     .name = "qemu",
+    .boot_deadline_ms = QEMU_BOOT_TIMEOUT_MS + 30000,
     .init = qemu_init,
     .boot = qemu_boot,
     .attach_workspace = qemu_attach_workspace,

@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -32,25 +33,24 @@ static int write_map(int pid, const char *file, const char *map, char *err, size
 
 int userns_map_open(const char *uid_map, const char *gid_map, char *err, size_t errlen)
 {
-    int hold[2];
-    if (pipe2(hold, O_CLOEXEC) != 0) {
-        snprintf(err, errlen, "pipe: %s", strerror(errno));
-        return -1;
-    }
-    /* The raw system call: like fork(), and nothing but system calls in the child, which waits
-     * until the parent closes its end of the pipe. */
+    /* The child must not wait on a descriptor: a fork-like child inherits every descriptor of the
+     * worker, close-on-exec or not, since it never execs. Two boots making their namespaces at
+     * once on two threads each left a copy of its pipe's write end in the other's child, and both
+     * children then waited forever for an end of file that could not come (and both boots with
+     * them, in waitpid). So the child waits for nothing but its SIGKILL, and dies with this
+     * thread should the worker die first. */
+    pid_t parent = getpid();
     pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL, NULL, NULL, 0);
     if (pid == 0) {
-        char b;
-        close(hold[1]);
-        ssize_t ignored = read(hold[0], &b, 1);
-        (void)ignored;
-        _exit(0);
+        /* Nothing but system calls: the child of a threaded process. */
+        syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+        if (syscall(SYS_getppid) != parent)
+            syscall(SYS_exit_group, 0);
+        for (;;)
+            syscall(SYS_ppoll, NULL, 0, NULL, NULL, 0);
     }
-    close(hold[0]);
     if (pid < 0) {
         snprintf(err, errlen, "clone(CLONE_NEWUSER): %s", strerror(errno));
-        close(hold[1]);
         return -1;
     }
     int fd = -1;
@@ -62,7 +62,7 @@ int userns_map_open(const char *uid_map, const char *gid_map, char *err, size_t 
         if (fd < 0)
             snprintf(err, errlen, "open %s: %s", path, strerror(errno));
     }
-    close(hold[1]);
+    kill(pid, SIGKILL);
     while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
     }
     return fd;

@@ -14,12 +14,20 @@
 #include "sandbox/priority.h"
 #include "clock.h"
 
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
 static void boot_work(void *arg)
 {
     struct sandbox *sb = arg;
+    if (atomic_load(&sb->boot_cancelled)) {
+        sb->job_rc = -1;
+        snprintf(sb->job_err, sizeof sb->job_err, "abandoned before it started");
+        return;
+    }
+    atomic_store(&sb->boot_job_started, clock_mono_ms());
     sb->job_rc = sb->drv->boot(&sb->w->cfg, &sb->rt, sb->job_err, sizeof sb->job_err);
     /* Booted by a background thread: its processes inherited that thread's nice level, and
      * they will answer replies (sandbox/priority.h). A Sandbox that cannot be put back would
@@ -31,6 +39,86 @@ static void boot_work(void *arg)
     }
 }
 
+static int boot_deadline_ms(const struct sandbox *sb)
+{
+    return sb->drv->boot_deadline_ms > 0 ? sb->drv->boot_deadline_ms : SANDBOX_BOOT_DEADLINE_MS;
+}
+
+/* The boot job of an abandoned Sandbox came back at last: whatever it made goes (terminate is
+ * idempotent, and a boot that failed may have left a process behind as well), then the record. */
+static void abandoned_cleanup_work(void *arg)
+{
+    struct sandbox *sb = arg;
+    struct store_usage usage;
+    char err[512];
+    if (sb->drv->terminate(&sb->w->cfg, &sb->rt, &usage, err, sizeof err) != 0)
+        log_warn("worker: cleaning up the abandoned boot of %s: %s", sb->rt.sandbox_id, err);
+}
+
+static void abandoned_cleanup_done(void *arg)
+{
+    struct sandbox *sb = arg;
+    log_info("worker: the abandoned boot of %s ended; cleaned up", sb->rt.sandbox_id);
+    sandbox_free(sb);
+}
+
+/* The boot deadline: the boot job still runs past the longest a boot may take, stuck at some
+ * step. The Sandbox fails now, without waiting for the job (which may never return): its message
+ * goes back to be retried as after any failed boot, the pool boots another, and a stopping worker
+ * does not wait for it. Its processes, if it made any yet, are killed; the record itself stays
+ * with the job, which still uses it, until the job returns (boot_done). */
+static void boot_overran(evutil_socket_t fd, short what, void *arg)
+{
+    struct sandbox *sb = arg;
+    struct worker *w = sb->w;
+    char reason[256];
+    (void)fd;
+    (void)what;
+    if (!sb->job_running || sb->state != SB_BOOTING || sb->abandoned)
+        return;
+    /* The deadline counts from the boot's start on its thread; a boot still queued (every job
+     * thread busy) gets as long again to start, then fails too, so that no message waits on a
+     * pool of stuck threads without an end. */
+    int deadline = boot_deadline_ms(sb);
+    int64_t started = atomic_load(&sb->boot_job_started), now = clock_mono_ms();
+    int64_t due = started ? started + deadline : sb->boot_started + 2 * (int64_t)deadline;
+    if (now < due) {
+        struct timeval tv = {(time_t)((due - now) / 1000),
+                             (suseconds_t)((due - now) % 1000) * 1000};
+        evtimer_add(sb->boot_ev, &tv);
+        return;
+    }
+    atomic_store(&sb->boot_cancelled, true);
+    const char *step = started ? atomic_load(&sb->rt.boot_step) : NULL;
+    if (!started)
+        snprintf(reason, sizeof reason,
+                 "boot failed: not started within %d s (every job thread busy)",
+                 2 * deadline / 1000);
+    else
+        snprintf(reason, sizeof reason, "boot failed: not done within %d s, stuck at %s",
+                 deadline / 1000, step ? step : "the driver's boot");
+    log_error("worker: sandbox %s %s; failed without waiting for it", sb->rt.sandbox_id, reason);
+    pid_t pid = atomic_load(&sb->rt.boot_pid);
+    if (pid > 0)
+        kill(pid, SIGKILL);
+    sb->abandoned = true;
+    if (sandbox_serving(sb))
+        w->n_serving--;
+    sandbox_set_state(sb, SB_STOPPING);
+    if (sb->delivery)
+        w->sandbox_hooks->lost(sb, reason);
+    sandbox_unlink(sb);
+    enum store_status rc = store_sandbox_mark_stopping(w->st, &w->ctx, sb->rt.sandbox_id, reason);
+    struct store_usage usage = {.cpu_usec = -1, .mem_peak_bytes = -1};
+    if (rc == STORE_OK || rc == STORE_CONFLICT)
+        rc = store_sandbox_finish(w->st, &w->ctx, sb->rt.sandbox_id, true, reason, &usage);
+    if (rc != STORE_OK && rc != STORE_CONFLICT)
+        log_error("worker: cannot record the end of %s: %s", sb->rt.sandbox_id,
+                  store_status_name(rc));
+    w->sandbox_hooks->events(w);
+    w->sandbox_hooks->gone(w);
+}
+
 static void boot_done(void *arg)
 {
     struct sandbox *sb = arg;
@@ -40,6 +128,19 @@ static void boot_done(void *arg)
     char reason[600];
 
     sb->job_running = false;
+    if (sb->boot_ev)
+        event_del(sb->boot_ev);
+    if (sb->abandoned) {
+        if (atomic_load(&sb->boot_job_started) == 0) { /* never started: nothing to remove */
+            sandbox_free(sb);
+            return;
+        }
+        if (jobs_submit(w->background, abandoned_cleanup_work, abandoned_cleanup_done, sb) != 0) {
+            abandoned_cleanup_work(sb);
+            abandoned_cleanup_done(sb);
+        }
+        return;
+    }
     if (sb->job_rc != 0) {
         snprintf(reason, sizeof reason, "boot failed: %s", sb->job_err);
         log_error("worker: sandbox %s %s", sb->rt.sandbox_id, reason);
@@ -136,7 +237,11 @@ int sandbox_boot(struct worker *w, const struct driver *drv, const struct store_
     sb->job_running = true;
     /* A pool refill boots in the background, a cold boot (a message waits) at full priority. */
     sb->background_boot = !sb->cold && priority_background_boots();
-    if (jobs_submit(sb->background_boot ? w->background : w->jobs, boot_work, boot_done, sb) != 0) {
+    int deadline = boot_deadline_ms(sb);
+    struct timeval tv = {deadline / 1000, (deadline % 1000) * 1000};
+    sb->boot_ev = evtimer_new(w->base, boot_overran, sb);
+    if (!sb->boot_ev || evtimer_add(sb->boot_ev, &tv) != 0 ||
+        jobs_submit(sb->background_boot ? w->background : w->jobs, boot_work, boot_done, sb) != 0) {
         sb->job_running = false;
         sb->job_rc = -1;
         snprintf(sb->job_err, sizeof sb->job_err, "out of memory");

@@ -14,6 +14,7 @@
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 struct job {
@@ -112,7 +113,7 @@ struct jobs *jobs_new(struct event_base *base, size_t nthreads, int nice)
             goto fail;
     return j;
 fail:
-    jobs_free(j);
+    jobs_free(j, -1);
     return NULL;
 }
 
@@ -131,27 +132,66 @@ int jobs_submit(struct jobs *j, job_fn work, job_fn done, void *arg)
     return 0;
 }
 
-void jobs_free(struct jobs *j)
+/* Pools whose threads did not all end in time: kept, since those threads still use them. */
+static struct jobs *stuck_pools[8];
+
+/* Joins the thread within the wall-clock deadline (NULL: however long it takes). */
+static bool join_by(pthread_t t, const struct timespec *deadline)
+{
+    if (!deadline)
+        return pthread_join(t, NULL) == 0;
+    return pthread_timedjoin_np(t, NULL, deadline) == 0;
+}
+
+bool jobs_free(struct jobs *j, int wait_ms)
 {
     if (!j)
-        return;
+        return true;
     pthread_mutex_lock(&j->lock);
     j->quit = true;
     pthread_cond_broadcast(&j->cond);
     pthread_mutex_unlock(&j->lock);
+    struct timespec deadline, *by = NULL;
+    if (wait_ms >= 0 && clock_gettime(CLOCK_REALTIME, &deadline) == 0) {
+        deadline.tv_sec += wait_ms / 1000;
+        deadline.tv_nsec += (long)(wait_ms % 1000) * 1000000;
+        if (deadline.tv_nsec >= 1000000000) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000;
+        }
+        by = &deadline;
+    }
+    size_t stuck = 0;
     for (size_t i = 0; i < j->nthreads; i++)
-        pthread_join(j->threads[i], NULL);
+        if (!join_by(j->threads[i], by)) {
+            pthread_detach(j->threads[i]);
+            stuck++;
+        }
+    if (j->ev)
+        event_free(j->ev);
+    j->ev = NULL;
+    if (stuck > 0) {
+        /* A job stuck in a system call (a boot the deadline gave up on): the process is ending,
+         * and its exit ends the thread; the pool stays for it to finish into. */
+        log_error("jobs: %zu job thread(s) still busy after %d ms; not waiting for them", stuck,
+                  wait_ms);
+        for (size_t i = 0; i < sizeof stuck_pools / sizeof *stuck_pools; i++)
+            if (!stuck_pools[i]) {
+                stuck_pools[i] = j;
+                break;
+            }
+        return false;
+    }
     for (struct job *jb = j->done_head; jb;) {
         struct job *next = jb->next;
         free(jb);
         jb = next;
     }
-    if (j->ev)
-        event_free(j->ev);
     if (j->efd >= 0)
         close(j->efd);
     free(j->threads);
     pthread_cond_destroy(&j->cond);
     pthread_mutex_destroy(&j->lock);
     free(j);
+    return true;
 }

@@ -7,6 +7,7 @@
 #define SBX_JOBS_H
 
 #include <event2/event.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 struct jobs;
@@ -19,7 +20,9 @@ typedef void (*job_fn)(void *arg);
 struct jobs *jobs_new(struct event_base *base, size_t nthreads, int nice);
 /* Queues a job; work and done both get arg. Returns 0, or -1 when out of memory. */
 int jobs_submit(struct jobs *j, job_fn work, job_fn done, void *arg);
-/* Stops the threads after the queued jobs ran (their done() callbacks are not called). */
-void jobs_free(struct jobs *j);
+/* Stops the threads after the queued jobs ran (their done() callbacks are not called), waiting
+ * at most wait_ms for them (-1: however long it takes). A thread still busy then (a job stuck in
+ * a system call) is left to the process's exit, and the pool to it: false then. */
+bool jobs_free(struct jobs *j, int wait_ms);
 
 #endif

@@ -190,11 +190,13 @@ static void sandbox_release(struct sandbox *sb)
     event_free(sb->keepalive_ev);
     event_free(sb->timeout_ev);
     event_free(sb->running_ev);
+    if (sb->boot_ev)
+        event_free(sb->boot_ev);
     agent_channel_free(sb->chan);
     free(sb);
 }
 
-void sandbox_free(struct sandbox *sb)
+void sandbox_unlink(struct sandbox *sb)
 {
     struct worker *w = sb->w;
     for (struct sandbox **p = &w->sandboxes; *p; p = &(*p)->next)
@@ -202,6 +204,12 @@ void sandbox_free(struct sandbox *sb)
             *p = sb->next;
             break;
         }
+    sb->next = NULL;
+}
+
+void sandbox_free(struct sandbox *sb)
+{
+    sandbox_unlink(sb);
     sandbox_release(sb);
 }
 

@@ -29,6 +29,9 @@
  *                                                                        sends the first message)
  *   IDLE        -> BUSY         sandbox_send_message   agent_protocol.c  the Session's next one
  *   BUSY        -> IDLE         sandbox_idle           expiry.c          the reply is recorded
+ *   BOOTING     -> STOPPING     boot_overran           boot.c            the boot deadline passed:
+ *                                                                        failed, unlinked, freed
+ *                                                                        once its job returns
  *   any other   -> STOPPING     sandbox_terminate      expiry.c          keep-alive over, deadline
  *                                                                        missed, agent gone or
  *                                                                        failed, stop requested,
@@ -58,6 +61,7 @@
 #include "worker.h"
 
 #include <jansson.h>
+#include <stdatomic.h>
 
 enum sandbox_state { SB_BOOTING, SB_WARM, SB_ACTIVATING, SB_IDLE, SB_BUSY, SB_STOPPING };
 
@@ -78,6 +82,14 @@ struct sandbox {
      * boot does not compete for the CPUs with the App starting and answering. */
     bool refill_pending;
     bool stop_wanted; /* terminate as soon as that job is done */
+    /* Its boot overran the boot deadline (boot.c): failed in the store and unlinked from
+     * w->sandboxes; the record waits for the boot job, still using it, to return. */
+    bool abandoned;
+    struct event *boot_ev; /* the boot deadline, while BOOTING */
+    /* Shared with the boot job's thread: when it started the boot (mono ms, 0: still queued),
+     * and the deadline's word that a boot still queued must not start (boot.c). */
+    _Atomic int64_t boot_job_started;
+    atomic_bool boot_cancelled;
     /* BUSY with its first message, and `running` not written yet (running_ev is armed). */
     bool running_pending;
     bool stop_failed;
@@ -134,6 +146,9 @@ struct sandbox_hooks {
     void (*gone)(struct worker *w); /* a Sandbox ended and was freed */
 };
 
+/* A boot's deadline when its driver names none (driver.h's boot_deadline_ms). */
+#define SANDBOX_BOOT_DEADLINE_MS 120000
+
 /* ---- sandbox.c: the records ---- */
 
 /* A new record (state BOOTING, linked into w->sandboxes), or NULL when out of memory. */
@@ -141,6 +156,8 @@ struct sandbox *sandbox_new(struct worker *w, const struct driver *drv,
                             const struct store_shape *shape);
 /* Unlinks and frees the record; it carries no delivery any more. */
 void sandbox_free(struct sandbox *sb);
+/* Takes the record out of w->sandboxes without freeing it (an abandoned boot's, boot.c). */
+void sandbox_unlink(struct sandbox *sb);
 /* Frees every record (worker_fini: the loop is gone; deliveries were dropped first). */
 void sandbox_free_all(struct worker *w);
 /* Claimed for a Session: ACTIVATING, IDLE, BUSY, or BOOTING cold with its delivery. */

@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
-import { startSbx, sleep } from './harness.mjs';
+import { startSbx, sleep, assertWorkersExited } from './harness.mjs';
 
 test('a crashing agent is retried on fresh Sandboxes, then failed with the reason', async () => {
   const sbx = await startSbx({ workers: 1 });
@@ -122,5 +122,24 @@ test('kill -9 of one of three workers: the others adopt its work at once', async
   } finally {
     await sbx.stop();
     sbx.cleanup();
+  }
+});
+
+test('a boot stuck past its deadline fails with its step, the message is retried, and SIGTERM does not wait for it', async () => {
+  // The first two boots hang for good once their agent runs; the driver's deadline is 5 s.
+  const sbx = await startSbx({ workers: 1, env: { SBX_FAKE_BOOT_HANG: '2', SBX_FAKE_BOOT_DEADLINE_MS: '5000' } });
+  let bodyFailed = true;
+  try {
+    const { key } = await sbx.app('stuck', { keepAliveSeconds: 5, maxAttempts: 5 });
+    const s = await sbx.session(key);
+    const m = await sbx.roundTrip(key, s.id, { after: 'stuck boots' }, 90);
+    assert.equal(m.state, 'completed');
+    await sbx.until(() => sbx.sql(`SELECT COUNT(*) FROM sandboxes WHERE state = 'failed' AND termination_reason LIKE '%not done within 5 s, stuck at fake hang%'`) === '2', 60000, 'both stuck boots failed with their step');
+    bodyFailed = false;
+  } finally {
+    // The two stuck boot threads never return: the worker still exits (0) on SIGTERM.
+    const results = await sbx.stop();
+    sbx.cleanup();
+    assertWorkersExited(results, bodyFailed);
   }
 });

@@ -8,6 +8,10 @@
  * The fake agent speaks the agent channel of driver.h and behaves like the echo agent for the
  * message bodies the tests send: {"sleepMs":N} sleeps first, {"crash":true} exits with status 3,
  * {"hang":true} never answers, {"fail":"text"} answers {"error":"text"}.
+ *
+ * SBX_FAKE_BOOT_HANG=N makes the first N boots hang for good once their agent runs (the step
+ * "fake hang"), as a boot stuck in the kernel or on a file would; SBX_FAKE_BOOT_DEADLINE_MS sets
+ * the driver's boot deadline (driver.h), which fails such a boot.
  */
 #include "config.h"
 #include "drivers/driver.h"
@@ -18,6 +22,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +105,9 @@ static int fork_init(const struct sbx_config *cfg, char *err, size_t errlen)
     return 0;
 }
 
+/* SBX_FAKE_BOOT_HANG: how many boots are still to hang. */
+static atomic_int boots_to_hang;
+
 static int fork_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, char *err,
                      size_t errlen)
 {
@@ -134,6 +142,18 @@ static int fork_boot(const struct sbx_config *cfg, struct sandbox_runtime *rt, c
     }
     close(sv[1]);
     rt->pid = pid;
+    atomic_store(&rt->boot_pid, pid);
+    if (atomic_fetch_sub(&boots_to_hang, 1) > 0) {
+        /* Never returns: nothing writes to this pipe, and its write end is never closed. */
+        int hang[2];
+        char b;
+        driver_boot_step(rt, "fake hang");
+        if (pipe(hang) == 0)
+            while (read(hang[0], &b, 1) != 0) {
+            }
+        pause();
+    }
+    driver_boot_step(rt, "agent ready");
     /* Wait for "ready", as real drivers do. */
     char buf[256];
     size_t len = 0;
@@ -220,8 +240,8 @@ static int fork_reap(const struct sbx_config *cfg, const struct store_sandbox *s
     return 0;
 }
 
-static const struct driver driver_fork = {
-    "fork", fork_init, fork_boot, fork_attach, fork_terminate, fork_reap, NULL, NULL, NULL,
+static struct driver driver_fork = {
+    "fork", fork_init, fork_boot, fork_attach, fork_terminate, fork_reap, NULL, NULL, NULL, 0,
 };
 
 static const struct driver *find_fork_driver(const char *name)
@@ -245,6 +265,10 @@ int main(int argc, char **argv)
         return 2;
     }
     log_init("worker", cfg.log_level);
+    const char *hang = getenv("SBX_FAKE_BOOT_HANG"),
+               *deadline = getenv("SBX_FAKE_BOOT_DEADLINE_MS");
+    atomic_store(&boots_to_hang, hang ? atoi(hang) : 0);
+    driver_fork.boot_deadline_ms = deadline ? atoi(deadline) : 0;
     /* SIGCHLD keeps its default: each fake agent is waited for by terminate(), like the real
      * drivers wait for their own pids (never waitpid(-1)). */
     if (worker_init(&w, &cfg, find_fork_driver, err, sizeof err) != 0) {
