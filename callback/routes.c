@@ -9,13 +9,13 @@
 
 #include "id.h"
 #include "json_text.h"
+#include "message_request.h"
 #include "notify.h"
 #include "pki.h"
 #include "render.h"
 #include "timefmt.h"
 #include "clock.h"
 
-#include <nettle/sha2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,37 +141,9 @@ enum MHD_Result cb_history(struct cb_request *r)
     if (rc != STORE_OK)
         return cb_reply_store_error(r, rc, "Session");
     struct json_text t = {0};
-    render_page_begin(&t);
-    for (size_t i = 0; i < n; i++) {
-        render_page_item(&t, i);
-        render_message_text(&t, &items[i]);
-    }
-    render_page_end(&t, next);
+    render_message_page_text(&t, items, n, next);
     store_message_list_free(items, n);
     return cb_reply_text(r, 200, &t, NULL);
-}
-
-/* What makes two requests "the same" for Idempotency-Key: the gateway's rule
- * (gateway/http_messages.c), so a key replays alike whichever API queued the message. */
-static void request_hash(const char *session_id, json_t *body, char out[65])
-{
-    static const char hex[] = "0123456789abcdef";
-    struct sha256_ctx c;
-    uint8_t d[SHA256_DIGEST_SIZE];
-    char *canonical = json_dumps(body, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
-    sha256_init(&c);
-    sha256_update(&c, 18, (const uint8_t *)"POST /v1/sessions/");
-    sha256_update(&c, strlen(session_id), (const uint8_t *)session_id);
-    sha256_update(&c, 10, (const uint8_t *)"/messages\n");
-    if (canonical)
-        sha256_update(&c, strlen(canonical), (const uint8_t *)canonical);
-    sha256_digest(&c, sizeof d, d);
-    for (size_t i = 0; i < sizeof d; i++) {
-        out[2 * i] = hex[d[i] >> 4];
-        out[2 * i + 1] = hex[d[i] & 15];
-    }
-    out[64] = '\0';
-    free(canonical);
 }
 
 static bool idempotency_key_ok(const char *s)
@@ -204,7 +176,7 @@ enum MHD_Result cb_sibling_message(struct cb_request *r)
     char hash[65] = "";
     char *body_json = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
     if (idem)
-        request_hash(r->params[0], body, hash);
+        message_request_hash(r->params[0], body, hash);
     json_decref(obj);
     if (!body_json)
         return cb_reply_problem(r, PROBLEM_INTERNAL, NULL, "cannot encode the body");

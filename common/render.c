@@ -257,3 +257,14 @@ json_t *render_page(json_t *items, const char *next_cursor)
 {
     return json_pack("{s:o, s:o}", "items", items, "nextCursor", str_or_null(next_cursor));
 }
+
+void render_message_page_text(struct json_text *t, const struct store_message *items, size_t n,
+                              const char *next_cursor)
+{
+    render_page_begin(t);
+    for (size_t i = 0; i < n; i++) {
+        render_page_item(t, i);
+        render_message_text(t, &items[i]);
+    }
+    render_page_end(t, next_cursor);
+}

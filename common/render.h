@@ -37,5 +37,8 @@ void render_session_text(struct json_text *t, const struct store_session *s);
 void render_page_begin(struct json_text *t);
 void render_page_item(struct json_text *t, size_t index);
 void render_page_end(struct json_text *t, const char *next_cursor);
+/* A page of messages: begin, each message, end. */
+void render_message_page_text(struct json_text *t, const struct store_message *items, size_t n,
+                              const char *next_cursor);
 
 #endif

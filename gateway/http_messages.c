@@ -8,37 +8,17 @@
 #include "json_input.h"
 #include "json_text.h"
 #include "log.h"
+#include "message_request.h"
 #include "longpoll.h"
 #include "notify.h"
 #include "render.h"
 #include "reply.h"
 #include "clock.h"
 
-#include <nettle/base16.h>
-#include <nettle/sha2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* What makes two requests "the same" for Idempotency-Key: the Session and the body, with object
- * keys sorted so that member order does not matter. */
-static void request_hash(const char *session_id, json_t *body, char out[65])
-{
-    struct sha256_ctx c;
-    uint8_t digest[SHA256_DIGEST_SIZE];
-    char *canonical = json_dumps(body, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
-    sha256_init(&c);
-    sha256_update(&c, 18, (const uint8_t *)"POST /v1/sessions/");
-    sha256_update(&c, strlen(session_id), (const uint8_t *)session_id);
-    sha256_update(&c, 10, (const uint8_t *)"/messages\n");
-    if (canonical)
-        sha256_update(&c, strlen(canonical), (const uint8_t *)canonical);
-    sha256_digest(&c, sizeof digest, digest);
-    base16_encode_update(out, sizeof digest, digest);
-    out[BASE16_ENCODE_LENGTH(SHA256_DIGEST_SIZE)] = '\0';
-    free(canonical);
-}
 
 /* An enqueue waiting for its group commit. The connection is suspended meanwhile, so one HTTP
  * thread can have many requests in the same batch instead of one: the committer's callback stores
@@ -174,7 +154,7 @@ enum MHD_Result http_message_create(struct request *r)
     }
     p->body_json = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
     if (idem) /* only a key's replay is compared with its request */
-        request_hash(r->params[0], body, p->hash);
+        message_request_hash(r->params[0], body, p->hash);
     json_decref(obj);
     if (!p->body_json) {
         pending_free(p);
@@ -216,12 +196,7 @@ enum MHD_Result http_message_list(struct request *r)
     if (s != STORE_OK)
         return reply_store_error(r, s, "Session");
     struct json_text page = {0};
-    render_page_begin(&page);
-    for (size_t i = 0; i < n; i++) {
-        render_page_item(&page, i);
-        render_message_text(&page, &items[i]);
-    }
-    render_page_end(&page, next);
+    render_message_page_text(&page, items, n, next);
     store_message_list_free(items, n);
     return reply_json_text(r, 200, &page, NULL, NULL);
 }
