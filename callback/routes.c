@@ -70,16 +70,24 @@ static bool json_content_type(struct cb_request *r, const char *also)
                   (also && n == strlen(also) && strncasecmp(ct, also, n) == 0));
 }
 
+/* The Session as the REST API shows it (rc STORE_OK: s is read and cleared), or the store's
+ * error. */
+static enum MHD_Result reply_session(struct cb_request *r, enum store_status rc,
+                                     struct store_session *s)
+{
+    if (rc != STORE_OK)
+        return cb_reply_store_error(r, rc, "Session");
+    struct json_text t = {0};
+    render_session_text(&t, s);
+    store_session_clear(s);
+    return cb_reply_text(r, 200, &t, NULL);
+}
+
 enum MHD_Result cb_session_get(struct cb_request *r)
 {
     struct store_session s;
     enum store_status rc = store_session_get(r->cs->st, r->sb.app_id, r->sb.session_id, &s);
-    if (rc != STORE_OK)
-        return cb_reply_store_error(r, rc, "Session");
-    struct json_text t = {0};
-    render_session_text(&t, &s);
-    store_session_clear(&s);
-    return cb_reply_text(r, 200, &t, NULL);
+    return reply_session(r, rc, &s);
 }
 
 enum MHD_Result cb_metadata_patch(struct cb_request *r)
@@ -104,12 +112,7 @@ enum MHD_Result cb_metadata_patch(struct cb_request *r)
     if (rc == STORE_INVALID)
         return cb_reply_problem(r, PROBLEM_INVALID_VALUE, "metadata",
                                 "the metadata would be over %d bytes of JSON", METADATA_MAX_BYTES);
-    if (rc != STORE_OK)
-        return cb_reply_store_error(r, rc, "Session");
-    struct json_text t = {0};
-    render_session_text(&t, &s);
-    store_session_clear(&s);
-    return cb_reply_text(r, 200, &t, NULL);
+    return reply_session(r, rc, &s);
 }
 
 /* A non-negative integer query parameter, or def when absent; -1 when malformed. */
