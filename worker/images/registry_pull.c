@@ -187,16 +187,19 @@ static long http_get(struct pull *pl, const char *url, const char *accept, const
         return image_fail(pl->p, IMAGE_ARCHIVE_TOO_LARGE,
                           "the image is over image_upload_limit (%lld bytes)",
                           (long long)pl->cfg->image_upload_limit);
-    if (rc == CURLE_OPERATION_TIMEDOUT && clock_mono_ms() >= pl->deadline_ms)
-        return image_fail(pl->p, IMAGE_REGISTRY_TOO_SLOW,
-                          "the pull from %s took longer than registry_pull_timeout (%lld s)",
-                          pl->ref.host, (long long)pl->cfg->registry_pull_timeout);
     if (rc == CURLE_OPERATION_TIMEDOUT && strstr(errbuf, "too slow"))
         return image_fail(pl->p, IMAGE_REGISTRY_TOO_SLOW,
                           "%s sent less than registry_low_speed_limit (%lld bytes/s) for "
                           "registry_low_speed_time (%lld s)",
                           pl->ref.host, (long long)pl->cfg->registry_low_speed_limit,
                           (long long)pl->cfg->registry_low_speed_time);
+    /* The request's time limit is what was left of the pull's: curl's timer and this clock
+     * differ by a millisecond or so, so the pull's deadline is judged by what curl says (a
+     * connect that timed out is the registry unreachable, below). */
+    if (rc == CURLE_OPERATION_TIMEDOUT && strncmp(errbuf, "Operation timed out", 19) == 0)
+        return image_fail(pl->p, IMAGE_REGISTRY_TOO_SLOW,
+                          "the pull from %s took longer than registry_pull_timeout (%lld s)",
+                          pl->ref.host, (long long)pl->cfg->registry_pull_timeout);
     if (rc != CURLE_OK)
         return image_fail(pl->p, IMAGE_REGISTRY_UNREACHABLE, "%s: %s", pl->ref.host,
                           errbuf[0] ? errbuf : curl_easy_strerror(rc));
