@@ -2,17 +2,17 @@
 # builder's cache (tests/images/build-test-images.sh) for the live tests.
 add_executable(test_image_import ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_image_import.c)
 target_link_libraries(test_image_import PRIVATE sbxworker PkgConfig::CMOCKA)
-add_test(NAME unit.image_import COMMAND test_image_import)
-set_tests_properties(unit.image_import PROPERTIES SKIP_RETURN_CODE 77)
+add_test(NAME unit.worker.images.import COMMAND test_image_import)
+set_tests_properties(unit.worker.images.import PROPERTIES SKIP_RETURN_CODE 77)
 
 # The store's Images on SQLite, and on PostgreSQL under pg-run.sh.
 add_executable(test_store_images ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_store_images.c
                                  ${CMAKE_CURRENT_SOURCE_DIR}/unit/store_fixture.c)
 target_link_libraries(test_store_images PRIVATE sbxcommon PkgConfig::CMOCKA PkgConfig::SQLITE)
-add_test(NAME unit.store_images COMMAND test_store_images)
-add_test(NAME unit.pg.store_images COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh
+add_test(NAME unit.store.images COMMAND test_store_images)
+add_test(NAME unit.store.pg.images COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh
                                            $<TARGET_FILE:test_store_images>)
-set_tests_properties(unit.pg.store_images PROPERTIES TIMEOUT 180)
+set_tests_properties(unit.store.pg.images PROPERTIES TIMEOUT 180)
 
 # The Debian 12 + python3 test image in both archive formats, built once per build tree (about 45 s
 # the first time; cached in <build>/image-archives after, apart from the boot tests'

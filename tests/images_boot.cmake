@@ -35,7 +35,7 @@ target_link_libraries(test_image_user PRIVATE PkgConfig::CMOCKA PkgConfig::JANSS
 target_compile_definitions(test_image_user PRIVATE SBX_AGENT_BIN="$<TARGET_FILE:sbx-agent>"
                                                    SBX_ECHO_AGENT_BIN="$<TARGET_FILE:sbx-echo-agent>")
 add_dependencies(test_image_user sbx-agent sbx-echo-agent)
-add_test(NAME unit.images.agent_start COMMAND test_image_user)
+add_test(NAME unit.agent.image_user COMMAND test_image_user)
 
 # tools/bench/image_boot.c: cold and warm activation of the Python image beside the built-in one
 # (process and qemu; `tools/sbx bench` runs it). A one-run smoke test keeps it working; it asserts

@@ -5,16 +5,16 @@ set(net_it_dir ${CMAKE_CURRENT_SOURCE_DIR}/integration/network)
 
 add_executable(test_firewall_batch ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_firewall_batch.c)
 target_link_libraries(test_firewall_batch PRIVATE sbxworker PkgConfig::CMOCKA)
-add_test(NAME unit.network.firewall_batch COMMAND test_firewall_batch)
+add_test(NAME unit.worker.host.firewall_batch COMMAND test_firewall_batch)
 
 add_executable(test_firewall_netns ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_firewall_netns.c)
 target_link_libraries(test_firewall_netns PRIVATE sbxworker PkgConfig::CMOCKA)
-add_test(NAME unit.network.addresses COMMAND test_firewall_netns)
+add_test(NAME unit.worker.host.links COMMAND test_firewall_netns)
 
 # The DNS wire format of sbx's forwarder (issue 15).
 add_executable(test_dns_wire ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dns_wire.c)
 target_link_libraries(test_dns_wire PRIVATE sbxworker PkgConfig::CMOCKA)
-add_test(NAME unit.network.dns_wire COMMAND test_dns_wire)
+add_test(NAME unit.worker.host.dns_wire COMMAND test_dns_wire)
 
 # The forwarder itself, concurrent queries against a resolver the test runs (in its own network
 # namespace, with a real `table inet sbx`).

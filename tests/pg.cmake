@@ -3,8 +3,8 @@
 add_executable(test_sql_pg ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sql_pg.c)
 target_link_libraries(test_sql_pg PRIVATE sbxcommon PkgConfig::CMOCKA PkgConfig::LIBPQ
                                           Threads::Threads)
-add_test(NAME unit.pg.engine COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh $<TARGET_FILE:test_sql_pg>)
-set_tests_properties(unit.pg.engine PROPERTIES TIMEOUT 300)
+add_test(NAME unit.store.pg.engine COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh $<TARGET_FILE:test_sql_pg>)
+set_tests_properties(unit.store.pg.engine PROPERTIES TIMEOUT 300)
 
 # The API integration suite again, on PostgreSQL: the same test files, each under a throwaway
 # cluster in which the harness (tests/integration/gateway/harness.mjs) gives every fresh data
@@ -53,13 +53,11 @@ if(TARGET sbx-gateway AND SBX_NODE AND SBX_NPM)
                        TIMEOUT 180 RUN_SERIAL TRUE)
 endif()
 
-# The store's unit tests again, on PostgreSQL: the same binaries as unit.gateway.store_api,
-# unit.worker.store_queue and unit.hosts.store, whose fixture (tests/unit/store_fixture.c) gives
+# The store's unit tests again, on PostgreSQL: the same binaries as unit.store.api,
+# unit.store.queue and unit.store.hosts, whose fixture (tests/unit/store_fixture.c) gives
 # each test a fresh database of the throwaway cluster when SBX_TEST_PG_URL is set.
-foreach(pair store_api:test_store_api store_queue:test_store_queue hosts_store:test_store_hosts)
-  string(REPLACE ":" ";" pair ${pair})
-  list(GET pair 0 name)
-  list(GET pair 1 target)
-  add_test(NAME unit.pg.${name} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh $<TARGET_FILE:${target}>)
-  set_tests_properties(unit.pg.${name} PROPERTIES TIMEOUT 180)
+foreach(name api queue hosts)
+  add_test(NAME unit.store.pg.${name}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh $<TARGET_FILE:test_store_${name}>)
+  set_tests_properties(unit.store.pg.${name} PROPERTIES TIMEOUT 180)
 endforeach()

@@ -1,5 +1,5 @@
 /*
- * test_uid_range.c: unit.process.uid_range: the per-Sandbox uid allocator (worker/host/uid_range.c)
+ * test_uid_range.c: unit.worker.host.uid_range: the per-Sandbox uid allocator (worker/host/uid_range.c)
  * on the real host-wide directory, with uids of a range no Sandbox uses (150000 + pid % 1000 * 4):
  * range parsing; distinct uids until the range is exhausted, then a clear error; release by the
  * owner only; reap's release by Sandbox id; a stale entry (old, no process of its uid) is taken
@@ -156,7 +156,7 @@ static void test_stale_entry_taken_over_by_one(void **state)
 int main(void)
 {
     if (geteuid() != 0) {
-        printf("unit.process.uid_range needs root\n");
+        printf("unit.worker.host.uid_range needs root\n");
         return 77;
     }
     base = 150000 + (getpid() % 1000) * 4;
