@@ -61,8 +61,9 @@ endif()
 
 # Issue 15's "done when" on an image: a Python agent in the test image, of an allowlist App,
 # reaches only its allowed name and each refusal is an event. The egress world of
-# tests/integration/network/egress_world.sh is a named namespace (hence --mount, and serial with
-# it.worker.egress_e2e, which uses the same world). net_probe comes from tests/network.cmake.
+# tests/integration/network/egress_world.sh is a named namespace (hence --mount: its name lives on a
+# tmpfs over /run/netns in that mount namespace, so it.worker.egress_e2e's world is another one).
+# net_probe comes from tests/network.cmake.
 if(NODE_EXECUTABLE AND TARGET sbx-worker AND EXISTS ${CMAKE_SOURCE_DIR}/worker/drivers/process_image.c)
   add_test(NAME it.images.egress_python
            COMMAND unshare --net --mount -- ${NODE_EXECUTABLE} --test --test-concurrency=1
@@ -70,7 +71,7 @@ if(NODE_EXECUTABLE AND TARGET sbx-worker AND EXISTS ${CMAKE_SOURCE_DIR}/worker/d
   set_tests_properties(it.images.egress_python PROPERTIES
     FIXTURES_REQUIRED test_images
     ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBX_TEST_IMAGES=${SBX_TEST_IMAGES_DIR};SBX_NET_PROBE=$<TARGET_FILE:net_probe>;SBX_EGRESS_WORLD=${CMAKE_CURRENT_LIST_DIR}/integration/network/egress_world.sh"
-    TIMEOUT 300 RUN_SERIAL ON)
+    TIMEOUT 300)
 endif()
 
 # The writable root of an image Sandbox counts against memSizeMib: filling / past it ends in
@@ -84,3 +85,6 @@ if(NODE_EXECUTABLE AND TARGET sbx-worker AND EXISTS ${CMAKE_SOURCE_DIR}/worker/d
     ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBX_TEST_IMAGES=${SBX_TEST_IMAGES_DIR}"
     TIMEOUT 300)
 endif()
+
+sbx_test_labels(root unit.worker.images.import it.images.build it.images.import it.images.session
+                it.images.evict it.images.egress_python it.images.root_fill)

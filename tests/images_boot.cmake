@@ -66,3 +66,7 @@ if(DEFINED SBX_TEST_IMAGES_DIR AND NODE_EXECUTABLE AND TARGET sbx-worker AND TAR
     ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBX_TEST_IMAGES=${SBX_TEST_IMAGES_DIR};SBX_GUEST_DIR=${CMAKE_BINARY_DIR}/guest"
     FIXTURES_REQUIRED "${boot_e2e_fixtures}" TIMEOUT 420)
 endif()
+
+sbx_test_labels(root it.images.boot_fixture it.images.boot_process it.images.boot_qemu
+                it.images.bench_runs it.images.boot_e2e)
+sbx_test_labels(qemu it.images.boot_qemu it.images.boot_e2e)

@@ -36,7 +36,7 @@ target_link_libraries(net_ctl PRIVATE sbxworker)
 add_test(NAME it.network.packets
          COMMAND unshare --net --mount -- bash ${net_it_dir}/it_packets.sh
                  $<TARGET_FILE:net_ctl> $<TARGET_FILE:net_probe>)
-set_tests_properties(it.network.packets PROPERTIES TIMEOUT 120 RUN_SERIAL ON)
+set_tests_properties(it.network.packets PROPERTIES TIMEOUT 120)
 
 # tools/bench/firewall: time per Sandbox firewall change at 10, 100 and 1,000 live Sandboxes.
 add_executable(sbx-bench-firewall ${CMAKE_SOURCE_DIR}/tools/bench/firewall.c)
@@ -73,3 +73,7 @@ if(TARGET rootfs)
                    ${CMAKE_BINARY_DIR}/rootfs)
   set_tests_properties(it.network.process_driver PROPERTIES TIMEOUT 90)
 endif()
+
+sbx_test_labels(root it.network.dns_forwarder it.network.firewall_dumps it.network.packets
+                it.network.bench_firewall_runs it.network.bench_egress_runs it.network.slots
+                it.network.process_driver)

@@ -50,7 +50,7 @@ if(TARGET sbx-gateway AND SBX_NODE AND SBX_NPM)
                    sh -c "'${SBX_NODE}' node_modules/typescript/bin/tsc -p tsconfig.json && '${SBX_NODE}' --test dist/src/contract.test.js"
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests/contract)
   set_tests_properties(it.pg.contract.api PROPERTIES FIXTURES_REQUIRED "contract_node_modules;contract_types"
-                       TIMEOUT 180 RUN_SERIAL TRUE)
+                       TIMEOUT 180 RESOURCE_LOCK contract_dist)
 endif()
 
 # The store's unit tests again, on PostgreSQL: the same binaries as unit.store.api,
@@ -61,3 +61,5 @@ foreach(name api queue hosts)
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh $<TARGET_FILE:test_store_${name}>)
   set_tests_properties(unit.store.pg.${name} PROPERTIES TIMEOUT 180)
 endforeach()
+
+sbx_test_labels(root it.pg.worker.process_e2e)

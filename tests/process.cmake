@@ -28,3 +28,5 @@ add_executable(test_uid_range ${CMAKE_CURRENT_LIST_DIR}/unit/test_uid_range.c)
 target_link_libraries(test_uid_range PRIVATE sbxworker PkgConfig::CMOCKA)
 add_test(NAME unit.worker.host.uid_range COMMAND test_uid_range)
 set_tests_properties(unit.worker.host.uid_range PROPERTIES SKIP_RETURN_CODE 77)
+
+sbx_test_labels(root it.process.driver unit.worker.host.uid_range)

@@ -61,3 +61,5 @@ if(NODE_EXECUTABLE AND TARGET sbx-worker)
       TIMEOUT 300)
   endforeach()
 endif()
+
+sbx_test_labels(root it.streaming.stream it.streaming.feed it.pg.streaming.stream)

@@ -69,7 +69,7 @@ if(NODE_EXECUTABLE AND TARGET rootfs)
                    ${CMAKE_CURRENT_SOURCE_DIR}/integration/worker/egress_e2e.test.mjs)
   set_tests_properties(it.worker.egress_e2e PROPERTIES
     ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBX_NET_PROBE=$<TARGET_FILE:net_probe>;SBX_SBXCTL_BIN=$<TARGET_FILE:sbxctl>;SBX_EGRESS_WORLD=${CMAKE_CURRENT_SOURCE_DIR}/integration/network/egress_world.sh"
-    TIMEOUT 180 RUN_SERIAL ON)
+    TIMEOUT 180)
 endif()
 
 # tools/bench/burst_client.c: the burst scenario's load generator (one thread, poll(), a
@@ -86,3 +86,6 @@ if(NODE_EXECUTABLE AND TARGET sbx-worker-fork)
     ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker-fork>;SBX_BENCH_BURST_BIN=$<TARGET_FILE:sbx-bench-burst>"
     TIMEOUT 120)
 endif()
+
+sbx_test_labels(root it.worker.process_e2e it.worker.process_faults it.worker.process_scale
+                it.worker.egress_e2e)
