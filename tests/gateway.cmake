@@ -57,3 +57,6 @@ set_target_properties(sbx-bench-store-enqueue PROPERTIES RUNTIME_OUTPUT_DIRECTOR
                                                          ${CMAKE_BINARY_DIR}/tools/bench)
 add_test(NAME it.gateway.bench_store_enqueue_runs
          COMMAND sh -c "d=$(mktemp -d) && $<TARGET_FILE:sbx-bench-store-enqueue> $d/sbx.db 10 500 16 && sqlite3 $d/sbx.db 'SELECT count(*) FROM messages' | grep -qx 500; r=$?; rm -rf $d; exit $r")
+
+# The concurrent exchanger's rounds: over a minute under ASan on two busy cores.
+sbx_test_labels(slow unit.common.tree_remove)

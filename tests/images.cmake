@@ -88,3 +88,6 @@ endif()
 
 sbx_test_labels(root unit.worker.images.import it.images.build it.images.import it.images.session
                 it.images.evict it.images.egress_python it.images.root_fill)
+
+# Building the image archives (mmdebstrap, the first time) and booting them: minutes.
+sbx_test_labels(slow it.images.build it.images.session)

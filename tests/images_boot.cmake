@@ -70,3 +70,5 @@ endif()
 sbx_test_labels(root it.images.boot_fixture it.images.boot_process it.images.boot_qemu
                 it.images.bench_runs it.images.boot_e2e)
 sbx_test_labels(qemu it.images.boot_qemu it.images.boot_e2e)
+
+sbx_test_labels(slow it.images.boot_fixture) # mmdebstrap, the first time
