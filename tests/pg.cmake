@@ -63,3 +63,5 @@ foreach(name api queue hosts)
 endforeach()
 
 sbx_test_labels(root it.pg.worker.process_e2e)
+# The queue's and the API's store tests on PostgreSQL: about a minute and more on a busy machine.
+sbx_test_labels(slow unit.store.pg.queue unit.store.pg.api)
