@@ -60,7 +60,18 @@ struct longpoll {
     /* A test hook (SBX_TEST_PARK_DELAY_MS): how long a park waits before it takes the lock, to
      * hold a request between its read of the store and its park. 0 otherwise. */
     int park_delay_ms;
+    /* A test hook (SBX_TEST_RECHECK_MS): the recheck's period instead of RECHECK_MS and
+     * RECHECK_RELIABLE_MS, so that a test can tell a wake-up from the recheck without a clock
+     * window. 0 otherwise. */
+    int recheck_ms;
 };
+
+static int64_t recheck_every(const struct longpoll *lp)
+{
+    if (lp->recheck_ms > 0)
+        return lp->recheck_ms;
+    return notify_listener_reliable(lp->notify) ? RECHECK_RELIABLE_MS : RECHECK_MS;
+}
 
 uint64_t longpoll_hints_seen(struct longpoll *lp)
 {
@@ -239,7 +250,7 @@ static void *longpoll_main(void *arg)
 
     for (;;) {
         int64_t now = clock_mono_ms();
-        int64_t every = notify_listener_reliable(lp->notify) ? RECHECK_RELIABLE_MS : RECHECK_MS;
+        int64_t every = recheck_every(lp);
         int64_t timeout = last_recheck + every - now;
         int64_t d = next_deadline(lp);
         if (d != INT64_MAX && d - now < timeout)
@@ -280,7 +291,7 @@ static void *longpoll_main(void *arg)
          * "keys" hints may have been missed. The waiters' keys are checked again at once. */
         if (resync || keys)
             key_cache_clear(lp->gw->keys);
-        every = notify_listener_reliable(lp->notify) ? RECHECK_RELIABLE_MS : RECHECK_MS;
+        every = recheck_every(lp);
         if (resync || keys || now - last_recheck >= every) {
             recheck(lp);
             last_recheck = now;
@@ -302,6 +313,8 @@ struct longpoll *longpoll_start(struct gateway *gw, char *err, size_t errlen)
     lp->wake_fd = -1;
     const char *delay = getenv("SBX_TEST_PARK_DELAY_MS");
     lp->park_delay_ms = delay ? atoi(delay) : 0;
+    const char *recheck = getenv("SBX_TEST_RECHECK_MS");
+    lp->recheck_ms = recheck ? atoi(recheck) : 0;
     pthread_mutex_init(&lp->lock, NULL);
     lp->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (lp->wake_fd < 0) {

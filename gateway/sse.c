@@ -83,6 +83,10 @@ struct sse_hub {
     int64_t last_event_id; /* hub thread only: the newest event id it has seen */
     bool hint_pending;     /* atomic: a write of this gateway awaits its "events" hint */
     int64_t last_hint_ms;  /* hub thread only: when it last sent one (monotonic) */
+    /* A test hook (SBX_TEST_RECHECK_MS): the re-read's period instead of RECHECK_MS and
+     * RECHECK_RELIABLE_MS, so that a test can tell a wake-up from the re-read without a clock
+     * window. 0 otherwise. */
+    int recheck_ms;
 };
 
 static void hub_poke(struct sse_hub *h)
@@ -441,7 +445,9 @@ static void *hub_main(void *arg)
 
     for (;;) {
         int64_t now = clock_mono_ms();
-        int64_t every = notify_listener_reliable(h->notify) ? RECHECK_RELIABLE_MS : RECHECK_MS;
+        int64_t every = h->recheck_ms > 0                     ? h->recheck_ms
+                        : notify_listener_reliable(h->notify) ? RECHECK_RELIABLE_MS
+                                                              : RECHECK_MS;
         int64_t until = last_recheck + every;
         if (next_keepalive < until)
             until = next_keepalive;
@@ -542,6 +548,8 @@ struct sse_hub *sse_start(struct gateway *gw, char *err, size_t errlen)
     h->gw = gw;
     h->wake_fd = -1;
     h->epoll_fd = -1;
+    const char *recheck = getenv("SBX_TEST_RECHECK_MS");
+    h->recheck_ms = recheck ? atoi(recheck) : 0;
     pthread_mutex_init(&h->lock, NULL);
     h->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     h->epoll_fd = epoll_create1(EPOLL_CLOEXEC);

@@ -65,3 +65,6 @@ if(TARGET sbx-gateway)
                          RESOURCE_LOCK contract_dist)
   endif()
 endif()
+
+# npm ci, and tsc before each run against a live gateway.
+sbx_test_labels(slow it.contract.npm_ci it.contract.api it.contract.https)

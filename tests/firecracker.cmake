@@ -25,3 +25,5 @@ if(TARGET sbxworker)
                        PROPERTIES FIXTURES_REQUIRED fc_standin TIMEOUT 120 SKIP_RETURN_CODE 77)
   set_tests_properties(it.firecracker.real_vm PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120)
 endif()
+
+sbx_test_labels(root it.firecracker.driver it.firecracker.real_vm)

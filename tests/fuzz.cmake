@@ -75,3 +75,5 @@ add_test(NAME it.fuzz.agent_relay_host_agreement
 if(NOT SBX_FUZZ)
   set_tests_properties(it.fuzz.agent_relay_host_agreement PROPERTIES FIXTURES_REQUIRED sbx_fuzz_tree)
 endif()
+
+sbx_test_labels(slow it.fuzz.build) # a second build tree, with clang

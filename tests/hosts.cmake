@@ -1,11 +1,11 @@
 # The hosts area: several worker hosts on one store. Unit: registration, host loss and placement
-# in the store (cmocka; on SQLite here, on PostgreSQL as unit.pg.hosts_store in pg.cmake).
+# in the store (cmocka; on SQLite here, on PostgreSQL as unit.store.pg.hosts in pg.cmake).
 # Integration: worker processes of two hosts (different host ids and jail roots) and two gateways
 # on one database, on the fork test driver.
 add_executable(test_store_hosts ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_store_hosts.c
                                 ${CMAKE_CURRENT_SOURCE_DIR}/unit/store_fixture.c)
 target_link_libraries(test_store_hosts PRIVATE sbxcommon PkgConfig::CMOCKA PkgConfig::SQLITE)
-add_test(NAME unit.hosts.store COMMAND test_store_hosts)
+add_test(NAME unit.store.hosts COMMAND test_store_hosts)
 
 find_program(NODE_EXECUTABLE node)
 if(NODE_EXECUTABLE)
@@ -15,7 +15,7 @@ if(NODE_EXECUTABLE)
                      ${CMAKE_CURRENT_SOURCE_DIR}/integration/hosts/${it}.test.mjs)
     set_tests_properties(it.hosts.${it} PROPERTIES
       ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker-fork>;SBX_SBXCTL_BIN=$<TARGET_FILE:sbxctl>"
-      TIMEOUT 180)
+      TIMEOUT 420)
   endforeach()
 endif()
 
@@ -29,7 +29,7 @@ if(NODE_EXECUTABLE AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh)
                      ${CMAKE_CURRENT_SOURCE_DIR}/integration/hosts/${it}.test.mjs)
     set_tests_properties(it.pg.hosts.${it} PROPERTIES
       ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker-fork>;SBX_SBXCTL_BIN=$<TARGET_FILE:sbxctl>"
-      TIMEOUT 300)
+      TIMEOUT 600)
   endforeach()
 endif()
 
@@ -45,3 +45,8 @@ if(NODE_EXECUTABLE AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh)
     ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker-fork>"
     TIMEOUT 180)
 endif()
+
+# Throughput waits (1,000 messages through two hosts; three gateways writing at once): over a
+# minute, more on a busy machine.
+sbx_test_labels(slow it.hosts.two_hosts it.pg.hosts.two_hosts it.pg.concurrency it.hosts.placement
+                it.pg.hosts.placement)

@@ -2,17 +2,17 @@
 # builder's cache (tests/images/build-test-images.sh) for the live tests.
 add_executable(test_image_import ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_image_import.c)
 target_link_libraries(test_image_import PRIVATE sbxworker PkgConfig::CMOCKA)
-add_test(NAME unit.image_import COMMAND test_image_import)
-set_tests_properties(unit.image_import PROPERTIES SKIP_RETURN_CODE 77)
+add_test(NAME unit.worker.images.import COMMAND test_image_import)
+set_tests_properties(unit.worker.images.import PROPERTIES SKIP_RETURN_CODE 77)
 
 # The store's Images on SQLite, and on PostgreSQL under pg-run.sh.
 add_executable(test_store_images ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_store_images.c
                                  ${CMAKE_CURRENT_SOURCE_DIR}/unit/store_fixture.c)
 target_link_libraries(test_store_images PRIVATE sbxcommon PkgConfig::CMOCKA PkgConfig::SQLITE)
-add_test(NAME unit.store_images COMMAND test_store_images)
-add_test(NAME unit.pg.store_images COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh
+add_test(NAME unit.store.images COMMAND test_store_images)
+add_test(NAME unit.store.pg.images COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh
                                            $<TARGET_FILE:test_store_images>)
-set_tests_properties(unit.pg.store_images PROPERTIES TIMEOUT 180)
+set_tests_properties(unit.store.pg.images PROPERTIES TIMEOUT 180)
 
 # The Debian 12 + python3 test image in both archive formats, built once per build tree (about 45 s
 # the first time; cached in <build>/image-archives after, apart from the boot tests'
@@ -61,8 +61,9 @@ endif()
 
 # Issue 15's "done when" on an image: a Python agent in the test image, of an allowlist App,
 # reaches only its allowed name and each refusal is an event. The egress world of
-# tests/integration/network/egress_world.sh is a named namespace (hence --mount, and serial with
-# it.worker.egress_e2e, which uses the same world). net_probe comes from tests/network.cmake.
+# tests/integration/network/egress_world.sh is a named namespace (hence --mount: its name lives on a
+# tmpfs over /run/netns in that mount namespace, so it.worker.egress_e2e's world is another one).
+# net_probe comes from tests/network.cmake.
 if(NODE_EXECUTABLE AND TARGET sbx-worker AND EXISTS ${CMAKE_SOURCE_DIR}/worker/drivers/process_image.c)
   add_test(NAME it.images.egress_python
            COMMAND unshare --net --mount -- ${NODE_EXECUTABLE} --test --test-concurrency=1
@@ -70,7 +71,7 @@ if(NODE_EXECUTABLE AND TARGET sbx-worker AND EXISTS ${CMAKE_SOURCE_DIR}/worker/d
   set_tests_properties(it.images.egress_python PROPERTIES
     FIXTURES_REQUIRED test_images
     ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBX_TEST_IMAGES=${SBX_TEST_IMAGES_DIR};SBX_NET_PROBE=$<TARGET_FILE:net_probe>;SBX_EGRESS_WORLD=${CMAKE_CURRENT_LIST_DIR}/integration/network/egress_world.sh"
-    TIMEOUT 300 RUN_SERIAL ON)
+    TIMEOUT 300)
 endif()
 
 # The writable root of an image Sandbox counts against memSizeMib: filling / past it ends in
@@ -84,3 +85,9 @@ if(NODE_EXECUTABLE AND TARGET sbx-worker AND EXISTS ${CMAKE_SOURCE_DIR}/worker/d
     ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBX_TEST_IMAGES=${SBX_TEST_IMAGES_DIR}"
     TIMEOUT 300)
 endif()
+
+sbx_test_labels(root unit.worker.images.import it.images.build it.images.import it.images.session
+                it.images.evict it.images.egress_python it.images.root_fill)
+
+# Building the image archives (mmdebstrap, the first time) and booting them: minutes.
+sbx_test_labels(slow it.images.build it.images.session)

@@ -35,7 +35,7 @@ target_link_libraries(test_image_user PRIVATE PkgConfig::CMOCKA PkgConfig::JANSS
 target_compile_definitions(test_image_user PRIVATE SBX_AGENT_BIN="$<TARGET_FILE:sbx-agent>"
                                                    SBX_ECHO_AGENT_BIN="$<TARGET_FILE:sbx-echo-agent>")
 add_dependencies(test_image_user sbx-agent sbx-echo-agent)
-add_test(NAME unit.images.agent_start COMMAND test_image_user)
+add_test(NAME unit.agent.image_user COMMAND test_image_user)
 
 # tools/bench/image_boot.c: cold and warm activation of the Python image beside the built-in one
 # (process and qemu; `tools/sbx bench` runs it). A one-run smoke test keeps it working; it asserts
@@ -66,3 +66,9 @@ if(DEFINED SBX_TEST_IMAGES_DIR AND NODE_EXECUTABLE AND TARGET sbx-worker AND TAR
     ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBX_TEST_IMAGES=${SBX_TEST_IMAGES_DIR};SBX_GUEST_DIR=${CMAKE_BINARY_DIR}/guest"
     FIXTURES_REQUIRED "${boot_e2e_fixtures}" TIMEOUT 420)
 endif()
+
+sbx_test_labels(root it.images.boot_fixture it.images.boot_process it.images.boot_qemu
+                it.images.bench_runs it.images.boot_e2e)
+sbx_test_labels(qemu it.images.boot_qemu it.images.boot_e2e)
+
+sbx_test_labels(slow it.images.boot_fixture) # mmdebstrap, the first time

@@ -43,5 +43,10 @@ if(TARGET guest-image AND NODE_EXECUTABLE AND TARGET sbx-worker AND TARGET sbx-g
                    ${CMAKE_CURRENT_LIST_DIR}/integration/microvm/qemu_egress.test.mjs)
   set_tests_properties(it.microvm.qemu_egress PROPERTIES
     ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBX_NET_PROBE=$<TARGET_FILE:net_probe>;SBX_EGRESS_WORLD=${CMAKE_CURRENT_LIST_DIR}/integration/network/egress_world.sh"
-    FIXTURES_REQUIRED guest_image TIMEOUT 300 RUN_SERIAL ON)
+    FIXTURES_REQUIRED guest_image TIMEOUT 300)
 endif()
+
+sbx_test_labels(root it.microvm.qemu_driver it.microvm.qemu_reap it.microvm.qemu_bad_kernel
+                it.microvm.qemu_e2e it.microvm.qemu_egress)
+sbx_test_labels(qemu it.microvm.guest_image it.microvm.qemu_driver it.microvm.qemu_reap
+                it.microvm.qemu_bad_kernel it.microvm.qemu_e2e it.microvm.qemu_egress)

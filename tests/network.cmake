@@ -5,16 +5,16 @@ set(net_it_dir ${CMAKE_CURRENT_SOURCE_DIR}/integration/network)
 
 add_executable(test_firewall_batch ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_firewall_batch.c)
 target_link_libraries(test_firewall_batch PRIVATE sbxworker PkgConfig::CMOCKA)
-add_test(NAME unit.network.firewall_batch COMMAND test_firewall_batch)
+add_test(NAME unit.worker.host.firewall_batch COMMAND test_firewall_batch)
 
 add_executable(test_firewall_netns ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_firewall_netns.c)
 target_link_libraries(test_firewall_netns PRIVATE sbxworker PkgConfig::CMOCKA)
-add_test(NAME unit.network.addresses COMMAND test_firewall_netns)
+add_test(NAME unit.worker.host.links COMMAND test_firewall_netns)
 
 # The DNS wire format of sbx's forwarder (issue 15).
 add_executable(test_dns_wire ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dns_wire.c)
 target_link_libraries(test_dns_wire PRIVATE sbxworker PkgConfig::CMOCKA)
-add_test(NAME unit.network.dns_wire COMMAND test_dns_wire)
+add_test(NAME unit.worker.host.dns_wire COMMAND test_dns_wire)
 
 # The forwarder itself, concurrent queries against a resolver the test runs (in its own network
 # namespace, with a real `table inet sbx`).
@@ -36,7 +36,7 @@ target_link_libraries(net_ctl PRIVATE sbxworker)
 add_test(NAME it.network.packets
          COMMAND unshare --net --mount -- bash ${net_it_dir}/it_packets.sh
                  $<TARGET_FILE:net_ctl> $<TARGET_FILE:net_probe>)
-set_tests_properties(it.network.packets PROPERTIES TIMEOUT 120 RUN_SERIAL ON)
+set_tests_properties(it.network.packets PROPERTIES TIMEOUT 120)
 
 # tools/bench/firewall: time per Sandbox firewall change at 10, 100 and 1,000 live Sandboxes.
 add_executable(sbx-bench-firewall ${CMAKE_SOURCE_DIR}/tools/bench/firewall.c)
@@ -73,3 +73,7 @@ if(TARGET rootfs)
                    ${CMAKE_BINARY_DIR}/rootfs)
   set_tests_properties(it.network.process_driver PROPERTIES TIMEOUT 90)
 endif()
+
+sbx_test_labels(root it.network.dns_forwarder it.network.firewall_dumps it.network.packets
+                it.network.bench_firewall_runs it.network.bench_egress_runs it.network.slots
+                it.network.process_driver)

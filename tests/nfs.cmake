@@ -9,7 +9,7 @@ if(TARGET guest-image)
   # Exit 77 (no root) is a skip. In a network namespace of its own: ganesha's TCP 2049, the taps
   # and the firewall table are the test's alone.
   set_tests_properties(it.nfs.qemu_workspace PROPERTIES FIXTURES_REQUIRED guest_image
-                       TIMEOUT 300 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+                       TIMEOUT 300 SKIP_RETURN_CODE 77)
 endif()
 
 # End to end: gateway + sbx-worker + qemu driver + NFS (two VMs), through the worker tests' harness.
@@ -20,7 +20,7 @@ if(TARGET guest-image AND NODE_EXECUTABLE AND TARGET sbx-worker AND TARGET sbx-g
                    --test-concurrency=1 ${CMAKE_CURRENT_LIST_DIR}/integration/nfs/nfs_e2e.test.mjs)
   set_tests_properties(it.nfs.qemu_e2e PROPERTIES
     ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>"
-    FIXTURES_REQUIRED guest_image TIMEOUT 300 RUN_SERIAL TRUE)
+    FIXTURES_REQUIRED guest_image TIMEOUT 300)
 endif()
 
 # nfs_export alone against a real ganesha (no VMs): exports in the config, reconciliation.
@@ -28,5 +28,10 @@ add_executable(test_nfs_export ${CMAKE_CURRENT_LIST_DIR}/integration/nfs/test_nf
 target_link_libraries(test_nfs_export PRIVATE sbxworker)
 add_test(NAME it.nfs.export_reconcile
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/in-netns.sh $<TARGET_FILE:test_nfs_export>)
-set_tests_properties(it.nfs.export_reconcile PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77
-                     RUN_SERIAL TRUE)
+set_tests_properties(it.nfs.export_reconcile PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77)
+
+sbx_test_labels(root it.nfs.qemu_workspace it.nfs.qemu_e2e it.nfs.export_reconcile)
+sbx_test_labels(qemu it.nfs.qemu_workspace it.nfs.qemu_e2e)
+# One nfs-ganesha at a time: each test's server is in its own network namespace and data
+# directory, but ganesha.nfsd is not known to be safe beside another on one host (its D-Bus name).
+sbx_test_locks(nfs_ganesha it.nfs.qemu_workspace it.nfs.qemu_e2e it.nfs.export_reconcile)

@@ -3,8 +3,8 @@
 add_executable(test_sql_pg ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sql_pg.c)
 target_link_libraries(test_sql_pg PRIVATE sbxcommon PkgConfig::CMOCKA PkgConfig::LIBPQ
                                           Threads::Threads)
-add_test(NAME unit.pg.engine COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh $<TARGET_FILE:test_sql_pg>)
-set_tests_properties(unit.pg.engine PROPERTIES TIMEOUT 300)
+add_test(NAME unit.store.pg.engine COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh $<TARGET_FILE:test_sql_pg>)
+set_tests_properties(unit.store.pg.engine PROPERTIES TIMEOUT 300)
 
 # The API integration suite again, on PostgreSQL: the same test files, each under a throwaway
 # cluster in which the harness (tests/integration/gateway/harness.mjs) gives every fresh data
@@ -50,16 +50,18 @@ if(TARGET sbx-gateway AND SBX_NODE AND SBX_NPM)
                    sh -c "'${SBX_NODE}' node_modules/typescript/bin/tsc -p tsconfig.json && '${SBX_NODE}' --test dist/src/contract.test.js"
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests/contract)
   set_tests_properties(it.pg.contract.api PROPERTIES FIXTURES_REQUIRED "contract_node_modules;contract_types"
-                       TIMEOUT 180 RUN_SERIAL TRUE)
+                       TIMEOUT 180 RESOURCE_LOCK contract_dist)
 endif()
 
-# The store's unit tests again, on PostgreSQL: the same binaries as unit.gateway.store_api,
-# unit.worker.store_queue and unit.hosts.store, whose fixture (tests/unit/store_fixture.c) gives
+# The store's unit tests again, on PostgreSQL: the same binaries as unit.store.api,
+# unit.store.queue and unit.store.hosts, whose fixture (tests/unit/store_fixture.c) gives
 # each test a fresh database of the throwaway cluster when SBX_TEST_PG_URL is set.
-foreach(pair store_api:test_store_api store_queue:test_store_queue hosts_store:test_store_hosts)
-  string(REPLACE ":" ";" pair ${pair})
-  list(GET pair 0 name)
-  list(GET pair 1 target)
-  add_test(NAME unit.pg.${name} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh $<TARGET_FILE:${target}>)
-  set_tests_properties(unit.pg.${name} PROPERTIES TIMEOUT 180)
+foreach(name api queue hosts)
+  add_test(NAME unit.store.pg.${name}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh $<TARGET_FILE:test_store_${name}>)
+  set_tests_properties(unit.store.pg.${name} PROPERTIES TIMEOUT 180)
 endforeach()
+
+sbx_test_labels(root it.pg.worker.process_e2e)
+# The queue's and the API's store tests on PostgreSQL: about a minute and more on a busy machine.
+sbx_test_labels(slow unit.store.pg.queue unit.store.pg.api)

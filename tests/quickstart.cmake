@@ -8,3 +8,5 @@ if(NODE_EXECUTABLE)
     ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>"
     TIMEOUT 120)
 endif()
+
+sbx_test_labels(root it.quickstart)

@@ -109,3 +109,8 @@ if(TARGET guest-image)
   set_tests_properties(it.reliability.hostile_agents_qemu PROPERTIES ENVIRONMENT "${rel_env}"
                        FIXTURES_REQUIRED guest_image TIMEOUT 300)
 endif()
+
+sbx_test_labels(root it.reliability.faults_under_load it.reliability.disk_full
+                it.reliability.hostile_agents it.reliability.first_start it.pg.reliability.first_start
+                it.reliability.two_installations it.reliability.hostile_agents_qemu)
+sbx_test_labels(qemu it.reliability.hostile_agents_qemu)

@@ -43,3 +43,6 @@ if(DEFINED SBX_TEST_IMAGES_DIR AND NODE_EXECUTABLE AND SBX_NPM AND TARGET sbx-wo
       FIXTURES_REQUIRED "test_images;callbacks_node_modules;guest_image" TIMEOUT 600)
   endif()
 endif()
+
+sbx_test_labels(root it.callbacks.process it.pg.callbacks.process it.callbacks.qemu)
+sbx_test_labels(qemu it.callbacks.qemu)

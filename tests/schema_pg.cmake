@@ -8,6 +8,6 @@ add_executable(test_schema_pg ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_schema_pg.c)
 target_link_libraries(test_schema_pg PRIVATE sbxcommon PkgConfig::CMOCKA PkgConfig::SQLITE
                                              PkgConfig::LIBPQ)
 target_compile_definitions(test_schema_pg PRIVATE SBX_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
-add_test(NAME unit.schema_pg
+add_test(NAME unit.schema.pg
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh $<TARGET_FILE:test_schema_pg>)
-set_tests_properties(unit.schema_pg PROPERTIES TIMEOUT 120)
+set_tests_properties(unit.schema.pg PROPERTIES TIMEOUT 120)

@@ -4,18 +4,18 @@
 add_executable(test_store_chunks ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_store_chunks.c
                                  ${CMAKE_CURRENT_SOURCE_DIR}/unit/store_fixture.c)
 target_link_libraries(test_store_chunks PRIVATE sbxcommon PkgConfig::CMOCKA PkgConfig::SQLITE)
-add_test(NAME unit.streaming.store_chunks COMMAND test_store_chunks)
-add_test(NAME unit.pg.store_chunks
+add_test(NAME unit.store.chunks COMMAND test_store_chunks)
+add_test(NAME unit.store.pg.chunks
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh $<TARGET_FILE:test_store_chunks>)
-set_tests_properties(unit.pg.store_chunks PROPERTIES TIMEOUT 180)
+set_tests_properties(unit.store.pg.chunks PROPERTIES TIMEOUT 180)
 
 # Webhooks below HTTP: signatures, the URL policy, the store's outbox (both engines).
 add_executable(test_webhooks ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_webhooks.c
                              ${CMAKE_CURRENT_SOURCE_DIR}/unit/store_fixture.c)
 target_link_libraries(test_webhooks PRIVATE sbxcommon PkgConfig::CMOCKA PkgConfig::SQLITE)
-add_test(NAME unit.streaming.webhooks COMMAND test_webhooks)
-add_test(NAME unit.pg.webhooks COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh $<TARGET_FILE:test_webhooks>)
-set_tests_properties(unit.pg.webhooks PROPERTIES TIMEOUT 180)
+add_test(NAME unit.common.webhooks COMMAND test_webhooks)
+add_test(NAME unit.common.pg.webhooks COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh $<TARGET_FILE:test_webhooks>)
+set_tests_properties(unit.common.pg.webhooks PROPERTIES TIMEOUT 180)
 
 find_program(NODE_EXECUTABLE node)
 if(NODE_EXECUTABLE AND TARGET sbx-worker)
@@ -70,3 +70,5 @@ if(NODE_EXECUTABLE AND TARGET sbx-worker)
     ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker-fork>"
     TIMEOUT 180)
 endif()
+
+sbx_test_labels(root it.streaming.stream it.streaming.feed it.pg.streaming.stream)

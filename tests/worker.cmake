@@ -4,7 +4,7 @@ add_executable(test_store_queue ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_store_queu
                                 ${CMAKE_CURRENT_SOURCE_DIR}/unit/store_fixture.c)
 target_link_libraries(test_store_queue PRIVATE sbxcommon PkgConfig::CMOCKA PkgConfig::SQLITE
                                                Threads::Threads)
-add_test(NAME unit.worker.store_queue COMMAND test_store_queue)
+add_test(NAME unit.store.queue COMMAND test_store_queue)
 
 # The queue's per-poll and per-claim statements search messages by an index (SQLite plans).
 add_executable(test_store_plans ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_store_plans.c)
@@ -14,7 +14,7 @@ add_test(NAME unit.store.plans COMMAND test_store_plans)
 
 add_executable(test_backoff ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_backoff.c)
 target_link_libraries(test_backoff PRIVATE sbxworker PkgConfig::CMOCKA)
-add_test(NAME unit.worker.backoff COMMAND test_backoff)
+add_test(NAME unit.worker.delivery.backoff COMMAND test_backoff)
 
 # Every #include between worker/'s folders goes down its layers (docs/worker.md).
 add_test(NAME unit.worker.layers
@@ -23,11 +23,11 @@ add_test(NAME unit.worker.layers
 # A Sandbox's state changes only along sandbox.h's transition table (sandbox_set_state).
 add_executable(test_sandbox_state ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sandbox_state.c)
 target_link_libraries(test_sandbox_state PRIVATE sbxworker PkgConfig::CMOCKA)
-add_test(NAME unit.worker.sandbox_state COMMAND test_sandbox_state)
+add_test(NAME unit.worker.sandbox.state COMMAND test_sandbox_state)
 
 add_executable(test_driver_shared ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_driver_shared.c)
 target_link_libraries(test_driver_shared PRIVATE sbxworker PkgConfig::CMOCKA)
-add_test(NAME unit.worker.driver_shared COMMAND test_driver_shared)
+add_test(NAME unit.worker.drivers.shared COMMAND test_driver_shared)
 
 # sbx-worker-fork: the worker with a fork() test-double driver (no isolation), to test the
 # lifecycle logic on its own.
@@ -61,7 +61,7 @@ endif()
 # VMM log caps (worker/host/log_cap.c): a flood into a watched log stays at its cap, rotated.
 add_executable(test_log_cap ${CMAKE_CURRENT_LIST_DIR}/unit/test_log_cap.c)
 target_link_libraries(test_log_cap PRIVATE sbxworker PkgConfig::CMOCKA)
-add_test(NAME unit.worker.log_cap COMMAND test_log_cap)
+add_test(NAME unit.worker.host.log_cap COMMAND test_log_cap)
 # Per-App egress policies end to end (issue 15): a world namespace of its own, hence --mount too.
 if(NODE_EXECUTABLE AND TARGET rootfs)
   add_test(NAME it.worker.egress_e2e
@@ -69,7 +69,7 @@ if(NODE_EXECUTABLE AND TARGET rootfs)
                    ${CMAKE_CURRENT_SOURCE_DIR}/integration/worker/egress_e2e.test.mjs)
   set_tests_properties(it.worker.egress_e2e PROPERTIES
     ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBX_NET_PROBE=$<TARGET_FILE:net_probe>;SBX_SBXCTL_BIN=$<TARGET_FILE:sbxctl>;SBX_EGRESS_WORLD=${CMAKE_CURRENT_SOURCE_DIR}/integration/network/egress_world.sh"
-    TIMEOUT 180 RUN_SERIAL ON)
+    TIMEOUT 180)
 endif()
 
 # tools/bench/burst_client.c: the burst scenario's load generator (one thread, poll(), a
@@ -94,5 +94,8 @@ if(NODE_EXECUTABLE AND TARGET rootfs)
                    ${CMAKE_CURRENT_SOURCE_DIR}/integration/worker/egress_established.test.mjs)
   set_tests_properties(it.worker.egress_established PROPERTIES
     ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>;SBX_NET_PROBE=$<TARGET_FILE:net_probe>;SBX_EGRESS_WORLD=${CMAKE_CURRENT_SOURCE_DIR}/integration/network/egress_world.sh"
-    TIMEOUT 180 RUN_SERIAL ON)
+    TIMEOUT 180)
 endif()
+
+sbx_test_labels(root it.worker.process_e2e it.worker.process_faults it.worker.process_scale
+                it.worker.egress_e2e it.worker.egress_established)

@@ -1,5 +1,5 @@
 /*
- * test_image_user.c: unit.images.agent_start: the image's part of the start line in sbx-agent.
+ * test_image_user.c: unit.agent.image_user: the image's part of the start line in sbx-agent.
  *
  * image_user_resolve() against a made-up image tree (names, uids, groups, supplementary groups,
  * unknown ones refused with a reason), then the real sbx-agent binary on a socketpair: a start

@@ -48,7 +48,9 @@ static int recv_now(struct notify_listener *l, char *buf, size_t len)
     int64_t t0 = clock_mono_ms();
     int n = notify_recv(l, buf, len);
     int64_t took = clock_mono_ms() - t0;
-    if (took > 100)
+    /* Generous: a blocked call waits for a peer or a server, which takes seconds; a slow one is
+     * ASan and other tests on the same cores. */
+    if (took > 2000)
         fail_msg("notify_recv blocked for %lld ms", (long long)took);
     return n;
 }
@@ -455,7 +457,9 @@ static void test_pg_nothing_blocks_while_the_server_is_down(void **state)
     int64_t t0 = clock_mono_ms();
     notify_send(p, "queue");
     notify_send(p, "stop");
-    assert_true(clock_mono_ms() - t0 < 100); /* queued: the peer's thread meets the refusal */
+    /* Queued: the peer's thread meets the refusal, not the caller. The bound only catches a
+     * caller held up (generous: ASan on a loaded machine takes its time too). */
+    assert_true(clock_mono_ms() - t0 < 2000);
 
     pg_ctl("start");
     expect_resync(l, 10000);
@@ -529,7 +533,7 @@ static void test_pg_concurrent_senders_lose_nothing(void **state)
     }
     for (int t = 0; t < SENDERS; t++) {
         assert_int_equal(pthread_join(threads[t], NULL), 0);
-        if (args[t].slowest_ms > 200)
+        if (args[t].slowest_ms > 2000) /* generous: senders share the cores with the test run */
             fail_msg("notify_send waited %lld ms", (long long)args[t].slowest_ms);
     }
     for (int got = 0; got < SENDERS * PER_SENDER; got++) {

@@ -609,6 +609,11 @@ struct slow_writer {
     struct worker_arg w;
     sem_t holding;   /* posted once the writer holds the lock and has read the counter */
     bool concurrent; /* sql_begin_concurrent instead of sql_begin */
+    /* Set: hold the transaction until `released` is posted rather than for 300 ms. A holder that
+     * is never released (the other writer waited for it) gives up after 30 s and counts a failure.
+     */
+    bool wait_release;
+    sem_t released;
 };
 
 /* A writer that reads the counter, waits, and writes what it read plus one. */
@@ -624,7 +629,19 @@ static void *slow_increment(void *arg)
     }
     v = thread_query_int(w, "SELECT value FROM counters WHERE id = 1");
     sem_post(&sw->holding);
-    usleep(300 * 1000);
+    if (sw->wait_release) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 30;
+        while (sem_timedwait(&sw->released, &until) != 0) {
+            if (errno != EINTR) {
+                w->failures++;
+                break;
+            }
+        }
+    } else {
+        usleep(300 * 1000);
+    }
     thread_run(w, "UPDATE counters SET value = ?1 WHERE id = 1", v + 1);
     if (sql_commit(w->st) != STORE_OK)
         w->failures++;
@@ -656,25 +673,27 @@ static void test_writes_outside_transactions_wait_for_writers(void **state)
 static void test_concurrent_writers_run_side_by_side(void **state)
 {
     struct store *st = *state;
-    struct slow_writer sw = {.w = {st, 0}, .concurrent = true};
+    struct slow_writer sw = {.w = {st, 0}, .concurrent = true, .wait_release = true};
     pthread_t t;
 
     run_ok(st, "INSERT INTO counters (id, value) VALUES (2, 0)");
     assert_int_equal(sem_init(&sw.holding, 0, 0), 0);
+    assert_int_equal(sem_init(&sw.released, 0, 0), 0);
     assert_int_equal(pthread_create(&t, NULL, slow_increment, &sw), 0);
     sem_wait(&sw.holding);
-    /* The other writer holds its transaction open for 300 ms: this one does not wait for it. */
-    int64_t t0 = clock_mono_ms();
+    /* The other writer holds its transaction open until this one has committed: had this one
+     * waited for it, the holder would have given up (a failure below). */
     assert_int_equal(sql_begin_concurrent(st), STORE_OK);
     run_ok(st, "UPDATE counters SET value = value + 1 WHERE id = 2");
     assert_int_equal(sql_commit(st), STORE_OK);
-    assert_true(clock_mono_ms() - t0 < 250);
+    sem_post(&sw.released);
     /* A serial writer waits for it, then sees its write. */
     assert_int_equal(sql_begin(st), STORE_OK);
     assert_int_equal(query_int(st, "SELECT value FROM counters WHERE id = 1"), 1);
     assert_int_equal(sql_commit(st), STORE_OK);
     pthread_join(t, NULL);
     sem_destroy(&sw.holding);
+    sem_destroy(&sw.released);
     assert_int_equal(sw.w.failures, 0);
     assert_int_equal(query_int(st, "SELECT value FROM counters WHERE id = 2"), 1);
 }

@@ -1,6 +1,6 @@
 /*
  * test_store_images.c: the store's Images (common/store/sql/images.c) on SQLite, and on PostgreSQL
- * under tests/pg-run.sh (unit.pg.store_images): create, name conflicts, get by id or name, the
+ * under tests/pg-run.sh (unit.store.pg.images): create, name conflicts, get by id or name, the
  * import claim (one worker at a time; a dead worker's claim is taken over), finishing ready or
  * failed (credentials cleared, events without them), Apps on an Image (the in-transaction
  * readiness check, the digest the shape carries, DELETE refused while named), and the digests a

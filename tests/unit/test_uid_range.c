@@ -1,10 +1,10 @@
 /*
- * test_uid_range.c: unit.process.uid_range: the per-Sandbox uid allocator (worker/host/uid_range.c)
- * on the real host-wide directory, with uids of a range no Sandbox uses (150000 + pid % 1000 * 4):
- * range parsing; distinct uids until the range is exhausted, then a clear error; release by the
- * owner only; reap's release by Sandbox id; a stale entry (old, no process of its uid) is taken
- * over, by exactly one of several racing boots; a young entry or one whose uid has a process is
- * not. Needs root (skipped otherwise).
+ * test_uid_range.c: unit.worker.host.uid_range: the per-Sandbox uid allocator
+ * (worker/host/uid_range.c) on the real host-wide directory, with uids of a range no Sandbox uses
+ * (150000 + pid % 1000 * 4): range parsing; distinct uids until the range is exhausted, then a
+ * clear error; release by the owner only; reap's release by Sandbox id; a stale entry (old, no
+ * process of its uid) is taken over, by exactly one of several racing boots; a young entry or one
+ * whose uid has a process is not. Needs root (skipped otherwise).
  */
 #include "host/uid_range.h"
 
@@ -108,20 +108,27 @@ static void test_stale_entry_taken_over_by_one(void **state)
     assert_int_equal(uid_range_acquire(&r, "sbx_new", &uid, err, sizeof err), -1);
     /* Old, but a process runs as the uid: in use. */
     plant(base + 3, "sbx_gone", 3600);
-    int hold[2];
+    int hold[2], ready[2];
     assert_int_equal(pipe(hold), 0);
+    assert_int_equal(pipe(ready), 0);
     pid_t user = fork();
     if (user == 0) {
-        char c;
+        char c = 'u';
         close(hold[1]);
+        close(ready[0]);
         if (syscall(SYS_setresuid, (uid_t)(base + 3), (uid_t)(base + 3), (uid_t)(base + 3)) != 0)
+            _exit(1);
+        if (write(ready[1], &c, 1) != 1)
             _exit(1);
         ssize_t ignored = read(hold[0], &c, 1);
         (void)ignored;
         _exit(0);
     }
     close(hold[0]);
-    usleep(100 * 1000); /* the child has changed its uid */
+    close(ready[1]);
+    char c;
+    assert_int_equal(read(ready[0], &c, 1), 1); /* the child has changed its uid */
+    close(ready[0]);
     assert_int_equal(uid_range_acquire(&r, "sbx_new", &uid, err, sizeof err), -1);
     close(hold[1]);
     waitpid(user, NULL, 0);
@@ -156,7 +163,7 @@ static void test_stale_entry_taken_over_by_one(void **state)
 int main(void)
 {
     if (geteuid() != 0) {
-        printf("unit.process.uid_range needs root\n");
+        printf("unit.worker.host.uid_range needs root\n");
         return 77;
     }
     base = 150000 + (getpid() % 1000) * 4;

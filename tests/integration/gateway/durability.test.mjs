@@ -61,11 +61,11 @@ test('enqueues waiting for their commit hold no HTTP thread and share it', async
       req(gw, 'POST', `/v1/sessions/${s.id}/messages`, { token: key, body: { body: { i } } })));
     // All 40 wait for the lock; the only HTTP thread still answers other requests.
     await new Promise((r) => setTimeout(r, 300));
-    // (With enqueues that block their thread, these reads would wait for the lock: give up at 2 s.)
-    const t0 = Date.now();
+    // (With enqueues that block their thread, these reads would wait for the lock, which is held
+    // until the release below: give up at 20 s.)
     const reads = Promise.all([req(gw, 'GET', '/healthz'),
       req(gw, 'GET', `/v1/sessions/${s.id}/messages`, { token: key })]);
-    const timeout = new Promise((r) => setTimeout(() => r(null), 2000));
+    const timeout = new Promise((r) => setTimeout(() => r(null), 20000));
     const answered = await Promise.race([reads, timeout]);
     if (!answered) await lock.release();
     assert.ok(answered, 'reads waited behind enqueues that wait for the write lock');
@@ -73,7 +73,6 @@ test('enqueues waiting for their commit hold no HTTP thread and share it', async
     assert.equal(health.status, 200);
     assert.equal(list.status, 200);
     assert.equal(list.json.items.length, 0, 'nothing is visible before the commit');
-    assert.ok(Date.now() - t0 < 1000, `reads took ${Date.now() - t0} ms behind waiting enqueues`);
     await lock.release();
     const res = await posts;
     assert.deepEqual(res.map((r) => r.status), Array(n).fill(202));

@@ -96,7 +96,7 @@ test('conn_timeout closes idle and slow connections', async () => {
     const t0 = Date.now();
     await new Promise((resolve) => s.on('close', resolve));
     const elapsed = Date.now() - t0;
-    assert.ok(elapsed < 5000, `closed after ${elapsed} ms`);
+    assert.ok(elapsed < 30000, `closed after ${elapsed} ms (conn_timeout 1 s, the default 120 s)`);
     assert.equal((await req(gw, 'GET', '/healthz')).status, 200);
   });
 });

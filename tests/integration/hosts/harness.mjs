@@ -134,7 +134,10 @@ export function startCluster({ env = {} } = {}) {
 
     cleanup() {
       rmSync(root, { recursive: true, force: true });
-      if (pgdb) execFileSync('psql', ['-X', '-q', STORE, '-c', `DROP DATABASE IF EXISTS ${pgdb.name} WITH (FORCE)`]);
+      // As the cluster's superuser where tests/pg-run.sh names one: FORCE must also end an
+      // autovacuum worker that happens to be in the database, which the owner may not signal.
+      const admin = STORE === process.env.SBX_TEST_PG_URL && process.env.SBX_TEST_PG_ADMIN_URL || STORE;
+      if (pgdb) execFileSync('psql', ['-X', '-q', admin, '-c', `DROP DATABASE IF EXISTS ${pgdb.name} WITH (FORCE)`]);
     },
 
     // One query against the shared store; rows separated by newlines, columns by '|'.

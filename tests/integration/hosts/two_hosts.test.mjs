@@ -50,7 +50,7 @@ test('two hosts, two gateways, 1,000 messages; kill -9 of one host mid-run loses
     // Mid-run, while host b is delivering: kill -9 all of its worker processes.
     await c.until(() => c.num(`SELECT COUNT(*) FROM messages WHERE state = 'completed'`) >= 250 &&
       c.num(`SELECT COUNT(*) FROM messages m JOIN workers w ON w.id = m.lease_owner WHERE m.state = 'delivering' AND w.host_id = 'b'`) > 0,
-      60000, 'host b delivering mid-run');
+      120000, 'host b delivering mid-run');
     const killSentAt = Date.now();
     // The SIGKILLs go at once; their exits are awaited after the reads below. An ASan process can
     // take seconds to be torn down (2.9 s seen), and by then host a may have declared b lost
@@ -79,7 +79,7 @@ test('two hosts, two gateways, 1,000 messages; kill -9 of one host mid-run loses
     await poster;
     const total = SESSIONS * PER_SESSION;
     assert.equal(posted.length, total);
-    await c.until(() => c.num(`SELECT COUNT(*) FROM messages WHERE state IN ('completed', 'failed')`) >= total, 90000, 'all messages to end');
+    await c.until(() => c.num(`SELECT COUNT(*) FROM messages WHERE state IN ('completed', 'failed')`) >= total, 240000, 'all messages to end'); // throughput on a shared machine
 
     // Nothing accepted is lost, and each completed exactly once, in order per Session.
     assert.equal(c.num(`SELECT COUNT(*) FROM messages`), total);

@@ -73,8 +73,9 @@ test('300 idle connections and 20 byte-at-a-time clients do not slow a normal cl
   console.log(`latency median/max: alone ${base.median.toFixed(1)}/${base.max.toFixed(1)} ms, ` +
     `with 300 idle + 20 slow clients ${loaded.median.toFixed(1)}/${loaded.max.toFixed(1)} ms`);
   // Generous bounds for a loaded 2-core machine: the point is "not stuck behind the abusers".
-  assert.ok(loaded.median < Math.max(250, base.median * 10), `median ${loaded.median} ms`);
-  assert.ok(loaded.max < 3000, `slowest ${loaded.max} ms`);
+  // (Behind them would be seconds: a slow client's request takes 250 ms a piece.)
+  assert.ok(loaded.median < Math.max(1000, base.median * 20), `median ${loaded.median} ms`);
+  assert.ok(loaded.max < 5000, `slowest ${loaded.max} ms`);
 });
 
 test('malformed chunked encoding and smuggling shapes get an error or a close, never a crash', { timeout: 60000 }, async () => {

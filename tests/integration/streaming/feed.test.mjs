@@ -28,7 +28,9 @@ function inOrder(kinds, wanted) {
 }
 
 test('the event feed delivers a Sandbox\'s whole lifecycle in order, resumable, scoped', async (t) => {
-  const sbx = await startSbx({ workers: 1, env: { SBX_STREAM_KEEPALIVE: '2' } });
+  // The hub's fallback re-read once a minute (SBX_TEST_RECHECK_MS, a test hook): an event that
+  // reaches the feed sooner was woken, however busy the machine.
+  const sbx = await startSbx({ workers: 1, env: { SBX_STREAM_KEEPALIVE: '2', SBX_TEST_RECHECK_MS: '60000' } });
   try {
     const { key } = await sbx.app('feed', { keepAliveSeconds: 1, maxAttempts: 1 });
     const other = await sbx.app('other', {});
@@ -67,7 +69,7 @@ test('the event feed delivers a Sandbox\'s whole lifecycle in order, resumable, 
     const lags = feed.events.filter((e) => mine.includes(e.json)).map((e) => e.at - Date.parse(e.json.at));
     const worst = Math.max(...lags);
     t.diagnostic(`feed lag per event: max ${worst} ms, median ${lags.sort((a, b) => a - b)[lags.length >> 1]} ms`);
-    assert.ok(worst < 900, `an event reached the feed ${worst} ms after its commit`);
+    assert.ok(worst < 30000, `an event reached the feed ${worst} ms after its commit: polled, not woken`);
 
     // The sessionId filter: only that Session's events, the same as the filtered list.
     await only.until((e) => e.some((x) => x.json.kind === 'session.idle'), 5000, 'session.idle on the filtered feed');

@@ -34,10 +34,11 @@ test('replies, Sandbox per Session, reuse, keep-alive expiry, pool, SIGTERM', as
     const sb = await sbx.until(async () => {
       const s = await sbx.getSandbox(key, m1.sandboxId);
       return s.state === 'terminated' ? s : null;
-    }, 5000, 'keep-alive expiry');
+    }, 15000, 'keep-alive expiry');
     assert.equal(sb.terminationReason, 'keep-alive expired');
+    // Not before the deadline; after it, as soon as a busy machine lets the worker.
     const lateness = Date.parse(sb.terminatedAt) - (done + 1000);
-    assert.ok(lateness >= -50 && lateness < 1000, `expired ${lateness} ms after its deadline`);
+    assert.ok(lateness >= -50 && lateness < 10000, `expired ${lateness} ms after its deadline`);
     assert.ok(!existsSync(`${sbx.jailRoot('fork')}/${m1.sandboxId}`), 'jail dir left behind');
     const idle = await sbx.getSession(key, s1.id);
     assert.equal(idle.state, 'idle');

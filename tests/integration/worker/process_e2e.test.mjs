@@ -53,10 +53,11 @@ test('echo reply, Sandbox per Session, keep-alive expiry cleans up, /workspace v
     const ended = await sbx.until(async () => {
       const s = await sbx.getSandbox(key, m1.sandboxId);
       return s.state === 'terminated' ? s : null;
-    }, 5000, 'keep-alive expiry');
+    }, 15000, 'keep-alive expiry');
     assert.equal(ended.terminationReason, 'keep-alive expired');
+    // Not before the deadline; after it, as soon as a busy machine lets the worker.
     const late = Date.parse(ended.terminatedAt) - (Date.parse(tmp.completedAt) + 1000);
-    assert.ok(late >= -50 && late < 1000, `expired ${late} ms after its deadline`);
+    assert.ok(late >= -50 && late < 10000, `expired ${late} ms after its deadline`);
     assert.ok(!existsSync(jail1), `jail ${jail1} left behind`);
     if (cg1) assert.ok(!existsSync(cg1), `cgroup ${cg1} left behind`);
     const idle = await sbx.getSession(key, s1.id);
