@@ -9,9 +9,9 @@
 #include <nettle/sha2.h>
 #include <string.h>
 
-const char *const sandbox_context_vars[] = {"SBX_SESSION_ID", "SBX_APP_ID", "SBX_SANDBOX_ID",
-                                            "SBX_API_URL",    "SBX_TOKEN",  "SBX_CA_FILE",
-                                            NULL};
+const char *const sandbox_context_vars[] = {
+    "SBX_SESSION_ID", "SBX_APP_ID", "SBX_SANDBOX_ID", "SBX_API_URL", "SBX_TOKEN",
+    "SBX_CA_FILE",    NULL};
 
 bool sandbox_context_reserved(const char *name)
 {

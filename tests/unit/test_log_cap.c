@@ -1,7 +1,7 @@
 /*
- * test_log_cap.c: unit.worker.host.log_cap: a VMM-style writer (a child with the file open O_APPEND and
- * log_cap_child_limit set, as the qemu driver starts QEMU) floods a watched log with 64 MiB; the
- * log never exceeds its cap, the rotated copy exists and is within it too, the writer is not
+ * test_log_cap.c: unit.worker.host.log_cap: a VMM-style writer (a child with the file open O_APPEND
+ * and log_cap_child_limit set, as the qemu driver starts QEMU) floods a watched log with 64 MiB;
+ * the log never exceeds its cap, the rotated copy exists and is within it too, the writer is not
  * killed by SIGXFSZ, and its latest lines are in the log (or, if the last rotation emptied it,
  * in the rotated copy). An unwatched file is left alone.
  */
