@@ -208,16 +208,17 @@ void render_page_end(struct json_text *t, const char *next_cursor)
 json_t *render_sandbox(const struct store_sandbox *b)
 {
     return json_pack(
-        "{s:s, s:s, s:s, s:s, s:o, s:I, s:I, s:o, s:o, s:b, s:o, s:{s:o, s:o}, "
+        "{s:s, s:s, s:s, s:s, s:o, s:I, s:I, s:o, s:o, s:b, s:o, s:{s:o, s:o, s:I}, "
         "s:o, s:o, s:o, s:o, s:o}",
         "id", b->id, "state", b->state, "driver", b->shape.driver, "image", b->shape.image,
         "imageHash", str_or_null(b->image_hash), "vcpuCount", (json_int_t)b->shape.vcpu_count,
         "memSizeMib", (json_int_t)b->shape.mem_size_mib, "appId", str_or_null(b->app_id),
         "sessionId", str_or_null(b->session_id), "cold", (int)b->cold, "bootMs",
         int_or_null(b->boot_ms), "usage", "cpuUsec", int_or_null(b->cpu_usec), "memPeakBytes",
-        int_or_null(b->mem_peak_bytes), "terminationReason", str_or_null(b->termination_reason),
-        "createdAt", render_time(b->created_at), "readyAt", render_time(b->ready_at), "claimedAt",
-        render_time(b->claimed_at), "terminatedAt", render_time(b->terminated_at));
+        int_or_null(b->mem_peak_bytes), "oomKills", (json_int_t)b->oom_kills, "terminationReason",
+        str_or_null(b->termination_reason), "createdAt", render_time(b->created_at), "readyAt",
+        render_time(b->ready_at), "claimedAt", render_time(b->claimed_at), "terminatedAt",
+        render_time(b->terminated_at));
 }
 
 json_t *render_workspace(const struct store_workspace *w)

@@ -169,6 +169,8 @@ ALTER TABLE sandboxes ADD COLUMN callback_calls BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE sandboxes ADD COLUMN callback_last_at BIGINT;
 CREATE UNIQUE INDEX sandboxes_callback_token ON sandboxes (callback_token_hash)
     WHERE callback_token_hash IS NOT NULL;
+-- Processes the OOM killer ended inside the Sandbox while its agent went on (0015).
+ALTER TABLE sandboxes ADD COLUMN oom_kills BIGINT NOT NULL DEFAULT 0;
 
 -- The audit trail. Append-only: the triggers below refuse UPDATE, DELETE and TRUNCATE.
 -- id comes from a sequence that never goes back (like SQLite's AUTOINCREMENT); since migration

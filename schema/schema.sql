@@ -156,6 +156,8 @@ ALTER TABLE sandboxes ADD COLUMN callback_calls INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE sandboxes ADD COLUMN callback_last_at INTEGER;
 CREATE UNIQUE INDEX sandboxes_callback_token ON sandboxes (callback_token_hash)
     WHERE callback_token_hash IS NOT NULL;
+-- Processes the OOM killer ended inside the Sandbox while its agent went on (0015).
+ALTER TABLE sandboxes ADD COLUMN oom_kills INTEGER NOT NULL DEFAULT 0;
 
 -- The audit trail. Append-only: the triggers below refuse UPDATE and DELETE. So the row with the
 -- largest id is never deleted, and a new id (the largest + 1; no AUTOINCREMENT since 0010, which

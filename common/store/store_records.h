@@ -240,6 +240,8 @@ struct store_sandbox {
     char callback_token_hash[65];
     int64_t callback_calls;
     int64_t callback_last_at;
+    /* Processes the OOM killer ended inside it while its agent went on (sandbox_oom_killed). */
+    int64_t oom_kills;
 };
 
 /* A callback server's counts since its last flush (store_sandbox_callbacks_add). */

@@ -54,6 +54,11 @@ enum store_status store_sandbox_mark_stopping(struct store *st, const struct sto
 enum store_status store_sandbox_finish(struct store *st, const struct store_ctx *ctx,
                                        const char *sandbox_id, bool failed, const char *reason,
                                        const struct store_usage *usage);
+/* The OOM killer has ended total processes inside the Sandbox, its agent not among them: a
+ * rise over what is recorded is written, with a sandbox.oom_killed event ({"killed": the rise,
+ * "total"}); the same or a lower total writes nothing. */
+enum store_status store_sandbox_oom_killed(struct store *st, const struct store_ctx *ctx,
+                                           const char *sandbox_id, int64_t total);
 /* Non-terminal Sandboxes owned by worker_id ("" for all). */
 enum store_status store_sandbox_list_live(struct store *st, const char *worker_id,
                                           struct store_sandbox **out, size_t *n);

@@ -61,11 +61,31 @@ static void keepalive_expired(evutil_socket_t fd, short what, void *arg)
         sandbox_terminate(sb, "keep-alive expired", false);
 }
 
+/* The OOM killer ended a process of the Sandbox other than its agent (which went on to answer)
+ * since the last look: a count on the Sandbox and an event, so the App's owner sees what its
+ * memory bound cost (an OOM kill of the agent itself ends the Sandbox, agent_protocol.c). One
+ * small cgroup file read per reply, after the reply is recorded. */
+static void note_oom_kills(struct sandbox *sb)
+{
+    int64_t n = sb->drv->oom_kills ? sb->drv->oom_kills(&sb->w->cfg, &sb->rt) : -1;
+    if (n <= sb->oom_kills_seen)
+        return;
+    sb->oom_kills_seen = n;
+    log_warn("sandbox %s: the OOM killer ended %lld process(es) inside it (memSizeMib %lld); "
+             "its agent goes on",
+             sb->rt.sandbox_id, (long long)n, (long long)sb->rt.shape.mem_size_mib);
+    enum store_status rc = store_sandbox_oom_killed(sb->w->st, &sb->w->ctx, sb->rt.sandbox_id, n);
+    if (rc != STORE_OK)
+        log_warn("worker: cannot record the OOM kills of %s: %s", sb->rt.sandbox_id,
+                 store_status_name(rc));
+}
+
 void sandbox_idle(struct sandbox *sb)
 {
     struct worker *w = sb->w;
     event_del(sb->timeout_ev);
     sandbox_set_state(sb, SB_IDLE);
+    note_oom_kills(sb);
     if (w->stopping) {
         sandbox_terminate(sb, "worker shutdown", false);
         return;

@@ -99,6 +99,7 @@ struct sandbox {
     /* Its bearer token for the callback API (sandbox_context.h), made at boot; the store has its
      * hash. The App's command gets it as SBX_TOKEN. */
     char callback_token[CALLBACK_TOKEN_LEN + 1];
+    int64_t oom_kills_seen; /* the driver's count of OOM kills inside it, at the last reply */
     int64_t keep_alive_ms;
     int64_t boot_started; /* mono ms */
     struct agent_channel *chan;

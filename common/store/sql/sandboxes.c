@@ -51,6 +51,7 @@ static int64_t sandbox_from_row(struct sql_stmt *s, void *item)
     b->terminated_at = sql_col_int64_or(s, 24, 0);
     b->callback_calls = sql_col_int64_or(s, 25, 0);
     b->callback_last_at = sql_col_int64_or(s, 26, 0);
+    b->oom_kills = sql_col_int64_or(s, 27, 0);
     return sql_col_int64(s, 0);
 }
 
@@ -592,7 +593,7 @@ struct sandbox_with_host {
 static int64_t sandbox_with_host_from_row(struct sql_stmt *s, void *item)
 {
     struct sandbox_with_host *h = item;
-    sql_col_copy(s, 27, h->host_id, sizeof h->host_id);
+    sql_col_copy(s, 28, h->host_id, sizeof h->host_id);
     return sandbox_from_row(s, &h->b);
 }
 
@@ -646,4 +647,33 @@ enum store_status store_sandbox_callbacks_add(struct store *st,
         r = sql_step_done(st, s);
     }
     return sql_end(st, r);
+}
+
+enum store_status store_sandbox_oom_killed(struct store *st, const struct store_ctx *ctx,
+                                           const char *sandbox_id, int64_t total)
+{
+    enum store_status rc;
+    struct store_sandbox sb;
+    if ((rc = sql_begin(st)) != STORE_OK)
+        return rc;
+    rc = sandbox_load(st, sandbox_id, &sb);
+    if (rc == STORE_OK && total <= sb.oom_kills)
+        return sql_end(st, STORE_OK); /* read before: nothing new */
+    struct sql_stmt *s =
+        rc == STORE_OK
+            ? sql_stmt(st, "UPDATE sandboxes SET oom_kills = ?2, updated_at = ?3 WHERE id = ?1")
+            : NULL;
+    if (rc == STORE_OK && !s)
+        rc = STORE_ERROR;
+    if (rc == STORE_OK) {
+        sql_bind_text(s, 1, sandbox_id);
+        sql_bind_int64(s, 2, total);
+        sql_bind_int64(s, 3, clock_wall_ms());
+        rc = sql_step_done(st, s);
+    }
+    if (rc == STORE_OK)
+        rc = sandbox_event(st, ctx, "sandbox.oom_killed", &sb,
+                           json_pack("{s:I, s:I}", "killed", (json_int_t)(total - sb.oom_kills),
+                                     "total", (json_int_t)total));
+    return sql_end(st, rc);
 }

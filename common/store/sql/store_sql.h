@@ -186,7 +186,7 @@ void sql_message_from_row(struct sql_stmt *s, int c, struct store_message *m); /
     "rowid, id, state, driver, image, image_hash, vcpu_count, mem_size_mib, worker_id, app_id, "   \
     "session_id, pid, jail_dir, cgroup_path, net_address, cold, boot_ms, cpu_usec, "               \
     "mem_peak_bytes, termination_reason, stop_requested_at, created_at, ready_at, claimed_at, "    \
-    "terminated_at, callback_calls, callback_last_at "
+    "terminated_at, callback_calls, callback_last_at, oom_kills "
 extern const struct sql_page sql_sandbox_page;
 
 /* ---- steps that one table's file takes inside another's transaction ---- */

@@ -542,7 +542,7 @@ test('sandboxes and pool: list, get, stop request, 409 when ended', async () => 
   assert.equal(g.json.sessionId, s.id);
   assert.equal(g.json.cold, true);
   assert.equal(g.json.bootMs, 120);
-  assert.deepEqual(g.json.usage, { cpuUsec: null, memPeakBytes: null });
+  assert.deepEqual(g.json.usage, { cpuUsec: null, memPeakBytes: null, oomKills: 0 });
   assert.equal(g.json.terminatedAt, null);
   assert.equal(g.json.claimedAt, '2023-11-14T22:13:20.200Z');
   assertProblem(assert, await req(gw, 'GET', '/v1/sandboxes/sbx_itwarm00000000000001', { token: key }), 404, 'not-found');

@@ -13,6 +13,8 @@
  *           and reports each errno, /proc/self/status's Seccomp line and two allowed controls
  *   exec    runs "cmd" (words split on spaces), reports its exit status and output
  *   alloc   allocates and touches N MiB ("mib"), then replies (the memory bound OOM-kills it)
+ *   alloc_child  a child allocates and touches N MiB ("mib"); the agent waits for it and replies
+ *           how it ended (the memory bound OOM-kills the child, the agent goes on)
  *   spin    runs "procs" busy processes for "ms" milliseconds (the CPU bound)
  *   session the agent's and its own session, controlling terminals, /dev/tty, terminal fds
  *   append  appends "data" to "path" (the Workspace shared by Sandboxes of one App)
@@ -390,6 +392,31 @@ static void do_alloc(const char *id, long mib)
     reply(id, out);
 }
 
+static void do_alloc_child(const char *id, long mib)
+{
+    signal(SIGCHLD, SIG_DFL); /* waited for here (main() ignores SIGCHLD) */
+    pid_t pid = fork();
+    if (pid == 0) {
+        for (long touched = 0; touched < mib; touched++) {
+            char *chunk = malloc(1 << 20);
+            if (!chunk)
+                _exit(3);
+            memset(chunk, (int)touched | 1, 1 << 20);
+        }
+        _exit(0);
+    }
+    int status = 0;
+    char out[96];
+    if (pid < 0 || waitpid(pid, &status, 0) != pid)
+        snprintf(out, sizeof out, "{\"error\":\"fork or wait failed\"}");
+    else
+        snprintf(out, sizeof out, "{\"exit\":%d,\"signal\":%d}",
+                 WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+                 WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    signal(SIGCHLD, SIG_IGN);
+    reply(id, out);
+}
+
 static long long now_us(void)
 {
     struct timespec ts;
@@ -549,6 +576,8 @@ int main(int argc, char **argv)
             do_exec(id, cmd);
         } else if (strcmp(what, "alloc") == 0)
             do_alloc(id, get_number(line, "mib", 16));
+        else if (strcmp(what, "alloc_child") == 0)
+            do_alloc_child(id, get_number(line, "mib", 16));
         else if (strcmp(what, "spin") == 0)
             do_spin(id, get_number(line, "procs", 2), get_number(line, "ms", 2000));
         else if (strcmp(what, "session") == 0)

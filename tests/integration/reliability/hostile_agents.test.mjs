@@ -263,6 +263,29 @@ test('memory bound: 2x memSizeMib ends in oom (sandbox-oom), the host and anothe
   // The bystander App's Session is checked at the end (served throughout).
 });
 
+test('an OOM kill of a child inside the Sandbox is recorded: usage.oomKills and a sandbox.oom_killed event; the agent goes on', async () => {
+  const s = await hostileSession();
+  const before = (await attack({ do: 'noop' }, 60, s)).m;
+  assert.equal(before.state, 'completed', before.error);
+  const m = (await attack({ do: 'alloc_child', mib: 256 }, 60, s)).m;
+  assert.equal(m.state, 'completed', m.error);
+  assert.equal(m.sandboxId, before.sandboxId);
+  assert.equal(m.reply.signal, 9, `the child was not killed: ${JSON.stringify(m.reply)}`);
+  const sb = await sbx.getSandbox(hostile.key, m.sandboxId);
+  assert.equal(sb.state, 'running', 'the Sandbox ended with its child');
+  assert.ok(sb.usage.oomKills >= 1, `usage ${JSON.stringify(sb.usage)}`);
+  const events = (await req(sbx.gw, 'GET', `/v1/events?sessionId=${s.id}&limit=200`, { token: hostile.key })).json.items;
+  const oom = events.filter((e) => e.kind === 'sandbox.oom_killed' && e.objectId === m.sandboxId);
+  assert.equal(oom.length, 1, JSON.stringify(oom));
+  assert.equal(oom[0].data.total, sb.usage.oomKills);
+  assert.ok(oom[0].data.killed >= 1);
+  // The same Sandbox answers again, and nothing new is recorded without a new kill.
+  const after = (await attack({ do: 'noop' }, 60, s)).m;
+  assert.equal(after.sandboxId, m.sandboxId);
+  const again = (await req(sbx.gw, 'GET', `/v1/events?sessionId=${s.id}&limit=200`, { token: hostile.key })).json.items;
+  assert.equal(again.filter((e) => e.kind === 'sandbox.oom_killed' && e.objectId === m.sandboxId).length, 1);
+});
+
 test('/tmp counts against the memory bound: 64 MiB in /tmp + 80 MiB allocated > 128 MiB is oom, 80 MiB alone is not', async () => {
   const alone = (await attack({ do: 'alloc', mib: 80 })).m;
   assert.equal(alone.state, 'completed', alone.error);
