@@ -728,3 +728,10 @@ SELECT b.id AS sandbox_id,
        sbx_utc(b.callback_last_at) AS last_call_utc
 FROM sandboxes b
 WHERE b.callback_calls > 0;
+
+-- An App's quotas (0016): NULL takes the host-wide default, 0 is no bound (docs/tenants.md).
+ALTER TABLE apps ADD COLUMN quota_live_sandboxes BIGINT CHECK (quota_live_sandboxes >= 0);
+ALTER TABLE apps ADD COLUMN quota_sessions BIGINT CHECK (quota_sessions >= 0);
+ALTER TABLE apps ADD COLUMN quota_workspaces BIGINT CHECK (quota_workspaces >= 0);
+ALTER TABLE apps ADD COLUMN quota_workspace_mib BIGINT CHECK (quota_workspace_mib >= 0);
+ALTER TABLE apps ADD COLUMN quota_keep_alive_seconds BIGINT CHECK (quota_keep_alive_seconds >= 0);

@@ -642,3 +642,10 @@ SELECT b.id AS sandbox_id,
        strftime('%Y-%m-%dT%H:%M:%fZ', b.callback_last_at / 1000.0, 'unixepoch') AS last_call_utc
 FROM sandboxes b
 WHERE b.callback_calls > 0;
+
+-- An App's quotas (0016): NULL takes the host-wide default, 0 is no bound (docs/tenants.md).
+ALTER TABLE apps ADD COLUMN quota_live_sandboxes INTEGER CHECK (quota_live_sandboxes >= 0);
+ALTER TABLE apps ADD COLUMN quota_sessions INTEGER CHECK (quota_sessions >= 0);
+ALTER TABLE apps ADD COLUMN quota_workspaces INTEGER CHECK (quota_workspaces >= 0);
+ALTER TABLE apps ADD COLUMN quota_workspace_mib INTEGER CHECK (quota_workspace_mib >= 0);
+ALTER TABLE apps ADD COLUMN quota_keep_alive_seconds INTEGER CHECK (quota_keep_alive_seconds >= 0);
