@@ -200,7 +200,7 @@ static void test_idempotency_key(void **state)
 static void test_route_matching(void **state)
 {
     (void)state;
-    char params[ROUTE_MAX_PARAMS][STORE_ID_LEN], allow[128];
+    char params[ROUTE_MAX_PARAMS][ROUTE_PARAM_LEN], allow[128];
     int path_route, i;
 
     i = gateway_route_match("GET", "/v1/sessions/ses_1/messages/msg_2", params, allow, sizeof allow,
