@@ -239,10 +239,14 @@ int secret_box_open_config(const struct sbx_config *cfg, struct secret_box **out
         return secret_box_open(cfg->secrets_key_file, 0, out, err, errlen);
     if (fs_mkdir_p(cfg->ca_dir, config_private_mode(0700)) != 0) {
         snprintf(err, errlen, "%s: cannot create it: %s", cfg->ca_dir, strerror(errno));
-        return -1;
+        return 1;
     }
     snprintf(path, sizeof path, "%s/%s", cfg->ca_dir, SECRET_BOX_DEFAULT_FILE);
-    return secret_box_open(path, 1, out, err, errlen);
+    /* A key file that cannot be made (ca_dir mounted read-only before this file existed) leaves
+     * the process without secrets rather than without a start: its other work needs none. */
+    if (access(path, F_OK) != 0 && ensure_key(path, err, errlen) != 0)
+        return 1;
+    return secret_box_open(path, 0, out, err, errlen);
 }
 
 /* ---- the AEAD ---- */

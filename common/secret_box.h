@@ -30,7 +30,10 @@ struct secret_box;
 int secret_box_open(const char *path, int create, struct secret_box **out, char *err,
                     size_t errlen);
 /* The installation's box: secrets_key_file when set (it must exist), otherwise
- * <ca_dir>/secrets.key, made at first start (ca_dir is made 0700 when missing). */
+ * <ca_dir>/secrets.key, made at first start (ca_dir is made 0700 when missing). 0; 1 when
+ * <ca_dir>/secrets.key does not exist and cannot be made (a read-only ca_dir): *out NULL, the
+ * reason in err, and the process goes on without App secrets; -1 on any other error (a file
+ * that is not a key, or that others may read): the process must not start. */
 struct sbx_config;
 int secret_box_open_config(const struct sbx_config *cfg, struct secret_box **out, char *err,
                            size_t errlen);

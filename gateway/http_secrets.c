@@ -84,6 +84,9 @@ enum MHD_Result http_secret_put(struct request *r)
     enum MHD_Result ret;
     char why[256];
     const char *app_id = r->params[0], *name = r->params[1];
+    if (!r->gw->secrets)
+        return reply_problem(r, PROBLEM_INTERNAL, NULL,
+                             "this gateway has no key for App secrets (see its log)");
     if (!secret_name_ok(name, why, sizeof why))
         return reply_problem(r, PROBLEM_INVALID_VALUE, "name", "%s", why);
     json_t *obj = request_json(r, fields, &ret);

@@ -349,10 +349,13 @@ int main(int argc, char **argv)
         log_error("cannot open the installation's keys: %s", err);
         goto out;
     }
-    if (secret_box_open_config(&gw.cfg, &gw.secrets, err, sizeof err) != 0) {
+    int box = secret_box_open_config(&gw.cfg, &gw.secrets, err, sizeof err);
+    if (box < 0) {
         log_error("cannot open the key of App secrets: %s", err);
         goto out;
     }
+    if (box > 0)
+        log_warn("no key for App secrets (%s): putting a secret answers 500", err);
     if (bootstrap_admin(&gw) != 0) {
         log_error("cannot set up the admin token in the store");
         goto out;

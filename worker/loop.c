@@ -321,10 +321,13 @@ int worker_init(struct worker *w, const struct sbx_config *cfg,
     if (strcmp(cfg->callback_listen, "off") != 0 && callbacks_start(w, run_dir, err, errlen) != 0)
         return -1;
     /* Made here at first start like the installation's other keys; shared by every host. */
-    if (secret_box_open_config(cfg, &w->secrets, why, sizeof why) != 0) {
+    int box = secret_box_open_config(cfg, &w->secrets, why, sizeof why);
+    if (box < 0) {
         snprintf(err, errlen, "cannot open the key of App secrets: %s", why);
         return -1;
     }
+    if (box > 0)
+        log_warn("worker: no key for App secrets (%s): Apps with secrets cannot run here", why);
     w->kick_ev = event_new(w->base, -1, 0, on_kick, w);
     w->poll_ev = event_new(w->base, -1, EV_PERSIST, on_poll, w);
     w->heartbeat_ev = event_new(w->base, -1, EV_PERSIST, on_heartbeat, w);
