@@ -715,9 +715,60 @@ fail:
 /* The files of a start line, "files": [{"path": "/abs/path", "content": "..."}], written before
  * the command starts (mode 0644, so the command can read them whatever user it runs as): the
  * installation CA's certificate of SBX_CA_FILE (docs/callbacks.md). At most RELAY_MAX_FILES of
- * RELAY_MAX_FILE_LEN bytes each. 0, or -1 with the reason in why. */
+ * RELAY_MAX_FILE_LEN bytes each. A file may also name "prependFirstOf": absolute paths of files
+ * of the image, the first of which that is a regular file (at most RELAY_MAX_PREPEND_LEN bytes)
+ * is copied in before the content: the CA bundle of an App with secrets, the image's own bundle
+ * and the installation CA (docs/secrets.md), made without changing the image. 0, or -1 with the
+ * reason in why. */
 #define RELAY_MAX_FILES 8
 #define RELAY_MAX_FILE_LEN (64u << 10)
+#define RELAY_MAX_PREPEND_LEN (8u << 20)
+
+/* Copies the first regular file of the list into fd; none is fine. 0, or -1 with why. */
+static int prepend_first_of(struct json_span list, int fd, char *why, size_t whylen)
+{
+    struct json_span item;
+    size_t pos = 0;
+    char name[PATH_MAX], buf[16384];
+    if (!jspan_is_array(list)) {
+        snprintf(why, whylen, "prependFirstOf must be an array of absolute paths");
+        return -1;
+    }
+    while (jspan_array_next(list, &pos, &item) == 1) {
+        if (jspan_string_decode(item, name, sizeof name) != 0 || name[0] != '/') {
+            snprintf(why, whylen, "prependFirstOf must be an array of absolute paths");
+            return -1;
+        }
+        int in = open(name, O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        if (in < 0)
+            continue;
+        if (fstat(in, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > RELAY_MAX_PREPEND_LEN) {
+            close(in);
+            continue;
+        }
+        ssize_t n;
+        int rc = 0;
+        while (rc == 0 && (n = read(in, buf, sizeof buf)) != 0) {
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0 || write(fd, buf, (size_t)n) != n)
+                rc = -1;
+        }
+        /* A bundle not ending in a newline would glue its last line to the next certificate. */
+        if (rc == 0 && st.st_size > 0) {
+            char last;
+            if (pread(in, &last, 1, st.st_size - 1) == 1 && last != '\n' && write(fd, "\n", 1) != 1)
+                rc = -1;
+        }
+        close(in);
+        if (rc != 0)
+            snprintf(why, whylen, "cannot copy %.200s: %s", name, strerror(errno));
+        return rc;
+    }
+    return 0;
+}
+
 static int write_start_files(struct json_span msg, char *why, size_t whylen)
 {
     struct json_span files, file, path, content;
@@ -746,8 +797,15 @@ static int write_start_files(struct json_span msg, char *why, size_t whylen)
             break;
         }
         size_t len = strlen(text);
+        struct json_span prepend;
+        bool has_prepend = jspan_member(file, "prependFirstOf", &prepend) == 1;
         int fd = open(name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-        if (fd < 0 || fchmod(fd, 0644) != 0 || write(fd, text, len) != (ssize_t)len) {
+        if (fd < 0 || fchmod(fd, 0644) != 0) {
+            snprintf(why, whylen, "cannot write %.200s: %s", name, strerror(errno));
+            rc = -1;
+        } else if (has_prepend && prepend_first_of(prepend, fd, why, whylen) != 0) {
+            rc = -1;
+        } else if (write(fd, text, len) != (ssize_t)len) {
             snprintf(why, whylen, "cannot write %.200s: %s", name, strerror(errno));
             rc = -1;
         }

@@ -154,6 +154,9 @@ static const struct setting settings[] = {
     STR(ca_dir, "",
         "directory of the installation CA and token signing key, shared by every host (default "
         "<data_dir>/ca)"),
+    STR(secrets_key_file, "",
+        "file of the key that seals App secrets, shared by every host (default "
+        "<ca_dir>/secrets.key, made at first start)"),
     STR(public_url, "",
         "the gateway's URL as callers reach it: the identity tokens' issuer (default "
         "http[s]://<listen>)"),
@@ -365,11 +368,13 @@ int config_load(struct sbx_config *cfg, int argc, char **argv, char *err, size_t
     /* Paths become absolute against the working directory at start: the jails, the Workspaces
      * and the drivers' children must not depend on a later chdir(), and the default data_dir is
      * the relative "./data". */
-    char *paths[] = {cfg->data_dir, cfg->db_path, cfg->chroot_base,   cfg->guest_dir,
-                     cfg->rootfs,   cfg->ca_dir,  cfg->tls_cert_file, cfg->tls_key_file};
-    size_t sizes[] = {sizeof cfg->data_dir,      sizeof cfg->db_path,     sizeof cfg->chroot_base,
-                      sizeof cfg->guest_dir,     sizeof cfg->rootfs,      sizeof cfg->ca_dir,
-                      sizeof cfg->tls_cert_file, sizeof cfg->tls_key_file};
+    char *paths[] = {cfg->data_dir,      cfg->db_path,      cfg->chroot_base,
+                     cfg->guest_dir,     cfg->rootfs,       cfg->ca_dir,
+                     cfg->tls_cert_file, cfg->tls_key_file, cfg->secrets_key_file};
+    size_t sizes[] = {
+        sizeof cfg->data_dir,      sizeof cfg->db_path,      sizeof cfg->chroot_base,
+        sizeof cfg->guest_dir,     sizeof cfg->rootfs,       sizeof cfg->ca_dir,
+        sizeof cfg->tls_cert_file, sizeof cfg->tls_key_file, sizeof cfg->secrets_key_file};
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
         if (make_absolute(paths[i], sizes[i], err, errlen) != 0)
             return -1;

@@ -96,6 +96,7 @@ struct sbx_config {
     char insecure_registries[1024]; /* SBX_INSECURE_REGISTRIES: host[:port],... pulled over http */
     /* the installation's keys, the agents' callbacks, TLS (docs/callbacks.md) */
     char ca_dir[512];                 /* SBX_CA_DIR: the installation CA and signing key */
+    char secrets_key_file[512];       /* SBX_SECRETS_KEY_FILE: App secrets' key ("": in ca_dir) */
     char public_url[256];             /* SBX_PUBLIC_URL: the gateway's URL, the tokens' issuer */
     char callback_listen[128];        /* SBX_CALLBACK_LISTEN: the callback API's address, "off" */
     int64_t callback_rate;            /* SBX_CALLBACK_RATE: requests per second per Sandbox */

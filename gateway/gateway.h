@@ -25,6 +25,7 @@ struct client_conns;
 struct notify_peer;
 struct key_cache;
 struct pki;
+struct secret_box;
 
 struct gateway {
     struct sbx_config cfg;
@@ -33,6 +34,7 @@ struct gateway {
     struct notify_peer *gateways; /* "keys" to every gateway after a revoke (key_cache.h) */
     struct key_cache *keys;       /* API keys authenticated lately (key_cache.h) */
     struct pki *pki;              /* the installation's keys: the identity tokens' JWKS (pki.h) */
+    struct secret_box *secrets;   /* seals App secrets before the store sees them (secret_box.h) */
     struct longpoll *lp;
     struct sse_hub *sse; /* Server-Sent Events streams (sse.h) */
     struct metrics *metrics;
@@ -74,6 +76,9 @@ struct route {
 };
 
 #define ROUTE_MAX_PARAMS 3
+/* A path parameter: an id (shorter than STORE_ID_LEN) or, for a template parameter whose name
+ * ends in "Name" ({secretName}), a name of up to 128 characters. */
+#define ROUTE_PARAM_LEN 129
 #define REQUEST_ID_LEN 65
 
 /* One request in flight: MHD's per-request context (con_cls), freed when it completes. */
@@ -84,7 +89,7 @@ struct request {
     int route_index;           /* for metrics: index in the route table, -1 when none */
     const char *method;
     const char *path;
-    char params[ROUTE_MAX_PARAMS][STORE_ID_LEN]; /* path parameters, in template order */
+    char params[ROUTE_MAX_PARAMS][ROUTE_PARAM_LEN]; /* path parameters, in template order */
     char request_id[REQUEST_ID_LEN];
 
     /* Who is calling (set by auth.c). */
@@ -129,8 +134,8 @@ extern const int gateway_route_count;
  * to params, or -1. On -1, allow lists the methods the path has ("" when none: 404) and path_route
  * is the first route of that path (-1 when none). Pure: no MHD, no store (fuzzable). */
 int gateway_route_match(const char *method, const char *path,
-                        char params[ROUTE_MAX_PARAMS][STORE_ID_LEN], char *allow, size_t allowlen,
-                        int *path_route);
+                        char params[ROUTE_MAX_PARAMS][ROUTE_PARAM_LEN], char *allow,
+                        size_t allowlen, int *path_route);
 enum MHD_Result gateway_access_handler(void *cls, struct MHD_Connection *conn, const char *url,
                                        const char *method, const char *version,
                                        const char *upload_data, size_t *upload_data_size,
@@ -159,6 +164,14 @@ enum MHD_Result http_webhook_list(struct request *r);
 enum MHD_Result http_webhook_get(struct request *r);
 enum MHD_Result http_webhook_delete(struct request *r);
 enum MHD_Result http_webhook_deliveries(struct request *r);
+enum MHD_Result http_secret_put(struct request *r);
+enum MHD_Result http_secret_list(struct request *r);
+enum MHD_Result http_secret_get(struct request *r);
+enum MHD_Result http_secret_delete(struct request *r);
+/* Whether an App update's env (JSON object text) names one of the App's secrets or, for an App
+ * with secrets, a variable sbx sets for them: true with the 422 replied in *ret. */
+bool http_secrets_env_clash(struct request *r, const char *app_id, const char *env_json,
+                            enum MHD_Result *ret);
 enum MHD_Result http_session_create(struct request *r);
 enum MHD_Result http_session_list(struct request *r);
 enum MHD_Result http_session_get(struct request *r);

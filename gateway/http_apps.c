@@ -363,6 +363,11 @@ enum MHD_Result http_app_patch(struct request *r)
         .env_json = in.env_json,
         .network_json = in.network_json,
     };
+    if (in.env_json && http_secrets_env_clash(r, r->params[0], in.env_json, &ret)) {
+        json_decref(obj);
+        app_input_free(&in);
+        return ret;
+    }
     /* The built-in rootfs has no entrypoint: an App moving to it from an Image that ran the
      * image's own needs a command. */
     if (in.image && !in.image_id[0] && !in.command_json) {

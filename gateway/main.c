@@ -18,6 +18,7 @@
 #include "metrics.h"
 #include "notify.h"
 #include "pki.h"
+#include "secret_box.h"
 #include "store.h"
 #include "tls.h"
 
@@ -348,6 +349,13 @@ int main(int argc, char **argv)
         log_error("cannot open the installation's keys: %s", err);
         goto out;
     }
+    int box = secret_box_open_config(&gw.cfg, &gw.secrets, err, sizeof err);
+    if (box < 0) {
+        log_error("cannot open the key of App secrets: %s", err);
+        goto out;
+    }
+    if (box > 0)
+        log_warn("no key for App secrets (%s): putting a secret answers 500", err);
     if (bootstrap_admin(&gw) != 0) {
         log_error("cannot set up the admin token in the store");
         goto out;
@@ -440,6 +448,7 @@ out:
     notify_peer_free(gw.gateways);
     key_cache_free(gw.keys);
     pki_free(gw.pki);
+    secret_box_free(gw.secrets);
     store_close(gw.st);
     /* After the listeners: a handshake may use a pair until its daemon has stopped. */
     tls_close();

@@ -43,6 +43,10 @@ const struct route gateway_routes[] = {
     {"DELETE", "/v1/apps/{appId}/webhooks/{webhookId}", AUTH_ADMIN, BODY_NONE, http_webhook_delete},
     {"GET", "/v1/apps/{appId}/webhooks/{webhookId}/deliveries", AUTH_ADMIN, BODY_NONE,
      http_webhook_deliveries},
+    {"GET", "/v1/apps/{appId}/secrets", AUTH_ADMIN, BODY_NONE, http_secret_list},
+    {"PUT", "/v1/apps/{appId}/secrets/{secretName}", AUTH_ADMIN, BODY_REQUIRED, http_secret_put},
+    {"GET", "/v1/apps/{appId}/secrets/{secretName}", AUTH_ADMIN, BODY_NONE, http_secret_get},
+    {"DELETE", "/v1/apps/{appId}/secrets/{secretName}", AUTH_ADMIN, BODY_NONE, http_secret_delete},
     {"POST", "/v1/sessions", AUTH_KEY, BODY_OPTIONAL, http_session_create},
     {"GET", "/v1/sessions", AUTH_KEY, BODY_NONE, http_session_list},
     {"GET", "/v1/sessions/{sessionId}", AUTH_KEY, BODY_NONE, http_session_get},
@@ -83,15 +87,17 @@ static bool id_chars_ok(const char *s, size_t len)
 /* Matches path against a template; writes the {parameters}. A parameter is one non-empty
  * segment that fits an id buffer and has only id characters (anything else cannot be an id: no
  * match, so 404). */
-static bool path_matches(const char *tmpl, const char *path, char params[][STORE_ID_LEN])
+static bool path_matches(const char *tmpl, const char *path, char params[][ROUTE_PARAM_LEN])
 {
     int np = 0;
     while (*tmpl && *path) {
         if (*tmpl == '{') {
             const char *end = strchr(path, '/');
             size_t len = end ? (size_t)(end - path) : strlen(path);
-            if (len == 0 || len >= STORE_ID_LEN || np >= ROUTE_MAX_PARAMS ||
-                !id_chars_ok(path, len))
+            const char *close = strchr(tmpl, '}');
+            bool is_name = close - tmpl > 5 && strncmp(close - 4, "Name", 4) == 0;
+            if (len == 0 || len >= (is_name ? ROUTE_PARAM_LEN : STORE_ID_LEN) ||
+                np >= ROUTE_MAX_PARAMS || !id_chars_ok(path, len))
                 return false;
             memcpy(params[np], path, len);
             params[np++][len] = '\0';
@@ -108,10 +114,10 @@ static bool path_matches(const char *tmpl, const char *path, char params[][STORE
 }
 
 int gateway_route_match(const char *method, const char *path,
-                        char params[ROUTE_MAX_PARAMS][STORE_ID_LEN], char *allow, size_t allowlen,
-                        int *path_route)
+                        char params[ROUTE_MAX_PARAMS][ROUTE_PARAM_LEN], char *allow,
+                        size_t allowlen, int *path_route)
 {
-    char found[ROUTE_MAX_PARAMS][STORE_ID_LEN];
+    char found[ROUTE_MAX_PARAMS][ROUTE_PARAM_LEN];
     size_t n = 0;
     allow[0] = '\0';
     *path_route = -1;

@@ -735,3 +735,25 @@ ALTER TABLE apps ADD COLUMN quota_sessions BIGINT CHECK (quota_sessions >= 0);
 ALTER TABLE apps ADD COLUMN quota_workspaces BIGINT CHECK (quota_workspaces >= 0);
 ALTER TABLE apps ADD COLUMN quota_workspace_mib BIGINT CHECK (quota_workspace_mib >= 0);
 ALTER TABLE apps ADD COLUMN quota_keep_alive_seconds BIGINT CHECK (quota_keep_alive_seconds >= 0);
+
+-- An App's secrets, sealed under a key kept outside the database (0018, docs/secrets.md).
+CREATE TABLE app_secrets (
+    app_id     TEXT NOT NULL REFERENCES apps (id),
+    name       TEXT NOT NULL,
+    hosts      TEXT NOT NULL,
+    nonce      BYTEA NOT NULL,
+    ciphertext BYTEA NOT NULL,
+    key_id     TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    updated_at BIGINT NOT NULL,
+    PRIMARY KEY (app_id, name)
+);
+CREATE FUNCTION app_secrets_app_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM app_secrets WHERE app_id = NEW.id;
+    RETURN NULL;
+END;
+$$;
+CREATE TRIGGER app_secrets_app_deleted AFTER UPDATE OF deleted_at ON apps
+FOR EACH ROW WHEN (NEW.deleted_at IS NOT NULL)
+EXECUTE FUNCTION app_secrets_app_deleted();

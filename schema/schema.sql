@@ -649,3 +649,21 @@ ALTER TABLE apps ADD COLUMN quota_sessions INTEGER CHECK (quota_sessions >= 0);
 ALTER TABLE apps ADD COLUMN quota_workspaces INTEGER CHECK (quota_workspaces >= 0);
 ALTER TABLE apps ADD COLUMN quota_workspace_mib INTEGER CHECK (quota_workspace_mib >= 0);
 ALTER TABLE apps ADD COLUMN quota_keep_alive_seconds INTEGER CHECK (quota_keep_alive_seconds >= 0);
+
+-- An App's secrets, sealed under a key kept outside the database (0018, docs/secrets.md).
+CREATE TABLE app_secrets (
+    app_id     TEXT NOT NULL REFERENCES apps (id),
+    name       TEXT NOT NULL,
+    hosts      TEXT NOT NULL,    -- JSON list of host names and "*." wildcards
+    nonce      BLOB NOT NULL,
+    ciphertext BLOB NOT NULL,
+    key_id     TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (app_id, name)
+);
+CREATE TRIGGER app_secrets_app_deleted AFTER UPDATE OF deleted_at ON apps
+WHEN NEW.deleted_at IS NOT NULL
+BEGIN
+    DELETE FROM app_secrets WHERE app_id = NEW.id;
+END;

@@ -11,7 +11,7 @@ set_tests_properties(unit.store.pg.engine PROPERTIES TIMEOUT 300)
 # directory a database of its own and runs the gateway and workers with SBX_STORE set to it.
 find_program(NODE_EXECUTABLE node)
 if(NODE_EXECUTABLE)
-  foreach(it api isolation longpoll durability limits key_cache revoke_streams)
+  foreach(it api isolation longpoll durability limits key_cache revoke_streams secrets)
     add_test(NAME it.pg.gateway.${it}
              COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh ${NODE_EXECUTABLE} --test
                      ${CMAKE_CURRENT_SOURCE_DIR}/integration/gateway/${it}.test.mjs)

@@ -23,6 +23,7 @@
 #include "log.h"
 #include "notify.h"
 #include "pki.h"
+#include "secret_box.h"
 #include "recovery/host_beat.h"
 #include "recovery/reconcile.h"
 #include "recovery/workspace_mounts.h"
@@ -319,6 +320,14 @@ int worker_init(struct worker *w, const struct sbx_config *cfg,
     w->gateway_peer = notify_peer_new(cfg->store, run_dir, "gateway");
     if (strcmp(cfg->callback_listen, "off") != 0 && callbacks_start(w, run_dir, err, errlen) != 0)
         return -1;
+    /* Made here at first start like the installation's other keys; shared by every host. */
+    int box = secret_box_open_config(cfg, &w->secrets, why, sizeof why);
+    if (box < 0) {
+        snprintf(err, errlen, "cannot open the key of App secrets: %s", why);
+        return -1;
+    }
+    if (box > 0)
+        log_warn("worker: no key for App secrets (%s): Apps with secrets cannot run here", why);
     w->kick_ev = event_new(w->base, -1, 0, on_kick, w);
     w->poll_ev = event_new(w->base, -1, EV_PERSIST, on_poll, w);
     w->heartbeat_ev = event_new(w->base, -1, EV_PERSIST, on_heartbeat, w);
@@ -429,6 +438,7 @@ void worker_fini(struct worker *w)
     callback_server_stop(w->callbacks);
     notify_peer_free(w->worker_peer);
     pki_free(w->pki);
+    secret_box_free(w->secrets);
     notify_listener_close(w->notify);
     notify_peer_free(w->gateway_peer);
     free(w->shapes);

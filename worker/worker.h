@@ -39,6 +39,7 @@ struct sandbox;
 struct sandbox_hooks;
 struct host_beat;
 struct webhook_sender;
+struct secret_box;
 
 struct worker {
     struct sbx_config cfg;
@@ -69,6 +70,8 @@ struct worker {
     struct callback_server *callbacks;
     struct notify_peer *worker_peer;
     const char *ca_pem;
+    /* Opens App secrets at each activation (secret_box.h; sandbox/secrets.h). */
+    struct secret_box *secrets;
 
     struct notify_listener *notify;   /* "queue"/"stop" from gateways; NULL: poll only */
     struct notify_peer *gateway_peer; /* "msg <id>"/"sandbox <id>" to gateways */

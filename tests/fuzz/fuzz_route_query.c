@@ -37,7 +37,7 @@ static bool digits_only(const char *s, size_t maxdigits)
 
 static void check_route(const char *method, const char *path)
 {
-    char params[ROUTE_MAX_PARAMS][STORE_ID_LEN];
+    char params[ROUTE_MAX_PARAMS][ROUTE_PARAM_LEN];
     char allow[128];
     int path_route = 7777;
     memset(params, 0x5a, sizeof params);
@@ -52,7 +52,7 @@ static void check_route(const char *method, const char *path)
         for (const char *t = rt->path; (t = strchr(t, '{')); t++)
             np++;
         for (size_t p = 0; p < np; p++) {
-            FUZZ_CHECK(fuzz_terminated(params[p], STORE_ID_LEN));
+            FUZZ_CHECK(fuzz_terminated(params[p], ROUTE_PARAM_LEN));
             FUZZ_CHECK(params[p][0] != '\0' && !strchr(params[p], '/'));
             FUZZ_CHECK(strstr(path, params[p]) != NULL);
         }

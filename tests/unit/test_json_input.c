@@ -200,7 +200,7 @@ static void test_idempotency_key(void **state)
 static void test_route_matching(void **state)
 {
     (void)state;
-    char params[ROUTE_MAX_PARAMS][STORE_ID_LEN], allow[128];
+    char params[ROUTE_MAX_PARAMS][ROUTE_PARAM_LEN], allow[128];
     int path_route, i;
 
     i = gateway_route_match("GET", "/v1/sessions/ses_1/messages/msg_2", params, allow, sizeof allow,
@@ -215,6 +215,20 @@ static void test_route_matching(void **state)
     assert_true(i >= 0);
     assert_string_equal(params[0], "app_1");
     assert_string_equal(params[1], "key_9");
+
+    /* A {...Name} parameter may be longer than an id (a secret's name, up to 128 characters);
+     * an id parameter of that length names nothing. */
+    char long_path[256];
+    snprintf(long_path, sizeof long_path, "/v1/apps/app_1/secrets/%0100d", 7);
+    i = gateway_route_match("PUT", long_path, params, allow, sizeof allow, &path_route);
+    assert_true(i >= 0);
+    assert_int_equal(strlen(params[1]), 100);
+    snprintf(long_path, sizeof long_path, "/v1/apps/app_1/secrets/%0129d", 7);
+    assert_int_equal(
+        gateway_route_match("PUT", long_path, params, allow, sizeof allow, &path_route), -1);
+    snprintf(long_path, sizeof long_path, "/v1/apps/%0100d/secrets", 7);
+    assert_int_equal(
+        gateway_route_match("GET", long_path, params, allow, sizeof allow, &path_route), -1);
 
     /* 405: the path exists with other methods. */
     assert_int_equal(

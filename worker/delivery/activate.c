@@ -13,6 +13,7 @@
 #include "sandbox/egress.h"
 #include "sandbox/jobs.h"
 #include "sandbox/pool.h"
+#include "sandbox/secrets.h"
 #include "workspace_fs.h"
 
 #include <jansson.h>
@@ -108,8 +109,15 @@ static void workspace_dir_of(struct worker *w, const struct store_delivery *d, c
 void activation_continue(struct sandbox *sb)
 {
     struct worker *w = sb->w;
-    /* The App's egress policy is in place before its command can run (fail closed). */
     char why[512];
+    /* The App's secrets as they are now (a PUT since the last activation is a rotation): opened
+     * before the egress policy, which routes a Sandbox with secrets through the proxy. */
+    if (sandbox_secrets_load(sb, sb->delivery->app.id, why, sizeof why) != 0) {
+        log_error("worker: %s: %s", sb->rt.sandbox_id, why);
+        sandbox_terminate(sb, "the App's secrets could not be opened", true);
+        return;
+    }
+    /* The App's egress policy is in place before its command can run (fail closed). */
     if (sandbox_egress_apply(sb, sb->delivery->app.id, sb->delivery->app.network_json, why,
                              sizeof why) != 0) {
         log_error("worker: %s: %s", sb->rt.sandbox_id, why);

@@ -10,6 +10,7 @@
 #include "images/image_run.h"
 #include "log.h"
 #include "sandbox/sandbox.h"
+#include "sandbox/secrets.h"
 #include "clock.h"
 
 #include <arpa/inet.h>
@@ -215,14 +216,24 @@ int agent_protocol_send_start(struct sandbox *sb, const struct store_app *app, c
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    /* The CA certificate the agent verifies the callback API with, for the guest agent to write
+     * where SBX_CA_FILE says; for an App with secrets, their placeholders and the CA bundle. */
+    json_t *files = json_array();
+    if (files && sb->w->ca_pem)
+        json_array_append_new(
+            files, json_pack("{s:s,s:s}", "path", SANDBOX_CA_PATH, "content", sb->w->ca_pem));
+    if (!files || sandbox_secrets_start_line(sb, run.env, files) != 0) {
+        json_decref(files);
+        image_run_clear(&run);
+        json_decref(ws);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     json_t *start = json_pack("{s:s,s:O,s:O,s:o}", "type", "start", "argv", run.argv, "env",
                               run.env, "workspace", ws ? ws : json_null());
-    /* The CA certificate the agent verifies the callback API with, for the guest agent to write
-     * where SBX_CA_FILE says. */
-    if (start && sb->w->ca_pem)
-        json_object_set_new(
-            start, "files",
-            json_pack("[{s:s,s:s}]", "path", SANDBOX_CA_PATH, "content", sb->w->ca_pem));
+    if (start && json_array_size(files))
+        json_object_set(start, "files", files);
+    json_decref(files);
     if (start && run.cwd[0])
         json_object_set_new(start, "cwd", json_string(run.cwd));
     if (start && run.user[0])

@@ -199,6 +199,8 @@ void sandbox_terminate(struct sandbox *sb, const char *reason, bool failed)
     if (sandbox_serving(sb))
         w->n_serving--;
     sandbox_set_state(sb, SB_STOPPING);
+    /* Nothing of it may use a secret any more: the values go now, not with the record. */
+    secret_set_clear(&sb->secrets);
     event_del(sb->keepalive_ev);
     event_del(sb->timeout_ev);
     /* The App did run (its first message went out): the store says so before the end. A refusal

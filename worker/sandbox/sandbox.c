@@ -187,6 +187,7 @@ struct sandbox *sandbox_new(struct worker *w, const struct driver *drv,
 /* The record only: its delivery, if any, is delivery/'s and was ended or dropped before. */
 static void sandbox_release(struct sandbox *sb)
 {
+    secret_set_clear(&sb->secrets);
     event_free(sb->keepalive_ev);
     event_free(sb->timeout_ev);
     event_free(sb->running_ev);

@@ -58,6 +58,7 @@
 #define SBX_SANDBOX_H
 
 #include "sandbox_context.h"
+#include "secret_set.h"
 #include "worker.h"
 
 #include <jansson.h>
@@ -126,6 +127,10 @@ struct sandbox {
     /* The App's egress policy applied to it (sandbox/egress.c): digest of its text, and mode. */
     char egress_applied[65];
     int egress_mode;
+    /* The App's secrets while it serves (sandbox/secrets.h): values and this Sandbox's
+     * placeholders, filled at activation, wiped when it stops. The egress proxy finds them by
+     * the Sandbox's address (sandbox_secrets_lookup). */
+    struct secret_set secrets;
 };
 
 /* What a Sandbox tells the layers above it (news goes up only through these; loop.c sets them in

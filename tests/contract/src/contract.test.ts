@@ -980,6 +980,33 @@ test("webhooks: register (secret once), list, get, deliveries with attempts, del
   expectProblem(await admin.DELETE("/v1/apps/{appId}/webhooks/{webhookId}", { params: { path: { appId, webhookId } } }), 404, "not-found");
 });
 
+test("secrets: put (create, then replace), list, get, delete; never a value", async () => {
+  const app = await admin.POST("/v1/apps", { body: { name: "contract-secrets" } });
+  const appId = app.data!.id;
+  const secretName = "MODEL_KEY";
+  const value = "sk-contract-never-returned";
+  const created = await admin.PUT("/v1/apps/{appId}/secrets/{secretName}", {
+    params: { path: { appId, secretName } },
+    body: { value, hosts: ["api.example.com", "*.example.org"] },
+  });
+  assert.equal(created.response.status, 201);
+  assert.equal(created.response.headers.get("location"), `/v1/apps/${appId}/secrets/${secretName}`);
+  assert.deepEqual(created.data?.hosts, ["api.example.com", "*.example.org"]);
+  const replaced = await admin.PUT("/v1/apps/{appId}/secrets/{secretName}", {
+    params: { path: { appId, secretName } },
+    body: { value: value + "-2", hosts: ["api.example.com"] },
+  });
+  assert.equal(replaced.response.status, 200);
+  const got = await admin.GET("/v1/apps/{appId}/secrets/{secretName}", { params: { path: { appId, secretName } } });
+  assert.equal(got.data?.name, secretName);
+  assert.equal(JSON.stringify(got.data).includes(value), false);
+  const list = await admin.GET("/v1/apps/{appId}/secrets", { params: { path: { appId } } });
+  assert.deepEqual(list.data?.items.map((x) => x.name), [secretName]);
+  expectProblem(await admin.PUT("/v1/apps/{appId}/secrets/{secretName}", { params: { path: { appId, secretName } }, body: { value, hosts: ["10.0.0.1"] } }), 422, "invalid-value", "hosts[0]");
+  assert.equal((await admin.DELETE("/v1/apps/{appId}/secrets/{secretName}", { params: { path: { appId, secretName } } })).response.status, 204);
+  expectProblem(await admin.GET("/v1/apps/{appId}/secrets/{secretName}", { params: { path: { appId, secretName } } }), 404, "not-found");
+});
+
 /** A request the typed client cannot send (an archive body, or one of two content types), checked against the spec. */
 async function rawChecked(method: string, path: string, template: string, contentType: string, body: string): Promise<{ status: number; json: any; headers: Headers }> {
   const response = await fetch(`${gw.baseUrl}${path}`, { method, headers: { Authorization: `Bearer ${gw.adminToken}`, "Content-Type": contentType }, body });

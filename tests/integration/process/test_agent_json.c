@@ -338,6 +338,66 @@ static void test_agent_survives_hostile_host(void **state)
     assert_true(WIFEXITED(status));
 }
 
+/* A start line's file with "prependFirstOf": the first of those files that exists is copied in
+ * before the content (the CA bundle of an App with secrets: the image's bundle, then the
+ * installation CA), with a newline between them; when none exists, the content alone. */
+static void test_start_file_prepend(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sbx-agent-prepend-XXXXXX", path[256], line[2048], buf[8192];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/image.crt", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("IMAGE-BUNDLE", f);
+    fclose(f);
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(sv[0]);
+        char fd[16];
+        snprintf(fd, sizeof fd, "%d", sv[1]);
+        execl(SBX_AGENT_BIN, "sbx-agent", "--channel-fd", fd, (char *)NULL);
+        _exit(127);
+    }
+    close(sv[1]);
+    assert_non_null(read_line_fd(sv[0], buf, sizeof buf));
+    snprintf(line, sizeof line,
+             "{\"type\":\"start\",\"argv\":[\"" SBX_ECHO_AGENT_BIN "\"],\"workspace\":null,"
+             "\"files\":[{\"path\":\"%s/bundle.pem\",\"content\":\"CA-PEM\\n\","
+             "\"prependFirstOf\":[\"%s/missing.crt\",\"%s/image.crt\"]},"
+             "{\"path\":\"%s/alone.pem\",\"content\":\"CA-PEM\\n\","
+             "\"prependFirstOf\":[\"%s/missing.crt\"]}]}\n",
+             dir, dir, dir, dir, dir);
+    write_all(sv[0], line, strlen(line));
+    assert_non_null(read_reply(sv[0], buf, sizeof buf));
+    assert_string_equal(buf, "{\"type\":\"started\"}");
+    char file[256], got[128];
+    snprintf(file, sizeof file, "%s/bundle.pem", dir);
+    f = fopen(file, "r");
+    assert_non_null(f);
+    size_t n = fread(got, 1, sizeof got - 1, f);
+    got[n] = '\0';
+    fclose(f);
+    assert_string_equal(got, "IMAGE-BUNDLE\nCA-PEM\n");
+    unlink(file);
+    snprintf(file, sizeof file, "%s/alone.pem", dir);
+    f = fopen(file, "r");
+    assert_non_null(f);
+    n = fread(got, 1, sizeof got - 1, f);
+    got[n] = '\0';
+    fclose(f);
+    assert_string_equal(got, "CA-PEM\n");
+    unlink(file);
+    unlink(path);
+    rmdir(dir);
+    close(sv[0]);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -351,6 +411,7 @@ int main(void)
         cmocka_unit_test(test_random_bytes_never_crash),
         cmocka_unit_test(test_line_reader_bounds_lines),
         cmocka_unit_test(test_agent_survives_hostile_host),
+        cmocka_unit_test(test_start_file_prepend),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
