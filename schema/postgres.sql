@@ -735,3 +735,8 @@ ALTER TABLE apps ADD COLUMN quota_sessions BIGINT CHECK (quota_sessions >= 0);
 ALTER TABLE apps ADD COLUMN quota_workspaces BIGINT CHECK (quota_workspaces >= 0);
 ALTER TABLE apps ADD COLUMN quota_workspace_mib BIGINT CHECK (quota_workspace_mib >= 0);
 ALTER TABLE apps ADD COLUMN quota_keep_alive_seconds BIGINT CHECK (quota_keep_alive_seconds >= 0);
+
+-- The counts behind an App's quotas read only live rows (0020).
+CREATE INDEX sessions_app_live ON sessions (app_id) WHERE state <> 'deleted';
+CREATE INDEX workspaces_app_live ON workspaces (app_id, size_mib) WHERE deleted_at IS NULL;
+CREATE INDEX sandboxes_app_live ON sandboxes (app_id) WHERE state IN ('claimed', 'running');
