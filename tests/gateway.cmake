@@ -21,7 +21,7 @@ target_link_libraries(sbx-test-notify PRIVATE sbxcommon)
 
 find_program(NODE_EXECUTABLE node)
 if(NODE_EXECUTABLE)
-  foreach(it api isolation longpoll durability limits key_cache revoke_streams)
+  foreach(it api isolation longpoll durability limits key_cache revoke_streams quotas)
     add_test(NAME it.gateway.${it}
              COMMAND ${NODE_EXECUTABLE} --test
                      ${CMAKE_CURRENT_SOURCE_DIR}/integration/gateway/${it}.test.mjs)
