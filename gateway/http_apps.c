@@ -253,7 +253,7 @@ static void app_input_free(struct app_input *in)
 }
 
 /* The App's quotas: their effective values (0: no bound), the names of those that are the host's
- * defaults, and with usage (GET of one App) what the App uses of each. */
+ * defaults, and with usage (an answer about one App, not a list) what the App uses of each. */
 static void add_quotas(struct request *r, json_t *body, const struct store_app *a,
                        const struct store_app_usage *usage)
 {
@@ -276,11 +276,18 @@ static void add_quotas(struct request *r, json_t *body, const struct store_app *
         json_decref(used);
 }
 
+/* One App, with what it uses of its quotas. */
 static enum MHD_Result reply_app(struct request *r, unsigned status, struct store_app *a)
 {
     char location[96];
+    struct store_app_usage usage;
+    enum store_status s = store_app_usage(r->gw->st, a->id, &usage);
+    if (s != STORE_OK) {
+        store_app_clear(a);
+        return reply_store_error(r, s, "App");
+    }
     json_t *body = render_app(a);
-    add_quotas(r, body, a, NULL);
+    add_quotas(r, body, a, &usage);
     store_app_clear(a);
     if (status == 201) {
         snprintf(location, sizeof location, "/v1/apps/%s", a->id);
@@ -412,19 +419,10 @@ enum MHD_Result http_app_list(struct request *r)
 enum MHD_Result http_app_get(struct request *r)
 {
     struct store_app a;
-    struct store_app_usage usage;
     enum store_status s = store_app_get(r->gw->st, r->params[0], &a);
     if (s != STORE_OK)
         return reply_store_error(r, s, "App");
-    s = store_app_usage(r->gw->st, a.id, &usage);
-    if (s != STORE_OK) {
-        store_app_clear(&a);
-        return reply_store_error(r, s, "App");
-    }
-    json_t *body = render_app(&a);
-    add_quotas(r, body, &a, &usage);
-    store_app_clear(&a);
-    return reply_json(r, 200, body);
+    return reply_app(r, 200, &a);
 }
 
 enum MHD_Result http_app_patch(struct request *r)
