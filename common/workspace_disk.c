@@ -48,7 +48,8 @@ int workspace_disk_budget(const char *data_dir, int64_t reserve_mib, int64_t *bu
     int64_t held = 0;
 
     snprintf(path, sizeof path, "%s/workspaces", data_dir);
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    /* Followed if it is a symlink: an operator may put the Workspaces on a disk of their own. */
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0 && errno == ENOENT)
         fd = open(data_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0 || fstatvfs(fd, &vfs) != 0 || fstat(fd, &root) != 0) {
