@@ -139,6 +139,19 @@ static void test_keep_alive_quota(void **state)
                      100);
     /* Without a check (workers, tools) nothing is refused. */
     assert_int_equal(new_session(f->st, a.id, NULL, 3600, NULL, NULL), STORE_OK);
+
+    /* An App above a host default lowered since: its other fields stay patchable. */
+    struct store_app over;
+    make_app(f->st, "over", NULL, &over);
+    struct store_quotas lowered = host(0, 30);
+    struct store_app_patch rename = {.name = "over2"};
+    assert_int_equal(store_app_update_within(f->st, &admin, over.id, &rename, &lowered, &got),
+                     STORE_OK);
+    store_app_clear(&got);
+    int64_t fifty = 50;
+    struct store_app_patch longer = {.keep_alive_seconds = &fifty};
+    assert_int_equal(store_app_update_within(f->st, &admin, over.id, &longer, &lowered, &got),
+                     STORE_OVER_QUOTA);
 }
 
 static void test_sessions_quota(void **state)

@@ -302,7 +302,11 @@ enum store_status store_app_update_within(struct store *st, const struct store_c
     struct store_app fresh = {0};
     if (r == STORE_OK)
         r = store_app_get(st, app_id, &fresh);
-    if (r == STORE_OK && q) {
+    /* Checked only when the patch changes the keep-alive or its quota: an App above a host
+     * default lowered since keeps its other fields patchable. */
+    bool keep_alive_changes = p->keep_alive_seconds ||
+                              (p->quotas && p->quotas[STORE_QUOTA_KEEP_ALIVE] != STORE_QUOTA_KEEP);
+    if (r == STORE_OK && q && keep_alive_changes) {
         int64_t bound = store_quota_effective(fresh.quotas[STORE_QUOTA_KEEP_ALIVE],
                                               q->defaults[STORE_QUOTA_KEEP_ALIVE]);
         if (bound > 0 && fresh.keep_alive_seconds > bound) {
