@@ -129,27 +129,32 @@ test('Workspace sizes are reserved against the data filesystem: 507, nothing mad
     const wsDir = join(dataDir, 'workspaces');
     mkdirSync(wsDir, { mode: 0o711 });
     execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=256m,mode=0711', 'sbx-test-quota', wsDir]);
-    // removeDataDir unmounts it (and any Workspace in it) with the data directory.
+    // removeDataDir unmounts it (and any Workspace in it) with the data directory, also when the
+    // gateway does not come up.
     const args = ['--workspace-max-mib', '1048576', '--disk-reserve-mib', '32'];
-    await withGateway({ dataDir, extraArgs: args }, async (gw) => {
-      const ws = (sizeMib) => req(gw, 'POST', '/v1/workspaces', { token: gw.key, body: { sizeMib } });
-      const tib = await ws(1048576);
-      assertProblem(assert, tib, 507, 'workspace-disk-full', 'sizeMib');
-      assert.doesNotMatch(tib.json.detail, new RegExp(dataDir), 'no host path in the answer');
-      for (let i = 0; i < 4; i++) assertProblem(assert, await ws(65536), 507, 'workspace-disk-full');
-      assert.deepEqual(readdirSync(wsDir), [], 'nothing made for a refused Workspace');
-      assert.deepEqual(mountsUnder(wsDir), []);
+    try {
+      await withGateway({ dataDir, extraArgs: args }, async (gw) => {
+        const ws = (sizeMib) => req(gw, 'POST', '/v1/workspaces', { token: gw.key, body: { sizeMib } });
+        const tib = await ws(1048576);
+        assertProblem(assert, tib, 507, 'workspace-disk-full', 'sizeMib');
+        assert.doesNotMatch(tib.json.detail, new RegExp(dataDir), 'no host path in the answer');
+        for (let i = 0; i < 4; i++) assertProblem(assert, await ws(65536), 507, 'workspace-disk-full');
+        assert.deepEqual(readdirSync(wsDir), [], 'nothing made for a refused Workspace');
+        assert.deepEqual(mountsUnder(wsDir), []);
 
-      const first = await ws(128);
-      assert.equal(first.status, 201, first.text);
-      assertProblem(assert, await ws(128), 507, 'workspace-disk-full');
-      const second = await ws(64);
-      assert.equal(second.status, 201, second.text);
-      const list = await req(gw, 'GET', '/v1/workspaces', { token: gw.key });
-      assert.deepEqual(list.json.items.map((w) => w.id).sort(), [first.json.id, second.json.id].sort());
-      assert.equal(mountsUnder(wsDir).length, 2, 'the two accepted Workspaces are mounted, no other');
-      // A deleted Workspace gives its size back.
-      assert.equal((await req(gw, 'DELETE', `/v1/workspaces/${first.json.id}`, { token: gw.key })).status, 204);
-      assert.equal((await ws(128)).status, 201);
-    });
+        const first = await ws(128);
+        assert.equal(first.status, 201, first.text);
+        assertProblem(assert, await ws(128), 507, 'workspace-disk-full');
+        const second = await ws(64);
+        assert.equal(second.status, 201, second.text);
+        const list = await req(gw, 'GET', '/v1/workspaces', { token: gw.key });
+        assert.deepEqual(list.json.items.map((w) => w.id).sort(), [first.json.id, second.json.id].sort());
+        assert.equal(mountsUnder(wsDir).length, 2, 'the two accepted Workspaces are mounted, no other');
+        // A deleted Workspace gives its size back.
+        assert.equal((await req(gw, 'DELETE', `/v1/workspaces/${first.json.id}`, { token: gw.key })).status, 204);
+        assert.equal((await ws(128)).status, 201);
+      });
+    } finally {
+      removeDataDir(dataDir);
+    }
   });
