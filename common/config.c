@@ -88,6 +88,23 @@ static const struct setting settings[] = {
         "host uids (= gids) given one per process Sandbox; off: all run as sandbox_uid"),
     INT(workspace_size_mib, "1024", 16, 1048576,
         "size of a Workspace created without sizeMib (MiB; its own ext4 filesystem)"),
+    INT(workspace_max_mib, "65536", 16, 1048576,
+        "largest sizeMib of a Workspace (MiB; 422 above), at least workspace_size_mib"),
+    INT(disk_reserve_mib, "1024", 0, 1073741824,
+        "MiB of the Workspaces' filesystem never promised to Workspaces (kept for the store): a "
+        "Workspace whose size the rest cannot hold is refused (507)"),
+    INT(quota_live_sandboxes, "0", 0, 1000000,
+        "an App's live Sandboxes, for Apps without their own quota (0: no bound)"),
+    INT(quota_sessions, "0", 0, 1000000000,
+        "an App's live Sessions, for Apps without their own quota (0: no bound; 429 beyond)"),
+    INT(quota_workspaces, "0", 0, 1000000000,
+        "an App's Workspaces, for Apps without their own quota (0: no bound; 429 beyond)"),
+    INT(quota_workspace_mib, "0", 0, 1099511627776LL,
+        "MiB of an App's Workspaces together, for Apps without their own quota (0: no bound; 429 "
+        "beyond)"),
+    INT(quota_keep_alive_seconds, "0", 0, 86400,
+        "largest keepAliveSeconds of an App and its Sessions, for Apps without their own quota "
+        "(0: no bound; 422 above)"),
     INT(vmm_log_max_kib, "1024", 16, 1048576,
         "cap of a microVM's console and VMM logs (KiB each; rotated, one older copy kept)"),
     INT(sandbox_pids_max, "1024", 16, 4194304, "processes and threads per Sandbox (pids cgroup)"),
@@ -413,6 +430,13 @@ int config_load(struct sbx_config *cfg, int argc, char **argv, char *err, size_t
         snprintf(err, errlen,
                  "host_id may hold letters, digits, '.', '_' and '-' only, not \"%.64s\"",
                  cfg->host_id);
+        return -1;
+    }
+    if (cfg->workspace_size_mib > cfg->workspace_max_mib) {
+        snprintf(err, errlen,
+                 "workspace_size_mib (%lld) is above workspace_max_mib (%lld): Workspaces created "
+                 "without sizeMib would be refused",
+                 (long long)cfg->workspace_size_mib, (long long)cfg->workspace_max_mib);
         return -1;
     }
     if (cfg->host_capacity == 0)

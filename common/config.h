@@ -48,17 +48,25 @@ struct sbx_config {
     int64_t sandbox_gid;         /* SBX_SANDBOX_GID */
     char sandbox_uid_range[64];  /* SBX_SANDBOX_UID_RANGE: "A-B", a uid per Sandbox; "off" */
     int64_t workspace_size_mib;  /* SBX_WORKSPACE_SIZE_MIB: a Workspace's size without sizeMib */
-    int64_t vmm_log_max_kib;     /* SBX_VMM_LOG_MAX_KIB: cap of each VMM and console log */
-    int64_t sandbox_pids_max;    /* SBX_SANDBOX_PIDS_MAX: tasks per Sandbox (pids cgroup) */
-    char net_pool[64];           /* SBX_NET_POOL: addresses for Sandbox links */
-    char egress_ports[256];      /* SBX_EGRESS_PORTS: TCP ports open to public IPv4 */
-    char dns_resolvers[256];     /* SBX_DNS_RESOLVERS: "" = the host's public nameservers */
-    char qemu_bin[256];          /* SBX_QEMU_BIN */
-    char qemu_accel[16];         /* SBX_QEMU_ACCEL: tcg, kvm or auto */
-    char guest_dir[512];         /* SBX_GUEST_DIR: guest kernel and initramfs */
-    char firecracker_bin[256];   /* SBX_FIRECRACKER_BIN */
-    char jailer_bin[256];        /* SBX_JAILER_BIN */
-    char log_level[16];          /* SBX_LOG_LEVEL */
+    /* Apps' quotas and the Workspaces' disk (docs/tenants.md) */
+    int64_t workspace_max_mib;        /* SBX_WORKSPACE_MAX_MIB: largest sizeMib (422 above) */
+    int64_t disk_reserve_mib;         /* SBX_DISK_RESERVE_MIB: kept free of Workspaces' promises */
+    int64_t quota_live_sandboxes;     /* SBX_QUOTA_LIVE_SANDBOXES: an App's default, 0: none */
+    int64_t quota_sessions;           /* SBX_QUOTA_SESSIONS */
+    int64_t quota_workspaces;         /* SBX_QUOTA_WORKSPACES */
+    int64_t quota_workspace_mib;      /* SBX_QUOTA_WORKSPACE_MIB */
+    int64_t quota_keep_alive_seconds; /* SBX_QUOTA_KEEP_ALIVE_SECONDS */
+    int64_t vmm_log_max_kib;          /* SBX_VMM_LOG_MAX_KIB: cap of each VMM and console log */
+    int64_t sandbox_pids_max;         /* SBX_SANDBOX_PIDS_MAX: tasks per Sandbox (pids cgroup) */
+    char net_pool[64];                /* SBX_NET_POOL: addresses for Sandbox links */
+    char egress_ports[256];           /* SBX_EGRESS_PORTS: TCP ports open to public IPv4 */
+    char dns_resolvers[256];          /* SBX_DNS_RESOLVERS: "" = the host's public nameservers */
+    char qemu_bin[256];               /* SBX_QEMU_BIN */
+    char qemu_accel[16];              /* SBX_QEMU_ACCEL: tcg, kvm or auto */
+    char guest_dir[512];              /* SBX_GUEST_DIR: guest kernel and initramfs */
+    char firecracker_bin[256];        /* SBX_FIRECRACKER_BIN */
+    char jailer_bin[256];             /* SBX_JAILER_BIN */
+    char log_level[16];               /* SBX_LOG_LEVEL */
     /* worker */
     int64_t max_sandboxes;   /* SBX_MAX_SANDBOXES: Sandboxes serving Sessions per worker */
     int64_t job_threads;     /* SBX_JOB_THREADS: threads for blocking driver calls */

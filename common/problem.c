@@ -26,6 +26,14 @@ static const struct problem_kind problems[PROBLEM_CODE_COUNT] = {
     [PROBLEM_STORAGE_FULL] = {"storage-full", 507, "The store's disk is full"},
     [PROBLEM_TOO_MANY_STREAMS] = {"too-many-streams", 429, "Too many open event streams"},
     [PROBLEM_TOO_MANY_REQUESTS] = {"too-many-requests", 429, "Too many requests"},
+    [PROBLEM_QUOTA_SESSIONS] = {"quota-sessions", 429, "The App is at its quota of live Sessions"},
+    [PROBLEM_QUOTA_WORKSPACES] = {"quota-workspaces", 429, "The App is at its quota of Workspaces"},
+    [PROBLEM_QUOTA_WORKSPACE_MIB] = {"quota-workspace-mib", 429,
+                                     "The App's Workspaces would exceed its quota of MiB"},
+    [PROBLEM_QUOTA_KEEP_ALIVE] = {"quota-keep-alive-seconds", 422,
+                                  "keepAliveSeconds is above the App's quota"},
+    [PROBLEM_WORKSPACE_DISK_FULL] = {"workspace-disk-full", 507,
+                                     "The data filesystem cannot hold another Workspace this size"},
 };
 
 const struct problem_kind *problem_kind(enum problem_code code)

@@ -159,6 +159,12 @@ enum MHD_Result http_key_delete(struct request *r);
 /* After a revoke or an App delete: every gateway's key cache forgets what it holds (key_cache.h).
  */
 void http_keys_changed(struct gateway *gw);
+/* A store refusal over an App's quota or the Workspaces' disk (q->hit, app_quotas.h): 429 naming
+ * the quota, 422 for keepAliveSeconds (field names the field), 507 for the disk. wanted: what the
+ * request asked (1 Session or Workspace, its MiB, its keep-alive). (http_quotas.c) */
+struct store_quotas;
+enum MHD_Result reply_over_quota(struct request *r, const struct store_quotas *q, int64_t wanted,
+                                 const char *field);
 enum MHD_Result http_webhook_create(struct request *r);
 enum MHD_Result http_webhook_list(struct request *r);
 enum MHD_Result http_webhook_get(struct request *r);

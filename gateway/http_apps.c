@@ -1,6 +1,7 @@
 /*
  * http_apps.c: /v1/apps and /v1/apps/{appId} (admin only): create, list, get, patch, delete.
  */
+#include "app_quotas.h"
 #include "egress_policy.h"
 #include "store_apps.h"
 #include "gateway.h"
@@ -14,8 +15,8 @@
 #include <string.h>
 
 static const char *const app_fields[] = {
-    "name",        "keepAliveSeconds", "vcpuCount", "memSizeMib", "driver",  "image",
-    "maxAttempts", "command",          "limits",    "env",        "network", NULL};
+    "name",    "keepAliveSeconds", "vcpuCount", "memSizeMib", "driver", "image", "maxAttempts",
+    "command", "limits",           "env",       "network",    "quotas", NULL};
 
 /* The App fields present in obj, validated; command_json is a new string the caller frees. */
 struct app_input {
@@ -27,7 +28,48 @@ struct app_input {
     char *env_json;
     char image_id[STORE_ID_LEN], image_digest[STORE_DIGEST_LEN];
     char *network_json; /* the policy's normal form, when "network" was given */
+    bool has_quotas;
+    int64_t quotas[STORE_QUOTA_COUNT]; /* STORE_QUOTA_KEEP: not given; -1: null (the default) */
 };
+
+/* "quotas": {"liveSandboxes", "sessions", "workspaces", "workspaceMib", "keepAliveSeconds"},
+ * each an integer >= 0 (0: no bound) or null (the host's default), or null for all of them
+ * back to the defaults. */
+static bool quotas_read(json_t *obj, struct app_input *in, struct input_error *e)
+{
+    static const char *const fields[] = {"liveSandboxes", "sessions",         "workspaces",
+                                         "workspaceMib",  "keepAliveSeconds", NULL};
+    static const int64_t max[STORE_QUOTA_COUNT] = {1000000, 1000000000, 1000000000, 1099511627776LL,
+                                                   86400};
+    json_t *v = json_object_get(obj, "quotas");
+    for (int i = 0; i < STORE_QUOTA_COUNT; i++)
+        in->quotas[i] = v && json_is_null(v) ? -1 : STORE_QUOTA_KEEP;
+    if (!v)
+        return true;
+    in->has_quotas = true;
+    if (json_is_null(v))
+        return true;
+    if (!json_is_object(v)) {
+        e->code = PROBLEM_INVALID_FIELD;
+        snprintf(e->field, sizeof e->field, "quotas");
+        snprintf(e->detail, sizeof e->detail, "field \"quotas\" must be an object or null");
+        return false;
+    }
+    bool ok = input_known_fields(v, fields, e);
+    for (int i = 0; ok && i < STORE_QUOTA_COUNT; i++) {
+        bool is_null = false;
+        int rc = input_int(v, app_quota_field(i), 0, max[i], true, &in->quotas[i], &is_null, e);
+        if (rc > 0 && is_null)
+            in->quotas[i] = -1;
+        ok = rc >= 0;
+    }
+    if (!ok) {
+        char inner[sizeof e->field];
+        snprintf(inner, sizeof inner, "%s", e->field);
+        snprintf(e->field, sizeof e->field, inner[0] ? "quotas.%.60s" : "quotas", inner);
+    }
+    return ok;
+}
 
 /* "limits": {"vmmMemoryMib": 64..1048576, "vmmCpus": 1..256}, each optional, or null: the host
  * caps of the App's microVMs' VMM process. Written back as canonical JSON text. */
@@ -196,6 +238,8 @@ static bool app_input_read(json_t *obj, struct app_input *in, struct input_error
         return false;
     if (limits_read(obj, &in->limits_json, e) < 0 || env_read(obj, &in->env_json, e) < 0)
         return false;
+    if (!quotas_read(obj, in, e))
+        return false;
     return network_read(obj, in, e);
 }
 
@@ -208,10 +252,42 @@ static void app_input_free(struct app_input *in)
     in->command_json = in->env_json = in->limits_json = in->network_json = NULL;
 }
 
+/* The App's quotas: their effective values (0: no bound), the names of those that are the host's
+ * defaults, and with usage (an answer about one App, not a list) what the App uses of each. */
+static void add_quotas(struct request *r, json_t *body, const struct store_app *a,
+                       const struct store_app_usage *usage)
+{
+    int64_t defaults[STORE_QUOTA_COUNT];
+    json_t *quotas = json_object(), *defaulted = json_array(), *used = json_object();
+    app_quota_defaults(&r->gw->cfg, defaults);
+    for (int i = 0; i < STORE_QUOTA_COUNT; i++) {
+        json_object_set_new(quotas, app_quota_field(i),
+                            json_integer(store_quota_effective(a->quotas[i], defaults[i])));
+        if (a->quotas[i] < 0)
+            json_array_append_new(defaulted, json_string(app_quota_field(i)));
+        if (usage && i != STORE_QUOTA_KEEP_ALIVE)
+            json_object_set_new(used, app_quota_field(i), json_integer(usage->used[i]));
+    }
+    json_object_set_new(body, "quotas", quotas);
+    json_object_set_new(body, "defaultedQuotas", defaulted);
+    if (usage)
+        json_object_set_new(body, "usage", used);
+    else
+        json_decref(used);
+}
+
+/* One App, with what it uses of its quotas. */
 static enum MHD_Result reply_app(struct request *r, unsigned status, struct store_app *a)
 {
     char location[96];
+    struct store_app_usage usage;
+    enum store_status s = store_app_usage(r->gw->st, a->id, &usage);
+    if (s != STORE_OK) {
+        store_app_clear(a);
+        return reply_store_error(r, s, "App");
+    }
     json_t *body = render_app(a);
+    add_quotas(r, body, a, &usage);
     store_app_clear(a);
     if (status == 201) {
         snprintf(location, sizeof location, "/v1/apps/%s", a->id);
@@ -254,6 +330,25 @@ enum MHD_Result http_app_create(struct request *r)
         a.mem_size_mib = in.mem;
     if (in.has_max_attempts)
         a.max_attempts = in.max_attempts;
+    for (int i = 0; i < STORE_QUOTA_COUNT; i++)
+        a.quotas[i] = in.quotas[i] == STORE_QUOTA_KEEP ? -1 : in.quotas[i];
+    /* Within the keep-alive quota: a value given above it is refused; the default one is
+     * lowered to it. */
+    int64_t defaults[STORE_QUOTA_COUNT];
+    app_quota_defaults(&r->gw->cfg, defaults);
+    int64_t keep_alive_bound =
+        store_quota_effective(a.quotas[STORE_QUOTA_KEEP_ALIVE], defaults[STORE_QUOTA_KEEP_ALIVE]);
+    if (keep_alive_bound > 0 && a.keep_alive_seconds > keep_alive_bound) {
+        if (in.has_keep_alive) {
+            struct store_quotas q = {.hit = STORE_QUOTA_KEEP_ALIVE,
+                                     .limit = keep_alive_bound,
+                                     .used = a.keep_alive_seconds};
+            json_decref(obj);
+            app_input_free(&in);
+            return reply_over_quota(r, &q, a.keep_alive_seconds, "keepAliveSeconds");
+        }
+        a.keep_alive_seconds = keep_alive_bound;
+    }
     if (in.image)
         snprintf(a.image, sizeof a.image, "%s", in.image);
     snprintf(a.image_id, sizeof a.image_id, "%s", in.image_id);
@@ -312,8 +407,11 @@ enum MHD_Result http_app_list(struct request *r)
     if (s != STORE_OK)
         return reply_store_error(r, s, "App list");
     json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(arr, render_app(&items[i]));
+    for (size_t i = 0; i < n; i++) {
+        json_t *item = render_app(&items[i]);
+        add_quotas(r, item, &items[i], NULL);
+        json_array_append_new(arr, item);
+    }
     store_app_list_free(items, n);
     return reply_json(r, 200, render_page(arr, next));
 }
@@ -362,6 +460,7 @@ enum MHD_Result http_app_patch(struct request *r)
         .image_digest = in.image ? in.image_digest : NULL,
         .env_json = in.env_json,
         .network_json = in.network_json,
+        .quotas = in.has_quotas ? in.quotas : NULL,
     };
     if (in.env_json && http_secrets_env_clash(r, r->params[0], in.env_json, &ret)) {
         json_decref(obj);
@@ -384,10 +483,16 @@ enum MHD_Result http_app_patch(struct request *r)
                                  "give it a command");
         }
     }
-    enum store_status s = store_app_update(r->gw->st, &r->ctx, r->params[0], &p, &a);
-    if (s == STORE_CONFLICT && in.image_id[0] &&
-        http_image_resolve(r, in.image, in.image_id, sizeof in.image_id, in.image_digest,
-                           sizeof in.image_digest, &ret) != 0)
+    struct store_quotas q;
+    app_quotas_init(&q, &r->gw->cfg);
+    enum store_status s = store_app_update_within(r->gw->st, &r->ctx, r->params[0], &p, &q, &a);
+    if (s == STORE_OVER_QUOTA)
+        /* The App's keep-alive above its keep-alive quota: the field the request changed. */
+        ret = reply_over_quota(r, &q, q.used,
+                               in.has_keep_alive ? "keepAliveSeconds" : "quotas.keepAliveSeconds");
+    else if (s == STORE_CONFLICT && in.image_id[0] &&
+             http_image_resolve(r, in.image, in.image_id, sizeof in.image_id, in.image_digest,
+                                sizeof in.image_digest, &ret) != 0)
         ; /* the Image was deleted or changed meanwhile: replied */
     else if (s == STORE_CONFLICT)
         ret = reply_problem(r, PROBLEM_CONFLICT, "name", "an App named \"%s\" already exists",

@@ -3,6 +3,7 @@
  * metrics_token set, a scraper must present it as a bearer token: the metrics name every App's
  * shapes and images.
  */
+#include "app_quotas.h"
 #include "auth.h"
 #include "gateway.h"
 #include "log.h"
@@ -28,7 +29,9 @@ enum MHD_Result http_metrics(struct request *r)
                                         "/metrics needs the metrics token (metrics_token)");
         }
     }
-    char *text = metrics_render(r->gw->metrics, r->gw->st, &len);
+    int64_t quota_defaults[STORE_QUOTA_COUNT];
+    app_quota_defaults(&r->gw->cfg, quota_defaults);
+    char *text = metrics_render(r->gw->metrics, r->gw->st, quota_defaults, &len);
     if (!text)
         return reply_problem(r, PROBLEM_INTERNAL, NULL, "out of memory rendering metrics");
     enum MHD_Result ret = reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);

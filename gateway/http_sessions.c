@@ -2,6 +2,7 @@
  * http_sessions.c: /v1/sessions and /v1/sessions/{sessionId} (App keys only): create (or find by
  * name), list, get, patch (metadata, keep-alive override), delete.
  */
+#include "app_quotas.h"
 #include "gateway.h"
 #include "store_sessions.h"
 #include "json_input.h"
@@ -50,12 +51,18 @@ enum MHD_Result http_session_create(struct request *r)
         keep_alive = 0;
     if (metadata)
         metadata_json = json_dumps(metadata, JSON_COMPACT);
-    enum store_status st = store_session_create(r->gw->st, &r->ctx, r->app_id, name, keep_alive,
-                                                workspace_id, metadata_json, &s, &created);
+    struct store_quotas q;
+    app_quotas_init(&q, &r->gw->cfg);
+    enum store_status st =
+        store_session_create_within(r->gw->st, &r->ctx, r->app_id, name, keep_alive, workspace_id,
+                                    metadata_json, &q, &s, &created);
     free(metadata_json);
     json_decref(obj);
     if (st == STORE_INVALID)
         return reply_problem(r, PROBLEM_NOT_FOUND, "workspaceId", "no such Workspace");
+    if (st == STORE_OVER_QUOTA)
+        return reply_over_quota(r, &q, q.hit == STORE_QUOTA_KEEP_ALIVE ? keep_alive : 1,
+                                q.hit == STORE_QUOTA_KEEP_ALIVE ? "keepAliveSeconds" : NULL);
     if (st != STORE_OK)
         return reply_store_error(r, st, "Session");
     return reply_session(r, created ? 201 : 200, &s);
@@ -117,10 +124,14 @@ enum MHD_Result http_session_patch(struct request *r)
     char *metadata_json = metadata ? json_dumps(metadata, JSON_COMPACT) : NULL;
     struct store_session_patch p = {.metadata_json = metadata_json,
                                     .keep_alive_seconds = has_keep_alive > 0 ? &keep_alive : NULL};
+    struct store_quotas q;
+    app_quotas_init(&q, &r->gw->cfg);
     enum store_status st =
-        store_session_update(r->gw->st, &r->ctx, r->app_id, r->params[0], &p, &s);
+        store_session_update_within(r->gw->st, &r->ctx, r->app_id, r->params[0], &p, &q, &s);
     free(metadata_json);
     json_decref(obj);
+    if (st == STORE_OVER_QUOTA)
+        return reply_over_quota(r, &q, keep_alive, "keepAliveSeconds");
     if (st != STORE_OK)
         return reply_store_error(r, st, "Session");
     return reply_session(r, 200, &s);

@@ -5,6 +5,7 @@
  * while a live Session names it or a Sandbox that had it has not stopped; unmounts and removes the
  * filesystem, then the directory by directory fds, see fs.h).
  */
+#include "app_quotas.h"
 #include "fs.h"
 #include "store_workspaces.h"
 #include "gateway.h"
@@ -12,6 +13,7 @@
 #include "log.h"
 #include "render.h"
 #include "reply.h"
+#include "workspace_disk.h"
 #include "workspace_fs.h"
 
 #include <errno.h>
@@ -66,9 +68,35 @@ enum MHD_Result http_workspace_create(struct request *r)
         json_decref(obj);
         return reply_input_error(r, &e);
     }
-    enum store_status s = store_workspace_create(r->gw->st, &r->ctx, r->app_id, name, size_mib,
-                                                 r->gw->cfg.data_dir, &w);
+    char name_copy[STORE_NAME_LEN + 1];
+    if (name)
+        snprintf(name_copy, sizeof name_copy, "%s", name);
+    name = name ? name_copy : NULL;
     json_decref(obj);
+    if (size_mib > r->gw->cfg.workspace_max_mib)
+        return reply_problem(r, PROBLEM_INVALID_VALUE, "sizeMib",
+                             "sizeMib %lld is above this host's largest Workspace, %lld MiB "
+                             "(workspace_max_mib)",
+                             (long long)size_mib, (long long)r->gw->cfg.workspace_max_mib);
+    /* The disk's budget is read before the transaction: the filesystem's free space moves with
+     * every write anyway; what keeps two creates from both taking the last of it is the sum of
+     * the promised sizes, which the store reads inside the transaction. */
+    struct store_quotas q;
+    char disk_err[256];
+    app_quotas_init(&q, &r->gw->cfg);
+    if (workspace_disk_budget(r->gw->cfg.data_dir, r->gw->cfg.disk_reserve_mib, &q.disk_budget_mib,
+                              disk_err, sizeof disk_err) != 0) {
+        log_emit(LOG_LEVEL_ERROR, r->request_id, "workspace: %s", disk_err);
+        return reply_problem(r, PROBLEM_INTERNAL, NULL,
+                             "cannot read the free space of the Workspaces' filesystem; the "
+                             "operator's log has the details (request %s)",
+                             r->request_id);
+    }
+    enum store_status s = store_workspace_create_within(r->gw->st, &r->ctx, r->app_id, name,
+                                                        size_mib, r->gw->cfg.data_dir, &q, &w);
+    if (s == STORE_OVER_QUOTA)
+        return reply_over_quota(r, &q, q.hit == STORE_QUOTA_WORKSPACES ? 1 : size_mib,
+                                q.hit == STORE_QUOTA_WORKSPACES ? NULL : "sizeMib");
     if (s != STORE_OK)
         return reply_store_error(r, s, "Workspace");
     if (workspace_mkdir(r->gw, &w) != 0) {

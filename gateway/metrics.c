@@ -4,6 +4,8 @@
  * number of series stays bounded whatever callers send.
  */
 #include "metrics.h"
+#include "app_quotas.h"
+#include "store_apps.h"
 #include "store_events.h"
 #include "store_hosts.h"
 #include "store_sandboxes.h"
@@ -335,7 +337,34 @@ static void render_egress(struct store *st, struct buf *b)
     free(text);
 }
 
-char *metrics_render(struct metrics *m, struct store *st, size_t *len)
+/* Each App's use of its quotas and their values (docs/tenants.md): one series per App and quota,
+ * labelled by the App's id (its name can change). */
+static void render_quotas(struct store *st, const int64_t defaults[STORE_QUOTA_COUNT],
+                          struct buf *b)
+{
+    struct store_app_usage *apps = NULL;
+    size_t n = 0;
+    if (store_app_usage_list(st, &apps, &n) != STORE_OK)
+        return;
+    out(b, "# HELP sbx_app_quota_usage What an App uses of a quota: live Sandboxes, live "
+           "Sessions, Workspaces, Workspace MiB.\n# TYPE sbx_app_quota_usage gauge\n");
+    for (size_t i = 0; i < n; i++)
+        for (int k = 0; k < STORE_QUOTA_COUNT; k++)
+            if (k != STORE_QUOTA_KEEP_ALIVE)
+                out(b, "sbx_app_quota_usage{app=\"%s\",quota=\"%s\"} %lld\n", apps[i].app_id,
+                    app_quota_field(k), (long long)apps[i].used[k]);
+    out(b, "# HELP sbx_app_quota An App's quota: its own or the host's default (0: no bound).\n"
+           "# TYPE sbx_app_quota gauge\n");
+    for (size_t i = 0; i < n; i++)
+        for (int k = 0; k < STORE_QUOTA_COUNT; k++)
+            out(b, "sbx_app_quota{app=\"%s\",quota=\"%s\"} %lld\n", apps[i].app_id,
+                app_quota_field(k),
+                (long long)store_quota_effective(apps[i].quotas[k], defaults[k]));
+    free(apps);
+}
+
+char *metrics_render(struct metrics *m, struct store *st,
+                     const int64_t quota_defaults[STORE_QUOTA_COUNT], size_t *len)
 {
     struct buf b = {malloc(8192), 0, 8192, 0};
     if (!b.p)
@@ -346,6 +375,7 @@ char *metrics_render(struct metrics *m, struct store *st, size_t *len)
     render_hosts(st, &b);
     render_firewall(st, &b);
     render_egress(st, &b);
+    render_quotas(st, quota_defaults, &b);
     if (b.failed) {
         free(b.p);
         return NULL;

@@ -21,6 +21,7 @@ void metrics_observe(struct metrics *m, int route_index, const char *method, uns
                      double seconds);
 /* The whole exposition; the caller frees it. NULL when out of memory. A store failure leaves
  * out the store's series and sets sbx_store_up 0. */
-char *metrics_render(struct metrics *m, struct store *st, size_t *len);
+char *metrics_render(struct metrics *m, struct store *st,
+                     const int64_t quota_defaults[STORE_QUOTA_COUNT], size_t *len);
 
 #endif

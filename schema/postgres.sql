@@ -757,3 +757,8 @@ $$;
 CREATE TRIGGER app_secrets_app_deleted AFTER UPDATE OF deleted_at ON apps
 FOR EACH ROW WHEN (NEW.deleted_at IS NOT NULL)
 EXECUTE FUNCTION app_secrets_app_deleted();
+
+-- The counts behind an App's quotas read only live rows (0021).
+CREATE INDEX sessions_app_live ON sessions (app_id) WHERE state <> 'deleted';
+CREATE INDEX workspaces_app_live ON workspaces (app_id, size_mib) WHERE deleted_at IS NULL;
+CREATE INDEX sandboxes_app_live ON sandboxes (app_id) WHERE state IN ('claimed', 'running');

@@ -667,3 +667,8 @@ WHEN NEW.deleted_at IS NOT NULL
 BEGIN
     DELETE FROM app_secrets WHERE app_id = NEW.id;
 END;
+
+-- The counts behind an App's quotas read only live rows (0021).
+CREATE INDEX sessions_app_live ON sessions (app_id) WHERE state <> 'deleted';
+CREATE INDEX workspaces_app_live ON workspaces (app_id, size_mib) WHERE deleted_at IS NULL;
+CREATE INDEX sandboxes_app_live ON sandboxes (app_id) WHERE state IN ('claimed', 'running');

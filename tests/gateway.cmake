@@ -3,6 +3,13 @@ add_executable(test_store_api ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_store_api.c
                               ${CMAKE_CURRENT_SOURCE_DIR}/unit/store_fixture.c)
 target_link_libraries(test_store_api PRIVATE sbxcommon PkgConfig::CMOCKA PkgConfig::SQLITE)
 add_test(NAME unit.store.api COMMAND test_store_api)
+# An App's quotas in the store (also on PostgreSQL: tests/pg.cmake).
+add_executable(test_store_quotas ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_store_quotas.c
+                                 ${CMAKE_CURRENT_SOURCE_DIR}/unit/store_fixture.c)
+target_include_directories(test_store_quotas PRIVATE ${CMAKE_SOURCE_DIR}/common/store/sql)
+target_link_libraries(test_store_quotas PRIVATE sbxcommon PkgConfig::CMOCKA PkgConfig::SQLITE
+                                                Threads::Threads)
+add_test(NAME unit.store.quotas COMMAND test_store_quotas)
 
 foreach(t auth json_input json_text render)
   add_executable(test_${t} ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_${t}.c)
@@ -21,7 +28,7 @@ target_link_libraries(sbx-test-notify PRIVATE sbxcommon)
 
 find_program(NODE_EXECUTABLE node)
 if(NODE_EXECUTABLE)
-  foreach(it api isolation longpoll durability limits key_cache revoke_streams secrets)
+  foreach(it api isolation longpoll durability limits key_cache revoke_streams secrets quotas)
     add_test(NAME it.gateway.${it}
              COMMAND ${NODE_EXECUTABLE} --test
                      ${CMAKE_CURRENT_SOURCE_DIR}/integration/gateway/${it}.test.mjs)

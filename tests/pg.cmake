@@ -54,9 +54,10 @@ if(TARGET sbx-gateway AND SBX_NODE AND SBX_NPM)
 endif()
 
 # The store's unit tests again, on PostgreSQL: the same binaries as unit.store.api,
-# unit.store.queue and unit.store.hosts, whose fixture (tests/unit/store_fixture.c) gives
-# each test a fresh database of the throwaway cluster when SBX_TEST_PG_URL is set.
-foreach(name api queue hosts)
+# unit.store.queue, unit.store.hosts and unit.store.quotas, whose fixture
+# (tests/unit/store_fixture.c) gives each test a fresh database of the throwaway cluster when
+# SBX_TEST_PG_URL is set.
+foreach(name api queue hosts quotas)
   add_test(NAME unit.store.pg.${name}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh $<TARGET_FILE:test_store_${name}>)
   set_tests_properties(unit.store.pg.${name} PROPERTIES TIMEOUT 180)

@@ -20,10 +20,25 @@ enum store_status store_app_list(struct store *st, const char *after, size_t lim
 enum store_status store_app_update(struct store *st, const struct store_ctx *ctx,
                                    const char *app_id, const struct store_app_patch *patch,
                                    struct store_app *out);
+/* store_app_update within the App's keep-alive quota (q's defaults for those it has none of):
+ * STORE_OVER_QUOTA (q->hit STORE_QUOTA_KEEP_ALIVE) when the App's keepAliveSeconds would be above
+ * it, and nothing changes. A keep-alive quota that the patch sets also lowers its Sessions'
+ * keepAliveSeconds overrides above it to it, in the same transaction. */
+enum store_status store_app_update_within(struct store *st, const struct store_ctx *ctx,
+                                          const char *app_id, const struct store_app_patch *patch,
+                                          struct store_quotas *q, struct store_app *out);
 /* Refused with STORE_CONFLICT while the App has live Sessions or Workspaces. Revokes its keys.
  */
 enum store_status store_app_delete(struct store *st, const struct store_ctx *ctx,
                                    const char *app_id);
+/* An App's use of its quotas (docs/tenants.md), in one snapshot; STORE_NOT_FOUND for a deleted
+ * App. */
+enum store_status store_app_usage(struct store *st, const char *app_id,
+                                  struct store_app_usage *out);
+/* The same for every App, in id order (/metrics); the caller frees *out. */
+enum store_status store_app_usage_list(struct store *st, struct store_app_usage **out, size_t *n);
+/* A quota's value for the App: its own (>= 0), else the host's default; 0 is no bound. */
+int64_t store_quota_effective(int64_t app_quota, int64_t host_default);
 /* The distinct shapes of live Apps: what the warm pool keeps ready. */
 enum store_status store_app_shapes(struct store *st, struct store_shape **out, size_t *n);
 

@@ -25,6 +25,8 @@ enum store_status {
     STORE_INVALID,   /* a value the schema refuses */
     STORE_EMPTY,     /* nothing to claim (queue or pool) */
     STORE_ERROR,     /* anything else; logged by the store */
+    /* an App's quota or the Workspaces' disk refused it (struct store_quotas) */
+    STORE_OVER_QUOTA,
 };
 
 const char *store_status_name(enum store_status st);
@@ -49,6 +51,20 @@ struct store_ctx {
 
 /* ==== apps ==== */
 
+/* An App's quotas (migration 0016, docs/tenants.md), in the order of store_app.quotas. Each is
+ * the App's own value, or the host's default when the App has none (-1); 0 is no bound. */
+enum store_quota {
+    STORE_QUOTA_LIVE_SANDBOXES, /* Sandboxes claimed by or running its Sessions */
+    STORE_QUOTA_SESSIONS,       /* its live Sessions: every state but deleted */
+    STORE_QUOTA_WORKSPACES,     /* its Workspaces that are not deleted */
+    STORE_QUOTA_WORKSPACE_MIB,  /* the sum of their sizeMib */
+    STORE_QUOTA_KEEP_ALIVE,     /* the largest keepAliveSeconds of the App and its Sessions */
+    STORE_QUOTA_COUNT,
+    /* Not an App's: the Workspaces' reservation on the data filesystem (disk_budget_mib). */
+    STORE_QUOTA_DISK = STORE_QUOTA_COUNT,
+};
+#define STORE_QUOTA_KEEP (-2) /* in store_app_patch.quotas: leave that quota as it is */
+
 struct store_app {
     char id[STORE_ID_LEN];
     char name[STORE_NAME_LEN];
@@ -68,6 +84,7 @@ struct store_app {
     char image_id[STORE_ID_LEN];         /* the Image it resolved to ("" for "default") */
     char image_digest[STORE_DIGEST_LEN]; /* that Image's digest, or "default": the shape's image */
     char *env_json;                      /* JSON object of the App's environment ({} when none) */
+    int64_t quotas[STORE_QUOTA_COUNT];   /* enum store_quota's order; -1: the host's default */
 };
 void store_app_clear(struct store_app *a);
 /* Zeroes a and sets what an App created without those fields gets (the same as the schema's
@@ -92,6 +109,29 @@ struct store_app_patch {
     const char *image_digest;
     const char *env_json;
     const char *network_json; /* the normal form (egress_policy_json) */
+    /* NULL: unchanged; else STORE_QUOTA_COUNT values: STORE_QUOTA_KEEP (that one unchanged), -1
+     * (back to the host's default) or the quota (0: no bound). */
+    const int64_t *quotas;
+};
+
+/* The host's side of the quota checks the store makes inside the transaction of a create or
+ * update (the *_within functions), and what a refusal (STORE_OVER_QUOTA) hit. */
+struct store_quotas {
+    int64_t defaults[STORE_QUOTA_COUNT]; /* the host's default of each quota (0: no bound) */
+    /* Workspace creates: the MiB the data filesystem can promise to all the store's Workspaces
+     * together (their sizes summed); -1: not checked. */
+    int64_t disk_budget_mib;
+    /* Out, on STORE_OVER_QUOTA: which (an enum store_quota, or STORE_QUOTA_DISK), its value and
+     * what was in use without the refused request. */
+    int hit;
+    int64_t limit, used;
+};
+
+/* An App's use of its quotas, beside their values (the App's own, or -1 for the default). */
+struct store_app_usage {
+    char app_id[STORE_ID_LEN];
+    int64_t quotas[STORE_QUOTA_COUNT];
+    int64_t used[STORE_QUOTA_COUNT]; /* used[STORE_QUOTA_KEEP_ALIVE] is always 0 */
 };
 
 /* A Sandbox's shape: what the warm pool keeps per kind. */

@@ -20,6 +20,15 @@ enum store_status store_session_create(struct store *st, const struct store_ctx 
                                        const char *workspace_id /* NULL: none */,
                                        const char *metadata_json /* NULL: {} */,
                                        struct store_session *out, bool *created);
+/* store_session_create within the App's quotas (q's defaults for those it has none of): a new
+ * Session is STORE_OVER_QUOTA when the App has its Sessions quota of live Sessions already, or
+ * when keep_alive_seconds is above its keep-alive quota (q->hit says which); nothing is written.
+ * Finding a Session by its name is never refused. */
+enum store_status store_session_create_within(struct store *st, const struct store_ctx *ctx,
+                                              const char *app_id, const char *name,
+                                              int64_t keep_alive_seconds, const char *workspace_id,
+                                              const char *metadata_json, struct store_quotas *q,
+                                              struct store_session *out, bool *created);
 enum store_status store_session_get(struct store *st, const char *app_id, const char *session_id,
                                     struct store_session *out);
 enum store_status store_session_list(struct store *st, const char *app_id, const char *after,
@@ -29,6 +38,12 @@ enum store_status store_session_update(struct store *st, const struct store_ctx 
                                        const char *app_id, const char *session_id,
                                        const struct store_session_patch *patch,
                                        struct store_session *out);
+/* store_session_update refusing (STORE_OVER_QUOTA) a keepAliveSeconds above the App's keep-alive
+ * quota. */
+enum store_status store_session_update_within(struct store *st, const struct store_ctx *ctx,
+                                              const char *app_id, const char *session_id,
+                                              const struct store_session_patch *patch,
+                                              struct store_quotas *q, struct store_session *out);
 /* Marks the Session deleted, fails its unfinished messages and asks the owning worker (through
  * stop_requested_at) to terminate its Sandbox. */
 enum store_status store_session_delete(struct store *st, const struct store_ctx *ctx,

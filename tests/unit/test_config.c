@@ -119,6 +119,34 @@ static void test_bad_values_are_refused(void **state)
     unsetenv("SBX_POOL_SIZE");
 }
 
+/* The Apps' quota defaults are no bound until set; a default Workspace size above the largest
+ * one allowed would refuse every create without sizeMib, so it is refused at start. */
+static void test_quota_and_disk_settings(void **state)
+{
+    (void)state;
+    struct sbx_config cfg;
+    char err[256];
+    char a0[] = "sbx";
+    char *argv[] = {a0, NULL};
+    assert_int_equal(config_load(&cfg, 1, argv, err, sizeof err), 0);
+    assert_int_equal(cfg.quota_sessions, 0);
+    assert_int_equal(cfg.quota_keep_alive_seconds, 0);
+    assert_int_equal(cfg.workspace_max_mib, 65536);
+    assert_int_equal(cfg.disk_reserve_mib, 1024);
+    setenv("SBX_QUOTA_SESSIONS", "100", 1);
+    assert_int_equal(config_load(&cfg, 1, argv, err, sizeof err), 0);
+    assert_int_equal(cfg.quota_sessions, 100);
+    unsetenv("SBX_QUOTA_SESSIONS");
+
+    setenv("SBX_WORKSPACE_MAX_MIB", "512", 1);
+    assert_int_equal(config_load(&cfg, 1, argv, err, sizeof err), -1);
+    assert_non_null(strstr(err, "workspace_max_mib"));
+    setenv("SBX_WORKSPACE_SIZE_MIB", "512", 1);
+    assert_int_equal(config_load(&cfg, 1, argv, err, sizeof err), 0);
+    unsetenv("SBX_WORKSPACE_MAX_MIB");
+    unsetenv("SBX_WORKSPACE_SIZE_MIB");
+}
+
 /* egress_ports and dns_resolvers refused at start with the reason; the resolvers'
  * default is the host's public nameservers only. */
 static void test_egress_settings(void **state)
@@ -187,6 +215,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_defaults, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flag_beats_env_beats_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_values_are_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_quota_and_disk_settings, setup, teardown),
         cmocka_unit_test_setup_teardown(test_egress_settings, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -32,6 +32,8 @@ void sql_app_from_row(struct sql_stmt *s, int c, struct store_app *a)
     sql_col_copy(s, c + 13, a->image_digest, sizeof a->image_digest);
     a->env_json = sql_col_dup(s, c + 14);
     a->network_json = sql_col_dup(s, c + 15);
+    for (int i = 0; i < STORE_QUOTA_COUNT; i++)
+        a->quotas[i] = sql_col_int64_or(s, c + 16 + i, -1);
 }
 
 void store_app_clear(struct store_app *a)
@@ -56,6 +58,8 @@ void store_app_defaults(struct store_app *a, const char *name, const char *drive
     a->max_attempts = 3;
     snprintf(a->driver, sizeof a->driver, "%s", driver);
     snprintf(a->image, sizeof a->image, "default");
+    for (int i = 0; i < STORE_QUOTA_COUNT; i++)
+        a->quotas[i] = -1;
 }
 
 void store_app_list_free(struct store_app *a, size_t n)
@@ -122,9 +126,10 @@ enum store_status store_app_create(struct store *st, const struct store_ctx *ctx
         return sql_end(st, r);
     s = sql_stmt(st, "INSERT INTO apps (id, name, keep_alive_seconds, vcpu_count, mem_size_mib, "
                      "driver, image, max_attempts, command, created_at, updated_at, limits, "
-                     "image_id, image_digest, env, network) "
+                     "image_id, image_digest, env, network, quota_live_sandboxes, quota_sessions, "
+                     "quota_workspaces, quota_workspace_mib, quota_keep_alive_seconds) "
                      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12, ?13, ?14, "
-                     "?15)");
+                     "?15, ?16, ?17, ?18, ?19, ?20)");
     if (!s)
         return sql_end(st, STORE_ERROR);
     sql_bind_text(s, 1, app->id);
@@ -142,6 +147,11 @@ enum store_status store_app_create(struct store *st, const struct store_ctx *ctx
     sql_bind_text(s, 13, app->image_digest[0] ? app->image_digest : "default");
     sql_bind_text(s, 14, app->env_json ? app->env_json : "{}");
     sql_bind_text(s, 15, app->network_json ? app->network_json : "{\"egress\":\"public\"}");
+    for (int i = 0; i < STORE_QUOTA_COUNT; i++)
+        if (app->quotas[i] >= 0)
+            sql_bind_int64(s, 16 + i, app->quotas[i]);
+        else
+            sql_bind_null(s, 16 + i);
     r = sql_step_done(st, s);
     if (r == STORE_OK) {
         r = sql_event_json(st, ctx, "app.created", "app", app->id, app->id, NULL,
@@ -173,6 +183,30 @@ enum store_status store_app_update(struct store *st, const struct store_ctx *ctx
                                    const char *app_id, const struct store_app_patch *p,
                                    struct store_app *out)
 {
+    return store_app_update_within(st, ctx, app_id, p, NULL, out);
+}
+
+/* Lowers the keepAliveSeconds overrides of the App's live Sessions that are above its new
+ * keep-alive quota to it: the quota bounds what its Sandboxes are kept for from their next
+ * message on, whoever set the value before. */
+static enum store_status sessions_keep_alive_bound(struct store *st, const char *app_id,
+                                                   int64_t bound)
+{
+    struct sql_stmt *s = sql_stmt(st, "UPDATE sessions SET keep_alive_seconds = ?2, "
+                                      "updated_at = ?3 WHERE app_id = ?1 AND state <> 'deleted' "
+                                      "AND keep_alive_seconds > ?2");
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, app_id);
+    sql_bind_int64(s, 2, bound);
+    sql_bind_int64(s, 3, clock_wall_ms());
+    return sql_step_done(st, s);
+}
+
+enum store_status store_app_update_within(struct store *st, const struct store_ctx *ctx,
+                                          const char *app_id, const struct store_app_patch *p,
+                                          struct store_quotas *q, struct store_app *out)
+{
     struct sql_stmt *s;
     enum store_status r;
     char data[512];
@@ -194,7 +228,18 @@ enum store_status store_app_update(struct store *st, const struct store_ctx *ctx
                      "image_id = CASE WHEN CAST(?13 AS TEXT) IS NULL THEN image_id "
                      "ELSE CAST(?12 AS TEXT) END, "
                      "image_digest = COALESCE(?13, image_digest), env = COALESCE(?14, env), "
-                     "network = COALESCE(?15, network) "
+                     "network = COALESCE(?15, network), "
+                     /* ?16..?20: NULL keeps the quota, -1 sets it back to the host's default */
+                     "quota_live_sandboxes = CASE WHEN CAST(?16 AS BIGINT) IS NULL THEN "
+                     "quota_live_sandboxes ELSE NULLIF(CAST(?16 AS BIGINT), -1) END, "
+                     "quota_sessions = CASE WHEN CAST(?17 AS BIGINT) IS NULL THEN "
+                     "quota_sessions ELSE NULLIF(CAST(?17 AS BIGINT), -1) END, "
+                     "quota_workspaces = CASE WHEN CAST(?18 AS BIGINT) IS NULL THEN "
+                     "quota_workspaces ELSE NULLIF(CAST(?18 AS BIGINT), -1) END, "
+                     "quota_workspace_mib = CASE WHEN CAST(?19 AS BIGINT) IS NULL THEN "
+                     "quota_workspace_mib ELSE NULLIF(CAST(?19 AS BIGINT), -1) END, "
+                     "quota_keep_alive_seconds = CASE WHEN CAST(?20 AS BIGINT) IS NULL THEN "
+                     "quota_keep_alive_seconds ELSE NULLIF(CAST(?20 AS BIGINT), -1) END "
                      "WHERE id = ?1 AND deleted_at IS NULL");
     if (!s)
         return sql_end(st, STORE_ERROR);
@@ -226,6 +271,9 @@ enum store_status store_app_update(struct store *st, const struct store_ctx *ctx
         sql_bind_text(s, 14, p->env_json);
     if (p->network_json)
         sql_bind_text(s, 15, p->network_json);
+    for (int i = 0; p->quotas && i < STORE_QUOTA_COUNT; i++)
+        if (p->quotas[i] != STORE_QUOTA_KEEP)
+            sql_bind_int64(s, 16 + i, p->quotas[i] < 0 ? -1 : p->quotas[i]);
     r = sql_step_done(st, s);
     if (r == STORE_OK && sql_changes(st) == 0)
         r = STORE_NOT_FOUND;
@@ -241,7 +289,8 @@ enum store_status store_app_update(struct store *st, const struct store_ctx *ctx
                                 p->command_json ? "command" : NULL,
                                 p->limits_json ? "limits" : NULL,
                                 p->env_json ? "env" : NULL,
-                                p->network_json ? "network" : NULL};
+                                p->network_json ? "network" : NULL,
+                                p->quotas ? "quotas" : NULL};
         n = (size_t)snprintf(data, sizeof data, "{\"fields\":[");
         for (size_t i = 0, k = 0; i < sizeof fields / sizeof fields[0]; i++)
             if (fields[i])
@@ -253,6 +302,23 @@ enum store_status store_app_update(struct store *st, const struct store_ctx *ctx
     struct store_app fresh = {0};
     if (r == STORE_OK)
         r = store_app_get(st, app_id, &fresh);
+    /* Checked only when the patch changes the keep-alive or its quota: an App above a host
+     * default lowered since keeps its other fields patchable. */
+    bool keep_alive_changes = p->keep_alive_seconds ||
+                              (p->quotas && p->quotas[STORE_QUOTA_KEEP_ALIVE] != STORE_QUOTA_KEEP);
+    if (r == STORE_OK && q && keep_alive_changes) {
+        int64_t bound = store_quota_effective(fresh.quotas[STORE_QUOTA_KEEP_ALIVE],
+                                              q->defaults[STORE_QUOTA_KEEP_ALIVE]);
+        if (bound > 0 && fresh.keep_alive_seconds > bound) {
+            q->hit = STORE_QUOTA_KEEP_ALIVE;
+            q->limit = bound;
+            q->used = fresh.keep_alive_seconds;
+            r = STORE_OVER_QUOTA;
+        } else if (bound > 0 && p->quotas &&
+                   p->quotas[STORE_QUOTA_KEEP_ALIVE] != STORE_QUOTA_KEEP) {
+            r = sessions_keep_alive_bound(st, app_id, bound);
+        }
+    }
     r = sql_end(st, r);
     if (r == STORE_OK)
         *out = fresh;

@@ -110,6 +110,33 @@ enum store_status store_session_create(struct store *st, const struct store_ctx 
                                        const char *metadata_json, struct store_session *out,
                                        bool *created)
 {
+    return store_session_create_within(st, ctx, app_id, name, keep_alive_seconds, workspace_id,
+                                       metadata_json, NULL, out, created);
+}
+
+/* The keep-alive quota, then (for a new Session) the Sessions quota, read in the caller's
+ * transaction: a value above its bound is refused before a count. */
+static enum store_status session_quotas_in_tx(struct store *st, const char *app_id,
+                                              int64_t keep_alive_seconds, int64_t adding,
+                                              struct store_quotas *q)
+{
+    struct store_app_usage u;
+    enum store_status r = sql_app_usage_in_tx(st, app_id, &u);
+    if (r != STORE_OK)
+        return r;
+    if (keep_alive_seconds > 0 && sql_quota_over(q, &u, STORE_QUOTA_KEEP_ALIVE, keep_alive_seconds))
+        return STORE_OVER_QUOTA;
+    if (adding > 0 && sql_quota_over(q, &u, STORE_QUOTA_SESSIONS, adding))
+        return STORE_OVER_QUOTA;
+    return STORE_OK;
+}
+
+enum store_status store_session_create_within(struct store *st, const struct store_ctx *ctx,
+                                              const char *app_id, const char *name,
+                                              int64_t keep_alive_seconds, const char *workspace_id,
+                                              const char *metadata_json, struct store_quotas *q,
+                                              struct store_session *out, bool *created)
+{
     struct sql_stmt *s;
     enum store_status r;
     char id[STORE_ID_LEN], data[STORE_ID_LEN + 32];
@@ -135,6 +162,8 @@ enum store_status store_session_create(struct store *st, const struct store_ctx 
         if (r == STORE_NOT_FOUND)
             r = STORE_INVALID; /* the caller names the workspaceId field */
     }
+    if (r == STORE_OK && q)
+        r = session_quotas_in_tx(st, app_id, keep_alive_seconds, 1, q);
     if (r == STORE_OK) {
         s = sql_stmt(st, "INSERT INTO sessions (id, app_id, name, keep_alive_seconds, "
                          "workspace_id, metadata, created_at, updated_at) "
@@ -210,6 +239,14 @@ enum store_status store_session_update(struct store *st, const struct store_ctx 
                                        const struct store_session_patch *p,
                                        struct store_session *out)
 {
+    return store_session_update_within(st, ctx, app_id, session_id, p, NULL, out);
+}
+
+enum store_status store_session_update_within(struct store *st, const struct store_ctx *ctx,
+                                              const char *app_id, const char *session_id,
+                                              const struct store_session_patch *p,
+                                              struct store_quotas *q, struct store_session *out)
+{
     struct sql_stmt *s;
     enum store_status r;
     struct store_session cur = {0};
@@ -229,6 +266,8 @@ enum store_status store_session_update(struct store *st, const struct store_ctx 
         metadata = merged;
     }
     store_session_clear(&cur);
+    if (r == STORE_OK && q && p->keep_alive_seconds && *p->keep_alive_seconds > 0)
+        r = session_quotas_in_tx(st, cur.app_id, *p->keep_alive_seconds, 0, q);
     if (r == STORE_OK) {
         /* ?3: 1 = set the override to ?4 (NULL clears it), 0 = keep it. (`<> 0`: PostgreSQL
          * takes no integer as a condition.) */

@@ -19,8 +19,8 @@ const char *const store_sandbox_states[7] = {"booting",  "warm",       "claimed"
 
 const char *store_status_name(enum store_status st)
 {
-    static const char *const names[] = {"ok",   "not found", "conflict", "busy",
-                                        "full", "invalid",   "empty",    "error"};
+    static const char *const names[] = {"ok",      "not found", "conflict", "busy",      "full",
+                                        "invalid", "empty",     "error",    "over quota"};
     return (unsigned)st < sizeof names / sizeof names[0] ? names[st] : "unknown";
 }
 

@@ -165,7 +165,8 @@ enum store_status sql_enqueue_pg_batch(struct store *st, const char *const *sess
 #define SQL_APP_COLS                                                                               \
     "a.id, a.name, a.keep_alive_seconds, a.vcpu_count, a.mem_size_mib, a.driver, a.image, "        \
     "a.max_attempts, a.command, a.created_at, a.updated_at, a.limits, a.image_id, "                \
-    "a.image_digest, a.env, a.network"
+    "a.image_digest, a.env, a.network, a.quota_live_sandboxes, a.quota_sessions, "                 \
+    "a.quota_workspaces, a.quota_workspace_mib, a.quota_keep_alive_seconds"
 #define SQL_SESSION_COLS                                                                           \
     "s.id, s.app_id, s.name, s.state, s.sandbox_id, s.keep_alive_seconds, "                        \
     "COALESCE(s.keep_alive_seconds, a.keep_alive_seconds), s.workspace_id, s.metadata, "           \
@@ -236,6 +237,20 @@ enum store_status sql_worker_release_in_tx(struct store *st, const struct store_
 /* STORE_OK when image_id is NULL or "" (the built-in rootfs) or names a ready, not deleted Image
  * whose digest is digest; STORE_CONFLICT otherwise. (images.c) */
 enum store_status sql_image_check_ready(struct store *st, const char *image_id, const char *digest);
+
+/* An App's quotas and use (quota_usage_one_sql) read in the caller's transaction;
+ * STORE_NOT_FOUND when the App does not exist or is deleted. (quotas.c) */
+enum store_status sql_app_usage_in_tx(struct store *st, const char *app_id,
+                                      struct store_app_usage *out);
+/* Whether adding `wanted` to the App's use of quota `which` (for the keep-alive quota: a value of
+ * `wanted` seconds) goes over its effective value; if so, fills q's hit, limit and used. (quotas.c)
+ */
+bool sql_quota_over(struct store_quotas *q, const struct store_app_usage *u, enum store_quota which,
+                    int64_t wanted);
+/* STORE_OVER_QUOTA (q's hit STORE_QUOTA_DISK) when size_mib more would take the sizes of all the
+ * store's Workspaces beyond q->disk_budget_mib; STORE_OK without a budget (q NULL, or -1).
+ * (quotas.c) */
+enum store_status sql_disk_check_in_tx(struct store *st, struct store_quotas *q, int64_t size_mib);
 
 /* ---- setting up ---- */
 

@@ -52,6 +52,29 @@ enum store_status store_workspace_create(struct store *st, const struct store_ct
                                          const char *app_id, const char *name, int64_t size_mib,
                                          const char *data_dir, struct store_workspace *out)
 {
+    return store_workspace_create_within(st, ctx, app_id, name, size_mib, data_dir, NULL, out);
+}
+
+/* The App's Workspaces and Workspace MiB quotas, then the disk's budget, in the caller's
+ * transaction. */
+static enum store_status workspace_quotas_in_tx(struct store *st, const char *app_id,
+                                                int64_t size_mib, struct store_quotas *q)
+{
+    struct store_app_usage u;
+    enum store_status r = sql_app_usage_in_tx(st, app_id, &u);
+    if (r != STORE_OK)
+        return r;
+    if (sql_quota_over(q, &u, STORE_QUOTA_WORKSPACES, 1) ||
+        sql_quota_over(q, &u, STORE_QUOTA_WORKSPACE_MIB, size_mib))
+        return STORE_OVER_QUOTA;
+    return sql_disk_check_in_tx(st, q, size_mib);
+}
+
+enum store_status store_workspace_create_within(struct store *st, const struct store_ctx *ctx,
+                                                const char *app_id, const char *name,
+                                                int64_t size_mib, const char *data_dir,
+                                                struct store_quotas *q, struct store_workspace *out)
+{
     struct sql_stmt *s;
     enum store_status r;
     struct store_workspace w = {0};
@@ -68,6 +91,8 @@ enum store_status store_workspace_create(struct store *st, const struct store_ct
     if ((r = sql_begin(st)) != STORE_OK)
         return r;
     r = sql_app_exists(st, app_id);
+    if (r == STORE_OK && q)
+        r = workspace_quotas_in_tx(st, app_id, size_mib, q);
     if (r == STORE_OK) {
         s = sql_stmt(st, "INSERT INTO workspaces (id, app_id, name, path, created_at, size_mib) "
                          "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");

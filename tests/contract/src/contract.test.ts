@@ -532,6 +532,49 @@ test("workspaces: create, attach, refuse deletion while attached", async () => {
   expectProblem(await asA.DELETE("/v1/workspaces/{workspaceId}", { params: { path: { workspaceId: unnamed.data!.id } } }), 404, "not-found");
 });
 
+test("quotas: an App's quotas and use; over one, the problem names it (429, 422, 507)", async () => {
+  const quotas = { sessions: 1, workspaces: 1, workspaceMib: 64, keepAliveSeconds: 100 };
+  const app = await admin.POST("/v1/apps", { body: { name: "contract-quotas", keepAliveSeconds: 60, quotas } });
+  assert.equal(app.response.status, 201);
+  assert.deepEqual(app.data?.quotas, { liveSandboxes: 0, ...quotas });
+  assert.deepEqual(app.data?.defaultedQuotas, ["liveSandboxes"]);
+  const appId = app.data!.id;
+  const key = await admin.POST("/v1/apps/{appId}/keys", { params: { path: { appId } } });
+  const asQ = client(gw.baseUrl, key.data!.key);
+
+  expectProblem(await asQ.POST("/v1/sessions", { body: { keepAliveSeconds: 101 } }), 422, "quota-keep-alive-seconds", "keepAliveSeconds");
+  const session = await asQ.POST("/v1/sessions", { body: { keepAliveSeconds: 100 } });
+  assert.equal(session.response.status, 201);
+  expectProblem(await asQ.POST("/v1/sessions"), 429, "quota-sessions");
+  expectProblem(await admin.PATCH("/v1/apps/{appId}", { params: { path: { appId } }, body: { quotas: { keepAliveSeconds: 30 } } }),
+    422, "quota-keep-alive-seconds", "quotas.keepAliveSeconds");
+
+  expectProblem(await asQ.POST("/v1/workspaces", { body: { sizeMib: 65 } }), 429, "quota-workspace-mib", "sizeMib");
+  const ws = await asQ.POST("/v1/workspaces", { body: { sizeMib: 64 } });
+  assert.equal(ws.response.status, 201);
+  expectProblem(await asQ.POST("/v1/workspaces", { body: { sizeMib: 16 } }), 429, "quota-workspaces");
+
+  const got = await admin.GET("/v1/apps/{appId}", { params: { path: { appId } } });
+  assert.deepEqual(got.data?.usage, { liveSandboxes: 0, sessions: 1, workspaces: 1, workspaceMib: 64 });
+  const back = await admin.PATCH("/v1/apps/{appId}", { params: { path: { appId } }, body: { quotas: null } });
+  assert.equal(back.data?.defaultedQuotas.length, 5);
+
+  // A disk that can promise nothing: every reserve but the store's is taken.
+  const full = await startGateway(gatewayBin, { SBX_DISK_RESERVE_MIB: "1073741824" });
+  try {
+    const asAdmin = client(full.baseUrl, full.adminToken);
+    const other = await asAdmin.POST("/v1/apps", { body: { name: "contract-disk" } });
+    const otherKey = await asAdmin.POST("/v1/apps/{appId}/keys", { params: { path: { appId: other.data!.id } } });
+    const refused = await client(full.baseUrl, otherKey.data!.key).POST("/v1/workspaces", { body: { sizeMib: 16 } });
+    expectProblem(refused, 507, "workspace-disk-full", "sizeMib");
+  } finally {
+    await full.stop();
+  }
+
+  assert.equal((await asQ.DELETE("/v1/sessions/{sessionId}", { params: { path: { sessionId: session.data!.id } } })).response.status, 204);
+  assert.equal((await asQ.DELETE("/v1/workspaces/{workspaceId}", { params: { path: { workspaceId: ws.data!.id } } })).response.status, 204);
+});
+
 /** Writes Sandbox rows the way a worker would, so the read and terminate routes have objects. */
 function seedSandbox(state: string, appId: string | null, sessionId: string | null): string {
   const id = idOf("sbx");
