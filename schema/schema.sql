@@ -649,3 +649,13 @@ ALTER TABLE apps ADD COLUMN quota_sessions INTEGER CHECK (quota_sessions >= 0);
 ALTER TABLE apps ADD COLUMN quota_workspaces INTEGER CHECK (quota_workspaces >= 0);
 ALTER TABLE apps ADD COLUMN quota_workspace_mib INTEGER CHECK (quota_workspace_mib >= 0);
 ALTER TABLE apps ADD COLUMN quota_keep_alive_seconds INTEGER CHECK (quota_keep_alive_seconds >= 0);
+
+-- Pre-started agents (0019): an App's own warm pool whose agent already runs, and the revision of
+-- the App's definition each pre-started Sandbox was started with (docs/worker.md).
+ALTER TABLE apps ADD COLUMN prestart INTEGER NOT NULL DEFAULT 0 CHECK (prestart IN (0, 1));
+ALTER TABLE apps ADD COLUMN warm_pool INTEGER NOT NULL DEFAULT 0 CHECK (warm_pool >= 0);
+ALTER TABLE apps ADD COLUMN readiness TEXT NOT NULL DEFAULT 'none'
+    CHECK (readiness IN ('none', 'line'));
+ALTER TABLE apps ADD COLUMN definition_rev INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE sandboxes ADD COLUMN prestart_rev INTEGER;
+CREATE INDEX sandboxes_prestarted ON sandboxes (app_id, state) WHERE prestart_rev IS NOT NULL;
