@@ -14,8 +14,9 @@
 #include <string.h>
 
 static const char *const app_fields[] = {
-    "name",        "keepAliveSeconds", "vcpuCount", "memSizeMib", "driver",  "image",
-    "maxAttempts", "command",          "limits",    "env",        "network", NULL};
+    "name",    "keepAliveSeconds", "vcpuCount", "memSizeMib", "driver",
+    "image",   "maxAttempts",      "command",   "limits",     "env",
+    "network", "prestart",         "warmPool",  "readiness",  NULL};
 
 /* The App fields present in obj, validated; command_json is a new string the caller frees. */
 struct app_input {
@@ -27,7 +28,38 @@ struct app_input {
     char *env_json;
     char image_id[STORE_ID_LEN], image_digest[STORE_DIGEST_LEN];
     char *network_json; /* the policy's normal form, when "network" was given */
+    bool prestart, has_prestart;
+    int64_t warm_pool;
+    bool has_warm_pool;
+    const char *readiness;
 };
+
+/* Pre-started agents: "prestart" (boolean), "warmPool" (0..64), "readiness" ("none" | "line"). */
+static bool prestart_read(json_t *obj, struct app_input *in, struct input_error *e)
+{
+    json_t *v = json_object_get(obj, "prestart");
+    int rc;
+    if (v && !json_is_boolean(v)) {
+        e->code = PROBLEM_INVALID_FIELD;
+        snprintf(e->field, sizeof e->field, "prestart");
+        snprintf(e->detail, sizeof e->detail, "field \"prestart\" must be true or false");
+        return false;
+    }
+    in->has_prestart = v != NULL;
+    in->prestart = json_is_true(v);
+    if ((rc = input_int(obj, "warmPool", 0, 64, false, &in->warm_pool, NULL, e)) < 0)
+        return false;
+    in->has_warm_pool = rc > 0;
+    if ((rc = input_string(obj, "readiness", 1, 8, false, &in->readiness, NULL, e)) < 0)
+        return false;
+    if (rc > 0 && strcmp(in->readiness, "none") != 0 && strcmp(in->readiness, "line") != 0) {
+        e->code = PROBLEM_INVALID_VALUE;
+        snprintf(e->field, sizeof e->field, "readiness");
+        snprintf(e->detail, sizeof e->detail, "field \"readiness\" must be none or line");
+        return false;
+    }
+    return true;
+}
 
 /* "limits": {"vmmMemoryMib": 64..1048576, "vmmCpus": 1..256}, each optional, or null: the host
  * caps of the App's microVMs' VMM process. Written back as canonical JSON text. */
@@ -196,6 +228,8 @@ static bool app_input_read(json_t *obj, struct app_input *in, struct input_error
         return false;
     if (limits_read(obj, &in->limits_json, e) < 0 || env_read(obj, &in->env_json, e) < 0)
         return false;
+    if (!prestart_read(obj, in, e))
+        return false;
     return network_read(obj, in, e);
 }
 
@@ -256,6 +290,9 @@ enum MHD_Result http_app_create(struct request *r)
         a.max_attempts = in.max_attempts;
     if (in.image)
         snprintf(a.image, sizeof a.image, "%s", in.image);
+    a.prestart = in.prestart;
+    a.warm_pool = in.warm_pool;
+    a.readiness_line = in.readiness && strcmp(in.readiness, "line") == 0;
     snprintf(a.image_id, sizeof a.image_id, "%s", in.image_id);
     snprintf(a.image_digest, sizeof a.image_digest, "%s", in.image_digest);
     /* Without a command, the built-in rootfs runs its echo agent and an Image its entrypoint and
@@ -362,6 +399,9 @@ enum MHD_Result http_app_patch(struct request *r)
         .image_digest = in.image ? in.image_digest : NULL,
         .env_json = in.env_json,
         .network_json = in.network_json,
+        .prestart = in.has_prestart ? &in.prestart : NULL,
+        .warm_pool = in.has_warm_pool ? &in.warm_pool : NULL,
+        .readiness = in.readiness,
     };
     /* The built-in rootfs has no entrypoint: an App moving to it from an Image that ran the
      * image's own needs a command. */

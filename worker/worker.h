@@ -82,6 +82,9 @@ struct worker {
     size_t n_deliveries;        /* messages leased and not yet ended */
     struct store_shape *shapes; /* what the pool keeps warm (refreshed on the slow poll) */
     size_t n_shapes;
+    /* The Apps with pre-started agents (sandbox/pool.c, refreshed with the shapes). */
+    struct store_app *prestart_apps;
+    size_t n_prestart_apps;
     struct {
         char name[16];
         const struct driver *drv; /* NULL: unavailable here */

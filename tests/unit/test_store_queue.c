@@ -456,10 +456,10 @@ static void test_sandbox_lifecycle_moves_the_session(void **state)
     assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
     /* Another worker's warm Sandbox is not ours to claim. */
     assert_int_equal(
-        store_sandbox_claim_warm(f->st, &ctx, "wrk_b", &shape, "app_a", "ses_1", &claimed),
+        store_sandbox_claim_warm(f->st, &ctx, "wrk_b", &shape, "app_a", 0, "ses_1", &claimed),
         STORE_EMPTY);
     assert_int_equal(
-        store_sandbox_claim_warm(f->st, &ctx, "wrk_a", &shape, "app_a", "ses_1", &claimed),
+        store_sandbox_claim_warm(f->st, &ctx, "wrk_a", &shape, "app_a", 0, "ses_1", &claimed),
         STORE_OK);
     assert_string_equal(claimed.id, sb.id);
     assert_string_equal(claimed.state, "claimed");
@@ -467,7 +467,7 @@ static void test_sandbox_lifecycle_moves_the_session(void **state)
     assert_int_equal(claimed.pid, 4242);
     /* Used or claimed Sandboxes never go back to the pool. */
     assert_int_equal(
-        store_sandbox_claim_warm(f->st, &ctx, "wrk_a", &shape, "app_a", "ses_1", &claimed),
+        store_sandbox_claim_warm(f->st, &ctx, "wrk_a", &shape, "app_a", 0, "ses_1", &claimed),
         STORE_EMPTY);
     assert_int_equal(store_sandbox_mark_running(f->st, &ctx, sb.id, "ses_1"), STORE_OK);
     db_text(f, text, sizeof text, "SELECT state FROM sessions");
@@ -767,7 +767,7 @@ static void *warm_claim_loop(void *arg)
         char session[32];
         snprintf(session, sizeof session, "ses_w%d_%d", c->index, i);
         enum store_status rc =
-            store_sandbox_claim_warm(c->f->st, &ctx, "wrk_a", &shape, "app_a", session, &sb);
+            store_sandbox_claim_warm(c->f->st, &ctx, "wrk_a", &shape, "app_a", 0, session, &sb);
         if (rc == STORE_EMPTY)
             break;
         /* The Session is not owned by wrk_a, so the claim is refused and rolled back. */

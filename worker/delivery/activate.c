@@ -78,7 +78,10 @@ static void attach_done(void *arg)
         return;
     }
     char why[256];
-    if (agent_protocol_send_start(sb, &sb->delivery->app, why, sizeof why) != 0) {
+    /* A pre-started agent runs already: it is told its Session (its Workspace is there first). */
+    int rc = sb->prestart_rev ? agent_protocol_send_context(sb, why, sizeof why)
+                              : agent_protocol_send_start(sb, &sb->delivery->app, why, sizeof why);
+    if (rc != 0) {
         snprintf(reason, sizeof reason, "cannot start the agent: %s", why);
         sandbox_terminate(sb, reason, false);
         return;
@@ -171,8 +174,9 @@ void delivery_activate(struct worker *w, struct store_delivery *d)
         rc = d->sandbox.id[0] ? STORE_OK : STORE_EMPTY;
         claimed = d->sandbox;
     } else {
-        rc = store_sandbox_claim_warm(w->st, &w->ctx, w->id, &shape, d->app.id, d->session.id,
-                                      &claimed);
+        int64_t prestart_rev = d->app.prestart && d->app.warm_pool > 0 ? d->app.definition_rev : 0;
+        rc = store_sandbox_claim_warm(w->st, &w->ctx, w->id, &shape, d->app.id, prestart_rev,
+                                      d->session.id, &claimed);
     }
     struct sandbox *sb = rc == STORE_OK ? sandbox_find(w, claimed.id) : NULL;
     if (rc == STORE_OK && sb && sb->state == SB_WARM) {

@@ -84,7 +84,7 @@ size_t sandbox_count_pool(struct worker *w, const struct store_shape *shape, siz
 {
     size_t n = 0, b = 0;
     for (struct sandbox *sb = w->sandboxes; sb; sb = sb->next) {
-        if (!shape_equal(&sb->rt.shape, shape) || sb->cold || sb->reaping)
+        if (!shape_equal(&sb->rt.shape, shape) || sb->cold || sb->reaping || sb->prestart_rev)
             continue;
         if (sb->state == SB_WARM)
             n++;
@@ -94,6 +94,22 @@ size_t sandbox_count_pool(struct worker *w, const struct store_shape *shape, siz
     if (booting)
         *booting = b;
     return n + b;
+}
+
+size_t sandbox_count_prestarted(struct worker *w, const char *app_id, int64_t rev, size_t *booting)
+{
+    size_t n = 0, b = 0;
+    for (struct sandbox *sb = w->sandboxes; sb; sb = sb->next) {
+        if (sb->prestart_rev != rev || strcmp(sb->app_id, app_id) != 0 || sb->stop_wanted)
+            continue;
+        if (sb->state == SB_WARM || sb->state == SB_BOOTING)
+            n++;
+        if (sb->state == SB_BOOTING && sb->job_running)
+            b++;
+    }
+    if (booting)
+        *booting = b;
+    return n;
 }
 
 bool sandbox_activations_under_way(struct worker *w)

@@ -32,6 +32,12 @@ void sql_app_from_row(struct sql_stmt *s, int c, struct store_app *a)
     sql_col_copy(s, c + 13, a->image_digest, sizeof a->image_digest);
     a->env_json = sql_col_dup(s, c + 14);
     a->network_json = sql_col_dup(s, c + 15);
+    a->prestart = sql_col_int64(s, c + 16) != 0;
+    a->warm_pool = sql_col_int64(s, c + 17);
+    char readiness[8];
+    sql_col_copy(s, c + 18, readiness, sizeof readiness);
+    a->readiness_line = strcmp(readiness, "line") == 0;
+    a->definition_rev = sql_col_int64(s, c + 19);
 }
 
 void store_app_clear(struct store_app *a)
@@ -122,9 +128,9 @@ enum store_status store_app_create(struct store *st, const struct store_ctx *ctx
         return sql_end(st, r);
     s = sql_stmt(st, "INSERT INTO apps (id, name, keep_alive_seconds, vcpu_count, mem_size_mib, "
                      "driver, image, max_attempts, command, created_at, updated_at, limits, "
-                     "image_id, image_digest, env, network) "
+                     "image_id, image_digest, env, network, prestart, warm_pool, readiness) "
                      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12, ?13, ?14, "
-                     "?15)");
+                     "?15, ?16, ?17, ?18)");
     if (!s)
         return sql_end(st, STORE_ERROR);
     sql_bind_text(s, 1, app->id);
@@ -142,14 +148,19 @@ enum store_status store_app_create(struct store *st, const struct store_ctx *ctx
     sql_bind_text(s, 13, app->image_digest[0] ? app->image_digest : "default");
     sql_bind_text(s, 14, app->env_json ? app->env_json : "{}");
     sql_bind_text(s, 15, app->network_json ? app->network_json : "{\"egress\":\"public\"}");
+    sql_bind_int64(s, 16, app->prestart ? 1 : 0);
+    sql_bind_int64(s, 17, app->warm_pool);
+    sql_bind_text(s, 18, app->readiness_line ? "line" : "none");
     r = sql_step_done(st, s);
     if (r == STORE_OK) {
         r = sql_event_json(st, ctx, "app.created", "app", app->id, app->id, NULL,
                            json_pack("{s:s}", "name", app->name));
     }
     r = sql_end(st, r);
-    if (r == STORE_OK)
+    if (r == STORE_OK) {
         app->created_at = app->updated_at = now;
+        app->definition_rev = 1;
+    }
     return r;
 }
 
@@ -194,7 +205,18 @@ enum store_status store_app_update(struct store *st, const struct store_ctx *ctx
                      "image_id = CASE WHEN CAST(?13 AS TEXT) IS NULL THEN image_id "
                      "ELSE CAST(?12 AS TEXT) END, "
                      "image_digest = COALESCE(?13, image_digest), env = COALESCE(?14, env), "
-                     "network = COALESCE(?15, network) "
+                     "network = COALESCE(?15, network), prestart = COALESCE(?16, prestart), "
+                     "warm_pool = COALESCE(?17, warm_pool), "
+                     "readiness = COALESCE(CAST(?18 AS TEXT), readiness), "
+                     /* What its pre-started Sandboxes were started from changed: they are
+                      * retired (docs/worker.md). The right-hand sides read the old row. */
+                     "definition_rev = definition_rev + CASE WHEN "
+                     "COALESCE(?4, vcpu_count) <> vcpu_count OR "
+                     "COALESCE(?5, mem_size_mib) <> mem_size_mib OR "
+                     "COALESCE(CAST(?6 AS TEXT), driver) <> driver OR "
+                     "COALESCE(CAST(?9 AS TEXT), command) <> command OR "
+                     "COALESCE(CAST(?13 AS TEXT), image_digest) <> image_digest OR "
+                     "COALESCE(CAST(?14 AS TEXT), env) <> env THEN 1 ELSE 0 END "
                      "WHERE id = ?1 AND deleted_at IS NULL");
     if (!s)
         return sql_end(st, STORE_ERROR);
@@ -226,6 +248,12 @@ enum store_status store_app_update(struct store *st, const struct store_ctx *ctx
         sql_bind_text(s, 14, p->env_json);
     if (p->network_json)
         sql_bind_text(s, 15, p->network_json);
+    if (p->prestart)
+        sql_bind_int64(s, 16, *p->prestart ? 1 : 0);
+    if (p->warm_pool)
+        sql_bind_int64(s, 17, *p->warm_pool);
+    if (p->readiness)
+        sql_bind_text(s, 18, p->readiness);
     r = sql_step_done(st, s);
     if (r == STORE_OK && sql_changes(st) == 0)
         r = STORE_NOT_FOUND;
@@ -241,7 +269,10 @@ enum store_status store_app_update(struct store *st, const struct store_ctx *ctx
                                 p->command_json ? "command" : NULL,
                                 p->limits_json ? "limits" : NULL,
                                 p->env_json ? "env" : NULL,
-                                p->network_json ? "network" : NULL};
+                                p->network_json ? "network" : NULL,
+                                p->prestart ? "prestart" : NULL,
+                                p->warm_pool ? "warmPool" : NULL,
+                                p->readiness ? "readiness" : NULL};
         n = (size_t)snprintf(data, sizeof data, "{\"fields\":[");
         for (size_t i = 0, k = 0; i < sizeof fields / sizeof fields[0]; i++)
             if (fields[i])
@@ -342,4 +373,11 @@ enum store_status store_app_shapes(struct store *st, struct store_shape **out, s
                      "FROM apps WHERE deleted_at IS NULL "
                      "ORDER BY driver, image_digest, vcpu_count, mem_size_mib");
     return sql_read_all(st, s, &shape_page, (void *)out, n);
+}
+
+enum store_status store_app_prestart_list(struct store *st, struct store_app **out, size_t *n)
+{
+    struct sql_stmt *s = sql_stmt(st, "SELECT " APP_COLS " FROM apps a WHERE deleted_at IS NULL "
+                                      "AND prestart = 1 AND warm_pool > 0 ORDER BY rowid");
+    return sql_read_all(st, s, &app_page, (void *)out, n);
 }
