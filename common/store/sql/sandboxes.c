@@ -688,7 +688,7 @@ struct sandbox_with_host {
 static int64_t sandbox_with_host_from_row(struct sql_stmt *s, void *item)
 {
     struct sandbox_with_host *h = item;
-    sql_col_copy(s, 28, h->host_id, sizeof h->host_id);
+    sql_col_copy(s, SQL_SANDBOX_NCOLS, h->host_id, sizeof h->host_id);
     return sandbox_from_row(s, &h->b);
 }
 

@@ -188,6 +188,8 @@ void sql_message_from_row(struct sql_stmt *s, int c, struct store_message *m); /
     "mem_peak_bytes, termination_reason, stop_requested_at, created_at, ready_at, claimed_at, "    \
     "terminated_at, callback_calls, callback_last_at, oom_kills, prestart_rev "
 extern const struct sql_page sql_sandbox_page;
+/* How many columns SQL_SANDBOX_COLS names: the index of a column selected after them. */
+#define SQL_SANDBOX_NCOLS 29
 
 /* ---- steps that one table's file takes inside another's transaction ---- */
 
