@@ -113,7 +113,9 @@ void activation_continue(struct sandbox *sb)
     struct worker *w = sb->w;
     /* The App's egress policy is in place before its command can run (fail closed). */
     char why[512];
-    if (sandbox_egress_apply(sb, sb->delivery->app.id, sb->delivery->app.network_json, why,
+    /* A pre-started Sandbox has its App's policy from its start, unless the App changed it. */
+    if (!(sb->prestart_rev && sandbox_egress_current(sb, sb->delivery->app.network_json)) &&
+        sandbox_egress_apply(sb, sb->delivery->app.id, sb->delivery->app.network_json, why,
                              sizeof why) != 0) {
         log_error("worker: %s: %s", sb->rt.sandbox_id, why);
         sandbox_terminate(sb, "egress policy could not be applied", true);

@@ -82,7 +82,8 @@ test('a pre-started agent learns its one Session from the context line, with its
   assert.notEqual(again.sandboxId, m0.sandboxId);
   assert.deepEqual(again.reply.readFile, { data: 'there' });
   assert.ok(again.reply.contexts <= 1);
-  // The store agrees: no Sandbox ever served two Sessions.
+  // The store agrees: no Sandbox ever served two Sessions (the auditors' integrity view too).
+  assert.equal(q('SELECT COUNT(*) FROM sandbox_reuse_violations'), '0');
   assert.equal(q(`SELECT COUNT(*) FROM (SELECT sandbox_id FROM messages WHERE sandbox_id IS NOT NULL
                   GROUP BY sandbox_id HAVING COUNT(DISTINCT session_id) > 1)`), '0');
 
