@@ -433,6 +433,54 @@ static void test_complete_first_records_running_with_the_reply(void **state)
     store_delivery_clear(&d);
 }
 
+/* Pre-started Sandboxes: a claim for their App takes one started at the App's current definition
+ * first, else a plain one; a plain claim never takes a pre-started one; a change of what they are
+ * started from (env here) raises the App's definition_rev, a keep-alive change does not. */
+static void test_prestarted_sandboxes_serve_their_app_at_its_revision(void **state)
+{
+    struct store_fixture *f = *state;
+    struct store_sandbox plain, pre, old, claimed;
+    struct store_app app;
+    const char *env = "{\"A\":\"1\"}";
+    int64_t keep = 9;
+    add_session(f, "ses_1");
+    add_session(f, "ses_2");
+    add_session(f, "ses_3");
+    db_exec(f, "UPDATE sessions SET worker_id = 'wrk_a'");
+    struct store_app_patch change = {.env_json = env}, keep_only = {.keep_alive_seconds = &keep};
+    assert_int_equal(store_app_update(f->st, &ctx, "app_a", &change, &app), STORE_OK);
+    assert_int_equal(app.definition_rev, 2);
+    store_app_clear(&app);
+    assert_int_equal(store_app_update(f->st, &ctx, "app_a", &keep_only, &app), STORE_OK);
+    assert_int_equal(app.definition_rev, 2);
+    store_app_clear(&app);
+
+    assert_int_equal(store_sandbox_insert(f->st, &ctx, "wrk_a", &shape, false, &plain), STORE_OK);
+    assert_int_equal(
+        store_sandbox_insert_prestarted(f->st, &ctx, "wrk_a", &shape, "app_a", 1, &old), STORE_OK);
+    assert_int_equal(
+        store_sandbox_insert_prestarted(f->st, &ctx, "wrk_a", &shape, "app_a", 2, &pre), STORE_OK);
+    assert_string_equal(pre.app_id, "app_a");
+    assert_int_equal(pre.prestart_rev, 2);
+    assert_int_equal(store_sandbox_mark_warm(f->st, &ctx, old.id, 1), STORE_OK);
+    assert_int_equal(store_sandbox_mark_warm(f->st, &ctx, plain.id, 1), STORE_OK);
+    assert_int_equal(store_sandbox_mark_warm(f->st, &ctx, pre.id, 1), STORE_OK);
+
+    assert_int_equal(
+        store_sandbox_claim_warm(f->st, &ctx, "wrk_a", &shape, "app_a", 2, "ses_1", &claimed),
+        STORE_OK);
+    assert_string_equal(claimed.id, pre.id);
+    /* The one of the old definition is left out: the plain pool serves. */
+    assert_int_equal(
+        store_sandbox_claim_warm(f->st, &ctx, "wrk_a", &shape, "app_a", 2, "ses_2", &claimed),
+        STORE_OK);
+    assert_string_equal(claimed.id, plain.id);
+    assert_int_equal(claimed.prestart_rev, 0);
+    assert_int_equal(
+        store_sandbox_claim_warm(f->st, &ctx, "wrk_a", &shape, "app_a", 0, "ses_3", &claimed),
+        STORE_EMPTY);
+}
+
 /* The whole lifecycle of one activation: warm -> claimed -> running -> stopping -> terminated, with
  * the Session following along and accumulating usage. */
 static void test_sandbox_lifecycle_moves_the_session(void **state)
@@ -871,6 +919,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_concurrent_warm_claims_never_share_a_sandbox, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_counts_follow_each_message_state, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_prestarted_sandboxes_serve_their_app_at_its_revision,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_app_shapes_lists_distinct_live_shapes, setup,
                                         teardown),
     };
