@@ -85,7 +85,7 @@ test('a pre-started agent learns its one Session from the context line, with its
   // The store agrees: no Sandbox ever served two Sessions (the auditors' integrity view too).
   assert.equal(q('SELECT COUNT(*) FROM sandbox_reuse_violations'), '0');
   assert.equal(q(`SELECT COUNT(*) FROM (SELECT sandbox_id FROM messages WHERE sandbox_id IS NOT NULL
-                  GROUP BY sandbox_id HAVING COUNT(DISTINCT session_id) > 1)`), '0');
+                  GROUP BY sandbox_id HAVING COUNT(DISTINCT session_id) > 1) AS t`), '0');
 
   // A change of the command's environment retires the warm ones; the pool comes back, new.
   await sbx.until(async () => warmPrestarted(app.id) === 2, 60000, 'the pool refilled');
