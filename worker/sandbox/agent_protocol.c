@@ -226,9 +226,8 @@ static int env_put(json_t *env, const char *k, const char *v)
     return rc;
 }
 
-/* The Sandbox's context (sandbox_context.h): who it serves, and with the callback API on, where
- * and how it reaches it: the host side of its link (the /30's first address, links.h). */
-/* The callback API's URL for the Sandbox into url, or "" when it has none. */
+/* The callback API's URL for the Sandbox into url, or "" when it has none: the host side of its
+ * link (the /30's first address, links.h). */
 static void api_url(const struct sandbox *sb, char *url, size_t len)
 {
     struct in_addr a;
@@ -242,8 +241,9 @@ static void api_url(const struct sandbox *sb, char *url, size_t len)
     snprintf(url, len, "https://%s", host); /* port 443: config.c */
 }
 
-/* A pre-started agent starts before its Session: SBX_SESSION_ID is not in its environment (the
- * context line says it), and nothing else there depends on the Session. */
+/* The Sandbox's context (sandbox_context.h): who it serves, and with the callback API on, where
+ * and how it reaches it. A pre-started agent starts before its Session: SBX_SESSION_ID is not in
+ * its environment (the context line says it), and nothing else there depends on the Session. */
 static int add_context(struct sandbox *sb, json_t *env)
 {
     int rc = (sb->session_id[0] ? env_put(env, "SBX_SESSION_ID", sb->session_id) : 0) |
