@@ -92,6 +92,7 @@ static void sandbox_ended(struct sandbox *sb, const char *reason)
         snprintf(why, sizeof why, "%s while warm%s%.160s%s", reason,
                  sb->last_log[0] ? " (last log: " : "", sb->last_log, sb->last_log[0] ? ")" : "");
         reason = why;
+        sandbox_prestart_failed(sb->w, sb->app_id);
     }
     if (!sb->drv->oom_kills || sb->drv->oom_kills(&sb->w->cfg, &sb->rt) <= 0) {
         sandbox_terminate(sb, reason, false);
@@ -122,6 +123,7 @@ static void prestart_warm(struct sandbox *sb)
         return;
     }
     sandbox_set_state(sb, SB_WARM);
+    sandbox_prestart_succeeded(w, sb->app_id);
     log_debug("worker: pre-started sandbox %s of %s warm in %lld ms", sb->rt.sandbox_id, sb->app_id,
               (long long)boot_ms);
     w->sandbox_hooks->events(w);
@@ -143,6 +145,7 @@ static void prestart_on_line(struct sandbox *sb, const char *type, json_t *line)
         char reason[256];
         snprintf(reason, sizeof reason, "agent failed to start: %s",
                  json_string_value(json_object_get(line, "error")) ?: "?");
+        sandbox_prestart_failed(sb->w, sb->app_id);
         sandbox_terminate(sb, reason, false);
     } else {
         log_debug("sandbox %s: control line \"%s\" ignored", sb->rt.sandbox_id, type);

@@ -63,6 +63,7 @@ static void ready_missed(evutil_socket_t fd, short what, void *arg)
     snprintf(reason, sizeof reason, "not ready: the pre-started agent was not %s within %llds",
              sb->prestart_phase == PRESTART_STARTING ? "started" : "ready",
              (long long)sb->w->cfg.prestart_ready_timeout);
+    sandbox_prestart_failed(sb->w, sb->app_id);
     sandbox_terminate(sb, reason, false);
 }
 

@@ -148,8 +148,9 @@ void pool_replenish(struct worker *w)
     for (size_t i = 0; i < w->n_prestart_apps; i++) {
         const struct store_app *app = &w->prestart_apps[i];
         const struct driver *drv = sandbox_driver(w, app->driver);
-        if (!drv || (!image_is_default(app->image_digest) &&
-                     !image_cache_ready(&w->cfg, app->image_digest)))
+        if (!drv || !sandbox_prestart_due(w, app->id) ||
+            (!image_is_default(app->image_digest) &&
+             !image_cache_ready(&w->cfg, app->image_digest)))
             continue;
         size_t have = sandbox_count_prestarted(w, app->id, app->definition_rev, NULL);
         while (have < (size_t)app->warm_pool && booting_total < boot_limit) {

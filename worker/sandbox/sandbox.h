@@ -200,6 +200,14 @@ struct sandbox *sandbox_find_cold_boot(struct worker *w, const char *session_id)
 bool sandbox_activations_under_way(struct worker *w);
 /* Warm or booting-for-the-pool Sandboxes of a shape (pre-started ones not counted). */
 size_t sandbox_count_pool(struct worker *w, const struct store_shape *shape, size_t *booting);
+/* A pre-started Sandbox of the App ended before it was claimed (its agent exited, or was not
+ * ready in time): its next one waits 1 s, doubling per failure in a row up to 60 s, so an agent
+ * that cannot start does not make the pool boot without pause. */
+void sandbox_prestart_failed(struct worker *w, const char *app_id);
+/* One became warm: the App's pre-started agents start again without waiting. */
+void sandbox_prestart_succeeded(struct worker *w, const char *app_id);
+/* Whether the pool may boot a pre-started Sandbox for the App now. */
+bool sandbox_prestart_due(struct worker *w, const char *app_id);
 /* Warm or starting Sandboxes pre-started for the App at revision rev; booting: those whose boot
  * job still runs. */
 size_t sandbox_count_prestarted(struct worker *w, const char *app_id, int64_t rev, size_t *booting);
