@@ -81,7 +81,7 @@ test('a pre-started agent learns its one Session from the context line, with its
   const again = await sbx.roundTrip(key, s0.id, { readFile: { path: '/workspace/probe.txt' } });
   assert.notEqual(again.sandboxId, m0.sandboxId);
   assert.deepEqual(again.reply.readFile, { data: 'there' });
-  assert.ok(again.reply.contexts <= 1);
+  assert.ok(again.reply.contexts <= 1, 'an agent was told two Sessions');
   // The store agrees: no Sandbox ever served two Sessions (the auditors' integrity view too).
   assert.equal(q('SELECT COUNT(*) FROM sandbox_reuse_violations'), '0');
   assert.equal(q(`SELECT COUNT(*) FROM (SELECT sandbox_id FROM messages WHERE sandbox_id IS NOT NULL
@@ -103,12 +103,16 @@ test('a pre-started agent learns its one Session from the context line, with its
   await sbx.until(async () => warmPrestarted(app.id) === 2, 60000, 'a new pool');
   const after = await sbx.roundTrip(key, (await sbx.session(key)).id, { n: 2 });
   assert.ok(!old.includes(after.sandboxId), 'a retired Sandbox was claimed');
-  assert.ok((await pool(key, app.id)).retired >= 2);
+  assert.ok((await pool(key, app.id)).retired >= 2, 'the retired ones are not counted');
+  const metrics = await (await fetch(`${sbx.gw.url}/metrics`)).text();
+  assert.match(metrics, new RegExp(`sbx_prestart_ended_total\\{app="${app.id}",reason="retired"\\} [2-9]`));
   // Pre-starting turned off: the pool goes.
   const before = (await pool(key, app.id)).retired;
   await req(sbx.gw, 'PATCH', `/v1/apps/${app.id}`, { token: sbx.gw.admin, body: { prestart: false } });
-  await sbx.until(async () => warmPrestarted(app.id) === 0, 30000, 'the pool retired with prestart off');
-  assert.ok((await pool(key, app.id)).retired >= before + 2);
+  await sbx.until(() => q(`SELECT COUNT(*) FROM sandboxes WHERE app_id = '${app.id}' AND prestart_rev
+                            IS NOT NULL AND state IN ('booting', 'warm')`) === '0', 60000,
+                  'the pool retired with prestart off');
+  assert.ok((await pool(key, app.id)).retired > before, 'nothing retired with prestart off');
 });
 
 test('an agent that dies while warm is replaced, its last log line kept', async () => {
