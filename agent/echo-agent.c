@@ -13,11 +13,23 @@
  * collects stdout+stderr (up to 64 KiB)
  *                                      -> reply "run":{"status":N,"output":".."}|{"error":..}
  * Lines that are not JSON objects with an id get {"id":null,"error":"..."}.
+ *
+ * Started ahead of its Session (an App with prestart, docs/worker.md) it is told its Session by a
+ * line {"type":"context",...} before the first message: it keeps that line and the names in
+ * /workspace at that moment, and every reply then carries "context" (the last such line, or
+ * null), "contexts" (how many came), "workspaceAtContext" (those names), "sessionEnv" (its
+ * SBX_SESSION_ID, or null) and "cwd". For the tests of pre-started agents, from its environment:
+ *   SBX_ECHO_READY=1           prints {"type":"ready"} once started
+ *   SBX_ECHO_WARM_EXIT_MS=N    exits with status 3 (after a line on stderr) when no line came
+ *                              on stdin within N ms of its start: an agent dying while warm
  */
 #include "relay.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,11 +221,70 @@ static void sleep_ms(int64_t ms)
         ;
 }
 
+/* What a context line said (see the top). */
+static struct relay_buf context_line, workspace_names;
+static int contexts;
+
+static void take_context(const char *line, size_t len)
+{
+    contexts++;
+    context_line.len = 0;
+    relay_buf_append(&context_line, line, len);
+    workspace_names.len = 0;
+    relay_buf_puts(&workspace_names, "[");
+    DIR *d = opendir("/workspace");
+    struct dirent *e;
+    int n = 0;
+    while (d && (e = readdir(d)) && n < 64) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (n++)
+            relay_buf_puts(&workspace_names, ",");
+        relay_buf_json_string(&workspace_names, e->d_name, strlen(e->d_name));
+    }
+    if (d)
+        closedir(d);
+    relay_buf_puts(&workspace_names, "]");
+}
+
+static void put_context(struct relay_buf *out)
+{
+    char buf[PATH_MAX], head[48];
+    const char *sid = getenv("SBX_SESSION_ID");
+    relay_buf_puts(out, ",\"context\":");
+    if (contexts)
+        relay_buf_append(out, context_line.data, context_line.len);
+    else
+        relay_buf_puts(out, "null");
+    snprintf(head, sizeof head, ",\"contexts\":%d,\"workspaceAtContext\":", contexts);
+    relay_buf_puts(out, head);
+    if (contexts)
+        relay_buf_append(out, workspace_names.data, workspace_names.len);
+    else
+        relay_buf_puts(out, "null");
+    relay_buf_puts(out, ",\"sessionEnv\":");
+    if (sid)
+        relay_buf_json_string(out, sid, strlen(sid));
+    else
+        relay_buf_puts(out, "null");
+    relay_buf_puts(out, ",\"cwd\":");
+    if (getcwd(buf, sizeof buf))
+        relay_buf_json_string(out, buf, strlen(buf));
+    else
+        relay_buf_puts(out, "null");
+}
+
 static void answer(const char *line, size_t len, const struct utsname *u)
 {
     struct json_span msg, id, body, v;
     if (jspan_parse(line, len, &msg) != 0 || !jspan_is_object(msg)) {
         reply_error("null", 4, "not a JSON object");
+        return;
+    }
+    char type[16];
+    if (jspan_member(msg, "type", &v) == 1 && jspan_string_decode(v, type, sizeof type) == 0 &&
+        strcmp(type, "context") == 0) {
+        take_context(line, len);
         return;
     }
     if (jspan_member(msg, "id", &id) != 1) {
@@ -245,6 +316,7 @@ static void answer(const char *line, size_t len, const struct utsname *u)
     snprintf(ids, sizeof ids, ",\"pid\":%d,\"uid\":%u,\"gid\":%u", (int)getpid(),
              (unsigned)getuid(), (unsigned)getgid());
     relay_buf_puts(&out, ids);
+    put_context(&out);
     if (is_obj && jspan_member(body, "writeFile", &v) == 1) {
         relay_buf_puts(&out, ",\"writeFile\":");
         do_write_file(v, &out);
@@ -272,6 +344,21 @@ int main(void)
     if (uname(&u) != 0) {
         perror("sbx-echo-agent: uname");
         return 1;
+    }
+    relay_buf_init(&context_line, 8192);
+    relay_buf_init(&workspace_names, 64 * 1024);
+    const char *ready = getenv("SBX_ECHO_READY"), *warm_exit = getenv("SBX_ECHO_WARM_EXIT_MS");
+    if (ready && strcmp(ready, "1") == 0)
+        write_all(1, "{\"type\":\"ready\"}\n", strlen("{\"type\":\"ready\"}\n"));
+    if (warm_exit && atoi(warm_exit) > 0) {
+        struct pollfd p = {.fd = 0, .events = POLLIN};
+        int rc;
+        while ((rc = poll(&p, 1, atoi(warm_exit))) < 0 && errno == EINTR)
+            ;
+        if (rc == 0) {
+            fprintf(stderr, "sbx-echo-agent: no line within %s ms, exiting\n", warm_exit);
+            return 3;
+        }
     }
     struct line_reader in;
     line_reader_init(&in, RELAY_MAX_LINE);

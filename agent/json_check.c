@@ -272,6 +272,11 @@ bool jspan_is_null(struct json_span v)
     return v.len == 4 && memcmp(v.p, "null", 4) == 0;
 }
 
+bool jspan_is_true(struct json_span v)
+{
+    return v.len == 4 && memcmp(v.p, "true", 4) == 0;
+}
+
 /* Walks one member (or element) of a validated container starting at sc->pos. */
 static void next_element(struct scanner *sc, struct json_span *key, struct json_span *value,
                          bool is_object)

@@ -31,6 +31,7 @@ bool jspan_is_object(struct json_span v);
 bool jspan_is_array(struct json_span v);
 bool jspan_is_string(struct json_span v);
 bool jspan_is_null(struct json_span v);
+bool jspan_is_true(struct json_span v);
 
 /* In a validated object, finds the first member named key. Returns 1 and sets *value when found,
  * 0 when not (or when obj is not an object). */

@@ -248,7 +248,10 @@ struct relay {
     int cmd_stdin;
     struct relay_buf cmd_in;
     struct command_pipe out, err;
-    int64_t kill_at_ms;     /* 0, or when to SIGKILL the command */
+    int64_t kill_at_ms; /* 0, or when to SIGKILL the command */
+    /* Started ahead of its Session (a "prestart" start line): whether it said it is ready and
+     * whether the context line came. */
+    bool prestart, ready_said, context_given;
     int64_t drain_until_ms; /* after the command exited: give up on its pipes then */
 
     int sigfd;
@@ -342,6 +345,7 @@ struct start_request {
     size_t envc;
     char cwd[PATH_MAX];
     char user[256];
+    bool prestart; /* started ahead of its Session: a context line comes later */
 };
 
 static void start_request_free(struct start_request *req)
@@ -396,6 +400,41 @@ static int parse_start_image(struct json_span msg, struct start_request *req, co
     return 0;
 }
 
+/* The "workspace" of a start or context line into path and nfs ("" for none): a path (already
+ * there: the process driver's bind mount), or {"path":...,"nfs":...}: a microVM's Workspace,
+ * which the agent mounts itself. 0, or -1 when it is neither. */
+static int parse_workspace(struct json_span msg, char *path_out, size_t path_len, char *nfs_out,
+                           size_t nfs_len)
+{
+    struct json_span ws, path, nfs;
+    bool ok;
+    path_out[0] = nfs_out[0] = '\0';
+    if (jspan_member(msg, "workspace", &ws) != 1 || jspan_is_null(ws))
+        return 0;
+    if (jspan_is_object(ws))
+        ok =
+            jspan_member(ws, "path", &path) == 1 &&
+            jspan_string_decode(path, path_out, path_len) == 0 &&
+            (jspan_member(ws, "nfs", &nfs) != 1 || jspan_string_decode(nfs, nfs_out, nfs_len) == 0);
+    else
+        ok = jspan_string_decode(ws, path_out, path_len) == 0;
+    return ok && (!nfs_out[0] || path_out[0] == '/') ? 0 : -1;
+}
+
+/* Mounts a Workspace served over NFS, then checks that the Workspace is a directory. 0, or -1
+ * with the reason in why. */
+static int workspace_ready(const char *path, const char *nfs, char *why, size_t len)
+{
+    struct stat st;
+    if (nfs[0] && guest_nfs_mount(nfs, path, why, len) != 0)
+        return -1;
+    if (path[0] && (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))) {
+        snprintf(why, len, "workspace %.400s is not a directory in the Sandbox", path);
+        return -1;
+    }
+    return 0;
+}
+
 static int parse_start(struct json_span msg, struct start_request *req, const char **why)
 {
     struct json_span argv, ws, elem;
@@ -429,20 +468,9 @@ static int parse_start(struct json_span msg, struct start_request *req, const ch
         start_request_free(req);
         return -1;
     }
-    if (jspan_member(msg, "workspace", &ws) != 1 || jspan_is_null(ws))
-        return 0;
-    /* A path (already there: the process driver's bind mount), or {"path":...,"nfs":...}: a
-     * microVM's Workspace, which the agent mounts itself. */
-    struct json_span path, nfs;
-    bool ok;
-    if (jspan_is_object(ws))
-        ok = jspan_member(ws, "path", &path) == 1 &&
-             jspan_string_decode(path, req->workspace, sizeof req->workspace) == 0 &&
-             (jspan_member(ws, "nfs", &nfs) != 1 ||
-              jspan_string_decode(nfs, req->workspace_nfs, sizeof req->workspace_nfs) == 0);
-    else
-        ok = jspan_string_decode(ws, req->workspace, sizeof req->workspace) == 0;
-    if (!ok || (req->workspace_nfs[0] && req->workspace[0] != '/')) {
+    req->prestart = jspan_member(msg, "prestart", &ws) == 1 && jspan_is_true(ws);
+    if (parse_workspace(msg, req->workspace, sizeof req->workspace, req->workspace_nfs,
+                        sizeof req->workspace_nfs) != 0) {
         start_request_free(req);
         *why = "workspace must be a path, {\"path\":...,\"nfs\":\"addr:/export\"} or null";
         return -1;
@@ -829,21 +857,48 @@ static void handle_start(struct relay *r, struct json_span msg)
         return;
     }
     char why[512];
-    struct stat st;
-    if (req.workspace_nfs[0] &&
-        guest_nfs_mount(req.workspace_nfs, req.workspace, why, sizeof why) != 0) {
-        send_control(r, "error", "error", why);
-    } else if (req.workspace[0] && (stat(req.workspace, &st) != 0 || !S_ISDIR(st.st_mode))) {
-        snprintf(why, sizeof why, "workspace %.400s is not a directory in the Sandbox",
-                 req.workspace);
-        send_control(r, "error", "error", why);
-    } else if (write_start_files(msg, why, sizeof why) != 0 ||
-               start_command(r, &req, why, sizeof why) != 0) {
+    if (workspace_ready(req.workspace, req.workspace_nfs, why, sizeof why) != 0 ||
+        write_start_files(msg, why, sizeof why) != 0 ||
+        start_command(r, &req, why, sizeof why) != 0) {
         send_control(r, "error", "error", why);
     } else {
+        r->prestart = req.prestart;
         send_control(r, "started", NULL, NULL);
     }
     start_request_free(&req);
+}
+
+/* {"type":"context","workspace":...,"context":{...}}: a pre-started command learns its Session.
+ * The Workspace is mounted (NFS) or checked first; then "context" goes to the command's stdin as
+ * one line, before any message, and the host hears "started" (or an error, as for a start). */
+static void handle_context(struct relay *r, struct json_span msg)
+{
+    struct json_span ctx;
+    char path[PATH_MAX], nfs[256], why[512];
+    if (!r->prestart || r->context_given || r->cmd_pid <= 0 || r->cmd_stdin < 0) {
+        send_control(r, "error", "error",
+                     r->context_given ? "the context was already given"
+                                      : "no pre-started command is running");
+        return;
+    }
+    if (jspan_member(msg, "context", &ctx) != 1 || !jspan_is_object(ctx) ||
+        parse_workspace(msg, path, sizeof path, nfs, sizeof nfs) != 0) {
+        send_control(r, "error", "error",
+                     "context needs a \"context\" object and a workspace path, "
+                     "{\"path\":...,\"nfs\":...} or null");
+        return;
+    }
+    if (workspace_ready(path, nfs, why, sizeof why) != 0) {
+        send_control(r, "error", "error", why);
+        return;
+    }
+    if (relay_buf_append(&r->cmd_in, ctx.p, ctx.len) != 0 ||
+        relay_buf_append(&r->cmd_in, "\n", 1) != 0) {
+        send_control(r, "error", "error", "the App's command is not reading its input");
+        return;
+    }
+    r->context_given = true;
+    send_control(r, "started", NULL, NULL);
 }
 
 static void handle_host_line(struct relay *r, const char *line, size_t len)
@@ -859,6 +914,8 @@ static void handle_host_line(struct relay *r, const char *line, size_t len)
         char t[32];
         if (jspan_string_decode(type, t, sizeof t) == 0 && strcmp(t, "start") == 0)
             handle_start(r, msg);
+        else if (strcmp(t, "context") == 0)
+            handle_context(r, msg);
         else
             send_log(r, "sbx-agent: ignored an unknown control line", "", 0);
         return;
@@ -887,6 +944,16 @@ static void handle_command_stdout(struct relay *r, const char *line, size_t len)
         jspan_member(msg, "id", &v) == 1 && jspan_member(msg, "type", &v) == 0) {
         if (relay_buf_append(&r->chan_out, line, len) == 0)
             relay_buf_append(&r->chan_out, "\n", 1);
+        return;
+    }
+    /* A pre-started command's {"type":"ready"} (its init is done), before its Session came: said
+     * to the host as "app_ready", which no other line can be. */
+    char t[8];
+    if (r->prestart && !r->context_given && !r->ready_said && jspan_parse(line, len, &msg) == 0 &&
+        jspan_is_object(msg) && jspan_member(msg, "type", &v) == 1 &&
+        jspan_string_decode(v, t, sizeof t) == 0 && strcmp(t, "ready") == 0) {
+        r->ready_said = true;
+        send_control(r, "app_ready", NULL, NULL);
         return;
     }
     send_log(r, "stdout: ", line, len);

@@ -46,6 +46,9 @@ static const struct setting settings[] = {
     STR(admin_token, "", "admin bearer token (generated and printed once when unset)"),
     STR(driver, "process", "driver of new Apps: process, qemu or firecracker"),
     INT(pool_size, "2", 0, 1000, "warm Sandboxes kept ready per shape"),
+    INT(prestart_ready_timeout, "60", 1, 3600,
+        "seconds a pre-started agent has to start (and, with readiness line, to print "
+        "{\"type\":\"ready\"}) before its Sandbox is ended as not ready"),
     INT(workers, "1", 1, 64, "worker processes started by `tools/sbx up`"),
     INT(body_limit, "1048576", 1024, 1073741824, "largest request body in bytes (413 above)"),
     INT(max_wait, "60", 0, 3600, "cap of the ?wait= long poll in seconds"),

@@ -14,13 +14,15 @@
 #include <sys/types.h>
 
 struct sbx_config {
-    char data_dir[512];          /* SBX_DATA_DIR: database, workspaces, jails, run/ */
-    char db_path[512];           /* SBX_DB_PATH: default <data_dir>/sbx.db */
-    char store[1024];            /* SBX_STORE: "" or sqlite (db_path), or a postgres:// URL */
-    char listen[128];            /* SBX_LISTEN: host:port of the gateway */
-    char admin_token[256];       /* SBX_ADMIN_TOKEN: generated on first start when empty */
-    char driver[16];             /* SBX_DRIVER: default driver of new Apps */
-    int64_t pool_size;           /* SBX_POOL_SIZE: warm Sandboxes per shape */
+    char data_dir[512];    /* SBX_DATA_DIR: database, workspaces, jails, run/ */
+    char db_path[512];     /* SBX_DB_PATH: default <data_dir>/sbx.db */
+    char store[1024];      /* SBX_STORE: "" or sqlite (db_path), or a postgres:// URL */
+    char listen[128];      /* SBX_LISTEN: host:port of the gateway */
+    char admin_token[256]; /* SBX_ADMIN_TOKEN: generated on first start when empty */
+    char driver[16];       /* SBX_DRIVER: default driver of new Apps */
+    int64_t pool_size;     /* SBX_POOL_SIZE: warm Sandboxes per shape */
+    /* SBX_PRESTART_READY_TIMEOUT: seconds a pre-started agent has to be ready */
+    int64_t prestart_ready_timeout;
     int64_t workers;             /* SBX_WORKERS: worker processes `sbx up` starts */
     int64_t body_limit;          /* SBX_BODY_LIMIT: request body bytes */
     int64_t max_wait;            /* SBX_MAX_WAIT: cap of ?wait= in seconds */

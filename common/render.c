@@ -54,7 +54,7 @@ json_t *render_app(const struct store_app *a)
         json_decref(env);
         env = json_object();
     }
-    return json_pack(
+    json_t *out = json_pack(
         "{s:s, s:s, s:I, s:I, s:I, s:s, s:s, s:o, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o}", "id",
         a->id, "name", a->name, "keepAliveSeconds", (json_int_t)a->keep_alive_seconds, "vcpuCount",
         (json_int_t)a->vcpu_count, "memSizeMib", (json_int_t)a->mem_size_mib, "driver", a->driver,
@@ -63,6 +63,12 @@ json_t *render_app(const struct store_app *a)
         (json_int_t)a->max_attempts, "command", stored_json(a->command_json), "limits", limits,
         "env", env, "createdAt", render_time(a->created_at), "updatedAt",
         render_time(a->updated_at), "network", network);
+    /* Pre-started agents (docs/worker.md): beside the rest, so other fields keep their place. */
+    if (out)
+        json_object_update_new(out, json_pack("{s:b, s:I, s:s}", "prestart", a->prestart,
+                                              "warmPool", (json_int_t)a->warm_pool, "readiness",
+                                              a->readiness_line ? "line" : "none"));
+    return out;
 }
 
 json_t *render_image(const struct store_image *im)
@@ -207,7 +213,7 @@ void render_page_end(struct json_text *t, const char *next_cursor)
 
 json_t *render_sandbox(const struct store_sandbox *b)
 {
-    return json_pack(
+    json_t *out = json_pack(
         "{s:s, s:s, s:s, s:s, s:o, s:I, s:I, s:o, s:o, s:b, s:o, s:{s:o, s:o, s:I}, "
         "s:o, s:o, s:o, s:o, s:o}",
         "id", b->id, "state", b->state, "driver", b->shape.driver, "image", b->shape.image,
@@ -219,6 +225,9 @@ json_t *render_sandbox(const struct store_sandbox *b)
         str_or_null(b->termination_reason), "createdAt", render_time(b->created_at), "readyAt",
         render_time(b->ready_at), "claimedAt", render_time(b->claimed_at), "terminatedAt",
         render_time(b->terminated_at));
+    if (out) /* a pre-started Sandbox (docs/worker.md) */
+        json_object_set_new(out, "prestarted", json_boolean(b->prestart_rev > 0));
+    return out;
 }
 
 json_t *render_workspace(const struct store_workspace *w)
@@ -241,6 +250,16 @@ json_t *render_event(const struct store_event *e)
                      e->object_type, "objectId", e->object_id, "appId", str_or_null(e->app_id),
                      "sessionId", str_or_null(e->session_id), "requestId",
                      str_or_null(e->request_id), "data", data);
+}
+
+json_t *render_pool_app(const struct store_pool_app_stat *p)
+{
+    return json_pack("{s:s, s:b, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "appId", p->app_id,
+                     "prestart", p->prestart, "warmPool", (json_int_t)p->warm_pool, "readiness",
+                     p->readiness_line ? "line" : "none", "warm", (json_int_t)p->warm, "starting",
+                     (json_int_t)p->starting, "claimed", (json_int_t)p->claimed, "notReady",
+                     (json_int_t)p->not_ready, "retired", (json_int_t)p->retired, "endedWarm",
+                     (json_int_t)p->ended_warm);
 }
 
 json_t *render_pool_shape(const struct store_pool_stat *p, int64_t target)

@@ -19,6 +19,8 @@ json_t *render_sandbox(const struct store_sandbox *b);
 json_t *render_workspace(const struct store_workspace *w);
 json_t *render_event(const struct store_event *e);
 json_t *render_pool_shape(const struct store_pool_stat *p, int64_t target);
+/* One App's pool of pre-started Sandboxes (GET /v1/pool "apps"). */
+json_t *render_pool_app(const struct store_pool_app_stat *p);
 /* {"items": items, "nextCursor": cursor or null}; items is stolen. */
 json_t *render_page(json_t *items, const char *next_cursor);
 

@@ -15,8 +15,9 @@
 #include <string.h>
 
 static const char *const app_fields[] = {
-    "name",    "keepAliveSeconds", "vcpuCount", "memSizeMib", "driver", "image", "maxAttempts",
-    "command", "limits",           "env",       "network",    "quotas", NULL};
+    "name",        "keepAliveSeconds", "vcpuCount", "memSizeMib", "driver",  "image",
+    "maxAttempts", "command",          "limits",    "env",        "network", "quotas",
+    "prestart",    "warmPool",         "readiness", NULL};
 
 /* The App fields present in obj, validated; command_json is a new string the caller frees. */
 struct app_input {
@@ -30,6 +31,10 @@ struct app_input {
     char *network_json; /* the policy's normal form, when "network" was given */
     bool has_quotas;
     int64_t quotas[STORE_QUOTA_COUNT]; /* STORE_QUOTA_KEEP: not given; -1: null (the default) */
+    bool prestart, has_prestart;
+    int64_t warm_pool;
+    bool has_warm_pool;
+    const char *readiness;
 };
 
 /* "quotas": {"liveSandboxes", "sessions", "workspaces", "workspaceMib", "keepAliveSeconds"},
@@ -69,6 +74,33 @@ static bool quotas_read(json_t *obj, struct app_input *in, struct input_error *e
         snprintf(e->field, sizeof e->field, inner[0] ? "quotas.%.60s" : "quotas", inner);
     }
     return ok;
+}
+
+/* Pre-started agents: "prestart" (boolean), "warmPool" (0..64), "readiness" ("none" | "line"). */
+static bool prestart_read(json_t *obj, struct app_input *in, struct input_error *e)
+{
+    json_t *v = json_object_get(obj, "prestart");
+    int rc;
+    if (v && !json_is_boolean(v)) {
+        e->code = PROBLEM_INVALID_FIELD;
+        snprintf(e->field, sizeof e->field, "prestart");
+        snprintf(e->detail, sizeof e->detail, "field \"prestart\" must be true or false");
+        return false;
+    }
+    in->has_prestart = v != NULL;
+    in->prestart = json_is_true(v);
+    if ((rc = input_int(obj, "warmPool", 0, 64, false, &in->warm_pool, NULL, e)) < 0)
+        return false;
+    in->has_warm_pool = rc > 0;
+    if ((rc = input_string(obj, "readiness", 1, 8, false, &in->readiness, NULL, e)) < 0)
+        return false;
+    if (rc > 0 && strcmp(in->readiness, "none") != 0 && strcmp(in->readiness, "line") != 0) {
+        e->code = PROBLEM_INVALID_VALUE;
+        snprintf(e->field, sizeof e->field, "readiness");
+        snprintf(e->detail, sizeof e->detail, "field \"readiness\" must be none or line");
+        return false;
+    }
+    return true;
 }
 
 /* "limits": {"vmmMemoryMib": 64..1048576, "vmmCpus": 1..256}, each optional, or null: the host
@@ -238,7 +270,7 @@ static bool app_input_read(json_t *obj, struct app_input *in, struct input_error
         return false;
     if (limits_read(obj, &in->limits_json, e) < 0 || env_read(obj, &in->env_json, e) < 0)
         return false;
-    if (!quotas_read(obj, in, e))
+    if (!quotas_read(obj, in, e) || !prestart_read(obj, in, e))
         return false;
     return network_read(obj, in, e);
 }
@@ -351,6 +383,9 @@ enum MHD_Result http_app_create(struct request *r)
     }
     if (in.image)
         snprintf(a.image, sizeof a.image, "%s", in.image);
+    a.prestart = in.prestart;
+    a.warm_pool = in.warm_pool;
+    a.readiness_line = in.readiness && strcmp(in.readiness, "line") == 0;
     snprintf(a.image_id, sizeof a.image_id, "%s", in.image_id);
     snprintf(a.image_digest, sizeof a.image_digest, "%s", in.image_digest);
     /* Without a command, the built-in rootfs runs its echo agent and an Image its entrypoint and
@@ -461,6 +496,9 @@ enum MHD_Result http_app_patch(struct request *r)
         .env_json = in.env_json,
         .network_json = in.network_json,
         .quotas = in.has_quotas ? in.quotas : NULL,
+        .prestart = in.has_prestart ? &in.prestart : NULL,
+        .warm_pool = in.has_warm_pool ? &in.warm_pool : NULL,
+        .readiness = in.readiness,
     };
     if (in.env_json && http_secrets_env_clash(r, r->params[0], in.env_json, &ret)) {
         json_decref(obj);

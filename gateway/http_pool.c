@@ -1,7 +1,7 @@
 /*
- * http_pool.c: GET /v1/pool: warm, booting and claimed Sandboxes per shape, and the target. The
- * admin sees every shape; an App key sees only its own App's shape (other Apps' drivers, images
- * and sizes are theirs to know).
+ * http_pool.c: GET /v1/pool: warm, booting and claimed Sandboxes per shape, and the target; and
+ * the pools of pre-started Sandboxes per App. The admin sees every shape and App; an App key sees
+ * only its own App's shape and pool (other Apps' drivers, images and sizes are theirs to know).
  */
 #include "gateway.h"
 #include "store_apps.h"
@@ -58,7 +58,19 @@ enum MHD_Result http_pool_get(struct request *r)
     for (size_t i = 0; i < nu; i++)
         json_array_append_new(ub, json_string(unbounded[i]));
     store_strings_free(unbounded, nu);
+    struct store_pool_app_stat *apps;
+    if ((s = store_pool_app_stats(st, &apps, &n)) != STORE_OK) {
+        json_decref(arr);
+        json_decref(ub);
+        return reply_store_error(r, s, "pool");
+    }
+    json_t *per_app = json_array();
+    for (size_t i = 0; i < n; i++)
+        if (r->is_admin || strcmp(apps[i].app_id, r->app_id) == 0)
+            json_array_append_new(per_app, render_pool_app(&apps[i]));
+    free(apps);
     return reply_json(r, 200,
-                      json_pack("{s:o, s:I, s:o}", "shapes", arr, "target",
-                                (json_int_t)r->gw->cfg.pool_size, "unboundedLimits", ub));
+                      json_pack("{s:o, s:I, s:o, s:o}", "shapes", arr, "target",
+                                (json_int_t)r->gw->cfg.pool_size, "unboundedLimits", ub, "apps",
+                                per_app));
 }

@@ -275,6 +275,37 @@ static void render_pool(struct store *st, struct buf *b)
     free(shapes);
 }
 
+/* The pools of pre-started Sandboxes per App (docs/worker.md), as GET /v1/pool's apps. */
+static void render_prestart(struct store *st, struct buf *b)
+{
+    struct store_pool_app_stat *apps = NULL;
+    size_t n = 0;
+    if (store_pool_app_stats(st, &apps, &n) != STORE_OK)
+        return;
+    out(b, "# HELP sbx_prestart_sandboxes Pre-started Sandboxes by App and state (starting: "
+           "booting or not ready yet; claimed: serving a Session).\n"
+           "# TYPE sbx_prestart_sandboxes gauge\n");
+    for (size_t i = 0; i < n; i++) {
+        out(b, "sbx_prestart_sandboxes{app=\"%s\",state=\"warm\"} %lld\n", apps[i].app_id,
+            (long long)apps[i].warm);
+        out(b, "sbx_prestart_sandboxes{app=\"%s\",state=\"starting\"} %lld\n", apps[i].app_id,
+            (long long)apps[i].starting);
+        out(b, "sbx_prestart_sandboxes{app=\"%s\",state=\"claimed\"} %lld\n", apps[i].app_id,
+            (long long)apps[i].claimed);
+    }
+    out(b, "# HELP sbx_prestart_ended_total Pre-started Sandboxes that ended unclaimed, by App and "
+           "why (not_ready, retired, other).\n# TYPE sbx_prestart_ended_total counter\n");
+    for (size_t i = 0; i < n; i++) {
+        out(b, "sbx_prestart_ended_total{app=\"%s\",reason=\"not_ready\"} %lld\n", apps[i].app_id,
+            (long long)apps[i].not_ready);
+        out(b, "sbx_prestart_ended_total{app=\"%s\",reason=\"retired\"} %lld\n", apps[i].app_id,
+            (long long)apps[i].retired);
+        out(b, "sbx_prestart_ended_total{app=\"%s\",reason=\"other\"} %lld\n", apps[i].app_id,
+            (long long)apps[i].ended_warm);
+    }
+    free(apps);
+}
+
 /* The worker hosts (docs/hosts.md): whether each is live, its capacity and load, its heartbeat's
  * age, the callback requests it refused. A lost host stays listed with up 0 until it comes back. */
 static void render_hosts(struct store *st, struct buf *b)
@@ -372,6 +403,7 @@ char *metrics_render(struct metrics *m, struct store *st,
     render_http(m, &b);
     render_store(st, &b);
     render_pool(st, &b);
+    render_prestart(st, &b);
     render_hosts(st, &b);
     render_firewall(st, &b);
     render_egress(st, &b);

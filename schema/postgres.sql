@@ -762,3 +762,12 @@ EXECUTE FUNCTION app_secrets_app_deleted();
 CREATE INDEX sessions_app_live ON sessions (app_id) WHERE state <> 'deleted';
 CREATE INDEX workspaces_app_live ON workspaces (app_id, size_mib) WHERE deleted_at IS NULL;
 CREATE INDEX sandboxes_app_live ON sandboxes (app_id) WHERE state IN ('claimed', 'running');
+-- Pre-started agents (0019): an App's own warm pool whose agent already runs, and the revision of
+-- the App's definition each pre-started Sandbox was started with (docs/worker.md).
+ALTER TABLE apps ADD COLUMN prestart BIGINT NOT NULL DEFAULT 0 CHECK (prestart IN (0, 1));
+ALTER TABLE apps ADD COLUMN warm_pool BIGINT NOT NULL DEFAULT 0 CHECK (warm_pool >= 0);
+ALTER TABLE apps ADD COLUMN readiness TEXT NOT NULL DEFAULT 'none'
+    CHECK (readiness IN ('none', 'line'));
+ALTER TABLE apps ADD COLUMN definition_rev BIGINT NOT NULL DEFAULT 1;
+ALTER TABLE sandboxes ADD COLUMN prestart_rev BIGINT;
+CREATE INDEX sandboxes_prestarted ON sandboxes (app_id, state) WHERE prestart_rev IS NOT NULL;

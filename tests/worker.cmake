@@ -97,6 +97,16 @@ if(NODE_EXECUTABLE AND TARGET rootfs)
     TIMEOUT 180)
 endif()
 
+# Pre-started agents on the process driver: context line, Workspace first, retirement, readiness.
+if(NODE_EXECUTABLE AND TARGET sbx-echo-agent AND TARGET sbx-worker)
+  add_test(NAME it.worker.prestart
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/in-netns.sh ${NODE_EXECUTABLE} --test --test-concurrency=1
+                   ${CMAKE_CURRENT_SOURCE_DIR}/integration/worker/prestart.test.mjs)
+  set_tests_properties(it.worker.prestart PROPERTIES
+    ENVIRONMENT "SBX_GATEWAY_BIN=$<TARGET_FILE:sbx-gateway>;SBX_WORKER_BIN=$<TARGET_FILE:sbx-worker>"
+    TIMEOUT 300)
+endif()
+
 sbx_test_labels(root it.worker.process_e2e it.worker.process_faults it.worker.process_scale
                 it.worker.process_secrets
-                it.worker.egress_e2e it.worker.egress_established)
+                it.worker.egress_e2e it.worker.egress_established it.worker.prestart)

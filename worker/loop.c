@@ -8,6 +8,7 @@
  */
 #include "worker.h"
 #include "store.h"
+#include "store_apps.h"
 #include "cache_sweep.h"
 #include "callback.h"
 #include "import_jobs.h"
@@ -442,6 +443,7 @@ void worker_fini(struct worker *w)
     notify_listener_close(w->notify);
     notify_peer_free(w->gateway_peer);
     free(w->shapes);
+    store_app_list_free(w->prestart_apps, w->n_prestart_apps);
     if (w->base)
         event_base_free(w->base);
     if (w->st)

@@ -85,6 +85,16 @@ struct worker {
     size_t n_deliveries;        /* messages leased and not yet ended */
     struct store_shape *shapes; /* what the pool keeps warm (refreshed on the slow poll) */
     size_t n_shapes;
+    /* The Apps with pre-started agents (sandbox/pool.c, refreshed with the shapes). */
+    struct store_app *prestart_apps;
+    size_t n_prestart_apps;
+    /* Per App whose pre-started agents keep ending before they are warm or claimed: how many in a
+     * row, and no new one before not_before (mono ms), doubling up to a minute (sandbox.c). */
+    struct prestart_backoff {
+        char app_id[STORE_ID_LEN];
+        int failures;
+        int64_t not_before;
+    } prestart_backoff[32];
     struct {
         char name[16];
         const struct driver *drv; /* NULL: unavailable here */

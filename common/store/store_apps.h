@@ -41,5 +41,8 @@ enum store_status store_app_usage_list(struct store *st, struct store_app_usage 
 int64_t store_quota_effective(int64_t app_quota, int64_t host_default);
 /* The distinct shapes of live Apps: what the warm pool keeps ready. */
 enum store_status store_app_shapes(struct store *st, struct store_shape **out, size_t *n);
+/* The live Apps that keep pre-started Sandboxes (prestart, warm_pool > 0), for the workers'
+ * pools; free with store_app_list_free. */
+enum store_status store_app_prestart_list(struct store *st, struct store_app **out, size_t *n);
 
 #endif

@@ -85,6 +85,14 @@ struct store_app {
     char image_digest[STORE_DIGEST_LEN]; /* that Image's digest, or "default": the shape's image */
     char *env_json;                      /* JSON object of the App's environment ({} when none) */
     int64_t quotas[STORE_QUOTA_COUNT];   /* enum store_quota's order; -1: the host's default */
+    /* Pre-started agents (docs/worker.md): with prestart, each worker keeps warm_pool Sandboxes
+     * whose agent already runs the App's command; readiness_line: one is offered to a claim only
+     * once its agent printed {"type":"ready"}. definition_rev counts the changes of what they are
+     * started from (driver, image, size, command, env). */
+    bool prestart;
+    int64_t warm_pool;
+    bool readiness_line;
+    int64_t definition_rev;
 };
 void store_app_clear(struct store_app *a);
 /* Zeroes a and sets what an App created without those fields gets (the same as the schema's
@@ -112,6 +120,9 @@ struct store_app_patch {
     /* NULL: unchanged; else STORE_QUOTA_COUNT values: STORE_QUOTA_KEEP (that one unchanged), -1
      * (back to the host's default) or the quota (0: no bound). */
     const int64_t *quotas;
+    const bool *prestart;
+    const int64_t *warm_pool;
+    const char *readiness; /* "none" or "line" */
 };
 
 /* The host's side of the quota checks the store makes inside the transaction of a create or
@@ -282,6 +293,9 @@ struct store_sandbox {
     int64_t callback_last_at;
     /* Processes the OOM killer ended inside it while its agent went on (sandbox_oom_killed). */
     int64_t oom_kills;
+    /* A pre-started Sandbox: the App's definition_rev it was started with (0: not pre-started);
+     * its app_id is set from its boot on. */
+    int64_t prestart_rev;
 };
 
 /* A callback server's counts since its last flush (store_sandbox_callbacks_add). */
@@ -317,6 +331,21 @@ struct store_pool_stat {
     int64_t claimed; /* claimed or running */
     int64_t cold_activations;
     int64_t boot_failures;
+};
+
+/* One App's pool of pre-started Sandboxes (store_pool_app_stats): counts over every Sandbox ever
+ * pre-started for it. */
+struct store_pool_app_stat {
+    char app_id[STORE_ID_LEN];
+    bool prestart;
+    int64_t warm_pool;
+    bool readiness_line;
+    int64_t warm;       /* ready, offered to claims */
+    int64_t starting;   /* booting, or its agent started and not ready yet */
+    int64_t claimed;    /* claimed or running: serving the one Session each ever serves */
+    int64_t not_ready;  /* ended because their agent was not ready in time */
+    int64_t retired;    /* ended because the App's definition changed or its pool shrank */
+    int64_t ended_warm; /* ended without a claim for another reason (the agent exited, ...) */
 };
 
 /* ==== workers ==== */

@@ -25,20 +25,33 @@ enum store_status store_sandbox_request_stop(struct store *st, const struct stor
                                              const char *app_id, const char *sandbox_id,
                                              struct store_sandbox *out);
 enum store_status store_pool_stats(struct store *st, struct store_pool_stat **out, size_t *n);
+/* The pools of pre-started Sandboxes, per App (GET /v1/pool). */
+enum store_status store_pool_app_stats(struct store *st, struct store_pool_app_stat **out,
+                                       size_t *n);
 enum store_status store_sandbox_insert(struct store *st, const struct store_ctx *ctx,
                                        const char *worker_id, const struct store_shape *shape,
                                        bool cold, struct store_sandbox *out /* out: id */);
+/* A new booting Sandbox pre-started for app_id at its definition revision rev (docs/worker.md):
+ * its app_id is set now, its Session at its claim. */
+enum store_status store_sandbox_insert_prestarted(struct store *st, const struct store_ctx *ctx,
+                                                  const char *worker_id,
+                                                  const struct store_shape *shape,
+                                                  const char *app_id, int64_t rev,
+                                                  struct store_sandbox *out /* out: id */);
 /* Records what the driver made (pid, jail, cgroup, address, image hash) while booting. */
 enum store_status store_sandbox_set_runtime(struct store *st, const struct store_sandbox *sb);
 /* booting -> warm, recording boot_ms. */
 enum store_status store_sandbox_mark_warm(struct store *st, const struct store_ctx *ctx,
                                           const char *sandbox_id, int64_t boot_ms);
 /* warm -> claimed for this Session, in one transaction with the Session's activating ->
- * sandbox assignment: one of this worker's warm Sandboxes of the shape. STORE_EMPTY if none. */
+ * sandbox assignment: one of this worker's warm Sandboxes of the shape. With prestart_rev (the
+ * App's definition_rev when it pre-starts, else 0), one pre-started for the App at that revision
+ * first; an ordinary pool Sandbox otherwise (never another App's pre-started one). STORE_EMPTY if
+ * none. */
 enum store_status store_sandbox_claim_warm(struct store *st, const struct store_ctx *ctx,
                                            const char *worker_id, const struct store_shape *shape,
-                                           const char *app_id, const char *session_id,
-                                           struct store_sandbox *out);
+                                           const char *app_id, int64_t prestart_rev,
+                                           const char *session_id, struct store_sandbox *out);
 /* A cold Sandbox (booted for this Session): booting -> claimed for the Session. */
 enum store_status store_sandbox_assign(struct store *st, const struct store_ctx *ctx,
                                        const char *sandbox_id, const char *app_id,

@@ -433,6 +433,54 @@ static void test_complete_first_records_running_with_the_reply(void **state)
     store_delivery_clear(&d);
 }
 
+/* Pre-started Sandboxes: a claim for their App takes one started at the App's current definition
+ * first, else a plain one; a plain claim never takes a pre-started one; a change of what they are
+ * started from (env here) raises the App's definition_rev, a keep-alive change does not. */
+static void test_prestarted_sandboxes_serve_their_app_at_its_revision(void **state)
+{
+    struct store_fixture *f = *state;
+    struct store_sandbox plain, pre, old, claimed;
+    struct store_app app;
+    const char *env = "{\"A\":\"1\"}";
+    int64_t keep = 9;
+    add_session(f, "ses_1");
+    add_session(f, "ses_2");
+    add_session(f, "ses_3");
+    db_exec(f, "UPDATE sessions SET worker_id = 'wrk_a'");
+    struct store_app_patch change = {.env_json = env}, keep_only = {.keep_alive_seconds = &keep};
+    assert_int_equal(store_app_update(f->st, &ctx, "app_a", &change, &app), STORE_OK);
+    assert_int_equal(app.definition_rev, 2);
+    store_app_clear(&app);
+    assert_int_equal(store_app_update(f->st, &ctx, "app_a", &keep_only, &app), STORE_OK);
+    assert_int_equal(app.definition_rev, 2);
+    store_app_clear(&app);
+
+    assert_int_equal(store_sandbox_insert(f->st, &ctx, "wrk_a", &shape, false, &plain), STORE_OK);
+    assert_int_equal(
+        store_sandbox_insert_prestarted(f->st, &ctx, "wrk_a", &shape, "app_a", 1, &old), STORE_OK);
+    assert_int_equal(
+        store_sandbox_insert_prestarted(f->st, &ctx, "wrk_a", &shape, "app_a", 2, &pre), STORE_OK);
+    assert_string_equal(pre.app_id, "app_a");
+    assert_int_equal(pre.prestart_rev, 2);
+    assert_int_equal(store_sandbox_mark_warm(f->st, &ctx, old.id, 1), STORE_OK);
+    assert_int_equal(store_sandbox_mark_warm(f->st, &ctx, plain.id, 1), STORE_OK);
+    assert_int_equal(store_sandbox_mark_warm(f->st, &ctx, pre.id, 1), STORE_OK);
+
+    assert_int_equal(
+        store_sandbox_claim_warm(f->st, &ctx, "wrk_a", &shape, "app_a", 2, "ses_1", &claimed),
+        STORE_OK);
+    assert_string_equal(claimed.id, pre.id);
+    /* The one of the old definition is left out: the plain pool serves. */
+    assert_int_equal(
+        store_sandbox_claim_warm(f->st, &ctx, "wrk_a", &shape, "app_a", 2, "ses_2", &claimed),
+        STORE_OK);
+    assert_string_equal(claimed.id, plain.id);
+    assert_int_equal(claimed.prestart_rev, 0);
+    assert_int_equal(
+        store_sandbox_claim_warm(f->st, &ctx, "wrk_a", &shape, "app_a", 0, "ses_3", &claimed),
+        STORE_EMPTY);
+}
+
 /* The whole lifecycle of one activation: warm -> claimed -> running -> stopping -> terminated, with
  * the Session following along and accumulating usage. */
 static void test_sandbox_lifecycle_moves_the_session(void **state)
@@ -456,10 +504,10 @@ static void test_sandbox_lifecycle_moves_the_session(void **state)
     assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
     /* Another worker's warm Sandbox is not ours to claim. */
     assert_int_equal(
-        store_sandbox_claim_warm(f->st, &ctx, "wrk_b", &shape, "app_a", "ses_1", &claimed),
+        store_sandbox_claim_warm(f->st, &ctx, "wrk_b", &shape, "app_a", 0, "ses_1", &claimed),
         STORE_EMPTY);
     assert_int_equal(
-        store_sandbox_claim_warm(f->st, &ctx, "wrk_a", &shape, "app_a", "ses_1", &claimed),
+        store_sandbox_claim_warm(f->st, &ctx, "wrk_a", &shape, "app_a", 0, "ses_1", &claimed),
         STORE_OK);
     assert_string_equal(claimed.id, sb.id);
     assert_string_equal(claimed.state, "claimed");
@@ -467,7 +515,7 @@ static void test_sandbox_lifecycle_moves_the_session(void **state)
     assert_int_equal(claimed.pid, 4242);
     /* Used or claimed Sandboxes never go back to the pool. */
     assert_int_equal(
-        store_sandbox_claim_warm(f->st, &ctx, "wrk_a", &shape, "app_a", "ses_1", &claimed),
+        store_sandbox_claim_warm(f->st, &ctx, "wrk_a", &shape, "app_a", 0, "ses_1", &claimed),
         STORE_EMPTY);
     assert_int_equal(store_sandbox_mark_running(f->st, &ctx, sb.id, "ses_1"), STORE_OK);
     db_text(f, text, sizeof text, "SELECT state FROM sessions");
@@ -767,7 +815,7 @@ static void *warm_claim_loop(void *arg)
         char session[32];
         snprintf(session, sizeof session, "ses_w%d_%d", c->index, i);
         enum store_status rc =
-            store_sandbox_claim_warm(c->f->st, &ctx, "wrk_a", &shape, "app_a", session, &sb);
+            store_sandbox_claim_warm(c->f->st, &ctx, "wrk_a", &shape, "app_a", 0, session, &sb);
         if (rc == STORE_EMPTY)
             break;
         /* The Session is not owned by wrk_a, so the claim is refused and rolled back. */
@@ -871,6 +919,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_concurrent_warm_claims_never_share_a_sandbox, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_counts_follow_each_message_state, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_prestarted_sandboxes_serve_their_app_at_its_revision,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_app_shapes_lists_distinct_live_shapes, setup,
                                         teardown),
     };

@@ -79,7 +79,10 @@ static void attach_done(void *arg)
         return;
     }
     char why[256];
-    if (agent_protocol_send_start(sb, &sb->delivery->app, why, sizeof why) != 0) {
+    /* A pre-started agent runs already: it is told its Session (its Workspace is there first). */
+    int rc = sb->prestart_rev ? agent_protocol_send_context(sb, why, sizeof why)
+                              : agent_protocol_send_start(sb, &sb->delivery->app, why, sizeof why);
+    if (rc != 0) {
         snprintf(reason, sizeof reason, "cannot start the agent: %s", why);
         sandbox_terminate(sb, reason, false);
         return;
@@ -111,14 +114,17 @@ void activation_continue(struct sandbox *sb)
     struct worker *w = sb->w;
     char why[512];
     /* The App's secrets as they are now (a PUT since the last activation is a rotation): opened
-     * before the egress policy, which routes a Sandbox with secrets through the proxy. */
-    if (sandbox_secrets_load(sb, sb->delivery->app.id, why, sizeof why) != 0) {
+     * before the egress policy, which routes a Sandbox with secrets through the proxy. A
+     * pre-started Sandbox opened them at its start: its agent already holds their placeholders. */
+    if (!sb->prestart_rev && sandbox_secrets_load(sb, sb->delivery->app.id, why, sizeof why) != 0) {
         log_error("worker: %s: %s", sb->rt.sandbox_id, why);
         sandbox_terminate(sb, "the App's secrets could not be opened", true);
         return;
     }
-    /* The App's egress policy is in place before its command can run (fail closed). */
-    if (sandbox_egress_apply(sb, sb->delivery->app.id, sb->delivery->app.network_json, why,
+    /* The App's egress policy is in place before its command can run (fail closed). A pre-started
+     * Sandbox has its App's policy from its start, unless the App changed it. */
+    if (!(sb->prestart_rev && sandbox_egress_current(sb, sb->delivery->app.network_json)) &&
+        sandbox_egress_apply(sb, sb->delivery->app.id, sb->delivery->app.network_json, why,
                              sizeof why) != 0) {
         log_error("worker: %s: %s", sb->rt.sandbox_id, why);
         sandbox_terminate(sb, "egress policy could not be applied", true);
@@ -179,8 +185,9 @@ void delivery_activate(struct worker *w, struct store_delivery *d)
         rc = d->sandbox.id[0] ? STORE_OK : STORE_EMPTY;
         claimed = d->sandbox;
     } else {
-        rc = store_sandbox_claim_warm(w->st, &w->ctx, w->id, &shape, d->app.id, d->session.id,
-                                      &claimed);
+        int64_t prestart_rev = d->app.prestart && d->app.warm_pool > 0 ? d->app.definition_rev : 0;
+        rc = store_sandbox_claim_warm(w->st, &w->ctx, w->id, &shape, d->app.id, prestart_rev,
+                                      d->session.id, &claimed);
     }
     struct sandbox *sb = rc == STORE_OK ? sandbox_find(w, claimed.id) : NULL;
     if (rc == STORE_OK && sb && sb->state == SB_WARM) {

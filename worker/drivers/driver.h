@@ -16,7 +16,15 @@
  *                  Sandbox's context, sandbox_context.h), "files":[{"path","content"}] to write
  *                  before the command starts (the CA of SBX_CA_FILE) and, when the image sets
  *                  them, "cwd":"<WorkingDir>" and "user":"<User>" (image_run.h)
+ *                  and "prestart":true for a pre-started agent (the App's prestart: no Session
+ *                  yet, no "workspace", no SBX_SESSION_ID in "env")
  *   agent -> host  {"type":"started"} | {"type":"error","error":"..."}
+ *   agent -> host  {"type":"app_ready"}   a pre-started command printed {"type":"ready"} (once,
+ *                                         before its context)
+ *   host -> agent  {"type":"context","workspace":<as in start>,"context":{"type":"context",
+ *                  "sessionId","appId","sandboxId","workspace","apiUrl"?}}: a pre-started agent's
+ *                  Session claimed it; the agent mounts (NFS) or checks the Workspace, writes
+ *                  "context" as one line to the command's stdin, then answers as to a start
  *   host -> agent  {"id":"msg_...","seq":N,"body":...}           one per message (agent protocol)
  *   agent -> host  {"id":"msg_...","reply":...} | {"id":"msg_...","error":"..."}
  *   agent -> host  {"type":"log","line":"..."}                   the command's stderr

@@ -9,8 +9,10 @@
 #include "sandbox/agent_channel.h"
 #include "images/image_run.h"
 #include "log.h"
+#include "sandbox/egress.h"
 #include "sandbox/sandbox.h"
 #include "sandbox/secrets.h"
+#include "store_sandboxes.h"
 #include "clock.h"
 
 #include <arpa/inet.h>
@@ -52,6 +54,8 @@ static bool sandbox_log_budget(struct sandbox *sb, int64_t len)
 /* Logs one line of the agent's stderr within the Sandbox's budget. */
 static void sandbox_log_line(struct sandbox *sb, const char *text)
 {
+    if (sb->prestart_rev && sb->state != SB_STOPPING)
+        snprintf(sb->last_log, sizeof sb->last_log, "%s", text);
     if (sandbox_log_budget(sb, (int64_t)strlen(text)))
         log_info("sandbox %s: %s", sb->rt.sandbox_id, text);
 }
@@ -82,6 +86,15 @@ static void sandbox_unexpected_line(struct sandbox *sb, const char *id)
  * Sandbox as after any end. */
 static void sandbox_ended(struct sandbox *sb, const char *reason)
 {
+    char why[300];
+    /* A pre-started agent that ends before any Session claimed it: the pool replaces it, and its
+     * last log line goes with the reason (the rest is in the worker's log). */
+    if (sb->prestart_rev && (sb->state == SB_WARM || sb->state == SB_BOOTING)) {
+        snprintf(why, sizeof why, "%s while warm%s%.160s%s", reason,
+                 sb->last_log[0] ? " (last log: " : "", sb->last_log, sb->last_log[0] ? ")" : "");
+        reason = why;
+        sandbox_prestart_failed(sb->w, sb->app_id);
+    }
     if (!sb->drv->oom_kills || sb->drv->oom_kills(&sb->w->cfg, &sb->rt) <= 0) {
         sandbox_terminate(sb, reason, false);
         return;
@@ -97,6 +110,49 @@ static void sandbox_ended(struct sandbox *sb, const char *reason)
     sandbox_terminate(sb, "oom", false);
 }
 
+/* A pre-started Sandbox's agent started, and is ready when its App asks for that: it joins the
+ * pool (BOOTING -> WARM), offered to the claims of its App's Sessions. */
+static void prestart_warm(struct sandbox *sb)
+{
+    struct worker *w = sb->w;
+    int64_t boot_ms = clock_mono_ms() - sb->boot_started;
+    event_del(sb->timeout_ev);
+    sb->prestart_phase = PRESTART_NONE;
+    enum store_status rc = store_sandbox_mark_warm(w->st, &w->ctx, sb->rt.sandbox_id, boot_ms);
+    if (rc != STORE_OK) {
+        sandbox_terminate(sb, "stop requested while starting", false);
+        return;
+    }
+    sandbox_set_state(sb, SB_WARM);
+    sandbox_prestart_succeeded(w, sb->app_id);
+    log_debug("worker: pre-started sandbox %s of %s warm in %lld ms", sb->rt.sandbox_id, sb->app_id,
+              (long long)boot_ms);
+    w->sandbox_hooks->events(w);
+    w->sandbox_hooks->warm(w);
+}
+
+/* Control lines of a pre-started Sandbox before it is warm (prestart_phase). */
+static void prestart_on_line(struct sandbox *sb, const char *type, json_t *line)
+{
+    if (strcmp(type, "started") == 0 && sb->prestart_phase == PRESTART_STARTING) {
+        if (!sb->readiness_line) {
+            prestart_warm(sb);
+            return;
+        }
+        sb->prestart_phase = PRESTART_READY_WAIT;
+    } else if (strcmp(type, "app_ready") == 0 && sb->prestart_phase == PRESTART_READY_WAIT) {
+        prestart_warm(sb);
+    } else if (strcmp(type, "error") == 0 && sb->prestart_phase == PRESTART_STARTING) {
+        char reason[256];
+        snprintf(reason, sizeof reason, "agent failed to start: %s",
+                 json_string_value(json_object_get(line, "error")) ?: "?");
+        sandbox_prestart_failed(sb->w, sb->app_id);
+        sandbox_terminate(sb, reason, false);
+    } else {
+        log_debug("sandbox %s: control line \"%s\" ignored", sb->rt.sandbox_id, type);
+    }
+}
+
 static void sandbox_on_line(void *arg, json_t *line)
 {
     struct sandbox *sb = arg;
@@ -105,6 +161,9 @@ static void sandbox_on_line(void *arg, json_t *line)
 
     if (type && strcmp(type, "log") == 0) {
         sandbox_log_line(sb, json_string_value(json_object_get(line, "line")) ?: "");
+    } else if (type && sb->state == SB_BOOTING && sb->prestart_phase != PRESTART_NONE &&
+               strcmp(type, "exit") != 0) {
+        prestart_on_line(sb, type, line);
     } else if (type && strcmp(type, "started") == 0 && sb->state == SB_ACTIVATING) {
         sb->w->sandbox_hooks->started(sb);
     } else if (type && strcmp(type, "error") == 0 && sb->state == SB_ACTIVATING) {
@@ -171,21 +230,33 @@ static int env_put(json_t *env, const char *k, const char *v)
     return rc;
 }
 
-/* The Sandbox's context (sandbox_context.h): who it serves, and with the callback API on, where
- * and how it reaches it: the host side of its link (the /30's first address, links.h). */
-static int add_context(struct sandbox *sb, json_t *env)
+/* The callback API's URL for the Sandbox into url, or "" when it has none: the host side of its
+ * link (the /30's first address, links.h). */
+static void api_url(const struct sandbox *sb, char *url, size_t len)
 {
-    int rc = env_put(env, "SBX_SESSION_ID", sb->session_id) |
-             env_put(env, "SBX_APP_ID", sb->app_id) |
-             env_put(env, "SBX_SANDBOX_ID", sb->rt.sandbox_id);
     struct in_addr a;
+    url[0] = '\0';
     if (!sb->w->callbacks || !sb->callback_token[0] ||
         inet_pton(AF_INET, sb->rt.net_address, &a) != 1)
-        return rc;
-    char host[INET_ADDRSTRLEN], url[64];
+        return;
+    char host[INET_ADDRSTRLEN];
     a.s_addr = htonl(ntohl(a.s_addr) - 1);
     inet_ntop(AF_INET, &a, host, sizeof host);
-    snprintf(url, sizeof url, "https://%s", host); /* port 443: config.c */
+    snprintf(url, len, "https://%s", host); /* port 443: config.c */
+}
+
+/* The Sandbox's context (sandbox_context.h): who it serves, and with the callback API on, where
+ * and how it reaches it. A pre-started agent starts before its Session: SBX_SESSION_ID is not in
+ * its environment (the context line says it), and nothing else there depends on the Session. */
+static int add_context(struct sandbox *sb, json_t *env)
+{
+    int rc = (sb->session_id[0] ? env_put(env, "SBX_SESSION_ID", sb->session_id) : 0) |
+             env_put(env, "SBX_APP_ID", sb->app_id) |
+             env_put(env, "SBX_SANDBOX_ID", sb->rt.sandbox_id);
+    char url[64];
+    api_url(sb, url, sizeof url);
+    if (!url[0])
+        return rc;
     rc |= env_put(env, "SBX_API_URL", url) | env_put(env, "SBX_TOKEN", sb->callback_token);
     if (sb->w->ca_pem)
         rc |= env_put(env, "SBX_CA_FILE", SANDBOX_CA_PATH);
@@ -234,6 +305,10 @@ int agent_protocol_send_start(struct sandbox *sb, const struct store_app *app, c
     if (start && json_array_size(files))
         json_object_set(start, "files", files);
     json_decref(files);
+    /* A pre-started agent: the relay lets its command say {"type":"ready"} and expects the
+     * context line of its Session later (agent/relay.c). */
+    if (start && sb->prestart_rev)
+        json_object_set_new(start, "prestart", json_true());
     if (start && run.cwd[0])
         json_object_set_new(start, "cwd", json_string(run.cwd));
     if (start && run.user[0])
@@ -245,6 +320,66 @@ int agent_protocol_send_start(struct sandbox *sb, const struct store_app *app, c
     free(line);
     if (rc != 0)
         snprintf(err, errlen, "the agent channel is closed");
+    return rc;
+}
+
+void prestart_begin(struct sandbox *sb, const struct store_app *app)
+{
+    char why[512], reason[600];
+    /* Its secrets are opened now, for the placeholders in its start line: the Sandbox keeps this
+     * set whichever Session claims it (a later PUT retires the pool: docs/secrets.md). */
+    if (sandbox_secrets_load(sb, app->id, why, sizeof why) != 0) {
+        log_error("worker: %s: %s", sb->rt.sandbox_id, why);
+        sandbox_terminate(sb, "the App's secrets could not be opened", true);
+        return;
+    }
+    /* The App's egress policy is in place before its command runs, as at any activation. */
+    if (sandbox_egress_apply(sb, app->id, app->network_json, why, sizeof why) != 0) {
+        log_error("worker: %s: %s", sb->rt.sandbox_id, why);
+        sandbox_terminate(sb, "egress policy could not be applied", true);
+        return;
+    }
+    sb->workspace_dir[0] = '\0';
+    sb->rt.workspace_nfs[0] = '\0';
+    if (agent_protocol_send_start(sb, app, why, sizeof why) != 0) {
+        snprintf(reason, sizeof reason, "cannot start the agent: %s", why);
+        sandbox_terminate(sb, reason, false);
+        return;
+    }
+    sb->prestart_phase = PRESTART_STARTING;
+    sandbox_arm_ready_deadline(sb);
+}
+
+int agent_protocol_send_context(struct sandbox *sb, char *err, size_t errlen)
+{
+    /* {"type":"context","workspace":<as in a start line>,"context":{...}}: the agent mounts or
+     * checks the Workspace, then writes "context" as one line to the App's stdin. */
+    json_t *ws = json_null();
+    if (sb->workspace_dir[0] && sb->rt.workspace_nfs[0]) {
+        json_decref(ws);
+        ws = json_pack("{s:s,s:s}", "path", "/workspace", "nfs", sb->rt.workspace_nfs);
+    } else if (sb->workspace_dir[0]) {
+        json_decref(ws);
+        ws = json_string("/workspace");
+    }
+    json_t *ctx = json_pack("{s:s,s:s,s:s,s:s,s:o}", "type", "context", "sessionId", sb->session_id,
+                            "appId", sb->app_id, "sandboxId", sb->rt.sandbox_id, "workspace",
+                            sb->workspace_dir[0] ? json_string("/workspace") : json_null());
+    char url[64];
+    api_url(sb, url, sizeof url);
+    if (ctx && url[0])
+        json_object_set_new(ctx, "apiUrl", json_string(url));
+    json_t *msg =
+        ctx && ws ? json_pack("{s:s,s:O,s:O}", "type", "context", "workspace", ws, "context", ctx)
+                  : NULL;
+    json_decref(ctx);
+    json_decref(ws);
+    char *line = msg ? json_dumps(msg, JSON_COMPACT) : NULL;
+    json_decref(msg);
+    int rc = line ? agent_channel_send(sb->chan, line, strlen(line)) : -1;
+    if (rc != 0)
+        snprintf(err, errlen, line ? "the agent channel is closed" : "out of memory");
+    free(line);
     return rc;
 }
 

@@ -174,6 +174,21 @@ static void boot_done(void *arg)
         return;
     }
     int64_t boot_ms = clock_mono_ms() - sb->boot_started;
+    if (sb->prestart_rev && !sb->delivery) {
+        /* Pre-started: its App's command starts now; it is warm once started (or ready). */
+        const struct store_app *app = NULL;
+        for (size_t i = 0; i < w->n_prestart_apps; i++)
+            if (strcmp(w->prestart_apps[i].id, sb->app_id) == 0)
+                app = &w->prestart_apps[i];
+        if (!app || app->definition_rev != sb->prestart_rev || !app->prestart) {
+            sandbox_terminate(sb, "retired: the App changed while it booted", false);
+            return;
+        }
+        log_debug("worker: sandbox %s booted in %lld ms; starting %s's agent", sb->rt.sandbox_id,
+                  (long long)boot_ms, sb->app_id);
+        prestart_begin(sb, app);
+        return;
+    }
     if (sb->delivery) {
         rc = store_sandbox_assign(w->st, &w->ctx, sb->rt.sandbox_id, sb->app_id, sb->session_id);
         if (rc != STORE_OK) {
@@ -207,8 +222,9 @@ static void take_session(struct sandbox *sb, struct store_delivery *d)
     sb->w->n_serving++;
 }
 
-int sandbox_boot(struct worker *w, const struct driver *drv, const struct store_shape *shape,
-                 struct store_delivery *d, char *err, size_t errlen)
+/* Boots for the pool (d NULL, app NULL), cold for d, or pre-started for app. */
+static int boot_one(struct worker *w, const struct driver *drv, const struct store_shape *shape,
+                    struct store_delivery *d, const struct store_app *app, char *err, size_t errlen)
 {
     struct sandbox *sb = sandbox_new(w, drv, shape);
     struct store_sandbox rec;
@@ -221,7 +237,15 @@ int sandbox_boot(struct worker *w, const struct driver *drv, const struct store_
     }
     sb->cold = d != NULL;
     sb->boot_started = clock_mono_ms();
-    rc = store_sandbox_insert(w->st, &w->ctx, w->id, shape, sb->cold, &rec);
+    if (app) {
+        sb->prestart_rev = app->definition_rev;
+        sb->readiness_line = app->readiness_line;
+        snprintf(sb->app_id, sizeof sb->app_id, "%s", app->id);
+        rc = store_sandbox_insert_prestarted(w->st, &w->ctx, w->id, shape, app->id,
+                                             app->definition_rev, &rec);
+    } else {
+        rc = store_sandbox_insert(w->st, &w->ctx, w->id, shape, sb->cold, &rec);
+    }
     /* For the image cache's least-recently-used eviction (cache_sweep.c). */
     if (rc == STORE_OK && !image_is_default(shape->image))
         (void)store_image_touch(w->st, shape->image);
@@ -248,6 +272,24 @@ int sandbox_boot(struct worker *w, const struct driver *drv, const struct store_
         boot_done(sb);
     }
     return 0;
+}
+
+int sandbox_boot(struct worker *w, const struct driver *drv, const struct store_shape *shape,
+                 struct store_delivery *d, char *err, size_t errlen)
+{
+    return boot_one(w, drv, shape, d, NULL, err, errlen);
+}
+
+int sandbox_boot_prestarted(struct worker *w, const struct driver *drv, const struct store_app *app,
+                            char *err, size_t errlen)
+{
+    struct store_shape shape;
+    memset(&shape, 0, sizeof shape);
+    snprintf(shape.driver, sizeof shape.driver, "%s", app->driver);
+    snprintf(shape.image, sizeof shape.image, "%s", app->image_digest);
+    shape.vcpu_count = app->vcpu_count;
+    shape.mem_size_mib = app->mem_size_mib;
+    return boot_one(w, drv, &shape, NULL, app, err, errlen);
 }
 
 void sandbox_claimed(struct sandbox *sb, struct store_delivery *d)

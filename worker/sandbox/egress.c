@@ -84,6 +84,15 @@ static int drop_flows(struct sandbox *sb, char *err, size_t errlen)
     return net_sandbox_drop_egress_flows(&link, err, errlen);
 }
 
+bool sandbox_egress_current(const struct sandbox *sb, const char *network_json)
+{
+    char digest[65];
+    if (!sb->egress_applied[0])
+        return false;
+    digest_of(network_json, digest);
+    return strcmp(digest, sb->egress_applied) == 0;
+}
+
 /* Without the worker's network (not root) a Sandbox has loopback only: nothing to narrow. */
 static bool has_network(const struct sandbox *sb)
 {

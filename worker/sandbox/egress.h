@@ -13,6 +13,9 @@ struct sandbox;
 
 /* Before the App's command starts in sb: puts sb under the App's policy (network_json, the
  * App's stored normal form). -1 with the reason: the Sandbox must not serve then (fail closed). */
+/* Whether the App's policy network_json is the one applied to sb already (a pre-started
+ * Sandbox got its App's policy at its start). */
+bool sandbox_egress_current(const struct sandbox *sb, const char *network_json);
 int sandbox_egress_apply(struct sandbox *sb, const char *app_id, const char *network_json,
                          char *err, size_t errlen);
 

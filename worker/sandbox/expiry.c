@@ -52,6 +52,26 @@ void sandbox_arm_deadline(struct sandbox *sb)
     arm_timer(sb->timeout_ev, deadline_missed, sb, sb->w->cfg.message_timeout * 1000);
 }
 
+static void ready_missed(evutil_socket_t fd, short what, void *arg)
+{
+    struct sandbox *sb = arg;
+    char reason[128];
+    (void)fd;
+    (void)what;
+    if (sb->state != SB_BOOTING || sb->prestart_phase == PRESTART_NONE)
+        return;
+    snprintf(reason, sizeof reason, "not ready: the pre-started agent was not %s within %llds",
+             sb->prestart_phase == PRESTART_STARTING ? "started" : "ready",
+             (long long)sb->w->cfg.prestart_ready_timeout);
+    sandbox_prestart_failed(sb->w, sb->app_id);
+    sandbox_terminate(sb, reason, false);
+}
+
+void sandbox_arm_ready_deadline(struct sandbox *sb)
+{
+    arm_timer(sb->timeout_ev, ready_missed, sb, sb->w->cfg.prestart_ready_timeout * 1000);
+}
+
 static void keepalive_expired(evutil_socket_t fd, short what, void *arg)
 {
     struct sandbox *sb = arg;

@@ -8,6 +8,7 @@
 #include "store_bounds.h"
 #include "drivers/shared.h"
 #include "log.h"
+#include "clock.h"
 #include "sandbox/agent_channel.h"
 #include "sandbox/egress_dns.h"
 #include "sandbox/egress_events.h"
@@ -84,7 +85,7 @@ size_t sandbox_count_pool(struct worker *w, const struct store_shape *shape, siz
 {
     size_t n = 0, b = 0;
     for (struct sandbox *sb = w->sandboxes; sb; sb = sb->next) {
-        if (!shape_equal(&sb->rt.shape, shape) || sb->cold || sb->reaping)
+        if (!shape_equal(&sb->rt.shape, shape) || sb->cold || sb->reaping || sb->prestart_rev)
             continue;
         if (sb->state == SB_WARM)
             n++;
@@ -94,6 +95,69 @@ size_t sandbox_count_pool(struct worker *w, const struct store_shape *shape, siz
     if (booting)
         *booting = b;
     return n + b;
+}
+
+size_t sandbox_count_prestarted(struct worker *w, const char *app_id, int64_t rev, size_t *booting)
+{
+    size_t n = 0, b = 0;
+    for (struct sandbox *sb = w->sandboxes; sb; sb = sb->next) {
+        if (sb->prestart_rev != rev || strcmp(sb->app_id, app_id) != 0 || sb->stop_wanted)
+            continue;
+        if (sb->state == SB_WARM || sb->state == SB_BOOTING)
+            n++;
+        if (sb->state == SB_BOOTING && sb->job_running)
+            b++;
+    }
+    if (booting)
+        *booting = b;
+    return n;
+}
+
+#define PRESTART_BACKOFF_FIRST_MS 1000
+#define PRESTART_BACKOFF_MAX_MS 60000
+
+/* The App's backoff entry; with make, a free (or the least failing) one taken for it. */
+static struct prestart_backoff *backoff_of(struct worker *w, const char *app_id, bool make)
+{
+    struct prestart_backoff *free_slot = NULL;
+    size_t n = sizeof w->prestart_backoff / sizeof w->prestart_backoff[0];
+    for (size_t i = 0; i < n; i++) {
+        struct prestart_backoff *b = &w->prestart_backoff[i];
+        if (strcmp(b->app_id, app_id) == 0)
+            return b;
+        if (!free_slot || b->failures < free_slot->failures)
+            free_slot = b;
+    }
+    if (!make)
+        return NULL;
+    memset(free_slot, 0, sizeof *free_slot);
+    snprintf(free_slot->app_id, sizeof free_slot->app_id, "%s", app_id);
+    return free_slot;
+}
+
+void sandbox_prestart_failed(struct worker *w, const char *app_id)
+{
+    struct prestart_backoff *b = backoff_of(w, app_id, true);
+    int64_t wait = PRESTART_BACKOFF_FIRST_MS;
+    for (int i = 0; i < b->failures && wait < PRESTART_BACKOFF_MAX_MS; i++)
+        wait *= 2;
+    if (wait > PRESTART_BACKOFF_MAX_MS)
+        wait = PRESTART_BACKOFF_MAX_MS;
+    b->failures++;
+    b->not_before = clock_mono_ms() + wait;
+}
+
+void sandbox_prestart_succeeded(struct worker *w, const char *app_id)
+{
+    struct prestart_backoff *b = backoff_of(w, app_id, false);
+    if (b)
+        memset(b, 0, sizeof *b);
+}
+
+bool sandbox_prestart_due(struct worker *w, const char *app_id)
+{
+    struct prestart_backoff *b = backoff_of(w, app_id, false);
+    return !b || clock_mono_ms() >= b->not_before;
 }
 
 bool sandbox_activations_under_way(struct worker *w)

@@ -5,7 +5,10 @@
  *
  * States (enum sandbox_state) and the store's state each one is recorded as:
  *
- *   SB_BOOTING     booting    the driver's boot job runs: for the pool, or cold for sb->delivery
+ *   SB_BOOTING     booting    the driver's boot job runs: for the pool, or cold for sb->delivery;
+ *                             for a pre-started Sandbox also while its App's command starts and,
+ *                             with readiness "line", until the command says it is ready
+ *                             (prestart_phase; the ready deadline runs)
  *   SB_WARM        warm       booted, agent ready, in the pool, unclaimed
  *   SB_ACTIVATING  claimed    claimed for a Session: Workspace attach, then the App's command
  *                             starting (the start deadline runs)
@@ -21,6 +24,8 @@
  *   (new)       -> STOPPING     sandbox_reap           expiry.c          a dead worker's Sandbox
  *   BOOTING     -> WARM         boot_done              boot.c            a pool boot finished;
  *                                                                        then hooks->warm
+ *   BOOTING     -> WARM         prestart_warm          agent_protocol.c  a pre-started agent
+ *                                                                        started (and was ready)
  *   BOOTING     -> ACTIVATING   boot_done              boot.c            a cold boot finished;
  *                                                                        then hooks->activating
  *   WARM        -> ACTIVATING   sandbox_claimed        boot.c            the store gave it a
@@ -66,6 +71,13 @@
 
 enum sandbox_state { SB_BOOTING, SB_WARM, SB_ACTIVATING, SB_IDLE, SB_BUSY, SB_STOPPING };
 
+/* A pre-started Sandbox on its way to WARM, after its boot job (docs/worker.md). */
+enum prestart_phase {
+    PRESTART_NONE,      /* not pre-started, or past these steps */
+    PRESTART_STARTING,  /* the start line went out; waiting for "started" */
+    PRESTART_READY_WAIT /* started; readiness "line": waiting for the command's ready line */
+};
+
 struct agent_channel;
 struct chunk_stream;
 
@@ -95,6 +107,13 @@ struct sandbox {
     bool running_pending;
     bool stop_failed;
     char stop_reason[128];
+    /* Pre-started for app_id (set from its boot) at the App's definition_rev prestart_rev; 0: an
+     * ordinary pool or cold Sandbox. It serves at most one Session, like any other. */
+    int64_t prestart_rev;
+    enum prestart_phase prestart_phase;
+    bool readiness_line;
+    /* The last line of its agent's log, kept for the reason of an end while warm. */
+    char last_log[160];
     char app_id[STORE_ID_LEN];
     char session_id[STORE_ID_LEN];
     /* Its bearer token for the callback API (sandbox_context.h), made at boot; the store has its
@@ -184,8 +203,19 @@ struct sandbox *sandbox_find_cold_boot(struct worker *w, const char *session_id)
 /* Whether a claimed Sandbox is between its claim and its first answer (ACTIVATING, or BUSY with
  * `running` pending): a cold boot for a delivery does not count. */
 bool sandbox_activations_under_way(struct worker *w);
-/* Warm or booting-for-the-pool Sandboxes of a shape. */
+/* Warm or booting-for-the-pool Sandboxes of a shape (pre-started ones not counted). */
 size_t sandbox_count_pool(struct worker *w, const struct store_shape *shape, size_t *booting);
+/* A pre-started Sandbox of the App ended before it was claimed (its agent exited, or was not
+ * ready in time): its next one waits 1 s, doubling per failure in a row up to 60 s, so an agent
+ * that cannot start does not make the pool boot without pause. */
+void sandbox_prestart_failed(struct worker *w, const char *app_id);
+/* One became warm: the App's pre-started agents start again without waiting. */
+void sandbox_prestart_succeeded(struct worker *w, const char *app_id);
+/* Whether the pool may boot a pre-started Sandbox for the App now. */
+bool sandbox_prestart_due(struct worker *w, const char *app_id);
+/* Warm or starting Sandboxes pre-started for the App at revision rev; booting: those whose boot
+ * job still runs. */
+size_t sandbox_count_prestarted(struct worker *w, const char *app_id, int64_t rev, size_t *booting);
 /* The driver of that name, initialised on first use; NULL (logged once) when unavailable. */
 const struct driver *sandbox_driver(struct worker *w, const char *name);
 
@@ -195,6 +225,10 @@ const struct driver *sandbox_driver(struct worker *w, const char *name);
  * carries. -1 with a reason in err when nothing was started (d is then not carried). */
 int sandbox_boot(struct worker *w, const struct driver *drv, const struct store_shape *shape,
                  struct store_delivery *d, char *err, size_t errlen);
+/* Boots a Sandbox pre-started for app (prestart): once booted, the App's command starts in it
+ * without a Session and it is WARM when started (readiness "none") or ready ("line"). */
+int sandbox_boot_prestarted(struct worker *w, const struct driver *drv, const struct store_app *app,
+                            char *err, size_t errlen);
 /* The store claimed this warm Sandbox for d's Session: WARM -> ACTIVATING, carrying d. */
 void sandbox_claimed(struct sandbox *sb, struct store_delivery *d);
 
@@ -214,6 +248,9 @@ enum store_status sandbox_record_running(struct sandbox *sb);
 void sandbox_running_recorded(struct sandbox *sb);
 /* Arms the agent-start or message deadline (message_timeout); missing it terminates. */
 void sandbox_arm_deadline(struct sandbox *sb);
+/* Arms a pre-started Sandbox's ready deadline (prestart_ready_timeout): missing it ends the
+ * Sandbox as "not ready: ...". */
+void sandbox_arm_ready_deadline(struct sandbox *sb);
 /* A delivery ended on a Sandbox that is still fine: BUSY -> IDLE, keep-alive armed (or, while
  * the worker stops, terminated). May free sb. */
 void sandbox_idle(struct sandbox *sb);
@@ -235,6 +272,14 @@ int agent_protocol_watch(struct sandbox *sb);
  * -1 with the reason in err when there is nothing to run or it could not be sent. */
 int agent_protocol_send_start(struct sandbox *sb, const struct store_app *app, char *err,
                               size_t errlen);
+/* A pre-started Sandbox's boot is done: its App (the worker's copy, app) gets its egress policy
+ * and its command starts, without a Session (prestart_phase STARTING, the ready deadline armed).
+ * Terminates it when that cannot be done. */
+void prestart_begin(struct sandbox *sb, const struct store_app *app);
+/* A claimed pre-started Sandbox (ACTIVATING, its Workspace attached): the context line tells the
+ * agent its Session (and mounts the Workspace over NFS where the driver serves it so); the agent
+ * answers "started" as to a start line. 0, or -1 with the reason in err. */
+int agent_protocol_send_context(struct sandbox *sb, char *err, size_t errlen);
 /* Sends d to the agent (ACTIVATING or IDLE -> BUSY, carrying d) and starts the message deadline;
  * a closed channel terminates the Sandbox (hooks->lost then gets d). */
 void sandbox_send_message(struct sandbox *sb, struct store_delivery *d);

@@ -34,6 +34,12 @@ void sql_app_from_row(struct sql_stmt *s, int c, struct store_app *a)
     a->network_json = sql_col_dup(s, c + 15);
     for (int i = 0; i < STORE_QUOTA_COUNT; i++)
         a->quotas[i] = sql_col_int64_or(s, c + 16 + i, -1);
+    a->prestart = sql_col_int64(s, c + 21) != 0;
+    a->warm_pool = sql_col_int64(s, c + 22);
+    char readiness[8];
+    sql_col_copy(s, c + 23, readiness, sizeof readiness);
+    a->readiness_line = strcmp(readiness, "line") == 0;
+    a->definition_rev = sql_col_int64(s, c + 24);
 }
 
 void store_app_clear(struct store_app *a)
@@ -127,9 +133,10 @@ enum store_status store_app_create(struct store *st, const struct store_ctx *ctx
     s = sql_stmt(st, "INSERT INTO apps (id, name, keep_alive_seconds, vcpu_count, mem_size_mib, "
                      "driver, image, max_attempts, command, created_at, updated_at, limits, "
                      "image_id, image_digest, env, network, quota_live_sandboxes, quota_sessions, "
-                     "quota_workspaces, quota_workspace_mib, quota_keep_alive_seconds) "
+                     "quota_workspaces, quota_workspace_mib, quota_keep_alive_seconds, prestart, "
+                     "warm_pool, readiness) "
                      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12, ?13, ?14, "
-                     "?15, ?16, ?17, ?18, ?19, ?20)");
+                     "?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)");
     if (!s)
         return sql_end(st, STORE_ERROR);
     sql_bind_text(s, 1, app->id);
@@ -152,14 +159,19 @@ enum store_status store_app_create(struct store *st, const struct store_ctx *ctx
             sql_bind_int64(s, 16 + i, app->quotas[i]);
         else
             sql_bind_null(s, 16 + i);
+    sql_bind_int64(s, 21, app->prestart ? 1 : 0);
+    sql_bind_int64(s, 22, app->warm_pool);
+    sql_bind_text(s, 23, app->readiness_line ? "line" : "none");
     r = sql_step_done(st, s);
     if (r == STORE_OK) {
         r = sql_event_json(st, ctx, "app.created", "app", app->id, app->id, NULL,
                            json_pack("{s:s}", "name", app->name));
     }
     r = sql_end(st, r);
-    if (r == STORE_OK)
+    if (r == STORE_OK) {
         app->created_at = app->updated_at = now;
+        app->definition_rev = 1;
+    }
     return r;
 }
 
@@ -239,7 +251,19 @@ enum store_status store_app_update_within(struct store *st, const struct store_c
                      "quota_workspace_mib = CASE WHEN CAST(?19 AS BIGINT) IS NULL THEN "
                      "quota_workspace_mib ELSE NULLIF(CAST(?19 AS BIGINT), -1) END, "
                      "quota_keep_alive_seconds = CASE WHEN CAST(?20 AS BIGINT) IS NULL THEN "
-                     "quota_keep_alive_seconds ELSE NULLIF(CAST(?20 AS BIGINT), -1) END "
+                     "quota_keep_alive_seconds ELSE NULLIF(CAST(?20 AS BIGINT), -1) END, "
+                     "prestart = COALESCE(?21, prestart), "
+                     "warm_pool = COALESCE(?22, warm_pool), "
+                     "readiness = COALESCE(CAST(?23 AS TEXT), readiness), "
+                     /* What its pre-started Sandboxes were started from changed: they are
+                      * retired (docs/worker.md). The right-hand sides read the old row. */
+                     "definition_rev = definition_rev + CASE WHEN "
+                     "COALESCE(?4, vcpu_count) <> vcpu_count OR "
+                     "COALESCE(?5, mem_size_mib) <> mem_size_mib OR "
+                     "COALESCE(CAST(?6 AS TEXT), driver) <> driver OR "
+                     "COALESCE(CAST(?9 AS TEXT), command) <> command OR "
+                     "COALESCE(CAST(?13 AS TEXT), image_digest) <> image_digest OR "
+                     "COALESCE(CAST(?14 AS TEXT), env) <> env THEN 1 ELSE 0 END "
                      "WHERE id = ?1 AND deleted_at IS NULL");
     if (!s)
         return sql_end(st, STORE_ERROR);
@@ -274,6 +298,12 @@ enum store_status store_app_update_within(struct store *st, const struct store_c
     for (int i = 0; p->quotas && i < STORE_QUOTA_COUNT; i++)
         if (p->quotas[i] != STORE_QUOTA_KEEP)
             sql_bind_int64(s, 16 + i, p->quotas[i] < 0 ? -1 : p->quotas[i]);
+    if (p->prestart)
+        sql_bind_int64(s, 21, *p->prestart ? 1 : 0);
+    if (p->warm_pool)
+        sql_bind_int64(s, 22, *p->warm_pool);
+    if (p->readiness)
+        sql_bind_text(s, 23, p->readiness);
     r = sql_step_done(st, s);
     if (r == STORE_OK && sql_changes(st) == 0)
         r = STORE_NOT_FOUND;
@@ -290,7 +320,10 @@ enum store_status store_app_update_within(struct store *st, const struct store_c
                                 p->limits_json ? "limits" : NULL,
                                 p->env_json ? "env" : NULL,
                                 p->network_json ? "network" : NULL,
-                                p->quotas ? "quotas" : NULL};
+                                p->quotas ? "quotas" : NULL,
+                                p->prestart ? "prestart" : NULL,
+                                p->warm_pool ? "warmPool" : NULL,
+                                p->readiness ? "readiness" : NULL};
         n = (size_t)snprintf(data, sizeof data, "{\"fields\":[");
         for (size_t i = 0, k = 0; i < sizeof fields / sizeof fields[0]; i++)
             if (fields[i])
@@ -408,4 +441,11 @@ enum store_status store_app_shapes(struct store *st, struct store_shape **out, s
                      "FROM apps WHERE deleted_at IS NULL "
                      "ORDER BY driver, image_digest, vcpu_count, mem_size_mib");
     return sql_read_all(st, s, &shape_page, (void *)out, n);
+}
+
+enum store_status store_app_prestart_list(struct store *st, struct store_app **out, size_t *n)
+{
+    struct sql_stmt *s = sql_stmt(st, "SELECT " APP_COLS " FROM apps a WHERE deleted_at IS NULL "
+                                      "AND prestart = 1 AND warm_pool > 0 ORDER BY rowid");
+    return sql_read_all(st, s, &app_page, (void *)out, n);
 }

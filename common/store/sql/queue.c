@@ -272,8 +272,10 @@ static enum store_status claim_warm_sandbox_in_tx(struct store *st, const struct
     shape.vcpu_count = out->app.vcpu_count;
     shape.mem_size_mib = out->app.mem_size_mib;
     out->warm_claim_tried = true;
-    enum store_status rc = sql_sandbox_claim_warm_in_tx(st, ctx, worker_id, &shape, out->app.id,
-                                                        out->session.id, &out->sandbox);
+    int64_t prestart_rev =
+        out->app.prestart && out->app.warm_pool > 0 ? out->app.definition_rev : 0;
+    enum store_status rc = sql_sandbox_claim_warm_in_tx(
+        st, ctx, worker_id, &shape, out->app.id, prestart_rev, out->session.id, &out->sandbox);
     if (rc == STORE_EMPTY) {
         memset(&out->sandbox, 0, sizeof out->sandbox);
         return STORE_OK; /* none warm: the worker boots one cold */

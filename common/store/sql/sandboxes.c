@@ -52,6 +52,7 @@ static int64_t sandbox_from_row(struct sql_stmt *s, void *item)
     b->callback_calls = sql_col_int64_or(s, 25, 0);
     b->callback_last_at = sql_col_int64_or(s, 26, 0);
     b->oom_kills = sql_col_int64_or(s, 27, 0);
+    b->prestart_rev = sql_col_int64_or(s, 28, 0);
     return sql_col_int64(s, 0);
 }
 
@@ -145,9 +146,51 @@ enum store_status store_pool_stats(struct store *st, struct store_pool_stat **ou
         "count(CASE WHEN b.state = 'failed' AND b.ready_at IS NULL THEN 1 END) "
         "FROM shapes h LEFT JOIN sandboxes b ON b.driver = h.driver AND b.image = h.image "
         "AND b.vcpu_count = h.vcpu_count AND b.mem_size_mib = h.mem_size_mib "
+        "AND b.prestart_rev IS NULL "
         "GROUP BY h.driver, h.image, h.vcpu_count, h.mem_size_mib "
         "ORDER BY h.driver, h.image, h.vcpu_count, h.mem_size_mib");
     return sql_read_all(st, s, &pool_stat_page, (void *)out, n);
+}
+
+static int64_t pool_app_stat_from_row(struct sql_stmt *s, void *item)
+{
+    struct store_pool_app_stat *p = item;
+    char readiness[8];
+    sql_col_copy(s, 0, p->app_id, sizeof p->app_id);
+    p->prestart = sql_col_int64(s, 1) != 0;
+    p->warm_pool = sql_col_int64(s, 2);
+    sql_col_copy(s, 3, readiness, sizeof readiness);
+    p->readiness_line = strcmp(readiness, "line") == 0;
+    p->warm = sql_col_int64(s, 4);
+    p->starting = sql_col_int64(s, 5);
+    p->claimed = sql_col_int64(s, 6);
+    p->not_ready = sql_col_int64(s, 7);
+    p->retired = sql_col_int64(s, 8);
+    p->ended_warm = sql_col_int64(s, 9);
+    return 0;
+}
+
+static const struct sql_page pool_app_stat_page = {sizeof(struct store_pool_app_stat),
+                                                   pool_app_stat_from_row, sql_free_items};
+
+enum store_status store_pool_app_stats(struct store *st, struct store_pool_app_stat **out,
+                                       size_t *n)
+{
+    /* Every live App that pre-starts, and every App that has pre-started Sandboxes. */
+    struct sql_stmt *s = sql_stmt(
+        st, "SELECT a.id, a.prestart, a.warm_pool, a.readiness, "
+            "count(CASE WHEN b.state = 'warm' THEN 1 END), "
+            "count(CASE WHEN b.state = 'booting' THEN 1 END), "
+            "count(CASE WHEN b.state IN ('claimed', 'running') THEN 1 END), "
+            "count(CASE WHEN b.termination_reason LIKE 'not ready%' THEN 1 END), "
+            "count(CASE WHEN b.termination_reason LIKE 'retired%' THEN 1 END), "
+            "count(CASE WHEN b.state IN ('stopping', 'terminated', 'failed') AND "
+            "b.claimed_at IS NULL AND b.termination_reason NOT LIKE 'not ready%' AND "
+            "b.termination_reason NOT LIKE 'retired%' THEN 1 END) "
+            "FROM apps a LEFT JOIN sandboxes b ON b.app_id = a.id AND b.prestart_rev IS NOT NULL "
+            "WHERE (a.deleted_at IS NULL AND a.prestart = 1) OR b.id IS NOT NULL "
+            "GROUP BY a.id, a.prestart, a.warm_pool, a.readiness ORDER BY a.id");
+    return sql_read_all(st, s, &pool_app_stat_page, (void *)out, n);
 }
 
 /* ---- the lifecycle (the workers) ---- */
@@ -181,9 +224,11 @@ static enum store_status sandbox_event(struct store *st, const struct store_ctx 
     return sql_event_json(st, ctx, kind, "sandbox", sb->id, sb->app_id, sb->session_id, data);
 }
 
-enum store_status store_sandbox_insert(struct store *st, const struct store_ctx *ctx,
-                                       const char *worker_id, const struct store_shape *shape,
-                                       bool cold, struct store_sandbox *out)
+/* A new booting Sandbox; with app_id, pre-started for that App's definition revision rev. */
+static enum store_status sandbox_insert(struct store *st, const struct store_ctx *ctx,
+                                        const char *worker_id, const struct store_shape *shape,
+                                        bool cold, const char *app_id, int64_t rev,
+                                        struct store_sandbox *out)
 {
     enum store_status rc;
     struct store_sandbox sb;
@@ -195,9 +240,10 @@ enum store_status store_sandbox_insert(struct store *st, const struct store_ctx 
         return rc;
     struct sql_stmt *s =
         sql_stmt(st, "INSERT INTO sandboxes (id, state, driver, image, vcpu_count, "
-                     "mem_size_mib, worker_id, cold, created_at, updated_at) "
-                     "SELECT ?1, 'booting', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8 WHERE NOT EXISTS "
-                     "(SELECT 1 FROM workers WHERE id = ?6 AND stopped_at IS NOT NULL)");
+                     "mem_size_mib, worker_id, cold, created_at, updated_at, app_id, "
+                     "prestart_rev) "
+                     "SELECT ?1, 'booting', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10 WHERE NOT "
+                     "EXISTS (SELECT 1 FROM workers WHERE id = ?6 AND stopped_at IS NOT NULL)");
     if (!s)
         return sql_end(st, STORE_ERROR);
     sql_bind_text(s, 1, sb.id);
@@ -208,6 +254,11 @@ enum store_status store_sandbox_insert(struct store *st, const struct store_ctx 
     sql_bind_text(s, 6, worker_id);
     sql_bind_int64(s, 7, cold ? 1 : 0);
     sql_bind_int64(s, 8, clock_wall_ms());
+    sql_bind_text_or_null(s, 9, app_id);
+    if (app_id)
+        sql_bind_int64(s, 10, rev);
+    else
+        sql_bind_null(s, 10);
     rc = sql_step_done(st, s);
     /* A worker that was stopped (its host declared lost, or itself taken for dead) records no new
      * Sandbox: nobody would ever end it. */
@@ -217,14 +268,31 @@ enum store_status store_sandbox_insert(struct store *st, const struct store_ctx 
         rc = sandbox_load(st, sb.id, &sb);
     if (rc == STORE_OK)
         rc = sandbox_event(st, ctx, "sandbox.booting", &sb,
-                           json_pack("{s:s,s:s,s:I,s:I,s:b,s:s}", "driver", shape->driver, "image",
-                                     shape->image, "vcpuCount", (json_int_t)shape->vcpu_count,
-                                     "memSizeMib", (json_int_t)shape->mem_size_mib, "cold", cold,
-                                     "workerId", worker_id));
+                           json_pack("{s:s,s:s,s:I,s:I,s:b,s:s,s:b}", "driver", shape->driver,
+                                     "image", shape->image, "vcpuCount",
+                                     (json_int_t)shape->vcpu_count, "memSizeMib",
+                                     (json_int_t)shape->mem_size_mib, "cold", cold, "workerId",
+                                     worker_id, "prestarted", app_id != NULL));
     rc = sql_end(st, rc);
     if (rc == STORE_OK)
         *out = sb;
     return rc;
+}
+
+enum store_status store_sandbox_insert(struct store *st, const struct store_ctx *ctx,
+                                       const char *worker_id, const struct store_shape *shape,
+                                       bool cold, struct store_sandbox *out)
+{
+    return sandbox_insert(st, ctx, worker_id, shape, cold, NULL, 0, out);
+}
+
+enum store_status store_sandbox_insert_prestarted(struct store *st, const struct store_ctx *ctx,
+                                                  const char *worker_id,
+                                                  const struct store_shape *shape,
+                                                  const char *app_id, int64_t rev,
+                                                  struct store_sandbox *out)
+{
+    return sandbox_insert(st, ctx, worker_id, shape, false, app_id, rev, out);
 }
 
 enum store_status store_sandbox_set_runtime(struct store *st, const struct store_sandbox *sb)
@@ -274,18 +342,23 @@ enum store_status store_sandbox_mark_warm(struct store *st, const struct store_c
     return sql_end(st, rc);
 }
 
-enum store_status sql_sandbox_claim_warm_in_tx(struct store *st, const struct store_ctx *ctx,
-                                               const char *worker_id,
-                                               const struct store_shape *shape, const char *app_id,
-                                               const char *session_id, struct store_sandbox *out)
+/* The warm Sandbox a claim takes, into sandbox_id: with prestart_rev, one of this worker's
+ * pre-started for the App at that revision; without, one of the shape's ordinary pool (never a
+ * pre-started one: it holds its App's agent already). STORE_EMPTY when none is warm. */
+static enum store_status warm_pick(struct store *st, const char *worker_id,
+                                   const struct store_shape *shape, const char *app_id,
+                                   int64_t prestart_rev, char *sandbox_id, size_t len)
 {
-    struct sql_stmt *pick = sql_stmt(st, "SELECT id FROM sandboxes WHERE state = 'warm' AND "
-                                         "worker_id = ?1 AND driver = ?2 AND image = ?3 AND "
-                                         "vcpu_count = ?4 AND mem_size_mib = ?5 AND "
-                                         "stop_requested_at IS NULL ORDER BY ready_at LIMIT 1");
-    char sandbox_id[STORE_ID_LEN];
-    enum store_status rc;
-    int64_t now = clock_wall_ms();
+    struct sql_stmt *pick =
+        prestart_rev > 0
+            ? sql_stmt(st, "SELECT id FROM sandboxes WHERE app_id = ?6 AND state = 'warm' AND "
+                           "prestart_rev = ?7 AND worker_id = ?1 AND driver = ?2 AND image = ?3 "
+                           "AND vcpu_count = ?4 AND mem_size_mib = ?5 AND "
+                           "stop_requested_at IS NULL ORDER BY ready_at LIMIT 1")
+            : sql_stmt(st, "SELECT id FROM sandboxes WHERE state = 'warm' AND "
+                           "worker_id = ?1 AND driver = ?2 AND image = ?3 AND "
+                           "vcpu_count = ?4 AND mem_size_mib = ?5 AND prestart_rev IS NULL AND "
+                           "stop_requested_at IS NULL ORDER BY ready_at LIMIT 1");
     int r;
     if (!pick)
         return STORE_ERROR;
@@ -294,14 +367,35 @@ enum store_status sql_sandbox_claim_warm_in_tx(struct store *st, const struct st
     sql_bind_text(pick, 3, shape->image);
     sql_bind_int64(pick, 4, shape->vcpu_count);
     sql_bind_int64(pick, 5, shape->mem_size_mib);
+    if (prestart_rev > 0) {
+        sql_bind_text(pick, 6, app_id);
+        sql_bind_int64(pick, 7, prestart_rev);
+    }
     r = sql_step(pick);
     if (r == SQL_ROW)
-        sql_col_copy(pick, 0, sandbox_id, sizeof sandbox_id);
+        sql_col_copy(pick, 0, sandbox_id, len);
     sql_done(pick);
     if (r == SQL_DONE)
         return STORE_EMPTY;
-    if (r != SQL_ROW)
-        return sql_status(st, r);
+    return r == SQL_ROW ? STORE_OK : sql_status(st, r);
+}
+
+enum store_status sql_sandbox_claim_warm_in_tx(struct store *st, const struct store_ctx *ctx,
+                                               const char *worker_id,
+                                               const struct store_shape *shape, const char *app_id,
+                                               int64_t prestart_rev, const char *session_id,
+                                               struct store_sandbox *out)
+{
+    char sandbox_id[STORE_ID_LEN];
+    enum store_status rc = STORE_EMPTY;
+    int64_t now = clock_wall_ms();
+    /* An App with pre-started agents takes one of its own first, else today's pool. */
+    if (prestart_rev > 0)
+        rc = warm_pick(st, worker_id, shape, app_id, prestart_rev, sandbox_id, sizeof sandbox_id);
+    if (rc == STORE_EMPTY)
+        rc = warm_pick(st, worker_id, shape, app_id, 0, sandbox_id, sizeof sandbox_id);
+    if (rc != STORE_OK)
+        return rc;
 
     /* Conditional, and checked by its row count: under PostgreSQL's READ COMMITTED a stop request
      * may land between the pick and here; such a Sandbox is not claimed (none was warm). */
@@ -321,20 +415,21 @@ enum store_status sql_sandbox_claim_warm_in_tx(struct store *st, const struct st
         return rc;
     if ((rc = sandbox_load(st, sandbox_id, out)) != STORE_OK)
         return rc;
-    return sandbox_event(st, ctx, "sandbox.claimed", out, json_pack("{s:b}", "cold", 0));
+    return sandbox_event(st, ctx, "sandbox.claimed", out,
+                         json_pack("{s:b,s:b}", "cold", 0, "prestarted", out->prestart_rev > 0));
 }
 
 enum store_status store_sandbox_claim_warm(struct store *st, const struct store_ctx *ctx,
                                            const char *worker_id, const struct store_shape *shape,
-                                           const char *app_id, const char *session_id,
-                                           struct store_sandbox *out)
+                                           const char *app_id, int64_t prestart_rev,
+                                           const char *session_id, struct store_sandbox *out)
 {
     enum store_status rc;
     struct store_sandbox sb;
     if ((rc = sql_begin(st)) != STORE_OK)
         return rc;
-    rc = sql_end(st,
-                 sql_sandbox_claim_warm_in_tx(st, ctx, worker_id, shape, app_id, session_id, &sb));
+    rc = sql_end(st, sql_sandbox_claim_warm_in_tx(st, ctx, worker_id, shape, app_id, prestart_rev,
+                                                  session_id, &sb));
     if (rc == STORE_OK)
         *out = sb;
     return rc;
@@ -593,7 +688,7 @@ struct sandbox_with_host {
 static int64_t sandbox_with_host_from_row(struct sql_stmt *s, void *item)
 {
     struct sandbox_with_host *h = item;
-    sql_col_copy(s, 28, h->host_id, sizeof h->host_id);
+    sql_col_copy(s, SQL_SANDBOX_NCOLS, h->host_id, sizeof h->host_id);
     return sandbox_from_row(s, &h->b);
 }
 

@@ -139,6 +139,18 @@ static const char *env_collision(const char *env_json, const char *name,
     return hit ? found : NULL;
 }
 
+/* The App's pre-started Sandboxes hold the secrets as they were when their agents started: a
+ * change retires them, as a change of the App's env does (docs/worker.md). */
+static enum store_status retire_prestarted(struct store *st, const char *app_id)
+{
+    struct sql_stmt *s =
+        sql_stmt(st, "UPDATE apps SET definition_rev = definition_rev + 1 WHERE id = ?1");
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, app_id);
+    return sql_step_done(st, s);
+}
+
 enum store_status store_secret_put(struct store *st, const struct store_ctx *ctx,
                                    const struct store_secret *in, const char *const *reserved,
                                    size_t max_per_app, bool *created, char *conflict,
@@ -196,6 +208,8 @@ enum store_status store_secret_put(struct store *st, const struct store_ctx *ctx
     sql_bind_int64(s, 7, now);
     r = sql_step_done(st, s);
     if (r == STORE_OK)
+        r = retire_prestarted(st, in->app_id);
+    if (r == STORE_OK)
         r = sql_event_json(st, ctx, "secret.put", "app", in->app_id, in->app_id, NULL,
                            json_pack("{s:s, s:b}", "name", in->name, "created", !exists));
     if (r == STORE_OK && out)
@@ -224,6 +238,8 @@ enum store_status store_secret_delete(struct store *st, const struct store_ctx *
     sql_bind_text(s, 1, app_id);
     sql_bind_text(s, 2, name);
     r = sql_step_change(st, s, STORE_NOT_FOUND);
+    if (r == STORE_OK)
+        r = retire_prestarted(st, app_id);
     if (r == STORE_OK)
         r = sql_event_json(st, ctx, "secret.deleted", "app", app_id, app_id, NULL,
                            json_pack("{s:s}", "name", name));

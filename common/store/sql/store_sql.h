@@ -166,7 +166,8 @@ enum store_status sql_enqueue_pg_batch(struct store *st, const char *const *sess
     "a.id, a.name, a.keep_alive_seconds, a.vcpu_count, a.mem_size_mib, a.driver, a.image, "        \
     "a.max_attempts, a.command, a.created_at, a.updated_at, a.limits, a.image_id, "                \
     "a.image_digest, a.env, a.network, a.quota_live_sandboxes, a.quota_sessions, "                 \
-    "a.quota_workspaces, a.quota_workspace_mib, a.quota_keep_alive_seconds"
+    "a.quota_workspaces, a.quota_workspace_mib, a.quota_keep_alive_seconds, a.prestart, "          \
+    "a.warm_pool, a.readiness, a.definition_rev"
 #define SQL_SESSION_COLS                                                                           \
     "s.id, s.app_id, s.name, s.state, s.sandbox_id, s.keep_alive_seconds, "                        \
     "COALESCE(s.keep_alive_seconds, a.keep_alive_seconds), s.workspace_id, s.metadata, "           \
@@ -187,8 +188,10 @@ void sql_message_from_row(struct sql_stmt *s, int c, struct store_message *m); /
     "rowid, id, state, driver, image, image_hash, vcpu_count, mem_size_mib, worker_id, app_id, "   \
     "session_id, pid, jail_dir, cgroup_path, net_address, cold, boot_ms, cpu_usec, "               \
     "mem_peak_bytes, termination_reason, stop_requested_at, created_at, ready_at, claimed_at, "    \
-    "terminated_at, callback_calls, callback_last_at, oom_kills "
+    "terminated_at, callback_calls, callback_last_at, oom_kills, prestart_rev "
 extern const struct sql_page sql_sandbox_page;
+/* How many columns SQL_SANDBOX_COLS names: the index of a column selected after them. */
+#define SQL_SANDBOX_NCOLS 29
 
 /* ---- steps that one table's file takes inside another's transaction ---- */
 
@@ -216,7 +219,8 @@ enum store_status sql_queue_requeue_in_tx(struct store *st, const struct store_c
 enum store_status sql_sandbox_claim_warm_in_tx(struct store *st, const struct store_ctx *ctx,
                                                const char *worker_id,
                                                const struct store_shape *shape, const char *app_id,
-                                               const char *session_id, struct store_sandbox *out);
+                                               int64_t prestart_rev, const char *session_id,
+                                               struct store_sandbox *out);
 /* claimed -> running and the Session active, as store_sandbox_mark_running does
  * (store_sandboxes.h). (sandboxes.c) */
 enum store_status sql_sandbox_mark_running_in_tx(struct store *st, const struct store_ctx *ctx,

@@ -3,7 +3,9 @@
 // in /workspace of its microVM (mounted from sbx's own NFS export); while it runs the Sandbox has
 // its export and its TCP 2049 firewall element; after keep-alive expiry both are gone and the data
 // is still on the host; the next message lands in a new VM that reads the same file. Another
-// App's Session cannot attach the Workspace (404). Two VMs in all.
+// App's Session cannot attach the Workspace (404). The next message goes to a pre-started VM (the
+// App turned to prestart meanwhile), whose guest agent mounts the Workspace on the context line,
+// before the first message. Three VMs in all.
 //
 // Uses the worker tests' harness (SBX_GATEWAY_BIN, SBX_WORKER_BIN), the guest_image fixture, root
 // (firewall, taps) and nfs-ganesha.
@@ -52,7 +54,7 @@ test('a Workspace file survives Sandbox replacement through the NFS export; anot
     env: { SBX_POOL_SIZE: '1', SBX_MESSAGE_TIMEOUT: '60', SBX_LEASE_MS: '90000', SBX_QEMU_ACCEL: 'tcg' },
   });
   try {
-    const { key } = await sbx.app('vmws', { driver: 'qemu', keepAliveSeconds: 6, memSizeMib: 256, vcpuCount: 1, maxAttempts: 1 });
+    const { app, key } = await sbx.app('vmws', { driver: 'qemu', keepAliveSeconds: 6, memSizeMib: 256, vcpuCount: 1, maxAttempts: 1 });
     const ws = await req(sbx.gw, 'POST', '/v1/workspaces', { token: key, body: {} });
     assert.equal(ws.status, 201, ws.text);
     const session = await sbx.session(key, { workspaceId: ws.json.id });
@@ -92,11 +94,19 @@ test('a Workspace file survives Sandbox replacement through the NFS export; anot
     assert.equal(readFileSync(file, 'utf8'), 'durable over NFS');
     assert.equal(statSync(file).uid, 65534, 'the file is not owned by the Sandbox uid');
 
-    // The next message: a new VM, the same file.
+    // The next message: a new VM, pre-started for the App (its agent ran before the Session was
+    // known), the same file, mounted by the guest agent before the context line reached the agent.
+    const pre = await req(sbx.gw, 'PATCH', `/v1/apps/${app.id}`, { token: sbx.gw.admin, body: { prestart: true, warmPool: 1 } });
+    assert.equal(pre.status, 200, pre.text);
+    await sbx.until(() => sbx.sql(`SELECT COUNT(*) FROM sandboxes WHERE app_id = '${app.id}' AND state = 'warm'
+                                   AND prestart_rev IS NOT NULL`) === '1', 200000, 'a pre-started VM');
     const m2 = await sbx.roundTrip(key, session.id, { readFile: { path: '/workspace/kept.txt' } }, 150);
     assert.equal(m2.state, 'completed', m2.error);
     assert.notEqual(m2.sandboxId, m1.sandboxId, 'the second message reused the first VM');
     assert.equal(m2.reply.readFile?.data, 'durable over NFS', JSON.stringify(m2.reply));
+    assert.equal((await sbx.getSandbox(key, m2.sandboxId)).prestarted, true);
+    assert.equal(m2.reply.context?.sessionId, session.id, JSON.stringify(m2.reply));
+    assert.ok(m2.reply.workspaceAtContext.includes('kept.txt'), JSON.stringify(m2.reply));
 
     const results = await sbx.stop();
     assert.deepEqual(results[0], { code: 0, signal: null });

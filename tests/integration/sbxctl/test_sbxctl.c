@@ -245,7 +245,7 @@ static void activate(struct fixture *f, const char *session, const char *want_wa
 {
     struct store_sandbox sb = {0};
     enum store_status rc =
-        store_sandbox_claim_warm(f->st, &worker_ctx, "wrk_test", &shape, f->app, session, &sb);
+        store_sandbox_claim_warm(f->st, &worker_ctx, "wrk_test", &shape, f->app, 0, session, &sb);
     if (want_warm) {
         assert_int_equal(rc, STORE_OK);
         assert_string_equal(sb.id, want_warm);
