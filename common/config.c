@@ -175,6 +175,9 @@ static const struct setting settings[] = {
         "bytes per second below which a registry response is too slow"),
     INT(registry_low_speed_time, "60", 1, 3600,
         "seconds a registry response may stay below registry_low_speed_limit"),
+    INT(quota_live_sandboxes, "0", 0, 10000000,
+        "Sandboxes an App's Sessions may hold at once, for Apps without a quota of their own (0: "
+        "no bound)"),
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 

@@ -107,6 +107,8 @@ struct sbx_config {
     int64_t registry_pull_timeout;    /* SBX_REGISTRY_PULL_TIMEOUT: seconds of a whole pull */
     int64_t registry_low_speed_limit; /* SBX_REGISTRY_LOW_SPEED_LIMIT: bytes per second */
     int64_t registry_low_speed_time;  /* SBX_REGISTRY_LOW_SPEED_TIME: seconds below it */
+    /* tenants: an App's live Sandboxes when its own quota is NULL (0: no bound) */
+    int64_t quota_live_sandboxes; /* SBX_QUOTA_LIVE_SANDBOXES */
 };
 
 /* Fills cfg from defaults, the file, the environment and argv (in that order of precedence,
