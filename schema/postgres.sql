@@ -735,3 +735,8 @@ ALTER TABLE apps ADD COLUMN quota_sessions BIGINT CHECK (quota_sessions >= 0);
 ALTER TABLE apps ADD COLUMN quota_workspaces BIGINT CHECK (quota_workspaces >= 0);
 ALTER TABLE apps ADD COLUMN quota_workspace_mib BIGINT CHECK (quota_workspace_mib >= 0);
 ALTER TABLE apps ADD COLUMN quota_keep_alive_seconds BIGINT CHECK (quota_keep_alive_seconds >= 0);
+
+-- The queue by App, for fair claiming: the Apps with waiting messages, one after the other, and
+-- each App's oldest due message; and each App's Sessions that hold a Sandbox (0017).
+CREATE INDEX messages_queued_app ON messages (app_id, not_before, created_at) WHERE state = 'queued';
+CREATE INDEX sessions_live ON sessions (app_id) WHERE state IN ('activating', 'active');

@@ -74,7 +74,8 @@ void consumer_run(struct worker *w)
         /* Placement: an idle Session's message goes to the host with a warm Sandbox of its
          * shape, else the least loaded one (or to any host once it has waited the grace); the
          * same transaction claims that warm Sandbox here for the Session (delivery_activate). */
-        struct store_placement placement = {w->cfg.placement_grace_ms, w->cfg.host_lost_ms};
+        struct store_placement placement = {w->cfg.placement_grace_ms, w->cfg.host_lost_ms,
+                                            w->cfg.quota_live_sandboxes};
         enum store_status rc = owned_only ? store_queue_claim_owned(w->st, &w->ctx, w->id, lease, d)
                                           : store_queue_claim_with_sandbox(w->st, &w->ctx, w->id,
                                                                            lease, &placement, d);

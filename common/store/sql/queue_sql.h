@@ -11,6 +11,11 @@
 
 /* The next deliverable messages (the claim's pick; PostgreSQL adds FOR UPDATE ... SKIP LOCKED). */
 extern const char queue_claim_pick_sql[];
+/* The same for one App (fair claiming), the walk over the Apps with queued messages, and each
+ * App's live Sandboxes. */
+extern const char queue_claim_pick_app_sql[];
+extern const char queue_claim_next_app_sql[];
+extern const char queue_claim_live_sql[];
 /* The messages whose lease has expired. */
 extern const char queue_requeue_expired_sql[];
 /* When the earliest queued head of a Session's queue is due. */
