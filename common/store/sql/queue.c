@@ -67,11 +67,13 @@ static const char *claim_pick(struct store *st, bool lock, bool per_app)
     return per_app ? queue_claim_pick_app_sql : queue_claim_pick_sql;
 }
 
-/* The App after ?1 (in id order) with a queued message, and its effective live-Sandbox quota
- * (?2: the default for NULL): one step of a walk over the Apps with waiting messages, each a
- * search of messages_queued_app, however long any App's backlog. */
+/* The App after ?1 (in id order) with a queued message, its effective live-Sandbox quota (?2:
+ * the default for NULL), and the last such App (the walk ends there: one step when one App
+ * waits): one step of a walk over the Apps with waiting messages, each a search of
+ * messages_queued_app, however long any App's backlog. */
 const char queue_claim_next_app_sql[] =
-    "SELECT a.id, COALESCE(a.quota_live_sandboxes, ?2) FROM apps a WHERE a.id = "
+    "SELECT a.id, COALESCE(a.quota_live_sandboxes, ?2), "
+    "(SELECT MAX(l.app_id) FROM messages l WHERE l.state = 'queued') FROM apps a WHERE a.id = "
     "(SELECT MIN(m.app_id) FROM messages m WHERE m.state = 'queued' AND m.app_id > ?1)";
 /* Each App's Sessions that hold a Sandbox, on every worker: a walk of the partial index
  * sessions_live, so in proportion to the live Sessions, never to an App's idle ones. */
@@ -110,7 +112,7 @@ static int claim_app_cmp(const void *a, const void *b)
 
 /* The Apps with queued messages, in the order their messages are served: fewest live Sandboxes
  * first, then by id. The live counts are read only when there is something to order or a quota to
- * hold (one App without a quota, the common case, costs the walk's two searches). *out is the
+ * hold (one App without a quota, the common case, costs one step of the walk). *out is the
  * caller's to free. */
 static enum store_status claim_apps_load(struct store *st, int64_t default_quota,
                                          struct claim_app **out, size_t *n_out)
@@ -148,13 +150,16 @@ static enum store_status claim_apps_load(struct store *st, int64_t default_quota
             apps = na;
             cap = ncap;
         }
+        char last[STORE_ID_LEN];
         memset(&apps[n], 0, sizeof apps[n]);
         sql_col_copy(s, 0, apps[n].id, sizeof apps[n].id);
         apps[n].quota = sql_col_int64_or(s, 1, 0);
+        sql_col_copy(s, 2, last, sizeof last);
         sql_done(s);
         any_quota = any_quota || apps[n].quota > 0;
         snprintf(after, sizeof after, "%s", apps[n].id);
-        n++;
+        if (strcmp(apps[n++].id, last) == 0)
+            break;
     }
     if (rc == STORE_OK && (n > 1 || any_quota)) {
         struct sql_stmt *s = sql_stmt(st, queue_claim_live_sql);
