@@ -737,6 +737,8 @@ ALTER TABLE apps ADD COLUMN quota_workspace_mib BIGINT CHECK (quota_workspace_mi
 ALTER TABLE apps ADD COLUMN quota_keep_alive_seconds BIGINT CHECK (quota_keep_alive_seconds >= 0);
 
 -- The queue by App, for fair claiming: the Apps with waiting messages, one after the other, and
--- each App's oldest due message; and each App's Sessions that hold a Sandbox (0017).
+-- each App's oldest due message; each App's Sessions that hold a Sandbox; and the queued messages
+-- of a Session, for the claims of a worker at its Sandbox limit (0017).
 CREATE INDEX messages_queued_app ON messages (app_id, not_before, created_at) WHERE state = 'queued';
 CREATE INDEX sessions_live ON sessions (app_id) WHERE state IN ('activating', 'active');
+CREATE INDEX messages_queued_session ON messages (session_id, seq) WHERE state = 'queued';

@@ -121,10 +121,12 @@ static void assert_uses(const char *name, const char *sql, const char *index, co
 
 static void assert_all_indexed(void)
 {
-    assert_indexed("the claim's pick", queue_claim_pick_sql);
     assert_indexed("the claim's pick of one App", queue_claim_pick_app_sql);
     assert_uses("the claim's pick of one App", queue_claim_pick_app_sql, "messages_queued_app",
                 NULL);
+    assert_indexed("the claim's pick of owned Sessions", queue_claim_pick_owned_sql);
+    assert_uses("the claim's pick of owned Sessions", queue_claim_pick_owned_sql,
+                "messages_queued_session", NULL);
     assert_uses("the walk over the Apps with queued messages", queue_claim_next_app_sql,
                 "messages_queued_app", NULL);
     assert_uses("the Apps' live Sandboxes", queue_claim_live_sql, "sessions_live",

@@ -32,39 +32,46 @@
  * is not deleted and is free or ours, and no earlier message of its Session is unfinished: that
  * one rule gives both per-Session order and one-at-a-time delivery, since a delivering message is
  * unfinished and blocks every later one. Placement (claim_choose) may pass over the first ones,
- * so up to ?4 come, each with what placement needs: when it became claimable (its creation, its
- * retry time, or its Session's return to idle, whichever is last) and its App's shape. ?3 = 1:
- * only messages of Sessions this worker owns. */
-#define CLAIM_PICK_FROM                                                                            \
+ * so several may come, each with what placement needs: when it became claimable (its creation, its
+ * retry time, or its Session's return to idle, whichever is last) and its App's shape. Up to ?3,
+ * due by ?1, for worker ?2. */
+#define CLAIM_PICK_COLS                                                                            \
     "SELECT m.id, m.session_id, CASE WHEN s.worker_id IS NULL THEN 1 ELSE 0 END, "                 \
     "CASE WHEN m.not_before > m.created_at THEN m.not_before ELSE m.created_at END, "              \
-    "s.updated_at, a.driver, a.image_digest, a.vcpu_count, a.mem_size_mib FROM messages m "        \
-    "JOIN sessions s ON s.id = m.session_id JOIN apps a ON a.id = s.app_id "
-#define CLAIM_PICK_WHERE                                                                           \
+    "s.updated_at, a.driver, a.image_digest, a.vcpu_count, a.mem_size_mib "
+#define CLAIM_PICK_HEAD                                                                            \
     "m.state = 'queued' AND m.not_before <= ?1 AND s.state <> 'deleted' "                          \
-    "AND (s.worker_id IS NULL OR s.worker_id = ?2) AND (?3 = 0 OR s.worker_id = ?2) "              \
     "AND NOT EXISTS (SELECT 1 FROM messages e WHERE e.session_id = m.session_id "                  \
     "AND e.seq < m.seq AND e.state IN ('queued', 'delivering')) "                                  \
-    "ORDER BY m.not_before, m.created_at LIMIT ?4"
-#define CLAIM_PICK_SQL CLAIM_PICK_FROM "WHERE " CLAIM_PICK_WHERE
-/* The same for one App (?5), through messages_queued_app, so that another App's backlog is never
- * walked; ?6 = 1: only messages of idle Sessions (store_queue_waiting_app). */
+    "ORDER BY m.not_before, m.created_at LIMIT ?3"
+/* One App's (?4), through messages_queued_app, so that another App's backlog is never walked:
+ * its Sessions that are idle or ours; ?5 = 1: idle ones only (store_queue_waiting_app). */
 #define CLAIM_PICK_APP_SQL                                                                         \
-    CLAIM_PICK_FROM "WHERE m.app_id = ?5 AND (?6 = 0 OR s.worker_id IS NULL) "                     \
-                    "AND " CLAIM_PICK_WHERE
-const char queue_claim_pick_sql[] = CLAIM_PICK_SQL;
+    CLAIM_PICK_COLS "FROM messages m JOIN sessions s ON s.id = m.session_id "                      \
+                    "JOIN apps a ON a.id = s.app_id WHERE m.app_id = ?4 "                          \
+                    "AND (s.worker_id IS NULL OR s.worker_id = ?2) "                               \
+                    "AND (?5 = 0 OR s.worker_id IS NULL) AND " CLAIM_PICK_HEAD
+/* Only Sessions this worker owns (?2; of one App ?4, or of any when ?4 is ''): from those
+ * Sessions (sessions_worker) to their queued messages (messages_queued_session), so in proportion
+ * to what this worker holds: the claims of a worker at its Sandbox limit, and those of an App at
+ * its quota, never walk the queue's backlog. CROSS JOIN keeps SQLite's join in that order. */
+#define CLAIM_PICK_OWNED_SQL                                                                       \
+    CLAIM_PICK_COLS "FROM sessions s CROSS JOIN messages m JOIN apps a ON a.id = s.app_id "        \
+                    "WHERE s.worker_id = ?2 AND (?4 = '' OR s.app_id = ?4) "                       \
+                    "AND m.session_id = s.id AND " CLAIM_PICK_HEAD
 const char queue_claim_pick_app_sql[] = CLAIM_PICK_APP_SQL;
+const char queue_claim_pick_owned_sql[] = CLAIM_PICK_OWNED_SQL;
 /* PostgreSQL: the claim also locks the message rows it reads and passes over those another
  * transaction holds, so claimers never queue behind each other on a row (SQLite has no row
  * locks: its one writer at a time is the whole lock). A peek locks nothing. */
-static const char claim_pick_pg_sql[] = CLAIM_PICK_SQL " FOR UPDATE OF m SKIP LOCKED";
 static const char claim_pick_app_pg_sql[] = CLAIM_PICK_APP_SQL " FOR UPDATE OF m SKIP LOCKED";
+static const char claim_pick_owned_pg_sql[] = CLAIM_PICK_OWNED_SQL " FOR UPDATE OF m SKIP LOCKED";
 
-static const char *claim_pick(struct store *st, bool lock, bool per_app)
+static const char *claim_pick(struct store *st, bool lock, bool owned)
 {
     if (lock && sql_dialect(st) == SQL_POSTGRES)
-        return per_app ? claim_pick_app_pg_sql : claim_pick_pg_sql;
-    return per_app ? queue_claim_pick_app_sql : queue_claim_pick_sql;
+        return owned ? claim_pick_owned_pg_sql : claim_pick_app_pg_sql;
+    return owned ? queue_claim_pick_owned_sql : queue_claim_pick_app_sql;
 }
 
 /* The App after ?1 (in id order) with a queued message, its effective live-Sandbox quota (?2:
@@ -370,13 +377,13 @@ static enum store_status claim_choose(struct store *st, const char *worker_id,
     }
     int64_t limit = placement && !pl.single_host ? PLACED_CANDIDATES : 1;
     if (scope == CLAIM_OWNED) {
-        struct sql_stmt *pick = sql_stmt(st, claim_pick(st, lock, false));
+        struct sql_stmt *pick = sql_stmt(st, claim_pick(st, lock, true));
         if (!pick)
             return STORE_ERROR;
         sql_bind_int64(pick, 1, now);
         sql_bind_text(pick, 2, worker_id);
-        sql_bind_int64(pick, 3, 1);
-        sql_bind_int64(pick, 4, limit);
+        sql_bind_int64(pick, 3, limit);
+        sql_bind_text(pick, 4, "");
         return pick_rows(st, pick, &pl, now, out);
     }
 
@@ -390,17 +397,18 @@ static enum store_status claim_choose(struct store *st, const char *worker_id,
         bool at_quota = apps[i].quota > 0 && apps[i].live >= apps[i].quota;
         if (at_quota && scope == CLAIM_IDLE_ONLY)
             continue;
-        struct sql_stmt *pick = sql_stmt(st, claim_pick(st, lock, true));
+        /* At its quota, only its Sessions that hold a Sandbox here (found from them). */
+        struct sql_stmt *pick = sql_stmt(st, claim_pick(st, lock, at_quota));
         if (!pick) {
             rc = STORE_ERROR;
             break;
         }
         sql_bind_int64(pick, 1, now);
         sql_bind_text(pick, 2, worker_id);
-        sql_bind_int64(pick, 3, at_quota ? 1 : 0);
-        sql_bind_int64(pick, 4, limit);
-        sql_bind_text(pick, 5, apps[i].id);
-        sql_bind_int64(pick, 6, scope == CLAIM_IDLE_ONLY ? 1 : 0);
+        sql_bind_int64(pick, 3, limit);
+        sql_bind_text(pick, 4, apps[i].id);
+        if (!at_quota)
+            sql_bind_int64(pick, 5, scope == CLAIM_IDLE_ONLY ? 1 : 0);
         rc = pick_rows(st, pick, &pl, now, out);
         if (rc == STORE_OK) {
             snprintf(out->app_id, sizeof out->app_id, "%s", apps[i].id);
