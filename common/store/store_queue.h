@@ -45,7 +45,8 @@ enum store_status store_queue_claim_with_sandbox(struct store *st, const struct 
 /* Which App the next claim of a message for an idle Session would serve (the first in the
  * order above that has one this worker may claim, below its quota), read without the write
  * lock: what a worker at its Sandbox limit asks before it ends an idle Sandbox for another App.
- * STORE_EMPTY when none. */
+ * STORE_EMPTY when none, or (with placement) when some live host still serves fewer Sessions
+ * than its capacity: a worker there has a free slot for the message. */
 enum store_status store_queue_waiting_app(struct store *st, const char *worker_id,
                                           const struct store_placement *placement,
                                           struct store_waiting_app *out);

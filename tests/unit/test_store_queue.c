@@ -901,7 +901,9 @@ static void test_fair_claims_serve_the_app_with_fewest_live_sandboxes(void **sta
 
 /* An App at its live-Sandbox quota: its idle Sessions' messages wait (queued, no attempt
  * counted) while another App's are claimed; its Sessions that hold a Sandbox are still served;
- * the host default applies to an App without a quota of its own, and 0 is no bound. */
+ * the host default applies to an App without a quota of its own, and 0 is no bound. Which App
+ * waits for a Sandbox (what eviction asks): one below its quota, and only while no live host has
+ * room for it. */
 static void test_quota_holds_idle_sessions_messages(void **state)
 {
     struct store_fixture *f = *state;
@@ -929,6 +931,17 @@ static void test_quota_holds_idle_sessions_messages(void **state)
     assert_string_equal(wa.app_id, "app_b");
     assert_int_equal(wa.live, 0);
     assert_int_equal(wa.quota, 1);
+    /* Not waiting for an eviction while a live host has room: its worker claims the message. */
+    db_exec(f,
+            "INSERT INTO hosts (id, capacity, registered_at, heartbeat_at) VALUES "
+            "('host_b', 10, 1, %lld)",
+            (long long)clock_wall_ms());
+    db_exec(f, "INSERT INTO workers (id, host, pid, started_at, heartbeat_at, host_id) VALUES "
+               "('wrk_b', 'b', 1, 1, 1, 'host_b')");
+    assert_int_equal(store_queue_waiting_app(f->st, "wrk_a", &one, &wa), STORE_EMPTY);
+    db_exec(f, "UPDATE hosts SET capacity = 0 WHERE id = 'host_b'");
+    assert_int_equal(store_queue_waiting_app(f->st, "wrk_a", &one, &wa), STORE_OK);
+    assert_string_equal(wa.app_id, "app_b");
     claim_expect(f, &one, "ses_b0");
     claim_expect(f, &one, "ses_c0");
     claim_expect(f, &one, "ses_c1");

@@ -99,6 +99,7 @@ struct claim_pick_result {
     char app_id[STORE_ID_LEN]; /* "" when picked without the walk over Apps (owned only) */
     int64_t quota;             /* the App's live-Sandbox quota, 0: no bound */
     int64_t live;              /* its live Sandboxes when picked */
+    struct store_shape shape;  /* its App's */
 };
 
 /* ---- fair claiming: the Apps with waiting messages, fewest live Sandboxes first ---- */
@@ -332,6 +333,10 @@ static enum store_status pick_rows(struct store *st, struct sql_stmt *pick, stru
         sql_col_copy(pick, 0, out->message_id, sizeof out->message_id);
         sql_col_copy(pick, 1, out->session_id, sizeof out->session_id);
         out->session_free = session_free;
+        sql_col_copy(pick, 5, out->shape.driver, sizeof out->shape.driver);
+        sql_col_copy(pick, 6, out->shape.image, sizeof out->shape.image);
+        out->shape.vcpu_count = sql_col_int64(pick, 7);
+        out->shape.mem_size_mib = sql_col_int64(pick, 8);
         rc = STORE_OK;
         break;
     }
@@ -425,10 +430,21 @@ enum store_status store_queue_waiting_app(struct store *st, const char *worker_i
                                           struct store_waiting_app *out)
 {
     struct claim_pick_result pick;
+    int64_t now = clock_wall_ms();
     enum store_status rc =
-        claim_choose(st, worker_id, CLAIM_IDLE_ONLY, placement, clock_wall_ms(), false, &pick);
+        claim_choose(st, worker_id, CLAIM_IDLE_ONLY, placement, now, false, &pick);
     if (rc != STORE_OK)
         return rc;
+    /* Not waiting if some worker has a free slot for it: a live host serving fewer Sessions than
+     * its capacity, where placement would send it (and whose worker will claim it). */
+    if (placement) {
+        char best[STORE_HOST_ID_LEN];
+        rc = best_host(st, &pick.shape, now - placement->host_lost_ms, best, sizeof best);
+        if (rc != STORE_OK)
+            return rc;
+        if (best[0])
+            return STORE_EMPTY;
+    }
     memset(out, 0, sizeof *out);
     snprintf(out->app_id, sizeof out->app_id, "%s", pick.app_id);
     out->live = pick.live;
