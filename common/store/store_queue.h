@@ -20,8 +20,8 @@ struct store;
  * where it belongs (a live host with a warm Sandbox of the App's shape, least loaded first;
  * else the least loaded live host; never a full one), or once the message has waited longer
  * than grace_ms for that host; messages of Sessions this worker owns are always claimable; and
- * STORE_EMPTY too when this worker was stopped. placement NULL: no placement (one host), the
- * first deliverable message. */
+ * STORE_EMPTY too when this worker was stopped. placement NULL: no placement (one host) and no
+ * default live-Sandbox quota. Which deliverable message comes first: fair claiming, below. */
 enum store_status store_queue_claim_placed(struct store *st, const struct store_ctx *ctx,
                                            const char *worker_id, int64_t lease_ms,
                                            const struct store_placement *placement,
