@@ -681,3 +681,9 @@ ALTER TABLE apps ADD COLUMN readiness TEXT NOT NULL DEFAULT 'none'
 ALTER TABLE apps ADD COLUMN definition_rev INTEGER NOT NULL DEFAULT 1;
 ALTER TABLE sandboxes ADD COLUMN prestart_rev INTEGER;
 CREATE INDEX sandboxes_prestarted ON sandboxes (app_id, state) WHERE prestart_rev IS NOT NULL;
+-- The queue by App, for fair claiming: the Apps with waiting messages, one after the other, and
+-- each App's oldest due message; each App's Sessions that hold a Sandbox; and the queued messages
+-- of a Session, for the claims of a worker at its Sandbox limit (0017).
+CREATE INDEX messages_queued_app ON messages (app_id, not_before, created_at) WHERE state = 'queued';
+CREATE INDEX sessions_live ON sessions (app_id) WHERE state IN ('activating', 'active');
+CREATE INDEX messages_queued_session ON messages (session_id, seq) WHERE state = 'queued';

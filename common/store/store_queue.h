@@ -20,8 +20,8 @@ struct store;
  * where it belongs (a live host with a warm Sandbox of the App's shape, least loaded first;
  * else the least loaded live host; never a full one), or once the message has waited longer
  * than grace_ms for that host; messages of Sessions this worker owns are always claimable; and
- * STORE_EMPTY too when this worker was stopped. placement NULL: no placement (one host), the
- * first deliverable message. */
+ * STORE_EMPTY too when this worker was stopped. placement NULL: no placement (one host) and no
+ * default live-Sandbox quota. Which deliverable message comes first: fair claiming, below. */
 enum store_status store_queue_claim_placed(struct store *st, const struct store_ctx *ctx,
                                            const char *worker_id, int64_t lease_ms,
                                            const struct store_placement *placement,
@@ -34,6 +34,22 @@ enum store_status store_queue_claim_with_sandbox(struct store *st, const struct 
                                                  const char *worker_id, int64_t lease_ms,
                                                  const struct store_placement *placement,
                                                  struct store_delivery *out);
+/* Fair claiming (docs/worker.md, "Sharing Sandboxes between Apps"): every claim above serves
+ * the Apps with deliverable messages in the order of their live Sandboxes (their Sessions
+ * activating or active, on every worker), fewest first, ties by App id, each App's messages in
+ * their queue's order; so one App's backlog never keeps another App's messages waiting for a
+ * free Sandbox. An App at its live-Sandbox quota (apps.quota_live_sandboxes, NULL:
+ * placement->default_live_quota; 0: no bound) gets no new Sandbox: only messages of its
+ * Sessions that hold one are claimed, the others stay queued, their attempts not counted. */
+
+/* Which App the next claim of a message for an idle Session would serve (the first in the
+ * order above that has one this worker may claim, below its quota), read without the write
+ * lock: what a worker at its Sandbox limit asks before it ends an idle Sandbox for another App.
+ * STORE_EMPTY when none, or (with placement) when some live host still serves fewer Sessions
+ * than its capacity: a worker there has a free slot for the message. */
+enum store_status store_queue_waiting_app(struct store *st, const char *worker_id,
+                                          const struct store_placement *placement,
+                                          struct store_waiting_app *out);
 /* Like store_queue_claim_placed without placement, but only messages of Sessions this worker
  * already owns (it is at its Sandbox limit and can serve only Sessions whose Sandbox it
  * holds). */

@@ -259,6 +259,16 @@ typedef void (*store_enqueue_done_fn)(void *arg, enum store_status status, struc
 struct store_placement {
     int64_t grace_ms;     /* after this wait for the chosen host, any host may take the message */
     int64_t host_lost_ms; /* a host whose heartbeat is older is not chosen */
+    /* An App's live-Sandbox quota when its own (apps.quota_live_sandboxes) is NULL; 0: no bound.
+     * Without placement (NULL), 0. */
+    int64_t default_live_quota;
+};
+
+/* An App with a message waiting for a Sandbox (store_queue_waiting_app). */
+struct store_waiting_app {
+    char app_id[STORE_ID_LEN];
+    int64_t live;  /* its Sessions holding a Sandbox (activating or active), on every worker */
+    int64_t quota; /* its effective live-Sandbox quota; 0: no bound */
 };
 
 /* ==== sandboxes ==== */

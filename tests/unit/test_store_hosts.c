@@ -26,7 +26,7 @@
 
 static const struct store_ctx ctx = {"worker:test", NULL};
 static const struct store_shape shape = {"process", "default", 1, 256};
-static const struct store_placement placement = {2000, 5000};
+static const struct store_placement placement = {2000, 5000, 0};
 
 static int setup(void **state)
 {

@@ -18,6 +18,7 @@
 #include "store.h"
 
 #include <sqlite3.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,9 +96,41 @@ static void assert_counts_indexed(void)
         fail_msg("the metrics counts' total is not read from an index alone:\n%s", plan);
 }
 
+/* Fails the test unless the plan of sql reads index (or searches alt) and walks nothing else in
+ * full (a walk of a partial index of live rows is what it is for): the fair claim's statements must
+ * not walk another App's backlog nor the idle Sessions. */
+static void assert_uses(const char *name, const char *sql, const char *index, const char *alt)
+{
+    char eqp[4096], plan[2048] = "";
+    snprintf(eqp, sizeof eqp, "EXPLAIN QUERY PLAN %s", sql);
+    sqlite3_stmt *s = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db, eqp, -1, &s, NULL), SQLITE_OK);
+    bool found = false, scans = false;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        const char *detail = (const char *)sqlite3_column_text(s, 3);
+        size_t used = strlen(plan);
+        snprintf(plan + used, sizeof plan - used, "  %s\n", detail);
+        found = found || strstr(detail, index) != NULL ||
+                (alt && strncmp(detail, "SEARCH ", 7) == 0 && strstr(detail, alt));
+        scans = scans || (strncmp(detail, "SCAN ", 5) == 0 && !strstr(detail, index));
+    }
+    sqlite3_finalize(s);
+    if (!found || scans)
+        fail_msg("%s does not search %s alone:\n%s", name, index, plan);
+}
+
 static void assert_all_indexed(void)
 {
-    assert_indexed("the claim's pick", queue_claim_pick_sql);
+    assert_indexed("the claim's pick of one App", queue_claim_pick_app_sql);
+    assert_uses("the claim's pick of one App", queue_claim_pick_app_sql, "messages_queued_app",
+                NULL);
+    assert_indexed("the claim's pick of owned Sessions", queue_claim_pick_owned_sql);
+    assert_uses("the claim's pick of owned Sessions", queue_claim_pick_owned_sql,
+                "messages_queued_session", NULL);
+    assert_uses("the walk over the Apps with queued messages", queue_claim_next_app_sql,
+                "messages_queued_app", NULL);
+    assert_uses("the Apps' live Sandboxes", queue_claim_live_sql, "sessions_live",
+                "sessions_state");
     assert_indexed("the lease-expiry sweep", queue_requeue_expired_sql);
     assert_indexed("the next due time", queue_next_due_sql);
     assert_counts_indexed();

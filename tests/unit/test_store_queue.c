@@ -2,8 +2,9 @@
  * test_store_queue.c: the worker side of the store on a real database (a SQLite file, or a
  * PostgreSQL database when run under tests/pg-run.sh: see store_fixture.h): per-Session order,
  * leases and their expiry, retries with backoff, maxAttempts, exactly-once completion, no double
- * claims from concurrent claim loops, the Sandbox lifecycle (and the warm path's folded claim and
- * first completion), worker adoption and /metrics' counts of messages by state.
+ * claims from concurrent claim loops, fair claims between Apps and the live-Sandbox quota, the
+ * Sandbox lifecycle (and the warm path's folded claim and first completion), worker adoption and
+ * /metrics' counts of messages by state.
  *
  * Apps, Sessions and messages are written with plain SQL so these tests depend only on the
  * worker-side functions they test.
@@ -888,10 +889,132 @@ static void test_app_shapes_lists_distinct_live_shapes(void **state)
     free(shapes);
 }
 
+/* ---- fair claims and the live-Sandbox quota ---- */
+
+static void add_app(struct store_fixture *f, const char *id, const char *quota)
+{
+    db_exec(f,
+            "INSERT INTO apps (id, name, command, max_attempts, keep_alive_seconds, "
+            "quota_live_sandboxes, created_at, updated_at) VALUES ('%s', '%s', '[\"/bin/echo\"]', "
+            "3, 5, %s, 1, 1)",
+            id, id, quota);
+}
+
+/* A Session of app with its first message, created at `at` (the queue's order). */
+static void add_waiting(struct store_fixture *f, const char *app, const char *session, int at)
+{
+    db_exec(f,
+            "INSERT INTO sessions (id, app_id, created_at, updated_at) VALUES ('%s', '%s', 1, 1)",
+            session, app);
+    db_exec(f,
+            "INSERT INTO messages (id, session_id, app_id, seq, body, max_attempts, created_at, "
+            "updated_at) VALUES ('msg_%s_1', '%s', '%s', 1, '{}', 3, %d, %d)",
+            session, session, app, at, at);
+}
+
+static void claim_expect(struct store_fixture *f, const struct store_placement *p,
+                         const char *session)
+{
+    struct store_delivery d;
+    assert_int_equal(store_queue_claim_placed(f->st, &ctx, "wrk_a", 30000, p, &d), STORE_OK);
+    assert_string_equal(d.session.id, session);
+    store_delivery_clear(&d);
+}
+
+/* A hostile App's backlog came first; another App's one message still gets the next Sandbox,
+ * and from then on the two take turns while both wait: the App with the fewest live Sandboxes is
+ * served first. */
+static void test_fair_claims_serve_the_app_with_fewest_live_sandboxes(void **state)
+{
+    struct store_fixture *f = *state;
+    add_app(f, "app_b", "NULL");
+    for (int i = 0; i < 4; i++) {
+        char sid[32];
+        snprintf(sid, sizeof sid, "ses_a%d", i);
+        add_waiting(f, "app_a", sid, 10 + i);
+    }
+    add_waiting(f, "app_b", "ses_b0", 100);
+    add_waiting(f, "app_b", "ses_b1", 101);
+    claim_expect(f, NULL, "ses_a0"); /* both Apps hold none: by id */
+    claim_expect(f, NULL, "ses_b0"); /* app_a holds 1, app_b none */
+    claim_expect(f, NULL, "ses_a1"); /* 1 each */
+    claim_expect(f, NULL, "ses_b1");
+    claim_expect(f, NULL, "ses_a2"); /* app_b has nothing left: app_a's backlog goes on */
+    claim_expect(f, NULL, "ses_a3");
+    /* A Session that holds a Sandbox is served whatever its App holds. */
+    db_exec(f, "UPDATE messages SET state = 'completed' WHERE id = 'msg_ses_a0_1'");
+    add_message(f, "ses_a0", 2, 3);
+    claim_expect(f, NULL, "ses_a0");
+}
+
+/* An App at its live-Sandbox quota: its idle Sessions' messages wait (queued, no attempt
+ * counted) while another App's are claimed; its Sessions that hold a Sandbox are still served;
+ * the host default applies to an App without a quota of its own, and 0 is no bound. Which App
+ * waits for a Sandbox (what eviction asks): one below its quota, and only while no live host has
+ * room for it. */
+static void test_quota_holds_idle_sessions_messages(void **state)
+{
+    struct store_fixture *f = *state;
+    struct store_delivery d;
+    struct store_waiting_app wa;
+    const struct store_placement one = {0, 60000, 1}; /* no placement to speak of; default 1 */
+    add_app(f, "app_b", "NULL");
+    add_app(f, "app_c", "0");
+    db_exec(f, "UPDATE apps SET quota_live_sandboxes = 2 WHERE id = 'app_a'");
+    add_waiting(f, "app_a", "ses_a0", 10);
+    add_waiting(f, "app_a", "ses_a1", 11);
+    add_waiting(f, "app_a", "ses_a2", 12);
+    claim_expect(f, &one, "ses_a0");
+    claim_expect(f, &one, "ses_a1");
+    /* app_a holds its 2: nothing else of it is claimable, and its message stays as it was. */
+    assert_int_equal(store_queue_claim_placed(f->st, &ctx, "wrk_a", 30000, &one, &d), STORE_EMPTY);
+    assert_int_equal(store_queue_waiting_app(f->st, "wrk_a", &one, &wa), STORE_EMPTY);
+    assert_int_equal(db_int(f, "SELECT attempts FROM messages WHERE id = 'msg_ses_a2_1'"), 0);
+    /* Another App proceeds: app_b by the default (1), app_c without a bound. */
+    add_waiting(f, "app_b", "ses_b0", 20);
+    add_waiting(f, "app_b", "ses_b1", 21);
+    add_waiting(f, "app_c", "ses_c0", 30);
+    add_waiting(f, "app_c", "ses_c1", 31);
+    assert_int_equal(store_queue_waiting_app(f->st, "wrk_a", &one, &wa), STORE_OK);
+    assert_string_equal(wa.app_id, "app_b");
+    assert_int_equal(wa.live, 0);
+    assert_int_equal(wa.quota, 1);
+    /* Not waiting for an eviction while a live host has room: its worker claims the message. */
+    db_exec(f,
+            "INSERT INTO hosts (id, capacity, registered_at, heartbeat_at) VALUES "
+            "('host_b', 10, 1, %lld)",
+            (long long)clock_wall_ms());
+    db_exec(f, "INSERT INTO workers (id, host, pid, started_at, heartbeat_at, host_id) VALUES "
+               "('wrk_b', 'b', 1, 1, 1, 'host_b')");
+    assert_int_equal(store_queue_waiting_app(f->st, "wrk_a", &one, &wa), STORE_EMPTY);
+    db_exec(f, "UPDATE hosts SET capacity = 0 WHERE id = 'host_b'");
+    assert_int_equal(store_queue_waiting_app(f->st, "wrk_a", &one, &wa), STORE_OK);
+    assert_string_equal(wa.app_id, "app_b");
+    claim_expect(f, &one, "ses_b0");
+    claim_expect(f, &one, "ses_c0");
+    claim_expect(f, &one, "ses_c1");
+    assert_int_equal(store_queue_claim_placed(f->st, &ctx, "wrk_a", 30000, &one, &d), STORE_EMPTY);
+    /* Without the default (no placement), app_b has no bound. */
+    claim_expect(f, NULL, "ses_b1");
+    /* A Session of app_a that holds a Sandbox gets its next message. */
+    db_exec(f, "UPDATE messages SET state = 'completed' WHERE id = 'msg_ses_a0_1'");
+    add_message(f, "ses_a0", 2, 3);
+    claim_expect(f, &one, "ses_a0");
+    /* Once one of its Sandboxes lets go, the waiting message is claimed, its first attempt. */
+    db_exec(f, "UPDATE sessions SET state = 'idle', worker_id = NULL WHERE id = 'ses_a1'");
+    assert_int_equal(store_queue_claim_placed(f->st, &ctx, "wrk_a", 30000, &one, &d), STORE_OK);
+    assert_string_equal(d.session.id, "ses_a2");
+    assert_int_equal(d.message.attempts, 1);
+    store_delivery_clear(&d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_claims_in_seq_order_one_at_a_time, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fair_claims_serve_the_app_with_fewest_live_sandboxes,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_quota_holds_idle_sessions_messages, setup, teardown),
         cmocka_unit_test_setup_teardown(test_session_owned_by_another_worker_is_not_claimable,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(

@@ -3,7 +3,8 @@
  * every delivery, and the one place where w->n_deliveries goes up. Claims happen
  * when something may have changed (a wake-up from the gateway, a delivery that ended, a Sandbox
  * that went away, a retry coming due, the fallback poll), as many as capacity allows; never in a
- * busy loop.
+ * busy loop. At the Sandbox limit, an idle Sandbox of the App holding the most may be ended for
+ * another App's waiting message (evict_for_waiting_app).
  */
 #include "delivery/delivery.h"
 #include "store_queue.h"
@@ -57,12 +58,94 @@ static bool route(struct worker *w, struct store_delivery *d)
     return false;
 }
 
+/* One App's share of this worker's Sandboxes, as eviction sees it. */
+struct holder {
+    const char *app_id;
+    size_t held;            /* its Sandboxes serving Sessions here */
+    struct sandbox *idlest; /* its idle one idle the longest, or NULL */
+};
+
+static struct holder *holder_of(struct holder *h, size_t *n, const char *app_id)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (strcmp(h[i].app_id, app_id) == 0)
+            return &h[i];
+    h[*n] = (struct holder){app_id, 0, NULL};
+    return &h[(*n)++];
+}
+
+/* Eviction under pressure (docs/worker.md, "Sharing Sandboxes between Apps"): at the Sandbox
+ * limit, when an App below its quota waits for a Sandbox (store_queue_waiting_app) and holds
+ * fewer of this worker's Sandboxes than its fair share (max_sandboxes over the Apps holding or
+ * waiting for them), one idle Sandbox of the App holding the most (more than its share, and more
+ * than one more than the waiting App, so that two Apps never take turns evicting each other) is
+ * ended, the one idle the longest. A Sandbox with a message in flight is never chosen. True when
+ * one was ended: its slot is free for the claim that follows. */
+static bool evict_for_waiting_app(struct worker *w, const struct store_placement *placement)
+{
+    bool any_idle = false;
+    for (struct sandbox *sb = w->sandboxes; sb && !any_idle; sb = sb->next)
+        any_idle = sb->state == SB_IDLE;
+    if (!any_idle)
+        return false; /* nothing could be ended: spare the store the question */
+    struct store_waiting_app wa;
+    if (store_queue_waiting_app(w->st, w->id, placement, &wa) != STORE_OK)
+        return false;
+    struct holder *h = calloc(w->n_serving + 1, sizeof *h);
+    size_t n = 0;
+    if (!h)
+        return false;
+    for (struct sandbox *sb = w->sandboxes; sb; sb = sb->next) {
+        if (!sandbox_serving(sb) || n >= w->n_serving)
+            continue;
+        struct holder *x = holder_of(h, &n, sb->app_id);
+        x->held++;
+        if (sb->state == SB_IDLE && (!x->idlest || sb->idle_since < x->idlest->idle_since))
+            x->idlest = sb;
+    }
+    size_t waiting_held = holder_of(h, &n, wa.app_id)->held;
+    size_t share = (size_t)w->cfg.max_sandboxes / n;
+    if (share == 0)
+        share = 1;
+    struct holder *victim = NULL;
+    for (size_t i = 0; i < n && waiting_held < share; i++) {
+        struct holder *x = &h[i];
+        if (!x->idlest || x->held <= share || x->held <= waiting_held + 1)
+            continue;
+        if (!victim || x->held > victim->held ||
+            (x->held == victim->held && x->idlest->idle_since < victim->idlest->idle_since))
+            victim = x;
+    }
+    bool ended = false;
+    if (victim) {
+        char reason[128];
+        snprintf(reason, sizeof reason,
+                 "evicted: %s was waiting; this App held %zu of %lld Sandboxes (fair share %zu)",
+                 wa.app_id, victim->held, (long long)w->cfg.max_sandboxes, share);
+        log_info("worker: sandbox %s of %s %s", victim->idlest->rt.sandbox_id, victim->app_id,
+                 reason);
+        sandbox_terminate(victim->idlest, reason, false);
+        ended = true;
+    }
+    free(h);
+    return ended;
+}
+
 void consumer_run(struct worker *w)
 {
-    bool claimed = false;
+    bool claimed = false, evicted = false;
     if (w->stopping)
         return;
     while (w->n_deliveries < (size_t)w->cfg.max_sandboxes) {
+        /* Placement: an idle Session's message goes to the host with a warm Sandbox of its
+         * shape, else the least loaded one (or to any host once it has waited the grace); the
+         * same transaction claims that warm Sandbox here for the Session (delivery_activate). */
+        struct store_placement placement = {w->cfg.placement_grace_ms, w->cfg.host_lost_ms,
+                                            w->cfg.quota_live_sandboxes};
+        /* At the limit, another App's waiting message may end an idle Sandbox (at most one per
+         * pass: the claims after it show whether another is due). */
+        if (w->n_serving >= (size_t)w->cfg.max_sandboxes && !evicted)
+            evicted = evict_for_waiting_app(w, &placement);
         struct store_delivery *d = calloc(1, sizeof *d);
         if (!d)
             break;
@@ -71,10 +154,6 @@ void consumer_run(struct worker *w)
         /* The lease covers the agent's time to answer from the start, so delivery needs no extra
          * write; the heartbeat renews it for as long as this worker lives. */
         int64_t lease = w->cfg.lease_ms + w->cfg.message_timeout * 1000;
-        /* Placement: an idle Session's message goes to the host with a warm Sandbox of its
-         * shape, else the least loaded one (or to any host once it has waited the grace); the
-         * same transaction claims that warm Sandbox here for the Session (delivery_activate). */
-        struct store_placement placement = {w->cfg.placement_grace_ms, w->cfg.host_lost_ms};
         enum store_status rc = owned_only ? store_queue_claim_owned(w->st, &w->ctx, w->id, lease, d)
                                           : store_queue_claim_with_sandbox(w->st, &w->ctx, w->id,
                                                                            lease, &placement, d);

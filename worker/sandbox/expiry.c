@@ -105,6 +105,7 @@ void sandbox_idle(struct sandbox *sb)
     struct worker *w = sb->w;
     event_del(sb->timeout_ev);
     sandbox_set_state(sb, SB_IDLE);
+    sb->idle_since = clock_mono_ms();
     note_oom_kills(sb);
     if (w->stopping) {
         sandbox_terminate(sb, "worker shutdown", false);

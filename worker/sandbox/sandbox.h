@@ -121,6 +121,7 @@ struct sandbox {
     char callback_token[CALLBACK_TOKEN_LEN + 1];
     int64_t oom_kills_seen; /* the driver's count of OOM kills inside it, at the last reply */
     int64_t keep_alive_ms;
+    int64_t idle_since;   /* mono ms: when it last became IDLE (eviction ends the longest idle) */
     int64_t boot_started; /* mono ms */
     struct agent_channel *chan;
     struct event *keepalive_ev;      /* keep-alive deadline while idle */

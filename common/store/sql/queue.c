@@ -32,28 +32,60 @@
  * is not deleted and is free or ours, and no earlier message of its Session is unfinished: that
  * one rule gives both per-Session order and one-at-a-time delivery, since a delivering message is
  * unfinished and blocks every later one. Placement (claim_choose) may pass over the first ones,
- * so up to ?4 come, each with what placement needs: when it became claimable (its creation, its
- * retry time, or its Session's return to idle, whichever is last) and its App's shape. */
-#define CLAIM_PICK_SQL                                                                             \
+ * so several may come, each with what placement needs: when it became claimable (its creation, its
+ * retry time, or its Session's return to idle, whichever is last) and its App's shape. Up to ?3,
+ * due by ?1, for worker ?2. */
+#define CLAIM_PICK_COLS                                                                            \
     "SELECT m.id, m.session_id, CASE WHEN s.worker_id IS NULL THEN 1 ELSE 0 END, "                 \
     "CASE WHEN m.not_before > m.created_at THEN m.not_before ELSE m.created_at END, "              \
-    "s.updated_at, a.driver, a.image_digest, a.vcpu_count, a.mem_size_mib FROM messages m "        \
-    "JOIN sessions s ON s.id = m.session_id JOIN apps a ON a.id = s.app_id "                       \
-    "WHERE m.state = 'queued' AND m.not_before <= ?1 AND s.state <> 'deleted' "                    \
-    "AND (s.worker_id IS NULL OR s.worker_id = ?2) AND (?3 = 0 OR s.worker_id = ?2) "              \
+    "s.updated_at, a.driver, a.image_digest, a.vcpu_count, a.mem_size_mib "
+#define CLAIM_PICK_HEAD                                                                            \
+    "m.state = 'queued' AND m.not_before <= ?1 AND s.state <> 'deleted' "                          \
     "AND NOT EXISTS (SELECT 1 FROM messages e WHERE e.session_id = m.session_id "                  \
     "AND e.seq < m.seq AND e.state IN ('queued', 'delivering')) "                                  \
-    "ORDER BY m.not_before, m.created_at LIMIT ?4"
-const char queue_claim_pick_sql[] = CLAIM_PICK_SQL;
+    "ORDER BY m.not_before, m.created_at LIMIT ?3"
+/* One App's (?4), through messages_queued_app, so that another App's backlog is never walked:
+ * its Sessions that are idle or ours; ?5 = 1: idle ones only (store_queue_waiting_app). */
+#define CLAIM_PICK_APP_SQL                                                                         \
+    CLAIM_PICK_COLS "FROM messages m JOIN sessions s ON s.id = m.session_id "                      \
+                    "JOIN apps a ON a.id = s.app_id WHERE m.app_id = ?4 "                          \
+                    "AND (s.worker_id IS NULL OR s.worker_id = ?2) "                               \
+                    "AND (?5 = 0 OR s.worker_id IS NULL) AND " CLAIM_PICK_HEAD
+/* Only Sessions this worker owns (?2; of one App ?4, or of any when ?4 is ''): from those
+ * Sessions (sessions_worker) to their queued messages (messages_queued_session), so in proportion
+ * to what this worker holds: the claims of a worker at its Sandbox limit, and those of an App at
+ * its quota, never walk the queue's backlog. CROSS JOIN keeps SQLite's join in that order. */
+#define CLAIM_PICK_OWNED_SQL                                                                       \
+    CLAIM_PICK_COLS "FROM sessions s CROSS JOIN messages m JOIN apps a ON a.id = s.app_id "        \
+                    "WHERE s.worker_id = ?2 AND (?4 = '' OR s.app_id = ?4) "                       \
+                    "AND m.session_id = s.id AND " CLAIM_PICK_HEAD
+const char queue_claim_pick_app_sql[] = CLAIM_PICK_APP_SQL;
+const char queue_claim_pick_owned_sql[] = CLAIM_PICK_OWNED_SQL;
 /* PostgreSQL: the claim also locks the message rows it reads and passes over those another
  * transaction holds, so claimers never queue behind each other on a row (SQLite has no row
  * locks: its one writer at a time is the whole lock). A peek locks nothing. */
-static const char claim_pick_pg_sql[] = CLAIM_PICK_SQL " FOR UPDATE OF m SKIP LOCKED";
+static const char claim_pick_app_pg_sql[] = CLAIM_PICK_APP_SQL " FOR UPDATE OF m SKIP LOCKED";
+static const char claim_pick_owned_pg_sql[] = CLAIM_PICK_OWNED_SQL " FOR UPDATE OF m SKIP LOCKED";
 
-static const char *claim_pick(struct store *st, bool lock)
+static const char *claim_pick(struct store *st, bool lock, bool owned)
 {
-    return lock && sql_dialect(st) == SQL_POSTGRES ? claim_pick_pg_sql : queue_claim_pick_sql;
+    if (lock && sql_dialect(st) == SQL_POSTGRES)
+        return owned ? claim_pick_owned_pg_sql : claim_pick_app_pg_sql;
+    return owned ? queue_claim_pick_owned_sql : queue_claim_pick_app_sql;
 }
+
+/* The App after ?1 (in id order) with a queued message, its effective live-Sandbox quota (?2:
+ * the default for NULL), and the last such App (the walk ends there: one step when one App
+ * waits): one step of a walk over the Apps with waiting messages, each a search of
+ * messages_queued_app, however long any App's backlog. */
+const char queue_claim_next_app_sql[] =
+    "SELECT a.id, COALESCE(a.quota_live_sandboxes, ?2), "
+    "(SELECT MAX(l.app_id) FROM messages l WHERE l.state = 'queued') FROM apps a WHERE a.id = "
+    "(SELECT MIN(m.app_id) FROM messages m WHERE m.state = 'queued' AND m.app_id > ?1)";
+/* Each App's Sessions that hold a Sandbox, on every worker: a walk of the partial index
+ * sessions_live, so in proportion to the live Sessions, never to an App's idle ones. */
+const char queue_claim_live_sql[] = "SELECT s.app_id, COUNT(*) FROM sessions s "
+                                    "WHERE s.state IN ('activating', 'active') GROUP BY s.app_id";
 
 /* How many deliverable messages a placed claim looks at before giving up: the ones it passes over
  * belong to other hosts for at most the placement grace. */
@@ -64,7 +96,106 @@ struct claim_pick_result {
     char message_id[STORE_ID_LEN];
     char session_id[STORE_ID_LEN];
     bool session_free;
+    char app_id[STORE_ID_LEN]; /* "" when picked without the walk over Apps (owned only) */
+    int64_t quota;             /* the App's live-Sandbox quota, 0: no bound */
+    int64_t live;              /* its live Sandboxes when picked */
+    struct store_shape shape;  /* its App's */
 };
+
+/* ---- fair claiming: the Apps with waiting messages, fewest live Sandboxes first ---- */
+
+struct claim_app {
+    char id[STORE_ID_LEN];
+    int64_t quota; /* 0: no bound */
+    int64_t live;
+};
+
+static int claim_app_cmp(const void *a, const void *b)
+{
+    const struct claim_app *x = a, *y = b;
+    if (x->live != y->live)
+        return x->live < y->live ? -1 : 1;
+    return strcmp(x->id, y->id);
+}
+
+/* The Apps with queued messages, in the order their messages are served: fewest live Sandboxes
+ * first, then by id. The live counts are read only when there is something to order or a quota to
+ * hold (one App without a quota, the common case, costs one step of the walk). *out is the
+ * caller's to free. */
+static enum store_status claim_apps_load(struct store *st, int64_t default_quota,
+                                         struct claim_app **out, size_t *n_out)
+{
+    struct claim_app *apps = NULL;
+    size_t n = 0, cap = 0;
+    bool any_quota = false;
+    char after[STORE_ID_LEN] = "";
+    enum store_status rc = STORE_OK;
+    *out = NULL;
+    *n_out = 0;
+    for (;;) {
+        struct sql_stmt *s = sql_stmt(st, queue_claim_next_app_sql);
+        if (!s) {
+            rc = STORE_ERROR;
+            break;
+        }
+        sql_bind_text(s, 1, after);
+        sql_bind_int64(s, 2, default_quota);
+        int r = sql_step(s);
+        if (r != SQL_ROW) {
+            sql_done(s);
+            if (r != SQL_DONE)
+                rc = sql_status(st, r);
+            break;
+        }
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 8;
+            struct claim_app *na = realloc(apps, ncap * sizeof *na);
+            if (!na) {
+                sql_done(s);
+                rc = STORE_ERROR;
+                break;
+            }
+            apps = na;
+            cap = ncap;
+        }
+        char last[STORE_ID_LEN];
+        memset(&apps[n], 0, sizeof apps[n]);
+        sql_col_copy(s, 0, apps[n].id, sizeof apps[n].id);
+        apps[n].quota = sql_col_int64_or(s, 1, 0);
+        sql_col_copy(s, 2, last, sizeof last);
+        sql_done(s);
+        any_quota = any_quota || apps[n].quota > 0;
+        snprintf(after, sizeof after, "%s", apps[n].id);
+        if (strcmp(apps[n++].id, last) == 0)
+            break;
+    }
+    if (rc == STORE_OK && (n > 1 || any_quota)) {
+        struct sql_stmt *s = sql_stmt(st, queue_claim_live_sql);
+        int r = SQL_DONE;
+        if (!s)
+            rc = STORE_ERROR;
+        while (s && (r = sql_step(s)) == SQL_ROW) {
+            char id[STORE_ID_LEN];
+            sql_col_copy(s, 0, id, sizeof id);
+            for (size_t i = 0; i < n; i++)
+                if (strcmp(apps[i].id, id) == 0)
+                    apps[i].live = sql_col_int64(s, 1);
+        }
+        if (s) {
+            if (r != SQL_DONE)
+                rc = sql_status(st, r);
+            sql_done(s);
+        }
+        qsort(apps, n, sizeof *apps, claim_app_cmp);
+    }
+    if (rc != STORE_OK) {
+        free(apps);
+        return rc;
+    }
+    *out = apps;
+    *n_out = n;
+    return STORE_OK;
+}
 
 /* ---- placement ---- */
 
@@ -149,47 +280,31 @@ static enum store_status best_host(struct store *st, const struct store_shape *s
     return r == SQL_DONE ? STORE_OK : sql_status(st, r);
 }
 
-/* Picks the message to claim: the first deliverable one that this worker may take. Without
- * placement that is the first one. With placement, a message of a Session this worker owns is
- * always ours; one of an idle Session is ours when our host is where placement puts it, or when
- * it has waited for its host longer than the grace (so that a slow or dying host never starves a
- * Session). The best host is computed once per shape per pick; when ours is the only live host, it
- * is ours. */
-static enum store_status claim_choose(struct store *st, const char *worker_id, bool owned_only,
-                                      const struct store_placement *placement, int64_t now,
-                                      bool lock, struct claim_pick_result *out)
-{
-    char host_id[STORE_HOST_ID_LEN] = "", best[STORE_HOST_ID_LEN] = "";
-    struct store_shape best_for = {0};
-    bool have_best = false, single_host = false;
-    int64_t fresh_since = 0;
-    enum store_status rc;
+/* What placement decides a pick with, computed once per claim (claim_choose). */
+struct placing {
+    const struct store_placement *placement; /* NULL: no placement */
+    char host_id[STORE_HOST_ID_LEN];
+    char best[STORE_HOST_ID_LEN];
+    struct store_shape best_for;
+    bool have_best, single_host;
+    int64_t fresh_since;
+};
 
-    if (placement) {
-        struct claimer c;
-        fresh_since = now - placement->host_lost_ms;
-        if ((rc = claimer_load(st, worker_id, fresh_since, &c)) != STORE_OK)
-            return rc;
-        if (c.stopped)
-            return STORE_EMPTY;
-        snprintf(host_id, sizeof host_id, "%s", c.host_id);
-        /* Nothing to choose between when this is the only live host, or when no host is live;
-         * a worker without a host (registered the old way) places nothing either. */
-        single_host = !host_id[0] || c.live_hosts == 0 || (c.live_hosts == 1 && c.host_live);
-    }
-    struct sql_stmt *pick = sql_stmt(st, claim_pick(st, lock));
+/* Steps a bound pick statement: the first row this worker may take goes to out (STORE_OK). A
+ * message of a Session this worker owns is always ours; one of an idle Session is ours when our
+ * host is where placement puts it, or when it has waited for its host longer than the grace (so
+ * that a slow or dying host never starves a Session). The best host is computed once per shape
+ * per claim; when ours is the only live host, it is ours. */
+static enum store_status pick_rows(struct store *st, struct sql_stmt *pick, struct placing *pl,
+                                   int64_t now, struct claim_pick_result *out)
+{
+    const struct store_placement *placement = pl->placement;
+    enum store_status rc = STORE_EMPTY;
     int r;
-    if (!pick)
-        return STORE_ERROR;
-    sql_bind_int64(pick, 1, now);
-    sql_bind_text(pick, 2, worker_id);
-    sql_bind_int64(pick, 3, owned_only ? 1 : 0);
-    sql_bind_int64(pick, 4, placement && !single_host ? PLACED_CANDIDATES : 1);
-    rc = STORE_EMPTY;
     while ((r = sql_step(pick)) == SQL_ROW) {
         bool session_free = sql_col_int64(pick, 2) != 0;
         int64_t since = sql_col_int64(pick, 3), idle_since = sql_col_int64(pick, 4);
-        bool ours = !placement || single_host || !session_free;
+        bool ours = !placement || pl->single_host || !session_free;
         if (!ours) {
             if (idle_since > since)
                 since = idle_since;
@@ -201,22 +316,27 @@ static enum store_status claim_choose(struct store *st, const char *worker_id, b
             sql_col_copy(pick, 6, shape.image, sizeof shape.image);
             shape.vcpu_count = sql_col_int64(pick, 7);
             shape.mem_size_mib = sql_col_int64(pick, 8);
-            if (!have_best || memcmp(&shape, &best_for, sizeof shape) != 0) {
-                enum store_status brc = best_host(st, &shape, fresh_since, best, sizeof best);
+            if (!pl->have_best || memcmp(&shape, &pl->best_for, sizeof shape) != 0) {
+                enum store_status brc =
+                    best_host(st, &shape, pl->fresh_since, pl->best, sizeof pl->best);
                 if (brc != STORE_OK) {
                     rc = brc;
                     break;
                 }
-                best_for = shape;
-                have_best = true;
+                pl->best_for = shape;
+                pl->have_best = true;
             }
-            ours = strcmp(best, host_id) == 0;
+            ours = strcmp(pl->best, pl->host_id) == 0;
         }
         if (!ours)
             continue;
         sql_col_copy(pick, 0, out->message_id, sizeof out->message_id);
         sql_col_copy(pick, 1, out->session_id, sizeof out->session_id);
         out->session_free = session_free;
+        sql_col_copy(pick, 5, out->shape.driver, sizeof out->shape.driver);
+        sql_col_copy(pick, 6, out->shape.image, sizeof out->shape.image);
+        out->shape.vcpu_count = sql_col_int64(pick, 7);
+        out->shape.mem_size_mib = sql_col_int64(pick, 8);
         rc = STORE_OK;
         break;
     }
@@ -224,6 +344,112 @@ static enum store_status claim_choose(struct store *st, const char *worker_id, b
         rc = sql_status(st, r);
     sql_done(pick);
     return rc;
+}
+
+/* Which messages a claim may take. */
+enum claim_scope {
+    CLAIM_ANY,       /* Sessions idle or owned by this worker */
+    CLAIM_OWNED,     /* only Sessions this worker owns (it is at its Sandbox limit) */
+    CLAIM_IDLE_ONLY, /* only idle Sessions: which App waits for a Sandbox (waiting_app) */
+};
+
+/* Picks the message to claim. Owned only: the first deliverable one of this worker's Sessions.
+ * Otherwise the Apps with queued messages are served fewest live Sandboxes first (fair claiming,
+ * store_queue.h), each App's messages in queue order; an App at its quota only for Sessions that
+ * hold a Sandbox already. */
+static enum store_status claim_choose(struct store *st, const char *worker_id,
+                                      enum claim_scope scope,
+                                      const struct store_placement *placement, int64_t now,
+                                      bool lock, struct claim_pick_result *out)
+{
+    struct placing pl;
+    enum store_status rc;
+
+    memset(&pl, 0, sizeof pl);
+    memset(out, 0, sizeof *out);
+    pl.placement = placement;
+    if (placement) {
+        struct claimer c;
+        pl.fresh_since = now - placement->host_lost_ms;
+        if ((rc = claimer_load(st, worker_id, pl.fresh_since, &c)) != STORE_OK)
+            return rc;
+        if (c.stopped)
+            return STORE_EMPTY;
+        snprintf(pl.host_id, sizeof pl.host_id, "%s", c.host_id);
+        /* Nothing to choose between when this is the only live host, or when no host is live;
+         * a worker without a host (registered the old way) places nothing either. */
+        pl.single_host = !pl.host_id[0] || c.live_hosts == 0 || (c.live_hosts == 1 && c.host_live);
+    }
+    int64_t limit = placement && !pl.single_host ? PLACED_CANDIDATES : 1;
+    if (scope == CLAIM_OWNED) {
+        struct sql_stmt *pick = sql_stmt(st, claim_pick(st, lock, true));
+        if (!pick)
+            return STORE_ERROR;
+        sql_bind_int64(pick, 1, now);
+        sql_bind_text(pick, 2, worker_id);
+        sql_bind_int64(pick, 3, limit);
+        sql_bind_text(pick, 4, "");
+        return pick_rows(st, pick, &pl, now, out);
+    }
+
+    struct claim_app *apps = NULL;
+    size_t n_apps = 0;
+    if ((rc = claim_apps_load(st, placement ? placement->default_live_quota : 0, &apps, &n_apps)) !=
+        STORE_OK)
+        return rc;
+    rc = STORE_EMPTY;
+    for (size_t i = 0; i < n_apps && rc == STORE_EMPTY; i++) {
+        bool at_quota = apps[i].quota > 0 && apps[i].live >= apps[i].quota;
+        if (at_quota && scope == CLAIM_IDLE_ONLY)
+            continue;
+        /* At its quota, only its Sessions that hold a Sandbox here (found from them). */
+        struct sql_stmt *pick = sql_stmt(st, claim_pick(st, lock, at_quota));
+        if (!pick) {
+            rc = STORE_ERROR;
+            break;
+        }
+        sql_bind_int64(pick, 1, now);
+        sql_bind_text(pick, 2, worker_id);
+        sql_bind_int64(pick, 3, limit);
+        sql_bind_text(pick, 4, apps[i].id);
+        if (!at_quota)
+            sql_bind_int64(pick, 5, scope == CLAIM_IDLE_ONLY ? 1 : 0);
+        rc = pick_rows(st, pick, &pl, now, out);
+        if (rc == STORE_OK) {
+            snprintf(out->app_id, sizeof out->app_id, "%s", apps[i].id);
+            out->quota = apps[i].quota;
+            out->live = apps[i].live;
+        }
+    }
+    free(apps);
+    return rc;
+}
+
+enum store_status store_queue_waiting_app(struct store *st, const char *worker_id,
+                                          const struct store_placement *placement,
+                                          struct store_waiting_app *out)
+{
+    struct claim_pick_result pick;
+    int64_t now = clock_wall_ms();
+    enum store_status rc =
+        claim_choose(st, worker_id, CLAIM_IDLE_ONLY, placement, now, false, &pick);
+    if (rc != STORE_OK)
+        return rc;
+    /* Not waiting if some worker has a free slot for it: a live host serving fewer Sessions than
+     * its capacity, where placement would send it (and whose worker will claim it). */
+    if (placement) {
+        char best[STORE_HOST_ID_LEN];
+        rc = best_host(st, &pick.shape, now - placement->host_lost_ms, best, sizeof best);
+        if (rc != STORE_OK)
+            return rc;
+        if (best[0])
+            return STORE_EMPTY;
+    }
+    memset(out, 0, sizeof *out);
+    snprintf(out->app_id, sizeof out->app_id, "%s", pick.app_id);
+    out->live = pick.live;
+    out->quota = pick.quota;
+    return STORE_OK;
 }
 
 /* A delivery row: SQL_MESSAGE_COLS, SQL_SESSION_COLS, SQL_APP_COLS. */
@@ -283,6 +509,31 @@ static enum store_status claim_warm_sandbox_in_tx(struct store *st, const struct
     return rc;
 }
 
+/* STORE_OK when the App still has room below its quota, under its row lock; STORE_EMPTY when it
+ * has none (the claim then takes nothing this time: the message stays queued, uncounted). */
+static enum store_status quota_recheck(struct store *st, const char *app_id, int64_t quota)
+{
+    struct sql_stmt *lock = sql_stmt(st, "SELECT 1 FROM apps WHERE id = ?1 FOR UPDATE");
+    if (!lock)
+        return STORE_ERROR;
+    sql_bind_text(lock, 1, app_id);
+    int r = sql_step(lock);
+    sql_done(lock);
+    if (r != SQL_ROW)
+        return r == SQL_DONE ? STORE_EMPTY : sql_status(st, r);
+    struct sql_stmt *count = sql_stmt(st, "SELECT COUNT(*) FROM sessions WHERE app_id = ?1 AND "
+                                          "state IN ('activating', 'active')");
+    if (!count)
+        return STORE_ERROR;
+    sql_bind_text(count, 1, app_id);
+    r = sql_step(count);
+    int64_t live = r == SQL_ROW ? sql_col_int64(count, 0) : 0;
+    sql_done(count);
+    if (r != SQL_ROW)
+        return sql_status(st, r);
+    return live < quota ? STORE_OK : STORE_EMPTY;
+}
+
 static enum store_status claim_in_tx(struct store *st, const struct store_ctx *ctx,
                                      const char *worker_id, int64_t lease_ms, bool owned_only,
                                      const struct store_placement *placement, bool warm,
@@ -290,8 +541,15 @@ static enum store_status claim_in_tx(struct store *st, const struct store_ctx *c
 {
     struct claim_pick_result pick;
     int64_t now = clock_wall_ms();
-    enum store_status rc = claim_choose(st, worker_id, owned_only, placement, now, true, &pick);
+    enum store_status rc = claim_choose(st, worker_id, owned_only ? CLAIM_OWNED : CLAIM_ANY,
+                                        placement, now, true, &pick);
     if (rc != STORE_OK)
+        return rc;
+    /* On PostgreSQL, claims of one App's idle Sessions run side by side and each may have counted
+     * the App's live Sandboxes below its quota: taking the App's row lock and counting again makes
+     * them take turns, so the quota is never exceeded (SQLite's one writer already does that). */
+    if (pick.session_free && pick.quota > 0 && sql_dialect(st) == SQL_POSTGRES &&
+        (rc = quota_recheck(st, pick.app_id, pick.quota)) != STORE_OK)
         return rc;
     const char *message_id = pick.message_id, *session_id = pick.session_id;
     bool session_free = pick.session_free;
@@ -348,7 +606,8 @@ static enum store_status claim_peek(struct store *st, const char *worker_id, boo
                                     const struct store_placement *placement)
 {
     struct claim_pick_result pick;
-    return claim_choose(st, worker_id, owned_only, placement, clock_wall_ms(), false, &pick);
+    return claim_choose(st, worker_id, owned_only ? CLAIM_OWNED : CLAIM_ANY, placement,
+                        clock_wall_ms(), false, &pick);
 }
 
 static enum store_status claim_next(struct store *st, const struct store_ctx *ctx,

@@ -9,8 +9,14 @@
 #ifndef SBX_STORE_QUEUE_SQL_H
 #define SBX_STORE_QUEUE_SQL_H
 
-/* The next deliverable messages (the claim's pick; PostgreSQL adds FOR UPDATE ... SKIP LOCKED). */
-extern const char queue_claim_pick_sql[];
+/* The next deliverable messages (the claim's pick; PostgreSQL adds FOR UPDATE ... SKIP LOCKED):
+ * of one App (fair claiming serves the Apps one after the other), and of the Sessions this worker
+ * owns. */
+extern const char queue_claim_pick_app_sql[];
+extern const char queue_claim_pick_owned_sql[];
+/* The walk over the Apps with queued messages, and each App's live Sandboxes. */
+extern const char queue_claim_next_app_sql[];
+extern const char queue_claim_live_sql[];
 /* The messages whose lease has expired. */
 extern const char queue_requeue_expired_sql[];
 /* When the earliest queued head of a Session's queue is due. */
