@@ -77,3 +77,9 @@ endif()
 sbx_test_labels(root it.network.dns_forwarder it.network.firewall_dumps it.network.packets
                 it.network.bench_firewall_runs it.network.bench_egress_runs it.network.slots
                 it.network.process_driver)
+
+# The brokering proxy's request rewriting: placeholders replaced for their secrets' hosts only,
+# misuse, another Sandbox's placeholders, and the HTTP/1.1 framing it follows.
+add_executable(test_secret_proxy_http ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_secret_proxy_http.c)
+target_link_libraries(test_secret_proxy_http PRIVATE sbxworker PkgConfig::CMOCKA)
+add_test(NAME unit.worker.host.secret_proxy_http COMMAND test_secret_proxy_http)
