@@ -48,6 +48,7 @@ struct end {
     gnutls_session_t tls;
     char *buf;
     size_t off, len;
+    int idle_ms;
 };
 
 struct conn {
@@ -216,7 +217,7 @@ static int on_client_hello(gnutls_session_t s)
 
 /* ---- I/O on one side of a connection ---- */
 
-static ssize_t end_recv(struct end *e, char *buf, size_t n)
+static ssize_t end_recv(struct end *e, char *buf, size_t n, int idle_ms)
 {
     for (;;) {
         ssize_t r;
@@ -224,6 +225,14 @@ static ssize_t end_recv(struct end *e, char *buf, size_t n)
             r = gnutls_record_recv(e->tls, buf, n);
             if (r == GNUTLS_E_INTERRUPTED)
                 continue;
+            /* Also what a post-handshake message (a TLS 1.3 session ticket) leaves behind: wait
+             * for data, up to the idle time. */
+            if (r == GNUTLS_E_AGAIN) {
+                struct pollfd pfd = {.fd = e->fd, .events = POLLIN};
+                if (gnutls_record_check_pending(e->tls) > 0 || poll(&pfd, 1, idle_ms) > 0)
+                    continue;
+                return -1;
+            }
             if (r == GNUTLS_E_PREMATURE_TERMINATION)
                 return 0;
             return r < 0 ? -1 : r;
@@ -241,8 +250,14 @@ static int end_send(struct end *e, const char *buf, size_t n)
         ssize_t w;
         if (e->tls) {
             w = gnutls_record_send(e->tls, buf, n);
-            if (w == GNUTLS_E_INTERRUPTED || w == GNUTLS_E_AGAIN)
-                return -1; /* a send timeout: the reader stopped reading */
+            if (w == GNUTLS_E_INTERRUPTED)
+                continue;
+            if (w == GNUTLS_E_AGAIN) { /* a send timeout, unless the socket can take more */
+                struct pollfd pfd = {.fd = e->fd, .events = POLLOUT};
+                if (poll(&pfd, 1, e->idle_ms) > 0)
+                    continue;
+                return -1;
+            }
         } else {
             w = send(e->fd, buf, n, MSG_NOSIGNAL);
             if (w < 0 && errno == EINTR)
@@ -268,7 +283,7 @@ static ssize_t end_fill(struct end *e)
         if (e->len == BUF_CAP)
             return -1;
     }
-    ssize_t r = end_recv(e, e->buf + e->len, BUF_CAP - e->len);
+    ssize_t r = end_recv(e, e->buf + e->len, BUF_CAP - e->len, e->idle_ms);
     if (r > 0)
         e->len += (size_t)r;
     return r;
@@ -679,6 +694,7 @@ static void accept_one(struct secret_proxy *sp, int fd)
     c->sp = sp;
     c->c.fd = fd;
     c->u.fd = -1;
+    c->c.idle_ms = c->u.idle_ms = sp->p.idle_ms;
     c->peer = peer.sin_addr;
     c->dst = orig.sin_addr;
     c->dport = ntohs(orig.sin_port);
