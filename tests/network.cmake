@@ -91,6 +91,6 @@ add_executable(secret_proxy_run ${net_it_dir}/secret_proxy_run.c)
 target_link_libraries(secret_proxy_run PRIVATE sbxworker)
 add_test(NAME it.network.secret_proxy
          COMMAND unshare --net --mount -- python3 ${net_it_dir}/it_secret_proxy.py
-                 $<TARGET_FILE:secret_proxy_run>)
+                 $<TARGET_FILE:secret_proxy_run> $<TARGET_FILE:net_ctl>)
 set_tests_properties(it.network.secret_proxy PROPERTIES TIMEOUT 120)
 sbx_test_labels(root it.network.secret_proxy)

@@ -1,17 +1,22 @@
 #!/usr/bin/env python3
 """it_secret_proxy.py: the brokering egress proxy (worker/host/secret_proxy.c) between two
-"Sandboxes" and a TLS "model API", all in the network namespace this test runs in (`unshare --net
---mount`). The Sandboxes are addresses on lo whose TCP 80/443 an nftables rule redirects to the
-proxy, as the worker's firewall does for an App with secrets; the API's certificate comes from a
-test CA given to the proxy as its upstream CA file. Checks: the API sees the real value of
-`x-api-key` and `Authorization: Bearer` where the Sandbox sent its placeholder; keep-alive and a
-chunked request body; an SSE answer arrives chunk by chunk (the second chunk is only sent once the
-client has read the first); the placeholder toward another host is refused (403, misuse record)
-and never reaches it; another Sandbox's placeholder does nothing; an upstream whose certificate
-fails verification gets 502; plain HTTP is brokered only to an address its Host resolves to; the
-per-Sandbox connection bound; and the value is in no record and no log line.
-    it_secret_proxy.py <secret_proxy_run>
+Sandboxes and a TLS "model API", in the network (and mount) namespace this test runs in, which
+plays the host (`unshare --net --mount`). The Sandboxes are processes in network namespaces of
+their own, linked and firewalled by sbx's own code (net_ctl: worker/host/links.c, firewall.c); their
+TCP 80/443 goes to the proxy through the firewall's `secret_proxy` map, as the worker sets it for
+an App with secrets. The "world" is another namespace holding public addresses; the API's
+certificate comes from a test CA given to the proxy as its upstream CA file. Checks: the API sees
+the real value of `x-api-key` and `Authorization: Bearer` where the Sandbox sent its placeholder;
+keep-alive and a chunked request body; an SSE answer arrives chunk by chunk (the second chunk is
+only sent once the client has read the first); the placeholder toward another host is refused
+(403, misuse record) and never reaches it; another Sandbox's placeholder does nothing; an upstream
+whose certificate fails verification gets 502; plain HTTP is brokered only to an address its Host
+resolves to; the callback API's 443 on the host is not redirected; under an allowlist, a host the
+App does not allow is dropped by the firewall before the proxy (drop_policy); the per-Sandbox
+connection bound; and the value is in no record and no log line.
+    it_secret_proxy.py <secret_proxy_run> <net_ctl>
 """
+import ctypes
 import http.client
 import json
 import os
@@ -24,10 +29,10 @@ import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-RUNNER = sys.argv[1]
+RUNNER, NET_CTL = sys.argv[1], sys.argv[2]
+POOL = "10.213.0.0/24"
 VALUE = "sk-model-Zq8vK3pW1xY7"
 API, OTHER, UNTRUSTED = "11.11.11.1", "11.11.11.2", "11.11.11.3"
-SB_A, SB_B = "10.99.0.6", "10.99.0.10"
 tmp = tempfile.mkdtemp(prefix="sbx-secret-proxy-")
 failures = []
 
@@ -42,10 +47,55 @@ def sh(*args):
     subprocess.run(args, check=True)
 
 
-# ---- the world: addresses, names, certificates ----
+# ---- the world: the host's uplink, public addresses, names, certificates ----
+libc = ctypes.CDLL(None, use_errno=True)
+host_ns = os.open("/proc/self/ns/net", os.O_RDONLY)
+
+
+class In:
+    """Sockets made inside `with In(fd):` belong to that network namespace (setns of this
+    thread only; the socket keeps its namespace after the switch back)."""
+
+    def __init__(self, fd):
+        self.fd = fd
+
+    def __enter__(self):
+        if libc.setns(self.fd, 0x40000000) != 0:
+            raise OSError(ctypes.get_errno(), "setns")
+
+    def __exit__(self, *a):
+        libc.setns(host_ns, 0x40000000)
+
+
+def ctl(*args):
+    return subprocess.run((NET_CTL, "-p", POOL) + args, check=True, capture_output=True,
+                          text=True).stdout
+
+
 sh("ip", "link", "set", "lo", "up")
-for a in (API, OTHER, UNTRUSTED, SB_A, SB_B):
-    sh("ip", "addr", "add", a + "/32", "dev", "lo")
+W = "sbxspw%d" % os.getpid()
+sh("ip", "netns", "add", W)
+sh("ip", "link", "add", "wup", "type", "veth", "peer", "name", "wdown")
+sh("ip", "link", "set", "wdown", "netns", W)
+sh("ip", "addr", "add", "11.11.11.254/24", "dev", "wup")
+sh("ip", "link", "set", "wup", "up")
+for a in (API, OTHER, UNTRUSTED):
+    sh("ip", "netns", "exec", W, "ip", "addr", "add", a + "/24", "dev", "wdown")
+sh("ip", "netns", "exec", W, "ip", "link", "set", "wdown", "up")
+sh("ip", "netns", "exec", W, "ip", "link", "set", "lo", "up")
+world_ns = os.open("/run/netns/" + W, os.O_RDONLY)
+ctl("init")
+ctl("egress", "80,443", "none")
+sandboxes = []
+for name in ("sbx_spA", "sbx_spB"):
+    p = subprocess.Popen(["unshare", "--net", "--", "sleep", "600"])
+    while os.readlink(f"/proc/{p.pid}/ns/net") == os.readlink("/proc/self/ns/net"):
+        pass  # until it is in its own namespace
+    ifname, addr, host_addr = ctl("attach", name, str(p.pid)).split()
+    sandboxes.append({"id": name, "proc": p, "addr": addr, "host": host_addr,
+                      "ns": os.open(f"/proc/{p.pid}/ns/net", os.O_RDONLY)})
+SB_A, SB_B = sandboxes[0]["addr"], sandboxes[1]["addr"]
+NS = {SB_A: sandboxes[0]["ns"], SB_B: sandboxes[1]["ns"]}
 hosts = os.path.join(tmp, "hosts")
 with open(hosts, "w") as f:
     f.write(f"127.0.0.1 localhost\n{API} api.model.test\n{OTHER} other.test\n")
@@ -129,7 +179,8 @@ class Api(BaseHTTPRequestHandler):
 
 
 def serve(addr, port, name, certkey=None):
-    srv = ThreadingHTTPServer((addr, port), Api)
+    with In(world_ns):
+        srv = ThreadingHTTPServer((addr, port), Api)
     srv.daemon_threads = True
     srv.name = name
     if certkey:
@@ -158,9 +209,8 @@ port = hello["port"]
 ph_a = hello["sandboxes"][SB_A]["MODEL_KEY"]
 ph_b = hello["sandboxes"][SB_B]["MODEL_KEY"]
 check(ph_a.startswith("sbx_ph_") and ph_a != ph_b, "each Sandbox has its own placeholder")
-nft = (f"table ip sbxtest {{\n chain out {{\n type nat hook output priority -100;\n"
-       f" ip saddr {{ {SB_A}, {SB_B} }} tcp dport {{ 80, 443 }} redirect to :{port}\n }}\n}}\n")
-subprocess.run(["nft", "-f", "-"], input=nft, text=True, check=True)
+for sb in sandboxes:
+    ctl("secret-proxy", sb["id"], sb["addr"], str(port))
 records = []
 rec_lock = threading.Condition()
 
@@ -193,7 +243,8 @@ class Conn(http.client.HTTPSConnection):
         self.src, self.addr = src, addr
 
     def connect(self):
-        raw = socket.create_connection((self.addr, 443), 30, (self.src, 0))
+        with In(NS[self.src]):
+            raw = socket.create_connection((self.addr, 443), 30)
         self.sock = self._context.wrap_socket(raw, server_hostname=self.host)
 
 
@@ -284,7 +335,8 @@ wait_record(lambda r: r["status"] == 502 and r["host"] == "bad.test" and "truste
 
 # 6. Plain HTTP: brokered to an address its Host resolves to, refused toward any other.
 def plain(src, addr, host, headers):
-    s = socket.create_connection((addr, 80), 30, (src, 0))
+    with In(NS[src]):
+        s = socket.create_connection((addr, 80), 30)
     hdr = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
     s.sendall(f"GET /p HTTP/1.1\r\nHost: {host}\r\n{hdr}Connection: close\r\n\r\n".encode())
     data = b""
@@ -300,10 +352,62 @@ check(st == 200 and json.loads(body)["headers"]["x-api-key"] == VALUE, "plain HT
 st, body = plain(SB_A, OTHER, "api.model.test", {"x-api-key": ph_a})
 check(st == 403, "plain HTTP with the secret's Host to another address: 403")
 
-# 7. The bound: four connections of A are served, a fifth is closed at once; B still gets in.
-held = [socket.create_connection((API, 443), 30, (SB_A, 0)) for _ in range(4)]
+# 7. The callback API (TCP 443 of the host's side of the link) is not redirected.
+lsock = socket.socket()
+lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+lsock.bind((sandboxes[0]["host"], 443))
+lsock.listen(4)
+
+
+def callback_api():
+    conn, _ = lsock.accept()
+    conn.sendall(b"callback API")
+    conn.close()
+
+
+threading.Thread(target=callback_api, daemon=True).start()
+with In(NS[SB_A]):
+    cb = socket.create_connection((sandboxes[0]["host"], 443), 30)
+check(cb.recv(64) == b"callback API", "the host's own 443 (callback API) is reached directly")
+cb.close()
+lsock.close()
+
+
+# 8. Under an allowlist the App's policy still decides: a host it does not allow is dropped by
+# the firewall before any redirect (drop_policy), even with the proxy in the way.
+def counter(name):
+    for line in ctl("counters").splitlines():
+        f = line.split()
+        if f[0] == "drop_" + name:
+            return int(f[1])
+    return 0
+
+
+ctl("policy", "app_sp", API + "/32")
+ctl("sandbox-egress", "sbx_spA", SB_A, "allowlist", "app_sp")
+c = Conn(SB_A, API, "api.model.test")
+st, body, r = request(c, "GET", "/", {"x-api-key": ph_a})
+check(st == 200 and json.loads(body)["headers"]["x-api-key"] == VALUE,
+      "allowlist: the allowed host is brokered")
+c.close()
+before = counter("policy")
+with In(NS[SB_A]):
+    probe = socket.socket()
+probe.settimeout(2)
+try:
+    probe.connect((OTHER, 443))
+    dropped = False
+except OSError:
+    dropped = True
+probe.close()
+check(dropped and counter("policy") > before, "allowlist: another host is dropped (drop_policy)")
+ctl("sandbox-egress", "sbx_spA", SB_A, "public")
+
+# 9. The bound: four connections of A are served, a fifth is closed at once; B still gets in.
+with In(NS[SB_A]):
+    held = [socket.create_connection((API, 443), 30) for _ in range(4)]
+    extra = socket.create_connection((API, 443), 30)
 held_tls = [sbx_ctx.wrap_socket(s, server_hostname="api.model.test") for s in held]
-extra = socket.create_connection((API, 443), 30, (SB_A, 0))
 try:
     sbx_ctx.wrap_socket(extra, server_hostname="api.model.test")
     refused = False
@@ -325,6 +429,10 @@ log = logf.read()
 check("misuses" in log, "the proxy stopped and said what it did")
 check(VALUE not in log, "the value is in no log line")
 check(all(VALUE not in json.dumps(r) for r in records), "the value is in no record")
+for sb in sandboxes:
+    ctl("secret-proxy", sb["id"], sb["addr"], "0")
+    sb["proc"].kill()
+subprocess.run(["ip", "netns", "del", W])
 shutil.rmtree(tmp, ignore_errors=True)
 if failures:
     print(f"{len(failures)} check(s) failed")
