@@ -13,6 +13,7 @@
 #include "sandbox/egress.h"
 #include "sandbox/jobs.h"
 #include "sandbox/pool.h"
+#include "sandbox/secret_broker.h"
 #include "workspace_fs.h"
 
 #include <jansson.h>
@@ -114,6 +115,13 @@ void activation_continue(struct sandbox *sb)
                              sizeof why) != 0) {
         log_error("worker: %s: %s", sb->rt.sandbox_id, why);
         sandbox_terminate(sb, "egress policy could not be applied", true);
+        return;
+    }
+    /* An App with secrets: its HTTP(S) egress goes through this worker's proxy before its command
+     * can run (fail closed). */
+    if (secret_broker_activate(sb, why, sizeof why) != 0) {
+        log_error("worker: %s: %s", sb->rt.sandbox_id, why);
+        sandbox_terminate(sb, "secrets could not be brokered", true);
         return;
     }
     workspace_dir_of(w, sb->delivery, sb->workspace_dir, sizeof sb->workspace_dir,

@@ -177,6 +177,9 @@ static int add_context(struct sandbox *sb, json_t *env)
     int rc = env_put(env, "SBX_SESSION_ID", sb->session_id) |
              env_put(env, "SBX_APP_ID", sb->app_id) |
              env_put(env, "SBX_SANDBOX_ID", sb->rt.sandbox_id);
+    /* Each secret as its placeholder: the value never enters the Sandbox. */
+    for (size_t i = 0; i < sb->secrets.n; i++)
+        rc |= env_put(env, sb->secrets.v[i].name, sb->secrets.v[i].placeholder);
     struct in_addr a;
     if (!sb->w->callbacks || !sb->callback_token[0] ||
         inet_pton(AF_INET, sb->rt.net_address, &a) != 1)

@@ -14,6 +14,7 @@
 #include "store_sessions.h"
 #include "log.h"
 #include "sandbox/jobs.h"
+#include "sandbox/secret_broker.h"
 #include "sandbox/sandbox.h"
 #include "clock.h"
 
@@ -209,6 +210,7 @@ void sandbox_terminate(struct sandbox *sb, const char *reason, bool failed)
         w->sandbox_hooks->lost(sb, reason);
     agent_channel_free(sb->chan);
     sb->chan = NULL;
+    secret_broker_detach(w, sb); /* its secrets leave the proxy with it */
     enum store_status rc = store_sandbox_mark_stopping(w->st, &w->ctx, sb->rt.sandbox_id, reason);
     if (rc != STORE_OK && rc != STORE_CONFLICT)
         log_error("worker: cannot record that %s is stopping: %s", sb->rt.sandbox_id,

@@ -193,6 +193,7 @@ static void sandbox_release(struct sandbox *sb)
     if (sb->boot_ev)
         event_free(sb->boot_ev);
     agent_channel_free(sb->chan);
+    secret_set_clear(&sb->secrets);
     free(sb);
 }
 

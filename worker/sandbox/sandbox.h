@@ -58,6 +58,7 @@
 #define SBX_SANDBOX_H
 
 #include "sandbox_context.h"
+#include "secret_set.h"
 #include "worker.h"
 
 #include <jansson.h>
@@ -126,6 +127,9 @@ struct sandbox {
     /* The App's egress policy applied to it (sandbox/egress.c): digest of its text, and mode. */
     char egress_applied[65];
     int egress_mode;
+    /* The App's secrets for this activation (docs/secrets-proxy.md): the agent gets each
+     * placeholder in its environment, the brokering proxy puts the value on the wire. */
+    struct secret_set secrets;
 };
 
 /* What a Sandbox tells the layers above it (news goes up only through these; loop.c sets them in
