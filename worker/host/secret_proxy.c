@@ -402,7 +402,7 @@ static int connect_upstream(struct conn *c, const char *host, int *verify_failed
     if (!c->tls)
         return 0;
     gnutls_session_t s;
-    if (gnutls_init(&s, GNUTLS_CLIENT) < 0)
+    if (gnutls_init(&s, GNUTLS_CLIENT | GNUTLS_NO_SIGNAL) < 0)
         return -1;
     c->u.tls = s;
     gnutls_set_default_priority(s);
@@ -628,7 +628,7 @@ static void *conn_main(void *arg)
     struct secret_proxy *sp = c->sp;
     if (c->tls) {
         gnutls_session_t s;
-        if (gnutls_init(&s, GNUTLS_SERVER) == 0) {
+        if (gnutls_init(&s, GNUTLS_SERVER | GNUTLS_NO_SIGNAL) == 0) {
             c->c.tls = s;
             gnutls_set_default_priority(s);
             gnutls_session_set_ptr(s, c);
