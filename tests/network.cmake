@@ -94,3 +94,12 @@ add_test(NAME it.network.secret_proxy
                  $<TARGET_FILE:secret_proxy_run> $<TARGET_FILE:net_ctl>)
 set_tests_properties(it.network.secret_proxy PROPERTIES TIMEOUT 120)
 sbx_test_labels(root it.network.secret_proxy)
+
+# tools/bench/secret_proxy.py: a brokered HTTPS request's added latency and throughput beside the
+# same requests sent directly, in namespaces of its own. A short run, so that the benchmark keeps
+# working; it asserts nothing about speed.
+add_test(NAME it.network.bench_secret_proxy_runs
+         COMMAND unshare --net --mount -- python3 ${CMAKE_SOURCE_DIR}/tools/bench/secret_proxy.py
+                 $<TARGET_FILE:secret_proxy_run> $<TARGET_FILE:net_ctl> --samples 10 --threads 2)
+set_tests_properties(it.network.bench_secret_proxy_runs PROPERTIES TIMEOUT 120)
+sbx_test_labels(root it.network.bench_secret_proxy_runs)

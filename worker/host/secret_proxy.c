@@ -15,6 +15,7 @@
 #include <gnutls/x509.h>
 #include <linux/netfilter_ipv4.h>
 #include <netdb.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -99,8 +100,12 @@ static void stat_add(struct secret_proxy *sp, uint64_t *field)
     pthread_mutex_unlock(&sp->lock);
 }
 
+/* Also TCP_NODELAY: a head and its body go out in separate writes, and Nagle's algorithm would
+ * hold the second until the peer's delayed ACK (tens of milliseconds per request). */
 static void set_timeouts(int fd, int ms)
 {
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
