@@ -17,6 +17,8 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <libnftnl/common.h>
+#include <pthread.h>
 #include <libnftnl/expr.h>
 #include <libnftnl/rule.h>
 #include <libnftnl/set.h>
@@ -158,11 +160,49 @@ static void fill_add(struct fw_batch *b, const void *arg)
     map_elem(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE | NLM_F_EXCL, arg);
 }
 
-/* A map element cannot be made absent in the batch that adds it, as set elements can
- * (batch_elem_absent): an add of the same key with other data is refused. So: a delete of its
- * own, where "no such element" is success. */
+static int found_cb(const struct nlmsghdr *nlh, void *data)
+{
+    (void)nlh;
+    *(int *)data = 1;
+    return MNL_CB_OK;
+}
+
+/* 1 when the Sandbox has an element in the map, 0 when not, -1 when it cannot tell. Asked first
+ * because a map element cannot be made absent in the batch that adds it, as set elements can
+ * (batch_elem_absent: an add of the same key with other data is refused), and a batch the kernel
+ * refuses costs milliseconds (its abort path). */
+static int map_has(struct fw *fw, const struct fw_sandbox *sb)
+{
+    char buf[MNL_SOCKET_BUFFER_SIZE], key[KEY_LEN] = {0}, why[256];
+    strncpy(key, sb->ifname, KEY_IFNAME_LEN - 1);
+    memcpy(key + KEY_IFNAME_LEN, &sb->addr.s_addr, 4);
+    pthread_mutex_lock(&fw->lock);
+    struct nlmsghdr *nlh =
+        nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSETELEM, NFPROTO_INET, NLM_F_ACK, fw_next_seq(fw));
+    struct nftnl_set *s = must(nftnl_set_alloc());
+    nftnl_set_set_str(s, NFTNL_SET_TABLE, FW_TABLE);
+    nftnl_set_set_str(s, NFTNL_SET_NAME, MAP_SECRET_PROXY);
+    struct nftnl_set_elem *e = must(nftnl_set_elem_alloc());
+    nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, key, KEY_LEN);
+    nftnl_set_elem_add(s, e);
+    nftnl_set_elems_nlmsg_build_payload(nlh, s);
+    nftnl_set_free(s);
+    int found = 0;
+    int rc = fw_request(fw, "map " MAP_SECRET_PROXY, nlh, found_cb, &found, why, sizeof why);
+    int e2 = errno;
+    pthread_mutex_unlock(&fw->lock);
+    if (rc < 0)
+        return e2 == ENOENT ? 0 : -1;
+    return found;
+}
+
 int forget_secret_proxy(struct fw *fw, const struct fw_sandbox *sb, char *err, size_t errlen)
 {
+    int has = map_has(fw, sb);
+    if (has < 0)
+        return fail(err, errlen, "nftables: cannot read map %s", MAP_SECRET_PROXY);
+    if (!has)
+        return 0;
     struct proxy_elem x = {sb, 0};
     if (fw_apply(fw, fill_del, &x, err, errlen) == 0 || errno == ENOENT)
         return 0;

@@ -58,6 +58,7 @@ static struct {
     struct secret_proxy_registry *reg;
     struct pki *own_pki; /* when the callback API is off, the worker opened none */
     int64_t next_try;
+    char said[512]; /* the last reason the proxy could not start, said once */
     struct attached *att;
     size_t natt, attcap;
     struct window *win;
@@ -257,9 +258,12 @@ static void try_start(struct worker *w)
     };
     sb_.proxy = secret_proxy_start(&p, err, sizeof err);
     if (!sb_.proxy) {
-        log_warn("secrets: %s", err);
+        if (strcmp(err, sb_.said) != 0) /* once per reason, not every RESTART_MS */
+            log_warn("secrets: %s (Apps with secrets cannot serve here until it starts)", err);
+        snprintf(sb_.said, sizeof sb_.said, "%s", err);
         return;
     }
+    sb_.said[0] = '\0';
     log_info("secrets: brokering proxy on TCP %u", (unsigned)secret_proxy_port(sb_.proxy));
 }
 

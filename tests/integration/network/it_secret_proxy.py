@@ -435,9 +435,20 @@ if failures:
     print("proxy exit status", proxy.returncode, log[-4000:])
 check(VALUE not in log, "the value is in no log line")
 check(all(VALUE not in json.dumps(r) for r in records), "the value is in no record")
+# The map element: replaced by another port, removed, and removing what is absent is no error.
+def proxy_map():
+    return subprocess.run(["nft", "list", "map", "inet", "sbx", "secret_proxy"], check=True,
+                          capture_output=True, text=True).stdout
+
+
+check(f": {port}" in proxy_map() and proxy_map().count(":") >= 2, "each Sandbox is in the map")
+ctl("secret-proxy", "sbx_spA", SB_A, "4242")
+check(": 4242" in proxy_map(), "an element replaced by another port")
 for sb in sandboxes:
     ctl("secret-proxy", sb["id"], sb["addr"], "0")
+    ctl("secret-proxy", sb["id"], sb["addr"], "0")
     sb["proc"].kill()
+check("elements" not in proxy_map(), "elements removed (twice: absent is no error)")
 subprocess.run(["ip", "netns", "del", W])
 shutil.rmtree(tmp, ignore_errors=True)
 if failures:
