@@ -459,6 +459,33 @@ static bool address_is_hosts(struct in_addr dst, const char *host)
     return ok;
 }
 
+/* A kept-alive upstream connection the server closed while idle (its keep-alive timeout): seen
+ * before the next request is sent on it, so that request goes on a new connection rather than
+ * failing with a 502. Anything readable between two answers means the same: nothing is owed. */
+static bool upstream_gone(struct conn *c)
+{
+    if (c->u.fd < 0)
+        return false;
+    if (c->u.off < c->u.len || (c->u.tls && gnutls_record_check_pending(c->u.tls) > 0))
+        return true;
+    struct pollfd pfd = {.fd = c->u.fd, .events = POLLIN};
+    return poll(&pfd, 1, 0) != 0;
+}
+
+static void drop_upstream(struct conn *c)
+{
+    pthread_mutex_lock(&c->sp->lock);
+    int fd = c->u.fd;
+    c->u.fd = -1;
+    pthread_mutex_unlock(&c->sp->lock);
+    if (c->u.tls) {
+        gnutls_deinit(c->u.tls);
+        c->u.tls = NULL;
+    }
+    close(fd);
+    c->u.off = c->u.len = 0;
+}
+
 /* ---- one connection ---- */
 
 static void record_init(struct conn *c, struct secret_proxy_record *r, enum secret_proxy_kind k,
@@ -553,6 +580,8 @@ static bool serve_request(struct conn *c)
         stat_add(sp, &sp->stats.brokered);
     c->c.off += hlen;
     bool keep = false;
+    if (upstream_gone(c))
+        drop_upstream(c);
     if (c->u.fd < 0) {
         int verify_failed = 0;
         if (!host[0] && c->tls) {

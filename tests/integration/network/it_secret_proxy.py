@@ -158,6 +158,8 @@ class Api(BaseHTTPRequestHandler):
                 self.rfile.readline()
         if self.server.name == "other":
             seen["other"] += 1
+        if self.path == "/then-close":  # as a server closes an idle kept-alive connection
+            self.close_connection = True
         if self.path == "/stream":
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -182,9 +184,18 @@ class Api(BaseHTTPRequestHandler):
     do_GET = do_POST = answer
 
 
+upstream_closed = threading.Semaphore(0)
+
+
+class Server(ThreadingHTTPServer):
+    def shutdown_request(self, request):
+        super().shutdown_request(request)
+        upstream_closed.release()
+
+
 def serve(addr, port, name, certkey=None):
     with In(world_ns):
-        srv = ThreadingHTTPServer((addr, port), Api)
+        srv = Server((addr, port), Api)
     srv.daemon_threads = True
     srv.name = name
     if certkey:
@@ -276,6 +287,16 @@ echo = json.loads(body)
 
 check(st == 200 and echo["body"] == "chunk-one,chunk-two" and echo["headers"]["x-api-key"] == VALUE,
       "a second request on the same connection, with a chunked body")
+# The API closes the kept-alive upstream connection after an answer: the next request of the
+# same client connection goes on a new one.
+while upstream_closed.acquire(blocking=False):
+    pass
+st, body, r = request(c, "GET", "/then-close", {"x-api-key": ph_a})
+check(st == 200, "an answer after which the API closes its connection")
+upstream_closed.acquire(timeout=30)
+st, body, r = request(c, "GET", "/after", {"x-api-key": ph_a})
+check(st == 200 and json.loads(body)["headers"]["x-api-key"] == VALUE,
+      "the next request goes on a new upstream connection")
 c.close()
 rec = wait_record(lambda r: r["kind"] == "request" and r["path"] == "/v1/messages",
                   "the brokered request is reported")
