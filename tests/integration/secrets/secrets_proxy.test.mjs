@@ -148,6 +148,8 @@ test('secrets: the value on the wire to its host only, streamed, audited, and no
     const m2 = await sbx.roundTrip(a.key, s2.id, { steps: [
       { ...API, path: '/copied', headers: { 'x-api-key': placeholder } },
       { ...API, path: '/own', headers: { 'x-api-key': '$MODEL_KEY' } },
+      // a burst past the per-Sandbox bound of 10 events per 10 s window
+      ...Array.from({ length: 12 }, () => ({ ...API, path: '/burst', headers: { 'x-api-key': '$MODEL_KEY' } })),
     ] }, 120);
     assert.equal(m2.state, 'completed', fail(m2));
     assert.notEqual(m2.sandboxId, m1.sandboxId);
@@ -189,6 +191,14 @@ test('secrets: the value on the wire to its host only, streamed, audited, and no
     assert.equal(mis.data.path, '/collect');
     assert.deepEqual(mis.data.secrets, ['MODEL_KEY']);
     assert.ok(!events.text.includes(VALUE), 'no event holds the value');
+    // 13 brokered requests of the second Sandbox: 10 events in the window, the rest counted
+    // (into the next event's `suppressed`, or a summary when the window ends).
+    const second = await sbx.until(async () => {
+      const l = (await allEvents()).list.filter((e) => e.kind === 'sandbox.secret_request' &&
+        e.objectId === m2.sandboxId && !e.data.summary);
+      return l.length >= 10 ? l : null;
+    }, 20000, 'the second Sandbox\'s events');
+    assert.equal(second.length, 10, 'at most 10 events per Sandbox per window');
 
     // Nowhere else: the App as the API shows it, /metrics, the database, the logs.
     const appText = (await req(sbx.gw, 'GET', `/v1/apps/${a.app.id}`, { token: sbx.gw.admin })).text;
