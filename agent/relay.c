@@ -712,10 +712,41 @@ fail:
     return -1;
 }
 
-/* The files of a start line, "files": [{"path": "/abs/path", "content": "..."}], written before
- * the command starts (mode 0644, so the command can read them whatever user it runs as): the
- * installation CA's certificate of SBX_CA_FILE (docs/callbacks.md). At most RELAY_MAX_FILES of
- * RELAY_MAX_FILE_LEN bytes each. 0, or -1 with the reason in why. */
+/* Copies the first of the files named by the array base that can be opened into fd: the image's
+ * own CA bundle, which a file of the start line may extend (below). None found: nothing. */
+static int copy_base(struct json_span base, int fd)
+{
+    struct json_span p;
+    size_t pos = 0;
+    char name[PATH_MAX], buf[16384];
+    while (jspan_array_next(base, &pos, &p) == 1) {
+        if (jspan_string_decode(p, name, sizeof name) != 0 || name[0] != '/')
+            return -1;
+        int in = open(name, O_RDONLY | O_CLOEXEC);
+        if (in < 0)
+            continue;
+        ssize_t n;
+        char last = '\n';
+        int rc = 0;
+        while (rc == 0 && (n = read(in, buf, sizeof buf)) > 0) {
+            rc = write(fd, buf, (size_t)n) == n ? 0 : -1;
+            last = buf[n - 1];
+        }
+        close(in);
+        if (rc != 0 || n != 0)
+            return -1;
+        /* a bundle whose last line has no newline must not glue onto what follows */
+        return last == '\n' || write(fd, "\n", 1) == 1 ? 0 : -1;
+    }
+    return 0;
+}
+
+/* The files of a start line, "files": [{"path": "/abs/path", "content": "...", "base": [...]}],
+ * written before the command starts (mode 0644, so the command can read them whatever user it
+ * runs as): the installation CA's certificate of SBX_CA_FILE (docs/callbacks.md), and, for an App
+ * with secrets, a CA bundle: the first of the image's bundles named in "base" that exists, then
+ * the content (docs/secrets-proxy.md). At most RELAY_MAX_FILES of RELAY_MAX_FILE_LEN bytes of
+ * content each. 0, or -1 with the reason in why. */
 #define RELAY_MAX_FILES 8
 #define RELAY_MAX_FILE_LEN (64u << 10)
 static int write_start_files(struct json_span msg, char *why, size_t whylen)
@@ -746,8 +777,11 @@ static int write_start_files(struct json_span msg, char *why, size_t whylen)
             break;
         }
         size_t len = strlen(text);
+        struct json_span base;
+        bool has_base = jspan_member(file, "base", &base) == 1 && jspan_is_array(base);
         int fd = open(name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-        if (fd < 0 || fchmod(fd, 0644) != 0 || write(fd, text, len) != (ssize_t)len) {
+        if (fd < 0 || fchmod(fd, 0644) != 0 || (has_base && copy_base(base, fd) != 0) ||
+            write(fd, text, len) != (ssize_t)len) {
             snprintf(why, whylen, "cannot write %.200s: %s", name, strerror(errno));
             rc = -1;
         }

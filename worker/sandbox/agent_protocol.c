@@ -172,6 +172,44 @@ static int env_put(json_t *env, const char *k, const char *v)
 
 /* The Sandbox's context (sandbox_context.h): who it serves, and with the callback API on, where
  * and how it reaches it: the host side of its link (the /30's first address, links.h). */
+/* An App with secrets: its HTTPS goes through sbx's proxy, whose certificates the installation CA
+ * issues (docs/secrets-proxy.md). The usual libraries are pointed at the image's own CA bundle
+ * with that CA appended, written by the agent at start (the start line's file with a "base"), so
+ * that they trust the proxy without a change to the image or the App's code; Node adds
+ * NODE_EXTRA_CA_CERTS to its own roots. */
+#define SANDBOX_CA_BUNDLE_PATH "/tmp/sbx-ca-bundle.pem"
+static const char *const image_ca_bundles[] = {
+    "/etc/ssl/certs/ca-certificates.crt",                /* Debian, Ubuntu, Alpine */
+    "/etc/pki/tls/certs/ca-bundle.crt",                  /* Fedora, RHEL */
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem", /* RHEL */
+    "/etc/ssl/ca-bundle.pem",                            /* openSUSE */
+    "/etc/ssl/cert.pem",                                 /* Alpine, others */
+};
+
+static bool wants_ca_bundle(const struct sandbox *sb)
+{
+    return sb->secrets.n > 0 && sb->w->ca_pem;
+}
+
+static int add_ca_bundle_env(struct sandbox *sb, json_t *env)
+{
+    if (!wants_ca_bundle(sb))
+        return 0;
+    return env_put(env, "SSL_CERT_FILE", SANDBOX_CA_BUNDLE_PATH) |
+           env_put(env, "REQUESTS_CA_BUNDLE", SANDBOX_CA_BUNDLE_PATH) |
+           env_put(env, "CURL_CA_BUNDLE", SANDBOX_CA_BUNDLE_PATH) |
+           env_put(env, "NODE_EXTRA_CA_CERTS", SANDBOX_CA_PATH);
+}
+
+static json_t *ca_bundle_file(const struct sandbox *sb)
+{
+    json_t *base = json_array();
+    for (size_t i = 0; i < sizeof image_ca_bundles / sizeof *image_ca_bundles; i++)
+        json_array_append_new(base, json_string(image_ca_bundles[i]));
+    return json_pack("{s:s,s:s,s:o}", "path", SANDBOX_CA_BUNDLE_PATH, "content", sb->w->ca_pem,
+                     "base", base);
+}
+
 static int add_context(struct sandbox *sb, json_t *env)
 {
     int rc = env_put(env, "SBX_SESSION_ID", sb->session_id) |
@@ -180,6 +218,7 @@ static int add_context(struct sandbox *sb, json_t *env)
     /* Each secret as its placeholder: the value never enters the Sandbox. */
     for (size_t i = 0; i < sb->secrets.n; i++)
         rc |= env_put(env, sb->secrets.v[i].name, sb->secrets.v[i].placeholder);
+    rc |= add_ca_bundle_env(sb, env);
     struct in_addr a;
     if (!sb->w->callbacks || !sb->callback_token[0] ||
         inet_pton(AF_INET, sb->rt.net_address, &a) != 1)
@@ -222,10 +261,12 @@ int agent_protocol_send_start(struct sandbox *sb, const struct store_app *app, c
                               run.env, "workspace", ws ? ws : json_null());
     /* The CA certificate the agent verifies the callback API with, for the guest agent to write
      * where SBX_CA_FILE says. */
-    if (start && sb->w->ca_pem)
-        json_object_set_new(
-            start, "files",
-            json_pack("[{s:s,s:s}]", "path", SANDBOX_CA_PATH, "content", sb->w->ca_pem));
+    if (start && sb->w->ca_pem) {
+        json_t *files = json_pack("[{s:s,s:s}]", "path", SANDBOX_CA_PATH, "content", sb->w->ca_pem);
+        if (files && wants_ca_bundle(sb))
+            json_array_append_new(files, ca_bundle_file(sb));
+        json_object_set_new(start, "files", files);
+    }
     if (start && run.cwd[0])
         json_object_set_new(start, "cwd", json_string(run.cwd));
     if (start && run.user[0])

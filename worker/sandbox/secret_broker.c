@@ -244,6 +244,9 @@ static void try_start(struct worker *w)
             return;
         }
         pki = sb_.own_pki;
+        /* the Sandboxes trust the proxy through the CA the start line gives them */
+        if (!w->ca_pem)
+            w->ca_pem = pki_ca_pem(pki);
     }
     if (!sb_.reg && !(sb_.reg = secret_proxy_registry_new()))
         return;
@@ -367,6 +370,8 @@ void secret_broker_stop(struct worker *w)
     for (size_t i = 0; i < sb_.nbatch; i++)
         free(sb_.batch[i].data);
     secret_proxy_registry_free(sb_.reg);
+    if (sb_.own_pki && w->ca_pem == pki_ca_pem(sb_.own_pki))
+        w->ca_pem = NULL;
     pki_free(sb_.own_pki);
     free(sb_.att);
     free(sb_.win);

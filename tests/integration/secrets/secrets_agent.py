@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 # secrets_agent.py: the agent of the secrets proxy's end-to-end test (secrets_proxy.test.mjs),
 # run by the test image's python3 (standard library only). It speaks the agent protocol and calls
-# HTTP(S) services the way a model SDK does, with its secrets' placeholders from the environment;
-# it trusts the installation CA (SBX_CA_FILE), since sbx's proxy answers for the hosts it calls.
+# HTTP(S) services the way a model SDK does, with its secrets' placeholders from the environment,
+# and with Python's default TLS context: it trusts sbx's proxy through SSL_CERT_FILE (the image's
+# CA bundle with the installation CA appended), as an unmodified SDK would.
 #
 # A message body {"steps": [STEP, ...]} says which requests to make, in order; each STEP is
 #   {"host": "api.model.test", "addr": "11.11.11.1", "port": 443, "method": "POST",
@@ -27,8 +28,7 @@ def connect(step):
     port = step.get("port", 443)
     raw = socket.create_connection((step["addr"], port), 30)
     if port == 443:
-        ctx = ssl.create_default_context(cafile=os.environ["SBX_CA_FILE"])
-        raw = ctx.wrap_socket(raw, server_hostname=step["host"])
+        raw = ssl.create_default_context().wrap_socket(raw, server_hostname=step["host"])
     c = http.client.HTTPConnection(step["host"], port, timeout=30)
     c.sock = raw
     return c
@@ -74,7 +74,13 @@ for line in sys.stdin:
         steps = [run(s) for s in msg["body"].get("steps", [])]
         with open("/proc/self/environ", "rb") as f:
             environ = f.read().replace(b"\0", b"\n").decode(errors="replace")
-        reply = {"steps": steps, "env": dict(os.environ), "environ": environ}
+        bundles = {}
+        for var in ("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt"):
+            path = os.environ.get(var, var)
+            if os.path.exists(path):
+                with open(path) as f:
+                    bundles[var] = f.read().count("BEGIN CERTIFICATE")
+        reply = {"steps": steps, "env": dict(os.environ), "environ": environ, "bundles": bundles}
     except Exception as e:  # the test shows it
         reply = {"agentError": repr(e)}
     print(json.dumps({"id": msg["id"], "reply": reply}), flush=True)

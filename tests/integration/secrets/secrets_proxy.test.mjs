@@ -137,6 +137,13 @@ test('secrets: the value on the wire to its host only, streamed, audited, and no
     assert.match(placeholder, /^sbx_ph_[A-Za-z0-9_-]{43}$/, 'the agent holds a placeholder');
     assert.ok(!m1.reply.environ.includes(VALUE) && !JSON.stringify(m1.reply.env).includes(VALUE),
       'the value is not in the agent\'s environment nor /proc/self/environ');
+    // An unmodified client trusts the proxy: the agent uses Python's default TLS context.
+    assert.equal(m1.reply.env.SSL_CERT_FILE, '/tmp/sbx-ca-bundle.pem');
+    assert.equal(m1.reply.env.REQUESTS_CA_BUNDLE, '/tmp/sbx-ca-bundle.pem');
+    assert.equal(m1.reply.env.CURL_CA_BUNDLE, '/tmp/sbx-ca-bundle.pem');
+    assert.equal(m1.reply.env.NODE_EXTRA_CA_CERTS, '/tmp/sbx-ca.pem');
+    const image = m1.reply.bundles['/etc/ssl/certs/ca-certificates.crt'] ?? 0;
+    assert.equal(m1.reply.bundles.SSL_CERT_FILE, image + 1, 'the image\'s bundle and the installation CA');
     assert.equal(echo.status, 200, echo.body);
     const heard = JSON.parse(echo.body);
     assert.equal(heard.headers['x-api-key'], sha(VALUE), 'the API sees the value');
