@@ -32,6 +32,9 @@
 #define CERT_RENEW_S (30 * 86400)
 #define CONNECT_TIMEOUT_MS 10000
 #define BUF_CAP (SP_HEAD_MAX + 1024)
+/* How long an upstream may keep silent: a model API answering without streaming can think for
+ * minutes before its first byte. */
+#define UPSTREAM_IDLE_MS 600000
 
 struct cert_entry {
     char name[272]; /* "dns <name>" or "ip <address>" */
@@ -397,7 +400,7 @@ static int connect_upstream(struct conn *c, const char *host, int *verify_failed
         close(fd);
         return -1;
     }
-    set_timeouts(fd, sp->p.idle_ms);
+    set_timeouts(fd, c->u.idle_ms);
     pthread_mutex_lock(&sp->lock);
     c->u.fd = fd;
     bool stopping = sp->stopping;
@@ -728,7 +731,8 @@ static void accept_one(struct secret_proxy *sp, int fd)
     c->sp = sp;
     c->c.fd = fd;
     c->u.fd = -1;
-    c->c.idle_ms = c->u.idle_ms = sp->p.idle_ms;
+    c->c.idle_ms = sp->p.idle_ms;
+    c->u.idle_ms = sp->p.idle_ms > UPSTREAM_IDLE_MS ? sp->p.idle_ms : UPSTREAM_IDLE_MS;
     c->peer = peer.sin_addr;
     c->dst = orig.sin_addr;
     c->dport = ntohs(orig.sin_port);

@@ -66,7 +66,8 @@ struct secret_proxy_params {
     bool no_system_ca;            /* tests: trust upstream_ca_file only */
     size_t max_per_sandbox;       /* 0: SECRET_PROXY_MAX_PER_SANDBOX */
     size_t max_total;             /* 0: SECRET_PROXY_MAX_TOTAL */
-    int idle_ms; /* a connection idle this long (no request, no upstream byte) closes; 0: 120 s */
+    int idle_ms; /* a Sandbox's connection idle this long between requests closes; 0: 120 s (an
+                  * upstream may keep silent 10 minutes, or idle_ms if longer) */
     secret_proxy_lookup_fn lookup;
     void *lookup_arg;
     void (*report)(const struct secret_proxy_record *r, void *arg); /* may be NULL */
