@@ -3,8 +3,9 @@
  * (worker/host/secret_proxy_http.c): a Sandbox's placeholder becomes its secret's value in header
  * values for the secret's hosts (exact and wildcard), and only there; toward any other host it
  * is a misuse and nothing is replaced; another Sandbox's placeholder is left as it is; a
- * placeholder in the request line is never replaced. Plus the framing the relay follows: request
- * and response heads, chunked bodies split anywhere, and the shapes refused as ambiguous.
+ * placeholder in the request line is never replaced; inside Basic credentials the same rules. Plus
+ * the framing the relay follows: request and response heads, chunked bodies split anywhere, and the
+ * shapes refused as ambiguous.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +16,7 @@
 #include "host/secret_proxy.h"
 #include "host/secret_proxy_http.h"
 
+#include <nettle/base64.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,6 +141,50 @@ static void test_foreign_placeholder(void **state)
     secret_set_clear(&other);
 }
 
+static char *b64(const char *text)
+{
+    size_t n = strlen(text);
+    char *out = calloc(1, BASE64_ENCODE_RAW_LENGTH(n) + 1);
+    base64_encode_raw(out, n, (const uint8_t *)text);
+    return out;
+}
+
+/* A token sent as a Basic password (git over HTTPS): replaced inside the credentials, for its
+ * hosts only. */
+static void test_basic_auth(void **state)
+{
+    (void)state;
+    char creds[128], line[512];
+    snprintf(creds, sizeof creds, "x-access-token:%s", set.v[1].placeholder);
+    char *enc = b64(creds);
+    snprintf(
+        line, sizeof line,
+        "GET /repo.git/info/refs HTTP/1.1\r\nHost: git.test\r\nAuthorization: Basic %s\r\n\r\n",
+        enc);
+    struct sp_rewrite rw;
+    assert_int_equal(sp_rewrite(&set, "git.test", line, strlen(line), &rw), 0);
+    assert_null(rw.misused);
+    char *want = b64("x-access-token:ghp_abc");
+    char expect[256];
+    snprintf(expect, sizeof expect, "Authorization: Basic %s\r\n", want);
+    assert_non_null(strstr(rw.head, expect));
+    assert_int_equal(rw.nused, 1);
+    assert_string_equal(rw.used[0]->name, "GIT_TOKEN");
+    sp_rewrite_free(&rw);
+    /* toward another host: a misuse, even hidden in the credentials */
+    assert_int_equal(sp_rewrite(&set, "evil.test", line, strlen(line), &rw), 0);
+    assert_ptr_equal(rw.misused, &set.v[1]);
+    assert_null(rw.head);
+    /* credentials without a placeholder (or not base64) are left as they are */
+    const char *plain = "GET / HTTP/1.1\r\nHost: git.test\r\nAuthorization: Basic dXNlcjpwYXNz\r\n"
+                        "Proxy-Authorization: Basic !!!\r\n\r\n";
+    assert_int_equal(sp_rewrite(&set, "git.test", plain, strlen(plain), &rw), 0);
+    assert_string_equal(rw.head, plain);
+    sp_rewrite_free(&rw);
+    free(want);
+    free(enc);
+}
+
 static void test_request_heads(void **state)
 {
     (void)state;
@@ -229,9 +275,13 @@ static void test_chunked(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_replaced_for_its_hosts), cmocka_unit_test(test_misuse),
-        cmocka_unit_test(test_foreign_placeholder),    cmocka_unit_test(test_request_heads),
-        cmocka_unit_test(test_response_heads),         cmocka_unit_test(test_chunked),
+        cmocka_unit_test(test_replaced_for_its_hosts),
+        cmocka_unit_test(test_misuse),
+        cmocka_unit_test(test_foreign_placeholder),
+        cmocka_unit_test(test_basic_auth),
+        cmocka_unit_test(test_request_heads),
+        cmocka_unit_test(test_response_heads),
+        cmocka_unit_test(test_chunked),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

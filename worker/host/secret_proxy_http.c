@@ -7,6 +7,7 @@
 #include "host/secret_proxy_http.h"
 
 #include <ctype.h>
+#include <nettle/base64.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,75 +220,194 @@ static const struct secret_binding *placeholder_at(const struct secret_set *s, c
     return secret_set_find_placeholder(s, head + i, SECRET_PLACEHOLDER_LEN);
 }
 
-static bool is_expect_line(const char *p, const char *eol)
+/* The rewritten head grows in a buffer that never leaves a copy behind: secret values are in it. */
+struct sbuf {
+    char *p;
+    size_t len, cap;
+    bool failed;
+};
+
+static void sb_put(struct sbuf *b, const char *data, size_t n)
 {
-    return eol - p >= 7 && strncasecmp(p, "expect:", 7) == 0;
+    if (b->failed)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = (b->len + n + 1) * 2;
+        char *p = malloc(cap);
+        if (!p) {
+            b->failed = true;
+            return;
+        }
+        if (b->p) {
+            memcpy(p, b->p, b->len);
+            explicit_bzero(b->p, b->cap);
+            free(b->p);
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, data, n);
+    b->len += n;
+    b->p[b->len] = '\0';
 }
 
-/* One pass over the head: counts (out == NULL) or writes the rewritten head. */
-static size_t rewrite_pass(const struct secret_set *s, const char *host, const char *head,
-                           size_t len, char *out, struct sp_rewrite *r)
+static void sb_wipe(struct sbuf *b)
 {
-    const char *end = head + len;
-    const char *rl_end = line_end(head, end);
-    size_t reqline = rl_end ? (size_t)(rl_end - head) + 2 : len;
-    size_t o = 0;
-    size_t i = 0;
-    while (i < len) {
-        /* Whole lines of Expect are skipped. */
-        if (i >= reqline && (i == reqline || (head[i - 1] == '\n' && head[i - 2] == '\r'))) {
-            const char *eol = line_end(head + i, end);
-            if (eol && is_expect_line(head + i, eol)) {
-                i = (size_t)(eol - head) + 2;
-                continue;
-            }
-        }
-        const struct secret_binding *b = head[i] == 's' ? placeholder_at(s, head, len, i) : NULL;
+    if (b->p) {
+        explicit_bzero(b->p, b->cap);
+        free(b->p);
+    }
+    memset(b, 0, sizeof *b);
+}
+
+static void note_used(struct sp_rewrite *r, const struct secret_binding *b)
+{
+    for (size_t k = 0; k < r->nused; k++)
+        if (r->used[k] == b)
+            return;
+    if (r->nused < SP_MAX_USED)
+        r->used[r->nused++] = b;
+}
+
+/* Copies text[0..n) to out (NULL: only checks), each placeholder of s replaced when replace is
+ * set and host is one of its secret's hosts. false on a misuse (r->misused set). */
+static bool scan(const struct secret_set *s, const char *host, const char *text, size_t n,
+                 bool replace, struct sbuf *out, struct sp_rewrite *r)
+{
+    size_t from = 0, i = 0;
+    while (i < n) {
+        const struct secret_binding *b = text[i] == 's' ? placeholder_at(s, text, n, i) : NULL;
         if (!b) {
-            if (out)
-                out[o] = head[i];
-            o++;
             i++;
             continue;
         }
         if (!secret_binding_allows_host(b, host)) {
             r->misused = b;
-            return 0;
+            return false;
         }
-        if (i < reqline) { /* in the request line: never replaced (paths are logged) */
-            if (out)
-                memcpy(out + o, head + i, SECRET_PLACEHOLDER_LEN);
-            o += SECRET_PLACEHOLDER_LEN;
-        } else {
-            if (out) {
-                memcpy(out + o, b->value, b->value_len);
-            } else {
-                bool seen = false;
-                for (size_t k = 0; k < r->nused; k++)
-                    seen = seen || r->used[k] == b;
-                if (!seen && r->nused < SP_MAX_USED)
-                    r->used[r->nused++] = b;
-            }
-            o += b->value_len;
+        if (replace && out) {
+            sb_put(out, text + from, i - from);
+            sb_put(out, b->value, b->value_len);
+            from = i + SECRET_PLACEHOLDER_LEN;
+            note_used(r, b);
         }
         i += SECRET_PLACEHOLDER_LEN;
     }
-    return o;
+    if (out)
+        sb_put(out, text + from, n - from);
+    return true;
+}
+
+static bool header_is(const char *line, const char *eol, const char *name)
+{
+    size_t l = strlen(name);
+    return (size_t)(eol - line) > l && strncasecmp(line, name, l) == 0 && line[l] == ':';
+}
+
+/* `Authorization: Basic <base64 of user:password>` (and Proxy-Authorization): placeholders are
+ * looked for, and replaced, inside the decoded credentials too, which is how git and other
+ * clients send a token as a password. 1 when the line was written to out, 0 when it is to be
+ * handled as any other line, -1 on a misuse. */
+static int basic_auth(const struct secret_set *s, const char *host, const char *line,
+                      const char *eol, struct sbuf *out, struct sp_rewrite *r)
+{
+    const char *colon = memchr(line, ':', (size_t)(eol - line));
+    if (!colon ||
+        !(header_is(line, eol, "authorization") || header_is(line, eol, "proxy-authorization")))
+        return 0;
+    const char *v = colon + 1;
+    while (v < eol && (*v == ' ' || *v == '\t'))
+        v++;
+    if (eol - v < 7 || strncasecmp(v, "basic ", 6) != 0)
+        return 0;
+    const char *t = v + 6;
+    while (t < eol && *t == ' ')
+        t++;
+    size_t tl = (size_t)(eol - t);
+    while (tl > 0 && (t[tl - 1] == ' ' || t[tl - 1] == '\t'))
+        tl--;
+    if (tl == 0 || tl > 16384)
+        return 0;
+    uint8_t *plain = malloc(BASE64_DECODE_LENGTH(tl) + 1);
+    if (!plain)
+        return 0;
+    struct base64_decode_ctx ctx;
+    size_t pl = BASE64_DECODE_LENGTH(tl);
+    base64_decode_init(&ctx);
+    int rc = 0;
+    if (base64_decode_update(&ctx, &pl, plain, tl, t) && base64_decode_final(&ctx)) {
+        struct sbuf dec = {0};
+        size_t before = r->nused;
+        if (!scan(s, host, (const char *)plain, pl, true, &dec, r)) {
+            rc = -1;
+        } else if (r->nused != before && !dec.failed) {
+            char *enc = malloc(BASE64_ENCODE_RAW_LENGTH(dec.len) + 1);
+            if (enc) {
+                base64_encode_raw(enc, dec.len, (const uint8_t *)dec.p);
+                size_t el = BASE64_ENCODE_RAW_LENGTH(dec.len);
+                sb_put(out, line, (size_t)(t - line));
+                sb_put(out, enc, el);
+                sb_put(out, "\r\n", 2);
+                explicit_bzero(enc, el);
+                free(enc);
+                rc = 1;
+            } else {
+                out->failed = true;
+                rc = 1;
+            }
+        }
+        sb_wipe(&dec);
+    }
+    explicit_bzero(plain, BASE64_DECODE_LENGTH(tl));
+    free(plain);
+    return rc;
 }
 
 int sp_rewrite(const struct secret_set *s, const char *host, const char *head, size_t len,
                struct sp_rewrite *out)
 {
     memset(out, 0, sizeof *out);
-    size_t n = rewrite_pass(s, host ? host : "", head, len, NULL, out);
-    if (out->misused)
-        return 0;
-    out->head = malloc(n + 1);
-    if (!out->head)
+    host = host ? host : "";
+    const char *end = head + len;
+    struct sbuf b = {0};
+    const char *p = head;
+    bool first = true;
+    while (p < end) {
+        const char *eol = line_end(p, end);
+        const char *next = eol ? eol + 2 : end;
+        if (!eol)
+            eol = end;
+        if (first) {
+            /* the request line: a misuse is refused, nothing is replaced (paths are recorded) */
+            if (!scan(s, host, p, (size_t)(eol - p), false, NULL, out))
+                goto misuse;
+            sb_put(&b, p, (size_t)(next - p));
+            first = false;
+        } else if (eol - p >= 7 && strncasecmp(p, "expect:", 7) == 0) {
+            /* dropped: the proxy sends the body right behind the head */
+        } else {
+            int basic = basic_auth(s, host, p, eol, &b, out);
+            if (basic < 0)
+                goto misuse;
+            if (basic == 0 && !scan(s, host, p, (size_t)(next - p), true, &b, out))
+                goto misuse;
+        }
+        p = next;
+    }
+    if (b.failed) {
+        sb_wipe(&b);
         return -1;
-    rewrite_pass(s, host ? host : "", head, len, out->head, out);
-    out->head[n] = '\0';
-    out->len = n;
+    }
+    if (!b.p)
+        sb_put(&b, "", 0);
+    out->head = b.p;
+    out->len = b.len;
+    return b.failed ? -1 : 0;
+misuse:
+    sb_wipe(&b);
+    out->head = NULL;
+    out->len = 0;
+    out->nused = 0;
     return 0;
 }
 

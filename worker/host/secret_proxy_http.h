@@ -55,8 +55,9 @@ struct sp_rewrite {
     const struct secret_binding *misused; /* a placeholder seen for a host not its secret's */
 };
 
-/* Replaces each placeholder of set s found in a header value of head by its secret's value when
- * host is one of that secret's hosts. A placeholder of s for any other host (in a header or in
+/* Replaces each placeholder of set s found in a header value of head (or in the decoded
+ * credentials of `Authorization: Basic`, encoded again) by its secret's value when host is one of
+ * that secret's hosts. A placeholder of s for any other host (in a header or in
  * the request line) is a misuse: out->misused is set, nothing is replaced and out->head is NULL.
  * Strings that look like placeholders but are not in s (another Sandbox's) are left alone.
  * Drops any `Expect` header (the proxy sends the body right behind the head). 0, or -1 when out
