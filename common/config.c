@@ -198,7 +198,7 @@ static const struct setting settings[] = {
         "bytes per second below which a registry response is too slow"),
     INT(registry_low_speed_time, "60", 1, 3600,
         "seconds a registry response may stay below registry_low_speed_limit"),
-    /* the brokering egress proxy of Apps with secrets (docs/secrets-proxy.md) */
+    /* the brokering egress proxy of Apps with secrets (docs/secrets.md) */
     STR(upstream_ca_file, "",
         "PEM CA certificates the secrets proxy trusts for upstreams, besides the host's CA store"),
     INT(secret_proxy_connections, "32", 1, 4096,
