@@ -15,6 +15,11 @@
 # host, then the rest; the chunks come back in the order they were read. The reply holds each
 # step's status and body (or chunks), and the environment as the agent sees it (with
 # /proc/self/environ), so the test can check that no secret value is in it.
+#
+# A pre-started agent (the App's prestart) makes the requests of the steps in its environment's
+# INIT_STEPS (a JSON list, set in the App's env) while it initialises, before it says
+# {"type":"ready"}, as one whose SDK checks its model API at start; each reply then holds their
+# results as "init". The context line of its Session (a line of type "context") is skipped.
 import http.client
 import json
 import os
@@ -68,8 +73,18 @@ def run(step):
     return out
 
 
+init = None
+if os.environ.get("INIT_STEPS"):
+    try:
+        init = [run(s) for s in json.loads(os.environ["INIT_STEPS"])]
+    except Exception as e:  # the test shows it
+        init = [{"agentError": repr(e)}]
+    print(json.dumps({"type": "ready"}), flush=True)
+
 for line in sys.stdin:
     msg = json.loads(line)
+    if msg.get("type") == "context":
+        continue
     try:
         steps = [run(s) for s in msg["body"].get("steps", [])]
         with open("/proc/self/environ", "rb") as f:
@@ -80,7 +95,8 @@ for line in sys.stdin:
             if os.path.exists(path):
                 with open(path) as f:
                     bundles[var] = f.read().count("BEGIN CERTIFICATE")
-        reply = {"steps": steps, "env": dict(os.environ), "environ": environ, "bundles": bundles}
+        reply = {"steps": steps, "env": dict(os.environ), "environ": environ, "bundles": bundles,
+                 "init": init}
     except Exception as e:  # the test shows it
         reply = {"agentError": repr(e)}
     print(json.dumps({"id": msg["id"], "reply": reply}), flush=True)

@@ -8,7 +8,8 @@
 // the placeholder; an SSE answer arrives chunk by chunk; the same placeholder toward other.test is
 // refused (403) with a `sandbox.secret_misuse` event and never reaches it; a placeholder copied
 // from one Sandbox does nothing in another; after a PUT of a new value, a new Sandbox sends the new
-// one (rotation); each brokered request is a `sandbox.secret_request` event (secret, host, method,
+// one (rotation); a pre-started agent's requests while it initialises, before any Session, are
+// brokered too; each brokered request is a `sandbox.secret_request` event (secret, host, method,
 // path without query, status, bytes, duration); and neither value is in any log, event, the App as
 // the API returns it, the database file or /metrics.
 //
@@ -180,6 +181,31 @@ test('secrets: the value on the wire to its host only, streamed, audited, and no
       assert.equal(JSON.parse(m3.reply.steps[0].body).headers['x-api-key'], sha(ROTATED),
         'the API sees the new value');
       assert.ok(!JSON.stringify(m3.reply.env).includes(ROTATED) && !m3.reply.environ.includes(ROTATED));
+
+      // A pre-started agent calls its model API while it initialises, before any Session claims
+      // its Sandbox: the proxy already holds that Sandbox's secrets.
+      const pre = await sbx.app('secrets-pre', {
+        image: 'py', command: ['/usr/bin/python3', '-c', AGENT], driver: DRIVER, keepAliveSeconds: 120,
+        maxAttempts: 1, readiness: 'line',
+        env: { INIT_STEPS: JSON.stringify([{ ...API, path: '/init', headers: { 'x-api-key': '$MODEL_KEY' } }]) },
+      });
+      // The secret first, then the pool: no Sandbox of the pool predates the secret.
+      await putSecret(sbx, pre.app.id, 'MODEL_KEY', VALUE, [API.host]);
+      const on = await req(sbx.gw, 'PATCH', `/v1/apps/${pre.app.id}`,
+        { token: sbx.gw.admin, body: { prestart: true, warmPool: 1 } });
+      assert.equal(on.status, 200, on.text);
+      await sbx.until(async () => {
+        const r = await req(sbx.gw, 'GET', '/v1/pool', { token: pre.key });
+        return r.json?.apps?.find((x) => x.appId === pre.app.id)?.warm >= 1;
+      }, 60000, 'a pre-started Sandbox ready');
+      const sp = await sbx.session(pre.key);
+      const mp = await sbx.roundTrip(pre.key, sp.id, { steps: [] }, 120);
+      assert.equal(mp.state, 'completed', fail(mp));
+      assert.equal((await sbx.getSandbox(pre.key, mp.sandboxId)).prestarted, true);
+      const [init] = mp.reply.init ?? [];
+      assert.equal(init?.status, 200, JSON.stringify(mp.reply.init));
+      assert.equal(JSON.parse(init.body).headers['x-api-key'], sha(VALUE),
+        'the API saw the value in the pre-started agent\'s request');
     }
 
     // The audit trail: brokered requests and the misuse, with what they were and no value.
