@@ -649,3 +649,7 @@ ALTER TABLE apps ADD COLUMN quota_sessions INTEGER CHECK (quota_sessions >= 0);
 ALTER TABLE apps ADD COLUMN quota_workspaces INTEGER CHECK (quota_workspaces >= 0);
 ALTER TABLE apps ADD COLUMN quota_workspace_mib INTEGER CHECK (quota_workspace_mib >= 0);
 ALTER TABLE apps ADD COLUMN quota_keep_alive_seconds INTEGER CHECK (quota_keep_alive_seconds >= 0);
+
+-- The Sandbox drivers a worker can run on its host (0020): JSON, driver name to true or the
+-- reason it cannot; NULL: not said. The gateway refuses an App no live worker can run.
+ALTER TABLE workers ADD COLUMN drivers TEXT;

@@ -48,7 +48,7 @@ endif()
 
 # End to end on the real process driver and echo agent (once the process driver's area is built).
 if(NODE_EXECUTABLE AND TARGET sbx-echo-agent AND TARGET sbx-worker)
-  foreach(it e2e faults scale)
+  foreach(it e2e faults scale drivers)
     add_test(NAME it.worker.process_${it}
              COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/in-netns.sh ${NODE_EXECUTABLE} --test --test-concurrency=1
                      ${CMAKE_CURRENT_SOURCE_DIR}/integration/worker/process_${it}.test.mjs)
@@ -98,4 +98,5 @@ if(NODE_EXECUTABLE AND TARGET rootfs)
 endif()
 
 sbx_test_labels(root it.worker.process_e2e it.worker.process_faults it.worker.process_scale
+                it.worker.process_drivers
                 it.worker.egress_e2e it.worker.egress_established)

@@ -177,6 +177,7 @@ static void on_heartbeat(evutil_socket_t fd, short what, void *arg)
         consumer_kick(w);
     delivery_renew_leases(w);
     publish_firewall_metrics(w);
+    sandbox_record_drivers(w); /* a guest image built since start makes qemu usable */
 }
 
 /* The host heartbeat thread found this host declared lost: its Sandboxes are ended in the store
@@ -384,6 +385,7 @@ int worker_run(struct worker *w)
              w->id, w->cfg.host_id, w->installation, (int)getpid(), (long long)w->cfg.pool_size,
              (long long)w->cfg.max_sandboxes);
     sandbox_driver(w, w->cfg.driver); /* says at start what this host cannot do */
+    sandbox_record_drivers(w);
     w->webhooks = webhook_sender_start(w->st, &w->cfg, w->id);
     reconcile_run(w);
     pool_refresh_shapes(w);

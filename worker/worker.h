@@ -85,8 +85,10 @@ struct worker {
     struct {
         char name[16];
         const struct driver *drv; /* NULL: unavailable here */
+        char why[256];            /* why it is unavailable (its init's reason) */
     } drivers[8];
     size_t n_drivers;
+    char drivers_sent[1024]; /* workers.drivers as this worker last wrote it ("" at start) */
 
     bool image_job_running; /* an Image import is queued or running (import_jobs.c) */
 

@@ -183,6 +183,9 @@ bool sandbox_activations_under_way(struct worker *w);
 size_t sandbox_count_pool(struct worker *w, const struct store_shape *shape, size_t *booting);
 /* The driver of that name, initialised on first use; NULL (logged once) when unavailable. */
 const struct driver *sandbox_driver(struct worker *w, const char *name);
+/* Records in the store (workers.drivers) which drivers this worker can run here, when that
+ * changed since it last did: the initialised ones, and the others by their probe. */
+void sandbox_record_drivers(struct worker *w);
 
 /* ---- boot.c: the way up ---- */
 
