@@ -20,6 +20,7 @@
 #include "host/nfs_export.h"
 #include "id.h"
 #include "clock.h"
+#include "commit_watermark.h"
 #include "log.h"
 #include "notify.h"
 #include "pki.h"
@@ -103,10 +104,18 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
      * connection) means the same: the store may hold something new; every one of them follows
      * committed events, which the webhook threads may have to send. "events" alone (a gateway's
      * other writes) concerns only them. */
+    bool durable = false;
     while (notify_recv(w->notify, buf, sizeof buf) > 0) {
+        /* "durable": a held line's message is on disk now (sandbox/durable.c); nothing new. */
+        if (strcmp(buf, "durable") == 0) {
+            durable = true;
+            continue;
+        }
         any = true;
         only_events = only_events && strcmp(buf, "events") == 0;
     }
+    if (durable)
+        sandbox_release_held(w);
     if (any)
         webhook_sender_wake(w->webhooks);
     if (!any || only_events || w->stopping)
@@ -422,8 +431,8 @@ void worker_fini(struct worker *w)
         delivery_drop_all(w);
         sandbox_free_all(w);
     }
-    struct event *evs[] = {w->notify_ev, w->poll_ev,  w->heartbeat_ev, w->kick_ev,
-                           w->due_ev,    w->grace_ev, w->sigterm_ev,   w->sigint_ev};
+    struct event *evs[] = {w->notify_ev, w->poll_ev,    w->heartbeat_ev, w->kick_ev,   w->due_ev,
+                           w->grace_ev,  w->sigterm_ev, w->sigint_ev,    w->durable_ev};
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
         if (evs[i])
             event_free(evs[i]);
@@ -434,6 +443,9 @@ void worker_fini(struct worker *w)
     notify_listener_close(w->notify);
     notify_peer_free(w->gateway_peer);
     free(w->shapes);
+    if (w->watermark && w->n_held)
+        commit_watermark_waiting(w->watermark, -1);
+    commit_watermark_close(w->watermark);
     if (w->base)
         event_base_free(w->base);
     if (w->st)

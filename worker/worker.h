@@ -34,6 +34,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+struct commit_watermark;
 struct jobs;
 struct sandbox;
 struct sandbox_hooks;
@@ -89,6 +90,12 @@ struct worker {
     } drivers[8];
     size_t n_drivers;
     char drivers_sent[1024]; /* workers.drivers as this worker last wrote it ("" at start) */
+    /* The gateway's commit watermark (commit_watermark.h), once a gateway made it; lines held
+     * until their message's batch is on disk, and the timer that checks them without a wake-up
+     * (sandbox/durable.c). */
+    struct commit_watermark *watermark;
+    size_t n_held;
+    struct event *durable_ev;
 
     bool image_job_running; /* an Image import is queued or running (import_jobs.c) */
 

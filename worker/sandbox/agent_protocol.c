@@ -262,6 +262,16 @@ void sandbox_send_message(struct sandbox *sb, struct store_delivery *d)
     sandbox_set_state(sb, SB_BUSY);
     event_del(sb->keepalive_ev);
     sb->keep_alive_ms = d->session.effective_keep_alive_seconds * 1000;
+    if (!sandbox_durable_or_hold(sb)) {
+        sandbox_arm_deadline(sb); /* the line goes out later: sandbox_send_held_line */
+        return;
+    }
+    sandbox_send_held_line(sb);
+}
+
+void sandbox_send_held_line(struct sandbox *sb)
+{
+    struct store_delivery *d = sb->delivery;
     int rc = send_message_line(sb, d);
     if (rc == -2) {
         sandbox_terminate(sb, "out of memory", false);

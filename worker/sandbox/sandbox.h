@@ -92,6 +92,9 @@ struct sandbox {
     atomic_bool boot_cancelled;
     /* BUSY with its first message, and `running` not written yet (running_ev is armed). */
     bool running_pending;
+    /* BUSY, and its message's line waits until the gateway's commit of it is on disk
+     * (durable.c). */
+    bool line_held;
     bool stop_failed;
     char stop_reason[128];
     char app_id[STORE_ID_LEN];
@@ -236,5 +239,19 @@ int agent_protocol_send_start(struct sandbox *sb, const struct store_app *app, c
 /* Sends d to the agent (ACTIVATING or IDLE -> BUSY, carrying d) and starts the message deadline;
  * a closed channel terminates the Sandbox (hooks->lost then gets d). */
 void sandbox_send_message(struct sandbox *sb, struct store_delivery *d);
+/* Writes the line of sb->delivery to the agent (sandbox_send_message's second half, or once a
+ * held line's batch is on disk: durable.c). */
+void sandbox_send_held_line(struct sandbox *sb);
+
+/* ---- durable.c: a message reaches the agent only once its 202 is on disk ---- */
+
+/* The gateway's commit batch every message visible now was in (commit_watermark.h), read right
+ * after a claim; 0 when no gateway overlaps its fsync with the claims. */
+uint64_t sandbox_commit_gen(struct worker *w);
+/* True when sb->delivery's batch is on disk; otherwise holds its line (sb->line_held) until the
+ * gateway says "durable" (sandbox_release_held) or, past a bound, the worker syncs the WAL. */
+bool sandbox_durable_or_hold(struct sandbox *sb);
+/* Sends the held lines whose batch is on disk now ("durable" from the gateway). */
+void sandbox_release_held(struct worker *w);
 
 #endif
