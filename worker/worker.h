@@ -35,6 +35,7 @@
 #include <stdio.h>
 
 struct commit_watermark;
+struct image_run_cache;
 struct jobs;
 struct sandbox;
 struct sandbox_hooks;
@@ -96,6 +97,8 @@ struct worker {
     struct commit_watermark *watermark;
     size_t n_held;
     struct event *durable_ev;
+    /* The Apps' start lines' argv and env as resolved lately (images/image_run.h). */
+    struct image_run_cache *run_cache;
 
     bool image_job_running; /* an Image import is queued or running (import_jobs.c) */
 

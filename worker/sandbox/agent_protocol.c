@@ -197,8 +197,11 @@ int agent_protocol_send_start(struct sandbox *sb, const struct store_app *app, c
     /* {"type":"start","argv":[...],"env":[...],"cwd":...,"user":...,"workspace":...}, with the
      * image's defaults where the App gives none (images/image_run.h). */
     struct image_run run;
-    if (image_run_resolve(&sb->w->cfg, app->image_digest, app->command_json, app->env_json, &run,
-                          err, errlen) != 0)
+    struct worker *w = sb->w;
+    if (!w->run_cache)
+        w->run_cache = image_run_cache_new(); /* NULL: resolved every time */
+    if (image_run_resolve_cached(w->run_cache, &w->cfg, app->image_digest, app->command_json,
+                                 app->env_json, &run, err, errlen) != 0)
         return -1;
     /* A driver serving the Workspace over NFS (qemu) names the source for the agent to mount. */
     json_t *ws = json_null();
