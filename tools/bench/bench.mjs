@@ -11,6 +11,7 @@
 // Profiling: SBX_BENCH_PERF=<dir> runs every daemon under `perf record` (lib.mjs);
 // SBX_BENCH_PERF_BURST=<file> records the whole machine during the burst alone;
 // SBX_BENCH_WARM_RUNS=<n> sets the warm scenario's number of activations.
+// SBX_BENCH_PRESTART_RUNS=<n> sets the prestart scenario's (20 a side).
 import { spawn, execFileSync } from 'node:child_process';
 import { mkdirSync, writeFileSync, appendFileSync, existsSync, mkdtempSync, rmSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -428,7 +429,8 @@ async function prestart(runs = Number(process.env.SBX_BENCH_PRESTART_RUNS) || 20
       pre = await sbx.app({ ...fields, prestart: true, warmPool: 2 });
     } catch (e) {
       console.log(`prestart    prestart not supported (${String(e.message).slice(0, 160)})`);
-      results.scenarios.prestart = { without: wo, supported: false };
+      row('prestart', 'memory of 10 booted, not started', memBooted.bytes / 1048576, '', 0, 'MiB', `the pool without prestart (${memBooted.how}); pre-started: not supported`);
+      results.scenarios.prestart = { without: wo, memory: { booted: memBooted }, supported: false };
       return;
     }
     const withp = [];

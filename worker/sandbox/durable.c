@@ -59,6 +59,8 @@ bool sandbox_durable_or_hold(struct sandbox *sb)
         arm_bound(w);
     }
     sb->line_held = true;
+    log_emit(LOG_LEVEL_DEBUG, sb->delivery->message.request_id,
+             "worker: %s waits for its commit to be on disk", sb->delivery->message.id);
     return false;
 }
 
