@@ -459,6 +459,7 @@ void worker_fini(struct worker *w)
         commit_watermark_waiting(w->watermark, -1);
     commit_watermark_close(w->watermark);
     image_run_cache_free(w->run_cache);
+    free(w->ca_files_json);
     if (w->base)
         event_base_free(w->base);
     if (w->st)

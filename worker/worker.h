@@ -99,6 +99,7 @@ struct worker {
     struct event *durable_ev;
     /* The Apps' start lines' argv and env as resolved lately (images/image_run.h). */
     struct image_run_cache *run_cache;
+    char *ca_files_json; /* the start line's "files" with ca_pem, encoded once */
 
     bool image_job_running; /* an Image import is queued or running (import_jobs.c) */
 

@@ -191,6 +191,20 @@ static int add_context(struct sandbox *sb, json_t *env)
     return rc;
 }
 
+/* The start line's "files" for the callback API's CA, JSON, made on first use; NULL without the
+ * callback API (or out of memory: then the line goes without it and the agent cannot verify). */
+static const char *ca_files_json(struct worker *w)
+{
+    if (!w->ca_pem)
+        return NULL;
+    if (!w->ca_files_json) {
+        json_t *files = json_pack("[{s:s,s:s}]", "path", SANDBOX_CA_PATH, "content", w->ca_pem);
+        w->ca_files_json = files ? json_dumps(files, JSON_COMPACT) : NULL;
+        json_decref(files);
+    }
+    return w->ca_files_json;
+}
+
 int agent_protocol_send_start(struct sandbox *sb, const struct store_app *app, char *err,
                               size_t errlen)
 {
@@ -220,12 +234,6 @@ int agent_protocol_send_start(struct sandbox *sb, const struct store_app *app, c
     }
     json_t *start = json_pack("{s:s,s:O,s:O,s:o}", "type", "start", "argv", run.argv, "env",
                               run.env, "workspace", ws ? ws : json_null());
-    /* The CA certificate the agent verifies the callback API with, for the guest agent to write
-     * where SBX_CA_FILE says. */
-    if (start && sb->w->ca_pem)
-        json_object_set_new(
-            start, "files",
-            json_pack("[{s:s,s:s}]", "path", SANDBOX_CA_PATH, "content", sb->w->ca_pem));
     if (start && run.cwd[0])
         json_object_set_new(start, "cwd", json_string(run.cwd));
     if (start && run.user[0])
@@ -233,7 +241,22 @@ int agent_protocol_send_start(struct sandbox *sb, const struct store_app *app, c
     image_run_clear(&run);
     char *line = start ? json_dumps(start, JSON_COMPACT) : NULL;
     json_decref(start);
-    int rc = line ? agent_channel_send(sb->chan, line, strlen(line)) : -1;
+    /* The CA certificate the agent verifies the callback API with, for the guest agent to write
+     * where SBX_CA_FILE says: the same for every Sandbox, so encoded once and spliced in before
+     * the object's closing brace. */
+    const char *files = ca_files_json(w);
+    size_t len = line ? strlen(line) : 0;
+    if (line && files) {
+        size_t flen = strlen(files);
+        char *whole = malloc(len + flen + 10);
+        if (whole) {
+            memcpy(whole, line, len - 1);
+            len = len - 1 + (size_t)sprintf(whole + len - 1, ",\"files\":%s}", files);
+        }
+        free(line);
+        line = whole;
+    }
+    int rc = line ? agent_channel_send(sb->chan, line, len) : -1;
     free(line);
     if (rc != 0)
         snprintf(err, errlen, "the agent channel is closed");
