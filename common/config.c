@@ -77,6 +77,9 @@ static const struct setting settings[] = {
     STR(synchronous, "FULL", "SQLite synchronous mode: FULL (a 202 is on disk) or NORMAL"),
     STR(worker_synchronous, "NORMAL",
         "workers' SQLite synchronous mode: NORMAL (fsync at the next FULL commit) or FULL"),
+    INT(claim_overlap, "1", 0, 1,
+        "1: workers claim a new message while the gateway syncs it (SQLite, synchronous FULL); "
+        "it reaches the agent only once on disk. 0: after"),
     INT(lease_ms, "30000", 100, 3600000, "delivery lease; an expired lease is delivered again"),
     INT(message_timeout, "30", 1, 3600, "seconds an agent has to answer one message"),
     INT(reply_limit, "1048576", 1024, 1073741824, "largest agent reply line in bytes"),

@@ -40,6 +40,7 @@ struct sbx_config {
     int64_t busy_timeout_ms;     /* SBX_BUSY_TIMEOUT_MS: SQLite busy timeout */
     char synchronous[16];        /* SBX_SYNCHRONOUS: FULL or NORMAL (the gateway's commits) */
     char worker_synchronous[16]; /* SBX_WORKER_SYNCHRONOUS: FULL or NORMAL (the workers') */
+    int64_t claim_overlap;       /* SBX_CLAIM_OVERLAP: claims overlap the enqueue's fsync */
     int64_t lease_ms;            /* SBX_LEASE_MS: delivery lease */
     int64_t message_timeout;     /* SBX_MESSAGE_TIMEOUT: seconds an agent has to answer */
     int64_t reply_limit;         /* SBX_REPLY_LIMIT: bytes of one agent reply line */

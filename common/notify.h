@@ -3,7 +3,9 @@
  *
  * The messages:
  *   - a gateway tells role "worker" "queue" after it enqueues a message, "stop" after a DELETE,
- *     and "events" after any other successful write (for the webhook threads);
+ *     "images" after an Image upload or pull request, "durable" when a commit a worker waits for
+ *     is on disk (commit_watermark.h), and "events" after any other successful write (for the
+ *     webhook threads);
  *   - a worker tells role "gateway" "msg <messageId>" when a message ends and "sandbox <id>" when
  *     a Sandbox changes, to answer long polls;
  *   - a gateway tells role "gateway" (every gateway, itself too) "events" after its writes (at

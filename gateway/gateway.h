@@ -48,6 +48,7 @@ struct gateway {
     struct MHD_Daemon *metrics_daemon;
     volatile int stopping;  /* set before the daemon stops: long polls answer at once */
     int enqueues_suspended; /* POST messages waiting for their commit (http_messages.c) */
+    bool claim_overlap;     /* the committer wakes the workers before its fsync (main.c) */
 };
 
 enum auth_kind {

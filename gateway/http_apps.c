@@ -2,7 +2,9 @@
  * http_apps.c: /v1/apps and /v1/apps/{appId} (admin only): create, list, get, patch, delete.
  */
 #include "app_quotas.h"
+#include "clock.h"
 #include "egress_policy.h"
+#include "store_worker_drivers.h"
 #include "store_apps.h"
 #include "gateway.h"
 #include "json_input.h"
@@ -275,6 +277,28 @@ static bool app_input_read(json_t *obj, struct app_input *in, struct input_error
     return network_read(obj, in, e);
 }
 
+/* An App's driver must be one that a live worker can run (workers.drivers): otherwise its
+ * messages would only fail. Workers that have not said (none started yet, or all of them stopped)
+ * are no evidence either way, so the App is accepted then; its messages wait for a worker. */
+static bool driver_usable(struct request *r, const char *driver, enum MHD_Result *ret)
+{
+    size_t recorded, runnable;
+    char why[256];
+    int64_t fresh_after = clock_wall_ms() - r->gw->cfg.worker_stale_ms;
+    enum store_status s =
+        store_driver_support(r->gw->st, driver, fresh_after, &recorded, &runnable, why, sizeof why);
+    if (s != STORE_OK) {
+        *ret = reply_store_error(r, s, "workers' drivers");
+        return false;
+    }
+    if (recorded == 0 || runnable > 0)
+        return true;
+    *ret = reply_problem(r, PROBLEM_INVALID_VALUE, "driver",
+                         "driver \"%s\" cannot run on any of the %zu live workers: %s", driver,
+                         recorded, why[0] ? why : "unavailable");
+    return false;
+}
+
 static void app_input_free(struct app_input *in)
 {
     free(in->command_json);
@@ -349,6 +373,11 @@ enum MHD_Result http_app_create(struct request *r)
     }
     if (http_image_resolve(r, in.image ? in.image : "default", in.image_id, sizeof in.image_id,
                            in.image_digest, sizeof in.image_digest, &ret) != 0) {
+        json_decref(obj);
+        app_input_free(&in);
+        return ret;
+    }
+    if (!driver_usable(r, in.driver ? in.driver : r->gw->cfg.driver, &ret)) {
         json_decref(obj);
         app_input_free(&in);
         return ret;
@@ -473,6 +502,11 @@ enum MHD_Result http_app_patch(struct request *r)
         json_decref(obj);
         app_input_free(&in);
         return reply_input_error(r, &e);
+    }
+    if (in.driver && !driver_usable(r, in.driver, &ret)) {
+        json_decref(obj);
+        app_input_free(&in);
+        return ret;
     }
     /* A new image is resolved again, to the Image's digest now. */
     if (in.image && http_image_resolve(r, in.image, in.image_id, sizeof in.image_id,

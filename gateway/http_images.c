@@ -213,7 +213,7 @@ static enum MHD_Result upload_finish(struct request *r)
     if (s != STORE_OK)
         return reply_store_error(r, s, "Image");
     u->recorded = true;
-    notify_send(r->gw->workers, "queue");
+    notify_send(r->gw->workers, "images");
     /* Read back so that the reply is what GET shows. */
     struct store_image fresh;
     if (store_image_get(r->gw->st, im.id, &fresh) == STORE_OK) {
@@ -294,7 +294,7 @@ static enum MHD_Result pull_create(struct request *r)
                              im.name);
     if (s != STORE_OK)
         return reply_store_error(r, s, "Image");
-    notify_send(r->gw->workers, "queue");
+    notify_send(r->gw->workers, "images");
     struct store_image fresh;
     if (store_image_get(r->gw->st, im.id, &fresh) == STORE_OK)
         return reply_image(r, 202, &fresh);

@@ -86,8 +86,8 @@ static void enqueue_committed(void *arg, enum store_status status, struct store_
     p->replayed = replayed;
     /* The message is claimable from this COMMIT on: wake the workers now, not after this
      * connection's thread has woken up to answer (a thread hop on the warm path). */
-    if (status == STORE_OK && !replayed)
-        notify_send(r->gw->workers, "queue");
+    if (status == STORE_OK && !replayed && !r->gw->claim_overlap)
+        notify_send(r->gw->workers, "queue"); /* with the overlap, sent before the fsync */
     p->done = true;
     MHD_resume_connection(r->conn);
 }

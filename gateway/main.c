@@ -262,6 +262,38 @@ static unsigned listener_port(struct MHD_Daemon *d)
     return info ? info->port : 0;
 }
 
+/* The committer's wake-ups with the claim that overlaps the fsync: "queue" once the batch is
+ * visible, "durable" once it is synced, if a worker waits for that. */
+static void batch_progress(void *arg, bool durable)
+{
+    struct gateway *gw = arg;
+    notify_send(gw->workers, durable ? "durable" : "queue");
+}
+
+/* claim_overlap on a SQLite store whose 202 means on disk; otherwise a watermark an earlier
+ * gateway left is settled, so that no worker waits for it. */
+static int setup_claim_overlap(struct gateway *gw, const char *run_dir)
+{
+    char err[512];
+    bool sqlite = !gw->cfg.store[0] || strcmp(gw->cfg.store, "sqlite") == 0;
+    if (!sqlite)
+        return 0;
+    if (!gw->cfg.claim_overlap || strcmp(gw->cfg.synchronous, "FULL") != 0) {
+        if (store_enqueue_settle_watermark(gw->cfg.db_path, run_dir) != 0) {
+            log_error("cannot sync %s's WAL: %m", gw->cfg.db_path);
+            return -1;
+        }
+        return 0;
+    }
+    if (store_enqueue_overlap(gw->st, gw->cfg.db_path, run_dir, batch_progress, gw, err,
+                              sizeof err) != 0) {
+        log_error("claim_overlap: %s", err);
+        return -1;
+    }
+    gw->claim_overlap = true;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct gateway gw;
@@ -362,6 +394,8 @@ int main(int argc, char **argv)
     }
     gw.workers = notify_peer_new(gw.cfg.store, run_dir, "worker");
     gw.gateways = notify_peer_new(gw.cfg.store, run_dir, "gateway");
+    if (gw.workers && setup_claim_overlap(&gw, run_dir) != 0)
+        goto out;
     gw.keys = key_cache_new(gw.cfg.auth_cache_ms);
     gw.metrics = metrics_new();
     gw.rl = ratelimit_new(gw.cfg.auth_fail_limit, gw.cfg.auth_fail_window * 1000);

@@ -777,3 +777,6 @@ CREATE INDEX sandboxes_prestarted ON sandboxes (app_id, state) WHERE prestart_re
 CREATE INDEX messages_queued_app ON messages (app_id, not_before, created_at) WHERE state = 'queued';
 CREATE INDEX sessions_live ON sessions (app_id) WHERE state IN ('activating', 'active');
 CREATE INDEX messages_queued_session ON messages (session_id, seq) WHERE state = 'queued';
+-- The Sandbox drivers a worker can run on its host (0020): JSON, driver name to true or the
+-- reason it cannot; NULL: not said. The gateway refuses an App no live worker can run.
+ALTER TABLE workers ADD COLUMN drivers TEXT;

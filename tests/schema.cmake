@@ -14,3 +14,9 @@ add_executable(test_store_checkpoint ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_store
 target_link_libraries(test_store_checkpoint PRIVATE sbxcommon PkgConfig::CMOCKA Threads::Threads)
 add_test(NAME unit.store.checkpoint COMMAND test_store_checkpoint)
 set_tests_properties(unit.store.checkpoint PROPERTIES TIMEOUT 120)
+
+# The claim that overlaps the enqueue's fsync: visible to a worker before the sync, the watermark
+# and the 202 after it (common/commit_watermark.h).
+add_executable(test_claim_overlap ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_claim_overlap.c)
+target_link_libraries(test_claim_overlap PRIVATE sbxcommon PkgConfig::CMOCKA Threads::Threads)
+add_test(NAME unit.store.claim_overlap COMMAND test_claim_overlap)

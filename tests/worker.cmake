@@ -48,7 +48,7 @@ endif()
 
 # End to end on the real process driver and echo agent (once the process driver's area is built).
 if(NODE_EXECUTABLE AND TARGET sbx-echo-agent AND TARGET sbx-worker)
-  foreach(it e2e faults scale secrets fair)
+  foreach(it e2e faults scale secrets fair drivers)
     add_test(NAME it.worker.process_${it}
              COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/in-netns.sh ${NODE_EXECUTABLE} --test --test-concurrency=1
                      ${CMAKE_CURRENT_SOURCE_DIR}/integration/worker/process_${it}.test.mjs)
@@ -108,5 +108,5 @@ if(NODE_EXECUTABLE AND TARGET sbx-echo-agent AND TARGET sbx-worker)
 endif()
 
 sbx_test_labels(root it.worker.process_e2e it.worker.process_faults it.worker.process_scale
-                it.worker.process_secrets it.worker.process_fair
+                it.worker.process_secrets it.worker.process_fair it.worker.process_drivers
                 it.worker.egress_e2e it.worker.egress_established it.worker.prestart)

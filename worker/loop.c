@@ -19,8 +19,10 @@
 #include "host/host_tag.h"
 #include "host/links.h"
 #include "host/nfs_export.h"
+#include "images/image_run.h"
 #include "id.h"
 #include "clock.h"
+#include "commit_watermark.h"
 #include "log.h"
 #include "notify.h"
 #include "pki.h"
@@ -99,26 +101,45 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
 {
     struct worker *w = arg;
     char buf[256];
-    bool any = false, only_events = true;
+    bool any = false, queue = false, stop = false, images = false, durable = false;
     (void)fd;
     (void)what;
-    /* Whatever arrived ("queue", "stop", "events", or NOTIFY_RESYNC after a lost LISTEN
-     * connection) means the same: the store may hold something new; every one of them follows
-     * committed events, which the webhook threads may have to send. "events" alone (a gateway's
-     * other writes) concerns only them. */
+    /* Every hint follows committed events, which the webhook threads may have to send; each of
+     * the others asks for one look at the store: "queue" a claim, "stop" the stop requests,
+     * "images" an import to claim, "durable" the lines held for their commit
+     * (sandbox/durable.c). Only what the hint names is looked at, so that a message's wake-up
+     * costs one claim and no other transaction on its way to the agent; NOTIFY_RESYNC (a lost
+     * LISTEN connection) or anything else means all of them. The slow poll looks at all anyway. */
     while (notify_recv(w->notify, buf, sizeof buf) > 0) {
+        if (strcmp(buf, "durable") == 0) {
+            durable = true;
+            continue;
+        }
         any = true;
-        only_events = only_events && strcmp(buf, "events") == 0;
+        if (strcmp(buf, "events") == 0)
+            continue;
+        if (strcmp(buf, "queue") == 0)
+            queue = true;
+        else if (strcmp(buf, "stop") == 0)
+            queue = stop = true;
+        else if (strcmp(buf, "images") == 0)
+            images = true;
+        else
+            queue = stop = images = true;
     }
+    if (durable)
+        sandbox_release_held(w);
     if (any)
         webhook_sender_wake(w->webhooks);
-    if (!any || only_events || w->stopping)
+    if (w->stopping)
         return;
-    /* A hint only: whatever it said, look at the store. Claim first: a new message is the common
-     * case and its Sandbox starts work at once; DELETEs are rare and cheap to check after. */
-    consumer_run(w);
-    sandbox_check_stop_requests(w);
-    images_poll(w);
+    /* Claim first: a new message is the common case and its Sandbox starts work at once. */
+    if (queue)
+        consumer_run(w);
+    if (stop)
+        sandbox_check_stop_requests(w);
+    if (images)
+        images_poll(w);
 }
 
 static void on_poll(evutil_socket_t fd, short what, void *arg)
@@ -181,6 +202,7 @@ static void on_heartbeat(evutil_socket_t fd, short what, void *arg)
         consumer_kick(w);
     delivery_renew_leases(w);
     publish_firewall_metrics(w);
+    sandbox_record_drivers(w); /* a guest image built since start makes qemu usable */
 }
 
 /* The host heartbeat thread found this host declared lost: its Sandboxes are ended in the store
@@ -396,6 +418,7 @@ int worker_run(struct worker *w)
              w->id, w->cfg.host_id, w->installation, (int)getpid(), (long long)w->cfg.pool_size,
              (long long)w->cfg.max_sandboxes);
     sandbox_driver(w, w->cfg.driver); /* says at start what this host cannot do */
+    sandbox_record_drivers(w);
     w->webhooks = webhook_sender_start(w->st, &w->cfg, w->id);
     reconcile_run(w);
     pool_refresh_shapes(w);
@@ -433,8 +456,8 @@ void worker_fini(struct worker *w)
         delivery_drop_all(w);
         sandbox_free_all(w);
     }
-    struct event *evs[] = {w->notify_ev, w->poll_ev,  w->heartbeat_ev, w->kick_ev,
-                           w->due_ev,    w->grace_ev, w->sigterm_ev,   w->sigint_ev};
+    struct event *evs[] = {w->notify_ev, w->poll_ev,    w->heartbeat_ev, w->kick_ev,   w->due_ev,
+                           w->grace_ev,  w->sigterm_ev, w->sigint_ev,    w->durable_ev};
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
         if (evs[i])
             event_free(evs[i]);
@@ -447,6 +470,11 @@ void worker_fini(struct worker *w)
     notify_peer_free(w->gateway_peer);
     free(w->shapes);
     store_app_list_free(w->prestart_apps, w->n_prestart_apps);
+    if (w->watermark && w->n_held)
+        commit_watermark_waiting(w->watermark, -1);
+    commit_watermark_close(w->watermark);
+    image_run_cache_free(w->run_cache);
+    free(w->ca_files_json);
     if (w->base)
         event_base_free(w->base);
     if (w->st)

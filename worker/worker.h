@@ -34,6 +34,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+struct commit_watermark;
+struct image_run_cache;
 struct jobs;
 struct sandbox;
 struct sandbox_hooks;
@@ -98,8 +100,19 @@ struct worker {
     struct {
         char name[16];
         const struct driver *drv; /* NULL: unavailable here */
+        char why[256];            /* why it is unavailable (its init's reason) */
     } drivers[8];
     size_t n_drivers;
+    char drivers_sent[1024]; /* workers.drivers as this worker last wrote it ("" at start) */
+    /* The gateway's commit watermark (commit_watermark.h), once a gateway made it; lines held
+     * until their message's batch is on disk, and the timer that checks them without a wake-up
+     * (sandbox/durable.c). */
+    struct commit_watermark *watermark;
+    size_t n_held;
+    struct event *durable_ev;
+    /* The Apps' start lines' argv and env as resolved lately (images/image_run.h). */
+    struct image_run_cache *run_cache;
+    char *ca_files_json; /* the start line's "files" with ca_pem, encoded once */
 
     bool image_job_running; /* an Image import is queued or running (import_jobs.c) */
 

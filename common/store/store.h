@@ -40,6 +40,7 @@
 #include "store_stream.h"
 #include "store_webhooks.h"
 #include "store_bounds.h"
+#include "store_worker_drivers.h"
 #include "store_egress.h"
 
 #include <stddef.h>

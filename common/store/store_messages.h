@@ -29,6 +29,17 @@ enum store_status store_message_enqueue(struct store *st, const struct store_ctx
 enum store_status store_message_enqueue_async(struct store *st, const struct store_ctx *ctx,
                                               const struct store_enqueue *req,
                                               store_enqueue_done_fn done, void *arg);
+/* SQLite only, before the first enqueue: the claim that overlaps the enqueue's fsync
+ * (commit_watermark.h). The committer then commits each batch unsynced, calls fn(arg, false) once
+ * it is visible (wake the workers), syncs db_path's WAL, raises the watermark in
+ * <run_dir>/commit-watermark, calls fn(arg, true) if a worker waits for it, and only then calls
+ * the requests' done(). 0, or -1 with the reason in err. */
+typedef void (*store_batch_fn)(void *arg, bool durable);
+int store_enqueue_overlap(struct store *st, const char *db_path, const char *run_dir,
+                          store_batch_fn fn, void *arg, char *err, size_t errlen);
+/* Without the overlap: a watermark left by an earlier overlapping gateway is settled (the WAL
+ * synced, every batch durable), so no worker waits for it. 0, or -1 with errno. */
+int store_enqueue_settle_watermark(const char *db_path, const char *run_dir);
 enum store_status store_message_get(struct store *st, const char *app_id, const char *session_id,
                                     const char *message_id, struct store_message *out);
 enum store_status store_message_list(struct store *st, const char *app_id, const char *session_id,

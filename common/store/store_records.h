@@ -325,6 +325,9 @@ struct store_delivery {
      * warm). */
     bool warm_claim_tried;
     struct store_sandbox sandbox;
+    /* The worker's: the gateway's commit batch the message was at most in (commit_watermark.h);
+     * its line goes to the agent once that batch is on disk. 0: nothing to wait for. */
+    uint64_t durable_gen;
 };
 void store_delivery_clear(struct store_delivery *d);
 

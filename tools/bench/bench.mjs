@@ -3,14 +3,15 @@
 //
 //   node tools/bench/bench.mjs <build dir> <output dir> [scenario ...]
 //
-// Scenarios: ingestion, warm, burst, cold, expiry, scale, streaming, postgres, images, callbacks
-// (default: all). The postgres scenario needs a PostgreSQL server: run under tests/pg-run.sh (tools/sbx
+// Scenarios: ingestion, warm, overlap, burst, cold, expiry, scale, streaming, postgres, images,
+// prestart, callbacks (default: all). The postgres scenario needs a PostgreSQL server: run under tests/pg-run.sh (tools/sbx
 // bench does); images builds the Debian + python3 test image (tests/images/build-test-images.sh,
 // cached in <build dir>/image-archives) and needs root.
 //
 // Profiling: SBX_BENCH_PERF=<dir> runs every daemon under `perf record` (lib.mjs);
 // SBX_BENCH_PERF_BURST=<file> records the whole machine during the burst alone;
 // SBX_BENCH_WARM_RUNS=<n> sets the warm scenario's number of activations.
+// SBX_BENCH_PRESTART_RUNS=<n> sets the prestart scenario's (20 a side).
 import { spawn, execFileSync } from 'node:child_process';
 import { mkdirSync, writeFileSync, appendFileSync, existsSync, mkdtempSync, rmSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -23,7 +24,7 @@ const here = dirname(fileURLToPath(import.meta.url));
 const buildDir = resolve(process.argv[2] || 'build');
 const outDir = resolve(process.argv[3] || join(buildDir, 'bench'));
 const wanted = process.argv.slice(4);
-const all = ['ingestion', 'warm', 'burst', 'cold', 'expiry', 'scale', 'streaming', 'postgres', 'images', 'callbacks'];
+const all = ['ingestion', 'warm', 'overlap', 'burst', 'cold', 'expiry', 'scale', 'streaming', 'postgres', 'images', 'prestart', 'callbacks'];
 const scenarios = wanted.length ? wanted : all;
 // wrk run length per connection count (SBX_BENCH_SECONDS), short enough for a few-minute run.
 const wrkSeconds = Number(process.env.SBX_BENCH_SECONDS) || 5;
@@ -315,6 +316,172 @@ async function warm(runs = Number(process.env.SBX_BENCH_WARM_RUNS) || 200, warmu
     results.scenarios.warm.notSynced = n;
   }
   return s;
+}
+
+// The claim that overlaps the enqueue's fsync (claim_overlap): the warm scenario's blocks with it
+// and without it, turn about (A B A B ...: the machine's speed drifts over minutes), the medians of
+// the blocks' p50 and p99 compared.
+async function overlap(pairs = 3, runs = 50) {
+  const off = [], on = [];
+  for (let i = 0; i < pairs; i++) {
+    off.push(summarize((await warmBlock(runs, 3, { SBX_CLAIM_OVERLAP: '0' })).lat));
+    on.push(summarize((await warmBlock(runs, 3, { SBX_CLAIM_OVERLAP: '1' })).lat));
+  }
+  const median = (v) => [...v].sort((x, y) => x - y)[Math.floor(v.length / 2)];
+  const m = (side, k) => median(side.map((r) => r[k]));
+  const blocks = (side) => side.map((r) => r.p50.toFixed(2)).join(' ');
+  row('overlap', 'warm p50, claim overlaps fsync', m(on, 'p50'), 'without (same run)', m(off, 'p50'), 'ms', `${pairs} pairs of ${runs}, alternated; block p50s ${blocks(on)} vs ${blocks(off)}`);
+  row('overlap', 'warm p99, claim overlaps fsync', m(on, 'p99'), 'without (same run)', m(off, 'p99'), 'ms', 'medians of the blocks');
+  results.scenarios.overlap = { on, off };
+}
+
+// An agent whose start-up takes about 300 ms before it reads stdin (imports, then a sleep standing
+// in for an SDK's start), in the Debian + python3 test image on the process driver: warm
+// activation with `prestart` (the App's command started in the pool's Sandboxes ahead of any
+// Session) against without, beside the echo agent's warm p50; and the memory a pool of 10
+// pre-started agents holds (the Sandboxes' cgroup memory.current summed) against 10 booted ones
+// without. Prints "prestart not supported" when the API refuses the field.
+const SLOW_AGENT = [
+  'import json, sys, time, decimal, email.parser, http.client, asyncio, urllib.request',
+  'time.sleep(0.3)',
+  'for line in sys.stdin:',
+  '    m = json.loads(line)',
+  "    if 'id' not in m: continue",
+  "    print(json.dumps({'id': m['id'], 'reply': {'python': sys.version.split()[0]}}), flush=True)",
+].join('\n');
+
+// The summed memory of the live Sandboxes of an App: cgroup memory.current, else the RSS of the
+// Sandbox's process tree.
+function sandboxesMemory(sbx, appFilter) {
+  const rows = sbx.sql(`SELECT id, pid, cgroup_path AS cg FROM sandboxes WHERE state IN ('warm', 'claimed', 'running') ${appFilter}`);
+  let bytes = 0, how = 'cgroup memory.current';
+  for (const r of rows) {
+    try {
+      bytes += Number(readFileSync(join(r.cg, 'memory.current'), 'utf8'));
+    } catch {
+      how = 'RSS of the process tree';
+      bytes += treeRss(r.pid);
+    }
+  }
+  return { bytes, n: rows.length, how };
+}
+
+function treeRss(pid) {
+  let total = 0;
+  const kids = new Map();
+  for (const e of readdirSync('/proc').filter((x) => /^\d+$/.test(x))) {
+    try {
+      const st = readFileSync(`/proc/${e}/stat`, 'utf8');
+      const ppid = Number(st.slice(st.lastIndexOf(')') + 2).split(' ')[1]);
+      if (!kids.has(ppid)) kids.set(ppid, []);
+      kids.get(ppid).push(Number(e));
+    } catch {}
+  }
+  const todo = [pid];
+  while (todo.length) {
+    const p = todo.pop();
+    try {
+      const m = readFileSync(`/proc/${p}/status`, 'utf8').match(/VmRSS:\s+(\d+) kB/);
+      if (m) total += Number(m[1]) * 1024;
+    } catch {}
+    todo.push(...(kids.get(p) || []));
+  }
+  return total;
+}
+
+async function prestart(runs = Number(process.env.SBX_BENCH_PRESTART_RUNS) || 20) {
+  const imagesDir = join(buildDir, 'image-archives');
+  execFileSync(join(here, '..', '..', 'tests', 'images', 'build-test-images.sh'), [imagesDir], { stdio: ['ignore', 'ignore', 'inherit'] });
+  const w = await warmBaseline();
+  const sbx = new Sbx(buildDir, { SBX_POOL_SIZE: '2', SBX_POLL_MS: '100' });
+  await sbx.start();
+  try {
+    const body = readFileSync(join(imagesDir, 'py.docker.tar'));
+    const r = await fetch(`${sbx.base}/v1/images?name=py`, {
+      method: 'POST', headers: { Authorization: `Bearer ${sbx.adminToken}`, 'Content-Type': 'application/x-tar' }, body,
+    });
+    const im = await r.json();
+    if (r.status !== 202) throw new Error(`upload: ${r.status} ${JSON.stringify(im)}`);
+    for (;;) {
+      const got = await sbx.req('GET', `/v1/images/${im.id}`, { token: sbx.adminToken });
+      if (got.state === 'ready') break;
+      if (got.state !== 'importing') throw new Error(`import ${got.state}`);
+      await sleep(50);
+    }
+    const fields = { image: 'py', command: ['python3', '-c', SLOW_AGENT], keepAliveSeconds: 1, maxAttempts: 1 };
+    // Without prestart: the pool holds booted Sandboxes; the agent starts at the claim.
+    const plain = await sbx.app(fields);
+    const without = [];
+    for (let i = 0; i < runs + 1; i++) {
+      const s = await sbx.session({ keepAliveSeconds: 1 });
+      await sbx.waitWarm(2);
+      const m = await sbx.timedRoundTrip(s.id);
+      if (m.state !== 'completed') throw new Error(`without prestart: ${m.state}: ${m.error}`);
+      if (i > 0) without.push(m.latencyMs);
+    }
+    const wo = summarize(without);
+    row('prestart', 'python agent warm p50, no prestart', wo.p50, 'echo agent warm p50', w.p50, 'ms', `n=${runs}; the agent's ~300 ms start-up at every activation`);
+    const memBooted = await poolMemory(sbx, plain, 10, false);
+
+    // With prestart: the pool's Sandboxes of this App run its command already.
+    let pre;
+    try {
+      pre = await sbx.app({ ...fields, prestart: true, warmPool: 2 });
+    } catch (e) {
+      console.log(`prestart    prestart not supported (${String(e.message).slice(0, 160)})`);
+      row('prestart', 'memory of 10 booted, not started', memBooted.bytes / 1048576, '', 0, 'MiB', `the pool without prestart (${memBooted.how}); pre-started: not supported`);
+      results.scenarios.prestart = { without: wo, memory: { booted: memBooted }, supported: false };
+      return;
+    }
+    const withp = [];
+    for (let i = 0; i < runs + 1; i++) {
+      const s = await sbx.session({ keepAliveSeconds: 1 });
+      await waitAppWarm(sbx, pre, 2);
+      await sleep(500); // the agents' own start-up, when they do not say `ready`
+      const m = await sbx.timedRoundTrip(s.id);
+      if (m.state !== 'completed') throw new Error(`with prestart: ${m.state}: ${m.error}`);
+      if (i > 0) withp.push(m.latencyMs);
+    }
+    const wp = summarize(withp);
+    row('prestart', 'python agent warm p50, prestart', wp.p50, 'no prestart (same run)', wo.p50, 'ms', `n=${runs}; echo agent warm p50 ${w.p50.toFixed(2)} ms: ${(wp.p50 - w.p50).toFixed(2)} ms above it (target within 2 ms)`);
+    row('prestart', 'python agent warm p99, prestart', wp.p99, 'no prestart (same run)', wo.p99, 'ms', '');
+    const memPre = await poolMemory(sbx, pre, 10, true);
+    row('prestart', 'memory of 10 pre-started agents', memPre.bytes / 1048576, '10 booted, not started', memBooted.bytes / 1048576, 'MiB', `${memPre.n} Sandboxes (${memPre.how}); ${(memPre.bytes / 1048576 / Math.max(1, memPre.n)).toFixed(1)} MiB each`);
+    results.scenarios.prestart = { without: wo, with: wp, memory: { prestarted: memPre, booted: memBooted }, supported: true };
+  } finally {
+    await sbx.stop();
+  }
+}
+
+// Waits for n warm Sandboxes serving no Session that were pre-started for the App: those that
+// carry its id; or, should pre-started Sandboxes not record their App before a claim, warm ones
+// of its image beyond what the worker's pool keeps per shape (pool_size, 2 here).
+async function waitAppWarm(sbx, app, n, timeoutMs = 120000) {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    const [own] = sbx.sql(`SELECT count(*) AS n FROM sandboxes WHERE state = 'warm' AND app_id = '${app.id}'`);
+    if (own.n >= n) return;
+    const [shape] = sbx.sql(`SELECT count(*) AS n FROM sandboxes WHERE state = 'warm' AND app_id IS NULL AND image = '${app.imageDigest}'`);
+    if (own.n === 0 && shape.n >= n + 2) return;
+    if (Date.now() > until) throw new Error(`no ${n} warm Sandboxes for ${app.id} in ${timeoutMs} ms`);
+    await sleep(20);
+  }
+}
+
+// The memory held by a pool of n for the App: warmPool n when pre-started (its Sandboxes carry
+// the App's id); without prestart, the pool's booted Sandboxes of the App's shape (no App yet),
+// per Sandbox times n.
+async function poolMemory(sbx, app, n, prestarted) {
+  if (prestarted) {
+    await sbx.req('PATCH', `/v1/apps/${app.id}`, { token: sbx.adminToken, body: { warmPool: n } });
+    await waitAppWarm(sbx, app, n, 300000);
+    await sleep(2000); // every agent past its start-up
+    const own = sandboxesMemory(sbx, `AND state = 'warm' AND app_id = '${app.id}'`);
+    return own.n ? own : sandboxesMemory(sbx, `AND state = 'warm' AND image = '${app.imageDigest}'`);
+  }
+  await sleep(1000);
+  const m = sandboxesMemory(sbx, `AND state = 'warm' AND app_id IS NULL AND image = '${app.imageDigest}'`);
+  return { bytes: (m.bytes / Math.max(1, m.n)) * n, n, how: `${m.how}, ${m.n} measured` };
 }
 
 // The warm activation figures of this run; measured here (20 runs) when the warm scenario was
@@ -930,7 +1097,7 @@ async function callbacks(n = 500) {
 }
 
 header();
-const fns = { ingestion, warm, burst, cold, expiry, scale, streaming, postgres, images, callbacks };
+const fns = { ingestion, warm, overlap, burst, cold, expiry, scale, streaming, postgres, images, prestart, callbacks };
 for (const name of scenarios) {
   if (!fns[name]) {
     console.error(`unknown scenario ${name}; known: ${all.join(', ')}`);

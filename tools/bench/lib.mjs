@@ -48,7 +48,7 @@ export class Sbx {
       SBX_DATA_DIR: this.dataDir,
       SBX_LISTEN: `127.0.0.1:${this.port}`,
       SBX_ADMIN_TOKEN: this.adminToken,
-      SBX_LOG_LEVEL: 'warn',
+      SBX_LOG_LEVEL: process.env.SBX_BENCH_LOG_LEVEL || 'warn',
       ...this.env,
     };
     this.procEnv = env;

@@ -6,11 +6,20 @@
 //
 //   node tools/bench/warm_ab.mjs BUILD_A BUILD_B [PAIRS=5] [RUNS=50]
 //
+// A side may carry settings for its daemons after an @: `build@SBX_CLAIM_OVERLAP=1` (comma-
+// separated), to compare one build with and without a setting.
 // Prints one row per pair and the medians of the blocks' p50 and p99, with B/A.
 import { Sbx, summarize } from './lib.mjs';
 import { resolve } from 'node:path';
 
-const [a, b] = [process.argv[2], process.argv[3]].map((d) => d && resolve(d));
+// "dir@K=V,K2=V2" -> { dir, env }
+const side = (arg) => {
+  if (!arg) return null;
+  const [dir, settings = ''] = arg.split('@');
+  const env = Object.fromEntries(settings.split(',').filter(Boolean).map((kv) => kv.split('=')));
+  return { dir: resolve(dir), env, label: arg };
+};
+const [a, b] = [side(process.argv[2]), side(process.argv[3])];
 const pairs = Number(process.argv[4] || 5);
 const runs = Number(process.argv[5] || 50);
 if (!a || !b || !(pairs > 0) || !(runs > 0)) {
@@ -18,8 +27,8 @@ if (!a || !b || !(pairs > 0) || !(runs > 0)) {
   process.exit(2);
 }
 
-async function block(buildDir) {
-  const sbx = new Sbx(buildDir, { SBX_POOL_SIZE: '2' });
+async function block({ dir, env }) {
+  const sbx = new Sbx(dir, { SBX_POOL_SIZE: '2', ...env });
   await sbx.start();
   try {
     await sbx.app({ keepAliveSeconds: 1 });
@@ -40,7 +49,7 @@ async function block(buildDir) {
 
 const median = (v) => [...v].sort((x, y) => x - y)[Math.floor(v.length / 2)];
 const f = (x) => x.toFixed(2);
-console.log(`A = ${a}\nB = ${b}\n${pairs} pairs of blocks of ${runs}, A first in each\n`);
+console.log(`A = ${a.label}\nB = ${b.label}\n${pairs} pairs of blocks of ${runs}, A first in each\n`);
 console.log('| pair | A p50 ms | B p50 ms | A p99 ms | B p99 ms | cold A/B |');
 console.log('|---|---|---|---|---|---|');
 const got = { a: [], b: [] };

@@ -164,6 +164,7 @@ void consumer_run(struct worker *w)
             break;
         }
         w->n_deliveries++;
+        d->durable_gen = sandbox_commit_gen(w);
         log_emit(LOG_LEVEL_DEBUG, d->message.request_id,
                  "worker: claimed %s (seq %lld, attempt %lld)", d->message.id,
                  (long long)d->message.seq, (long long)d->message.attempts);

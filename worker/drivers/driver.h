@@ -104,6 +104,10 @@ struct driver {
     /* The longest a boot() may take, failure and its cleanup included: past it the worker fails
      * the Sandbox without waiting for boot() (sandbox/boot.c). 0: SANDBOX_BOOT_DEADLINE_MS. */
     int boot_deadline_ms;
+    /* Optional: whether this host has what the driver needs (its binaries, the guest image), by
+     * cheap file checks and without touching the host; NULL: it always can. Called at worker start
+     * and on each heartbeat, before or without init, to record what this worker can run. */
+    int (*probe)(const struct sbx_config *cfg, char *err, size_t errlen);
 };
 
 /* The drivers; driver_find() returns NULL for an unknown name. */

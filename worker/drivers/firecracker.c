@@ -911,6 +911,20 @@ static void clean_up(const struct sbx_config *cfg, const struct fc_layout *lay, 
 
 /* ---- the driver interface ---- */
 
+/* The binaries and a guest image, as fc_init checks them first. */
+static int fc_probe(const struct sbx_config *cfg, char *err, size_t errlen)
+{
+    struct fc_guest guest;
+    if (!is_executable(cfg->jailer_bin) || !is_executable(cfg->firecracker_bin)) {
+        snprintf(err, errlen,
+                 "needs jailer_bin and firecracker_bin (executables), got \"%s\" and "
+                 "\"%s\"",
+                 cfg->jailer_bin, cfg->firecracker_bin);
+        return -1;
+    }
+    return find_guest(cfg, &guest, err, errlen);
+}
+
 static int fc_init(const struct sbx_config *cfg, char *err, size_t errlen)
 {
     if (!is_executable(cfg->jailer_bin) || !is_executable(cfg->firecracker_bin)) {
@@ -1144,6 +1158,7 @@ static int fc_apply_host_caps(const struct sbx_config *cfg, struct sandbox_runti
 const struct driver driver_firecracker = {
     .name = "firecracker",
     .init = fc_init,
+    .probe = fc_probe,
     .boot = fc_boot,
     .attach_workspace = fc_attach_workspace,
     .terminate = fc_terminate,

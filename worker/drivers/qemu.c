@@ -165,6 +165,16 @@ static const char *choose_accel(const struct sbx_config *cfg)
     return "tcg";
 }
 
+/* The binary and the guest image: what a fresh clone may lack (tools/sbx up builds the image). */
+static int qemu_probe(const struct sbx_config *cfg, char *err, size_t errlen)
+{
+    char bin[PATH_MAX], guest_dir[PATH_MAX], hash[80];
+    if (resolve_qemu_bin(cfg, bin, sizeof bin, err, errlen) != 0)
+        return -1;
+    resolve_guest_dir(cfg, guest_dir, sizeof guest_dir);
+    return read_image_hash(guest_dir, hash, sizeof hash, err, errlen);
+}
+
 static int qemu_init(const struct sbx_config *cfg, char *err, size_t errlen)
 {
     if (strcmp(cfg->qemu_accel, "tcg") != 0 && strcmp(cfg->qemu_accel, "kvm") != 0 &&
@@ -748,6 +758,7 @@ const struct driver driver_qemu = {
     .name = "qemu",
     .boot_deadline_ms = QEMU_BOOT_TIMEOUT_MS + 30000,
     .init = qemu_init,
+    .probe = qemu_probe,
     .boot = qemu_boot,
     .attach_workspace = qemu_attach_workspace,
     .terminate = qemu_terminate,

@@ -6,6 +6,7 @@
 #include "images/image_cache.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 void image_run_clear(struct image_run *run)
@@ -102,4 +103,78 @@ out:
     if (rc != 0)
         image_run_clear(run);
     return rc;
+}
+
+#define RUN_CACHE_SLOTS 16
+
+struct image_run_cache {
+    struct {
+        char *key; /* digest \n command_json \n env_json; NULL: free slot */
+        struct image_run run;
+    } slot[RUN_CACHE_SLOTS];
+    size_t next; /* the slot replaced next (round robin) */
+};
+
+struct image_run_cache *image_run_cache_new(void)
+{
+    return calloc(1, sizeof(struct image_run_cache));
+}
+
+void image_run_cache_free(struct image_run_cache *c)
+{
+    if (!c)
+        return;
+    for (size_t i = 0; i < RUN_CACHE_SLOTS; i++) {
+        free(c->slot[i].key);
+        image_run_clear(&c->slot[i].run);
+    }
+    free(c);
+}
+
+/* Copies of the arrays (the strings shared), so that the caller may add to its env. */
+static int run_copy(const struct image_run *from, struct image_run *to)
+{
+    *to = *from;
+    to->argv = json_copy(from->argv);
+    to->env = json_copy(from->env);
+    if (to->argv && to->env)
+        return 0;
+    image_run_clear(to);
+    return -1;
+}
+
+int image_run_resolve_cached(struct image_run_cache *c, const struct sbx_config *cfg,
+                             const char *image_digest, const char *command_json,
+                             const char *env_json, struct image_run *run, char *err, size_t errlen)
+{
+    char *key = NULL;
+    if (!c || asprintf(&key, "%s\n%s\n%s", image_digest ? image_digest : "",
+                       command_json ? command_json : "", env_json ? env_json : "") < 0)
+        return image_run_resolve(cfg, image_digest, command_json, env_json, run, err, errlen);
+    for (size_t i = 0; i < RUN_CACHE_SLOTS; i++)
+        if (c->slot[i].key && strcmp(c->slot[i].key, key) == 0) {
+            free(key);
+            if (run_copy(&c->slot[i].run, run) == 0)
+                return 0;
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+    struct image_run fresh;
+    if (image_run_resolve(cfg, image_digest, command_json, env_json, &fresh, err, errlen) != 0) {
+        free(key);
+        return -1;
+    }
+    if (run_copy(&fresh, run) != 0) {
+        free(key);
+        image_run_clear(&fresh);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    size_t i = c->next;
+    c->next = (c->next + 1) % RUN_CACHE_SLOTS;
+    free(c->slot[i].key);
+    image_run_clear(&c->slot[i].run);
+    c->slot[i].key = key;
+    c->slot[i].run = fresh;
+    return 0;
 }

@@ -30,4 +30,16 @@ int image_run_resolve(const struct sbx_config *cfg, const char *image_digest,
                       char *err, size_t errlen);
 void image_run_clear(struct image_run *run);
 
+/* The resolutions of the Apps activated lately, so that an activation neither reads the image's
+ * config.json nor parses the App's command and env again while they are unchanged. Keyed by the
+ * digest, command and env themselves: an App update that changes one misses. One thread. */
+struct image_run_cache;
+struct image_run_cache *image_run_cache_new(void);
+void image_run_cache_free(struct image_run_cache *c);
+/* image_run_resolve() through the cache c (NULL: none): run gets arrays of its own, which the
+ * caller may change, and releases them with image_run_clear. */
+int image_run_resolve_cached(struct image_run_cache *c, const struct sbx_config *cfg,
+                             const char *image_digest, const char *command_json,
+                             const char *env_json, struct image_run *run, char *err, size_t errlen);
+
 #endif

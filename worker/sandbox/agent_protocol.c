@@ -263,14 +263,31 @@ static int add_context(struct sandbox *sb, json_t *env)
     return rc;
 }
 
+/* The start line's "files" for the callback API's CA, JSON, made on first use; NULL without the
+ * callback API (or out of memory: then the line goes without it and the agent cannot verify). */
+static const char *ca_files_json(struct worker *w)
+{
+    if (!w->ca_pem)
+        return NULL;
+    if (!w->ca_files_json) {
+        json_t *files = json_pack("[{s:s,s:s}]", "path", SANDBOX_CA_PATH, "content", w->ca_pem);
+        w->ca_files_json = files ? json_dumps(files, JSON_COMPACT) : NULL;
+        json_decref(files);
+    }
+    return w->ca_files_json;
+}
+
 int agent_protocol_send_start(struct sandbox *sb, const struct store_app *app, char *err,
                               size_t errlen)
 {
     /* {"type":"start","argv":[...],"env":[...],"cwd":...,"user":...,"workspace":...}, with the
      * image's defaults where the App gives none (images/image_run.h). */
     struct image_run run;
-    if (image_run_resolve(&sb->w->cfg, app->image_digest, app->command_json, app->env_json, &run,
-                          err, errlen) != 0)
+    struct worker *w = sb->w;
+    if (!w->run_cache)
+        w->run_cache = image_run_cache_new(); /* NULL: resolved every time */
+    if (image_run_resolve_cached(w->run_cache, &w->cfg, app->image_digest, app->command_json,
+                                 app->env_json, &run, err, errlen) != 0)
         return -1;
     /* A driver serving the Workspace over NFS (qemu) names the source for the agent to mount. */
     json_t *ws = json_null();
@@ -287,22 +304,26 @@ int agent_protocol_send_start(struct sandbox *sb, const struct store_app *app, c
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    /* The CA certificate the agent verifies the callback API with, for the guest agent to write
-     * where SBX_CA_FILE says; for an App with secrets, their placeholders and the CA bundle. */
-    json_t *files = json_array();
-    if (files && sb->w->ca_pem)
-        json_array_append_new(
-            files, json_pack("{s:s,s:s}", "path", SANDBOX_CA_PATH, "content", sb->w->ca_pem));
-    if (!files || sandbox_secrets_start_line(sb, run.env, files) != 0) {
-        json_decref(files);
-        image_run_clear(&run);
-        json_decref(ws);
-        snprintf(err, errlen, "out of memory");
-        return -1;
+    /* For an App with secrets: their placeholders in env, and the files of the start line: the
+     * callback API's CA and the CA bundle (secrets.h). Without secrets the files are the CA's
+     * alone, the same for every Sandbox: encoded once and spliced in below. */
+    json_t *files = NULL;
+    if (sb->secrets.n > 0) {
+        files = json_array();
+        if (files && w->ca_pem)
+            json_array_append_new(
+                files, json_pack("{s:s,s:s}", "path", SANDBOX_CA_PATH, "content", w->ca_pem));
+        if (!files || sandbox_secrets_start_line(sb, run.env, files) != 0) {
+            json_decref(files);
+            image_run_clear(&run);
+            json_decref(ws);
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
     }
     json_t *start = json_pack("{s:s,s:O,s:O,s:o}", "type", "start", "argv", run.argv, "env",
                               run.env, "workspace", ws ? ws : json_null());
-    if (start && json_array_size(files))
+    if (start && files)
         json_object_set(start, "files", files);
     json_decref(files);
     /* A pre-started agent: the relay lets its command say {"type":"ready"} and expects the
@@ -315,8 +336,24 @@ int agent_protocol_send_start(struct sandbox *sb, const struct store_app *app, c
         json_object_set_new(start, "user", json_string(run.user));
     image_run_clear(&run);
     char *line = start ? json_dumps(start, JSON_COMPACT) : NULL;
+    bool has_files = start && json_object_get(start, "files");
     json_decref(start);
-    int rc = line ? agent_channel_send(sb->chan, line, strlen(line)) : -1;
+    /* The CA certificate the agent verifies the callback API with, for the guest agent to write
+     * where SBX_CA_FILE says: the same for every Sandbox, so encoded once and spliced in before
+     * the object's closing brace. */
+    const char *ca_files = has_files ? NULL : ca_files_json(w);
+    size_t len = line ? strlen(line) : 0;
+    if (line && ca_files) {
+        size_t flen = strlen(ca_files);
+        char *whole = malloc(len + flen + 10);
+        if (whole) {
+            memcpy(whole, line, len - 1);
+            len = len - 1 + (size_t)sprintf(whole + len - 1, ",\"files\":%s}", ca_files);
+        }
+        free(line);
+        line = whole;
+    }
+    int rc = line ? agent_channel_send(sb->chan, line, len) : -1;
     free(line);
     if (rc != 0)
         snprintf(err, errlen, "the agent channel is closed");
@@ -409,6 +446,16 @@ void sandbox_send_message(struct sandbox *sb, struct store_delivery *d)
     sandbox_set_state(sb, SB_BUSY);
     event_del(sb->keepalive_ev);
     sb->keep_alive_ms = d->session.effective_keep_alive_seconds * 1000;
+    if (!sandbox_durable_or_hold(sb)) {
+        sandbox_arm_deadline(sb); /* the line goes out later: sandbox_send_held_line */
+        return;
+    }
+    sandbox_send_held_line(sb);
+}
+
+void sandbox_send_held_line(struct sandbox *sb)
+{
+    struct store_delivery *d = sb->delivery;
     int rc = send_message_line(sb, d);
     if (rc == -2) {
         sandbox_terminate(sb, "out of memory", false);

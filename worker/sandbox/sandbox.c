@@ -6,6 +6,7 @@
  */
 #include "sandbox/sandbox.h"
 #include "store_bounds.h"
+#include "store_worker_drivers.h"
 #include "drivers/shared.h"
 #include "log.h"
 #include "clock.h"
@@ -13,6 +14,7 @@
 #include "sandbox/egress_dns.h"
 #include "sandbox/egress_events.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,6 +195,47 @@ static void record_unbounded(struct worker *w)
         log_warn("worker: cannot record the bounds it cannot apply: %s", store_status_name(rc));
 }
 
+/* The names the gateway accepts for an App's driver. */
+static const char *const driver_names[] = {"process", "qemu", "firecracker"};
+
+void sandbox_record_drivers(struct worker *w)
+{
+    char why[256];
+    json_t *all = json_object();
+    for (size_t i = 0; all && i < sizeof driver_names / sizeof *driver_names; i++) {
+        const char *name = driver_names[i];
+        const struct driver *drv = NULL;
+        bool known = false;
+        for (size_t j = 0; j < w->n_drivers && !known; j++)
+            if (strcmp(w->drivers[j].name, name) == 0) {
+                known = true;
+                drv = w->drivers[j].drv;
+                snprintf(why, sizeof why, "%s", w->drivers[j].why);
+            }
+        if (!known) {
+            /* Not initialised yet: its probe says whether init would find what it needs. */
+            snprintf(why, sizeof why, "not in this build");
+            drv = w->find_driver(name);
+            if (drv && drv->probe && drv->probe(&w->cfg, why, sizeof why) != 0)
+                drv = NULL;
+        } else if (drv && drv->probe && drv->probe(&w->cfg, why, sizeof why) != 0)
+            drv = NULL; /* its files went away since */
+        json_object_set_new(all, name, drv ? json_true() : json_string(why));
+    }
+    char *text = all ? json_dumps(all, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(all);
+    if (!text || strlen(text) >= sizeof w->drivers_sent || strcmp(text, w->drivers_sent) == 0) {
+        free(text);
+        return;
+    }
+    enum store_status rc = store_worker_set_drivers(w->st, w->id, text);
+    if (rc == STORE_OK)
+        memcpy(w->drivers_sent, text, strlen(text) + 1);
+    else
+        log_warn("worker: cannot record the drivers it can run: %s", store_status_name(rc));
+    free(text);
+}
+
 const struct driver *sandbox_driver(struct worker *w, const char *name)
 {
     char err[512];
@@ -202,6 +245,7 @@ const struct driver *sandbox_driver(struct worker *w, const char *name)
     if (w->n_drivers == sizeof w->drivers / sizeof w->drivers[0])
         return NULL;
     const struct driver *drv = w->find_driver(name);
+    snprintf(err, sizeof err, "not in this build");
     if (!drv)
         log_error("worker: no driver named \"%s\" in this build", name);
     else if (drv->init && drv->init(&w->cfg, err, sizeof err) != 0) {
@@ -209,7 +253,10 @@ const struct driver *sandbox_driver(struct worker *w, const char *name)
         drv = NULL;
     }
     snprintf(w->drivers[w->n_drivers].name, sizeof w->drivers[0].name, "%s", name);
+    snprintf(w->drivers[w->n_drivers].why, sizeof w->drivers[0].why, "%s", drv ? "" : err);
     w->drivers[w->n_drivers++].drv = drv;
+    if (!drv)
+        sandbox_record_drivers(w);
     if (drv && drv->unbounded)
         record_unbounded(w);
     /* The firewall exists from a driver's init on: its log reader and the DNS forwarder start now,

@@ -105,6 +105,9 @@ struct sandbox {
     atomic_bool boot_cancelled;
     /* BUSY with its first message, and `running` not written yet (running_ev is armed). */
     bool running_pending;
+    /* BUSY, and its message's line waits until the gateway's commit of it is on disk
+     * (durable.c). */
+    bool line_held;
     bool stop_failed;
     char stop_reason[128];
     /* Pre-started for app_id (set from its boot) at the App's definition_rev prestart_rev; 0: an
@@ -220,6 +223,9 @@ bool sandbox_prestart_due(struct worker *w, const char *app_id);
 size_t sandbox_count_prestarted(struct worker *w, const char *app_id, int64_t rev, size_t *booting);
 /* The driver of that name, initialised on first use; NULL (logged once) when unavailable. */
 const struct driver *sandbox_driver(struct worker *w, const char *name);
+/* Records in the store (workers.drivers) which drivers this worker can run here, when that
+ * changed since it last did: the initialised ones, and the others by their probe. */
+void sandbox_record_drivers(struct worker *w);
 
 /* ---- boot.c: the way up ---- */
 
@@ -285,5 +291,19 @@ int agent_protocol_send_context(struct sandbox *sb, char *err, size_t errlen);
 /* Sends d to the agent (ACTIVATING or IDLE -> BUSY, carrying d) and starts the message deadline;
  * a closed channel terminates the Sandbox (hooks->lost then gets d). */
 void sandbox_send_message(struct sandbox *sb, struct store_delivery *d);
+/* Writes the line of sb->delivery to the agent (sandbox_send_message's second half, or once a
+ * held line's batch is on disk: durable.c). */
+void sandbox_send_held_line(struct sandbox *sb);
+
+/* ---- durable.c: a message reaches the agent only once its 202 is on disk ---- */
+
+/* The gateway's commit batch every message visible now was in (commit_watermark.h), read right
+ * after a claim; 0 when no gateway overlaps its fsync with the claims. */
+uint64_t sandbox_commit_gen(struct worker *w);
+/* True when sb->delivery's batch is on disk; otherwise holds its line (sb->line_held) until the
+ * gateway says "durable" (sandbox_release_held) or, past a bound, the worker syncs the WAL. */
+bool sandbox_durable_or_hold(struct sandbox *sb);
+/* Sends the held lines whose batch is on disk now ("durable" from the gateway). */
+void sandbox_release_held(struct worker *w);
 
 #endif

@@ -15,11 +15,13 @@
  * their lock) hangs off the store's struct sql_store (api); it is started on the first enqueue and
  * stopped, after draining its queue, by sql_enqueue_fini.
  */
+#include "commit_watermark.h"
 #include "id.h"
 #include "log.h"
 #include "clock.h"
 #include "store_sql.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -64,6 +66,12 @@ struct enqueue_committer {
     bool stopping;
     bool thread_started;
     pthread_t committer;
+    /* The claim that overlaps the fsync (SQLite, store_enqueue_overlap): set before the thread
+     * starts, then the committer's alone. */
+    struct commit_watermark *wm;
+    char db_path[4096];
+    store_batch_fn batch_fn;
+    void *batch_arg;
 };
 
 /* enqueue_one() on PostgreSQL without an Idempotency-Key: the same reads and writes as below (seq
@@ -290,7 +298,7 @@ static enum store_status lock_and_write_pg(struct store *st, struct enqueue_req 
             at[n] = i;
             batch[n++] = all[i];
         }
-    const char *wait_ids[ENQUEUE_BATCH_MAX], *sess_ids[ENQUEUE_BATCH_MAX];
+    const char *wait_ids[ENQUEUE_BATCH_MAX], *sess_ids[ENQUEUE_BATCH_MAX] = {0};
     bool waited[ENQUEUE_BATCH_MAX], keyed[ENQUEUE_BATCH_MAX], passed[ENQUEUE_BATCH_MAX];
     struct sql_enqueue_pg_item items[ENQUEUE_BATCH_MAX];
     size_t nwait = 0, nitems = 0, first[ENQUEUE_BATCH_MAX], nsess = 0;
@@ -475,6 +483,37 @@ static void commit_batch(struct store *st, struct enqueue_req **batch, size_t n)
         ;
 }
 
+/* With the overlap: the batch is committed without a sync and visible; the workers are woken
+ * (they may claim now), then the WAL is synced and the watermark raised before any 202. A failed
+ * sync fails the batch's requests: nothing says their rows are on disk (commit_watermark.h). */
+static void commit_batch_overlapped(struct store *st, struct enqueue_committer *api,
+                                    struct enqueue_req **batch, size_t n)
+{
+    uint64_t g = commit_watermark_begin(api->wm);
+    commit_batch(st, batch, n);
+    bool any = false;
+    for (size_t i = 0; i < n && !any; i++)
+        any = batch[i]->status == STORE_OK && !batch[i]->deferred;
+    if (!any) {
+        /* Nothing of it became visible: it is as durable as the batch before. */
+        if (commit_watermark_reached(api->wm, g - 1))
+            commit_watermark_durable(api->wm, g);
+        return;
+    }
+    api->batch_fn(api->batch_arg, false);
+    if (commit_watermark_sync_wal(api->db_path) != 0) {
+        log_error("store: cannot sync the WAL after an enqueue: %s", strerror(errno));
+        for (size_t i = 0; i < n; i++)
+            if (batch[i]->status == STORE_OK) {
+                clear_out(batch[i]);
+                batch[i]->status = STORE_ERROR;
+            }
+        return;
+    }
+    if (commit_watermark_durable(api->wm, g))
+        api->batch_fn(api->batch_arg, true);
+}
+
 static void *committer_main(void *arg)
 {
     struct store *st = arg;
@@ -482,6 +521,9 @@ static void *committer_main(void *arg)
     struct enqueue_committer *api = s->api;
     struct enqueue_req *batch[ENQUEUE_BATCH_MAX];
 
+    /* The overlap syncs the WAL itself, after waking the workers. */
+    if (api->wm && sql_exec(st, "PRAGMA synchronous=NORMAL") != SQL_DONE)
+        log_error("store: the enqueue committer cannot set synchronous=NORMAL");
     pthread_mutex_lock(&api->lock);
     for (;;) {
         while (!api->head && !api->stopping)
@@ -496,7 +538,10 @@ static void *committer_main(void *arg)
         if (!api->head)
             api->tail = NULL;
         pthread_mutex_unlock(&api->lock);
-        commit_batch(st, batch, n);
+        if (api->wm)
+            commit_batch_overlapped(st, api, batch, n);
+        else
+            commit_batch(st, batch, n);
         /* Requests the batch passed over (PostgreSQL) go back to the head of the queue, in their
          * order, unanswered: the next batch takes them first. */
         struct enqueue_req *back = NULL, *last = NULL;
@@ -625,6 +670,53 @@ enum store_status store_message_enqueue_async(struct store *st, const struct sto
     return STORE_OK;
 }
 
+int store_enqueue_overlap(struct store *st, const char *db_path, const char *run_dir,
+                          store_batch_fn fn, void *arg, char *err, size_t errlen)
+{
+    struct sql_store *s = st->cls;
+    struct enqueue_committer *api = s->api;
+    if (!api || sql_dialect(st) != SQL_SQLITE) {
+        snprintf(err, errlen, "the overlapped claim needs a SQLite store");
+        return -1;
+    }
+    pthread_mutex_lock(&api->lock);
+    bool started = api->thread_started;
+    pthread_mutex_unlock(&api->lock);
+    if (started || api->wm) {
+        snprintf(err, errlen, "the enqueue committer has started already");
+        return -1;
+    }
+    struct commit_watermark *wm = commit_watermark_open(run_dir, true, err, errlen);
+    if (!wm)
+        return -1;
+    /* What an earlier gateway committed and did not sync (it crashed) is synced now, so the
+     * workers that wait for it go on. */
+    if (commit_watermark_sync_wal(db_path) != 0) {
+        snprintf(err, errlen, "cannot sync %s-wal: %s", db_path, strerror(errno));
+        commit_watermark_close(wm);
+        return -1;
+    }
+    commit_watermark_durable(wm, commit_watermark_written(wm));
+    snprintf(api->db_path, sizeof api->db_path, "%s", db_path);
+    api->batch_fn = fn;
+    api->batch_arg = arg;
+    api->wm = wm;
+    return 0;
+}
+
+int store_enqueue_settle_watermark(const char *db_path, const char *run_dir)
+{
+    char err[256];
+    struct commit_watermark *wm = commit_watermark_open(run_dir, false, err, sizeof err);
+    if (!wm)
+        return 0; /* never overlapped here */
+    int rc = commit_watermark_sync_wal(db_path);
+    if (rc == 0)
+        commit_watermark_durable(wm, commit_watermark_written(wm));
+    commit_watermark_close(wm);
+    return rc;
+}
+
 void sql_enqueue_init(struct store *st)
 {
     struct sql_store *s = st->cls;
@@ -658,6 +750,7 @@ void sql_enqueue_fini(struct store *st)
     pthread_mutex_destroy(&api->lock);
     pthread_cond_destroy(&api->work);
     pthread_cond_destroy(&api->done);
+    commit_watermark_close(api->wm);
     free(api);
     s->api = NULL;
 }

@@ -3,7 +3,8 @@
 // driver (real Sandboxes, echo agent), while the test kill -9s the gateway and then a worker at
 // random points, several times, restarting each. Afterwards every message that was answered 202
 // must exist and end `completed` with exactly one message.completed event. The count of
-// "acknowledged but lost" is printed and must be 0.
+// "acknowledged but lost" is printed and must be 0. The workers claim while the gateway syncs
+// (claim_overlap), so the kills also land between a batch's COMMIT and its sync.
 //
 // Sized for a shared 2-core machine: 4 Sessions, 4 concurrent posters, a warm pool of 1.
 import { test } from 'node:test';
@@ -17,6 +18,10 @@ const GATEWAY_ENV = {
   SBX_RETRY_BASE_MS: '50', SBX_RETRY_MAX_MS: '400', SBX_MESSAGE_TIMEOUT: '10', SBX_LEASE_MS: '2000',
   SBX_SHUTDOWN_GRACE: '5', SBX_JOB_THREADS: '4',
   SBX_SYNCHRONOUS: 'FULL', // a 202 means on disk: what the test is about
+  // Workers claim while the gateway syncs (the default, said here because the test is about it):
+  // a gateway killed between its COMMIT and its sync leaves messages visible whose lines the
+  // workers hold until a restarted gateway (or the worker itself) has synced the WAL.
+  SBX_CLAIM_OVERLAP: '1',
 };
 const LOAD_MS = Number(process.env.SBX_FAULTS_LOAD_MS ?? 25000);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));

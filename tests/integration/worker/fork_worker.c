@@ -241,7 +241,7 @@ static int fork_reap(const struct sbx_config *cfg, const struct store_sandbox *s
 }
 
 static struct driver driver_fork = {
-    "fork", fork_init, fork_boot, fork_attach, fork_terminate, fork_reap, NULL, NULL, NULL, 0,
+    "fork", fork_init, fork_boot, fork_attach, fork_terminate, fork_reap, NULL, NULL, NULL, 0, NULL,
 };
 
 static const struct driver *find_fork_driver(const char *name)
