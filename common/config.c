@@ -201,6 +201,11 @@ static const struct setting settings[] = {
         "bytes per second below which a registry response is too slow"),
     INT(registry_low_speed_time, "60", 1, 3600,
         "seconds a registry response may stay below registry_low_speed_limit"),
+    /* the brokering egress proxy of Apps with secrets (docs/secrets.md) */
+    STR(upstream_ca_file, "",
+        "PEM CA certificates the secrets proxy trusts for upstreams, besides the host's CA store"),
+    INT(secret_proxy_connections, "32", 1, 4096,
+        "open connections of one Sandbox through the secrets proxy (more are closed at once)"),
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 
@@ -401,6 +406,8 @@ int config_load(struct sbx_config *cfg, int argc, char **argv, char *err, size_t
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
         if (make_absolute(paths[i], sizes[i], err, errlen) != 0)
             return -1;
+    if (make_absolute(cfg->upstream_ca_file, sizeof cfg->upstream_ca_file, err, errlen) != 0)
+        return -1;
     if (cfg->db_path[0] == '\0')
         snprintf(cfg->db_path, sizeof cfg->db_path, "%.500s/sbx.db", cfg->data_dir);
     if (cfg->chroot_base[0] == '\0')

@@ -119,6 +119,9 @@ struct sbx_config {
     int64_t registry_pull_timeout;    /* SBX_REGISTRY_PULL_TIMEOUT: seconds of a whole pull */
     int64_t registry_low_speed_limit; /* SBX_REGISTRY_LOW_SPEED_LIMIT: bytes per second */
     int64_t registry_low_speed_time;  /* SBX_REGISTRY_LOW_SPEED_TIME: seconds below it */
+    /* the brokering egress proxy (docs/secrets.md) */
+    char upstream_ca_file[512];       /* SBX_UPSTREAM_CA_FILE: extra CAs for upstreams */
+    int64_t secret_proxy_connections; /* SBX_SECRET_PROXY_CONNECTIONS: per Sandbox */
 };
 
 /* Fills cfg from defaults, the file, the environment and argv (in that order of precedence,

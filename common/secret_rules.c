@@ -14,9 +14,13 @@
 const char *const secret_ca_bundle_vars[] = {"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE",
                                              "NODE_EXTRA_CA_CERTS", "CURL_CA_BUNDLE", NULL};
 
-const char *const secret_image_ca_bundles[] = {"/etc/ssl/certs/ca-certificates.crt",
-                                               "/etc/pki/tls/certs/ca-bundle.crt",
-                                               "/etc/ssl/cert.pem", NULL};
+const char *const secret_image_ca_bundles[] = {
+    "/etc/ssl/certs/ca-certificates.crt",                /* Debian, Ubuntu, Alpine's package */
+    "/etc/pki/tls/certs/ca-bundle.crt",                  /* Fedora, RHEL */
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem", /* RHEL without the link above */
+    "/etc/ssl/ca-bundle.pem",                            /* openSUSE */
+    "/etc/ssl/cert.pem",                                 /* Alpine, others */
+    NULL};
 
 bool secret_ca_bundle_var(const char *name)
 {

@@ -20,10 +20,13 @@
  * first of secret_image_ca_bundles that exists in the Sandbox) followed by the installation CA. */
 #define SECRET_CA_BUNDLE_PATH "/tmp/sbx-ca-bundle.pem"
 
-/* SSL_CERT_FILE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS, CURL_CA_BUNDLE; NULL-terminated. Set to
- * SECRET_CA_BUNDLE_PATH for an App with secrets. */
+/* SSL_CERT_FILE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS, CURL_CA_BUNDLE; NULL-terminated: what
+ * sbx sets for an App with secrets (so neither its env nor a secret may name them).
+ * NODE_EXTRA_CA_CERTS is the installation CA alone (SANDBOX_CA_PATH: Node adds it to its own
+ * roots), the others SECRET_CA_BUNDLE_PATH (they replace the library's roots). */
 extern const char *const secret_ca_bundle_vars[];
-/* The usual places of a distribution's CA bundle (Debian, Fedora, Alpine); NULL-terminated. */
+/* The usual places of a distribution's CA bundle (Debian, Fedora, RHEL, openSUSE, Alpine);
+ * NULL-terminated. */
 extern const char *const secret_image_ca_bundles[];
 
 /* Whether name is one of secret_ca_bundle_vars. */

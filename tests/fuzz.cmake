@@ -10,7 +10,7 @@ option(SBX_FUZZ "Build the libFuzzer targets (configure with CC=clang-14; see to
 set(SBX_FUZZ_SECONDS 8 CACHE STRING "Seconds each it.fuzz.* test fuzzes its target")
 set(SBX_FUZZ_DIR ${CMAKE_CURRENT_SOURCE_DIR}/fuzz)
 set(SBX_FUZZ_TARGETS json_bodies route_query auth_header idempotency_key agent_channel agent_relay
-                     egress_policy dns_wire)
+                     egress_policy dns_wire secret_proxy_http)
 
 if(SBX_FUZZ)
   if(NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
@@ -36,6 +36,7 @@ if(SBX_FUZZ)
   sbx_fuzz_target(agent_relay sbxrelay PkgConfig::JANSSON)
   sbx_fuzz_target(egress_policy sbxcommon)
   sbx_fuzz_target(dns_wire sbxworker)
+  sbx_fuzz_target(secret_proxy_http sbxworker)
   target_sources(fuzz_agent_relay PRIVATE ${SBX_FUZZ_DIR}/jansson_oracle.c)
 
   foreach(t IN LISTS SBX_FUZZ_TARGETS)

@@ -5,7 +5,7 @@
 #   tools/fuzz.sh [--time SECONDS] [--build-dir DIR] [--build-only] [TARGET...]
 #
 # --time: seconds per target (default 300). Targets: json_bodies route_query auth_header
-# idempotency_key agent_channel agent_relay egress_policy dns_wire (default: all). Exit 77 when
+# idempotency_key agent_channel agent_relay egress_policy dns_wire secret_proxy_http (default: all). Exit 77 when
 # clang-14 or its libFuzzer runtime is missing, non-zero when a target finds a crash, leak or sanitizer report (the
 # reproducer is printed; rerun it with `<build-dir>/tests/fuzz_<target> <file>`).
 set -eu
@@ -23,7 +23,7 @@ while [ $# -gt 0 ]; do
     *) break ;;
     esac
 done
-targets=${*:-json_bodies route_query auth_header idempotency_key agent_channel agent_relay egress_policy dns_wire}
+targets=${*:-json_bodies route_query auth_header idempotency_key agent_channel agent_relay egress_policy dns_wire secret_proxy_http}
 
 cc=$(command -v clang-14 || command -v clang || true)
 if [ -z "$cc" ]; then

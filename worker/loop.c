@@ -33,6 +33,7 @@
 #include "sandbox/egress.h"
 #include "sandbox/egress_dns.h"
 #include "sandbox/egress_events.h"
+#include "sandbox/secret_broker.h"
 #include "sandbox/jobs.h"
 #include "sandbox/pool.h"
 #include "sandbox/priority.h"
@@ -155,6 +156,7 @@ static void on_poll(evutil_socket_t fd, short what, void *arg)
     sandbox_egress_refresh(w);
     egress_events_tick(w);
     egress_dns_tick(w);
+    secret_broker_tick(w);
     pool_refresh_shapes(w);
     pool_replenish(w);
     consumer_run(w);
@@ -437,8 +439,9 @@ int worker_run(struct worker *w)
 
 void worker_fini(struct worker *w)
 {
-    egress_dns_stop();    /* its thread asks the store */
-    egress_events_stop(); /* its event and batch, before the loop and the store go */
+    egress_dns_stop();     /* its thread asks the store */
+    secret_broker_stop(w); /* its threads, then its last events, before the store goes */
+    egress_events_stop();  /* its event and batch, before the loop and the store go */
     /* Jobs still running use their Sandbox: let them end before freeing anything, but not for
      * ever: a boot stuck past its deadline (sandbox/boot.c) may never return, and its Sandbox
      * was already failed and taken out of w->sandboxes, so nothing below frees what it uses. */

@@ -16,5 +16,10 @@ struct store;
  * its Sandbox serves (none for a warm one) and data_json as its data. */
 enum store_status store_egress_denials_record(struct store *st, const struct store_ctx *ctx,
                                               const struct store_egress_denial *v, size_t n);
+/* The same for events of other types about Sandboxes (types[i] for v[i]): the brokering proxy's
+ * sandbox.secret_request and sandbox.secret_misuse. */
+enum store_status store_sandbox_events_record(struct store *st, const struct store_ctx *ctx,
+                                              const char *const *types,
+                                              const struct store_egress_denial *v, size_t n);
 
 #endif

@@ -53,6 +53,12 @@ static const struct {
     {"sandbox_to_host",
      "[meta load l4proto => reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + "
      "2 => reg 1 ][cmp eq reg 1 0x0000bb01 ][immediate reg 0 accept ]"},
+    /* a Sandbox with secrets: its connection redirected to its worker's proxy */
+    {"sandbox_to_host",
+     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => reg 8 ][payload "
+     "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set secret_proxy ][ct load status => "
+     "reg 1 ][bitwise reg 1 = ( reg 1 & 0x00000020 ) ^ 0x00000000 ][cmp neq reg 1 0x00000000 "
+     "][immediate reg 0 accept ]"},
     {"sandbox_to_host", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname "
                         "=> reg 8 ][payload load 4b @ network header + 12 => reg 12 ][lookup reg 8 "
                         "set egress_none ][log prefix sbx drop_policy  group 5213 snaplen 64 "
@@ -192,6 +198,29 @@ static const struct {
      "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set egress_allowlist ][meta load "
      "l4proto => reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + 2 => reg 1 "
      "][cmp eq reg 1 0x00003500 ][immediate reg 1 0x0000b414 ][redir proto_min reg 1 ]"},
+    /* TCP 443 and 80 of a Sandbox with secrets: judged by its egress rules, then redirected */
+    {"secret_proxy_judge",
+     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load l4proto => reg 1 ][cmp eq "
+     "reg 1 0x00000006 ][payload load 2b @ transport header + 2 => reg 1 ][cmp eq reg 1 0x0000bb01 "
+     "][fib daddr type => reg 1 ][cmp neq reg 1 0x00000002 ][meta load iifname => reg 8 ][payload "
+     "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set secret_proxy ][immediate reg 0 "
+     "jump -> sandbox_out ]"},
+    {"prerouting", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load l4proto => "
+                   "reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + 2 => "
+                   "reg 1 ][cmp eq reg 1 0x0000bb01 ][fib daddr type => reg 1 ][cmp neq reg 1 "
+                   "0x00000002 ][meta load iifname => reg 8 ][payload load 4b @ network header + "
+                   "12 => reg 12 ][lookup reg 8 set secret_proxy dreg 1 ][redir proto_min reg 1 ]"},
+    {"secret_proxy_judge",
+     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load l4proto => reg 1 ][cmp eq "
+     "reg 1 0x00000006 ][payload load 2b @ transport header + 2 => reg 1 ][cmp eq reg 1 0x00005000 "
+     "][fib daddr type => reg 1 ][cmp neq reg 1 0x00000002 ][meta load iifname => reg 8 ][payload "
+     "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set secret_proxy ][immediate reg 0 "
+     "jump -> sandbox_out ]"},
+    {"prerouting", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load l4proto => "
+                   "reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + 2 => "
+                   "reg 1 ][cmp eq reg 1 0x00005000 ][fib daddr type => reg 1 ][cmp neq reg 1 "
+                   "0x00000002 ][meta load iifname => reg 8 ][payload load 4b @ network header + "
+                   "12 => reg 12 ][lookup reg 8 set secret_proxy dreg 1 ][redir proto_min reg 1 ]"},
 };
 
 #define NRULES (sizeof(expected_rules) / sizeof(expected_rules[0]))
@@ -358,6 +387,7 @@ static void test_structure_batch(void **state)
                 {"resolvers", 4, 7, 0},
                 {"egress_none", 20, (41 << 6) | 7, 0},
                 {"egress_allowlist", 20, (41 << 6) | 7, 0},
+                {"secret_proxy", 20, (41 << 6) | 7, NFT_SET_MAP}, /* -> inet_service */
             };
             assert_true(sets < sizeof want_sets / sizeof want_sets[0]);
             assert_string_equal(nftnl_set_get_str(s, NFTNL_SET_NAME), want_sets[sets].name);
@@ -385,6 +415,10 @@ static void test_structure_batch(void **state)
                     assert_int_equal(hook, NF_INET_PRE_ROUTING);
                     assert_string_equal(type, "nat");
                     assert_int_equal(prio, -100);
+                } else if (strcmp(name, "secret_proxy_judge") == 0) { /* before the redirect */
+                    assert_int_equal(hook, NF_INET_PRE_ROUTING);
+                    assert_string_equal(type, "filter");
+                    assert_int_equal(prio, -150);
                 } else {
                     assert_string_equal(type, "filter");
                     assert_int_equal(prio, -10);
@@ -424,8 +458,8 @@ static void test_structure_batch(void **state)
     }
     assert_int_equal(tables, 1);
     assert_int_equal(counters, FW_DROP_COUNT);
-    assert_int_equal(sets, 6);
-    assert_int_equal(chains, 9);
+    assert_int_equal(sets, 7);
+    assert_int_equal(chains, 10);
     assert_int_equal(rules, NRULES);
     fw_batch_free(&b);
 }

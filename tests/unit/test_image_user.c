@@ -315,6 +315,54 @@ static void test_agent_refuses_bad_start_fields(void **state)
     stop_agent(pid, fd);
 }
 
+/* The start line's files: one written as given, one after a copy of the first existing file its
+ * "prependFirstOf" names (the image's CA bundle, docs/secrets.md), a newline between them when
+ * that file lacks one. */
+static void test_agent_writes_start_files(void **state)
+{
+    (void)state;
+    signal(SIGPIPE, SIG_IGN);
+    char dir[] = "/tmp/sbx-test-files-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char image[128], plain[128], bundle[128], line[1024], buf[8192];
+    snprintf(image, sizeof image, "%s/image-bundle.pem", dir);
+    snprintf(plain, sizeof plain, "%s/ca.pem", dir);
+    snprintf(bundle, sizeof bundle, "%s/bundle.pem", dir);
+    FILE *f = fopen(image, "w");
+    assert_non_null(f);
+    fputs("IMAGE ROOTS", f); /* no final newline */
+    fclose(f);
+    int fd;
+    pid_t pid = start_agent(&fd);
+    snprintf(line, sizeof line,
+             "{\"type\":\"start\",\"argv\":[\"" SBX_ECHO_AGENT_BIN "\"],\"workspace\":null,"
+             "\"files\":[{\"path\":\"%s\",\"content\":\"CA\\n\"},"
+             "{\"path\":\"%s\",\"content\":\"CA\\n\",\"prependFirstOf\":[\"%s/none\",\"%s\"]}]}\n",
+             plain, bundle, dir, image);
+    send_text(fd, line);
+    assert_non_null(read_reply(fd, buf, sizeof buf));
+    assert_string_equal(buf, "{\"type\":\"started\"}");
+    stop_agent(pid, fd);
+    char got[256] = "";
+    f = fopen(plain, "r");
+    assert_non_null(f);
+    got[fread(got, 1, sizeof got - 1, f)] = '\0';
+    fclose(f);
+    assert_string_equal(got, "CA\n");
+    f = fopen(bundle, "r");
+    assert_non_null(f);
+    got[fread(got, 1, sizeof got - 1, f)] = '\0';
+    fclose(f);
+    assert_string_equal(got, "IMAGE ROOTS\nCA\n");
+    struct stat st;
+    assert_int_equal(stat(bundle, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0644);
+    unlink(image);
+    unlink(plain);
+    unlink(bundle);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -324,6 +372,7 @@ int main(void)
         cmocka_unit_test(test_fifo_databases_do_not_block),
         cmocka_unit_test(test_agent_applies_env_cwd_user),
         cmocka_unit_test(test_agent_refuses_bad_start_fields),
+        cmocka_unit_test(test_agent_writes_start_files),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -113,14 +113,6 @@ void activation_continue(struct sandbox *sb)
 {
     struct worker *w = sb->w;
     char why[512];
-    /* The App's secrets as they are now (a PUT since the last activation is a rotation): opened
-     * before the egress policy, which routes a Sandbox with secrets through the proxy. A
-     * pre-started Sandbox opened them at its start: its agent already holds their placeholders. */
-    if (!sb->prestart_rev && sandbox_secrets_load(sb, sb->delivery->app.id, why, sizeof why) != 0) {
-        log_error("worker: %s: %s", sb->rt.sandbox_id, why);
-        sandbox_terminate(sb, "the App's secrets could not be opened", true);
-        return;
-    }
     /* The App's egress policy is in place before its command can run (fail closed). A pre-started
      * Sandbox has its App's policy from its start, unless the App changed it. */
     if (!(sb->prestart_rev && sandbox_egress_current(sb, sb->delivery->app.network_json)) &&
@@ -128,6 +120,15 @@ void activation_continue(struct sandbox *sb)
                              sizeof why) != 0) {
         log_error("worker: %s: %s", sb->rt.sandbox_id, why);
         sandbox_terminate(sb, "egress policy could not be applied", true);
+        return;
+    }
+    /* The App's secrets as they are now (a PUT since the last activation is a rotation), and its
+     * HTTP(S) egress through this worker's proxy, before its command can run (fail closed). A
+     * pre-started Sandbox opened and attached them at its start: its agent already holds their
+     * placeholders. */
+    if (!sb->prestart_rev && sandbox_secrets_load(sb, sb->delivery->app.id, why, sizeof why) != 0) {
+        log_error("worker: %s: %s", sb->rt.sandbox_id, why);
+        sandbox_terminate(sb, "the App's secrets could not be opened or brokered", true);
         return;
     }
     workspace_dir_of(w, sb->delivery, sb->workspace_dir, sizeof sb->workspace_dir,

@@ -273,6 +273,8 @@ static int fw_remove_where(struct fw *fw, bool (*keep)(const struct fw_element *
         gone++;
         struct fw_sandbox sb = {v[i].owner[0] ? v[i].owner : "-", v[i].ifname, v[i].addr};
         rc = forget_egress(fw, &sb, err, errlen); /* its policy membership, separately */
+        if (rc == 0)
+            rc = forget_secret_proxy(fw, &sb, err, errlen);
     }
     batch_end(&b);
     free(v);

@@ -198,6 +198,14 @@ int fw_egress_members(struct fw *fw, struct fw_egress_member **out, size_t *n, c
 int fw_sandbox_set_egress(struct fw *fw, const struct fw_sandbox *sb, enum fw_egress_mode mode,
                           const char *app_id, char *err, size_t errlen);
 
+/* ---- the brokering proxy (secret_proxy.h) ---- */
+
+/* Redirects the Sandbox's new TCP connections to ports 80 and 443 of addresses that are not the
+ * host's to the host's TCP port (its worker's proxy), after judging them by its egress rules;
+ * port 0 stops it. Replaces what the Sandbox had. */
+int fw_sandbox_set_secret_proxy(struct fw *fw, const struct fw_sandbox *sb, uint16_t port,
+                                char *err, size_t errlen);
+
 /* ---- for tests and inspection: the batches fw_* send, as bytes (nlmsgs, BATCH_BEGIN..END) ---- */
 struct fw_batch {
     char *buf;

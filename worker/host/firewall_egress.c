@@ -358,7 +358,9 @@ int batch_carry_egress(struct fw *fw, struct fw_batch *b, char *err, size_t errl
     } carry[] = {{SET_EGRESS_PORTS, SET_EGRESS_PORTS},
                  {SET_RESOLVERS, SET_RESOLVERS},
                  {SET_EGRESS_NONE, SET_EGRESS_NONE},
-                 {SET_EGRESS_ALLOWLIST, SET_EGRESS_NONE}};
+                 {SET_EGRESS_ALLOWLIST, SET_EGRESS_NONE},
+                 /* a Sandbox with secrets loses its proxy: it fails closed the same way */
+                 {MAP_SECRET_PROXY, SET_EGRESS_NONE}};
     for (size_t c = 0; c < sizeof carry / sizeof carry[0]; c++) {
         struct set_dump d;
         if (fw_dump_set(fw, carry[c].from, &d, err, errlen) < 0) {

@@ -51,10 +51,16 @@
 #define KEY_TYPE_IPV4 7u
 #define KEY_TYPE_INET_SERVICE 13u
 #define APP_CHAIN_PREFIX "egress_"
+/* The brokering proxy (firewall_secret_proxy.c): the map interface . address -> proxy port, and
+ * the filter chain at prerouting that judges a connection before its redirect. */
+#define MAP_SECRET_PROXY "secret_proxy"
+#define SET_ID_SECRET_PROXY 7
+#define CHAIN_SECRET_PROXY_JUDGE "secret_proxy_judge"
 /* v2: the spoofing check before `established`; v3: egress; v4: an allowlist Sandbox's TCP DNS
- * redirected to the forwarder too; v5: the callback API's 443 open to `egress: none` Sandboxes.
+ * redirected to the forwarder too; v5: the callback API's 443 open to `egress: none` Sandboxes;
+ * v6: TCP 80/443 of Apps with secrets redirected to the brokering proxy.
  * A worker finding an older table replaces it. */
-#define TABLE_COMMENT_FMT "sbx firewall v5 pool %s: managed by sbx, do not edit"
+#define TABLE_COMMENT_FMT "sbx firewall v6 pool %s: managed by sbx, do not edit"
 
 struct fw {
     pthread_mutex_t lock;
@@ -157,6 +163,14 @@ void batch_structure(struct fw_batch *b, const struct pool4 *pool);
 void table_comment(const char *pool, char *out, size_t outlen);
 void batch_add_sandbox(struct fw_batch *b, const struct fw_sandbox *sb);
 int check_sandbox(const struct fw_sandbox *sb, char *err, size_t errlen);
+
+/* ---- firewall_secret_proxy.c ---- */
+
+void batch_secret_proxy_map(struct fw_batch *b);
+void rules_secret_proxy(struct fw_batch *b);
+void rule_secret_proxy_to_host(struct fw_batch *b, const char *chain);
+/* Out of the map (absent already is success). */
+int forget_secret_proxy(struct fw *fw, const struct fw_sandbox *sb, char *err, size_t errlen);
 
 /* ---- firewall_netlink.c ---- */
 

@@ -99,6 +99,9 @@ static void rules_sandbox_to_host(struct fw_batch *b)
     x_verdict(r, NF_ACCEPT, NULL);
     batch_rule(b, r);
 
+    /* a connection of a Sandbox of an App with secrets, redirected to its worker's proxy */
+    rule_secret_proxy_to_host(b, chain);
+
     rule_egress_none(b, chain); /* egress none: nothing else to the host */
 
     /* meta nfproto ipv4 iifname . ip saddr @egress_allowlist meta l4proto udp|tcp th dport 5300
@@ -273,6 +276,7 @@ void batch_structure(struct fw_batch *b, const struct pool4 *pool)
     batch_set(b, SET_EGRESS_NONE, SET_ID_EGRESS_NONE, "Sandboxes of Apps with egress none");
     batch_set(b, SET_EGRESS_ALLOWLIST, SET_ID_EGRESS_ALLOWLIST,
               "Sandboxes of allowlist Apps (each element's comment: its App)");
+    batch_secret_proxy_map(b);
 
     batch_chain(b, "sandbox_to_host", NULL, 0, 0);
     batch_chain(b, "sandbox_out", NULL, 0, 0);
@@ -283,6 +287,7 @@ void batch_structure(struct fw_batch *b, const struct pool4 *pool)
     batch_chain(b, "output", "filter", NF_INET_LOCAL_OUT, -10);
     batch_chain(b, "postrouting", "nat", NF_INET_POST_ROUTING, 100);
     batch_chain(b, "prerouting", "nat", NF_INET_PRE_ROUTING, -100);
+    batch_chain(b, CHAIN_SECRET_PROXY_JUDGE, "filter", NF_INET_PRE_ROUTING, -150);
 
     rules_sandbox_to_host(b);
     rules_sandbox_out(b);
@@ -296,6 +301,7 @@ void batch_structure(struct fw_batch *b, const struct pool4 *pool)
     rule_masquerade(b, pool);
     rule_dns_redirect(b, IPPROTO_UDP);
     rule_dns_redirect(b, IPPROTO_TCP);
+    rules_secret_proxy(b);
 }
 
 void table_comment(const char *pool, char *out, size_t outlen)

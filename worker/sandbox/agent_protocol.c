@@ -363,17 +363,18 @@ int agent_protocol_send_start(struct sandbox *sb, const struct store_app *app, c
 void prestart_begin(struct sandbox *sb, const struct store_app *app)
 {
     char why[512], reason[600];
-    /* Its secrets are opened now, for the placeholders in its start line: the Sandbox keeps this
-     * set whichever Session claims it (a later PUT retires the pool: docs/secrets.md). */
-    if (sandbox_secrets_load(sb, app->id, why, sizeof why) != 0) {
-        log_error("worker: %s: %s", sb->rt.sandbox_id, why);
-        sandbox_terminate(sb, "the App's secrets could not be opened", true);
-        return;
-    }
     /* The App's egress policy is in place before its command runs, as at any activation. */
     if (sandbox_egress_apply(sb, app->id, app->network_json, why, sizeof why) != 0) {
         log_error("worker: %s: %s", sb->rt.sandbox_id, why);
         sandbox_terminate(sb, "egress policy could not be applied", true);
+        return;
+    }
+    /* Its secrets are opened and brokered now, for the placeholders in its start line and for
+     * the requests its agent may make while it initialises (a model API's): the Sandbox keeps
+     * this set whichever Session claims it (a later PUT retires the pool: docs/secrets.md). */
+    if (sandbox_secrets_load(sb, app->id, why, sizeof why) != 0) {
+        log_error("worker: %s: %s", sb->rt.sandbox_id, why);
+        sandbox_terminate(sb, "the App's secrets could not be opened or brokered", true);
         return;
     }
     sb->workspace_dir[0] = '\0';

@@ -14,6 +14,7 @@
 #include "store_sessions.h"
 #include "log.h"
 #include "sandbox/jobs.h"
+#include "sandbox/secrets.h"
 #include "sandbox/sandbox.h"
 #include "clock.h"
 
@@ -220,8 +221,9 @@ void sandbox_terminate(struct sandbox *sb, const char *reason, bool failed)
     if (sandbox_serving(sb))
         w->n_serving--;
     sandbox_set_state(sb, SB_STOPPING);
-    /* Nothing of it may use a secret any more: the values go now, not with the record. */
-    secret_set_clear(&sb->secrets);
+    /* Nothing of it may use a secret any more: out of the proxy, and the values go now, not with
+     * the record. */
+    sandbox_secrets_clear(sb);
     event_del(sb->keepalive_ev);
     event_del(sb->timeout_ev);
     /* The App did run (its first message went out): the store says so before the end. A refusal

@@ -151,8 +151,9 @@ struct sandbox {
     char egress_applied[65];
     int egress_mode;
     /* The App's secrets while it serves (sandbox/secrets.h): values and this Sandbox's
-     * placeholders, filled at activation, wiped when it stops. The egress proxy finds them by
-     * the Sandbox's address (sandbox_secrets_lookup). */
+     * placeholders, filled at activation (or at a pre-started agent's start), wiped when it
+     * stops. The egress proxy has its own copy in its registry (sandbox/secret_broker.h), found
+     * by the Sandbox's address under a lock. */
     struct secret_set secrets;
 };
 

@@ -1,22 +1,25 @@
 /*
- * secrets.c: a Sandbox's App secrets in the worker (secrets.h): opened at activation, handed to
- * the agent as placeholders, found by the egress proxy by the Sandbox's address, wiped at the end.
+ * secrets.c: a Sandbox's App secrets in the worker (secrets.h): opened at activation (or at a
+ * pre-started agent's start) and handed to the brokering proxy, given to the agent as
+ * placeholders, detached and wiped at the end.
  */
 #include "sandbox/secrets.h"
 
 #include "log.h"
 #include "sandbox/sandbox.h"
+#include "sandbox/secret_broker.h"
+#include "sandbox_context.h"
 #include "secret_box.h"
 #include "secret_rules.h"
 #include "store_secrets.h"
 
-#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 void sandbox_secrets_clear(struct sandbox *sb)
 {
+    secret_broker_detach(sb->w, sb);
     secret_set_clear(&sb->secrets);
 }
 
@@ -73,6 +76,10 @@ int sandbox_secrets_load(struct sandbox *sb, const char *app_id, char *err, size
     for (size_t i = 0; rc == 0 && i < n; i++)
         rc = add_one(w->secrets, &items[i], &sb->secrets, err, errlen);
     store_secret_list_free(items, n);
+    /* The proxy holds the set before the agent learns a placeholder: the first request the agent
+     * makes (a pre-started one may call its model API while it initialises) is brokered. */
+    if (rc == 0 && sb->secrets.n > 0)
+        rc = secret_broker_attach(w, sb, &sb->secrets, err, errlen);
     if (rc != 0)
         sandbox_secrets_clear(sb);
     return rc;
@@ -110,8 +117,14 @@ int sandbox_secrets_start_line(const struct sandbox *sb, json_t *env, json_t *fi
         return rc;
     /* The image's own bundle and the installation CA, whose certificates the proxy presents:
      * clients that read these variables trust both, and the image is left as it is. */
+    /* Node.js adds NODE_EXTRA_CA_CERTS to its built-in roots: the CA alone is what it needs (the
+     * start line writes it at SANDBOX_CA_PATH whenever the CA is known). The others replace their
+     * library's roots, so they get the whole bundle. */
     for (size_t i = 0; secret_ca_bundle_vars[i]; i++)
-        rc |= env_set(env, secret_ca_bundle_vars[i], SECRET_CA_BUNDLE_PATH);
+        rc |= env_set(env, secret_ca_bundle_vars[i],
+                      strcmp(secret_ca_bundle_vars[i], "NODE_EXTRA_CA_CERTS") == 0
+                          ? SANDBOX_CA_PATH
+                          : SECRET_CA_BUNDLE_PATH);
     json_t *prepend = json_array();
     for (size_t i = 0; secret_image_ca_bundles[i]; i++)
         json_array_append_new(prepend, json_string(secret_image_ca_bundles[i]));
@@ -120,24 +133,4 @@ int sandbox_secrets_start_line(const struct sandbox *sb, json_t *env, json_t *fi
     if (!f || json_array_append_new(files, f) != 0)
         rc = -1;
     return rc;
-}
-
-int sandbox_secrets_lookup(void *worker, struct in_addr peer, char sandbox_id[STORE_ID_LEN],
-                           char app_id[STORE_ID_LEN], const struct secret_set **set)
-{
-    struct worker *w = worker;
-    char addr[INET_ADDRSTRLEN];
-    if (!inet_ntop(AF_INET, &peer, addr, sizeof addr))
-        return -1;
-    for (struct sandbox *sb = w->sandboxes; sb; sb = sb->next) {
-        if (sb->state != SB_ACTIVATING && sb->state != SB_IDLE && sb->state != SB_BUSY)
-            continue;
-        if (strcmp(sb->rt.net_address, addr) != 0)
-            continue;
-        snprintf(sandbox_id, STORE_ID_LEN, "%s", sb->rt.sandbox_id);
-        snprintf(app_id, STORE_ID_LEN, "%s", sb->app_id);
-        *set = &sb->secrets;
-        return 0;
-    }
-    return -1;
 }

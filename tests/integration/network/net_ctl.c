@@ -19,6 +19,7 @@
  *   net_ctl [-p POOL] egress PORTS RESOLVERS      fw_set_egress (egress_ports, dns_resolvers)
  *   net_ctl [-p POOL] policy APP_ID [CIDR[:PORT]...]   fw_app_policy_set: the App's allowlist
  *   net_ctl [-p POOL] sandbox-egress SANDBOX_ID ADDRESS public|none|allowlist [APP_ID]
+ *   net_ctl [-p POOL] secret-proxy SANDBOX_ID ADDRESS PORT   fw_sandbox_set_secret_proxy (0: off)
  */
 #include "clock.h"
 #include "egress_settings.h"
@@ -259,6 +260,12 @@ int main(int argc, char **argv)
                                                                  : FW_EGRESS_PUBLIC;
         rc = fw_sandbox_set_egress(net_firewall(), &sb, m, a + 3 < argc ? argv[a + 3] : NULL, err,
                                    sizeof err);
+    } else if (strcmp(cmd, "secret-proxy") == 0 && a + 3 == argc) {
+        if (net_link_of_address(net_worker_pool(), argv[a], argv[a + 1], &link) < 0)
+            return die("secret-proxy", "not a Sandbox address of the pool");
+        struct fw_sandbox sb = net_link_fw(&link);
+        rc = fw_sandbox_set_secret_proxy(net_firewall(), &sb, (uint16_t)atoi(argv[a + 2]), err,
+                                         sizeof err);
     } else if (strcmp(cmd, "destroy") == 0) {
         rc = fw_destroy(net_firewall(), err, sizeof(err));
     } else {

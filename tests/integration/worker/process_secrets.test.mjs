@@ -2,7 +2,8 @@
 // process driver + echo agent (docs/secrets.md): the agent's environment (as a program it runs
 // sees it, and /proc/self/environ) holds a placeholder for each secret, never the value; each
 // Sandbox gets a placeholder of its own; the CA bundle variables point at a bundle that holds the
-// installation CA; a PUT after that (rotation) reaches the next Sandbox; no log holds a value.
+// installation CA (NODE_EXTRA_CA_CERTS at the CA alone); a PUT after that (rotation) reaches the
+// next Sandbox; no log holds a value.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -39,8 +40,10 @@ test('the agent holds placeholders, not values; the CA bundle holds the installa
     const env = envOf(m1.reply.run.output);
     assert.match(env.MODEL_KEY ?? '', /^sbx_ph_[A-Za-z0-9_-]{43}$/, JSON.stringify(m1.reply));
     assert.equal(env.PLAIN, 'visible');
-    for (const v of ['SSL_CERT_FILE', 'REQUESTS_CA_BUNDLE', 'NODE_EXTRA_CA_CERTS', 'CURL_CA_BUNDLE'])
+    for (const v of ['SSL_CERT_FILE', 'REQUESTS_CA_BUNDLE', 'CURL_CA_BUNDLE'])
       assert.equal(env[v], '/tmp/sbx-ca-bundle.pem', v);
+    // Node.js adds NODE_EXTRA_CA_CERTS to its own roots: the installation CA alone.
+    assert.equal(env.NODE_EXTRA_CA_CERTS, '/tmp/sbx-ca.pem');
     assert.ok(!m1.reply.run.output.includes(VALUE));
     const ca = readFileSync(join(sbx.dataDir, 'ca', 'ca.pem'), 'utf8');
     assert.ok(m1.reply.readFile.data?.includes(ca.trim()), JSON.stringify(m1.reply.readFile));
