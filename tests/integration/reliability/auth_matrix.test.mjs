@@ -38,8 +38,12 @@ before(async () => {
   // An Image (admin-only routes; no worker runs here: the row stands for a finished import).
   sql(gw, `INSERT INTO images (id, name, state, source, digest, layer_count, unpacked_bytes, created_at, ready_at)
            VALUES ('img_matrix000000000001', 'matrix-image', 'ready', 'upload', 'sha256:${'cd'.repeat(32)}', 1, 1, 1, 1)`);
+  // An App secret (admin only; its value is never answered).
+  const put = await req(gw, 'PUT', `/v1/apps/${a.app.id}/secrets/MATRIX_KEY`, { token: gw.admin, body: { value: 'matrix-value', hosts: ['api.example.com'] } });
+  assert.equal(put.status, 201, put.text);
   ids = { appId: a.app.id, keyId: a.keyId, sessionId: ses.id, messageId: msg.id, workspaceId: ws.id,
-          sandboxId: 'sbx_matrix00000000000001', webhookId: hook.id, imageId: 'img_matrix000000000001' };
+          sandboxId: 'sbx_matrix00000000000001', webhookId: hook.id, imageId: 'img_matrix000000000001',
+          secretName: 'MATRIX_KEY' };
 });
 after(async () => {
   const { code } = await gw.stop();
