@@ -1,4 +1,4 @@
-// bounded_answers.test.mjs: one App key cannot exhaust the gateway's memory. 200 messages with a
+// bounded_answers.test.mjs: one App key cannot exhaust the gateway's memory. 60 messages with a
 // 1 MiB body of `[0,0,...]` (about 20x larger once parsed into a tree), listed
 // by four clients at once with ?limit=200: every page stays bounded in bytes (it ends early with a
 // cursor), the stored JSON is copied, not re-parsed, and the gateway's peak RSS stays under the
@@ -14,6 +14,8 @@ const MIB = 1024 * 1024;
 // quarantine. Before pages were bounded in bytes and stored JSON was copied as text, one such
 // list parsed 200 bodies of 1 MiB into trees of about 20 MiB each (4 GiB).
 const PEAK_RSS_BOUND = 320 * MIB;
+// 60 are enough: one list that parsed them all would take 60 x ~20 MiB, well above the bound.
+const MESSAGES = 60;
 const PAGE_BYTES_BOUND = 4 * MIB + 1 * MIB + 64 * 1024; // STORE_PAGE_BYTES plus one message
 const ASAN = 'quarantine_size_mb=16:thread_local_quarantine_size_kb=256:detect_leaks=1';
 
@@ -47,7 +49,7 @@ function confine(pid) {
   return () => {};
 }
 
-test('four concurrent lists of 200 messages of 1 MiB stay within the memory bound', { skip: onPostgres && 'seeds the SQLite file directly', timeout: 240000 }, async () => {
+test('four concurrent lists of 60 messages of 1 MiB stay within the memory bound', { skip: onPostgres && 'seeds the SQLite file directly', timeout: 240000 }, async () => {
   const gw = await startGateway({ env: { ASAN_OPTIONS: ASAN } });
   const release = confine(gw.proc.pid);
   try {
@@ -55,7 +57,7 @@ test('four concurrent lists of 200 messages of 1 MiB stay within the memory boun
     const s = await req(gw, 'POST', '/v1/sessions', { token: key, body: {} });
     const now = Date.now();
     const big = "'[' || replace(hex(zeroblob(524287)), '00', '0,') || '0]'"; // 1 MiB of [0,0,...]
-    sql(gw, `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200)
+    sql(gw, `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ${MESSAGES})
              INSERT INTO messages (id, session_id, app_id, seq, state, body, reply, attempts, max_attempts, created_at, updated_at, completed_at)
              SELECT printf('msg_rss%013d', i), '${s.json.id}', '${app.id}', i, 'completed', ${big}, '{"ok":true}', 1, 3, ${now}, ${now}, ${now} FROM n`);
     const before = status(gw.proc.pid, 'VmHWM');
@@ -85,8 +87,8 @@ test('four concurrent lists of 200 messages of 1 MiB stay within the memory boun
     console.log(`peak RSS ${(before / MIB).toFixed(0)} MiB before, ${(peak / MIB).toFixed(0)} MiB after four lists ` +
       `(${results[0].pages} pages each, largest ${(results[0].largest / MIB).toFixed(1)} MiB, ${Date.now() - t0} ms)`);
     for (const r of results) {
-      assert.equal(r.seen, 200);
-      assert.ok(r.pages > 1, 'a page of 200 x 1 MiB was not split');
+      assert.equal(r.seen, MESSAGES);
+      assert.ok(r.pages > 1, 'a page of 60 x 1 MiB was not split');
       assert.ok(r.largest <= PAGE_BYTES_BOUND, `a page of ${r.largest} bytes`);
     }
     assert.ok(peak < PEAK_RSS_BOUND, `gateway peak RSS ${(peak / MIB).toFixed(0)} MiB, bound ${PEAK_RSS_BOUND / MIB} MiB`);
