@@ -73,6 +73,17 @@ static const struct {
      "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set egress_allowlist ][meta load "
      "l4proto => reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + 2 => reg 1 "
      "][cmp eq reg 1 0x0000b414 ][immediate reg 0 accept ]"},
+    /* a Sandbox with secrets: its DNS, redirected to the forwarder, whatever its policy */
+    {"sandbox_to_host",
+     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => reg 8 ][payload "
+     "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set secret_proxy ][meta load l4proto "
+     "=> reg 1 ][cmp eq reg 1 0x00000011 ][payload load 2b @ transport header + 2 => reg 1 ][cmp "
+     "eq reg 1 0x0000b414 ][immediate reg 0 accept ]"},
+    {"sandbox_to_host",
+     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => reg 8 ][payload "
+     "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set secret_proxy ][meta load l4proto "
+     "=> reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + 2 => reg 1 ][cmp "
+     "eq reg 1 0x0000b414 ][immediate reg 0 accept ]"},
     {"sandbox_to_host", "[log prefix sbx drop_host  group 5213 snaplen 64 qthreshold 0 ][counter "
                         "drop_host][immediate reg 0 drop ]"},
     {"sandbox_out", "[meta load nfproto => reg 1 ][cmp eq reg 1 0x0000000a ][counter "
@@ -195,9 +206,19 @@ static const struct {
      "][cmp eq reg 1 0x00003500 ][immediate reg 1 0x0000b414 ][redir proto_min reg 1 ]"},
     {"prerouting",
      "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => reg 8 ][payload "
+     "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set secret_proxy ][meta load l4proto "
+     "=> reg 1 ][cmp eq reg 1 0x00000011 ][payload load 2b @ transport header + 2 => reg 1 ][cmp "
+     "eq reg 1 0x00003500 ][immediate reg 1 0x0000b414 ][redir proto_min reg 1 ]"},
+    {"prerouting",
+     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => reg 8 ][payload "
      "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set egress_allowlist ][meta load "
      "l4proto => reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + 2 => reg 1 "
      "][cmp eq reg 1 0x00003500 ][immediate reg 1 0x0000b414 ][redir proto_min reg 1 ]"},
+    {"prerouting",
+     "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load iifname => reg 8 ][payload "
+     "load 4b @ network header + 12 => reg 12 ][lookup reg 8 set secret_proxy ][meta load l4proto "
+     "=> reg 1 ][cmp eq reg 1 0x00000006 ][payload load 2b @ transport header + 2 => reg 1 ][cmp "
+     "eq reg 1 0x00003500 ][immediate reg 1 0x0000b414 ][redir proto_min reg 1 ]"},
     /* TCP 443 and 80 of a Sandbox with secrets: judged by its egress rules, then redirected */
     {"secret_proxy_judge",
      "[meta load nfproto => reg 1 ][cmp eq reg 1 0x00000002 ][meta load l4proto => reg 1 ][cmp eq "

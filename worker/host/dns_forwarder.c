@@ -52,7 +52,8 @@ struct dns_forwarder {
     atomic_bool stop;
     struct fw_egress_member *members;
     size_t nmembers;
-    int64_t members_at;
+    int64_t members_at;   /* the last read of the members */
+    int64_t miss_read_at; /* the last read for a client not among them */
     atomic_uint_fast64_t forwarded, refused, failed;
     struct pending *pending[DNS_MAX_PENDING]; /* the thread's own */
     size_t npending;
@@ -174,25 +175,57 @@ static size_t error_answer(unsigned char *m, size_t qend, int rcode)
 
 /* ---- serving ---- */
 
-/* The App whose allowlist the Sandbox at client is under, from the firewall's own map. */
+/* The firewall's members, read again: the allowlist Sandboxes (with their App) first, then the
+ * Sandboxes with secrets under no allowlist (app_id empty). */
+static void members_read(struct dns_forwarder *f)
+{
+    struct fw_egress_member *v, *sp;
+    size_t n, nsp;
+    char err[256];
+    if (fw_egress_members(f->fw, &v, &n, err, sizeof err) != 0)
+        return;
+    if (fw_secret_proxy_members(f->fw, &sp, &nsp, err, sizeof err) != 0) {
+        sp = NULL; /* the allowlist Sandboxes are served still */
+        nsp = 0;
+    }
+    struct fw_egress_member *all = realloc(v, (n + nsp + 1) * sizeof *all);
+    if (!all) {
+        free(v);
+        free(sp);
+        return;
+    }
+    for (size_t i = 0; i < nsp; i++)
+        all[n++] = sp[i];
+    free(sp);
+    free(f->members);
+    f->members = all;
+    f->nmembers = n;
+}
+
+/* The member the Sandbox at client is, from the firewall's own sets: under an allowlist (its App
+ * in app_id), or with secrets under the public policy (app_id empty). Read again when older than
+ * MEMBERS_REFRESH_MS, found or not, so that a Sandbox moved under an allowlist or out of one is
+ * served as such within that; and on a miss unless a miss made a read within MEMBERS_REFRESH_MS
+ * (a bound against lookups from addresses that are no member), so that a Sandbox that has just
+ * started is found at its first lookup even right after a read made for another's. */
 static const struct fw_egress_member *member_of(struct dns_forwarder *f, struct in_addr client)
 {
+    int64_t now = mono_ms();
+    bool read = now - f->members_at >= MEMBERS_REFRESH_MS;
     for (int pass = 0; pass < 2; pass++) {
+        if (read) {
+            f->members_at = now;
+            members_read(f);
+        }
         for (size_t i = 0; i < f->nmembers; i++)
             if (f->members[i].addr.s_addr == client.s_addr)
                 return &f->members[i];
-        int64_t now = mono_ms();
-        if (pass == 1 || now - f->members_at < MEMBERS_REFRESH_MS)
-            break;
-        f->members_at = now;
-        struct fw_egress_member *v;
-        size_t n;
-        char err[256];
-        if (fw_egress_members(f->fw, &v, &n, err, sizeof err) != 0)
-            break;
-        free(f->members);
-        f->members = v;
-        f->nmembers = n;
+        if (read || now - f->miss_read_at < MEMBERS_REFRESH_MS) {
+            if (read)
+                f->miss_read_at = now;
+            return NULL;
+        }
+        read = true;
     }
     return NULL;
 }
@@ -204,7 +237,7 @@ static int open_addresses(struct dns_forwarder *f, const char *app_id, const uns
     struct in_addr addrs[MAX_ANSWER_ADDRS];
     uint32_t ttls[MAX_ANSWER_ADDRS];
     size_t na = dns_answer_a_records(a, alen, addrs, ttls, MAX_ANSWER_ADDRS);
-    if (na == 0)
+    if (na == 0 || nports == 0)
         return 0;
     struct fw_name_addr *v = calloc(na * nports, sizeof *v);
     if (!v)
@@ -291,8 +324,8 @@ static size_t clients_of(const struct dns_forwarder *f, struct in_addr addr)
 
 /* Takes the connections waiting on the listener, within the bounds (past them a connection is
  * closed at once: the client's resolver library moves on to its next server or gives up). Only
- * from a Sandbox under an allowlist: anyone else could only be REFUSED, and must not hold one of
- * the Sandboxes' connections meanwhile. */
+ * from a Sandbox the forwarder serves (member_of): anyone else could only be REFUSED, and must not
+ * hold one of the Sandboxes' connections meanwhile. */
 static void accept_clients(struct dns_forwarder *f)
 {
     for (int k = 0; k < 16; k++) {
@@ -516,7 +549,10 @@ static void serve_query(struct dns_forwarder *f, const unsigned char *q, size_t 
     const struct fw_egress_member *m = member_of(f, from->sin_addr);
     uint16_t ports[MAX_PORTS];
     size_t nports = 0;
-    if (!m || !f->p.allow(m->app_id, name, ports, &nports, f->p.arg)) {
+    /* A Sandbox with secrets under the public policy (no App in its member): every name is
+     * asked, and nothing needs opening (its public egress reaches any address already). */
+    bool public = m && !m->app_id[0];
+    if (!m || (!public && !f->p.allow(m->app_id, name, ports, &nports, f->p.arg))) {
         if (m && f->p.refused)
             f->p.refused(m->ifname, from->sin_addr, c ? c->dst : addressed_to(f, local, from),
                          c ? IPPROTO_TCP : IPPROTO_UDP, m->app_id, name, f->p.arg);

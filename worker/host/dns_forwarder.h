@@ -1,10 +1,14 @@
 /*
- * dns_forwarder.h: sbx's own DNS forwarder for the Sandboxes of allowlist Apps. Their
- * UDP DNS, to whatever resolver they name, is redirected here by the firewall
- * (FW_DNS_FORWARDER_PORT). A query for a name the Sandbox's App allows is forwarded to the host's
- * dns_resolvers; the A records of the answer open `address . port` for that App only, in its set
- * names_<app> (fw_app_names_add), for the record's TTL plus a grace, before the answer goes back.
- * Any other query is answered REFUSED and never leaves the host, so DNS carries no data out.
+ * dns_forwarder.h: sbx's own DNS forwarder for the Sandboxes of allowlist Apps and of Apps with
+ * secrets. Their UDP DNS, to whatever resolver they name, is redirected here by the firewall
+ * (FW_DNS_FORWARDER_PORT). For an allowlist Sandbox, a query for a name its App allows is
+ * forwarded to the host's dns_resolvers; the A records of the answer open `address . port` for
+ * that App only, in its set names_<app> (fw_app_names_add), for the record's TTL plus a grace,
+ * before the answer goes back. Any other query is answered REFUSED and never leaves the host, so
+ * DNS carries no data out. A Sandbox with secrets under the public policy (in the map
+ * secret_proxy, not under an allowlist) has every query forwarded to the same resolvers, and
+ * nothing opened: its public egress reaches any address already. Which Sandbox is which comes
+ * from the firewall's sets, read again at most twice a second.
  *
  * DNS over TCP (RFC 7766) is served the same way on the same port: a resolver library retries
  * over TCP when an answer did not fit in UDP, and the firewall redirects a Sandbox's TCP DNS here

@@ -206,6 +206,11 @@ int fw_sandbox_set_egress(struct fw *fw, const struct fw_sandbox *sb, enum fw_eg
 int fw_sandbox_set_secret_proxy(struct fw *fw, const struct fw_sandbox *sb, uint16_t port,
                                 char *err, size_t errlen);
 
+/* The Sandboxes with a proxy port (the map secret_proxy), as members with an empty app_id: the
+ * DNS forwarder serves them too (their DNS is redirected to it, whatever their policy). */
+int fw_secret_proxy_members(struct fw *fw, struct fw_egress_member **out, size_t *n, char *err,
+                            size_t errlen);
+
 /* ---- for tests and inspection: the batches fw_* send, as bytes (nlmsgs, BATCH_BEGIN..END) ---- */
 struct fw_batch {
     char *buf;

@@ -58,9 +58,9 @@
 #define CHAIN_SECRET_PROXY_JUDGE "secret_proxy_judge"
 /* v2: the spoofing check before `established`; v3: egress; v4: an allowlist Sandbox's TCP DNS
  * redirected to the forwarder too; v5: the callback API's 443 open to `egress: none` Sandboxes;
- * v6: TCP 80/443 of Apps with secrets redirected to the brokering proxy.
- * A worker finding an older table replaces it. */
-#define TABLE_COMMENT_FMT "sbx firewall v6 pool %s: managed by sbx, do not edit"
+ * v6: TCP 80/443 of Apps with secrets redirected to the brokering proxy; v7: their DNS to the
+ * forwarder too. A worker finding an older table replaces it. */
+#define TABLE_COMMENT_FMT "sbx firewall v7 pool %s: managed by sbx, do not edit"
 
 struct fw {
     pthread_mutex_t lock;

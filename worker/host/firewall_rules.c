@@ -32,6 +32,17 @@
 
 /* ---- the structure ---- */
 
+/* The Sandboxes whose DNS goes to sbx's forwarder, whatever resolver they name: an allowlist
+ * App's, so that a lookup opens only what the App allows; and an App with secrets' (a key of the
+ * map secret_proxy, whatever its policy), so that the names its HTTP(S) goes to are the names
+ * the host's resolvers gave, asked on the host, and its DNS carries nothing to a resolver of the
+ * agent's choosing beside the brokered connections. */
+static const struct {
+    const char *set;
+    uint32_t id;
+} dns_forwarded[] = {{SET_EGRESS_ALLOWLIST, SET_ID_EGRESS_ALLOWLIST},
+                     {MAP_SECRET_PROXY, SET_ID_SECRET_PROXY}};
+
 /* Base rule: `<iifname|oifname> "sbx*" jump <chain>` */
 static void rule_dispatch(struct fw_batch *b, const char *base, uint32_t meta_key, const char *to)
 {
@@ -105,18 +116,20 @@ static void rules_sandbox_to_host(struct fw_batch *b)
     rule_egress_none(b, chain); /* egress none: nothing else to the host */
 
     /* meta nfproto ipv4 iifname . ip saddr @egress_allowlist meta l4proto udp|tcp th dport 5300
-     * accept: an allowlist Sandbox's DNS, redirected to the forwarder (one rule each) */
-    for (int i = 0; i < 2; i++) {
-        r = rule_new(chain);
-        m_nfproto(r, NFPROTO_IPV4);
-        m_iif_saddr_in(r, SET_EGRESS_ALLOWLIST, SET_ID_EGRESS_ALLOWLIST, false);
-        m_l4proto(r, i == 0 ? IPPROTO_UDP : IPPROTO_TCP);
-        uint16_t fwd = htons(FW_DNS_FORWARDER_PORT);
-        x_dport(r);
-        x_cmp(r, NFT_REG_1, NFT_CMP_EQ, &fwd, 2);
-        x_verdict(r, NF_ACCEPT, NULL);
-        batch_rule(b, r);
-    }
+     * accept, and the same for @secret_proxy: the DNS of a Sandbox whose lookups go through the
+     * forwarder, redirected there (rule_dns_redirect) */
+    for (size_t k = 0; k < sizeof dns_forwarded / sizeof *dns_forwarded; k++)
+        for (int i = 0; i < 2; i++) {
+            r = rule_new(chain);
+            m_nfproto(r, NFPROTO_IPV4);
+            m_iif_saddr_in(r, dns_forwarded[k].set, dns_forwarded[k].id, false);
+            m_l4proto(r, i == 0 ? IPPROTO_UDP : IPPROTO_TCP);
+            uint16_t fwd = htons(FW_DNS_FORWARDER_PORT);
+            x_dport(r);
+            x_cmp(r, NFT_REG_1, NFT_CMP_EQ, &fwd, 2);
+            x_verdict(r, NF_ACCEPT, NULL);
+            batch_rule(b, r);
+        }
 
     r = rule_new(chain); /* counter name "drop_host" drop */
     x_log(r, FW_DROP_HOST);
@@ -235,26 +248,28 @@ static void rule_masquerade(struct fw_batch *b, const struct pool4 *pool)
     batch_rule(b, r);
 }
 
-/* meta nfproto ipv4 iifname . ip saddr @egress_allowlist meta l4proto udp udp dport 53
- * redirect to :FW_DNS_FORWARDER_PORT -- an allowlist Sandbox's DNS, whatever resolver it names,
- * goes to sbx's forwarder, which answers only allowed names (so DNS carries nothing out). The
- * same for TCP (proto IPPROTO_TCP): a resolver library retries there when an answer did not fit
- * in UDP. */
+/* meta nfproto ipv4 iifname . ip saddr @<set> meta l4proto udp udp dport 53 redirect to
+ * :FW_DNS_FORWARDER_PORT, for each set of dns_forwarded -- such a Sandbox's DNS, whatever
+ * resolver it names, goes to sbx's forwarder, which answers per the App's policy and asks only
+ * the host's resolvers. The same for TCP (proto IPPROTO_TCP): a resolver library retries there
+ * when an answer did not fit in UDP. */
 static void rule_dns_redirect(struct fw_batch *b, uint8_t proto)
 {
-    struct nftnl_rule *r = rule_new("prerouting");
-    m_nfproto(r, NFPROTO_IPV4);
-    m_iif_saddr_in(r, SET_EGRESS_ALLOWLIST, SET_ID_EGRESS_ALLOWLIST, false);
-    m_l4proto(r, proto);
-    uint16_t dns = htons(53), to = htons(FW_DNS_FORWARDER_PORT);
-    x_dport(r);
-    x_cmp(r, NFT_REG_1, NFT_CMP_EQ, &dns, 2);
-    struct nftnl_expr *e = expr_new(r, "immediate");
-    nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
-    nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &to, 2);
-    e = expr_new(r, "redir");
-    nftnl_expr_set_u32(e, NFTNL_EXPR_REDIR_REG_PROTO_MIN, NFT_REG_1);
-    batch_rule(b, r);
+    for (size_t k = 0; k < sizeof dns_forwarded / sizeof *dns_forwarded; k++) {
+        struct nftnl_rule *r = rule_new("prerouting");
+        m_nfproto(r, NFPROTO_IPV4);
+        m_iif_saddr_in(r, dns_forwarded[k].set, dns_forwarded[k].id, false);
+        m_l4proto(r, proto);
+        uint16_t dns = htons(53), to = htons(FW_DNS_FORWARDER_PORT);
+        x_dport(r);
+        x_cmp(r, NFT_REG_1, NFT_CMP_EQ, &dns, 2);
+        struct nftnl_expr *e = expr_new(r, "immediate");
+        nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
+        nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &to, 2);
+        e = expr_new(r, "redir");
+        nftnl_expr_set_u32(e, NFTNL_EXPR_REDIR_REG_PROTO_MIN, NFT_REG_1);
+        batch_rule(b, r);
+    }
 }
 
 /* The whole table, after the table message itself. Base chains run before the host's usual

@@ -27,6 +27,7 @@
 #include <linux/netfilter/nf_conntrack_common.h>
 #include <linux/netfilter/nf_tables.h>
 #include <linux/rtnetlink.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const uint16_t proxied_ports[] = {443, 80};
@@ -220,4 +221,24 @@ int fw_sandbox_set_secret_proxy(struct fw *fw, const struct fw_sandbox *sb, uint
         return 0;
     struct proxy_elem x = {sb, port};
     return fw_apply(fw, fill_add, &x, err, errlen);
+}
+
+int fw_secret_proxy_members(struct fw *fw, struct fw_egress_member **out, size_t *n, char *err,
+                            size_t errlen)
+{
+    struct set_dump d;
+    pthread_mutex_lock(&fw->lock);
+    int rc = fw_dump_set(fw, MAP_SECRET_PROXY, &d, err, errlen);
+    pthread_mutex_unlock(&fw->lock);
+    if (rc < 0)
+        return -1;
+    struct fw_egress_member *v = must(calloc(d.n + 1, sizeof(*v)));
+    size_t k = 0;
+    for (size_t i = 0; i < d.n; i++)
+        if (elem_key_sandbox(&d.v[i], v[k].ifname, &v[k].addr))
+            k++;
+    free(d.v);
+    *out = v;
+    *n = k;
+    return 0;
 }

@@ -13,7 +13,12 @@ only sent once the client has read the first); the placeholder toward another ho
 whose certificate fails verification gets 502; plain HTTP is brokered only to an address its Host
 resolves to; the callback API's 443 on the host is not redirected; under an allowlist, a host the
 App does not allow is dropped by the firewall before the proxy (drop_policy); the per-Sandbox
-connection bound; and the value is in no record and no log line.
+connection bound; and the value is in no record and no log line. DNS: sbx's forwarder runs beside
+the proxy (as the first worker of a host runs it); a Sandbox with secrets under the public policy
+has its lookups, over UDP and TCP and to whatever address it names, answered by the forwarder
+from the host's resolver, and under an allowlist refused as the App's policy says; a third
+Sandbox, without secrets, is not redirected (its DNS to another address than the resolver is
+dropped, `drop_dns`, and the resolver answers it directly).
     it_secret_proxy.py <secret_proxy_run> <net_ctl>
 """
 import ctypes
@@ -33,6 +38,7 @@ RUNNER, NET_CTL = sys.argv[1], sys.argv[2]
 POOL = "10.213.0.0/24"
 VALUE = "sk-model-Zq8vK3pW1xY7"
 API, OTHER, UNTRUSTED = "11.11.11.1", "11.11.11.2", "11.11.11.3"
+RESOLVER, NOWHERE = "11.11.11.53", "11.11.11.99"  # the host's resolver; an address nothing serves
 tmp = tempfile.mkdtemp(prefix="sbx-secret-proxy-")
 failures = []
 
@@ -83,23 +89,23 @@ sh("ip", "link", "add", "wup", "type", "veth", "peer", "name", "wdown")
 sh("ip", "link", "set", "wdown", "netns", W)
 sh("ip", "addr", "add", "11.11.11.254/24", "dev", "wup")
 sh("ip", "link", "set", "wup", "up")
-for a in (API, OTHER, UNTRUSTED):
+for a in (API, OTHER, UNTRUSTED, RESOLVER):
     sh("ip", "netns", "exec", W, "ip", "addr", "add", a + "/24", "dev", "wdown")
 sh("ip", "netns", "exec", W, "ip", "link", "set", "wdown", "up")
 sh("ip", "netns", "exec", W, "ip", "link", "set", "lo", "up")
 world_ns = os.open("/run/netns/" + W, os.O_RDONLY)
 ctl("init")
-ctl("egress", "80,443", "none")
+ctl("egress", "80,443", RESOLVER)
 sandboxes = []
-for name in ("sbx_spA", "sbx_spB"):
+for name in ("sbx_spA", "sbx_spB", "sbx_spC"):
     p = subprocess.Popen(["unshare", "--net", "--", "sleep", "600"])
     while os.readlink(f"/proc/{p.pid}/ns/net") == os.readlink("/proc/self/ns/net"):
         pass  # until it is in its own namespace
     ifname, addr, host_addr = ctl("attach", name, str(p.pid)).split()
     sandboxes.append({"id": name, "proc": p, "addr": addr, "host": host_addr,
                       "ns": os.open(f"/proc/{p.pid}/ns/net", os.O_RDONLY)})
-SB_A, SB_B = sandboxes[0]["addr"], sandboxes[1]["addr"]
-NS = {SB_A: sandboxes[0]["ns"], SB_B: sandboxes[1]["ns"]}
+SB_A, SB_B, SB_C = (sb["addr"] for sb in sandboxes)  # C: an App without secrets
+NS = {sb["addr"]: sb["ns"] for sb in sandboxes}
 hosts = os.path.join(tmp, "hosts")
 with open(hosts, "w") as f:
     f.write(f"127.0.0.1 localhost\n{API} api.model.test\n{OTHER} other.test\n")
@@ -211,11 +217,87 @@ serve(OTHER, 443, "other", other_cert)
 serve(OTHER, 80, "other")
 serve(UNTRUSTED, 443, "untrusted", untrusted_cert)
 
-# ---- the proxy, and the redirect the worker's firewall makes ----
+# ---- the host's DNS resolver: api.model.test is API, any other name does not exist ----
+def dns_query(name, qid):
+    q = b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0"
+    return qid.to_bytes(2, "big") + b"\x01\x00\x00\x01\0\0\0\0\0\0" + q + b"\0\x01\0\x01"
+
+
+def dns_answer(q):
+    end = 12
+    while q[end]:
+        end += 1 + q[end]
+    question = q[12:end + 5]
+    name = []
+    i = 12
+    while q[i]:
+        name.append(q[i + 1:i + 1 + q[i]].decode())
+        i += 1 + q[i]
+    found = ".".join(name).lower() == "api.model.test"
+    head = q[:2] + (b"\x81\x80" if found else b"\x81\x83") + b"\0\x01" + \
+        (b"\0\x01" if found else b"\0\0") + b"\0\0\0\0"
+    rr = b"\xc0\x0c\0\x01\0\x01\0\0\0\x3c\0\x04" + socket.inet_aton(API) if found else b""
+    return head + question + rr
+
+
+def resolver_udp(sock):
+    while True:
+        q, peer = sock.recvfrom(512)
+        sock.sendto(dns_answer(q), peer)
+
+
+def resolver_tcp(lsock):
+    while True:
+        conn, _ = lsock.accept()
+        with conn:
+            f = conn.makefile("rb")
+            n = int.from_bytes(f.read(2), "big")
+            a = dns_answer(f.read(n))
+            conn.sendall(len(a).to_bytes(2, "big") + a)
+
+
+with In(world_ns):
+    dns_udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    dns_udp.bind((RESOLVER, 53))
+    dns_tcp = socket.socket()
+    dns_tcp.bind((RESOLVER, 53))
+    dns_tcp.listen(8)
+threading.Thread(target=resolver_udp, args=(dns_udp,), daemon=True).start()
+threading.Thread(target=resolver_tcp, args=(dns_tcp,), daemon=True).start()
+
+
+def lookup(src, addr, name, tcp=False):
+    """A lookup from a Sandbox to addr:53: (rcode, [addresses]), or None when nothing answers."""
+    qid = int.from_bytes(os.urandom(2), "big")
+    q = dns_query(name, qid)
+    with In(NS[src]):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM if tcp else socket.SOCK_DGRAM)
+    s.settimeout(2 if not tcp else 30)
+    try:
+        if tcp:
+            s.connect((addr, 53))
+            s.sendall(len(q).to_bytes(2, "big") + q)
+            f = s.makefile("rb")
+            a = f.read(int.from_bytes(f.read(2), "big"))
+        else:
+            s.sendto(q, (addr, 53))
+            a = s.recv(4096)
+    except OSError:
+        return None
+    finally:
+        s.close()
+    if len(a) < 12 or int.from_bytes(a[:2], "big") != qid:
+        return None
+    rcode, an = a[3] & 0xF, int.from_bytes(a[6:8], "big")
+    return rcode, ([socket.inet_ntoa(a[-4:])] if an else [])
+
+
+# ---- the proxy and the DNS forwarder, and the redirects the worker's firewall makes ----
 ca_dir = os.path.join(tmp, "ca")
 logf = open(os.path.join(tmp, "proxy.log"), "w+")
 proxy = subprocess.Popen(
     [RUNNER, "--ca-dir", ca_dir, "--upstream-ca", test_ca, "--max-per-sandbox", "4",
+     "--dns", RESOLVER,
      "--sandbox", SB_A, "--secret", f"MODEL_KEY={VALUE}@api.model.test",
      "--sandbox", SB_B, "--secret", f"MODEL_KEY={VALUE}@api.model.test"],
     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logf, text=True)
@@ -224,7 +306,7 @@ port = hello["port"]
 ph_a = hello["sandboxes"][SB_A]["MODEL_KEY"]
 ph_b = hello["sandboxes"][SB_B]["MODEL_KEY"]
 check(ph_a.startswith("sbx_ph_") and ph_a != ph_b, "each Sandbox has its own placeholder")
-for sb in sandboxes:
+for sb in sandboxes[:2]:
     ctl("secret-proxy", sb["id"], sb["addr"], str(port))
 records = []
 rec_lock = threading.Condition()
@@ -398,8 +480,6 @@ cb.close()
 lsock.close()
 
 
-# 8. Under an allowlist the App's policy still decides: a host it does not allow is dropped by
-# the firewall before any redirect (drop_policy), even with the proxy in the way.
 def counter(name):
     for line in ctl("counters").splitlines():
         f = line.split()
@@ -408,6 +488,24 @@ def counter(name):
     return 0
 
 
+# 7b. DNS. A Sandbox with secrets under the public policy: its lookup sent to an address where no
+# resolver is gets the answer of the host's resolver, through sbx's forwarder; over TCP too.
+check(lookup(SB_A, NOWHERE, "api.model.test") == (0, [API]),
+      "secrets, public: a lookup sent anywhere is answered by the forwarder")
+check(lookup(SB_A, NOWHERE, "api.model.test", tcp=True) == (0, [API]),
+      "secrets, public: over TCP too")
+forwarded = 2
+# A Sandbox without secrets under the public policy is not redirected: DNS to another address
+# than the resolver is dropped, and the resolver answers it directly.
+before = counter("dns")
+check(lookup(SB_C, NOWHERE, "api.model.test") is None and counter("dns") > before,
+      "no secrets, public: DNS to another address is dropped (drop_dns), not redirected")
+check(lookup(SB_C, RESOLVER, "api.model.test") == (0, [API]),
+      "no secrets, public: the resolver answers it")
+
+
+# 8. Under an allowlist the App's policy still decides: a host it does not allow is dropped by
+# the firewall before any redirect (drop_policy), even with the proxy in the way.
 ctl("policy", "app_sp", API + "/32")
 ctl("sandbox-egress", "sbx_spA", SB_A, "allowlist", "app_sp")
 c = Conn(SB_A, API, "api.model.test")
@@ -426,6 +524,15 @@ except OSError:
     dropped = True
 probe.close()
 check(dropped and counter("policy") > before, "allowlist: another host is dropped (drop_policy)")
+# Its DNS: the forwarder now asks the App's policy (which here allows no name): REFUSED. The
+# forwarder reads the firewall's sets again within half a second: until then it may still answer.
+for _ in range(300):
+    got = lookup(SB_A, NOWHERE, "api.model.test")
+    if got and got[0] == 5:
+        break
+    forwarded += got is not None and got[0] == 0
+    threading.Event().wait(0.1)
+check(got == (5, []), "secrets, allowlist: a name the App does not allow is REFUSED")
 ctl("sandbox-egress", "sbx_spA", SB_A, "public")
 
 # 9. The bound: four connections of A are served, a fifth is closed at once; B still gets in.
@@ -452,6 +559,8 @@ proxy.wait(30)
 logf.seek(0)
 log = logf.read()
 check("misuses" in log and proxy.returncode == 0, "the proxy stopped and said what it did")
+check(f"dns forwarder: {forwarded} forwarded" in log,
+      f"the forwarder forwarded the {forwarded} lookups of Sandbox A, none of C's")
 if failures:
     print("proxy exit status", proxy.returncode, log[-4000:])
 check(VALUE not in log, "the value is in no log line")
@@ -465,9 +574,10 @@ def proxy_map():
 check(f": {port}" in proxy_map() and proxy_map().count(":") >= 2, "each Sandbox is in the map")
 ctl("secret-proxy", "sbx_spA", SB_A, "4242")
 check(": 4242" in proxy_map(), "an element replaced by another port")
+for sb in sandboxes[:2]:
+    ctl("secret-proxy", sb["id"], sb["addr"], "0")
+    ctl("secret-proxy", sb["id"], sb["addr"], "0")
 for sb in sandboxes:
-    ctl("secret-proxy", sb["id"], sb["addr"], "0")
-    ctl("secret-proxy", sb["id"], sb["addr"], "0")
     sb["proc"].kill()
 check("elements" not in proxy_map(), "elements removed (twice: absent is no error)")
 subprocess.run(["ip", "netns", "del", W])

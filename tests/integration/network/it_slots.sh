@@ -84,7 +84,7 @@ read -r _ again_addr _ < <("$CTL" -p $POOL attach sbx_again "$!") &&
 # A batch the kernel refuses is reported, and the attach leaves nothing behind: a table with the
 # right comment but none of its sets (as if someone had emptied it by hand).
 "$CTL" -p $POOL destroy
-nft add table inet sbx "{ comment \"sbx firewall v6 pool $POOL: managed by sbx, do not edit\"; }"
+nft add table inet sbx "{ comment \"sbx firewall v7 pool $POOL: managed by sbx, do not edit\"; }"
 unshare --net -- sleep 600 </dev/null >/dev/null 2>&1 &
 PIDS+=("$!")
 until [ "$(readlink /proc/$!/ns/net)" != "$(readlink /proc/self/ns/net)" ]; do sleep 0.01; done

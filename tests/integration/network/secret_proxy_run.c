@@ -4,9 +4,14 @@
  * command line, each with its secrets, put in the proxy's registry as the worker does at
  * activation. Prints one JSON line {"port":N,"sandboxes":{"<addr>":{"NAME":"<placeholder>"}}},
  * then one JSON line per report (what the worker turns into events), and exits when stdin ends.
- *   secret_proxy_run --ca-dir DIR [--upstream-ca FILE] [--max-per-sandbox N]
+ * With --dns, sbx's DNS forwarder runs beside it on FW_DNS_FORWARDER_PORT toward that resolver,
+ * over the firewall table `inet sbx` that exists already (net_ctl init), as the worker runs it;
+ * its App policy allows no name (an allowlist Sandbox's queries are REFUSED).
+ *   secret_proxy_run --ca-dir DIR [--upstream-ca FILE] [--max-per-sandbox N] [--dns RESOLVER]
  *                    (--sandbox ADDR (--secret NAME=VALUE@host,host...)...)...
  */
+#include "host/dns_forwarder.h"
+#include "host/firewall.h"
 #include "host/secret_proxy.h"
 
 #include "pki.h"
@@ -43,17 +48,28 @@ static void on_report(const struct secret_proxy_record *r, void *arg)
     json_decref(o);
 }
 
+static bool allow_none(const char *app_id, const char *qname, uint16_t *ports, size_t *nports,
+                       void *arg)
+{
+    (void)app_id;
+    (void)qname;
+    (void)ports;
+    (void)arg;
+    *nports = 0;
+    return false;
+}
+
 static int usage(void)
 {
-    fprintf(stderr,
-            "usage: secret_proxy_run --ca-dir DIR [--upstream-ca FILE] "
-            "[--max-per-sandbox N] (--sandbox ADDR (--secret NAME=VALUE@host,...)...)...\n");
+    fprintf(stderr, "usage: secret_proxy_run --ca-dir DIR [--upstream-ca FILE] "
+                    "[--max-per-sandbox N] [--dns RESOLVER] (--sandbox ADDR (--secret "
+                    "NAME=VALUE@host,...)...)...\n");
     return 2;
 }
 
 int main(int argc, char **argv)
 {
-    const char *ca_dir = NULL, *upstream_ca = NULL;
+    const char *ca_dir = NULL, *upstream_ca = NULL, *dns = NULL;
     size_t max_per = 0;
     struct secret_proxy_registry *reg = secret_proxy_registry_new();
     json_t *sandboxes = json_object();
@@ -70,6 +86,8 @@ int main(int argc, char **argv)
             ca_dir = v;
         } else if (strcmp(a, "--upstream-ca") == 0) {
             upstream_ca = v;
+        } else if (strcmp(a, "--dns") == 0) {
+            dns = v;
         } else if (strcmp(a, "--max-per-sandbox") == 0) {
             max_per = (size_t)atoi(v);
         } else if (strcmp(a, "--sandbox") == 0) {
@@ -125,6 +143,25 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", err);
         return 1;
     }
+    struct fw *fw = NULL;
+    struct dns_forwarder *fwd = NULL;
+    struct in_addr resolver;
+    if (dns) {
+        if (inet_pton(AF_INET, dns, &resolver) != 1)
+            return usage();
+        struct dns_forwarder_params dp = {
+            .upstream = &resolver,
+            .nupstream = 1,
+            .port = FW_DNS_FORWARDER_PORT,
+            .grace_ms = DNS_TTL_GRACE_MS,
+            .allow = allow_none,
+        };
+        if (!(fw = fw_open(err, sizeof err)) ||
+            !(fwd = dns_forwarder_start(fw, &dp, err, sizeof err))) {
+            fprintf(stderr, "%s\n", err);
+            return 1;
+        }
+    }
     json_t *hello = json_pack("{s:i, s:O}", "port", secret_proxy_port(sp), "sandboxes", sandboxes);
     char *s = json_dumps(hello, JSON_COMPACT);
     pthread_mutex_lock(&out_lock);
@@ -146,6 +183,15 @@ int main(int argc, char **argv)
             (unsigned long long)st.connections, (unsigned long long)st.refused_bound,
             (unsigned long long)st.requests, (unsigned long long)st.brokered,
             (unsigned long long)st.misuses, (unsigned long long)st.upstream_failures);
+    if (fwd) {
+        struct dns_forwarder_stats ds;
+        dns_forwarder_stats(fwd, &ds);
+        dns_forwarder_stop(fwd);
+        fw_close(fw);
+        fprintf(stderr, "dns forwarder: %llu forwarded, %llu refused, %llu failed\n",
+                (unsigned long long)ds.forwarded, (unsigned long long)ds.refused,
+                (unsigned long long)ds.failed);
+    }
     secret_proxy_registry_free(reg);
     pki_free(pki);
     return 0;
