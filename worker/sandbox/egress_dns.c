@@ -150,8 +150,8 @@ void egress_dns_tick(struct worker *w)
         ed.said_busy = ed.said_busy || errno == EADDRINUSE;
         return;
     }
-    log_info("egress: DNS forwarder for allowlist Apps and Apps with secrets on UDP %u, toward %zu "
-             "resolver(s)",
+    log_info("egress: DNS forwarder for allowlist Apps and Apps with secrets on UDP %u, "
+             "toward %zu resolver(s)",
              (unsigned)p.port, s->nresolvers);
 }
 
