@@ -1,7 +1,8 @@
 # The process driver's in-Sandbox programs: sbx-agent (the channel relay) and sbx-echo-agent (the
 # quickstart App's command). Static, no sanitizers: they run inside a jail that has neither a
-# dynamic loader for our libraries nor a sanitizer runtime. relay.c and json_check.c are also built
-# into a normal library (sbxrelay) so unit tests and fuzz targets can run the JSON reader under ASan.
+# dynamic loader for our libraries nor a sanitizer runtime. relay.c, relay_buf.c and json_check.c
+# are also built into a normal library (sbxrelay) so unit tests and fuzz targets can run the JSON
+# reader under ASan.
 set(SBX_AGENT_DIR ${CMAKE_CURRENT_LIST_DIR})
 
 function(sbx_static_agent target)
@@ -18,14 +19,14 @@ function(sbx_static_agent target)
   target_link_options(${target} PRIVATE -static)
 endfunction()
 
-sbx_static_agent(sbx-agent ${SBX_AGENT_DIR}/sbx-agent.c ${SBX_AGENT_DIR}/relay.c
+sbx_static_agent(sbx-agent ${SBX_AGENT_DIR}/sbx-agent.c ${SBX_AGENT_DIR}/relay.c ${SBX_AGENT_DIR}/relay_buf.c
                  ${SBX_AGENT_DIR}/json_check.c
                  ${SBX_AGENT_DIR}/guest_nfs.c ${SBX_AGENT_DIR}/image_user.c
                  ${SBX_AGENT_DIR}/sandbox_filter.c)
 # The process driver's seccomp filter: libseccomp-dev's static archive (the agent is static).
 find_library(SBX_SECCOMP_STATIC NAMES libseccomp.a REQUIRED)
 target_link_libraries(sbx-agent PRIVATE ${SBX_SECCOMP_STATIC})
-sbx_static_agent(sbx-echo-agent ${SBX_AGENT_DIR}/echo-agent.c ${SBX_AGENT_DIR}/relay.c
+sbx_static_agent(sbx-echo-agent ${SBX_AGENT_DIR}/echo-agent.c ${SBX_AGENT_DIR}/relay.c ${SBX_AGENT_DIR}/relay_buf.c
                  ${SBX_AGENT_DIR}/json_check.c
                  ${SBX_AGENT_DIR}/guest_nfs.c ${SBX_AGENT_DIR}/image_user.c)
 # sbx-echo-agent is the quickstart App's command, started at every activation: with musl (Debian's
@@ -56,6 +57,6 @@ else()
   message(STATUS "sbx-echo-agent is built with glibc (no musl-gcc, or not gcc): slower to start")
 endif()
 
-add_library(sbxrelay STATIC ${SBX_AGENT_DIR}/relay.c ${SBX_AGENT_DIR}/json_check.c
+add_library(sbxrelay STATIC ${SBX_AGENT_DIR}/relay.c ${SBX_AGENT_DIR}/relay_buf.c ${SBX_AGENT_DIR}/json_check.c
                             ${SBX_AGENT_DIR}/guest_nfs.c ${SBX_AGENT_DIR}/image_user.c)
 target_include_directories(sbxrelay PUBLIC ${SBX_AGENT_DIR})
