@@ -1,12 +1,15 @@
 # Booting App images (issue 14): Sandboxes of the process and qemu drivers whose root is an image
-# of the per-host cache (worker/images/image_cache.h). The images (Debian 12 + python3 from
-# mmdebstrap, and a tiny busybox one) are built once into <build>/boot-images by the fixture
-# images_boot (cached there between runs); the tests need root.
+# of the per-host cache (worker/images/image_cache.h). The images (Debian 12 + python3, unpacked
+# from layer 1 of the fixture test_images, and a tiny busybox one) are built once into
+# <build>/boot-images by the fixture images_boot (cached there between runs); the tests need root.
+# tests/images.cmake, included before this file, defines SBX_TEST_IMAGES_DIR and test_images.
 set(images_test_dir ${CMAKE_CURRENT_LIST_DIR}/integration/images)
 set(images_test_out ${CMAKE_BINARY_DIR}/boot-images)
 add_test(NAME it.images.boot_fixture
-         COMMAND ${images_test_dir}/build-boot-images.sh ${images_test_out} ${CMAKE_BINARY_DIR}/rootfs)
-set_tests_properties(it.images.boot_fixture PROPERTIES FIXTURES_SETUP images_boot TIMEOUT 600)
+         COMMAND ${images_test_dir}/build-boot-images.sh ${images_test_out} ${CMAKE_BINARY_DIR}/rootfs
+                 ${SBX_TEST_IMAGES_DIR})
+set_tests_properties(it.images.boot_fixture PROPERTIES FIXTURES_SETUP images_boot
+                                                       FIXTURES_REQUIRED test_images TIMEOUT 600)
 
 add_executable(test_image_boot ${images_test_dir}/test_image_boot.c)
 target_link_libraries(test_image_boot PRIVATE sbxworker sbx_test_support PkgConfig::JANSSON)
@@ -71,4 +74,3 @@ sbx_test_labels(root it.images.boot_fixture it.images.boot_process it.images.boo
                 it.images.bench_runs it.images.boot_e2e)
 sbx_test_labels(qemu it.images.boot_qemu it.images.boot_e2e)
 
-sbx_test_labels(slow it.images.boot_fixture) # mmdebstrap, the first time

@@ -3,24 +3,26 @@
 # importer leaves one (worker/images/image_cache.h): <OUT>/data/images/sha256/<hex>/{rootfs/,
 # config.json,ready}, <hex> being the SHA-256 of config.json.
 #
-#   build-boot-images.sh OUT_DIR DEFAULT_ROOTFS
+#   build-boot-images.sh OUT_DIR DEFAULT_ROOTFS ARCHIVES_DIR
 #
-#  - debian: Debian 12 (bookworm) with python3-minimal and its standard library (json), made by
-#    mmdebstrap from the Debian archive the host's apt sources name, plus /opt/agent/agent.py (the
-#    Python agent of the tests);
+#  - debian: Debian 12 (bookworm) with python3-minimal and its standard library (json): layer 1 of
+#    the Images tests' archives (tests/images/build-test-images.sh ARCHIVES_DIR, which makes it
+#    with mmdebstrap once and is a no-op when it is up to date), unpacked, plus /opt/agent/agent.py
+#    (the Python agent of the tests). One mmdebstrap run serves both sets of tests;
 #  - tiny: the built-in busybox rootfs (DEFAULT_ROOTFS) without sbx-agent and with an
 #    /etc/os-release of its own, so that two Sandboxes of different images can tell theirs apart,
 #    and a user of its own, app (1000), whose /home/app only app may enter: its config's User.
 # Writes OUT_DIR/images.env (DATA_DIR, DEBIAN_DIGEST, TINY_DIGEST). Cached: nothing is rebuilt
-# while OUT_DIR/images.env exists and this script and the agent are unchanged.
+# while OUT_DIR/images.env exists and this script, the agent and layer 1 are unchanged.
 set -euo pipefail
 
-if [ $# -ne 2 ]; then
-    echo "usage: $0 OUT_DIR DEFAULT_ROOTFS" >&2
+if [ $# -ne 3 ]; then
+    echo "usage: $0 OUT_DIR DEFAULT_ROOTFS ARCHIVES_DIR" >&2
     exit 2
 fi
 out=$(mkdir -p "$1" && cd "$1" && pwd)
 default_rootfs=$2
+archives=$3
 here=$(cd "$(dirname "$0")" && pwd)
 step() { printf 'build-boot-images: %s\n' "$*" >&2; }
 die() {
@@ -30,12 +32,14 @@ die() {
 
 [ "$(id -u)" = 0 ] || die "needs root (the trees keep their owners, as the importer's do)"
 [ -x "$default_rootfs/bin/busybox" ] || die "$default_rootfs has no busybox (build target rootfs)"
-stamp=$(cat "$0" "$here/agent.py" | sha256sum | cut -d' ' -f1)
+# Layer 1 first (cached, and locked against a concurrent build by build-test-images.sh itself).
+"$here/../../images/build-test-images.sh" "$archives" || die "the test image archives failed"
+layer1=$(cd "$archives" && pwd)/layer1.tar
+stamp=$(cat "$0" "$here/agent.py" "$archives/.layer1.stamp" | sha256sum | cut -d' ' -f1)
 if [ -f "$out/images.env" ] && [ "$(cat "$out/.stamp" 2>/dev/null)" = "$stamp" ]; then
     step "using the cached images in $out"
     exit 0
 fi
-command -v mmdebstrap >/dev/null || die "mmdebstrap is required (apt-get install mmdebstrap)"
 
 rm -rf "$out/data" "$out/work" "$out/images.env"
 mkdir -p "$out/work" "$out/data/images/sha256"
@@ -53,17 +57,10 @@ place() {
     printf 'sha256:%s\n' "$hex"
 }
 
-# The host's own apt sources, so the tree comes from the archive apt-get uses here.
-sources=()
-for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
-    [ -s "$f" ] && sources+=("$f")
-done
-[ ${#sources[@]} -gt 0 ] || die "no apt sources on this host"
-step "mmdebstrap bookworm with python3-minimal"
-mmdebstrap --quiet --mode=root --variant=essential --include=python3-minimal,libpython3.11-stdlib \
-    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
-    --dpkgopt='path-exclude=/usr/share/locale/*' \
-    bookworm "$out/work/debian" "${sources[@]}" >&2 || die "mmdebstrap failed"
+step "debian: unpacking $layer1"
+mkdir -p "$out/work/debian"
+# As root, tar keeps the archive's owners, modes and device nodes, as mmdebstrap left them.
+tar -C "$out/work/debian" --numeric-owner -xpf "$layer1" || die "unpacking $layer1 failed"
 install -D -m 0755 "$here/agent.py" "$out/work/debian/opt/agent/agent.py"
 debian_config='{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/usr/local/bin:/usr/bin:/bin","AGENT_FLAVOUR=debian"],"Cmd":["python3","/opt/agent/agent.py"],"WorkingDir":"/opt/agent"},"rootfs":{"type":"layers","diff_ids":[]},"comment":"sbx boot test '"$stamp"'"}'
 debian_digest=$(place debian "$out/work/debian" "$debian_config")
