@@ -1,7 +1,8 @@
-# Contract tests: openapi.yaml is linted (@redocly/cli), a typed client is generated from it
-# (openapi-typescript), the contract test is type-checked against that client (tsc --noEmit) and
-# then drives a live sbx-gateway through it (openapi-fetch), validating every response against
-# the spec (Ajv). npm ci installs the pinned toolchain from tests/contract/package-lock.json.
+# Contract tests: openapi.yaml is linted (Redocly's lint engine, tests/contract/lint.mjs), a typed
+# client is generated from it (openapi-typescript), the contract test is type-checked against that
+# client (tsc --noEmit) and then drives a live sbx-gateway through it (openapi-fetch), validating
+# every response against the spec (Ajv). npm ci installs the pinned toolchain from
+# tests/contract/package-lock.json, from npm's local cache where the packages are in it.
 set(contract_dir ${CMAKE_SOURCE_DIR}/tests/contract)
 find_program(SBX_NODE node)
 find_program(SBX_NPM npm)
@@ -15,17 +16,16 @@ if(NOT SBX_NODE OR NOT SBX_NPM)
 endif()
 
 add_test(NAME it.contract.npm_ci
-         COMMAND ${SBX_NPM} ci --no-audit --no-fund --loglevel=error
+         COMMAND ${SBX_NPM} ci --prefer-offline --no-audit --no-fund --loglevel=error
          WORKING_DIRECTORY ${contract_dir})
 set_tests_properties(it.contract.npm_ci PROPERTIES FIXTURES_SETUP contract_node_modules TIMEOUT 600)
 
 add_test(NAME it.contract.lint
-         COMMAND ${SBX_NODE} node_modules/@redocly/cli/bin/cli.js lint --config redocly.yaml
-                 ${CMAKE_SOURCE_DIR}/openapi.yaml
+         COMMAND ${SBX_NODE} lint.mjs ${CMAKE_SOURCE_DIR}/openapi.yaml
          WORKING_DIRECTORY ${contract_dir})
-# No telemetry and no update check: tests make no network requests.
+# No telemetry: tests make no network requests.
 set_tests_properties(it.contract.lint PROPERTIES FIXTURES_REQUIRED contract_node_modules TIMEOUT 120
-                     ENVIRONMENT "REDOCLY_TELEMETRY=off;REDOCLY_SUPPRESS_UPDATE_NOTICE=true")
+                     ENVIRONMENT "REDOCLY_TELEMETRY=off")
 
 add_test(NAME it.contract.generate
          COMMAND ${SBX_NODE} node_modules/openapi-typescript/bin/cli.js ${CMAKE_SOURCE_DIR}/openapi.yaml

@@ -11,7 +11,7 @@ set(callbacks_dir ${CMAKE_CURRENT_LIST_DIR}/integration/callbacks)
 if(DEFINED SBX_TEST_IMAGES_DIR AND NODE_EXECUTABLE AND SBX_NPM AND TARGET sbx-worker
    AND TARGET sbx-gateway)
   add_test(NAME it.callbacks.npm_ci
-           COMMAND ${SBX_NPM} ci --no-audit --no-fund --loglevel=error
+           COMMAND ${SBX_NPM} ci --prefer-offline --no-audit --no-fund --loglevel=error
            WORKING_DIRECTORY ${callbacks_dir})
   set_tests_properties(it.callbacks.npm_ci PROPERTIES FIXTURES_SETUP callbacks_node_modules
                                                       TIMEOUT 600)
