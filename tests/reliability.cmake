@@ -62,8 +62,8 @@ add_test(NAME it.reliability.busy_checkpoint
          COMMAND ${NODE_EXECUTABLE} --test ${rel_dir}/busy_checkpoint.test.mjs)
 set_tests_properties(it.reliability.busy_checkpoint PROPERTIES ENVIRONMENT "${rel_env}" TIMEOUT 120)
 
-# Concurrent first starts: a gateway and two workers at once on 100 fresh data directories (in a
-# network namespace of its own: the workers reconcile links at start). On PostgreSQL too, each
+# Concurrent first starts: a gateway and two workers at once on 40 fresh data directories (in a
+# network namespace of its own: the workers reconcile links at start). On PostgreSQL too, 10, each
 # data directory with a fresh database.
 add_test(NAME it.reliability.first_start
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/in-netns.sh ${NODE_EXECUTABLE} --test ${rel_dir}/first_start.test.mjs)
@@ -71,7 +71,7 @@ set_tests_properties(it.reliability.first_start PROPERTIES ENVIRONMENT "${rel_en
 add_test(NAME it.pg.reliability.first_start
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh ${CMAKE_CURRENT_SOURCE_DIR}/in-netns.sh
                  ${NODE_EXECUTABLE} --test ${rel_dir}/first_start.test.mjs)
-set_tests_properties(it.pg.reliability.first_start PROPERTIES ENVIRONMENT "${rel_env};SBX_FIRST_START_ROUNDS=25"
+set_tests_properties(it.pg.reliability.first_start PROPERTIES ENVIRONMENT "${rel_env};SBX_FIRST_START_ROUNDS=10"
                                                           TIMEOUT 200)
 
 # What files and endpoints show: data directory and database modes, an App key's view of the
