@@ -42,9 +42,11 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
     cmake -S "$src" -B "$build" -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE=Debug \
         -DCMAKE_C_FLAGS=-Wno-unknown-warning-option -DSBX_SANITIZE=ON -DSBX_FUZZ=ON >/dev/null
 fi
-for t in $targets; do
-    cmake --build "$build" -j2 --target "fuzz_$t"
-done
+# One build of every target, so that make runs their compiles and links side by side.
+fuzz_targets=
+for t in $targets; do fuzz_targets="$fuzz_targets fuzz_$t"; done
+# shellcheck disable=SC2086 # one word per target
+cmake --build "$build" -j2 --target $fuzz_targets
 [ "$build_only" = 1 ] && exit 0
 
 failed=0
