@@ -431,7 +431,16 @@ int worker_run(struct worker *w)
     host_beat_stop(w->host_beat);
     w->host_beat = NULL;
 
-    store_worker_stop(w->st, w->id);
+    /* Hands back what the shutdown left owned: a Session whose cold boot it ended is idle again,
+     * and another worker delivers its message. */
+    size_t requeued = 0;
+    enum store_status rc = store_worker_stop(w->st, &w->ctx, w->id, &requeued);
+    if (rc != STORE_OK)
+        log_error("worker: cannot record the stop: %s (peers take this worker for dead once its "
+                  "heartbeat is stale)",
+                  store_status_name(rc));
+    else if (requeued > 0)
+        log_warn("worker: %zu messages were still leased at the stop; requeued", requeued);
     nfs_stop_if_last(w);
     log_info("worker %s stopped", w->id);
     return w->exit_code;

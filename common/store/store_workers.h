@@ -16,7 +16,13 @@ enum store_status store_worker_register(struct store *st, const char *worker_id,
                                         int64_t pid);
 /* STORE_CONFLICT when the worker was adopted (taken for dead) or stopped: it must exit. */
 enum store_status store_worker_heartbeat(struct store *st, const char *worker_id);
-enum store_status store_worker_stop(struct store *st, const char *worker_id);
+/* A worker's clean exit: marks it stopped and, in the same transaction, hands back what it still
+ * holds as for a dead worker (sql_worker_release_in_tx): a Session it had begun to activate whose
+ * cold Sandbox the shutdown ended before it was the Session's (released messages leave their
+ * Session's owner as it was), and any lease it did not give back (*requeued: how many; their
+ * attempt counts). STORE_OK also when a peer had taken it for dead and released it already. */
+enum store_status store_worker_stop(struct store *st, const struct store_ctx *ctx,
+                                    const char *worker_id, size_t *requeued);
 /* Workers that have not stopped (stopped_at unset), this one included, so that a worker can
  * tell a dead peer by its pid on this host without waiting for its heartbeat to go stale. */
 enum store_status store_worker_list_active(struct store *st, struct store_worker **out, size_t *n);

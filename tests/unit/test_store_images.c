@@ -196,7 +196,7 @@ static void test_dead_worker_claim_taken_over_and_failure(void **state)
     assert_int_equal(store_image_claim_import(st, &wctx, "wrk_a", 60000, &claimed), STORE_OK);
     store_image_clear(&claimed);
     /* wrk_a stops (dies): its claim goes to wrk_b. */
-    assert_int_equal(store_worker_stop(st, "wrk_a"), STORE_OK);
+    assert_int_equal(store_worker_stop(st, &wctx, "wrk_a", NULL), STORE_OK);
     assert_int_equal(store_image_claim_import(st, &wctx, "wrk_b", 60000, &claimed), STORE_OK);
     assert_string_equal(claimed.id, im.id);
     store_image_clear(&claimed);

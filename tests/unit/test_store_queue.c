@@ -669,7 +669,7 @@ static void test_worker_stop_leaves_the_active_and_dead_lists(void **state)
     size_t n = 9;
     assert_int_equal(store_worker_register(f->st, "wrk_a", "host", 1), STORE_OK);
     assert_int_equal(store_worker_register(f->st, "wrk_b", "host", 2), STORE_OK);
-    assert_int_equal(store_worker_stop(f->st, "wrk_a"), STORE_OK);
+    assert_int_equal(store_worker_stop(f->st, &ctx, "wrk_a", NULL), STORE_OK);
     assert_int_equal(
         db_int(f,
                "SELECT CASE WHEN stopped_at > 0 THEN 1 ELSE 0 END FROM workers WHERE id = 'wrk_a'"),
@@ -685,6 +685,53 @@ static void test_worker_stop_leaves_the_active_and_dead_lists(void **state)
     assert_int_equal(n, 1);
     assert_string_equal(dead[0], "wrk_b");
     free(dead);
+}
+
+/* A worker stopped while it was booting a cold Sandbox for a Session: the shutdown ended the
+ * Sandbox before it was the Session's and released the message, which leaves the Session
+ * activating and owned by the worker. The stop hands the Session back, and another worker
+ * delivers the message; a lease the worker kept is requeued with its attempt counted. */
+static void test_worker_stop_hands_back_what_it_still_owns(void **state)
+{
+    struct store_fixture *f = *state;
+    struct store_delivery d;
+    size_t requeued = 9;
+    char text[128];
+    assert_int_equal(store_worker_register(f->st, "wrk_a", "host", 1), STORE_OK);
+    assert_int_equal(store_worker_register(f->st, "wrk_b", "host", 2), STORE_OK);
+    add_session(f, "ses_1");
+    add_message(f, "ses_1", 1, 3);
+    add_session(f, "ses_2");
+    add_message(f, "ses_2", 1, 3);
+    assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
+    assert_string_equal(d.message.id, "msg_ses_1_1");
+    store_delivery_clear(&d);
+    assert_int_equal(claim(f, "wrk_a", &d), STORE_OK);
+    assert_string_equal(d.message.id, "msg_ses_2_1");
+    store_delivery_clear(&d);
+    assert_int_equal(store_queue_release(f->st, &ctx, "msg_ses_1_1", "wrk_a"), STORE_OK);
+    /* Queued, but its Session is still wrk_a's: wrk_b cannot have it. */
+    assert_int_equal(claim(f, "wrk_b", &d), STORE_EMPTY);
+
+    assert_int_equal(store_worker_stop(f->st, &ctx, "wrk_a", &requeued), STORE_OK);
+    assert_int_equal(requeued, 1); /* msg_ses_2_1's lease, never given back */
+    for (int i = 1; i <= 2; i++) {
+        db_text(f, text, sizeof text,
+                "SELECT state || ':' || COALESCE(worker_id, '-') FROM sessions WHERE id = 'ses_%d'",
+                i);
+        assert_string_equal(text, "idle:-");
+    }
+    assert_int_equal(db_int(f, "SELECT attempts FROM messages WHERE id = 'msg_ses_1_1'"), 0);
+    assert_int_equal(db_int(f, "SELECT attempts FROM messages WHERE id = 'msg_ses_2_1'"), 1);
+    assert_int_equal(claim(f, "wrk_b", &d), STORE_OK);
+    assert_string_equal(d.message.id, "msg_ses_1_1");
+    store_delivery_clear(&d);
+    assert_int_equal(claim(f, "wrk_b", &d), STORE_OK);
+    assert_string_equal(d.message.id, "msg_ses_2_1");
+    store_delivery_clear(&d);
+    /* A second stop, or one after a peer took it for dead, changes nothing. */
+    assert_int_equal(store_worker_stop(f->st, &ctx, "wrk_a", &requeued), STORE_OK);
+    assert_int_equal(requeued, 0);
 }
 
 /* ---- concurrency ---- */
@@ -1036,6 +1083,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_adopt_requeues_and_frees_a_dead_workers_work, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_worker_stop_leaves_the_active_and_dead_lists, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_worker_stop_hands_back_what_it_still_owns, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_claim_loops_never_double_claim, setup,
                                         teardown),

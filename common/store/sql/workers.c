@@ -37,14 +37,20 @@ enum store_status store_worker_heartbeat(struct store *st, const char *worker_id
     return sql_step_change(st, s, STORE_CONFLICT);
 }
 
-enum store_status store_worker_stop(struct store *st, const char *worker_id)
+enum store_status store_worker_stop(struct store *st, const struct store_ctx *ctx,
+                                    const char *worker_id, size_t *requeued)
 {
-    struct sql_stmt *s = sql_stmt(st, "UPDATE workers SET stopped_at = ?2 WHERE id = ?1");
-    if (!s)
-        return STORE_ERROR;
-    sql_bind_text(s, 1, worker_id);
-    sql_bind_int64(s, 2, clock_wall_ms());
-    return sql_step_done(st, s);
+    enum store_status rc;
+    size_t n = 0;
+    if ((rc = sql_begin(st)) != STORE_OK)
+        return rc;
+    rc = sql_worker_release_in_tx(st, ctx, worker_id, clock_wall_ms(),
+                                  "worker stopped while delivering", &n);
+    if (rc == STORE_NOT_FOUND)
+        rc = STORE_OK; /* taken for dead, and released, by a peer already */
+    if (requeued)
+        *requeued = rc == STORE_OK ? n : 0;
+    return sql_end(st, rc);
 }
 
 static int64_t worker_page_row(struct sql_stmt *s, void *item)
