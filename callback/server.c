@@ -370,10 +370,8 @@ static void *flusher_main(void *arg)
     struct callback_server *cs = arg;
     pthread_mutex_lock(&cs->stop_lock);
     while (!cs->stopping) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += FLUSH_MS / 1000;
-        pthread_cond_timedwait(&cs->stop_cond, &cs->stop_lock, &until);
+        struct timespec until = clock_mono_deadline(FLUSH_MS);
+        pthread_cond_clockwait(&cs->stop_cond, &cs->stop_lock, CLOCK_MONOTONIC, &until);
         pthread_mutex_unlock(&cs->stop_lock);
         flush_counts(cs);
         pthread_mutex_lock(&cs->stop_lock);

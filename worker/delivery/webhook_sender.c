@@ -214,17 +214,10 @@ static void deliver(struct webhook_sender *ws, struct store_webhook_job *job)
  * once stopping. *seen is updated to the wake-ups served by the round that follows. */
 static bool nap(struct webhook_sender *ws, int64_t ms, uint64_t *seen)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (ms % 1000) * 1000000;
-    if (until.tv_nsec >= 1000000000) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000;
-    }
+    struct timespec until = clock_mono_deadline(ms);
     pthread_mutex_lock(&ws->lock);
     while (!ws->stopping && ws->wakes == *seen &&
-           pthread_cond_timedwait(&ws->wake, &ws->lock, &until) == 0) {
+           pthread_cond_clockwait(&ws->wake, &ws->lock, CLOCK_MONOTONIC, &until) == 0) {
     }
     bool woken = ws->wakes != *seen;
     *seen = ws->wakes;

@@ -6,6 +6,7 @@
 #include "recovery/host_beat.h"
 #include "store_hosts.h"
 #include "log.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -34,15 +35,9 @@ struct host_beat {
 /* Waits interval_ms or until asked to quit; true when asked to quit. Called with the lock held. */
 static bool wait_or_quit(struct host_beat *hb)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += (time_t)(hb->interval_ms / 1000);
-    until.tv_nsec += (long)(hb->interval_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
-    while (!hb->quit && pthread_cond_timedwait(&hb->cond, &hb->lock, &until) != ETIMEDOUT)
+    struct timespec until = clock_mono_deadline(hb->interval_ms);
+    while (!hb->quit &&
+           pthread_cond_clockwait(&hb->cond, &hb->lock, CLOCK_MONOTONIC, &until) != ETIMEDOUT)
         ;
     return hb->quit;
 }

@@ -5,6 +5,7 @@
  */
 #include "sandbox/jobs.h"
 #include "log.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -140,7 +141,7 @@ static bool join_by(pthread_t t, const struct timespec *deadline)
 {
     if (!deadline)
         return pthread_join(t, NULL) == 0;
-    return pthread_timedjoin_np(t, NULL, deadline) == 0;
+    return pthread_clockjoin_np(t, NULL, CLOCK_MONOTONIC, deadline) == 0;
 }
 
 bool jobs_free(struct jobs *j, int wait_ms)
@@ -152,13 +153,8 @@ bool jobs_free(struct jobs *j, int wait_ms)
     pthread_cond_broadcast(&j->cond);
     pthread_mutex_unlock(&j->lock);
     struct timespec deadline, *by = NULL;
-    if (wait_ms >= 0 && clock_gettime(CLOCK_REALTIME, &deadline) == 0) {
-        deadline.tv_sec += wait_ms / 1000;
-        deadline.tv_nsec += (long)(wait_ms % 1000) * 1000000;
-        if (deadline.tv_nsec >= 1000000000) {
-            deadline.tv_sec++;
-            deadline.tv_nsec -= 1000000000;
-        }
+    if (wait_ms >= 0) {
+        deadline = clock_mono_deadline(wait_ms);
         by = &deadline;
     }
     size_t stuck = 0;

@@ -7,6 +7,7 @@
  */
 #include "sqlite_checkpoint.h"
 #include "log.h"
+#include "clock.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -95,17 +96,10 @@ static void checkpoint_round(struct sq_checkpointer *c, sqlite3 *db, int pages)
 {
     bool restart = pages >= SQLCHECKPOINT_RESTART_PAGES, gated = false;
     if (restart) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += c->busy_timeout_ms / 1000;
-        until.tv_nsec += (long)(c->busy_timeout_ms % 1000) * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
+        struct timespec until = clock_mono_deadline(c->busy_timeout_ms);
         /* Not had in time (a writer transaction of this process that does not end): checkpoint
          * anyway, as far as SQLite's own locks let it. */
-        gated = pthread_rwlock_timedwrlock(c->write_gate, &until) == 0;
+        gated = pthread_rwlock_clockwrlock(c->write_gate, CLOCK_MONOTONIC, &until) == 0;
     }
     int rc = sqlite3_wal_checkpoint_v2(
         db, NULL, restart ? SQLITE_CHECKPOINT_RESTART : SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
