@@ -630,10 +630,8 @@ static void *slow_increment(void *arg)
     v = thread_query_int(w, "SELECT value FROM counters WHERE id = 1");
     sem_post(&sw->holding);
     if (sw->wait_release) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += 30;
-        while (sem_timedwait(&sw->released, &until) != 0) {
+        struct timespec until = clock_mono_deadline(30000);
+        while (sem_clockwait(&sw->released, CLOCK_MONOTONIC, &until) != 0) {
             if (errno != EINTR) {
                 w->failures++;
                 break;
@@ -1127,13 +1125,12 @@ static void enqueued_done(void *arg, enum store_status status, struct store_mess
 /* Waits up to 20 s for each of es[0..n) to be reported; fails naming what. */
 static void wait_enqueued(struct enqueued *es, size_t n, const char *what)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += 20;
+    struct timespec until = clock_mono_deadline(20000);
     pthread_mutex_lock(es[0].lock);
     for (size_t i = 0; i < n; i++)
         while (!es[i].done)
-            if (pthread_cond_timedwait(es[i].cond, es[i].lock, &until) == ETIMEDOUT) {
+            if (pthread_cond_clockwait(es[i].cond, es[i].lock, CLOCK_MONOTONIC, &until) ==
+                ETIMEDOUT) {
                 pthread_mutex_unlock(es[0].lock);
                 fail_msg("%s: request %zu not written after 20 s", what, i);
             }

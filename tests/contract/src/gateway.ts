@@ -55,9 +55,9 @@ async function freePort(): Promise<number> {
 }
 
 async function waitHealthy(baseUrl: string, child: ChildProcess, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
+  const deadline = performance.now() + timeoutMs;
   let lastError = "";
-  while (Date.now() < deadline) {
+  while (performance.now() < deadline) {
     if (child.exitCode !== null || child.signalCode !== null) {
       throw new Error(`sbx-gateway exited early (code ${child.exitCode}, signal ${child.signalCode})`);
     }

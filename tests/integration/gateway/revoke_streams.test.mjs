@@ -50,7 +50,7 @@ test('a revoke or an App delete ends the key\'s open feeds and long polls on eve
     const msg = await req(a, 'POST', `/v1/sessions/${ses.json.id}/messages`, { token: one.key, body: { body: { q: 1 } } });
     assert.equal(msg.status, 202, msg.text);
     // No worker runs: the message stays queued and the poll parks for its whole minute.
-    const t0 = Date.now();
+    const t0 = performance.now();
     const poll = req(b, 'GET', `/v1/sessions/${ses.json.id}/messages/${msg.json.id}?wait=60`, { token: one.key });
     await new Promise((r) => setTimeout(r, 300));
 
@@ -60,7 +60,7 @@ test('a revoke or an App delete ends the key\'s open feeds and long polls on eve
     await expectRevokedEnd(oneB, 'the other gateway\'s feed');
     const polled = await poll;
     assertProblem(assert, polled, 401, 'unauthorized');
-    assert.ok(Date.now() - t0 < 60000 - 1000, 'the long poll ran its whole wait instead of ending at the revoke');
+    assert.ok(performance.now() - t0 < 60000 - 1000, 'the long poll ran its whole wait instead of ending at the revoke');
 
     // Deleting an App (from gateway b) ends its key's feeds the same way.
     assert.equal((await req(b, 'DELETE', `/v1/apps/${two.app.id}`, { token: b.admin })).status, 204);

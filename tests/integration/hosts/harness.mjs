@@ -177,22 +177,22 @@ export function startCluster({ env = {} } = {}) {
       return r.json;
     },
     async wait(gw, key, sid, mid, timeoutS = 30) {
-      const until = Date.now() + timeoutS * 1000;
+      const until = performance.now() + timeoutS * 1000;
       for (;;) {
         const r = await this.req(gw, 'GET', `/v1/sessions/${sid}/messages/${mid}?wait=5`, { token: key });
         if (r.status !== 200) throw new Error(`get: ${r.status} ${r.text}`);
         if (r.json.state === 'completed' || r.json.state === 'failed') return r.json;
-        if (Date.now() > until) throw new Error(`message ${mid} still ${r.json.state}`);
+        if (performance.now() > until) throw new Error(`message ${mid} still ${r.json.state}`);
       }
     },
     // Polls fn until it returns a truthy value or timeoutMs passes. On PostgreSQL every query is
     // a psql process: poll less often, so that the test does not take the CPU sbx needs.
     async until(fn, timeoutMs = 10000, what = 'condition') {
-      const end = Date.now() + timeoutMs;
+      const end = performance.now() + timeoutMs;
       for (;;) {
         const v = await fn();
         if (v) return v;
-        if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+        if (performance.now() > end) throw new Error(`timed out waiting for ${what}`);
         await sleep(PG ? 250 : 50);
       }
     },

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "clock.h"
 #include "host/firewall.h"
 
 #include <arpa/inet.h>
@@ -137,9 +138,10 @@ static void reads_under_churn(bool allowlist, int (*read)(void))
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, churn_run, &c), 0);
     int whole = 0, refused = 0;
-    time_t start = time(NULL);
-    while (((whole < READS || atomic_load(&churn_ops) < CHANGES) && time(NULL) < start + 8) ||
-           (whole < WHOLE_MIN && time(NULL) < start + 30)) {
+    int64_t start = clock_mono_ms();
+    while (
+        ((whole < READS || atomic_load(&churn_ops) < CHANGES) && clock_mono_ms() < start + 8000) ||
+        (whole < WHOLE_MIN && clock_mono_ms() < start + 30000)) {
         if (read())
             whole++;
         else

@@ -55,10 +55,10 @@ test('kill -9 of the gateway and the workers under load: acknowledged but lost =
 
     // Posters: each loops until the load window ends; a refused connection (gateway down) or a
     // 5xx is simply not an acknowledgement. Only a 202 counts.
-    const end = Date.now() + LOAD_MS;
+    const end = performance.now() + LOAD_MS;
     let seq = 0;
     const poster = async () => {
-      while (Date.now() < end) {
+      while (performance.now() < end) {
         const sid = sessions[rand(0, sessions.length)];
         const n = seq++;
         posted++;
@@ -80,7 +80,7 @@ test('kill -9 of the gateway and the workers under load: acknowledged but lost =
     // The killer: alternately the gateway and a worker, at random points of the window.
     const killer = async () => {
       await sleep(rand(1500, 3000));
-      for (let round = 0; Date.now() < end - 2000; round++) {
+      for (let round = 0; performance.now() < end - 2000; round++) {
         if (round % 2 === 0) {
           await gw.kill9();
           gatewayKills++;
@@ -105,9 +105,9 @@ test('kill -9 of the gateway and the workers under load: acknowledged but lost =
     // Drain: every acknowledged message must complete (delivered again after a lease expires).
     const ids = [...acked.keys()];
     const inList = ids.map((id) => `'${id}'`).join(',');
-    const deadline = Date.now() + 90000;
+    const deadline = performance.now() + 90000;
     let done = 0;
-    while (Date.now() < deadline) {
+    while (performance.now() < deadline) {
       done = Number(sql(gw, `SELECT COUNT(*) FROM messages WHERE id IN (${inList}) AND state = 'completed'`));
       if (done === ids.length) break;
       await sleep(500);

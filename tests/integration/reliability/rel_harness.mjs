@@ -7,8 +7,8 @@ import { startGateway as startRaw } from '../gateway/harness.mjs';
 // firstStart: false for a restart on an existing data dir, which prints no token.
 export async function startGateway({ firstStart = true, ...opts } = {}) {
   const gw = await startRaw(opts);
-  const end = Date.now() + (firstStart ? 10000 : 0);
-  while (!/KEY=sbx_/.test(gw.stdout) && Date.now() < end && gw.proc.exitCode === null)
+  const end = performance.now() + (firstStart ? 10000 : 0);
+  while (!/KEY=sbx_/.test(gw.stdout) && performance.now() < end && gw.proc.exitCode === null)
     await new Promise((r) => setTimeout(r, 20));
   // A restart on an existing data dir prints nothing: keep what startRaw found (null).
   gw.admin ??= /sbx_admin_[A-Za-z0-9_-]+/.exec(gw.stdout)?.[0] ?? null;

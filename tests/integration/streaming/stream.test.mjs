@@ -63,10 +63,10 @@ test('chunks stream as printed, resume without gaps or repeats, late replay, err
     assert.equal(s2b.events[s2b.events.length - 1].event, 'completed');
 
     // 3. A late client: the replay and the end at once.
-    const t0 = Date.now();
+    const t0 = performance.now();
     const s3 = await openStream(sbx.gw, `/v1/sessions/${ses.id}/messages/${m1.id}/stream`, { token: key });
     await s3.ended;
-    assert.ok(Date.now() - t0 < 10000, `the replay took ${Date.now() - t0} ms`);
+    assert.ok(performance.now() - t0 < 10000, `the replay took ${Math.round(performance.now() - t0)} ms`);
     assert.deepEqual(chunkIds(s3.events), [0, 1, 2]);
     assert.deepEqual(s3.events.map((e) => e.data), ev1.map((e) => e.data));
     // ... and from a Last-Event-ID: only what follows it.

@@ -19,7 +19,7 @@ async function endpoint(mode) {
     rq.on('end', () => {
       let json = null;
       try { json = JSON.parse(body); } catch { json = null; }
-      e.got.push({ at: Date.now(), json });
+      e.got.push({ at: performance.now(), json });
       if (mode === 'hang') return;
       if (mode === 'ok') { rs.writeHead(200); rs.end('ok'); return; }
       rs.writeHead(200, { 'Content-Type': 'text/plain' });
@@ -31,7 +31,7 @@ async function endpoint(mode) {
   e.server.on('connection', (sock) => {
     e.open++;
     e.sockets.add(sock);
-    sock.on('close', () => { e.open--; e.closedAt.push(Date.now()); e.sockets.delete(sock); });
+    sock.on('close', () => { e.open--; e.closedAt.push(performance.now()); e.sockets.delete(sock); });
   });
   await new Promise((ok) => e.server.listen(0, '127.0.0.1', ok));
   e.url = `http://127.0.0.1:${e.server.address().port}/hook`;
@@ -67,7 +67,7 @@ test('a hanging or dripping endpoint of one App does not delay another App\'s de
     await sbx.session(a.key);
     await sbx.session(c.key);
     await sbx.until(() => hang.got.length >= 1 && drip.got.length >= 1, 15000, 'both slow endpoints reached');
-    const slowSince = Date.now();
+    const slowSince = performance.now();
 
     // B's deliveries arrive meanwhile.
     const mine = [];

@@ -142,10 +142,10 @@ test('signed, retried with backoff, marked failing, in order, at least once acro
     const slow = await req(sbx.gw, 'POST', `/v1/apps/${app.id}/webhooks`, { token: admin, body: { url: hang.url, eventTypes: ['message.completed'] } });
     hang.secret = slow.json.secret;
     const before = rx.got.length;
-    const t0 = Date.now();
+    const t0 = performance.now();
     await sbx.roundTrip(key, ses.id, { n: 3 });
     await sbx.until(() => rx.got.slice(before).some((g) => g.json?.data?.kind === 'message.completed'), 5000, 'the healthy endpoint\'s delivery');
-    assert.ok(Date.now() - t0 < 4000);
+    assert.ok(performance.now() - t0 < 4000);
     const hung = await sbx.until(async () => {
       const r = await req(sbx.gw, 'GET', `/v1/apps/${app.id}/webhooks/${slow.json.id}/deliveries`, { token: admin });
       return r.json.items[0]?.attemptLog.length >= 1 ? r.json.items[0] : null;

@@ -52,10 +52,10 @@ test('narrowing an App\'s egress ends the connections its Sandboxes opened befor
     // Under public: a connection from inside the Sandbox, echoing.
     client = spawn('nsenter', ['-t', pid, '-n', process.execPath, '-e', CLIENT], { stdio: ['ignore', 'pipe', 'inherit'] });
     let echoes = 0;
-    let lastEcho = Date.now();
+    let lastEcho = performance.now();
     client.stdout.on('data', (d) => {
       const n = String(d).split('\n').filter((l) => l === 'echo').length;
-      if (n) { echoes += n; lastEcho = Date.now(); }
+      if (n) { echoes += n; lastEcho = performance.now(); }
     });
     await started(client, 'connected');
     await sbx.until(() => echoes >= 10, 10000, 'echoes under public');
@@ -63,7 +63,7 @@ test('narrowing an App\'s egress ends the connections its Sandboxes opened befor
     // To none: the established connection stops passing data.
     const p = await req(sbx.gw, 'PATCH', `/v1/apps/${a.app.id}`, { token: sbx.gw.admin, body: { network: { egress: 'none' } } });
     assert.equal(p.status, 200, p.text);
-    await sbx.until(() => Date.now() - lastEcho > 2000, 20000, 'the established connection to stop');
+    await sbx.until(() => performance.now() - lastEcho > 2000, 20000, 'the established connection to stop');
     const stoppedAt = echoes;
     await new Promise((r) => setTimeout(r, 1500));
     assert.equal(echoes, stoppedAt, 'echoes came back after the connection had stopped');

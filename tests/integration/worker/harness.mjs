@@ -164,12 +164,12 @@ export async function startSbx({ workers = 1, env = {} } = {}) {
       return r.json;
     },
     async wait(key, sid, mid, timeoutS = 30) {
-      const until = Date.now() + timeoutS * 1000;
+      const until = performance.now() + timeoutS * 1000;
       for (;;) {
         const r = await req(gw, 'GET', `/v1/sessions/${sid}/messages/${mid}?wait=5`, { token: key });
         if (r.status !== 200) throw new Error(`get: ${r.status} ${r.text}`);
         if (r.json.state === 'completed' || r.json.state === 'failed') return r.json;
-        if (Date.now() > until) {
+        if (performance.now() > until) {
           // What the workers said is the only clue to why nothing moved: keep it with the failure.
           const logs = this.workers.map((p, i) => `worker ${i} (${p.exitCode ?? p.signalCode ?? 'running'}): ${p.log.slice(-1500)}`);
           throw new Error(`message ${mid} still ${r.json.state}\n${logs.join('\n')}`);
@@ -188,11 +188,11 @@ export async function startSbx({ workers = 1, env = {} } = {}) {
     },
     // Polls fn until it returns a truthy value or timeoutMs passes.
     async until(fn, timeoutMs = 10000, what = 'condition') {
-      const end = Date.now() + timeoutMs;
+      const end = performance.now() + timeoutMs;
       for (;;) {
         const v = await fn();
         if (v) return v;
-        if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+        if (performance.now() > end) throw new Error(`timed out waiting for ${what}`);
         await sleep(50);
       }
     },
