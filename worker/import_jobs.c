@@ -58,7 +58,7 @@ static bool fetch_failed_lately(const char *digest)
 {
     for (size_t i = 0; i < FETCH_FAILED_MAX; i++)
         if (strcmp(fetch_failed[i].digest, digest) == 0 &&
-            clock_wall_ms() - fetch_failed[i].at < FETCH_RETRY_MS)
+            clock_mono_ms() - fetch_failed[i].at < FETCH_RETRY_MS)
             return true;
     return false;
 }
@@ -77,7 +77,7 @@ static void fetch_done(struct import_job *j)
         if (fetch_failed[i].at < fetch_failed[oldest].at)
             oldest = i;
     snprintf(fetch_failed[oldest].digest, sizeof fetch_failed[oldest].digest, "%s", j->digest);
-    fetch_failed[oldest].at = clock_wall_ms();
+    fetch_failed[oldest].at = clock_mono_ms();
 }
 
 static void import_done(void *arg)

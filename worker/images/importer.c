@@ -343,7 +343,7 @@ int import_plan(const struct sbx_config *cfg, const char *work_dir, const struct
     snprintf(rootfs, sizeof rootfs, "%s/rootfs", img);
     if (mkdir(img, 0755) != 0 || mkdir(rootfs, 0755) != 0)
         return image_fail(p, IMAGE_IO_ERROR, "cannot create %s: %s", rootfs, strerror(errno));
-    int64_t t0 = clock_wall_ms();
+    int64_t t0 = clock_mono_ms();
     int rootfd = open(rootfs, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (rootfd < 0)
         return image_fail(p, IMAGE_IO_ERROR, "cannot open %s: %s", rootfs, strerror(errno));
@@ -358,7 +358,7 @@ int import_plan(const struct sbx_config *cfg, const char *work_dir, const struct
             return -1;
         }
     close(rootfd);
-    res->apply_ms = clock_wall_ms() - t0;
+    res->apply_ms = clock_mono_ms() - t0;
     res->unpacked_bytes = st.unpacked_bytes;
     res->xattrs = st.xattrs;
     res->xattrs_dropped = st.xattrs_dropped;
@@ -422,11 +422,11 @@ int import_archive(const struct sbx_config *cfg, const char *work_id, const char
     (void)import_remove_tree(work); /* a previous attempt's, if its worker died */
     if (fs_mkdir_p(work, 0700) != 0)
         return image_fail(p, IMAGE_IO_ERROR, "cannot create %s: %s", work, strerror(errno));
-    int64_t t0 = clock_wall_ms();
+    int64_t t0 = clock_mono_ms();
     rc = stage_archive(cfg, archive_path, work, &blobs, p);
     if (!rc)
         rc = image_plan_read(&blobs, &plan, p);
-    res->stage_ms = clock_wall_ms() - t0;
+    res->stage_ms = clock_mono_ms() - t0;
     if (!rc) {
         rc = import_plan(cfg, work, &plan, res);
         image_plan_free(&plan);
