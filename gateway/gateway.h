@@ -175,10 +175,9 @@ enum MHD_Result http_secret_put(struct request *r);
 enum MHD_Result http_secret_list(struct request *r);
 enum MHD_Result http_secret_get(struct request *r);
 enum MHD_Result http_secret_delete(struct request *r);
-/* Whether an App update's env (JSON object text) names one of the App's secrets or, for an App
- * with secrets, a variable sbx sets for them: true with the 422 replied in *ret. */
-bool http_secrets_env_clash(struct request *r, const char *app_id, const char *env_json,
-                            enum MHD_Result *ret);
+/* The refusal of an App update whose env sets name: one of the App's secrets or, for an App with
+ * secrets, a variable sbx sets for them (the store checks, store_app_patch.env_reserved). */
+enum MHD_Result http_secrets_env_refused(struct request *r, const char *name);
 enum MHD_Result http_session_create(struct request *r);
 enum MHD_Result http_session_list(struct request *r);
 enum MHD_Result http_session_get(struct request *r);

@@ -11,6 +11,8 @@
 #include "render.h"
 #include "sandbox_context.h"
 #include "reply.h"
+#include "secret_rules.h"
+#include "store_secrets.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -534,11 +536,6 @@ enum MHD_Result http_app_patch(struct request *r)
         .warm_pool = in.has_warm_pool ? &in.warm_pool : NULL,
         .readiness = in.readiness,
     };
-    if (in.env_json && http_secrets_env_clash(r, r->params[0], in.env_json, &ret)) {
-        json_decref(obj);
-        app_input_free(&in);
-        return ret;
-    }
     /* The built-in rootfs has no entrypoint: an App moving to it from an Image that ran the
      * image's own needs a command. */
     if (in.image && !in.image_id[0] && !in.command_json) {
@@ -557,8 +554,14 @@ enum MHD_Result http_app_patch(struct request *r)
     }
     struct store_quotas q;
     app_quotas_init(&q, &r->gw->cfg);
+    char env_clash[STORE_SECRET_NAME_LEN] = "";
+    p.env_reserved = secret_ca_bundle_vars;
+    p.env_clash = env_clash;
+    p.env_clash_len = sizeof env_clash;
     enum store_status s = store_app_update_within(r->gw->st, &r->ctx, r->params[0], &p, &q, &a);
-    if (s == STORE_OVER_QUOTA)
+    if (s == STORE_INVALID && env_clash[0])
+        ret = http_secrets_env_refused(r, env_clash);
+    else if (s == STORE_OVER_QUOTA)
         /* The App's keep-alive above its keep-alive quota: the field the request changed. */
         ret = reply_over_quota(r, &q, q.used,
                                in.has_keep_alive ? "keepAliveSeconds" : "quotas.keepAliveSeconds");

@@ -200,41 +200,13 @@ enum MHD_Result http_secret_delete(struct request *r)
     return reply_empty(r, 204);
 }
 
-bool http_secrets_env_clash(struct request *r, const char *app_id, const char *env_json,
-                            enum MHD_Result *ret)
+enum MHD_Result http_secrets_env_refused(struct request *r, const char *name)
 {
-    struct store_secret *items;
-    size_t n;
-    enum store_status s = store_secret_list(r->gw->st, app_id, false, &items, &n);
-    if (s != STORE_OK || n == 0) {
-        if (s == STORE_OK)
-            store_secret_list_free(items, n);
-        return false; /* an unknown App: the update answers 404 */
-    }
-    json_t *env = json_loads(env_json, 0, NULL);
-    const char *k;
-    json_t *v;
-    bool clash = false;
-    json_object_foreach(env, k, v)
-    {
-        for (size_t i = 0; i < n && !clash; i++) {
-            if (strcmp(items[i].name, k) == 0) {
-                *ret = reply_problem(r, PROBLEM_INVALID_VALUE, "env",
-                                     "field \"env\": %.60s is a secret of the App: an App's env "
-                                     "and its secrets cannot share a name",
-                                     k);
-                clash = true;
-            }
-        }
-        if (!clash && secret_ca_bundle_var(k)) {
-            *ret = reply_problem(r, PROBLEM_INVALID_VALUE, "env",
-                                 "field \"env\": %.60s is set by sbx for an App with secrets", k);
-            clash = true;
-        }
-        if (clash)
-            break;
-    }
-    json_decref(env);
-    store_secret_list_free(items, n);
-    return clash;
+    if (secret_ca_bundle_var(name))
+        return reply_problem(r, PROBLEM_INVALID_VALUE, "env",
+                             "field \"env\": %.60s is set by sbx for an App with secrets", name);
+    return reply_problem(r, PROBLEM_INVALID_VALUE, "env",
+                         "field \"env\": %.60s is a secret of the App: an App's env and its "
+                         "secrets cannot share a name",
+                         name);
 }

@@ -116,6 +116,12 @@ struct store_app_patch {
     const char *image_id;
     const char *image_digest;
     const char *env_json;
+    /* With env_json: the names sbx sets for an App with secrets (NULL-terminated), which its env
+     * may not set then, as it may not set a secret's name. A refusal (STORE_INVALID) writes the
+     * name into env_clash (env_clash_len bytes). */
+    const char *const *env_reserved;
+    char *env_clash;
+    size_t env_clash_len;
     const char *network_json; /* the normal form (egress_policy_json) */
     /* NULL: unchanged; else STORE_QUOTA_COUNT values: STORE_QUOTA_KEEP (that one unchanged), -1
      * (back to the host's default) or the quota (0: no bound). */

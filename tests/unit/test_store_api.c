@@ -14,6 +14,7 @@
 #include "sandbox_context.h"
 #include "store.h"
 #include "store_fixture.h"
+#include "store_secrets.h"
 #include "clock.h"
 
 #include <jansson.h>
@@ -121,6 +122,64 @@ static void test_app_crud_and_events(void **state)
     assert_int_equal(db_int(f, "SELECT count(*) FROM events WHERE kind='key.revoked' "
                                "AND actor='admin' AND request_id='req_test'"),
                      1);
+}
+
+/* The store, not its caller, refuses an App env that sets one of the App's secrets or, for an App
+ * with secrets, a reserved name: in the update's transaction, so a secret PUT racing the update
+ * cannot leave both (the PUT checks the env in its own transaction). */
+static void test_app_env_refused_with_secrets(void **state)
+{
+    struct store_fixture *f = *state;
+    struct store *st = f->st;
+    static const char *const reserved[] = {"SSL_CERT_FILE", NULL};
+    struct store_app a, got;
+    make_app(st, "env-secrets", &a);
+    char clash[STORE_SECRET_NAME_LEN] = "";
+    struct store_app_patch p = {.env_json = "{\"SSL_CERT_FILE\":\"/x\",\"MODEL_KEY\":\"v\"}",
+                                .env_reserved = reserved,
+                                .env_clash = clash,
+                                .env_clash_len = sizeof clash};
+    /* No secrets yet: any name goes. */
+    assert_int_equal(store_app_update_within(st, &admin, a.id, &p, NULL, &got), STORE_OK);
+    store_app_clear(&got);
+    assert_string_equal(clash, "");
+    struct store_app_patch plain = {.env_json = "{}"};
+    assert_int_equal(store_app_update(st, &admin, a.id, &plain, &got), STORE_OK);
+    store_app_clear(&got);
+
+    uint8_t sealed[4] = {1, 2, 3, 4};
+    struct store_secret in = {.hosts_json = "[\"api.example.test\"]",
+                              .ciphertext = sealed,
+                              .ciphertext_len = sizeof sealed};
+    snprintf(in.app_id, sizeof in.app_id, "%s", a.id);
+    snprintf(in.name, sizeof in.name, "MODEL_KEY");
+    snprintf(in.key_id, sizeof in.key_id, "k1");
+    bool created = false;
+    char conflict[STORE_SECRET_NAME_LEN];
+    struct store_secret out;
+    assert_int_equal(
+        store_secret_put(st, &admin, &in, reserved, 8, &created, conflict, sizeof conflict, &out),
+        STORE_OK);
+    store_secret_clear(&out);
+
+    /* The secret's name, then a reserved one: refused, named, nothing written. */
+    assert_int_equal(store_app_update_within(st, &admin, a.id, &p, NULL, &got), STORE_INVALID);
+    assert_string_equal(clash, "MODEL_KEY");
+    clash[0] = '\0';
+    struct store_app_patch reserved_only = p;
+    reserved_only.env_json = "{\"SSL_CERT_FILE\":\"/x\"}";
+    assert_int_equal(store_app_update_within(st, &admin, a.id, &reserved_only, NULL, &got),
+                     STORE_INVALID);
+    assert_string_equal(clash, "SSL_CERT_FILE");
+    assert_int_equal(store_app_get(st, a.id, &got), STORE_OK);
+    assert_string_equal(got.env_json, "{}");
+    store_app_clear(&got);
+    clash[0] = '\0';
+    struct store_app_patch other = p;
+    other.env_json = "{\"PLAIN\":\"ok\"}";
+    assert_int_equal(store_app_update_within(st, &admin, a.id, &other, NULL, &got), STORE_OK);
+    store_app_clear(&got);
+    assert_string_equal(clash, "");
 }
 
 /* An App's optional VMM host caps (apps.limits): kept, left alone by a patch that does not name
@@ -1109,6 +1168,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_migrations_applied, setup, teardown),
         cmocka_unit_test_setup_teardown(test_app_crud_and_events, setup, teardown),
         cmocka_unit_test_setup_teardown(test_app_limits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_app_env_refused_with_secrets, setup, teardown),
         cmocka_unit_test_setup_teardown(test_app_list_pagination, setup, teardown),
         cmocka_unit_test_setup_teardown(test_keys_revoke, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_order_and_idempotency, setup, teardown),

@@ -229,6 +229,9 @@ enum store_status store_app_update_within(struct store *st, const struct store_c
     if (p->image_digest &&
         (r = sql_image_check_ready(st, p->image_id, p->image_digest)) != STORE_OK)
         return sql_end(st, r);
+    if (p->env_json && (r = sql_app_env_check(st, app_id, p->env_json, p->env_reserved,
+                                              p->env_clash, p->env_clash_len)) != STORE_OK)
+        return sql_end(st, r);
     s = sql_stmt(st, "UPDATE apps SET name = COALESCE(?2, name), "
                      "keep_alive_seconds = COALESCE(?3, keep_alive_seconds), "
                      "vcpu_count = COALESCE(?4, vcpu_count), "

@@ -119,24 +119,67 @@ enum store_status store_secret_list(struct store *st, const char *app_id, bool w
     return STORE_OK;
 }
 
-/* Whether the App's env (JSON object text) sets name or one of reserved: the first such name. */
-static const char *env_collision(const char *env_json, const char *name,
-                                 const char *const *reserved)
+/* Whether the env (a JSON object's text) sets one of names[0..n) or, when the App has secrets
+ * (n > 0), one of reserved: the first such name into clash. */
+static bool env_collision(const char *env_json, const char *const *names, size_t n,
+                          const char *const *reserved, char *clash, size_t clashlen)
 {
-    static char found[STORE_SECRET_NAME_LEN];
     json_t *env = env_json ? json_loads(env_json, 0, NULL) : NULL;
     const char *hit = NULL;
-    if (json_is_object(env)) {
-        if (json_object_get(env, name))
-            hit = name;
+    if (json_is_object(env) && n > 0) {
+        for (size_t i = 0; !hit && i < n; i++)
+            if (json_object_get(env, names[i]))
+                hit = names[i];
         for (size_t i = 0; !hit && reserved && reserved[i]; i++)
             if (json_object_get(env, reserved[i]))
                 hit = reserved[i];
     }
     if (hit)
-        snprintf(found, sizeof found, "%s", hit);
+        snprintf(clash, clashlen, "%s", hit);
     json_decref(env);
-    return hit ? found : NULL;
+    return hit != NULL;
+}
+
+enum store_status sql_app_env_check(struct store *st, const char *app_id, const char *env_json,
+                                    const char *const *reserved, char *clash, size_t clashlen)
+{
+    struct sql_stmt *s = sql_stmt(st, "SELECT name FROM app_secrets WHERE app_id = ?1");
+    if (!s)
+        return STORE_ERROR;
+    sql_bind_text(s, 1, app_id);
+    char(*names)[STORE_SECRET_NAME_LEN] = NULL;
+    size_t n = 0, cap = 0;
+    int rc;
+    while ((rc = sql_step(s)) == SQL_ROW) {
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 8;
+            void *grown = realloc(names, ncap * sizeof *names);
+            if (!grown) {
+                sql_done(s);
+                free(names);
+                return STORE_ERROR;
+            }
+            names = grown;
+            cap = ncap;
+        }
+        snprintf(names[n++], sizeof names[0], "%s", sql_col_text(s, 0));
+    }
+    sql_done(s);
+    if (rc != SQL_DONE) {
+        free(names);
+        return sql_status(st, rc);
+    }
+    const char **ptrs = n ? calloc(n, sizeof *ptrs) : NULL;
+    if (n && !ptrs) {
+        free(names);
+        return STORE_ERROR;
+    }
+    for (size_t i = 0; i < n; i++)
+        ptrs[i] = names[i];
+    bool hit = env_collision(env_json, ptrs, n, reserved, clash, clashlen);
+    free(ptrs);
+    free(names);
+    return hit ? STORE_INVALID : STORE_OK;
 }
 
 /* The App's pre-started Sandboxes hold the secrets as they were when their agents started: a
@@ -171,12 +214,11 @@ enum store_status store_secret_put(struct store *st, const struct store_ctx *ctx
     }
     /* Checked inside the transaction that writes: an App update between a check and the write
      * cannot slip a clashing env in (apps rows are written under the same lock). */
-    const char *clash = env_collision(sql_col_text(s, 0), in->name, reserved);
+    const char *const names[] = {in->name};
+    bool clash = env_collision(sql_col_text(s, 0), names, 1, reserved, conflict, conflictlen);
     sql_done(s);
-    if (clash) {
-        snprintf(conflict, conflictlen, "%s", clash);
+    if (clash)
         return sql_end(st, STORE_CONFLICT);
-    }
     s = sql_stmt(st, "SELECT count(*), COALESCE(sum(CASE WHEN name = ?2 THEN 1 ELSE 0 END), 0) "
                      "FROM app_secrets WHERE app_id = ?1");
     if (!s)

@@ -238,6 +238,12 @@ enum store_status sql_worker_release_in_tx(struct store *st, const struct store_
                                            const char *worker_id, int64_t now, const char *reason,
                                            size_t *requeued);
 
+/* STORE_INVALID, with the name in clash, when env_json (an App's env, a JSON object's text) sets
+ * the name of one of the App's secrets or, if it has any, one of reserved (NULL-terminated);
+ * read in the caller's transaction, so a secret PUT cannot slip in between. (secrets.c) */
+enum store_status sql_app_env_check(struct store *st, const char *app_id, const char *env_json,
+                                    const char *const *reserved, char *clash, size_t clashlen);
+
 /* STORE_OK when image_id is NULL or "" (the built-in rootfs) or names a ready, not deleted Image
  * whose digest is digest; STORE_CONFLICT otherwise. (images.c) */
 enum store_status sql_image_check_ready(struct store *st, const char *image_id, const char *digest);
