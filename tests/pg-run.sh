@@ -11,9 +11,16 @@
 #   tests/pg-run.sh --createdb [NAME]   inside a running fixture: create a fresh, empty database
 #                                       owned by `sbx` (NAME, default t_<random>) and print its URL.
 #   tests/pg-run.sh --dropdb NAME       inside a running fixture: drop that database.
+#   tests/pg-run.sh --shared-start DIR  start a cluster as above, leave it running and write its
+#                                       variables to DIR/env; it is stopped by --shared-stop DIR,
+#                                       or once this script's parent (ctest) is gone.
+#   tests/pg-run.sh --shared-stop DIR   stop that cluster and remove it.
 #
 # Run inside a running fixture (SBX_TEST_PG_ADMIN_URL set), the first form starts no cluster: it
-# gives COMMAND a fresh database of the existing one and drops it afterwards.
+# gives COMMAND a fresh database of the existing one and drops it afterwards. So it does with
+# SBX_TEST_PG_SHARED=DIR while the cluster of --shared-start DIR runs: ctest starts one for the
+# PostgreSQL tests that leave the cluster alone (tests/CMakeLists.txt), instead of an initdb and
+# a server start per test.
 #
 # COMMAND sees:
 #   SBX_TEST_PG_URL        postgres://sbx@127.0.0.1:PORT/sbx (role sbx: owner of sbx, CREATEDB)
@@ -102,6 +109,22 @@ case "${1:-}" in
     drop_db "${2:?--dropdb NAME}"
     exit
     ;;
+--shared-stop)
+    shared=${2:?--shared-stop DIR}
+    if [ -f "$shared/env" ]; then
+        # shellcheck disable=SC1091
+        . "$shared/env"
+        rm -f "$shared/env"
+        if [ "$(id -u)" -eq 0 ]; then
+            runuser -u postgres -- "$SBX_TEST_PG_BIN/pg_ctl" -D "$SBX_TEST_PG_DATA" -m immediate -w \
+                -t 60 stop >/dev/null
+        else
+            "$SBX_TEST_PG_BIN/pg_ctl" -D "$SBX_TEST_PG_DATA" -m immediate -w -t 60 stop >/dev/null
+        fi
+        rm -rf "${SBX_TEST_PG_DATA%/data}"
+    fi
+    exit
+    ;;
 "" | -h | --help)
     sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
     [ -n "${1:-}" ]
@@ -109,8 +132,19 @@ case "${1:-}" in
     ;;
 esac
 
+shared=
+if [ "${1:-}" = --shared-start ]; then
+    shared=${2:?--shared-start DIR}
+    mkdir -p "$shared"
+    rm -f "$shared/env"
+elif [ -n "${SBX_TEST_PG_SHARED:-}" ] && [ -z "${SBX_TEST_PG_ADMIN_URL:-}" ] &&
+    [ -f "$SBX_TEST_PG_SHARED/env" ]; then
+    # shellcheck disable=SC1091
+    . "$SBX_TEST_PG_SHARED/env" # then nested in it, below (a cluster of our own if it is gone)
+fi
+
 # Nested: a fresh database in the running cluster, dropped afterwards.
-if [ -n "${SBX_TEST_PG_ADMIN_URL:-}" ] && [ -n "${SBX_TEST_PG_URL:-}" ] &&
+if [ -z "$shared" ] && [ -n "${SBX_TEST_PG_ADMIN_URL:-}" ] && [ -n "${SBX_TEST_PG_URL:-}" ] &&
     admin_psql -c "SELECT 1" >/dev/null 2>&1; then
     db=$(create_db)
     name=${db##*/}
@@ -151,7 +185,10 @@ cleanup() {
 trap cleanup EXIT
 
 # Watchdog: if this script disappears without cleaning up (SIGKILL, e.g. a test timeout), stop
-# the cluster and remove it. In its own session, so a kill of our process group misses it.
+# the cluster and remove it. In its own session, so a kill of our process group misses it. A
+# shared cluster outlives this script: its watchdog waits for our parent (ctest) instead.
+watch_pid=$$
+[ -z "$shared" ] || watch_pid=$PPID
 # shellcheck disable=SC2016 # expanded by the watchdog's own shell
 setsid bash -c '
     while kill -0 "$1" 2>/dev/null; do sleep 1; done
@@ -162,7 +199,7 @@ setsid bash -c '
             "$2/pg_ctl" -D "$3/data" -m immediate -w -t 30 stop
         fi
         rm -rf "$3"
-    fi' pg-run-watchdog $$ "$bin" "$dir" </dev/null >/dev/null 2>&1 &
+    fi' pg-run-watchdog "$watch_pid" "$bin" "$dir" </dev/null >/dev/null 2>&1 &
 
 # Fast: initdb's own fsync of the fresh cluster is skipped (-N); if the machine crashed now the
 # cluster would be thrown away anyway. The server's fsync stays on.
@@ -172,11 +209,15 @@ if ! as_owner "$bin/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 --locale
     echo "pg-run.sh: initdb failed" >&2
     exit 1
 fi
+# A shared cluster serves up to three tests at a time (ctest -j3), each with its gateways and
+# workers.
+max_connections=200
+[ -z "$shared" ] || max_connections=600
 cat >>"$dir/data/postgresql.conf" <<EOF
 # pg-run.sh: a throwaway test cluster
 listen_addresses = '127.0.0.1'
 unix_socket_directories = '$dir/sock'
-max_connections = 200
+max_connections = $max_connections
 shared_buffers = 32MB
 fsync = on
 synchronous_commit = on
@@ -228,6 +269,17 @@ export SBX_TEST_PG_SOCKET_URL="postgres:///sbx?host=$dir/sock&port=$port&user=sb
 export SBX_TEST_PG_OWNER=$owner
 
 admin_psql -c "CREATE ROLE sbx LOGIN CREATEDB" -c "CREATE DATABASE sbx OWNER sbx" >/dev/null
+
+if [ -n "$shared" ]; then
+    for v in SBX_TEST_PG_BIN SBX_TEST_PG_DATA SBX_TEST_PG_HOST SBX_TEST_PG_PORT \
+        SBX_TEST_PG_SOCKET_DIR SBX_TEST_PG_ADMIN_URL SBX_TEST_PG_URL SBX_TEST_PG_SOCKET_URL \
+        SBX_TEST_PG_OWNER; do
+        printf 'export %s=%q\n' "$v" "${!v}"
+    done >"$shared/env.tmp"
+    mv "$shared/env.tmp" "$shared/env"
+    trap - EXIT # the cluster stays, for --shared-stop or the watchdog
+    exit 0
+fi
 
 rc=0
 run_child "$@" || rc=$?

@@ -1,5 +1,18 @@
 # The PostgreSQL store: its engine (common/store/sql/sql_pg.c) against a throwaway cluster that
 # tests/pg-run.sh starts for the test and removes afterwards.
+# The cluster the other PostgreSQL tests share, a fresh database each (tests/CMakeLists.txt gives
+# them the fixture): started once instead of an initdb and a server start per test.
+set(sbx_pg_shared_dir ${CMAKE_BINARY_DIR}/pg-shared)
+add_test(NAME it.pg.fixture.start
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh --shared-start ${sbx_pg_shared_dir})
+add_test(NAME it.pg.fixture.stop
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pg-run.sh --shared-stop ${sbx_pg_shared_dir})
+set_tests_properties(it.pg.fixture.start PROPERTIES FIXTURES_SETUP pg_cluster TIMEOUT 120)
+set_tests_properties(it.pg.fixture.stop PROPERTIES FIXTURES_CLEANUP pg_cluster TIMEOUT 120)
+# Tests that stop or restart their cluster, or read what is cluster-wide (the oldest running
+# transaction), keep a cluster of their own.
+set(sbx_pg_own_cluster it.pg.fixture.start it.pg.fixture.stop unit.store.pg.engine it.notify.pg)
+
 add_executable(test_sql_pg ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sql_pg.c)
 target_link_libraries(test_sql_pg PRIVATE sbxcommon PkgConfig::CMOCKA PkgConfig::LIBPQ
                                           Threads::Threads)

@@ -101,7 +101,7 @@ test('two hosts, two gateways, 1,000 messages; kill -9 of one host mid-run loses
       assert.equal(c.sql(`SELECT state || ' ' || COALESCE(termination_reason, '') FROM sandboxes WHERE id = '${id}'`), 'terminated host lost');
     assert.equal(c.num(`SELECT COUNT(*) FROM sandboxes b JOIN workers w ON w.id = b.worker_id WHERE w.host_id = 'b' AND b.state NOT IN ('terminated', 'failed')`), 0);
     assert.equal(c.num(`SELECT COUNT(*) FROM messages m JOIN sandboxes b ON b.id = m.sandbox_id JOIN workers w ON w.id = b.worker_id WHERE w.host_id = 'b' AND m.completed_at > ${lostAt}`), 0);
-    const moved = c.num(`SELECT COUNT(DISTINCT s.session_id) FROM sandboxes s JOIN sandboxes t ON t.session_id = s.session_id JOIN workers wb ON wb.id = s.worker_id JOIN workers wa ON wa.id = t.worker_id WHERE s.termination_reason = 'host lost' AND wb.host_id = 'b' AND wa.host_id = 'a' AND t.created_at > ${lostAt - 1000}`);
+    const moved = c.num(`SELECT COUNT(DISTINCT s.session_id) FROM sandboxes s JOIN sandboxes t ON t.session_id = s.session_id JOIN workers wb ON wb.id = s.worker_id JOIN workers wa ON wa.id = t.worker_id WHERE s.termination_reason = 'host lost' AND wb.host_id = 'b' AND wa.host_id = 'a' AND COALESCE(t.claimed_at, t.created_at) > ${lostAt - 1000}`);
     assert.ok(moved >= 1, 'no Session of host b moved to host a');
     assert.equal(c.num(`SELECT COUNT(*) FROM events WHERE kind = 'host.lost' AND object_id = 'b'`), 1);
     assert.equal(c.num(`SELECT COUNT(*) FROM workers WHERE host_id = 'b' AND stopped_at IS NULL`), 0);
