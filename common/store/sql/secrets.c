@@ -119,66 +119,47 @@ enum store_status store_secret_list(struct store *st, const char *app_id, bool w
     return STORE_OK;
 }
 
-/* Whether the env (a JSON object's text) sets one of names[0..n) or, when the App has secrets
- * (n > 0), one of reserved: the first such name into clash. */
-static bool env_collision(const char *env_json, const char *const *names, size_t n,
-                          const char *const *reserved, char *clash, size_t clashlen)
+/* Whether env (a JSON object, or NULL) sets name or, when the App has secrets, one of reserved
+ * (NULL-terminated): the first such name into clash. */
+static bool env_collision(const json_t *env, const char *name, const char *const *reserved,
+                          char *clash, size_t clashlen)
 {
-    json_t *env = env_json ? json_loads(env_json, 0, NULL) : NULL;
-    const char *hit = NULL;
-    if (json_is_object(env) && n > 0) {
-        for (size_t i = 0; !hit && i < n; i++)
-            if (json_object_get(env, names[i]))
-                hit = names[i];
-        for (size_t i = 0; !hit && reserved && reserved[i]; i++)
-            if (json_object_get(env, reserved[i]))
-                hit = reserved[i];
-    }
+    const char *hit = name && json_object_get(env, name) ? name : NULL;
+    for (size_t i = 0; !hit && reserved && reserved[i]; i++)
+        if (json_object_get(env, reserved[i]))
+            hit = reserved[i];
     if (hit)
         snprintf(clash, clashlen, "%s", hit);
-    json_decref(env);
     return hit != NULL;
 }
 
 enum store_status sql_app_env_check(struct store *st, const char *app_id, const char *env_json,
                                     const char *const *reserved, char *clash, size_t clashlen)
 {
+    json_t *env = json_loads(env_json, 0, NULL);
+    if (json_object_size(env) == 0) {
+        json_decref(env);
+        return STORE_OK;
+    }
     struct sql_stmt *s = sql_stmt(st, "SELECT name FROM app_secrets WHERE app_id = ?1");
-    if (!s)
+    if (!s) {
+        json_decref(env);
         return STORE_ERROR;
+    }
     sql_bind_text(s, 1, app_id);
-    char(*names)[STORE_SECRET_NAME_LEN] = NULL;
-    size_t n = 0, cap = 0;
-    int rc;
-    while ((rc = sql_step(s)) == SQL_ROW) {
-        if (n == cap) {
-            size_t ncap = cap ? cap * 2 : 8;
-            void *grown = realloc(names, ncap * sizeof *names);
-            if (!grown) {
-                sql_done(s);
-                free(names);
-                return STORE_ERROR;
-            }
-            names = grown;
-            cap = ncap;
-        }
-        snprintf(names[n++], sizeof names[0], "%s", sql_col_text(s, 0));
+    bool any = false, hit = false;
+    int rc = SQL_DONE;
+    while (!hit && (rc = sql_step(s)) == SQL_ROW) {
+        any = true;
+        hit = env_collision(env, sql_col_text(s, 0), NULL, clash, clashlen);
     }
     sql_done(s);
-    if (rc != SQL_DONE) {
-        free(names);
+    /* The variables sbx sets only for an App with secrets. */
+    if (!hit && any)
+        hit = env_collision(env, NULL, reserved, clash, clashlen);
+    json_decref(env);
+    if (!hit && rc != SQL_DONE)
         return sql_status(st, rc);
-    }
-    const char **ptrs = n ? calloc(n, sizeof *ptrs) : NULL;
-    if (n && !ptrs) {
-        free(names);
-        return STORE_ERROR;
-    }
-    for (size_t i = 0; i < n; i++)
-        ptrs[i] = names[i];
-    bool hit = env_collision(env_json, ptrs, n, reserved, clash, clashlen);
-    free(ptrs);
-    free(names);
     return hit ? STORE_INVALID : STORE_OK;
 }
 
@@ -214,8 +195,9 @@ enum store_status store_secret_put(struct store *st, const struct store_ctx *ctx
     }
     /* Checked inside the transaction that writes: an App update between a check and the write
      * cannot slip a clashing env in (apps rows are written under the same lock). */
-    const char *const names[] = {in->name};
-    bool clash = env_collision(sql_col_text(s, 0), names, 1, reserved, conflict, conflictlen);
+    json_t *env = json_loads(sql_col_text(s, 0), 0, NULL);
+    bool clash = env_collision(env, in->name, reserved, conflict, conflictlen);
+    json_decref(env);
     sql_done(s);
     if (clash)
         return sql_end(st, STORE_CONFLICT);
