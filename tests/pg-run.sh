@@ -79,6 +79,16 @@ need_fixture() {
     fi
 }
 
+# Runs "$@" as the clusters' owner: initdb refuses to run as root, so as root they belong to
+# postgres.
+if [ "$(id -u)" -eq 0 ]; then
+    as_owner() { runuser -u postgres -- "$@"; }
+    owner=postgres
+else
+    as_owner() { "$@"; }
+    owner=$(id -un)
+fi
+
 # Runs "$@" as a child, forwarding INT/TERM/HUP to it, and returns its status.
 run_child() {
     local child rc
@@ -115,12 +125,8 @@ case "${1:-}" in
         # shellcheck disable=SC1091
         . "$shared/env"
         rm -f "$shared/env"
-        if [ "$(id -u)" -eq 0 ]; then
-            runuser -u postgres -- "$SBX_TEST_PG_BIN/pg_ctl" -D "$SBX_TEST_PG_DATA" -m immediate -w \
-                -t 60 stop >/dev/null
-        else
-            "$SBX_TEST_PG_BIN/pg_ctl" -D "$SBX_TEST_PG_DATA" -m immediate -w -t 60 stop >/dev/null
-        fi
+        as_owner "$SBX_TEST_PG_BIN/pg_ctl" -D "$SBX_TEST_PG_DATA" -m immediate -w -t 60 stop \
+            >/dev/null
         rm -rf "${SBX_TEST_PG_DATA%/data}"
     fi
     exit
@@ -164,13 +170,7 @@ chmod 755 "$dir"
 mkdir "$dir/data" "$dir/sock"
 
 if [ "$(id -u)" -eq 0 ]; then
-    # initdb refuses to run as root: the cluster belongs to postgres.
     chown postgres: "$dir" "$dir/data" "$dir/sock"
-    as_owner() { runuser -u postgres -- "$@"; }
-    owner=postgres
-else
-    as_owner() { "$@"; }
-    owner=$(id -un)
 fi
 
 # Stops the cluster and removes it. The watchdog below does the same if this script is killed
