@@ -271,11 +271,14 @@ test('an OOM kill of a child inside the Sandbox is recorded: usage.oomKills and 
   assert.equal(m.state, 'completed', m.error);
   assert.equal(m.sandboxId, before.sandboxId);
   assert.equal(m.reply.signal, 9, `the child was not killed: ${JSON.stringify(m.reply)}`);
+  // The worker reads the Sandbox's OOM count after it has recorded the reply (so as not to
+  // delay it): wait for the event it writes then, and read the Sandbox after it.
+  const oomEvents = async () => (await req(sbx.gw, 'GET', `/v1/events?sessionId=${s.id}&limit=200`, { token: hostile.key })).json.items
+    .filter((e) => e.kind === 'sandbox.oom_killed' && e.objectId === m.sandboxId);
+  const oom = await sbx.until(async () => { const e = await oomEvents(); return e.length ? e : null; }, 10000, 'the sandbox.oom_killed event');
   const sb = await sbx.getSandbox(hostile.key, m.sandboxId);
   assert.equal(sb.state, 'running', 'the Sandbox ended with its child');
   assert.ok(sb.usage.oomKills >= 1, `usage ${JSON.stringify(sb.usage)}`);
-  const events = (await req(sbx.gw, 'GET', `/v1/events?sessionId=${s.id}&limit=200`, { token: hostile.key })).json.items;
-  const oom = events.filter((e) => e.kind === 'sandbox.oom_killed' && e.objectId === m.sandboxId);
   assert.equal(oom.length, 1, JSON.stringify(oom));
   assert.equal(oom[0].data.total, sb.usage.oomKills);
   assert.ok(oom[0].data.killed >= 1);
